@@ -1,0 +1,262 @@
+//! The command line: `bprun [OPTIONS] SCRIPT [SCRIPT_ARGS...]` and the helper commands.
+
+use clap::{Args, CommandFactory, Parser, Subcommand};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::error::{Error, ExitCode};
+use crate::runner::{self, RunOptions};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "bprun",
+    version,
+    about = "Run Rhai scripts that bootstrap and operate the blueprint platform",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true,
+    after_help = "Script arguments after SCRIPT reach the script as the map `args`: \
+                  `--app guestbook` gives args.app == \"guestbook\", a bare `--destroy` gives args.destroy == true."
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Report what would change without changing anything
+    #[arg(long)]
+    check: bool,
+    /// Print the numbered plan (the steps) without running any step or contacting any server
+    #[arg(long)]
+    list: bool,
+    /// Run only this step (repeatable)
+    #[arg(long, value_name = "STEP")]
+    only: Vec<String>,
+    /// Skip this step (repeatable)
+    #[arg(long, value_name = "STEP")]
+    skip: Vec<String>,
+    /// Start at this step
+    #[arg(long, value_name = "STEP")]
+    from: Option<String>,
+    /// Start at the first step that did not finish in the previous run
+    #[arg(long)]
+    resume: bool,
+    /// Print one JSON event per line instead of human output
+    #[arg(long)]
+    json: bool,
+    /// Print the last run's per-step timings from the journal and exit
+    #[arg(long)]
+    timings: bool,
+    /// Show debug lines
+    #[arg(short, long, action = clap::ArgAction::Count)]
+    verbose: u8,
+    /// Show only step lines, warnings and errors
+    #[arg(short, long, conflicts_with = "verbose")]
+    quiet: bool,
+    /// The script to run
+    #[arg(value_name = "SCRIPT", required = true)]
+    script: Option<PathBuf>,
+    /// Arguments for the script (the map `args`)
+    #[arg(value_name = "SCRIPT_ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    script_args: Vec<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a script (the long form of `bprun SCRIPT`)
+    Run(RunArgs),
+    /// List the native functions with their signatures and first doc line
+    Functions {
+        /// Show only functions whose name contains this text
+        filter: Option<String>,
+    },
+    /// Write Rhai definition files (for editor completion) into DIR
+    Defs { dir: PathBuf },
+    /// Print a shell completion script
+    Completions { shell: clap_complete::Shell },
+    /// Interactive REPL (reserved: not built yet)
+    #[command(hide = true)]
+    Repl,
+    /// Rehearse a script on the embedded simulated platform (reserved: not built yet)
+    #[command(hide = true)]
+    Rehearse,
+    /// GitLab and Kubernetes simulators (reserved: not built yet)
+    #[command(hide = true)]
+    Sim,
+}
+
+impl RunArgs {
+    fn into_options(self) -> Result<(RunOptions, bool), Error> {
+        let script = self
+            .script
+            .ok_or_else(|| Error::usage("no script given", Some("bprun [OPTIONS] SCRIPT [SCRIPT_ARGS...]".to_string())))?;
+        let verbosity = if self.quiet { -1 } else { self.verbose.min(1) as i8 };
+        Ok((
+            RunOptions {
+                script,
+                script_args: self.script_args,
+                check: self.check,
+                list: self.list,
+                only: self.only,
+                skip: self.skip,
+                from: self.from,
+                resume: self.resume,
+                json: self.json,
+                verbosity,
+            },
+            self.timings,
+        ))
+    }
+}
+
+/// Parses the command line, runs it, renders any error, and returns the process exit code.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(error) => {
+            let _ = error.print();
+            return if error.use_stderr() { ExitCode::Usage.code() } else { ExitCode::Success.code() };
+        }
+    };
+    match dispatch(cli) {
+        Ok(code) => code.code(),
+        Err(error) => {
+            report(&error);
+            error.exit_code().code()
+        }
+    }
+}
+
+fn report(error: &Error) {
+    let text = match error {
+        Error::Reported(_) => return,
+        Error::Usage { message, hint } => match hint {
+            Some(hint) => format!("error: {message}\n  hint: {hint}\n"),
+            None => format!("error: {message}\n"),
+        },
+        Error::Io { .. } => format!("error: {error}\n"),
+    };
+    eprint!("{}", crate::secret::scrub(&text));
+}
+
+fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
+    match cli.command {
+        None => run(cli.run),
+        Some(Command::Run(args)) => run(args),
+        Some(Command::Functions { filter }) => {
+            print!("{}", functions_listing(filter.as_deref()));
+            Ok(ExitCode::Success)
+        }
+        Some(Command::Defs { dir }) => {
+            write_definitions(&dir)?;
+            println!("wrote Rhai definitions to {}", dir.display());
+            Ok(ExitCode::Success)
+        }
+        Some(Command::Completions { shell }) => {
+            clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut std::io::stdout());
+            Ok(ExitCode::Success)
+        }
+        Some(Command::Repl) => Err(reserved("repl", "the interactive REPL")),
+        Some(Command::Rehearse) => Err(reserved("rehearse", "the rehearsal on the embedded platform")),
+        Some(Command::Sim) => Err(reserved("sim", "the GitLab and Kubernetes simulators")),
+    }
+}
+
+fn reserved(command: &str, what: &str) -> Error {
+    Error::usage(
+        format!("`bprun {command}` is reserved for {what}, which is not built yet"),
+        Some("see the open issues; run a script with `bprun SCRIPT`".to_string()),
+    )
+}
+
+fn run(args: RunArgs) -> Result<ExitCode, Error> {
+    let (options, timings) = args.into_options()?;
+    if timings {
+        return runner::timings(&options.script);
+    }
+    runner::run(options)
+}
+
+/// An engine with every native, for documentation commands (no script, no run).
+fn documentation_engine() -> rhai::Engine {
+    let reporter = crate::output::Reporter::new(crate::output::Format::Human, 0);
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let state = crate::state::RunState::new(false, root.clone(), reporter, runner::cancel_flag());
+    crate::engine::build(Arc::new(crate::engine::Session::new(state, root)))
+}
+
+/// One entry of `bprun functions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionDoc {
+    pub name: String,
+    pub signature: String,
+    pub summary: String,
+}
+
+/// The documented natives (operators and display helpers left out), sorted by name.
+pub fn function_docs() -> Vec<FunctionDoc> {
+    let engine = documentation_engine();
+    let json = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let mut docs: Vec<FunctionDoc> = value["functions"]
+        .as_array()
+        .map(|functions| {
+            functions
+                .iter()
+                .filter_map(|function| {
+                    let name = function["name"].as_str()?.to_string();
+                    let is_identifier = name.chars().all(|c| c.is_alphanumeric() || c == '_');
+                    let hidden = !is_identifier
+                        || name.starts_with("get$")
+                        || name.starts_with("set$")
+                        || matches!(name.as_str(), "to_string" | "to_debug" | runner::RUN_STEPS_NATIVE);
+                    if hidden {
+                        return None;
+                    }
+                    let summary = function["docComments"]
+                        .as_array()
+                        .and_then(|lines| {
+                            lines.iter().filter_map(|line| line.as_str()).flat_map(str::lines).map(|line| line.trim_start_matches('/').trim()).find(|line| !line.is_empty())
+                        })
+                        .unwrap_or("")
+                        .to_string();
+                    let signature = function["signature"].as_str().unwrap_or(&name).to_string();
+                    Some(FunctionDoc { name, signature, summary })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    docs.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)));
+    docs.dedup();
+    docs
+}
+
+fn functions_listing(filter: Option<&str>) -> String {
+    let mut out = String::new();
+    for doc in function_docs() {
+        if filter.is_some_and(|wanted| !doc.name.contains(wanted)) {
+            continue;
+        }
+        out.push_str(&doc.signature);
+        out.push('\n');
+        if !doc.summary.is_empty() {
+            out.push_str("    ");
+            out.push_str(&doc.summary);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+fn write_definitions(dir: &std::path::Path) -> Result<(), Error> {
+    std::fs::create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
+    documentation_engine()
+        .definitions()
+        .with_headers(true)
+        .include_standard_packages(false)
+        .write_to_dir(dir)
+        .map_err(|error| Error::io("write definitions into", dir, error))
+}

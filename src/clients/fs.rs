@@ -1,0 +1,205 @@
+//! File access confined to the repository root, with idempotent writes.
+
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::NativeError;
+
+/// Resolves paths against a root and refuses any that lead outside it (`..`, absolute paths
+/// elsewhere, symlinks that point out).
+#[derive(Debug, Clone)]
+pub struct Confinement {
+    root: PathBuf,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteOutcome {
+    Unchanged,
+    Created,
+    Updated,
+}
+
+impl Confinement {
+    pub fn new(root: impl Into<PathBuf>) -> Self {
+        let root = root.into();
+        let root = root.canonicalize().unwrap_or(root);
+        Confinement { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The absolute path of `path` (relative paths are taken from the root), if it stays inside.
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, NativeError> {
+        if path.is_empty() {
+            return Err(NativeError::new("empty path").with_hint("name a file under the repository root"));
+        }
+        let candidate = Path::new(path);
+        let joined = if candidate.is_absolute() {
+            candidate.to_path_buf()
+        } else {
+            self.root.join(candidate)
+        };
+        // Normalise `.` and `..` lexically first, then resolve symlinks on the longest existing prefix.
+        let mut normal = PathBuf::new();
+        for component in joined.components() {
+            match component {
+                Component::ParentDir => {
+                    normal.pop();
+                }
+                Component::CurDir => {}
+                other => normal.push(other),
+            }
+        }
+        let real = canonicalize_existing_prefix(&normal);
+        if real.starts_with(&self.root) {
+            Ok(real)
+        } else {
+            Err(NativeError::new(format!(
+                "path {path} is outside the repository root {}",
+                self.root.display()
+            ))
+            .with_hint("file natives only reach files under the repository root; use a relative path such as infra/secrets/x.json"))
+        }
+    }
+
+    /// A path for messages: relative to the root when inside it.
+    pub fn display(&self, path: &Path) -> String {
+        path.strip_prefix(&self.root)
+            .map(|relative| relative.display().to_string())
+            .unwrap_or_else(|_| path.display().to_string())
+    }
+
+    pub fn read_text(&self, path: &str) -> Result<String, NativeError> {
+        let full = self.resolve(path)?;
+        std::fs::read_to_string(&full).map_err(|error| {
+            let hint = match error.kind() {
+                std::io::ErrorKind::NotFound => "check the path; relative paths start at the repository root",
+                std::io::ErrorKind::InvalidData => "read_text reads UTF-8 text only",
+                _ => "check the file's permissions",
+            };
+            NativeError::new(format!("cannot read {}: {error}", self.display(&full))).with_hint(hint)
+        })
+    }
+
+    pub fn exists(&self, path: &str) -> Result<bool, NativeError> {
+        Ok(self.resolve(path)?.exists())
+    }
+
+    /// What [`write_text`](Self::write_text) would do, without doing it.
+    pub fn plan_write(&self, path: &str, content: &[u8], mode: Option<u32>) -> Result<(PathBuf, WriteOutcome), NativeError> {
+        let full = self.resolve(path)?;
+        let outcome = match std::fs::read(&full) {
+            Ok(existing) => {
+                let mode_differs = match (mode, std::fs::metadata(&full)) {
+                    (Some(wanted), Ok(meta)) => meta.permissions().mode() & 0o777 != wanted,
+                    _ => false,
+                };
+                if existing == content && !mode_differs {
+                    WriteOutcome::Unchanged
+                } else {
+                    WriteOutcome::Updated
+                }
+            }
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => WriteOutcome::Created,
+            Err(error) => {
+                return Err(NativeError::new(format!("cannot read {}: {error}", self.display(&full)))
+                    .with_hint("check the file's permissions"));
+            }
+        };
+        Ok((full, outcome))
+    }
+
+    /// Writes `content` only when it differs (content or mode); creates parent folders. A file
+    /// with a mode is created with that mode from the start, so a secret is never world-readable.
+    pub fn write_text(&self, path: &str, content: &[u8], mode: Option<u32>) -> Result<WriteOutcome, NativeError> {
+        let (full, outcome) = self.plan_write(path, content, mode)?;
+        if outcome == WriteOutcome::Unchanged {
+            return Ok(outcome);
+        }
+        let shown = self.display(&full);
+        let fail = |error: std::io::Error| NativeError::new(format!("cannot write {shown}: {error}")).with_hint("check the folder's permissions");
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(fail)?;
+        }
+        // Write to a temporary file beside it and rename, so a reader never sees half a file.
+        let temporary = full.with_file_name(format!(
+            ".{}.bprun-tmp",
+            full.file_name().map(|name| name.to_string_lossy()).unwrap_or_default()
+        ));
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        if let Some(mode) = mode {
+            options.mode(mode);
+        }
+        let mut file = options.open(&temporary).map_err(fail)?;
+        if let Some(mode) = mode {
+            // The umask may have narrowed the mode; set it exactly.
+            file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(fail)?;
+        }
+        file.write_all(content).map_err(fail)?;
+        file.sync_all().map_err(fail)?;
+        std::fs::rename(&temporary, &full).map_err(fail)?;
+        Ok(outcome)
+    }
+}
+
+fn canonicalize_existing_prefix(path: &Path) -> PathBuf {
+    let mut existing = path.to_path_buf();
+    let mut rest = Vec::new();
+    while !existing.exists() {
+        match existing.file_name() {
+            Some(name) => {
+                rest.push(name.to_os_string());
+                existing.pop();
+            }
+            None => break,
+        }
+    }
+    let mut real = existing.canonicalize().unwrap_or(existing);
+    for name in rest.into_iter().rev() {
+        real.push(name);
+    }
+    real
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn temp_root() -> (tempfile::TempDir, Confinement) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let confinement = Confinement::new(dir.path());
+        (dir, confinement)
+    }
+
+    #[test]
+    fn refuses_paths_outside_the_root() {
+        let (_dir, fs) = temp_root();
+        assert!(fs.resolve("../outside").is_err());
+        assert!(fs.resolve("/etc/passwd").is_err());
+        assert!(fs.resolve("infra/../../x").is_err());
+        assert!(fs.resolve("infra/secrets/x.json").is_ok());
+    }
+
+    #[test]
+    fn refuses_symlinks_that_lead_out() {
+        let (dir, fs) = temp_root();
+        std::os::unix::fs::symlink("/etc", dir.path().join("escape")).expect("symlink");
+        let error = fs.resolve("escape/passwd").expect_err("must refuse");
+        assert!(error.message.contains("outside the repository root"), "{}", error.message);
+    }
+
+    #[test]
+    fn writes_once_then_reports_unchanged() {
+        let (dir, fs) = temp_root();
+        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"), WriteOutcome::Created);
+        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"), WriteOutcome::Unchanged);
+        let mode = std::fs::metadata(dir.path().join("a/b.txt")).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o644)).expect("write"), WriteOutcome::Updated);
+        assert_eq!(fs.write_text("a/b.txt", b"y", None).expect("write"), WriteOutcome::Updated);
+    }
+}

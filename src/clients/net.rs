@@ -1,0 +1,51 @@
+//! Health-check probes: a TCP connect and an HTTP status, each with a timeout.
+
+use std::net::{TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::error::NativeError;
+
+/// True when a TCP connection to `host:port` opens within `timeout`.
+pub fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<bool, NativeError> {
+    let addresses = (host, port).to_socket_addrs().map_err(|error| {
+        NativeError::new(format!("cannot resolve {host}:{port}: {error}"))
+            .with_hint("check the host name; cluster-internal names only resolve inside the cluster")
+    })?;
+    for address in addresses {
+        if TcpStream::connect_timeout(&address, timeout).is_ok() {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// The HTTP status of a GET to `url`, or `None` when no response came within `timeout`
+/// (refused, unreachable, TLS failure); the reason is returned for debug logging.
+pub fn http_status(url: &str, timeout: Duration) -> Result<Result<u16, String>, NativeError> {
+    let parsed = reqwest::Url::parse(url).map_err(|error| {
+        NativeError::new(format!("invalid URL {url}: {error}"))
+            .with_hint("write a full URL such as http://127.0.0.1:8200/v1/sys/health")
+    })?;
+    let client = reqwest::Client::builder()
+        .timeout(timeout)
+        .connect_timeout(timeout)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|error| NativeError::new(format!("cannot build an HTTP client: {error}")))?;
+    let result = super::runtime::runtime().block_on(async move { client.get(parsed).send().await });
+    Ok(match result {
+        Ok(response) => Ok(response.status().as_u16()),
+        Err(error) => Err(error_chain(&error)),
+    })
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}

@@ -1,0 +1,103 @@
+//! Runs a program with a timeout, capturing its output. A non-zero exit is a result, not an error.
+
+use std::io::{Read, Write};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::error::NativeError;
+
+#[derive(Debug, Clone, Default)]
+pub struct ProcessSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub cwd: Option<std::path::PathBuf>,
+    pub env: Vec<(String, String)>,
+    pub stdin: Option<Vec<u8>>,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProcessOutput {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, NativeError> {
+    let mut command = Command::new(&spec.program);
+    command
+        .args(&spec.args)
+        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(cwd) = &spec.cwd {
+        command.current_dir(cwd);
+    }
+    for (key, value) in &spec.env {
+        command.env(key, value);
+    }
+    let mut child = command.spawn().map_err(|error| {
+        let hint = if error.kind() == std::io::ErrorKind::NotFound {
+            format!("is {} installed and on PATH?", spec.program)
+        } else {
+            "check the program's permissions".to_string()
+        };
+        NativeError::new(format!("cannot start {}: {error}", spec.program)).with_hint(hint)
+    })?;
+
+    // Feed stdin and drain stdout/stderr on threads so a chatty child never blocks on a full pipe.
+    let stdin_writer = match (child.stdin.take(), spec.stdin.clone()) {
+        (Some(mut pipe), Some(bytes)) => Some(std::thread::spawn(move || {
+            let _ = pipe.write_all(&bytes);
+        })),
+        _ => None,
+    };
+    let drain = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+
+    let started = Instant::now();
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) => {}
+            Err(error) => return Err(NativeError::new(format!("cannot wait for {}: {error}", spec.program))),
+        }
+        let stop = if cancel.load(Ordering::SeqCst) {
+            Some(format!("{}: interrupted", spec.program))
+        } else if started.elapsed() >= spec.timeout {
+            Some(format!("{} did not finish within {} s", spec.program, spec.timeout.as_secs()))
+        } else {
+            None
+        };
+        if let Some(message) = stop {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(NativeError::new(message).with_hint("raise the timeout with #{timeout: seconds} if the command is just slow"));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    if let Some(writer) = stdin_writer {
+        let _ = writer.join();
+    }
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    Ok(ProcessOutput {
+        // A signal-killed process has no code; report it as shells do (128 + signal).
+        code: status.code().unwrap_or_else(|| {
+            use std::os::unix::process::ExitStatusExt;
+            128 + status.signal().unwrap_or(0)
+        }),
+        stdout: String::from_utf8_lossy(&stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&stderr).into_owned(),
+    })
+}

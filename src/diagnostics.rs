@@ -1,0 +1,325 @@
+//! Turns Rhai parse and runtime errors into operator-facing reports: a headline, the source line
+//! with a caret (rendered by miette), the "caused by" chain, the script functions that led there,
+//! and a `hint:` line.
+
+use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnostic, NamedSource};
+use rhai::{EvalAltResult, ParseError, Position};
+use std::sync::Arc;
+
+use crate::engine::Session;
+use crate::error::NativeError;
+use crate::natives::core::StepSkip;
+
+/// A rendered report plus its one-line headline (for the journal and JSON events).
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub headline: String,
+    pub text: String,
+}
+
+/// One script function on the way to the error, outermost first.
+struct Frame {
+    function: String,
+    called_at: Location,
+}
+
+#[derive(Clone)]
+struct Location {
+    source: Option<String>,
+    position: Position,
+}
+
+impl Location {
+    fn describe(&self) -> String {
+        let source = self.source.as_deref().unwrap_or("<script>");
+        match (self.position.line(), self.position.position()) {
+            (Some(line), Some(column)) => format!("{source}:{line}:{column}"),
+            (Some(line), None) => format!("{source}:{line}"),
+            _ => source.to_string(),
+        }
+    }
+}
+
+/// What went wrong at the innermost level.
+struct Cause {
+    headline: String,
+    label: String,
+    hint: Option<String>,
+    causes: Vec<String>,
+}
+
+fn function_label(name: &str) -> String {
+    if name.starts_with("anon$") {
+        "a closure".to_string()
+    } else {
+        format!("fn {name}()")
+    }
+}
+
+fn describe(error: &EvalAltResult) -> Cause {
+    let plain = |headline: String, label: &str, hint: Option<&str>| Cause {
+        headline,
+        label: label.to_string(),
+        hint: hint.map(str::to_string),
+        causes: Vec::new(),
+    };
+    match error {
+        EvalAltResult::ErrorRuntime(value, _) => {
+            if let Some(native) = value.read_lock::<NativeError>() {
+                return Cause {
+                    headline: native.message.clone(),
+                    label: "failed here".to_string(),
+                    hint: native.hint.clone(),
+                    causes: native.causes.clone(),
+                };
+            }
+            if let Some(skip) = value.read_lock::<StepSkip>() {
+                return plain(
+                    format!("skip(\"{}\") was called outside a step", skip.0),
+                    "called here",
+                    Some("skip() ends the running step; call it inside a step body"),
+                );
+            }
+            let text = if value.is_unit() { "error thrown".to_string() } else { value.to_string() };
+            plain(text, "thrown here", None)
+        }
+        EvalAltResult::ErrorFunctionNotFound(signature, _) => plain(
+            format!("unknown function: {}", signature.replace("&str | ImmutableString | String", "string")),
+            "no such function",
+            Some(&match suggest(signature) {
+                Some(name) => format!("did you mean `{name}`? `bprun functions` lists every native with its arguments"),
+                None => "`bprun functions` lists every native with its arguments; check the spelling and argument types".to_string(),
+            }),
+        ),
+        EvalAltResult::ErrorVariableNotFound(name, _) => plain(
+            format!("unknown variable `{name}`"),
+            "not declared",
+            Some("variables are strict: declare them with `let` before use (script arguments are in `args`)"),
+        ),
+        EvalAltResult::ErrorTooManyOperations(_) => plain(
+            "the script exceeded its operation limit".to_string(),
+            "limit reached here",
+            Some("is there an endless loop? BPRUN_MAX_OPERATIONS raises the limit for genuinely large work"),
+        ),
+        EvalAltResult::ErrorStackOverflow(_) => plain(
+            "too many nested function calls".to_string(),
+            "limit reached here",
+            Some("is a function calling itself without end?"),
+        ),
+        EvalAltResult::ErrorDataTooLarge(what, _) => plain(
+            format!("{what} exceeds the sandbox size limit"),
+            "limit reached here",
+            Some("strings are limited to 16 MiB, arrays and maps to 100000 items"),
+        ),
+        EvalAltResult::ErrorTooManyModules(_) => plain(
+            "too many imported modules".to_string(),
+            "limit reached here",
+            None,
+        ),
+        EvalAltResult::ErrorTerminated(..) => plain("interrupted".to_string(), "stopped here", None),
+        EvalAltResult::ErrorParsing(kind, _) => plain(kind.to_string(), "syntax error", Some("check the syntax at this position")),
+        other => {
+            let text = other.to_string();
+            let suffix = format!(" ({})", other.position());
+            let text = text.strip_suffix(&suffix).map(str::to_string).unwrap_or(text);
+            plain(text, "failed here", None)
+        }
+    }
+}
+
+fn suggest(signature: &str) -> Option<String> {
+    let wanted = signature.split(['(', ' ']).next().unwrap_or(signature);
+    let module = crate::natives::native_module();
+    let mut best: Option<(usize, String)> = None;
+    for signature in module.gen_fn_signatures_with_mapper(|name| name.into()) {
+        let name = signature.split('(').next().unwrap_or_default().to_string();
+        let distance = edit_distance(wanted, &name);
+        if distance <= 2 && name != wanted && best.as_ref().is_none_or(|(d, _)| distance < *d) {
+            best = Some((distance, name));
+        }
+    }
+    best.map(|(_, name)| name)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut previous = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let current = row[j + 1];
+            row[j + 1] = (previous + usize::from(ca != *cb)).min(row[j] + 1).min(current + 1);
+            previous = current;
+        }
+    }
+    row[b.len()]
+}
+
+/// Byte span of the token at `position` in `text`.
+fn span_at(text: &str, position: Position) -> Option<(usize, usize)> {
+    let line = position.line()?;
+    let column = position.position().unwrap_or(1);
+    let mut offset = 0;
+    for (index, content) in text.split('\n').enumerate() {
+        if index + 1 == line {
+            let start = content
+                .char_indices()
+                .nth(column.saturating_sub(1))
+                .map(|(byte, _)| byte)
+                .unwrap_or(content.len());
+            let rest = &content[start..];
+            let word: usize = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .map(char::len_utf8)
+                .sum();
+            let length = if word > 0 { word } else { rest.chars().next().map(char::len_utf8).unwrap_or(0) };
+            return Some((offset + start, length));
+        }
+        offset += content.len() + 1;
+    }
+    None
+}
+
+fn render(headline: &str, label: &str, at: &Location, source: Option<Arc<str>>, footer: &[String]) -> String {
+    let mut diagnostic = MietteDiagnostic::new(headline.to_string());
+    let mut with_source = None;
+    if let (Some(text), Some(name)) = (source, at.source.as_ref())
+        && let Some((offset, length)) = span_at(&text, at.position)
+    {
+        diagnostic = diagnostic.with_label(LabeledSpan::at(offset..offset + length, label.to_string()));
+        with_source = Some(NamedSource::new(name.clone(), text.to_string()).with_language("rhai"));
+    }
+    let theme = if use_color() { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
+    let handler = GraphicalReportHandler::new_themed(theme).with_width(100).with_links(false);
+    let mut out = String::new();
+    let report = match with_source {
+        Some(source) => miette::Report::new(diagnostic).with_source_code(source),
+        None => miette::Report::new(diagnostic),
+    };
+    if handler.render_report(&mut out, report.as_ref()).is_err() {
+        out = format!("  × {headline}\n");
+    }
+    if with_source_missing(&out, at) {
+        out.push_str(&format!("   at {}\n", at.describe()));
+    }
+    let mut text = out.trim_end().to_string();
+    text.push('\n');
+    for line in footer {
+        text.push_str("  ");
+        text.push_str(line);
+        text.push('\n');
+    }
+    text
+}
+
+fn with_source_missing(rendered: &str, at: &Location) -> bool {
+    at.position.line().is_some() && !rendered.contains('╭')
+}
+
+fn use_color() -> bool {
+    use std::io::IsTerminal;
+    std::env::var_os("NO_COLOR").is_none() && std::io::stderr().is_terminal()
+}
+
+/// Renders a runtime error raised while running `main_source` (the script's display name).
+///
+/// `in_step` drops the outermost frame when it is the step's own closure: the runner calls it,
+/// so its call position would point at no line the operator wrote.
+pub fn runtime_error(session: &Session, error: &EvalAltResult, main_source: &str, in_step: bool) -> Report {
+    let mut frames = Vec::new();
+    let mut current = Some(main_source.to_string());
+    let mut inner = error;
+    let mut outermost = true;
+    loop {
+        match inner {
+            EvalAltResult::ErrorInFunctionCall(name, source, next, _)
+                if outermost && in_step && name.starts_with("anon$") =>
+            {
+                if !source.is_empty() {
+                    current = Some(source.clone());
+                }
+                inner = next;
+            }
+            EvalAltResult::ErrorInFunctionCall(name, source, next, position) => {
+                frames.push(Frame {
+                    function: function_label(name),
+                    called_at: Location { source: current.clone(), position: *position },
+                });
+                if !source.is_empty() {
+                    current = Some(source.clone());
+                }
+                inner = next;
+            }
+            EvalAltResult::ErrorInModule(path, next, position) => {
+                frames.push(Frame {
+                    function: format!("module {path}"),
+                    called_at: Location { source: current.clone(), position: *position },
+                });
+                current = Some(path.clone());
+                inner = next;
+            }
+            _ => break,
+        }
+        outermost = false;
+    }
+    let cause = describe(inner);
+    let at = Location { source: current.clone(), position: inner.position() };
+    let source = current.as_deref().and_then(|name| session.source(name));
+    let mut footer: Vec<String> = cause.causes.iter().map(|c| format!("caused by: {c}")).collect();
+    for frame in frames.iter().rev() {
+        footer.push(format!("in {} called at {}", frame.function, frame.called_at.describe()));
+    }
+    if let Some(hint) = &cause.hint {
+        footer.push(format!("hint: {hint}"));
+    }
+    Report {
+        text: render(&cause.headline, &cause.label, &at, source, &footer),
+        headline: cause.headline,
+    }
+}
+
+/// Renders a syntax error in `source_name`.
+pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> Report {
+    let (headline, hint) = match error.err_type() {
+        rhai::ParseErrorType::VariableUndefined(name) => (
+            format!("unknown variable `{name}`"),
+            "variables are strict: declare them with `let` before use (script arguments are in `args`)",
+        ),
+        other => (format!("syntax error: {other}"), "check the syntax at this position; Rhai statements end with `;`"),
+    };
+    let at = Location { source: Some(source_name.to_string()), position: error.position() };
+    let footer = vec![format!("hint: {hint}")];
+    Report {
+        text: render(&headline, "here", &at, session.source(source_name), &footer),
+        headline,
+    }
+}
+
+/// The innermost message of an error, for one-line summaries (e.g. a failed `parallel` item).
+pub fn headline(error: &EvalAltResult) -> String {
+    let mut inner = error;
+    while let EvalAltResult::ErrorInFunctionCall(_, _, next, _) | EvalAltResult::ErrorInModule(_, next, _) = inner {
+        inner = next;
+    }
+    describe(inner).headline
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_cover_the_identifier_at_a_position() {
+        let text = "let a = 1;\n  foo(a);\n";
+        assert_eq!(span_at(text, Position::new(2, 3)), Some((13, 3)));
+        assert_eq!(span_at(text, Position::new(1, 9)), Some((8, 1)));
+    }
+
+    #[test]
+    fn edit_distance_counts_edits() {
+        assert_eq!(edit_distance("write_txt", "write_text"), 1);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+    }
+}

@@ -1,0 +1,201 @@
+//! The one engine builder shared by the runner, the REPL and the rehearsal: sandbox limits,
+//! strict variables, confined imports, output hooks, cancellation and every native.
+
+use rhai::{Dynamic, Engine, EvalAltResult, FnPtr, Module, ModuleResolver, NativeCallContext, Position, Scope};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::error::NativeError;
+use crate::output::Level;
+use crate::state::RunState;
+
+/// Default sandbox limits. `BPRUN_MAX_OPERATIONS` overrides the operation budget.
+pub const MAX_OPERATIONS: u64 = 50_000_000;
+pub const MAX_CALL_LEVELS: usize = 64;
+pub const MAX_STRING_SIZE: usize = 16 * 1024 * 1024;
+pub const MAX_ARRAY_SIZE: usize = 100_000;
+pub const MAX_MAP_SIZE: usize = 100_000;
+pub const MAX_MODULES: usize = 64;
+
+/// A step declared by the script's top level.
+#[derive(Clone)]
+pub struct StepDecl {
+    pub name: String,
+    pub body: FnPtr,
+    pub position: Position,
+    pub source: Option<String>,
+}
+
+/// Everything one run (or one REPL session) shares: plain state plus the script-side parts.
+pub struct Session {
+    pub state: RunState,
+    pub steps: Mutex<Vec<StepDecl>>,
+    /// Source text of every file compiled in this session, by its display name, for diagnostics.
+    pub sources: Mutex<HashMap<String, Arc<str>>>,
+    /// Folder that `import` may read from (the script's folder).
+    pub import_root: PathBuf,
+    /// Set by the runner: what to do when the top level finishes.
+    pub run_hook: Mutex<Option<Box<dyn FnMut(&NativeCallContext, &Session) + Send>>>,
+}
+
+impl Session {
+    pub fn new(state: RunState, import_root: PathBuf) -> Self {
+        Session {
+            state,
+            steps: Mutex::new(Vec::new()),
+            sources: Mutex::new(HashMap::new()),
+            import_root,
+            run_hook: Mutex::new(None),
+        }
+    }
+
+    pub fn add_source(&self, name: &str, text: &str) {
+        lock(&self.sources).insert(name.to_string(), Arc::from(text));
+    }
+
+    pub fn source(&self, name: &str) -> Option<Arc<str>> {
+        lock(&self.sources).get(name).cloned()
+    }
+
+    /// A path shown to operators: relative to the root when inside it.
+    pub fn display_path(&self, path: &Path) -> String {
+        path.strip_prefix(&self.state.root)
+            .map(|relative| relative.display().to_string())
+            .unwrap_or_else(|_| path.display().to_string())
+    }
+}
+
+pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The session, stored in the engine's tag so every native can reach it.
+#[derive(Clone)]
+pub struct SessionHandle(pub Arc<Session>);
+
+/// The session of the engine that is calling a native.
+pub fn session(context: &NativeCallContext) -> Result<Arc<Session>, Box<EvalAltResult>> {
+    context
+        .tag()
+        .and_then(|tag| tag.read_lock::<SessionHandle>().map(|handle| handle.0.clone()))
+        .ok_or_else(|| native_error(NativeError::new("bprun natives need an engine built by bprun::engine::build")))
+}
+
+/// Raises a [`NativeError`] into the script; Rhai fills in the calling position.
+pub fn native_error(error: NativeError) -> Box<EvalAltResult> {
+    EvalAltResult::ErrorRuntime(Dynamic::from(error), Position::NONE).into()
+}
+
+/// Builds the engine for `session`.
+pub fn build(session: Arc<Session>) -> Engine {
+    let mut engine = Engine::new();
+    let max_operations = std::env::var("BPRUN_MAX_OPERATIONS")
+        .ok()
+        .and_then(|value| value.parse().ok())
+        .unwrap_or(MAX_OPERATIONS);
+    engine
+        .set_max_operations(max_operations)
+        .set_max_call_levels(MAX_CALL_LEVELS)
+        .set_max_string_size(MAX_STRING_SIZE)
+        .set_max_array_size(MAX_ARRAY_SIZE)
+        .set_max_map_size(MAX_MAP_SIZE)
+        .set_max_modules(MAX_MODULES)
+        .set_strict_variables(true);
+    // Scripts are code reviewed in the repository; eval would let data become code.
+    engine.disable_symbol("eval");
+
+    engine.set_module_resolver(ConfinedResolver {
+        session: session.clone(),
+        cache: Mutex::new(HashMap::new()),
+    });
+
+    let printer = session.clone();
+    engine.on_print(move |text| printer.state.reporter.log(Level::Info, text));
+    let debugger = session.clone();
+    engine.on_debug(move |text, _source, _position| {
+        // `debug("x")` passes the debug form `"x"`; show strings without their quotes.
+        let text = text
+            .strip_prefix('"')
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap_or(text);
+        debugger.state.reporter.log(Level::Debug, text)
+    });
+    let watcher = session.clone();
+    engine.on_progress(move |_| {
+        if watcher.state.is_cancelled() {
+            Some(Dynamic::from("interrupted"))
+        } else {
+            None
+        }
+    });
+
+    crate::natives::register_all(&mut engine);
+    crate::runner::register_run_steps(&mut engine);
+    engine.set_default_tag(Dynamic::from(SessionHandle(session)));
+    engine
+}
+
+/// `import "lib/common" as common;` resolves under the script's folder only, so a script cannot
+/// pull code from elsewhere on the machine.
+struct ConfinedResolver {
+    session: Arc<Session>,
+    cache: Mutex<HashMap<PathBuf, rhai::Shared<Module>>>,
+}
+
+impl ModuleResolver for ConfinedResolver {
+    fn resolve(
+        &self,
+        engine: &Engine,
+        _source: Option<&str>,
+        path: &str,
+        position: Position,
+    ) -> Result<rhai::Shared<Module>, Box<EvalAltResult>> {
+        let root = &self.session.import_root;
+        let refuse = |message: String, hint: &str| -> Box<EvalAltResult> {
+            EvalAltResult::ErrorRuntime(Dynamic::from(NativeError::new(message).with_hint(hint)), position).into()
+        };
+        let relative = Path::new(path);
+        let escapes = relative.is_absolute()
+            || relative
+                .components()
+                .any(|component| matches!(component, std::path::Component::ParentDir));
+        let shown_root = self.session.display_path(root);
+        if escapes {
+            return Err(refuse(
+                format!("import \"{path}\" is outside the script folder {shown_root}"),
+                "imports resolve under the script's folder only; put shared modules in scripts/lib/",
+            ));
+        }
+        let file = root.join(format!("{path}.rhai"));
+        let real = file.canonicalize().map_err(|_| {
+            refuse(
+                format!("module \"{path}\" not found: no file {}", self.session.display_path(&file)),
+                "imports name a file relative to the script's folder, without the .rhai extension",
+            )
+        })?;
+        let real_root = root.canonicalize().unwrap_or_else(|_| root.clone());
+        if !real.starts_with(&real_root) {
+            return Err(refuse(
+                format!("import \"{path}\" leads outside the script folder {shown_root}"),
+                "imports resolve under the script's folder only; put shared modules in scripts/lib/",
+            ));
+        }
+        if let Some(module) = lock(&self.cache).get(&real) {
+            return Ok(module.clone());
+        }
+        let display = self.session.display_path(&file);
+        let text = std::fs::read_to_string(&real)
+            .map_err(|error| refuse(format!("cannot read module {display}: {error}"), "check the file's permissions"))?;
+        self.session.add_source(&display, &text);
+        let mut ast = engine
+            .compile(&text)
+            .map_err(|error| Box::new(EvalAltResult::ErrorInModule(display.clone(), Box::new(error.into()), position)))?;
+        ast.set_source(display.as_str());
+        let module = Module::eval_ast_as_new(Scope::new(), &ast, engine)
+            .map_err(|error| Box::new(EvalAltResult::ErrorInModule(display.clone(), error, position)))?;
+        let module: rhai::Shared<Module> = module.into();
+        lock(&self.cache).insert(real, module.clone());
+        Ok(module)
+    }
+}

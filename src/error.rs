@@ -1,0 +1,159 @@
+//! One central error type with named exit codes, and the error that natives raise into scripts.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Process exit codes. Each has a name that bprun prints next to the number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitCode {
+    /// Everything selected ran and finished ok, changed or skipped.
+    Success,
+    /// A step failed; the journal records where, `--resume` continues from it.
+    StepFailed,
+    /// The command line was wrong: unknown option, unknown step name, bad script argument.
+    Usage,
+    /// The script did not compile, or its top level (the plan) failed.
+    ScriptError,
+    /// A file bprun needs could not be read or written (the script, the journal).
+    Io,
+    /// Ctrl-C or SIGTERM stopped the run.
+    Interrupted,
+}
+
+impl ExitCode {
+    pub const ALL: [ExitCode; 6] = [
+        ExitCode::Success,
+        ExitCode::StepFailed,
+        ExitCode::Usage,
+        ExitCode::ScriptError,
+        ExitCode::Io,
+        ExitCode::Interrupted,
+    ];
+
+    pub fn code(self) -> i32 {
+        match self {
+            ExitCode::Success => 0,
+            ExitCode::StepFailed => 1,
+            ExitCode::Usage => 2,
+            ExitCode::ScriptError => 3,
+            ExitCode::Io => 4,
+            ExitCode::Interrupted => 130,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ExitCode::Success => "success",
+            ExitCode::StepFailed => "step-failed",
+            ExitCode::Usage => "usage",
+            ExitCode::ScriptError => "script-error",
+            ExitCode::Io => "io-error",
+            ExitCode::Interrupted => "interrupted",
+        }
+    }
+
+    pub fn meaning(self) -> &'static str {
+        match self {
+            ExitCode::Success => "every selected step finished ok, changed or skipped",
+            ExitCode::StepFailed => "a step failed; re-run with --resume to continue from it",
+            ExitCode::Usage => "bad command line: unknown option, step name or script argument",
+            ExitCode::ScriptError => "the script failed to compile or its top level (the plan) failed",
+            ExitCode::Io => "a file bprun needs could not be read or written",
+            ExitCode::Interrupted => "stopped by Ctrl-C or SIGTERM; the journal is consistent",
+        }
+    }
+}
+
+/// Errors that end a bprun command. Rendering happens in `cli`; each maps to one exit code.
+#[derive(Debug)]
+pub enum Error {
+    Usage {
+        message: String,
+        hint: Option<String>,
+    },
+    Io {
+        action: &'static str,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// Already rendered (a script diagnostic or a failed step); only the exit code is left.
+    Reported(ExitCode),
+}
+
+impl Error {
+    pub fn usage(message: impl Into<String>, hint: impl Into<Option<String>>) -> Self {
+        Error::Usage {
+            message: message.into(),
+            hint: hint.into(),
+        }
+    }
+
+    pub fn io(action: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io {
+            action,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub fn exit_code(&self) -> ExitCode {
+        match self {
+            Error::Usage { .. } => ExitCode::Usage,
+            Error::Io { .. } => ExitCode::Io,
+            Error::Reported(code) => *code,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Usage { message, .. } => f.write_str(message),
+            Error::Io {
+                action,
+                path,
+                source,
+            } => write!(f, "cannot {action} {}: {source}", path.display()),
+            Error::Reported(code) => write!(f, "{}", code.name()),
+        }
+    }
+}
+
+impl std::error::Error for Error {}
+
+/// The error a native raises into a script: a headline naming the resource, an optional `hint:`
+/// and a chain of causes (innermost last). Scripts can catch it and read `e.message` / `e.hint`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NativeError {
+    pub message: String,
+    pub hint: Option<String>,
+    pub causes: Vec<String>,
+}
+
+impl NativeError {
+    pub fn new(message: impl Into<String>) -> Self {
+        NativeError {
+            message: message.into(),
+            hint: None,
+            causes: Vec::new(),
+        }
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn caused_by(mut self, cause: impl fmt::Display) -> Self {
+        self.causes.push(cause.to_string());
+        self
+    }
+}
+
+impl fmt::Display for NativeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for NativeError {}

@@ -1,0 +1,16 @@
+//! bprun: a Rust runner that embeds Rhai to bootstrap and operate the blueprint platform.
+//!
+//! Scripts own the order; the Rust natives own the guarantees (idempotence, check mode,
+//! timeouts, named errors, secrets kept out of output).
+
+pub mod cli;
+pub mod clients;
+pub mod diagnostics;
+pub mod engine;
+pub mod error;
+pub mod journal;
+pub mod natives;
+pub mod output;
+pub mod runner;
+pub mod secret;
+pub mod state;

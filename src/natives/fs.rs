@@ -1,0 +1,124 @@
+//! Text files confined to the repository root.
+
+use rhai::plugin::*;
+
+use crate::clients::fs::{Confinement, WriteOutcome};
+use crate::engine::{native_error, session};
+use crate::error::NativeError;
+
+#[export_module]
+pub mod fs_functions {
+    use super::*;
+
+    /// The UTF-8 text of a file. Relative paths start at the repository root; paths outside it
+    /// are refused.
+    ///
+    /// ```rhai
+    /// let manifest = yaml_parse(read_text("apps/apps_manifest.yaml"));
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn read_text(context: NativeCallContext, path: &str) -> Result<String, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        Confinement::new(&session.state.root).read_text(path).map_err(native_error)
+    }
+
+    /// True when a file or folder exists under the repository root.
+    ///
+    /// ```rhai
+    /// if !path_exists("apps/guestbook") { throw "apps/guestbook is missing" }
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn path_exists(context: NativeCallContext, path: &str) -> Result<bool, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        Confinement::new(&session.state.root).exists(path).map_err(native_error)
+    }
+
+    /// Writes `text` (a string or a `Secret`) to a file under the repository root, only when the
+    /// content differs; returns `#{changed, path}`. A `Secret` is written with mode 0600.
+    /// Honours check mode. Runs inside a step only.
+    ///
+    /// ```rhai
+    /// step("Write note", || {
+    ///     let result = write_text("infra/generated/note.txt", "hello\n");
+    ///     if result.changed { info("note written") }
+    /// });
+    /// ```
+    #[rhai_fn(name = "write_text", return_raw)]
+    pub fn write_text(context: NativeCallContext, path: &str, text: Dynamic) -> Result<rhai::Map, Box<EvalAltResult>> {
+        write_text_with(context, path, text, rhai::Map::new())
+    }
+
+    /// Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).
+    ///
+    /// ```rhai
+    /// step("Persist token", || {
+    ///     write_text("infra/secrets/token.txt", secret("glpat-xxxxxxxxxxxxxxxxxxxx"), #{mode: 0o600});
+    /// });
+    /// ```
+    #[rhai_fn(name = "write_text", return_raw)]
+    pub fn write_text_with(
+        context: NativeCallContext,
+        path: &str,
+        text: Dynamic,
+        options: rhai::Map,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        let state = &session.state;
+        state.require_step("write_text").map_err(native_error)?;
+        let (content, is_secret) = match text.clone().try_cast::<crate::secret::Secret>() {
+            Some(secret) => (secret.reveal().as_bytes().to_vec(), true),
+            None => match text.into_immutable_string() {
+                Ok(text) => (text.as_bytes().to_vec(), false),
+                Err(type_name) => {
+                    return Err(native_error(NativeError::new(format!(
+                        "write_text({path}): text must be a string or a Secret, not {type_name}"
+                    ))));
+                }
+            },
+        };
+        let mut mode = if is_secret { Some(0o600) } else { None };
+        for (key, value) in options {
+            match key.as_str() {
+                "mode" => {
+                    let value = value.as_int().map_err(|type_name| {
+                        native_error(NativeError::new(format!(
+                            "write_text({path}): mode must be an integer such as 0o600, not {type_name}"
+                        )))
+                    })?;
+                    if !(0..=0o777).contains(&value) {
+                        return Err(native_error(NativeError::new(format!(
+                            "write_text({path}): mode {value:o} is not a permission mode (0o000 to 0o777)"
+                        ))));
+                    }
+                    mode = Some(value as u32);
+                }
+                other => {
+                    return Err(native_error(
+                        NativeError::new(format!("write_text({path}): unknown option `{other}`"))
+                            .with_hint("write_text accepts #{mode: 0o600}"),
+                    ));
+                }
+            }
+        }
+        let files = Confinement::new(&state.root);
+        let (full, outcome) = if state.check {
+            files.plan_write(path, &content, mode).map_err(native_error)?
+        } else {
+            let full = files.resolve(path).map_err(native_error)?;
+            (full, files.write_text(path, &content, mode).map_err(native_error)?)
+        };
+        let shown = files.display(&full);
+        let action = match outcome {
+            WriteOutcome::Unchanged => None,
+            WriteOutcome::Created => Some("create"),
+            WriteOutcome::Updated => Some("update"),
+        };
+        if let Some(action) = action {
+            state.record_change(action, &format!("file {shown}"));
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), action.is_some().into());
+        result.insert("path".into(), shown.into());
+        Ok(result)
+    }
+}

@@ -1,0 +1,145 @@
+//! The `Secret` type and `NativeError` type as scripts see them.
+
+use rhai::plugin::*;
+
+
+#[export_module]
+pub mod secret_functions {
+    /// A secret value: a token, password or key.
+    pub type Secret = crate::secret::Secret;
+    /// The error a bprun native raised; `e.message` and `e.hint` read it in a `catch`.
+    pub type NativeError = crate::error::NativeError;
+
+    /// Wraps a string as a `Secret`: it prints as `***` everywhere (print, logs, errors, the
+    /// journal, JSON events) and its value is scrubbed from every line bprun writes.
+    ///
+    /// ```rhai
+    /// let token = secret("glpat-xxxxxxxxxxxxxxxxxxxx");
+    /// print(token);            // ***
+    /// print(`token: ${token}`); // token: ***
+    /// ```
+    #[rhai_fn(name = "secret")]
+    pub fn new_secret(value: &str) -> Secret {
+        Secret::new(value)
+    }
+
+    /// Returns an existing `Secret` unchanged (so `secret(x)` is safe on either kind of value).
+    ///
+    /// ```rhai
+    /// let token = secret(secret("glpat-xxxxxxxxxxxxxxxxxxxx"));
+    /// ```
+    #[rhai_fn(name = "secret")]
+    pub fn keep_secret(value: Secret) -> Secret {
+        value
+    }
+
+    /// The plain value of a `Secret`, for the rare place that needs text. The result is still
+    /// scrubbed from output, but prefer passing the `Secret` itself to natives.
+    ///
+    /// ```rhai
+    /// let token = secret("glpat-xxxxxxxxxxxxxxxxxxxx");
+    /// let header = "Bearer " + token.reveal();
+    /// ```
+    #[rhai_fn(pure)]
+    pub fn reveal(value: &mut Secret) -> String {
+        value.reveal().to_string()
+    }
+
+    /// The number of characters of the secret value.
+    ///
+    /// ```rhai
+    /// assert(secret("abcd").len == 4, "length");
+    /// ```
+    #[rhai_fn(get = "len", pure)]
+    pub fn secret_len(value: &mut Secret) -> i64 {
+        value.reveal().chars().count() as i64
+    }
+
+    /// True when the secret value is empty.
+    ///
+    /// ```rhai
+    /// assert(secret("").is_empty, "empty");
+    /// ```
+    #[rhai_fn(get = "is_empty", pure)]
+    pub fn secret_is_empty(value: &mut Secret) -> bool {
+        value.is_empty()
+    }
+
+    /// Always `***`.
+    #[rhai_fn(global, name = "to_string", name = "to_debug", pure)]
+    pub fn secret_to_string(_value: &mut Secret) -> String {
+        crate::secret::REDACTED.to_string()
+    }
+
+    /// Secrets compare by value.
+    #[rhai_fn(name = "==", pure)]
+    pub fn secret_eq(left: &mut Secret, right: Secret) -> bool {
+        *left == right
+    }
+    /// Secrets compare by value.
+    #[rhai_fn(name = "!=", pure)]
+    pub fn secret_ne(left: &mut Secret, right: Secret) -> bool {
+        *left != right
+    }
+    /// A secret compares with a plain string by value.
+    #[rhai_fn(name = "==", pure)]
+    pub fn secret_eq_str(left: &mut Secret, right: &str) -> bool {
+        left.reveal() == right
+    }
+    /// A secret compares with a plain string by value.
+    #[rhai_fn(name = "!=", pure)]
+    pub fn secret_ne_str(left: &mut Secret, right: &str) -> bool {
+        left.reveal() != right
+    }
+
+    /// Joining a secret with text gives a secret: `"Bearer " + token` stays hidden.
+    #[rhai_fn(name = "+")]
+    pub fn secret_plus_str(left: Secret, right: &str) -> Secret {
+        Secret::new(format!("{}{right}", left.reveal()))
+    }
+    /// Joining text with a secret gives a secret.
+    #[rhai_fn(name = "+")]
+    pub fn str_plus_secret(left: &str, right: Secret) -> Secret {
+        Secret::new(format!("{left}{}", right.reveal()))
+    }
+    /// Joining two secrets gives a secret.
+    #[rhai_fn(name = "+")]
+    pub fn secret_plus_secret(left: Secret, right: Secret) -> Secret {
+        Secret::new(format!("{}{}", left.reveal(), right.reveal()))
+    }
+
+    /// The error's headline.
+    ///
+    /// ```rhai
+    /// try { read_text("no/such/file") } catch (e) { print(e.message) }
+    /// ```
+    #[rhai_fn(get = "message", pure)]
+    pub fn error_message(error: &mut NativeError) -> String {
+        error.message.clone()
+    }
+
+    /// The error's hint, or `()`.
+    ///
+    /// ```rhai
+    /// try { read_text("no/such/file") } catch (e) { print(e.hint) }
+    /// ```
+    #[rhai_fn(get = "hint", pure)]
+    pub fn error_hint(error: &mut NativeError) -> Dynamic {
+        error.hint.clone().map(Dynamic::from).unwrap_or(Dynamic::UNIT)
+    }
+
+    /// The error's headline.
+    #[rhai_fn(global, name = "to_string", name = "to_debug", pure)]
+    pub fn error_to_string(error: &mut NativeError) -> String {
+        error.message.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn native_error_displays_its_message() {
+        let error = crate::error::NativeError::new("boom").with_hint("try again");
+        assert_eq!(error.to_string(), "boom");
+    }
+}

@@ -1,0 +1,144 @@
+//! Declaring steps, and running a closure over items in parallel.
+
+use rhai::FnPtr;
+use rhai::plugin::*;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use crate::engine::{StepDecl, lock, native_error, session};
+use crate::error::NativeError;
+use crate::state::Phase;
+
+/// The default bound of `parallel(items, body)`.
+pub const DEFAULT_PARALLEL_LIMIT: i64 = 4;
+
+fn item_label(item: &Dynamic) -> String {
+    if let Some(map) = item.read_lock::<rhai::Map>()
+        && let Some(name) = map.get("name")
+    {
+        return name.to_string();
+    }
+    let text = item.to_string();
+    if text.chars().count() > 40 { format!("{}...", text.chars().take(40).collect::<String>()) } else { text }
+}
+
+#[export_module]
+pub mod step_functions {
+    use super::*;
+
+    /// Declares a step. The top level of a script declares its steps in order; bprun runs them
+    /// after the top level finishes, so `bprun --list` shows the plan without running any body.
+    /// A step's status (ok / changed / skipped / failed) comes from what its natives report.
+    /// Names must be unique; `--only`, `--skip` and `--from` select steps by name.
+    ///
+    /// ```rhai
+    /// step("Ensure group", || {
+    ///     info("ensuring blueprint-apps");
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn step(context: NativeCallContext, name: &str, body: FnPtr) -> Result<(), Box<EvalAltResult>> {
+        let session = session(&context)?;
+        if session.state.phase() == Phase::Running {
+            return Err(native_error(
+                NativeError::new(format!("step(\"{name}\") was declared inside another step"))
+                    .with_hint("declare every step at the top level of the script; use functions to share code between steps"),
+            ));
+        }
+        if name.trim().is_empty() {
+            return Err(native_error(NativeError::new("a step needs a name").with_hint("step(\"Ensure group\", || { ... })")));
+        }
+        let mut steps = lock(&session.steps);
+        if steps.iter().any(|existing| existing.name == name) {
+            return Err(native_error(
+                NativeError::new(format!("step \"{name}\" is declared twice"))
+                    .with_hint("step names select steps on the command line, so each must be unique"),
+            ));
+        }
+        steps.push(StepDecl {
+            name: name.to_string(),
+            body,
+            position: context.call_position(),
+            source: context.call_source().map(str::to_string),
+        });
+        Ok(())
+    }
+
+    /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
+    /// the order of `items`. Every failure is reported (not just the first) in one error that
+    /// names each failed item.
+    ///
+    /// ```rhai
+    /// let squares = parallel([1, 2, 3], |n| n * n, 2);
+    /// assert_eq(squares, [1, 4, 9]);
+    /// ```
+    #[rhai_fn(name = "parallel", return_raw)]
+    pub fn parallel_with_limit(context: NativeCallContext, items: rhai::Array, body: FnPtr, limit: i64) -> Result<rhai::Array, Box<EvalAltResult>> {
+        if limit < 1 {
+            return Err(native_error(NativeError::new(format!("parallel: limit must be at least 1, not {limit}"))));
+        }
+        let session = session(&context)?;
+        let workers = (limit as usize).min(items.len()).max(1);
+        let next = AtomicUsize::new(0);
+        let results: Mutex<Vec<Option<Result<Dynamic, Box<EvalAltResult>>>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+        let engine = context.engine();
+        std::thread::scope(|scope| {
+            for _ in 0..workers {
+                // Volatile Rhai API (see reference/rhai-notes.md): kept in this one place.
+                #[allow(deprecated)]
+                let store = context.store_data();
+                let (items, body, next, results, session) = (&items, &body, &next, &results, &session);
+                scope.spawn(move || {
+                    #[allow(deprecated)]
+                    let worker_context = store.create_context(engine);
+                    loop {
+                        let index = next.fetch_add(1, Ordering::SeqCst);
+                        if index >= items.len() {
+                            break;
+                        }
+                        let outcome = if session.state.is_cancelled() {
+                            Err(native_error(NativeError::new("parallel: interrupted")))
+                        } else {
+                            #[allow(deprecated)]
+                            body.call_within_context::<Dynamic>(&worker_context, (items[index].clone(),))
+                        };
+                        lock(results)[index] = Some(outcome);
+                    }
+                });
+            }
+        });
+        let results = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut values = rhai::Array::with_capacity(items.len());
+        let mut failures = Vec::new();
+        for (index, outcome) in results.into_iter().enumerate() {
+            match outcome {
+                Some(Ok(value)) => values.push(value),
+                Some(Err(error)) => {
+                    if matches!(*error, EvalAltResult::ErrorTerminated(..)) {
+                        return Err(error);
+                    }
+                    failures.push(format!("item {} ({}): {}", index + 1, item_label(&items[index]), crate::diagnostics::headline(&error)));
+                }
+                None => failures.push(format!("item {} ({}): did not run", index + 1, item_label(&items[index]))),
+            }
+        }
+        if failures.is_empty() {
+            return Ok(values);
+        }
+        let mut error = NativeError::new(format!("parallel: {} of {} items failed", failures.len(), items.len()));
+        for failure in failures {
+            error = error.caused_by(failure);
+        }
+        Err(native_error(error.with_hint("each failed item is listed above; the others finished")))
+    }
+
+    /// `parallel(items, body, 4)`.
+    ///
+    /// ```rhai
+    /// let names = parallel(["a", "b"], |s| s + "!");
+    /// ```
+    #[rhai_fn(name = "parallel", return_raw)]
+    pub fn parallel(context: NativeCallContext, items: rhai::Array, body: FnPtr) -> Result<rhai::Array, Box<EvalAltResult>> {
+        parallel_with_limit(context, items, body, DEFAULT_PARALLEL_LIMIT)
+    }
+}

@@ -1,0 +1,315 @@
+//! Everything bprun writes to the terminal goes through the [`Reporter`]: human step lines and a
+//! recap, or (with `--json`) one JSON event per line. Every line is scrubbed of live secrets.
+
+use serde_json::{Value, json};
+use std::io::Write;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::journal::{StepRecord, StepStatus};
+use crate::secret::scrub;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Human,
+    Json,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Debug,
+    Info,
+    Warn,
+}
+
+impl Level {
+    fn name(self) -> &'static str {
+        match self {
+            Level::Debug => "debug",
+            Level::Info => "info",
+            Level::Warn => "warn",
+        }
+    }
+}
+
+/// A line-oriented reporter shared by the runner and every native (it is `Sync`).
+pub struct Reporter {
+    format: Format,
+    /// -1 quiet, 0 normal, 1 verbose.
+    verbosity: i8,
+    state: Mutex<LineState>,
+}
+
+#[derive(Default)]
+struct LineState {
+    /// A step header printed without its newline, waiting for the status.
+    open_header: bool,
+    /// The running step, for JSON events and indentation.
+    step: Option<String>,
+}
+
+pub fn format_duration(duration: Duration) -> String {
+    format!("{:.2} s", duration.as_secs_f64())
+}
+
+impl Reporter {
+    pub fn new(format: Format, verbosity: i8) -> Self {
+        Reporter {
+            format,
+            verbosity,
+            state: Mutex::new(LineState::default()),
+        }
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write_stdout(text: &str) {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (a pipe to `head`) must not turn into a panic mid-run.
+        let _ = out.write_all(scrub(text).as_bytes());
+        let _ = out.flush();
+    }
+
+    fn event(&self, value: Value) {
+        Self::write_stdout(&format!("{value}\n"));
+    }
+
+    /// Ends a half-written step header so the next line starts clean.
+    fn break_header(state: &mut LineState) {
+        if state.open_header {
+            Self::write_stdout("\n");
+            state.open_header = false;
+        }
+    }
+
+    /// A plain line of human output (plans, recaps, notes). Ignored in JSON mode.
+    pub fn line(&self, text: &str) {
+        if self.format == Format::Json {
+            return;
+        }
+        let mut state = self.lock();
+        Self::break_header(&mut state);
+        Self::write_stdout(&format!("{text}\n"));
+    }
+
+    pub fn log(&self, level: Level, message: &str) {
+        let shown = match level {
+            Level::Debug => self.verbosity >= 1,
+            Level::Info => self.verbosity >= 0,
+            Level::Warn => true,
+        };
+        if !shown {
+            return;
+        }
+        let mut state = self.lock();
+        match self.format {
+            Format::Json => self.event(json!({
+                "event": "log", "level": level.name(), "step": state.step, "message": message,
+            })),
+            Format::Human => {
+                Self::break_header(&mut state);
+                let indent = if state.step.is_some() { "    " } else { "" };
+                let prefix = match level {
+                    Level::Debug => "debug: ",
+                    Level::Info => "",
+                    Level::Warn => "warning: ",
+                };
+                for line in message.lines() {
+                    Self::write_stdout(&format!("{indent}{prefix}{line}\n"));
+                }
+            }
+        }
+    }
+
+    /// A change a native made (or, in check mode, would make).
+    pub fn change(&self, action: &str, resource: &str, check: bool) {
+        let mut state = self.lock();
+        match self.format {
+            Format::Json => self.event(json!({
+                "event": "change", "step": state.step, "action": action,
+                "resource": resource, "check": check,
+            })),
+            Format::Human if self.verbosity >= 0 => {
+                Self::break_header(&mut state);
+                let would = if check { "would " } else { "" };
+                let indent = if state.step.is_some() { "    " } else { "" };
+                Self::write_stdout(&format!("{indent}~ {would}{action} {resource}\n"));
+            }
+            Format::Human => {}
+        }
+    }
+
+    pub fn run_start(&self, script: &str, check: bool, steps: usize) {
+        if self.format == Format::Json {
+            self.event(json!({"event": "run_start", "script": script, "check": check, "steps": steps}));
+        } else if check && steps > 0 {
+            self.line("check mode: nothing will be changed");
+        }
+    }
+
+    pub fn step_start(&self, index: usize, total: usize, name: &str) {
+        let mut state = self.lock();
+        state.step = Some(name.to_string());
+        match self.format {
+            Format::Json => self.event(json!({
+                "event": "step_start", "index": index, "total": total, "name": name,
+            })),
+            Format::Human => {
+                Self::break_header(&mut state);
+                Self::write_stdout(&format!("[{index}/{total}] {name} ..."));
+                state.open_header = true;
+            }
+        }
+    }
+
+    /// The end of a step (or a deselected step, which has no start).
+    pub fn step_end(&self, index: usize, total: usize, record: &StepRecord) {
+        let mut state = self.lock();
+        state.step = None;
+        match self.format {
+            Format::Json => self.event(json!({
+                "event": "step_end", "index": index, "total": total, "name": record.name,
+                "status": record.status, "duration_s": round_ms(record.duration_s),
+                "changes": record.changes, "error": record.error, "note": record.note,
+            })),
+            Format::Human => {
+                let status = step_status_text(record);
+                if state.open_header {
+                    Self::write_stdout(&format!(" {status}\n"));
+                    state.open_header = false;
+                } else {
+                    Self::write_stdout(&format!(
+                        "[{index}/{total}] {} ... {status}\n",
+                        record.name
+                    ));
+                }
+            }
+        }
+    }
+
+    pub fn run_end(&self, outcome: &str, exit_code: i32, duration: Duration) {
+        if self.format == Format::Json {
+            self.event(json!({
+                "event": "run_end", "outcome": outcome, "exit_code": exit_code,
+                "duration_s": round_ms(duration.as_secs_f64()),
+            }));
+        }
+    }
+
+    /// An error rendered for humans: to stderr in human mode, as an `error` event in JSON mode.
+    pub fn error(&self, rendered: &str, headline: &str) {
+        let mut state = self.lock();
+        Self::break_header(&mut state);
+        if self.format == Format::Json {
+            self.event(json!({"event": "error", "step": state.step, "message": headline}));
+        }
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(scrub(rendered).as_bytes());
+        let _ = err.flush();
+    }
+}
+
+fn round_ms(seconds: f64) -> f64 {
+    (seconds * 1000.0).round() / 1000.0
+}
+
+fn step_status_text(record: &StepRecord) -> String {
+    let timing = format!("({:.2} s)", record.duration_s);
+    match record.status {
+        StepStatus::Deselected | StepStatus::NotRun => match &record.note {
+            Some(note) => format!("{} ({note})", record.status.label()),
+            None => record.status.label().to_string(),
+        },
+        StepStatus::Skipped => match &record.note {
+            Some(note) => format!("skipped: {note} {timing}"),
+            None => format!("skipped {timing}"),
+        },
+        status => format!("{} {timing}", status.label()),
+    }
+}
+
+/// The recap table printed at the end of a run and by `--timings`.
+pub fn recap_table(steps: &[StepRecord], check: bool, previous: Option<&[StepRecord]>) -> String {
+    let name_width = steps
+        .iter()
+        .map(|step| step.name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let changes_title = if check { "would change" } else { "changes" };
+    let mut out = format!(
+        "  #  {:<name_width$}  {:<11}  {:>12}  {:>9}",
+        "step", "status", changes_title, "time"
+    );
+    if previous.is_some() {
+        out.push_str("  previous");
+    }
+    out = out.trim_end().to_string();
+    out.push('\n');
+    for (index, step) in steps.iter().enumerate() {
+        let time = match step.status {
+            StepStatus::Deselected | StepStatus::NotRun => "-".to_string(),
+            _ => format!("{:.2} s", step.duration_s),
+        };
+        let mut row = format!(
+            "{:>3}  {:<name_width$}  {:<11}  {:>12}  {:>9}",
+            index + 1,
+            step.name,
+            step.status.label(),
+            step.changes,
+            time
+        );
+        if let Some(previous) = previous {
+            let before = previous
+                .iter()
+                .find(|old| old.name == step.name && old.status.is_done());
+            match before {
+                Some(old) => row.push_str(&format!("  {:>6.2} s", old.duration_s)),
+                None => row.push_str("         -"),
+            }
+        }
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// `6 steps: 3 ok, 2 changed, 1 skipped, 0 failed in 1.23 s`
+pub fn recap_summary(steps: &[StepRecord], duration: Duration) -> String {
+    let count = |wanted: &[StepStatus]| {
+        steps
+            .iter()
+            .filter(|step| wanted.contains(&step.status))
+            .count()
+    };
+    let mut parts = vec![
+        format!("{} ok", count(&[StepStatus::Ok])),
+        format!("{} changed", count(&[StepStatus::Changed])),
+        format!(
+            "{} skipped",
+            count(&[StepStatus::Skipped, StepStatus::Deselected])
+        ),
+        format!("{} failed", count(&[StepStatus::Failed])),
+    ];
+    let interrupted = count(&[StepStatus::Interrupted]);
+    if interrupted > 0 {
+        parts.push(format!("{interrupted} interrupted"));
+    }
+    let not_run = count(&[StepStatus::NotRun]);
+    if not_run > 0 {
+        parts.push(format!("{not_run} not run"));
+    }
+    let noun = if steps.len() == 1 { "step" } else { "steps" };
+    format!(
+        "{} {noun}: {} in {}",
+        steps.len(),
+        parts.join(", "),
+        format_duration(duration)
+    )
+}

@@ -1,0 +1,519 @@
+//! Runs a script: compile, run the top level (which declares the plan), select steps, run them
+//! in order, report, and keep the journal.
+
+use rhai::{Dynamic, Engine, EvalAltResult, NativeCallContext, Scope};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::diagnostics;
+use crate::engine::{self, Session, StepDecl, lock};
+use crate::error::{Error, ExitCode};
+use crate::journal::{Journal, RunRecord, StepRecord, StepStatus};
+use crate::natives::core::StepSkip;
+use crate::output::{Format, Reporter, recap_summary, recap_table};
+use crate::state::{Phase, RunState};
+
+/// What the command line asked of the runner.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    pub script: PathBuf,
+    pub script_args: Vec<String>,
+    pub check: bool,
+    pub list: bool,
+    pub only: Vec<String>,
+    pub skip: Vec<String>,
+    pub from: Option<String>,
+    pub resume: bool,
+    pub json: bool,
+    pub verbosity: i8,
+}
+
+/// Where a script lives: its file, the repository root and the name it is shown by.
+pub struct ScriptLocation {
+    pub file: PathBuf,
+    pub root: PathBuf,
+    pub display: String,
+}
+
+impl ScriptLocation {
+    pub fn find(script: &Path) -> Result<ScriptLocation, Error> {
+        let file = script.canonicalize().map_err(|error| {
+            if error.kind() == std::io::ErrorKind::NotFound {
+                Error::usage(
+                    format!("script {} not found", script.display()),
+                    Some("give the path of a .rhai file, e.g. scripts/phase3.rhai".to_string()),
+                )
+            } else {
+                Error::io("read the script", script, error)
+            }
+        })?;
+        if file.is_dir() {
+            return Err(Error::usage(
+                format!("{} is a folder, not a script", script.display()),
+                Some("give the path of a .rhai file, e.g. scripts/phase3.rhai".to_string()),
+            ));
+        }
+        let root = find_root(&file);
+        let display = file
+            .strip_prefix(&root)
+            .map(|relative| relative.display().to_string())
+            .unwrap_or_else(|_| file.display().to_string());
+        Ok(ScriptLocation { file, root, display })
+    }
+}
+
+/// The repository root: `BPRUN_ROOT`, else the nearest folder above the script holding `.git`,
+/// else the current folder when it contains the script, else the script's folder.
+pub fn find_root(script_file: &Path) -> PathBuf {
+    if let Some(root) = std::env::var_os("BPRUN_ROOT") {
+        let root = PathBuf::from(root);
+        return root.canonicalize().unwrap_or(root);
+    }
+    let folder = script_file.parent().unwrap_or(Path::new("/"));
+    if let Some(found) = folder.ancestors().find(|dir| dir.join(".git").exists()) {
+        return found.to_path_buf();
+    }
+    if let Ok(current) = std::env::current_dir().and_then(|dir| dir.canonicalize())
+        && folder.starts_with(&current)
+    {
+        return current;
+    }
+    folder.to_path_buf()
+}
+
+/// Script arguments (`--app guestbook --destroy`) as the map `args`.
+pub fn parse_script_args(raw: &[String]) -> Result<rhai::Map, Error> {
+    let mut map = rhai::Map::new();
+    let mut positional = rhai::Array::new();
+    let mut index = 0;
+    let mut only_positional = false;
+    let insert = |map: &mut rhai::Map, key: &str, value: Dynamic| {
+        match map.get_mut(key) {
+            Some(existing) if existing.is_array() => {
+                if let Some(mut array) = existing.write_lock::<rhai::Array>() {
+                    array.push(value);
+                }
+            }
+            Some(existing) => {
+                let first = std::mem::take(existing);
+                *existing = Dynamic::from_array(vec![first, value]);
+            }
+            None => {
+                map.insert(key.into(), value);
+            }
+        }
+    };
+    while index < raw.len() {
+        let token = &raw[index];
+        index += 1;
+        if only_positional || !token.starts_with("--") {
+            positional.push(token.clone().into());
+            continue;
+        }
+        if token == "--" {
+            only_positional = true;
+            continue;
+        }
+        let body = &token[2..];
+        let (name, inline_value) = match body.split_once('=') {
+            Some((name, value)) => (name, Some(value.to_string())),
+            None => (body, None),
+        };
+        let valid = !name.is_empty()
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
+        if !valid {
+            return Err(Error::usage(
+                format!("invalid script argument `{token}`"),
+                Some("script arguments look like --name value, --name=value or a bare --flag".to_string()),
+            ));
+        }
+        let key = name.replace('-', "_");
+        let value = match inline_value {
+            Some(value) => Dynamic::from(value),
+            None => match raw.get(index) {
+                Some(next) if !next.starts_with("--") => {
+                    index += 1;
+                    Dynamic::from(next.clone())
+                }
+                _ => Dynamic::TRUE,
+            },
+        };
+        insert(&mut map, &key, value);
+    }
+    if !positional.is_empty() {
+        map.insert("positional".into(), positional.into());
+    }
+    Ok(map)
+}
+
+/// Ctrl-C and SIGTERM set this flag; natives and the engine's progress hook watch it.
+pub fn cancel_flag() -> Arc<AtomicBool> {
+    static FLAG: OnceLock<Arc<AtomicBool>> = OnceLock::new();
+    FLAG.get_or_init(|| {
+        let flag = Arc::new(AtomicBool::new(false));
+        let handler_flag = flag.clone();
+        // A second Ctrl-C while the run is winding down exits at once.
+        let _ = ctrlc::set_handler(move || {
+            if handler_flag.swap(true, Ordering::SeqCst) {
+                std::process::exit(ExitCode::Interrupted.code());
+            }
+        });
+        flag
+    })
+    .clone()
+}
+
+/// Why a step will not run, or `None` when it will.
+struct Selection {
+    only: Vec<String>,
+    skip: Vec<String>,
+    from: Option<usize>,
+    resume: Option<(usize, String)>,
+}
+
+impl Selection {
+    fn new(options: &RunOptions, steps: &[StepDecl], journal: Option<&Journal>) -> Result<(Selection, Option<String>), Error> {
+        let names: Vec<&str> = steps.iter().map(|step| step.name.as_str()).collect();
+        let unknown = |flag: &str, name: &str| {
+            let valid = names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+            Error::usage(
+                format!("unknown step \"{name}\" in {flag}"),
+                Some(if names.is_empty() { "the script declares no steps".to_string() } else { format!("valid steps: {valid}") }),
+            )
+        };
+        for name in &options.only {
+            if !names.contains(&name.as_str()) {
+                return Err(unknown("--only", name));
+            }
+        }
+        for name in &options.skip {
+            if !names.contains(&name.as_str()) {
+                return Err(unknown("--skip", name));
+            }
+        }
+        let from = match &options.from {
+            Some(name) => Some(names.iter().position(|n| n == name).ok_or_else(|| unknown("--from", name))?),
+            None => None,
+        };
+        if options.from.is_some() && options.resume {
+            return Err(Error::usage("--from and --resume both choose where to start", Some("use one of them".to_string())));
+        }
+        let mut note = None;
+        let resume = if options.resume {
+            match journal.and_then(Journal::last_real_run) {
+                None => {
+                    note = Some("no previous run to resume; starting from the first step".to_string());
+                    None
+                }
+                Some(last) => {
+                    let done = |name: &str| last.steps.iter().any(|record| record.name == name && record.status.is_done());
+                    match names.iter().position(|name| !done(name)) {
+                        Some(index) => {
+                            note = Some(format!("resuming at step {} \"{}\" (run of {})", index + 1, names[index], last.started));
+                            Some((index, last.started.clone()))
+                        }
+                        None => {
+                            note = Some(format!("nothing to resume: every step finished in the run of {}", last.started));
+                            Some((names.len(), last.started.clone()))
+                        }
+                    }
+                }
+            }
+        } else {
+            None
+        };
+        Ok((Selection { only: options.only.clone(), skip: options.skip.clone(), from, resume }, note))
+    }
+
+    fn reason_to_skip(&self, index: usize, name: &str) -> Option<String> {
+        if !self.only.is_empty() && !self.only.iter().any(|n| n == name) {
+            return Some("not selected by --only".to_string());
+        }
+        if self.skip.iter().any(|n| n == name) {
+            return Some("--skip".to_string());
+        }
+        if let Some(from) = self.from
+            && index < from
+        {
+            return Some("before --from".to_string());
+        }
+        if let Some((resume, _)) = &self.resume
+            && index < *resume
+        {
+            return Some("done in the last run".to_string());
+        }
+        None
+    }
+}
+
+/// What the step phase decided, read by [`run`] after the script finishes.
+enum Outcome {
+    Finished(ExitCode),
+    Failed(Error),
+}
+
+/// Runs a script end to end and returns the exit code.
+pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
+    let location = ScriptLocation::find(&options.script)?;
+    let args = parse_script_args(&options.script_args)?;
+    let source = std::fs::read_to_string(&location.file).map_err(|error| Error::io("read the script", &location.file, error))?;
+    let format = if options.json { Format::Json } else { Format::Human };
+    let reporter = Reporter::new(format, options.verbosity);
+    let state = RunState::new(options.check, location.root.clone(), reporter, cancel_flag());
+    let import_root = location.file.parent().map(Path::to_path_buf).unwrap_or_else(|| location.root.clone());
+    let session = Arc::new(Session::new(state, import_root));
+    session.add_source(&location.display, &source);
+    let engine = engine::build(session.clone());
+
+    let mut scope = Scope::new();
+    scope.push("args", args);
+    let mut ast = match engine.compile_with_scope(&scope, &source) {
+        Ok(ast) => ast,
+        Err(error) => {
+            let report = diagnostics::parse_error(&session, &error, &location.display);
+            session.state.reporter.error(&format!("error: {} does not compile\n{}", location.display, report.text), &report.headline);
+            return Err(Error::Reported(ExitCode::ScriptError));
+        }
+    };
+    // The steps run when the top level has finished, inside the same evaluation, so that
+    // imports and functions declared at the top level are visible in step bodies.
+    let tail = engine
+        .compile(format!("{RUN_STEPS_NATIVE}();"))
+        .map_err(|error| Error::usage(format!("internal: {error}"), None))?;
+    ast = ast.merge(&tail);
+    ast.set_source(location.display.as_str());
+
+    let outcome: Arc<Mutex<Option<Outcome>>> = Arc::new(Mutex::new(None));
+    let hook_outcome = outcome.clone();
+    let display = location.display.clone();
+    let root = location.root.clone();
+    *lock(&session.run_hook) = Some(Box::new(move |context: &NativeCallContext, session: &Session| {
+        let result = run_steps(context, session, &options, &display, &root);
+        *lock(&hook_outcome) = Some(match result {
+            Ok(code) => Outcome::Finished(code),
+            Err(error) => Outcome::Failed(error),
+        });
+    }));
+
+    let evaluated = engine.run_ast_with_scope(&mut scope, &ast);
+    if let Some(outcome) = lock(&outcome).take() {
+        return match outcome {
+            Outcome::Finished(code) => Ok(code),
+            Outcome::Failed(error) => Err(error),
+        };
+    }
+    match evaluated {
+        Ok(()) => Ok(ExitCode::Success),
+        Err(error) => Err(top_level_failure(&session, &error, &location.display)),
+    }
+}
+
+/// The native the runner appends to every script; it runs the declared steps.
+pub const RUN_STEPS_NATIVE: &str = "bprun_run_declared_steps";
+
+/// Registers [`RUN_STEPS_NATIVE`]; part of every engine so the REPL can share the builder.
+pub fn register_run_steps(engine: &mut Engine) {
+    engine.register_fn(RUN_STEPS_NATIVE, |context: NativeCallContext| -> Result<(), Box<EvalAltResult>> {
+        let session = engine::session(&context)?;
+        let hook = lock(&session.run_hook).take();
+        if let Some(mut hook) = hook {
+            hook(&context, &session);
+        }
+        Ok(())
+    });
+}
+
+fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) -> Error {
+    if matches!(error, EvalAltResult::ErrorTerminated(..)) || session.state.is_cancelled() {
+        session.state.reporter.error("interrupted\n", "interrupted");
+        return Error::Reported(ExitCode::Interrupted);
+    }
+    let report = diagnostics::runtime_error(session, error, display, false);
+    session.state.reporter.error(&format!("error: the top level of {display} failed\n{}", report.text), &report.headline);
+    Error::Reported(ExitCode::ScriptError)
+}
+
+fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> String {
+    match note {
+        Some(note) => format!("[{index}/{total}] {name} (skipped: {note})"),
+        None => format!("[{index}/{total}] {name}"),
+    }
+}
+
+fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOptions, display: &str, root: &Path) -> Result<ExitCode, Error> {
+    let steps: Vec<StepDecl> = lock(&session.steps).clone();
+    let journal = if options.resume { Some(Journal::load(root, display)?) } else { None };
+    let (selection, note) = Selection::new(options, &steps, journal.as_ref())?;
+    let reporter = &session.state.reporter;
+    let total = steps.len();
+
+    if options.list {
+        let noun = if total == 1 { "step" } else { "steps" };
+        reporter.line(&format!("{display}: {total} {noun}"));
+        if let Some(note) = &note {
+            reporter.line(note);
+        }
+        for (index, step) in steps.iter().enumerate() {
+            let skip = selection.reason_to_skip(index, &step.name);
+            reporter.line(&plan_line(index + 1, total, &step.name, skip.as_deref()));
+        }
+        return Ok(ExitCode::Success);
+    }
+    if total == 0 {
+        return Ok(ExitCode::Success);
+    }
+
+    let run_started = Instant::now();
+    let started_at = crate::natives::core::core_functions::now();
+    reporter.run_start(display, options.check, total);
+    if let Some(note) = &note {
+        reporter.line(note);
+    }
+    session.state.set_phase(Phase::Running);
+    let mut records: Vec<StepRecord> = Vec::with_capacity(total);
+    let mut stop: Option<ExitCode> = None;
+    for (index, step) in steps.iter().enumerate() {
+        let number = index + 1;
+        if let Some(code) = stop {
+            let note = if code == ExitCode::Interrupted { "interrupted" } else { "an earlier step failed" };
+            records.push(record(step, StepStatus::NotRun, None, Duration::ZERO, 0, None, Some(note.to_string())));
+            continue;
+        }
+        if let Some(reason) = selection.reason_to_skip(index, &step.name) {
+            let skipped = record(step, StepStatus::Deselected, None, Duration::ZERO, 0, None, Some(reason));
+            reporter.step_end(number, total, &skipped);
+            records.push(skipped);
+            continue;
+        }
+        reporter.step_start(number, total, &step.name);
+        session.state.take_changes();
+        let began = Instant::now();
+        let began_at = crate::natives::core::core_functions::now();
+        #[allow(deprecated)]
+        let result = step.body.call_within_context::<Dynamic>(context, ());
+        let elapsed = began.elapsed();
+        let changes = session.state.take_changes().len() as u32;
+        let finished = match result {
+            Ok(_) => {
+                let status = if changes > 0 { StepStatus::Changed } else { StepStatus::Ok };
+                record(step, status, Some(began_at), elapsed, changes, None, None)
+            }
+            Err(error) => {
+                if let Some(reason) = skip_reason(&error) {
+                    record(step, StepStatus::Skipped, Some(began_at), elapsed, changes, None, Some(reason))
+                } else if session.state.is_cancelled() || matches!(*error, EvalAltResult::ErrorTerminated(..)) {
+                    stop = Some(ExitCode::Interrupted);
+                    reporter.error(&format!("interrupted during step \"{}\"\nre-run with --resume to continue from here\n", step.name), "interrupted");
+                    record(step, StepStatus::Interrupted, Some(began_at), elapsed, changes, Some("interrupted".to_string()), None)
+                } else {
+                    stop = Some(ExitCode::StepFailed);
+                    let report = diagnostics::runtime_error(session, &error, display, true);
+                    let failed = record(step, StepStatus::Failed, Some(began_at), elapsed, changes, Some(crate::secret::scrub(&report.headline)), None);
+                    reporter.step_end(number, total, &failed);
+                    reporter.error(
+                        &format!("error: step \"{}\" failed\n{}re-run with --resume to continue from here\n", step.name, report.text),
+                        &report.headline,
+                    );
+                    records.push(failed);
+                    continue;
+                }
+            }
+        };
+        reporter.step_end(number, total, &finished);
+        records.push(finished);
+    }
+    session.state.set_phase(Phase::Planning);
+    let duration = run_started.elapsed();
+    let code = stop.unwrap_or(ExitCode::Success);
+    if reporter.format() == Format::Human {
+        reporter.line("");
+        let title = if options.check { format!("Recap of {display} (check mode)") } else { format!("Recap of {display}") };
+        reporter.line(&title);
+        reporter.line(recap_table(&records, options.check, None).trim_end());
+        reporter.line(&recap_summary(&records, duration));
+    }
+    reporter.run_end(code.name(), code.code(), duration);
+    Journal::append(
+        root,
+        display,
+        RunRecord {
+            started: started_at,
+            check: options.check,
+            outcome: code.name().to_string(),
+            duration_s: duration.as_secs_f64(),
+            steps: records,
+        },
+    )?;
+    Ok(code)
+}
+
+fn skip_reason(error: &EvalAltResult) -> Option<String> {
+    let mut inner = error;
+    while let EvalAltResult::ErrorInFunctionCall(_, _, next, _) = inner {
+        inner = next;
+    }
+    match inner {
+        EvalAltResult::ErrorRuntime(value, _) => value.read_lock::<StepSkip>().map(|skip| skip.0.clone()),
+        _ => None,
+    }
+}
+
+fn record(
+    step: &StepDecl,
+    status: StepStatus,
+    started: Option<String>,
+    duration: Duration,
+    changes: u32,
+    error: Option<String>,
+    note: Option<String>,
+) -> StepRecord {
+    StepRecord { name: step.name.clone(), status, started, duration_s: duration.as_secs_f64(), changes, error, note }
+}
+
+/// `bprun --timings SCRIPT`: the last real run's table, compared with the run before it.
+pub fn timings(script: &Path) -> Result<ExitCode, Error> {
+    let location = ScriptLocation::find(script)?;
+    let journal = Journal::load(&location.root, &location.display)?;
+    let Some(last) = journal.last_real_run() else {
+        println!("no recorded run of {} yet", location.display);
+        return Ok(ExitCode::Success);
+    };
+    let previous = journal.previous_real_run();
+    println!("Last run of {}: {} ({}, {:.2} s)", location.display, last.started, last.outcome, last.duration_s);
+    if let Some(previous) = previous {
+        println!("previous: {} ({}, {:.2} s)", previous.started, previous.outcome, previous.duration_s);
+    }
+    print!("{}", crate::secret::scrub(&recap_table(&last.steps, false, previous.map(|run| run.steps.as_slice()))));
+    Ok(ExitCode::Success)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn script_args_become_a_map() {
+        let map = parse_script_args(&strings(&["--app", "guestbook", "--destroy", "--tag", "a", "--tag=b", "extra", "--no-overwrite-ci"]))
+            .expect("valid");
+        assert_eq!(map["app"].to_string(), "guestbook");
+        assert!(map["destroy"].as_bool().expect("bool"));
+        assert!(map["no_overwrite_ci"].as_bool().expect("bool"));
+        let tags = map["tag"].clone().into_array().expect("array");
+        assert_eq!(tags.iter().map(|t| t.to_string()).collect::<Vec<_>>(), ["a", "b"]);
+        let positional = map["positional"].clone().into_array().expect("array");
+        assert_eq!(positional[0].to_string(), "extra");
+    }
+
+    #[test]
+    fn bad_script_argument_is_a_usage_error() {
+        let error = parse_script_args(&strings(&["--=x"])).expect_err("invalid");
+        assert_eq!(error.exit_code(), ExitCode::Usage);
+    }
+}

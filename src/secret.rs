@@ -1,0 +1,114 @@
+//! The `Secret` value type and the process-wide registry of live secret values.
+//!
+//! Two nets keep secrets out of output: a `Secret` always displays as `***`, and every value wrapped
+//! in a `Secret` is registered here so that any line bprun writes (terminal, journal, JSON events)
+//! is scrubbed of it, even when a script revealed it into a plain string.
+
+use std::fmt;
+use std::sync::{Arc, Mutex, OnceLock};
+
+/// What a secret looks like wherever it is displayed.
+pub const REDACTED: &str = "***";
+
+/// Values shorter than this are not scrubbed from free text: redacting every "1" or "ok" would
+/// mangle unrelated output, and values that short are not credentials. They still display as
+/// `***` when shown as a `Secret`.
+pub const MIN_SCRUB_LEN: usize = 4;
+
+/// A secret string: a token, password, key or unseal key.
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Secret(Arc<str>);
+
+impl Secret {
+    /// Wraps `value` and registers it for scrubbing.
+    pub fn new(value: impl Into<String>) -> Self {
+        let value: String = value.into();
+        register(&value);
+        Secret(Arc::from(value))
+    }
+
+    /// The plain value, for handing to a client or process. Never print it.
+    pub fn reveal(&self) -> &str {
+        &self.0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+}
+
+impl fmt::Display for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(REDACTED)
+    }
+}
+
+fn registry() -> &'static Mutex<Vec<Arc<str>>> {
+    static REGISTRY: OnceLock<Mutex<Vec<Arc<str>>>> = OnceLock::new();
+    REGISTRY.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Registers a live secret value so that [`scrub`] removes it from every line written.
+pub fn register(value: &str) {
+    if value.len() < MIN_SCRUB_LEN {
+        return;
+    }
+    let mut values = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    if values.iter().any(|known| known.as_ref() == value) {
+        return;
+    }
+    values.push(Arc::from(value));
+    // Longest first, so a secret that contains another is replaced whole.
+    values.sort_by_key(|known| std::cmp::Reverse(known.len()));
+}
+
+/// Replaces every registered secret value in `text` with `***`.
+pub fn scrub(text: &str) -> String {
+    let values = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut out = text.to_string();
+    for value in values.iter() {
+        if out.contains(value.as_ref()) {
+            out = out.replace(value.as_ref(), REDACTED);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn displays_and_debugs_as_stars() {
+        let secret = Secret::new("glpat-display-canary");
+        assert_eq!(format!("{secret}"), "***");
+        assert_eq!(format!("{secret:?}"), "***");
+        assert_eq!(secret.reveal(), "glpat-display-canary");
+    }
+
+    #[test]
+    fn scrubs_registered_values_longest_first() {
+        Secret::new("scrub-canary");
+        Secret::new("scrub-canary-longer");
+        assert_eq!(
+            scrub("a scrub-canary-longer and scrub-canary b"),
+            "a *** and *** b"
+        );
+    }
+
+    #[test]
+    fn short_values_are_not_scrubbed_from_free_text() {
+        Secret::new("ab");
+        assert_eq!(scrub("ab cd"), "ab cd");
+    }
+}

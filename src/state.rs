@@ -1,0 +1,143 @@
+//! Run-wide state every native consults: check mode, the repository root, cancellation, the
+//! reporter and the changes of the running step. Plain Rust: no rhai here.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::error::NativeError;
+use crate::output::Reporter;
+
+/// Where the script is: declaring its plan (top level) or running its steps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    /// The top level runs to declare steps; nothing may contact a server or change anything,
+    /// so `--list` is safe by construction.
+    Planning,
+    Running,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub action: String,
+    pub resource: String,
+}
+
+pub struct RunState {
+    pub check: bool,
+    /// Files natives read and write are confined to this folder.
+    pub root: PathBuf,
+    pub reporter: Reporter,
+    cancel: Arc<AtomicBool>,
+    running: AtomicBool,
+    changes: Mutex<Vec<Change>>,
+    change_count: AtomicU32,
+}
+
+impl RunState {
+    pub fn new(check: bool, root: PathBuf, reporter: Reporter, cancel: Arc<AtomicBool>) -> Self {
+        RunState {
+            check,
+            root,
+            reporter,
+            cancel,
+            running: AtomicBool::new(false),
+            changes: Mutex::new(Vec::new()),
+            change_count: AtomicU32::new(0),
+        }
+    }
+
+    pub fn phase(&self) -> Phase {
+        if self.running.load(Ordering::SeqCst) {
+            Phase::Running
+        } else {
+            Phase::Planning
+        }
+    }
+
+    pub fn set_phase(&self, phase: Phase) {
+        self.running
+            .store(phase == Phase::Running, Ordering::SeqCst);
+    }
+
+    pub fn cancel_flag(&self) -> &Arc<AtomicBool> {
+        &self.cancel
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.load(Ordering::SeqCst)
+    }
+
+    /// The error a native returns when Ctrl-C stopped it.
+    pub fn check_cancelled(&self, native: &str) -> Result<(), NativeError> {
+        if self.is_cancelled() {
+            Err(NativeError::new(format!("{native}: interrupted")))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Natives with side effects (network, files, processes) call this first: the top level of
+    /// a script only declares steps.
+    pub fn require_step(&self, native: &str) -> Result<(), NativeError> {
+        match self.phase() {
+            Phase::Running => Ok(()),
+            Phase::Planning => Err(NativeError::new(format!(
+                "{native} was called at the top level of the script"
+            ))
+            .with_hint(
+                "the top level only declares steps (so --list never touches anything); \
+                 move this call into a step(\"...\", || { ... }) body",
+            )),
+        }
+    }
+
+    /// Natives that cannot tell what they would change refuse to run in check mode.
+    pub fn refuse_in_check(&self, native: &str, why: &str) -> Result<(), NativeError> {
+        if self.check {
+            Err(NativeError::new(format!(
+                "{native} cannot run in check mode: {why}"
+            ))
+            .with_hint("run without --check, or guard the call with `if !check_mode() { ... }`"))
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Records one change (in check mode: one change that would happen) and reports it.
+    pub fn record_change(&self, action: &str, resource: &str) {
+        self.reporter.change(action, resource, self.check);
+        self.change_count.fetch_add(1, Ordering::SeqCst);
+        self.changes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(Change {
+                action: action.to_string(),
+                resource: resource.to_string(),
+            });
+    }
+
+    /// The changes recorded since the last call (the runner calls this at each step's end).
+    pub fn take_changes(&self) -> Vec<Change> {
+        std::mem::take(
+            &mut *self
+                .changes
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()),
+        )
+    }
+
+    /// Sleeps in short slices so Ctrl-C interrupts long waits.
+    pub fn sleep(&self, native: &str, duration: Duration) -> Result<(), NativeError> {
+        let deadline = std::time::Instant::now() + duration;
+        loop {
+            self.check_cancelled(native)?;
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return Ok(());
+            }
+            std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+        }
+    }
+}
