@@ -60,7 +60,11 @@ struct RunArgs {
     #[arg(value_name = "SCRIPT", required = true)]
     script: Option<PathBuf>,
     /// Arguments for the script (the map `args`)
-    #[arg(value_name = "SCRIPT_ARGS", trailing_var_arg = true, allow_hyphen_values = true)]
+    #[arg(
+        value_name = "SCRIPT_ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     script_args: Vec<String>,
 }
 
@@ -90,10 +94,17 @@ enum Command {
 
 impl RunArgs {
     fn into_options(self) -> Result<(RunOptions, bool), Error> {
-        let script = self
-            .script
-            .ok_or_else(|| Error::usage("no script given", Some("bprun [OPTIONS] SCRIPT [SCRIPT_ARGS...]".to_string())))?;
-        let verbosity = if self.quiet { -1 } else { self.verbose.min(1) as i8 };
+        let script = self.script.ok_or_else(|| {
+            Error::usage(
+                "no script given",
+                Some("bprun [OPTIONS] SCRIPT [SCRIPT_ARGS...]".to_string()),
+            )
+        })?;
+        let verbosity = if self.quiet {
+            -1
+        } else {
+            self.verbose.min(1) as i8
+        };
         Ok((
             RunOptions {
                 script,
@@ -118,7 +129,11 @@ pub fn main() -> i32 {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
-            return if error.use_stderr() { ExitCode::Usage.code() } else { ExitCode::Success.code() };
+            return if error.use_stderr() {
+                ExitCode::Usage.code()
+            } else {
+                ExitCode::Success.code()
+            };
         }
     };
     match dispatch(cli) {
@@ -160,7 +175,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::Success)
         }
         Some(Command::Repl) => Err(reserved("repl", "the interactive REPL")),
-        Some(Command::Rehearse) => Err(reserved("rehearse", "the rehearsal on the embedded platform")),
+        Some(Command::Rehearse) => Err(reserved(
+            "rehearse",
+            "the rehearsal on the embedded platform",
+        )),
         Some(Command::Sim) => Err(reserved("sim", "the GitLab and Kubernetes simulators")),
     }
 }
@@ -188,12 +206,68 @@ fn documentation_engine() -> rhai::Engine {
     crate::engine::build(Arc::new(crate::engine::Session::new(state, root)))
 }
 
-/// One entry of `bprun functions`.
+/// One documented native, from the engine's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FunctionDoc {
     pub name: String,
     pub signature: String,
-    pub summary: String,
+    /// The `///` doc text, without the slashes.
+    pub doc: String,
+}
+
+impl FunctionDoc {
+    /// The first non-empty doc line.
+    pub fn summary(&self) -> &str {
+        self.doc
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or("")
+    }
+
+    /// The ```rhai examples in the docs.
+    pub fn examples(&self) -> Vec<String> {
+        let mut examples = Vec::new();
+        let mut current: Option<String> = None;
+        for line in self.doc.lines() {
+            let trimmed = line.trim();
+            match &mut current {
+                None if trimmed == "```rhai" => current = Some(String::new()),
+                Some(_) if trimmed == "```" => examples.extend(current.take()),
+                Some(text) => {
+                    text.push_str(line.strip_prefix(' ').unwrap_or(line));
+                    text.push('\n');
+                }
+                None => {}
+            }
+        }
+        examples
+    }
+}
+
+/// A Rust type as scripts know it: `Result<Map, Box<EvalAltResult>>` is `map`.
+fn script_type(rust: &str) -> String {
+    let rust = rust.trim();
+    if let Some(inner) = rust
+        .strip_prefix("Result<")
+        .and_then(|rest| rest.strip_suffix(", Box<EvalAltResult>>"))
+    {
+        return script_type(inner);
+    }
+    let rust = rust.trim_start_matches("&mut ").trim_start_matches('&');
+    match rust {
+        "str" | "String" | "ImmutableString" => "string",
+        "i64" | "INT" => "int",
+        "f64" | "FLOAT" => "float",
+        "bool" => "bool",
+        "Map" | "rhai::Map" => "map",
+        "Array" | "rhai::Array" => "array",
+        "FnPtr" => "Fn",
+        "Dynamic" => "?",
+        "()" => "()",
+        other => other.rsplit("::").next().unwrap_or(other),
+    }
+    .to_string()
 }
 
 /// The documented natives (operators and display helpers left out), sorted by name.
@@ -201,34 +275,62 @@ pub fn function_docs() -> Vec<FunctionDoc> {
     let engine = documentation_engine();
     let json = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
     let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
-    let mut docs: Vec<FunctionDoc> = value["functions"]
-        .as_array()
-        .map(|functions| {
-            functions
-                .iter()
-                .filter_map(|function| {
-                    let name = function["name"].as_str()?.to_string();
-                    let is_identifier = name.chars().all(|c| c.is_alphanumeric() || c == '_');
-                    let hidden = !is_identifier
-                        || name.starts_with("get$")
-                        || name.starts_with("set$")
-                        || matches!(name.as_str(), "to_string" | "to_debug" | runner::RUN_STEPS_NATIVE);
-                    if hidden {
-                        return None;
-                    }
-                    let summary = function["docComments"]
-                        .as_array()
-                        .and_then(|lines| {
-                            lines.iter().filter_map(|line| line.as_str()).flat_map(str::lines).map(|line| line.trim_start_matches('/').trim()).find(|line| !line.is_empty())
-                        })
-                        .unwrap_or("")
-                        .to_string();
-                    let signature = function["signature"].as_str().unwrap_or(&name).to_string();
-                    Some(FunctionDoc { name, signature, summary })
+    let functions = value["functions"].as_array().cloned().unwrap_or_default();
+    let mut docs: Vec<FunctionDoc> = functions
+        .iter()
+        .filter_map(|function| {
+            let name = function["name"].as_str()?.to_string();
+            let is_identifier = name.chars().all(|c| c.is_alphanumeric() || c == '_');
+            let hidden = !is_identifier
+                || name.starts_with("get$")
+                || name.starts_with("set$")
+                || matches!(
+                    name.as_str(),
+                    "to_string" | "to_debug" | runner::RUN_STEPS_NATIVE
+                );
+            if hidden {
+                return None;
+            }
+            let doc = function["docComments"]
+                .as_array()
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter_map(|block| block.as_str())
+                        .flat_map(str::lines)
+                        .map(|line| line.trim_start().trim_start_matches("///"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
                 })
-                .collect()
+                .unwrap_or_default();
+            let params: Vec<String> = function["params"]
+                .as_array()
+                .map(|params| {
+                    params
+                        .iter()
+                        .map(|param| {
+                            let ty = script_type(param["type"].as_str().unwrap_or("?"));
+                            match param["name"].as_str() {
+                                Some(name) => format!("{name}: {ty}"),
+                                None => ty,
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let returns = script_type(function["returnType"].as_str().unwrap_or("()"));
+            let signature = if returns == "()" {
+                format!("{name}({})", params.join(", "))
+            } else {
+                format!("{name}({}) -> {returns}", params.join(", "))
+            };
+            Some(FunctionDoc {
+                name,
+                signature,
+                doc,
+            })
         })
-        .unwrap_or_default();
+        .collect();
     docs.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)));
     docs.dedup();
     docs
@@ -242,9 +344,9 @@ fn functions_listing(filter: Option<&str>) -> String {
         }
         out.push_str(&doc.signature);
         out.push('\n');
-        if !doc.summary.is_empty() {
+        if !doc.summary().is_empty() {
             out.push_str("    ");
-            out.push_str(&doc.summary);
+            out.push_str(doc.summary());
             out.push('\n');
         }
     }

@@ -149,7 +149,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let current = row[j + 1];
-            row[j + 1] = (previous + usize::from(ca != *cb)).min(row[j] + 1).min(current + 1);
+            row[j + 1] = (previous + usize::from(ca != *cb))
+                .min(row[j] + 1)
+                .min(current + 1);
             previous = current;
         }
     }
@@ -174,7 +176,11 @@ fn span_at(text: &str, position: Position) -> Option<(usize, usize)> {
                 .take_while(|c| c.is_alphanumeric() || *c == '_')
                 .map(char::len_utf8)
                 .sum();
-            let length = if word > 0 { word } else { rest.chars().next().map(char::len_utf8).unwrap_or(0) };
+            let length = if word > 0 {
+                word
+            } else {
+                rest.chars().next().map(char::len_utf8).unwrap_or(0)
+            };
             return Some((offset + start, length));
         }
         offset += content.len() + 1;
@@ -182,17 +188,30 @@ fn span_at(text: &str, position: Position) -> Option<(usize, usize)> {
     None
 }
 
-fn render(headline: &str, label: &str, at: &Location, source: Option<Arc<str>>, footer: &[String]) -> String {
+fn render(
+    headline: &str,
+    label: &str,
+    at: &Location,
+    source: Option<Arc<str>>,
+    footer: &[String],
+) -> String {
     let mut diagnostic = MietteDiagnostic::new(headline.to_string());
     let mut with_source = None;
     if let (Some(text), Some(name)) = (source, at.source.as_ref())
         && let Some((offset, length)) = span_at(&text, at.position)
     {
-        diagnostic = diagnostic.with_label(LabeledSpan::at(offset..offset + length, label.to_string()));
+        diagnostic =
+            diagnostic.with_label(LabeledSpan::at(offset..offset + length, label.to_string()));
         with_source = Some(NamedSource::new(name.clone(), text.to_string()).with_language("rhai"));
     }
-    let theme = if use_color() { GraphicalTheme::unicode() } else { GraphicalTheme::unicode_nocolor() };
-    let handler = GraphicalReportHandler::new_themed(theme).with_width(100).with_links(false);
+    let theme = if use_color() {
+        GraphicalTheme::unicode()
+    } else {
+        GraphicalTheme::unicode_nocolor()
+    };
+    let handler = GraphicalReportHandler::new_themed(theme)
+        .with_width(400)
+        .with_links(false);
     let mut out = String::new();
     let report = match with_source {
         Some(source) => miette::Report::new(diagnostic).with_source_code(source),
@@ -227,7 +246,12 @@ fn use_color() -> bool {
 ///
 /// `in_step` drops the outermost frame when it is the step's own closure: the runner calls it,
 /// so its call position would point at no line the operator wrote.
-pub fn runtime_error(session: &Session, error: &EvalAltResult, main_source: &str, in_step: bool) -> Report {
+pub fn runtime_error(
+    session: &Session,
+    error: &EvalAltResult,
+    main_source: &str,
+    in_step: bool,
+) -> Report {
     let mut frames = Vec::new();
     let mut current = Some(main_source.to_string());
     let mut inner = error;
@@ -245,7 +269,10 @@ pub fn runtime_error(session: &Session, error: &EvalAltResult, main_source: &str
             EvalAltResult::ErrorInFunctionCall(name, source, next, position) => {
                 frames.push(Frame {
                     function: function_label(name),
-                    called_at: Location { source: current.clone(), position: *position },
+                    called_at: Location {
+                        source: current.clone(),
+                        position: *position,
+                    },
                 });
                 if !source.is_empty() {
                     current = Some(source.clone());
@@ -255,7 +282,10 @@ pub fn runtime_error(session: &Session, error: &EvalAltResult, main_source: &str
             EvalAltResult::ErrorInModule(path, next, position) => {
                 frames.push(Frame {
                     function: format!("module {path}"),
-                    called_at: Location { source: current.clone(), position: *position },
+                    called_at: Location {
+                        source: current.clone(),
+                        position: *position,
+                    },
                 });
                 current = Some(path.clone());
                 inner = next;
@@ -265,11 +295,22 @@ pub fn runtime_error(session: &Session, error: &EvalAltResult, main_source: &str
         outermost = false;
     }
     let cause = describe(inner);
-    let at = Location { source: current.clone(), position: inner.position() };
+    let at = Location {
+        source: current.clone(),
+        position: inner.position(),
+    };
     let source = current.as_deref().and_then(|name| session.source(name));
-    let mut footer: Vec<String> = cause.causes.iter().map(|c| format!("caused by: {c}")).collect();
-    for frame in frames.iter().rev() {
-        footer.push(format!("in {} called at {}", frame.function, frame.called_at.describe()));
+    let mut footer: Vec<String> = cause
+        .causes
+        .iter()
+        .map(|c| format!("caused by: {c}"))
+        .collect();
+    for frame in &frames {
+        footer.push(format!(
+            "in {} called at {}",
+            frame.function,
+            frame.called_at.describe()
+        ));
     }
     if let Some(hint) = &cause.hint {
         footer.push(format!("hint: {hint}"));
@@ -287,9 +328,15 @@ pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> 
             format!("unknown variable `{name}`"),
             "variables are strict: declare them with `let` before use (script arguments are in `args`)",
         ),
-        other => (format!("syntax error: {other}"), "check the syntax at this position; Rhai statements end with `;`"),
+        other => (
+            format!("syntax error: {other}"),
+            "check the syntax at this position; Rhai statements end with `;`",
+        ),
     };
-    let at = Location { source: Some(source_name.to_string()), position: error.position() };
+    let at = Location {
+        source: Some(source_name.to_string()),
+        position: error.position(),
+    };
     let footer = vec![format!("hint: {hint}")];
     Report {
         text: render(&headline, "here", &at, session.source(source_name), &footer),
@@ -300,7 +347,9 @@ pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> 
 /// The innermost message of an error, for one-line summaries (e.g. a failed `parallel` item).
 pub fn headline(error: &EvalAltResult) -> String {
     let mut inner = error;
-    while let EvalAltResult::ErrorInFunctionCall(_, _, next, _) | EvalAltResult::ErrorInModule(_, next, _) = inner {
+    while let EvalAltResult::ErrorInFunctionCall(_, _, next, _)
+    | EvalAltResult::ErrorInModule(_, next, _) = inner
+    {
         inner = next;
     }
     describe(inner).headline

@@ -1,7 +1,10 @@
 //! The one engine builder shared by the runner, the REPL and the rehearsal: sandbox limits,
 //! strict variables, confined imports, output hooks, cancellation and every native.
 
-use rhai::{Dynamic, Engine, EvalAltResult, FnPtr, Module, ModuleResolver, NativeCallContext, Position, Scope};
+use rhai::{
+    Dynamic, Engine, EvalAltResult, FnPtr, Module, ModuleResolver, NativeCallContext, Position,
+    Scope,
+};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -27,6 +30,9 @@ pub struct StepDecl {
     pub source: Option<String>,
 }
 
+/// What runs when the script's top level has finished (the runner runs the steps).
+pub type RunHook = Box<dyn FnMut(&NativeCallContext, &Session) + Send>;
+
 /// Everything one run (or one REPL session) shares: plain state plus the script-side parts.
 pub struct Session {
     pub state: RunState,
@@ -36,7 +42,7 @@ pub struct Session {
     /// Folder that `import` may read from (the script's folder).
     pub import_root: PathBuf,
     /// Set by the runner: what to do when the top level finishes.
-    pub run_hook: Mutex<Option<Box<dyn FnMut(&NativeCallContext, &Session) + Send>>>,
+    pub run_hook: Mutex<Option<RunHook>>,
 }
 
 impl Session {
@@ -67,7 +73,9 @@ impl Session {
 }
 
 pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The session, stored in the engine's tag so every native can reach it.
@@ -78,8 +86,15 @@ pub struct SessionHandle(pub Arc<Session>);
 pub fn session(context: &NativeCallContext) -> Result<Arc<Session>, Box<EvalAltResult>> {
     context
         .tag()
-        .and_then(|tag| tag.read_lock::<SessionHandle>().map(|handle| handle.0.clone()))
-        .ok_or_else(|| native_error(NativeError::new("bprun natives need an engine built by bprun::engine::build")))
+        .and_then(|tag| {
+            tag.read_lock::<SessionHandle>()
+                .map(|handle| handle.0.clone())
+        })
+        .ok_or_else(|| {
+            native_error(NativeError::new(
+                "bprun natives need an engine built by bprun::engine::build",
+            ))
+        })
 }
 
 /// Raises a [`NativeError`] into the script; Rhai fills in the calling position.
@@ -153,7 +168,11 @@ impl ModuleResolver for ConfinedResolver {
     ) -> Result<rhai::Shared<Module>, Box<EvalAltResult>> {
         let root = &self.session.import_root;
         let refuse = |message: String, hint: &str| -> Box<EvalAltResult> {
-            EvalAltResult::ErrorRuntime(Dynamic::from(NativeError::new(message).with_hint(hint)), position).into()
+            EvalAltResult::ErrorRuntime(
+                Dynamic::from(NativeError::new(message).with_hint(hint)),
+                position,
+            )
+            .into()
         };
         let relative = Path::new(path);
         let escapes = relative.is_absolute()
@@ -170,7 +189,10 @@ impl ModuleResolver for ConfinedResolver {
         let file = root.join(format!("{path}.rhai"));
         let real = file.canonicalize().map_err(|_| {
             refuse(
-                format!("module \"{path}\" not found: no file {}", self.session.display_path(&file)),
+                format!(
+                    "module \"{path}\" not found: no file {}",
+                    self.session.display_path(&file)
+                ),
                 "imports name a file relative to the script's folder, without the .rhai extension",
             )
         })?;
@@ -185,15 +207,28 @@ impl ModuleResolver for ConfinedResolver {
             return Ok(module.clone());
         }
         let display = self.session.display_path(&file);
-        let text = std::fs::read_to_string(&real)
-            .map_err(|error| refuse(format!("cannot read module {display}: {error}"), "check the file's permissions"))?;
+        let text = std::fs::read_to_string(&real).map_err(|error| {
+            refuse(
+                format!("cannot read module {display}: {error}"),
+                "check the file's permissions",
+            )
+        })?;
         self.session.add_source(&display, &text);
-        let mut ast = engine
-            .compile(&text)
-            .map_err(|error| Box::new(EvalAltResult::ErrorInModule(display.clone(), Box::new(error.into()), position)))?;
+        let mut ast = engine.compile(&text).map_err(|error| {
+            Box::new(EvalAltResult::ErrorInModule(
+                display.clone(),
+                Box::new(error.into()),
+                position,
+            ))
+        })?;
         ast.set_source(display.as_str());
-        let module = Module::eval_ast_as_new(Scope::new(), &ast, engine)
-            .map_err(|error| Box::new(EvalAltResult::ErrorInModule(display.clone(), error, position)))?;
+        let module = Module::eval_ast_as_new(Scope::new(), &ast, engine).map_err(|error| {
+            Box::new(EvalAltResult::ErrorInModule(
+                display.clone(),
+                error,
+                position,
+            ))
+        })?;
         let module: rhai::Shared<Module> = module.into();
         lock(&self.cache).insert(real, module.clone());
         Ok(module)

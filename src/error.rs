@@ -57,7 +57,9 @@ impl ExitCode {
             ExitCode::Success => "every selected step finished ok, changed or skipped",
             ExitCode::StepFailed => "a step failed; re-run with --resume to continue from it",
             ExitCode::Usage => "bad command line: unknown option, step name or script argument",
-            ExitCode::ScriptError => "the script failed to compile or its top level (the plan) failed",
+            ExitCode::ScriptError => {
+                "the script failed to compile or its top level (the plan) failed"
+            }
             ExitCode::Io => "a file bprun needs could not be read or written",
             ExitCode::Interrupted => "stopped by Ctrl-C or SIGTERM; the journal is consistent",
         }

@@ -87,7 +87,9 @@ impl Journal {
             .file_stem()
             .map(|stem| stem.to_string_lossy().into_owned())
             .unwrap_or_else(|| "script".to_string());
-        root.join(".bprun").join("journal").join(format!("{stem}.json"))
+        root.join(".bprun")
+            .join("journal")
+            .join(format!("{stem}.json"))
     }
 
     /// Loads the journal, or an empty one when the script never ran.

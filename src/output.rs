@@ -66,7 +66,9 @@ impl Reporter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn write_stdout(text: &str) {
@@ -147,7 +149,9 @@ impl Reporter {
 
     pub fn run_start(&self, script: &str, check: bool, steps: usize) {
         if self.format == Format::Json {
-            self.event(json!({"event": "run_start", "script": script, "check": check, "steps": steps}));
+            self.event(
+                json!({"event": "run_start", "script": script, "check": check, "steps": steps}),
+            );
         } else if check && steps > 0 {
             self.line("check mode: nothing will be changed");
         }
@@ -226,6 +230,11 @@ fn step_status_text(record: &StepRecord) -> String {
             Some(note) => format!("{} ({note})", record.status.label()),
             None => record.status.label().to_string(),
         },
+        // Never started: left out because it finished in an earlier run.
+        StepStatus::Skipped if record.started.is_none() => match &record.note {
+            Some(note) => format!("skipped ({note})"),
+            None => "skipped".to_string(),
+        },
         StepStatus::Skipped => match &record.note {
             Some(note) => format!("skipped: {note} {timing}"),
             None => format!("skipped {timing}"),
@@ -253,9 +262,10 @@ pub fn recap_table(steps: &[StepRecord], check: bool, previous: Option<&[StepRec
     out = out.trim_end().to_string();
     out.push('\n');
     for (index, step) in steps.iter().enumerate() {
-        let time = match step.status {
-            StepStatus::Deselected | StepStatus::NotRun => "-".to_string(),
-            _ => format!("{:.2} s", step.duration_s),
+        let time = if step.started.is_none() {
+            "-".to_string()
+        } else {
+            format!("{:.2} s", step.duration_s)
         };
         let mut row = format!(
             "{:>3}  {:<name_width$}  {:<11}  {:>12}  {:>9}",

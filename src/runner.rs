@@ -60,7 +60,11 @@ impl ScriptLocation {
             .strip_prefix(&root)
             .map(|relative| relative.display().to_string())
             .unwrap_or_else(|_| file.display().to_string());
-        Ok(ScriptLocation { file, root, display })
+        Ok(ScriptLocation {
+            file,
+            root,
+            display,
+        })
     }
 }
 
@@ -89,20 +93,18 @@ pub fn parse_script_args(raw: &[String]) -> Result<rhai::Map, Error> {
     let mut positional = rhai::Array::new();
     let mut index = 0;
     let mut only_positional = false;
-    let insert = |map: &mut rhai::Map, key: &str, value: Dynamic| {
-        match map.get_mut(key) {
-            Some(existing) if existing.is_array() => {
-                if let Some(mut array) = existing.write_lock::<rhai::Array>() {
-                    array.push(value);
-                }
+    let insert = |map: &mut rhai::Map, key: &str, value: Dynamic| match map.get_mut(key) {
+        Some(existing) if existing.is_array() => {
+            if let Some(mut array) = existing.write_lock::<rhai::Array>() {
+                array.push(value);
             }
-            Some(existing) => {
-                let first = std::mem::take(existing);
-                *existing = Dynamic::from_array(vec![first, value]);
-            }
-            None => {
-                map.insert(key.into(), value);
-            }
+        }
+        Some(existing) => {
+            let first = std::mem::take(existing);
+            *existing = Dynamic::from_array(vec![first, value]);
+        }
+        None => {
+            map.insert(key.into(), value);
         }
     };
     while index < raw.len() {
@@ -122,12 +124,17 @@ pub fn parse_script_args(raw: &[String]) -> Result<rhai::Map, Error> {
             None => (body, None),
         };
         let valid = !name.is_empty()
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
             && name.chars().next().is_some_and(|c| c.is_ascii_alphabetic());
         if !valid {
             return Err(Error::usage(
                 format!("invalid script argument `{token}`"),
-                Some("script arguments look like --name value, --name=value or a bare --flag".to_string()),
+                Some(
+                    "script arguments look like --name value, --name=value or a bare --flag"
+                        .to_string(),
+                ),
             ));
         }
         let key = name.replace('-', "_");
@@ -175,13 +182,25 @@ struct Selection {
 }
 
 impl Selection {
-    fn new(options: &RunOptions, steps: &[StepDecl], journal: Option<&Journal>) -> Result<(Selection, Option<String>), Error> {
+    fn new(
+        options: &RunOptions,
+        steps: &[StepDecl],
+        journal: Option<&Journal>,
+    ) -> Result<(Selection, Option<String>), Error> {
         let names: Vec<&str> = steps.iter().map(|step| step.name.as_str()).collect();
         let unknown = |flag: &str, name: &str| {
-            let valid = names.iter().map(|n| format!("\"{n}\"")).collect::<Vec<_>>().join(", ");
+            let valid = names
+                .iter()
+                .map(|n| format!("\"{n}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
             Error::usage(
                 format!("unknown step \"{name}\" in {flag}"),
-                Some(if names.is_empty() { "the script declares no steps".to_string() } else { format!("valid steps: {valid}") }),
+                Some(if names.is_empty() {
+                    "the script declares no steps".to_string()
+                } else {
+                    format!("valid steps: {valid}")
+                }),
             )
         };
         for name in &options.only {
@@ -195,28 +214,49 @@ impl Selection {
             }
         }
         let from = match &options.from {
-            Some(name) => Some(names.iter().position(|n| n == name).ok_or_else(|| unknown("--from", name))?),
+            Some(name) => Some(
+                names
+                    .iter()
+                    .position(|n| n == name)
+                    .ok_or_else(|| unknown("--from", name))?,
+            ),
             None => None,
         };
         if options.from.is_some() && options.resume {
-            return Err(Error::usage("--from and --resume both choose where to start", Some("use one of them".to_string())));
+            return Err(Error::usage(
+                "--from and --resume both choose where to start",
+                Some("use one of them".to_string()),
+            ));
         }
         let mut note = None;
         let resume = if options.resume {
             match journal.and_then(Journal::last_real_run) {
                 None => {
-                    note = Some("no previous run to resume; starting from the first step".to_string());
+                    note =
+                        Some("no previous run to resume; starting from the first step".to_string());
                     None
                 }
                 Some(last) => {
-                    let done = |name: &str| last.steps.iter().any(|record| record.name == name && record.status.is_done());
+                    let done = |name: &str| {
+                        last.steps
+                            .iter()
+                            .any(|record| record.name == name && record.status.is_done())
+                    };
                     match names.iter().position(|name| !done(name)) {
                         Some(index) => {
-                            note = Some(format!("resuming at step {} \"{}\" (run of {})", index + 1, names[index], last.started));
+                            note = Some(format!(
+                                "resuming at step {} \"{}\" (run of {})",
+                                index + 1,
+                                names[index],
+                                last.started
+                            ));
                             Some((index, last.started.clone()))
                         }
                         None => {
-                            note = Some(format!("nothing to resume: every step finished in the run of {}", last.started));
+                            note = Some(format!(
+                                "nothing to resume: every step finished in the run of {}",
+                                last.started
+                            ));
                             Some((names.len(), last.started.clone()))
                         }
                     }
@@ -225,25 +265,35 @@ impl Selection {
         } else {
             None
         };
-        Ok((Selection { only: options.only.clone(), skip: options.skip.clone(), from, resume }, note))
+        Ok((
+            Selection {
+                only: options.only.clone(),
+                skip: options.skip.clone(),
+                from,
+                resume,
+            },
+            note,
+        ))
     }
 
-    fn reason_to_skip(&self, index: usize, name: &str) -> Option<String> {
+    /// Why the step will not run, and whether it still counts as done (it finished in the run
+    /// being resumed, so the next `--resume` must not run it either).
+    fn reason_to_skip(&self, index: usize, name: &str) -> Option<(String, bool)> {
         if !self.only.is_empty() && !self.only.iter().any(|n| n == name) {
-            return Some("not selected by --only".to_string());
+            return Some(("not selected by --only".to_string(), false));
         }
         if self.skip.iter().any(|n| n == name) {
-            return Some("--skip".to_string());
+            return Some(("--skip".to_string(), false));
         }
         if let Some(from) = self.from
             && index < from
         {
-            return Some("before --from".to_string());
+            return Some(("before --from".to_string(), false));
         }
         if let Some((resume, _)) = &self.resume
             && index < *resume
         {
-            return Some("done in the last run".to_string());
+            return Some(("done in the last run".to_string(), true));
         }
         None
     }
@@ -259,11 +309,25 @@ enum Outcome {
 pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(&options.script)?;
     let args = parse_script_args(&options.script_args)?;
-    let source = std::fs::read_to_string(&location.file).map_err(|error| Error::io("read the script", &location.file, error))?;
-    let format = if options.json { Format::Json } else { Format::Human };
+    let source = std::fs::read_to_string(&location.file)
+        .map_err(|error| Error::io("read the script", &location.file, error))?;
+    let format = if options.json {
+        Format::Json
+    } else {
+        Format::Human
+    };
     let reporter = Reporter::new(format, options.verbosity);
-    let state = RunState::new(options.check, location.root.clone(), reporter, cancel_flag());
-    let import_root = location.file.parent().map(Path::to_path_buf).unwrap_or_else(|| location.root.clone());
+    let state = RunState::new(
+        options.check,
+        location.root.clone(),
+        reporter,
+        cancel_flag(),
+    );
+    let import_root = location
+        .file
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| location.root.clone());
     let session = Arc::new(Session::new(state, import_root));
     session.add_source(&location.display, &source);
     let engine = engine::build(session.clone());
@@ -274,7 +338,13 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         Ok(ast) => ast,
         Err(error) => {
             let report = diagnostics::parse_error(&session, &error, &location.display);
-            session.state.reporter.error(&format!("error: {} does not compile\n{}", location.display, report.text), &report.headline);
+            session.state.reporter.error(
+                &format!(
+                    "error: {} does not compile\n{}",
+                    location.display, report.text
+                ),
+                &report.headline,
+            );
             return Err(Error::Reported(ExitCode::ScriptError));
         }
     };
@@ -290,13 +360,15 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     let hook_outcome = outcome.clone();
     let display = location.display.clone();
     let root = location.root.clone();
-    *lock(&session.run_hook) = Some(Box::new(move |context: &NativeCallContext, session: &Session| {
-        let result = run_steps(context, session, &options, &display, &root);
-        *lock(&hook_outcome) = Some(match result {
-            Ok(code) => Outcome::Finished(code),
-            Err(error) => Outcome::Failed(error),
-        });
-    }));
+    *lock(&session.run_hook) = Some(Box::new(
+        move |context: &NativeCallContext, session: &Session| {
+            let result = run_steps(context, session, &options, &display, &root);
+            *lock(&hook_outcome) = Some(match result {
+                Ok(code) => Outcome::Finished(code),
+                Err(error) => Outcome::Failed(error),
+            });
+        },
+    ));
 
     let evaluated = engine.run_ast_with_scope(&mut scope, &ast);
     if let Some(outcome) = lock(&outcome).take() {
@@ -316,14 +388,17 @@ pub const RUN_STEPS_NATIVE: &str = "bprun_run_declared_steps";
 
 /// Registers [`RUN_STEPS_NATIVE`]; part of every engine so the REPL can share the builder.
 pub fn register_run_steps(engine: &mut Engine) {
-    engine.register_fn(RUN_STEPS_NATIVE, |context: NativeCallContext| -> Result<(), Box<EvalAltResult>> {
-        let session = engine::session(&context)?;
-        let hook = lock(&session.run_hook).take();
-        if let Some(mut hook) = hook {
-            hook(&context, &session);
-        }
-        Ok(())
-    });
+    engine.register_fn(
+        RUN_STEPS_NATIVE,
+        |context: NativeCallContext| -> Result<(), Box<EvalAltResult>> {
+            let session = engine::session(&context)?;
+            let hook = lock(&session.run_hook).take();
+            if let Some(mut hook) = hook {
+                hook(&context, &session);
+            }
+            Ok(())
+        },
+    );
 }
 
 fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) -> Error {
@@ -332,7 +407,10 @@ fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) ->
         return Error::Reported(ExitCode::Interrupted);
     }
     let report = diagnostics::runtime_error(session, error, display, false);
-    session.state.reporter.error(&format!("error: the top level of {display} failed\n{}", report.text), &report.headline);
+    session.state.reporter.error(
+        &format!("error: the top level of {display} failed\n{}", report.text),
+        &report.headline,
+    );
     Error::Reported(ExitCode::ScriptError)
 }
 
@@ -343,9 +421,19 @@ fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> Stri
     }
 }
 
-fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOptions, display: &str, root: &Path) -> Result<ExitCode, Error> {
+fn run_steps(
+    context: &NativeCallContext,
+    session: &Session,
+    options: &RunOptions,
+    display: &str,
+    root: &Path,
+) -> Result<ExitCode, Error> {
     let steps: Vec<StepDecl> = lock(&session.steps).clone();
-    let journal = if options.resume { Some(Journal::load(root, display)?) } else { None };
+    let journal = if options.resume {
+        Some(Journal::load(root, display)?)
+    } else {
+        None
+    };
     let (selection, note) = Selection::new(options, &steps, journal.as_ref())?;
     let reporter = &session.state.reporter;
     let total = steps.len();
@@ -357,7 +445,9 @@ fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOption
             reporter.line(note);
         }
         for (index, step) in steps.iter().enumerate() {
-            let skip = selection.reason_to_skip(index, &step.name);
+            let skip = selection
+                .reason_to_skip(index, &step.name)
+                .map(|(reason, _)| reason);
             reporter.line(&plan_line(index + 1, total, &step.name, skip.as_deref()));
         }
         return Ok(ExitCode::Success);
@@ -378,12 +468,29 @@ fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOption
     for (index, step) in steps.iter().enumerate() {
         let number = index + 1;
         if let Some(code) = stop {
-            let note = if code == ExitCode::Interrupted { "interrupted" } else { "an earlier step failed" };
-            records.push(record(step, StepStatus::NotRun, None, Duration::ZERO, 0, None, Some(note.to_string())));
+            let note = if code == ExitCode::Interrupted {
+                "interrupted"
+            } else {
+                "an earlier step failed"
+            };
+            records.push(record(
+                step,
+                StepStatus::NotRun,
+                None,
+                Duration::ZERO,
+                0,
+                None,
+                Some(note.to_string()),
+            ));
             continue;
         }
-        if let Some(reason) = selection.reason_to_skip(index, &step.name) {
-            let skipped = record(step, StepStatus::Deselected, None, Duration::ZERO, 0, None, Some(reason));
+        if let Some((reason, done)) = selection.reason_to_skip(index, &step.name) {
+            let status = if done {
+                StepStatus::Skipped
+            } else {
+                StepStatus::Deselected
+            };
+            let skipped = record(step, status, None, Duration::ZERO, 0, None, Some(reason));
             reporter.step_end(number, total, &skipped);
             records.push(skipped);
             continue;
@@ -398,20 +505,50 @@ fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOption
         let changes = session.state.take_changes().len() as u32;
         let finished = match result {
             Ok(_) => {
-                let status = if changes > 0 { StepStatus::Changed } else { StepStatus::Ok };
+                let status = if changes > 0 {
+                    StepStatus::Changed
+                } else {
+                    StepStatus::Ok
+                };
                 record(step, status, Some(began_at), elapsed, changes, None, None)
             }
             Err(error) => {
                 if let Some(reason) = skip_reason(&error) {
-                    record(step, StepStatus::Skipped, Some(began_at), elapsed, changes, None, Some(reason))
-                } else if session.state.is_cancelled() || matches!(*error, EvalAltResult::ErrorTerminated(..)) {
+                    record(
+                        step,
+                        StepStatus::Skipped,
+                        Some(began_at),
+                        elapsed,
+                        changes,
+                        None,
+                        Some(reason),
+                    )
+                } else if session.state.is_cancelled()
+                    || matches!(*error, EvalAltResult::ErrorTerminated(..))
+                {
                     stop = Some(ExitCode::Interrupted);
                     reporter.error(&format!("interrupted during step \"{}\"\nre-run with --resume to continue from here\n", step.name), "interrupted");
-                    record(step, StepStatus::Interrupted, Some(began_at), elapsed, changes, Some("interrupted".to_string()), None)
+                    record(
+                        step,
+                        StepStatus::Interrupted,
+                        Some(began_at),
+                        elapsed,
+                        changes,
+                        Some("interrupted".to_string()),
+                        None,
+                    )
                 } else {
                     stop = Some(ExitCode::StepFailed);
                     let report = diagnostics::runtime_error(session, &error, display, true);
-                    let failed = record(step, StepStatus::Failed, Some(began_at), elapsed, changes, Some(crate::secret::scrub(&report.headline)), None);
+                    let failed = record(
+                        step,
+                        StepStatus::Failed,
+                        Some(began_at),
+                        elapsed,
+                        changes,
+                        Some(crate::secret::scrub(&report.headline)),
+                        None,
+                    );
                     reporter.step_end(number, total, &failed);
                     reporter.error(
                         &format!("error: step \"{}\" failed\n{}re-run with --resume to continue from here\n", step.name, report.text),
@@ -430,7 +567,11 @@ fn run_steps(context: &NativeCallContext, session: &Session, options: &RunOption
     let code = stop.unwrap_or(ExitCode::Success);
     if reporter.format() == Format::Human {
         reporter.line("");
-        let title = if options.check { format!("Recap of {display} (check mode)") } else { format!("Recap of {display}") };
+        let title = if options.check {
+            format!("Recap of {display} (check mode)")
+        } else {
+            format!("Recap of {display}")
+        };
         reporter.line(&title);
         reporter.line(recap_table(&records, options.check, None).trim_end());
         reporter.line(&recap_summary(&records, duration));
@@ -456,7 +597,9 @@ fn skip_reason(error: &EvalAltResult) -> Option<String> {
         inner = next;
     }
     match inner {
-        EvalAltResult::ErrorRuntime(value, _) => value.read_lock::<StepSkip>().map(|skip| skip.0.clone()),
+        EvalAltResult::ErrorRuntime(value, _) => {
+            value.read_lock::<StepSkip>().map(|skip| skip.0.clone())
+        }
         _ => None,
     }
 }
@@ -470,7 +613,15 @@ fn record(
     error: Option<String>,
     note: Option<String>,
 ) -> StepRecord {
-    StepRecord { name: step.name.clone(), status, started, duration_s: duration.as_secs_f64(), changes, error, note }
+    StepRecord {
+        name: step.name.clone(),
+        status,
+        started,
+        duration_s: duration.as_secs_f64(),
+        changes,
+        error,
+        note,
+    }
 }
 
 /// `bprun --timings SCRIPT`: the last real run's table, compared with the run before it.
@@ -482,11 +633,24 @@ pub fn timings(script: &Path) -> Result<ExitCode, Error> {
         return Ok(ExitCode::Success);
     };
     let previous = journal.previous_real_run();
-    println!("Last run of {}: {} ({}, {:.2} s)", location.display, last.started, last.outcome, last.duration_s);
+    println!(
+        "Last run of {}: {} ({}, {:.2} s)",
+        location.display, last.started, last.outcome, last.duration_s
+    );
     if let Some(previous) = previous {
-        println!("previous: {} ({}, {:.2} s)", previous.started, previous.outcome, previous.duration_s);
+        println!(
+            "previous: {} ({}, {:.2} s)",
+            previous.started, previous.outcome, previous.duration_s
+        );
     }
-    print!("{}", crate::secret::scrub(&recap_table(&last.steps, false, previous.map(|run| run.steps.as_slice()))));
+    print!(
+        "{}",
+        crate::secret::scrub(&recap_table(
+            &last.steps,
+            false,
+            previous.map(|run| run.steps.as_slice())
+        ))
+    );
     Ok(ExitCode::Success)
 }
 
@@ -500,13 +664,25 @@ mod tests {
 
     #[test]
     fn script_args_become_a_map() {
-        let map = parse_script_args(&strings(&["--app", "guestbook", "--destroy", "--tag", "a", "--tag=b", "extra", "--no-overwrite-ci"]))
-            .expect("valid");
+        let map = parse_script_args(&strings(&[
+            "--app",
+            "guestbook",
+            "--destroy",
+            "--tag",
+            "a",
+            "--tag=b",
+            "extra",
+            "--no-overwrite-ci",
+        ]))
+        .expect("valid");
         assert_eq!(map["app"].to_string(), "guestbook");
         assert!(map["destroy"].as_bool().expect("bool"));
         assert!(map["no_overwrite_ci"].as_bool().expect("bool"));
         let tags = map["tag"].clone().into_array().expect("array");
-        assert_eq!(tags.iter().map(|t| t.to_string()).collect::<Vec<_>>(), ["a", "b"]);
+        assert_eq!(
+            tags.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+            ["a", "b"]
+        );
         let positional = map["positional"].clone().into_array().expect("array");
         assert_eq!(positional[0].to_string(), "extra");
     }

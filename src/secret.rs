@@ -63,7 +63,9 @@ pub fn register(value: &str) {
     if value.len() < MIN_SCRUB_LEN {
         return;
     }
-    let mut values = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut values = registry()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if values.iter().any(|known| known.as_ref() == value) {
         return;
     }
@@ -74,7 +76,9 @@ pub fn register(value: &str) {
 
 /// Replaces every registered secret value in `text` with `***`.
 pub fn scrub(text: &str) -> String {
-    let values = registry().lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let values = registry()
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut out = text.to_string();
     for value in values.iter() {
         if out.contains(value.as_ref()) {

@@ -96,10 +96,11 @@ impl RunState {
     /// Natives that cannot tell what they would change refuse to run in check mode.
     pub fn refuse_in_check(&self, native: &str, why: &str) -> Result<(), NativeError> {
         if self.check {
-            Err(NativeError::new(format!(
-                "{native} cannot run in check mode: {why}"
-            ))
-            .with_hint("run without --check, or guard the call with `if !check_mode() { ... }`"))
+            Err(
+                NativeError::new(format!("{native} cannot run in check mode: {why}")).with_hint(
+                    "run without --check, or guard the call with `if !check_mode() { ... }`",
+                ),
+            )
         } else {
             Ok(())
         }

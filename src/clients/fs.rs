@@ -34,7 +34,9 @@ impl Confinement {
     /// The absolute path of `path` (relative paths are taken from the root), if it stays inside.
     pub fn resolve(&self, path: &str) -> Result<PathBuf, NativeError> {
         if path.is_empty() {
-            return Err(NativeError::new("empty path").with_hint("name a file under the repository root"));
+            return Err(
+                NativeError::new("empty path").with_hint("name a file under the repository root")
+            );
         }
         let candidate = Path::new(path);
         let joined = if candidate.is_absolute() {
@@ -76,11 +78,14 @@ impl Confinement {
         let full = self.resolve(path)?;
         std::fs::read_to_string(&full).map_err(|error| {
             let hint = match error.kind() {
-                std::io::ErrorKind::NotFound => "check the path; relative paths start at the repository root",
+                std::io::ErrorKind::NotFound => {
+                    "check the path; relative paths start at the repository root"
+                }
                 std::io::ErrorKind::InvalidData => "read_text reads UTF-8 text only",
                 _ => "check the file's permissions",
             };
-            NativeError::new(format!("cannot read {}: {error}", self.display(&full))).with_hint(hint)
+            NativeError::new(format!("cannot read {}: {error}", self.display(&full)))
+                .with_hint(hint)
         })
     }
 
@@ -89,7 +94,12 @@ impl Confinement {
     }
 
     /// What [`write_text`](Self::write_text) would do, without doing it.
-    pub fn plan_write(&self, path: &str, content: &[u8], mode: Option<u32>) -> Result<(PathBuf, WriteOutcome), NativeError> {
+    pub fn plan_write(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: Option<u32>,
+    ) -> Result<(PathBuf, WriteOutcome), NativeError> {
         let full = self.resolve(path)?;
         let outcome = match std::fs::read(&full) {
             Ok(existing) => {
@@ -105,8 +115,11 @@ impl Confinement {
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => WriteOutcome::Created,
             Err(error) => {
-                return Err(NativeError::new(format!("cannot read {}: {error}", self.display(&full)))
-                    .with_hint("check the file's permissions"));
+                return Err(NativeError::new(format!(
+                    "cannot read {}: {error}",
+                    self.display(&full)
+                ))
+                .with_hint("check the file's permissions"));
             }
         };
         Ok((full, outcome))
@@ -114,20 +127,30 @@ impl Confinement {
 
     /// Writes `content` only when it differs (content or mode); creates parent folders. A file
     /// with a mode is created with that mode from the start, so a secret is never world-readable.
-    pub fn write_text(&self, path: &str, content: &[u8], mode: Option<u32>) -> Result<WriteOutcome, NativeError> {
+    pub fn write_text(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: Option<u32>,
+    ) -> Result<WriteOutcome, NativeError> {
         let (full, outcome) = self.plan_write(path, content, mode)?;
         if outcome == WriteOutcome::Unchanged {
             return Ok(outcome);
         }
         let shown = self.display(&full);
-        let fail = |error: std::io::Error| NativeError::new(format!("cannot write {shown}: {error}")).with_hint("check the folder's permissions");
+        let fail = |error: std::io::Error| {
+            NativeError::new(format!("cannot write {shown}: {error}"))
+                .with_hint("check the folder's permissions")
+        };
         if let Some(parent) = full.parent() {
             std::fs::create_dir_all(parent).map_err(fail)?;
         }
         // Write to a temporary file beside it and rename, so a reader never sees half a file.
         let temporary = full.with_file_name(format!(
             ".{}.bprun-tmp",
-            full.file_name().map(|name| name.to_string_lossy()).unwrap_or_default()
+            full.file_name()
+                .map(|name| name.to_string_lossy())
+                .unwrap_or_default()
         ));
         let mut options = std::fs::OpenOptions::new();
         options.write(true).create(true).truncate(true);
@@ -137,7 +160,8 @@ impl Confinement {
         let mut file = options.open(&temporary).map_err(fail)?;
         if let Some(mode) = mode {
             // The umask may have narrowed the mode; set it exactly.
-            file.set_permissions(std::fs::Permissions::from_mode(mode)).map_err(fail)?;
+            file.set_permissions(std::fs::Permissions::from_mode(mode))
+                .map_err(fail)?;
         }
         file.write_all(content).map_err(fail)?;
         file.sync_all().map_err(fail)?;
@@ -189,17 +213,36 @@ mod tests {
         let (dir, fs) = temp_root();
         std::os::unix::fs::symlink("/etc", dir.path().join("escape")).expect("symlink");
         let error = fs.resolve("escape/passwd").expect_err("must refuse");
-        assert!(error.message.contains("outside the repository root"), "{}", error.message);
+        assert!(
+            error.message.contains("outside the repository root"),
+            "{}",
+            error.message
+        );
     }
 
     #[test]
     fn writes_once_then_reports_unchanged() {
         let (dir, fs) = temp_root();
-        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"), WriteOutcome::Created);
-        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"), WriteOutcome::Unchanged);
-        let mode = std::fs::metadata(dir.path().join("a/b.txt")).expect("meta").permissions().mode();
+        assert_eq!(
+            fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"),
+            WriteOutcome::Created
+        );
+        assert_eq!(
+            fs.write_text("a/b.txt", b"x", Some(0o600)).expect("write"),
+            WriteOutcome::Unchanged
+        );
+        let mode = std::fs::metadata(dir.path().join("a/b.txt"))
+            .expect("meta")
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o600);
-        assert_eq!(fs.write_text("a/b.txt", b"x", Some(0o644)).expect("write"), WriteOutcome::Updated);
-        assert_eq!(fs.write_text("a/b.txt", b"y", None).expect("write"), WriteOutcome::Updated);
+        assert_eq!(
+            fs.write_text("a/b.txt", b"x", Some(0o644)).expect("write"),
+            WriteOutcome::Updated
+        );
+        assert_eq!(
+            fs.write_text("a/b.txt", b"y", None).expect("write"),
+            WriteOutcome::Updated
+        );
     }
 }

@@ -8,8 +8,9 @@ use crate::error::NativeError;
 /// True when a TCP connection to `host:port` opens within `timeout`.
 pub fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<bool, NativeError> {
     let addresses = (host, port).to_socket_addrs().map_err(|error| {
-        NativeError::new(format!("cannot resolve {host}:{port}: {error}"))
-            .with_hint("check the host name; cluster-internal names only resolve inside the cluster")
+        NativeError::new(format!("cannot resolve {host}:{port}: {error}")).with_hint(
+            "check the host name; cluster-internal names only resolve inside the cluster",
+        )
     })?;
     for address in addresses {
         if TcpStream::connect_timeout(&address, timeout).is_ok() {
@@ -26,7 +27,7 @@ pub fn http_status(url: &str, timeout: Duration) -> Result<Result<u16, String>, 
         NativeError::new(format!("invalid URL {url}: {error}"))
             .with_hint("write a full URL such as http://127.0.0.1:8200/v1/sys/health")
     })?;
-    let client = reqwest::Client::builder()
+    let client = super::runtime::http_client_builder()
         .timeout(timeout)
         .connect_timeout(timeout)
         .redirect(reqwest::redirect::Policy::none())

@@ -28,7 +28,11 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Nat
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
-        .stdin(if spec.stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if spec.stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     if let Some(cwd) = &spec.cwd {
@@ -62,27 +66,48 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Nat
             bytes
         })
     };
-    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
-    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as Box<dyn Read + Send>));
+    let stdout = drain(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = drain(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
 
     let started = Instant::now();
     let status = loop {
         match child.try_wait() {
             Ok(Some(status)) => break status,
             Ok(None) => {}
-            Err(error) => return Err(NativeError::new(format!("cannot wait for {}: {error}", spec.program))),
+            Err(error) => {
+                return Err(NativeError::new(format!(
+                    "cannot wait for {}: {error}",
+                    spec.program
+                )));
+            }
         }
         let stop = if cancel.load(Ordering::SeqCst) {
             Some(format!("{}: interrupted", spec.program))
         } else if started.elapsed() >= spec.timeout {
-            Some(format!("{} did not finish within {} s", spec.program, spec.timeout.as_secs()))
+            Some(format!(
+                "{} did not finish within {} s",
+                spec.program,
+                spec.timeout.as_secs()
+            ))
         } else {
             None
         };
         if let Some(message) = stop {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(NativeError::new(message).with_hint("raise the timeout with #{timeout: seconds} if the command is just slow"));
+            return Err(NativeError::new(message).with_hint(
+                "raise the timeout with #{timeout: seconds} if the command is just slow",
+            ));
         }
         std::thread::sleep(Duration::from_millis(10));
     };

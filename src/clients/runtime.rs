@@ -17,6 +17,12 @@ pub fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// An HTTP client builder with the TLS provider in place (every HTTP client starts here).
+pub fn http_client_builder() -> reqwest::ClientBuilder {
+    install_tls_provider();
+    reqwest::Client::builder()
+}
+
 /// One TLS stack for every client: rustls with the ring provider.
 pub fn install_tls_provider() {
     static INSTALLED: OnceLock<()> = OnceLock::new();

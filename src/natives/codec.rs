@@ -27,7 +27,11 @@ fn bytes_of(value: &Dynamic, native: &str) -> Result<(Vec<u8>, bool), Box<EvalAl
 
 fn yaml_error(error: serde_norway::Error) -> NativeError {
     let located = match error.location() {
-        Some(location) => format!("invalid YAML at line {}, column {}: {error}", location.line(), location.column()),
+        Some(location) => format!(
+            "invalid YAML at line {}, column {}: {error}",
+            location.line(),
+            location.column()
+        ),
         None => format!("invalid YAML: {error}"),
     };
     NativeError::new(located).with_hint("check indentation and quoting at that position")
@@ -46,7 +50,11 @@ pub mod codec_functions {
     pub fn base64_encode(value: Dynamic) -> Result<Dynamic, Box<EvalAltResult>> {
         let (bytes, is_secret) = bytes_of(&value, "base64_encode")?;
         let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
-        Ok(if is_secret { Dynamic::from(Secret::new(encoded)) } else { encoded.into() })
+        Ok(if is_secret {
+            Dynamic::from(Secret::new(encoded))
+        } else {
+            encoded.into()
+        })
     }
 
     /// Decodes base64 into text (UTF-8); a `Secret` in gives a `Secret` out.
@@ -57,13 +65,27 @@ pub mod codec_functions {
     #[rhai_fn(return_raw)]
     pub fn base64_decode(value: Dynamic) -> Result<Dynamic, Box<EvalAltResult>> {
         let (bytes, is_secret) = bytes_of(&value, "base64_decode")?;
-        let trimmed: Vec<u8> = bytes.into_iter().filter(|byte| !byte.is_ascii_whitespace()).collect();
+        let trimmed: Vec<u8> = bytes
+            .into_iter()
+            .filter(|byte| !byte.is_ascii_whitespace())
+            .collect();
         let decoded = base64::engine::general_purpose::STANDARD
             .decode(&trimmed)
-            .map_err(|error| native_error(NativeError::new(format!("base64_decode: not valid base64: {error}"))))?;
-        let text = String::from_utf8(decoded)
-            .map_err(|_| native_error(NativeError::new("base64_decode: the decoded bytes are not UTF-8 text")))?;
-        Ok(if is_secret { Dynamic::from(Secret::new(text)) } else { text.into() })
+            .map_err(|error| {
+                native_error(NativeError::new(format!(
+                    "base64_decode: not valid base64: {error}"
+                )))
+            })?;
+        let text = String::from_utf8(decoded).map_err(|_| {
+            native_error(NativeError::new(
+                "base64_decode: the decoded bytes are not UTF-8 text",
+            ))
+        })?;
+        Ok(if is_secret {
+            Dynamic::from(Secret::new(text))
+        } else {
+            text.into()
+        })
     }
 
     /// Parses JSON text into maps, arrays, strings, numbers, booleans and `()` for null.
@@ -103,7 +125,8 @@ pub mod codec_functions {
     #[rhai_fn(return_raw)]
     pub fn json_pretty(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
         let json = to_json(&value, Secrets::Redact).map_err(native_error)?;
-        serde_json::to_string_pretty(&json).map_err(|error| native_error(NativeError::new(error.to_string())))
+        serde_json::to_string_pretty(&json)
+            .map_err(|error| native_error(NativeError::new(error.to_string())))
     }
 
     /// Parses one YAML document. Errors give the line and column.
@@ -114,7 +137,8 @@ pub mod codec_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn yaml_parse(text: &str) -> Result<Dynamic, Box<EvalAltResult>> {
-        let value: serde_json::Value = serde_norway::from_str(text).map_err(|error| native_error(yaml_error(error)))?;
+        let value: serde_json::Value =
+            serde_norway::from_str(text).map_err(|error| native_error(yaml_error(error)))?;
         Ok(from_json(value))
     }
 
@@ -128,7 +152,8 @@ pub mod codec_functions {
     pub fn yaml_parse_all(text: &str) -> Result<rhai::Array, Box<EvalAltResult>> {
         let mut documents = rhai::Array::new();
         for document in serde_norway::Deserializer::from_str(text) {
-            let value = serde_json::Value::deserialize(document).map_err(|error| native_error(yaml_error(error)))?;
+            let value = serde_json::Value::deserialize(document)
+                .map_err(|error| native_error(yaml_error(error)))?;
             if !value.is_null() {
                 documents.push(from_json(value));
             }
@@ -144,7 +169,8 @@ pub mod codec_functions {
     #[rhai_fn(return_raw)]
     pub fn yaml_string(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
         let json = to_json(&value, Secrets::Redact).map_err(native_error)?;
-        serde_norway::to_string(&json).map_err(|error| native_error(NativeError::new(error.to_string())))
+        serde_norway::to_string(&json)
+            .map_err(|error| native_error(NativeError::new(error.to_string())))
     }
 
     /// Lower-case hex SHA-256 of a string, `Secret` or blob.

@@ -40,7 +40,11 @@ pub fn to_json(value: &Dynamic, secrets: Secrets) -> Result<Value, NativeError> 
         }));
     }
     if let Some(array) = value.read_lock::<Array>() {
-        return array.iter().map(|item| to_json(item, secrets)).collect::<Result<Vec<_>, _>>().map(Value::Array);
+        return array
+            .iter()
+            .map(|item| to_json(item, secrets))
+            .collect::<Result<Vec<_>, _>>()
+            .map(Value::Array);
     }
     if let Some(map) = value.read_lock::<Map>() {
         let mut object = serde_json::Map::new();
@@ -51,9 +55,14 @@ pub fn to_json(value: &Dynamic, secrets: Secrets) -> Result<Value, NativeError> 
     }
     if let Some(timestamp) = value.read_lock::<rhai::Instant>() {
         let _ = timestamp;
-        return Err(NativeError::new("a timestamp cannot be written as JSON; use now() for a time string"));
+        return Err(NativeError::new(
+            "a timestamp cannot be written as JSON; use now() for a time string",
+        ));
     }
-    Err(NativeError::new(format!("a value of type {} cannot be written as JSON", value.type_name())))
+    Err(NativeError::new(format!(
+        "a value of type {} cannot be written as JSON",
+        value.type_name()
+    )))
 }
 
 pub fn from_json(value: Value) -> Dynamic {

@@ -17,7 +17,10 @@ pub mod core_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn info(context: NativeCallContext, message: Dynamic) -> Result<(), Box<EvalAltResult>> {
-        session(&context)?.state.reporter.log(Level::Info, &message.to_string());
+        session(&context)?
+            .state
+            .reporter
+            .log(Level::Info, &message.to_string());
         Ok(())
     }
 
@@ -28,7 +31,10 @@ pub mod core_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn warn(context: NativeCallContext, message: Dynamic) -> Result<(), Box<EvalAltResult>> {
-        session(&context)?.state.reporter.log(Level::Warn, &message.to_string());
+        session(&context)?
+            .state
+            .reporter
+            .log(Level::Warn, &message.to_string());
         Ok(())
     }
 
@@ -38,8 +44,14 @@ pub mod core_functions {
     /// log_debug(`polling pipeline ${42}`);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn log_debug(context: NativeCallContext, message: Dynamic) -> Result<(), Box<EvalAltResult>> {
-        session(&context)?.state.reporter.log(Level::Debug, &message.to_string());
+    pub fn log_debug(
+        context: NativeCallContext,
+        message: Dynamic,
+    ) -> Result<(), Box<EvalAltResult>> {
+        session(&context)?
+            .state
+            .reporter
+            .log(Level::Debug, &message.to_string());
         Ok(())
     }
 
@@ -51,7 +63,9 @@ pub mod core_functions {
     /// ```
     #[rhai_fn(name = "env")]
     pub fn env_value(name: &str) -> Dynamic {
-        std::env::var(name).map(Dynamic::from).unwrap_or(Dynamic::UNIT)
+        std::env::var(name)
+            .map(Dynamic::from)
+            .unwrap_or(Dynamic::UNIT)
     }
 
     /// The value of an environment variable, or `default` when it is not set.
@@ -80,10 +94,38 @@ pub mod core_functions {
     /// ```rhai
     /// sleep(0.5);
     /// ```
-    #[rhai_fn(return_raw, volatile)]
-    pub fn sleep(context: NativeCallContext, seconds: Dynamic) -> Result<(), Box<EvalAltResult>> {
-        let duration = super::super::seconds(&seconds, "sleep")?;
-        session(&context)?.state.sleep("sleep", duration).map_err(native_error)
+    #[rhai_fn(name = "sleep", return_raw, volatile)]
+    pub fn sleep_seconds(
+        context: NativeCallContext,
+        seconds: i64,
+    ) -> Result<(), Box<EvalAltResult>> {
+        sleep_for(&context, Dynamic::from(seconds))
+    }
+
+    /// Pauses for a fractional number of seconds. Ctrl-C interrupts it.
+    ///
+    /// ```rhai
+    /// sleep(0.25);
+    /// ```
+    #[rhai_fn(name = "sleep", return_raw, volatile)]
+    pub fn sleep_fraction(
+        context: NativeCallContext,
+        seconds: f64,
+    ) -> Result<(), Box<EvalAltResult>> {
+        sleep_for(&context, Dynamic::from(seconds))
+    }
+
+    /// Refuses anything that is not a number of seconds, with a clear message.
+    ///
+    /// ```rhai
+    /// try { sleep("soon") } catch (e) { print(e.message) }
+    /// ```
+    #[rhai_fn(name = "sleep", return_raw)]
+    pub fn sleep_other(
+        context: NativeCallContext,
+        seconds: Dynamic,
+    ) -> Result<(), Box<EvalAltResult>> {
+        sleep_for(&context, seconds)
     }
 
     /// The current time as an RFC 3339 UTC timestamp, e.g. `2026-11-30T06:27:24Z`.
@@ -115,7 +157,11 @@ pub mod core_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn report_change(context: NativeCallContext, action: &str, resource: &str) -> Result<(), Box<EvalAltResult>> {
+    pub fn report_change(
+        context: NativeCallContext,
+        action: &str,
+        resource: &str,
+    ) -> Result<(), Box<EvalAltResult>> {
         session(&context)?.state.record_change(action, resource);
         Ok(())
     }
@@ -130,7 +176,9 @@ pub mod core_functions {
         if condition {
             Ok(())
         } else {
-            Err(native_error(NativeError::new(format!("assertion failed: {message}"))))
+            Err(native_error(NativeError::new(format!(
+                "assertion failed: {message}"
+            ))))
         }
     }
 
@@ -140,8 +188,14 @@ pub mod core_functions {
     /// assert_eq(40 + 2, 42);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn assert_eq(context: NativeCallContext, actual: Dynamic, expected: Dynamic) -> Result<(), Box<EvalAltResult>> {
-        let equal = context.call_native_fn::<bool>("==", (actual.clone(), expected.clone())).unwrap_or(false);
+    pub fn assert_eq(
+        context: NativeCallContext,
+        actual: Dynamic,
+        expected: Dynamic,
+    ) -> Result<(), Box<EvalAltResult>> {
+        let equal = context
+            .call_native_fn::<bool>("==", (actual.clone(), expected.clone()))
+            .unwrap_or(false);
         if equal {
             Ok(())
         } else {
@@ -162,8 +216,22 @@ pub mod core_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn skip(reason: &str) -> Result<(), Box<EvalAltResult>> {
-        Err(EvalAltResult::ErrorRuntime(Dynamic::from(StepSkip(reason.to_string())), Position::NONE).into())
+        Err(EvalAltResult::ErrorRuntime(
+            Dynamic::from(StepSkip(reason.to_string())),
+            Position::NONE,
+        )
+        .into())
     }
+}
+
+/// Our own sleep (Rhai's built-in one cannot be interrupted): script calls resolve here
+/// because the typed variants above match `sleep(30)` and `sleep(0.5)` exactly.
+fn sleep_for(context: &NativeCallContext, seconds: Dynamic) -> Result<(), Box<EvalAltResult>> {
+    let duration = super::seconds(&seconds, "sleep")?;
+    session(context)?
+        .state
+        .sleep("sleep", duration)
+        .map_err(native_error)
 }
 
 /// The signal `skip(reason)` raises; the runner turns it into a `skipped` step.

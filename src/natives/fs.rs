@@ -19,7 +19,9 @@ pub mod fs_functions {
     #[rhai_fn(return_raw)]
     pub fn read_text(context: NativeCallContext, path: &str) -> Result<String, Box<EvalAltResult>> {
         let session = session(&context)?;
-        Confinement::new(&session.state.root).read_text(path).map_err(native_error)
+        Confinement::new(&session.state.root)
+            .read_text(path)
+            .map_err(native_error)
     }
 
     /// True when a file or folder exists under the repository root.
@@ -30,7 +32,9 @@ pub mod fs_functions {
     #[rhai_fn(return_raw)]
     pub fn path_exists(context: NativeCallContext, path: &str) -> Result<bool, Box<EvalAltResult>> {
         let session = session(&context)?;
-        Confinement::new(&session.state.root).exists(path).map_err(native_error)
+        Confinement::new(&session.state.root)
+            .exists(path)
+            .map_err(native_error)
     }
 
     /// Writes `text` (a string or a `Secret`) to a file under the repository root, only when the
@@ -44,7 +48,11 @@ pub mod fs_functions {
     /// });
     /// ```
     #[rhai_fn(name = "write_text", return_raw)]
-    pub fn write_text(context: NativeCallContext, path: &str, text: Dynamic) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn write_text(
+        context: NativeCallContext,
+        path: &str,
+        text: Dynamic,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
         write_text_with(context, path, text, rhai::Map::new())
     }
 
@@ -102,10 +110,17 @@ pub mod fs_functions {
         }
         let files = Confinement::new(&state.root);
         let (full, outcome) = if state.check {
-            files.plan_write(path, &content, mode).map_err(native_error)?
+            files
+                .plan_write(path, &content, mode)
+                .map_err(native_error)?
         } else {
             let full = files.resolve(path).map_err(native_error)?;
-            (full, files.write_text(path, &content, mode).map_err(native_error)?)
+            (
+                full,
+                files
+                    .write_text(path, &content, mode)
+                    .map_err(native_error)?,
+            )
         };
         let shown = files.display(&full);
         let action = match outcome {

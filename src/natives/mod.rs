@@ -34,21 +34,26 @@ pub fn native_module() -> Module {
 }
 
 /// Reads a whole-seconds-or-fractional timeout argument.
-pub(crate) fn seconds(value: &Dynamic, what: &str) -> Result<std::time::Duration, Box<EvalAltResult>> {
+pub(crate) fn seconds(
+    value: &Dynamic,
+    what: &str,
+) -> Result<std::time::Duration, Box<EvalAltResult>> {
     let seconds = if let Ok(int) = value.as_int() {
         int as f64
     } else if let Ok(float) = value.as_float() {
         float
     } else {
-        return Err(crate::engine::native_error(crate::error::NativeError::new(format!(
-            "{what} must be a number of seconds, not {}",
-            value.type_name()
-        ))));
+        return Err(crate::engine::native_error(crate::error::NativeError::new(
+            format!(
+                "{what} must be a number of seconds, not {}",
+                value.type_name()
+            ),
+        )));
     };
     if !(0.0..=86_400.0).contains(&seconds) || seconds.is_nan() {
-        return Err(crate::engine::native_error(crate::error::NativeError::new(format!(
-            "{what} must be between 0 and 86400 seconds, not {seconds}"
-        ))));
+        return Err(crate::engine::native_error(crate::error::NativeError::new(
+            format!("{what} must be between 0 and 86400 seconds, not {seconds}"),
+        )));
     }
     Ok(std::time::Duration::from_secs_f64(seconds))
 }

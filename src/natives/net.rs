@@ -20,12 +20,23 @@ pub mod net_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn tcp_probe(context: NativeCallContext, host: &str, port: i64, timeout: Dynamic) -> Result<bool, Box<EvalAltResult>> {
+    pub fn tcp_probe(
+        context: NativeCallContext,
+        host: &str,
+        port: i64,
+        timeout: Dynamic,
+    ) -> Result<bool, Box<EvalAltResult>> {
         let session = session(&context)?;
-        session.state.require_step("tcp_probe").map_err(native_error)?;
+        session
+            .state
+            .require_step("tcp_probe")
+            .map_err(native_error)?;
         let timeout = super::super::seconds(&timeout, "tcp_probe timeout")?;
-        let port = u16::try_from(port)
-            .map_err(|_| native_error(NativeError::new(format!("tcp_probe: port {port} is not between 0 and 65535"))))?;
+        let port = u16::try_from(port).map_err(|_| {
+            native_error(NativeError::new(format!(
+                "tcp_probe: port {port} is not between 0 and 65535"
+            )))
+        })?;
         net::tcp_probe(host, port, timeout).map_err(native_error)
     }
 
@@ -39,14 +50,24 @@ pub mod net_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn http_status(context: NativeCallContext, url: &str, timeout: Dynamic) -> Result<Dynamic, Box<EvalAltResult>> {
+    pub fn http_status(
+        context: NativeCallContext,
+        url: &str,
+        timeout: Dynamic,
+    ) -> Result<Dynamic, Box<EvalAltResult>> {
         let session = session(&context)?;
-        session.state.require_step("http_status").map_err(native_error)?;
+        session
+            .state
+            .require_step("http_status")
+            .map_err(native_error)?;
         let timeout = super::super::seconds(&timeout, "http_status timeout")?;
         match net::http_status(url, timeout).map_err(native_error)? {
             Ok(status) => Ok(Dynamic::from(status as i64)),
             Err(reason) => {
-                session.state.reporter.log(Level::Debug, &format!("http_status {url}: {reason}"));
+                session
+                    .state
+                    .reporter
+                    .log(Level::Debug, &format!("http_status {url}: {reason}"));
                 Ok(Dynamic::UNIT)
             }
         }

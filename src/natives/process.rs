@@ -15,7 +15,10 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
 fn text_arg(value: &Dynamic, what: &str) -> Result<(String, String), Box<EvalAltResult>> {
     if let Some(secret) = value.read_lock::<Secret>() {
-        return Ok((secret.reveal().to_string(), crate::secret::REDACTED.to_string()));
+        return Ok((
+            secret.reveal().to_string(),
+            crate::secret::REDACTED.to_string(),
+        ));
     }
     if value.is_string() || value.is_int() || value.is_float() || value.is_bool() {
         let text = value.to_string();
@@ -46,12 +49,19 @@ pub mod process_functions {
     /// });
     /// ```
     #[rhai_fn(name = "run_command", return_raw)]
-    pub fn run_command_with(context: NativeCallContext, argv: rhai::Array, options: rhai::Map) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn run_command_with(
+        context: NativeCallContext,
+        argv: rhai::Array,
+        options: rhai::Map,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("run_command").map_err(native_error)?;
         if argv.is_empty() {
-            return Err(native_error(NativeError::new("run_command: the argument list is empty").with_hint("pass the program and its arguments, e.g. [\"helm\", \"version\"]")));
+            return Err(native_error(
+                NativeError::new("run_command: the argument list is empty")
+                    .with_hint("pass the program and its arguments, e.g. [\"helm\", \"version\"]"),
+            ));
         }
         let mut plain = Vec::with_capacity(argv.len());
         let mut shown = Vec::with_capacity(argv.len());
@@ -62,20 +72,49 @@ pub mod process_functions {
         }
         let program = plain.remove(0);
         let command_line = shown.join(" ");
-        let mut spec = ProcessSpec { program, args: plain, timeout: DEFAULT_TIMEOUT, ..ProcessSpec::default() };
+        let mut spec = ProcessSpec {
+            program,
+            args: plain,
+            timeout: DEFAULT_TIMEOUT,
+            ..ProcessSpec::default()
+        };
         let mut read_only = false;
         let mut check_exit = false;
         for (key, value) in options {
             match key.as_str() {
-                "read_only" => read_only = value.as_bool().map_err(|t| native_error(NativeError::new(format!("run_command: read_only must be true or false, not {t}"))))?,
-                "check" => check_exit = value.as_bool().map_err(|t| native_error(NativeError::new(format!("run_command: check must be true or false, not {t}"))))?,
+                "read_only" => {
+                    read_only = value.as_bool().map_err(|t| {
+                        native_error(NativeError::new(format!(
+                            "run_command: read_only must be true or false, not {t}"
+                        )))
+                    })?
+                }
+                "check" => {
+                    check_exit = value.as_bool().map_err(|t| {
+                        native_error(NativeError::new(format!(
+                            "run_command: check must be true or false, not {t}"
+                        )))
+                    })?
+                }
                 "timeout" => spec.timeout = super::super::seconds(&value, "run_command timeout")?,
                 "cwd" => {
-                    let cwd = value.into_immutable_string().map_err(|t| native_error(NativeError::new(format!("run_command: cwd must be a string, not {t}"))))?;
-                    spec.cwd = Some(Confinement::new(&state.root).resolve(&cwd).map_err(native_error)?);
+                    let cwd = value.into_immutable_string().map_err(|t| {
+                        native_error(NativeError::new(format!(
+                            "run_command: cwd must be a string, not {t}"
+                        )))
+                    })?;
+                    spec.cwd = Some(
+                        Confinement::new(&state.root)
+                            .resolve(&cwd)
+                            .map_err(native_error)?,
+                    );
                 }
                 "env" => {
-                    let map = value.try_cast::<rhai::Map>().ok_or_else(|| native_error(NativeError::new("run_command: env must be a map of names to values")))?;
+                    let map = value.try_cast::<rhai::Map>().ok_or_else(|| {
+                        native_error(NativeError::new(
+                            "run_command: env must be a map of names to values",
+                        ))
+                    })?;
                     for (name, value) in map {
                         let (text, _) = text_arg(&value, &format!("env {name}"))?;
                         spec.env.push((name.to_string(), text));
@@ -92,20 +131,35 @@ pub mod process_functions {
         }
         if !read_only {
             state
-                .refuse_in_check("run_command", &format!("`{command_line}` may change things and bprun cannot tell what"))
+                .refuse_in_check(
+                    "run_command",
+                    &format!("`{command_line}` may change things and bprun cannot tell what"),
+                )
                 .map_err(native_error)?;
         }
-        state.reporter.log(Level::Debug, &format!("run: {command_line}"));
+        state
+            .reporter
+            .log(Level::Debug, &format!("run: {command_line}"));
         let output = run(&spec, state.cancel_flag()).map_err(native_error)?;
         if !read_only {
             state.record_change("run", &format!("`{command_line}`"));
         }
         if check_exit && output.code != 0 {
-            let tail: Vec<&str> = output.stderr.lines().rev().take(5).collect::<Vec<_>>().into_iter().rev().collect();
+            let tail: Vec<&str> = output
+                .stderr
+                .lines()
+                .rev()
+                .take(5)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect();
             return Err(native_error(
                 NativeError::new(format!("`{command_line}` exited with code {}", output.code))
                     .caused_by(tail.join("\n"))
-                    .with_hint("the program's stderr is shown above; run it by hand to investigate"),
+                    .with_hint(
+                        "the program's stderr is shown above; run it by hand to investigate",
+                    ),
             ));
         }
         let mut result = rhai::Map::new();
@@ -124,7 +178,10 @@ pub mod process_functions {
     /// });
     /// ```
     #[rhai_fn(name = "run_command", return_raw)]
-    pub fn run_command(context: NativeCallContext, argv: rhai::Array) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn run_command(
+        context: NativeCallContext,
+        argv: rhai::Array,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
         run_command_with(context, argv, rhai::Map::new())
     }
 }

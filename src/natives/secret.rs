@@ -2,7 +2,6 @@
 
 use rhai::plugin::*;
 
-
 #[export_module]
 pub mod secret_functions {
     /// A secret value: a token, password or key.
@@ -125,7 +124,11 @@ pub mod secret_functions {
     /// ```
     #[rhai_fn(get = "hint", pure)]
     pub fn error_hint(error: &mut NativeError) -> Dynamic {
-        error.hint.clone().map(Dynamic::from).unwrap_or(Dynamic::UNIT)
+        error
+            .hint
+            .clone()
+            .map(Dynamic::from)
+            .unwrap_or(Dynamic::UNIT)
     }
 
     /// The error's headline.

@@ -9,6 +9,8 @@ use crate::engine::{StepDecl, lock, native_error, session};
 use crate::error::NativeError;
 use crate::state::Phase;
 
+type ItemResult = Result<Dynamic, Box<EvalAltResult>>;
+
 /// The default bound of `parallel(items, body)`.
 pub const DEFAULT_PARALLEL_LIMIT: i64 = 4;
 
@@ -19,7 +21,11 @@ fn item_label(item: &Dynamic) -> String {
         return name.to_string();
     }
     let text = item.to_string();
-    if text.chars().count() > 40 { format!("{}...", text.chars().take(40).collect::<String>()) } else { text }
+    if text.chars().count() > 40 {
+        format!("{}...", text.chars().take(40).collect::<String>())
+    } else {
+        text
+    }
 }
 
 #[export_module]
@@ -37,7 +43,11 @@ pub mod step_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn step(context: NativeCallContext, name: &str, body: FnPtr) -> Result<(), Box<EvalAltResult>> {
+    pub fn step(
+        context: NativeCallContext,
+        name: &str,
+        body: FnPtr,
+    ) -> Result<(), Box<EvalAltResult>> {
         let session = session(&context)?;
         if session.state.phase() == Phase::Running {
             return Err(native_error(
@@ -46,13 +56,17 @@ pub mod step_functions {
             ));
         }
         if name.trim().is_empty() {
-            return Err(native_error(NativeError::new("a step needs a name").with_hint("step(\"Ensure group\", || { ... })")));
+            return Err(native_error(
+                NativeError::new("a step needs a name")
+                    .with_hint("step(\"Ensure group\", || { ... })"),
+            ));
         }
         let mut steps = lock(&session.steps);
         if steps.iter().any(|existing| existing.name == name) {
             return Err(native_error(
-                NativeError::new(format!("step \"{name}\" is declared twice"))
-                    .with_hint("step names select steps on the command line, so each must be unique"),
+                NativeError::new(format!("step \"{name}\" is declared twice")).with_hint(
+                    "step names select steps on the command line, so each must be unique",
+                ),
             ));
         }
         steps.push(StepDecl {
@@ -73,21 +87,30 @@ pub mod step_functions {
     /// assert_eq(squares, [1, 4, 9]);
     /// ```
     #[rhai_fn(name = "parallel", return_raw)]
-    pub fn parallel_with_limit(context: NativeCallContext, items: rhai::Array, body: FnPtr, limit: i64) -> Result<rhai::Array, Box<EvalAltResult>> {
+    pub fn parallel_with_limit(
+        context: NativeCallContext,
+        items: rhai::Array,
+        body: FnPtr,
+        limit: i64,
+    ) -> Result<rhai::Array, Box<EvalAltResult>> {
         if limit < 1 {
-            return Err(native_error(NativeError::new(format!("parallel: limit must be at least 1, not {limit}"))));
+            return Err(native_error(NativeError::new(format!(
+                "parallel: limit must be at least 1, not {limit}"
+            ))));
         }
         let session = session(&context)?;
         let workers = (limit as usize).min(items.len()).max(1);
         let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<Result<Dynamic, Box<EvalAltResult>>>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+        let results: Mutex<Vec<Option<ItemResult>>> =
+            Mutex::new((0..items.len()).map(|_| None).collect());
         let engine = context.engine();
         std::thread::scope(|scope| {
             for _ in 0..workers {
                 // Volatile Rhai API (see reference/rhai-notes.md): kept in this one place.
                 #[allow(deprecated)]
                 let store = context.store_data();
-                let (items, body, next, results, session) = (&items, &body, &next, &results, &session);
+                let (items, body, next, results, session) =
+                    (&items, &body, &next, &results, &session);
                 scope.spawn(move || {
                     #[allow(deprecated)]
                     let worker_context = store.create_context(engine);
@@ -100,14 +123,19 @@ pub mod step_functions {
                             Err(native_error(NativeError::new("parallel: interrupted")))
                         } else {
                             #[allow(deprecated)]
-                            body.call_within_context::<Dynamic>(&worker_context, (items[index].clone(),))
+                            body.call_within_context::<Dynamic>(
+                                &worker_context,
+                                (items[index].clone(),),
+                            )
                         };
                         lock(results)[index] = Some(outcome);
                     }
                 });
             }
         });
-        let results = results.into_inner().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let results = results
+            .into_inner()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut values = rhai::Array::with_capacity(items.len());
         let mut failures = Vec::new();
         for (index, outcome) in results.into_iter().enumerate() {
@@ -117,19 +145,34 @@ pub mod step_functions {
                     if matches!(*error, EvalAltResult::ErrorTerminated(..)) {
                         return Err(error);
                     }
-                    failures.push(format!("item {} ({}): {}", index + 1, item_label(&items[index]), crate::diagnostics::headline(&error)));
+                    failures.push(format!(
+                        "item {} ({}): {}",
+                        index + 1,
+                        item_label(&items[index]),
+                        crate::diagnostics::headline(&error)
+                    ));
                 }
-                None => failures.push(format!("item {} ({}): did not run", index + 1, item_label(&items[index]))),
+                None => failures.push(format!(
+                    "item {} ({}): did not run",
+                    index + 1,
+                    item_label(&items[index])
+                )),
             }
         }
         if failures.is_empty() {
             return Ok(values);
         }
-        let mut error = NativeError::new(format!("parallel: {} of {} items failed", failures.len(), items.len()));
+        let mut error = NativeError::new(format!(
+            "parallel: {} of {} items failed",
+            failures.len(),
+            items.len()
+        ));
         for failure in failures {
             error = error.caused_by(failure);
         }
-        Err(native_error(error.with_hint("each failed item is listed above; the others finished")))
+        Err(native_error(error.with_hint(
+            "each failed item is listed above; the others finished",
+        )))
     }
 
     /// `parallel(items, body, 4)`.
@@ -138,7 +181,11 @@ pub mod step_functions {
     /// let names = parallel(["a", "b"], |s| s + "!");
     /// ```
     #[rhai_fn(name = "parallel", return_raw)]
-    pub fn parallel(context: NativeCallContext, items: rhai::Array, body: FnPtr) -> Result<rhai::Array, Box<EvalAltResult>> {
+    pub fn parallel(
+        context: NativeCallContext,
+        items: rhai::Array,
+        body: FnPtr,
+    ) -> Result<rhai::Array, Box<EvalAltResult>> {
         parallel_with_limit(context, items, body, DEFAULT_PARALLEL_LIMIT)
     }
 }

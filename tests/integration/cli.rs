@@ -1,0 +1,139 @@
+//! The helper commands and the documentation the natives carry.
+
+use crate::support::Test;
+
+#[test]
+fn functions_lists_signatures_and_first_doc_lines() {
+    let test = Test::new();
+    let output = test.run(&["functions", "write_text"]);
+    output.expect(
+        0,
+        "write_text(path: string, text: ?) -> map\n\
+         \x20   Writes `text` (a string or a `Secret`) to a file under the repository root, only when the\n\
+         write_text(path: string, text: ?, options: map) -> map\n\
+         \x20   Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).\n",
+        "",
+    );
+    let all = test.run(&["functions"]);
+    all.expect_code(0);
+    for name in [
+        "step(",
+        "parallel(",
+        "secret(",
+        "info(",
+        "env(",
+        "sha256(",
+        "tcp_probe(",
+        "http_status(",
+        "run_command(",
+        "yaml_parse(",
+    ] {
+        assert!(
+            all.stdout.contains(name),
+            "bprun functions does not list {name}"
+        );
+    }
+    assert!(
+        !all.stdout.contains("bprun_run_declared_steps"),
+        "internal native listed"
+    );
+}
+
+#[test]
+fn every_native_has_docs_with_a_rhai_example_that_compiles() {
+    let docs = bprun::cli::function_docs();
+    assert!(docs.len() > 25, "only {} natives documented", docs.len());
+    let mut engine = rhai::Engine::new();
+    bprun::natives::register_all(&mut engine);
+    engine.set_strict_variables(true);
+    for doc in &docs {
+        assert!(
+            !doc.summary().is_empty(),
+            "{} has no doc comment",
+            doc.signature
+        );
+        let examples = doc.examples();
+        assert!(
+            !examples.is_empty() || doc.name == "to_string",
+            "{} has no ```rhai example",
+            doc.signature
+        );
+        for example in examples {
+            if let Err(error) = engine.compile(&example) {
+                panic!(
+                    "the example of {} does not compile: {error}\n{example}",
+                    doc.signature
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn defs_writes_editor_definition_files() {
+    let test = Test::new();
+    test.run(&["defs", "defs-out"])
+        .expect(0, "wrote Rhai definitions to defs-out\n", "");
+    let mut text = String::new();
+    for entry in std::fs::read_dir(test.join("defs-out"))
+        .expect("defs dir")
+        .flatten()
+    {
+        text.push_str(&std::fs::read_to_string(entry.path()).expect("def file"));
+    }
+    assert!(text.contains("fn write_text("), "{text}");
+    assert!(
+        text.contains("Writes `text`"),
+        "docs missing from definitions"
+    );
+}
+
+#[test]
+fn completions_are_generated_for_a_shell() {
+    let test = Test::new();
+    let output = test.run(&["completions", "bash"]);
+    output.expect_code(0);
+    assert!(
+        output.stdout.contains("_bprun()"),
+        "{}",
+        &output.stdout[..200.min(output.stdout.len())]
+    );
+    assert!(output.stdout.contains("--resume"));
+}
+
+#[test]
+fn reserved_commands_say_they_are_not_built_yet() {
+    let test = Test::new();
+    test.run(&["repl"]).expect(
+        2,
+        "",
+        "error: `bprun repl` is reserved for the interactive REPL, which is not built yet\n  hint: see the open issues; run a script with `bprun SCRIPT`\n",
+    );
+}
+
+#[test]
+fn an_unknown_runner_option_is_a_usage_error() {
+    let test = Test::new().script("print(1);\n");
+    let output = test.run(&["--chek", "scripts/test.rhai"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("unexpected argument '--chek'"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn the_phase3_script_lists_its_six_steps() {
+    let repository = env!("CARGO_MANIFEST_DIR");
+    let output = std::process::Command::new(crate::support::BPRUN)
+        .args(["--list", "scripts/phase3.rhai"])
+        .current_dir(repository)
+        .output()
+        .expect("run bprun");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout),
+        "scripts/phase3.rhai: 6 steps\n[1/6] Pre-flight\n[2/6] Mint PAT\n[3/6] Seed glab auth\n[4/6] Ensure group\n[5/6] Provision projects\n[6/6] Smoke test\n"
+    );
+    assert_eq!(output.status.code(), Some(0));
+}

@@ -1,0 +1,239 @@
+//! Bad input gives a clear error with a location, a hint and a named exit code, and changes nothing.
+
+use crate::support::Test;
+
+#[test]
+fn a_syntax_error_shows_the_line_with_a_caret_and_exits_3() {
+    let test = Test::new()
+        .script("step(\"A\", || {\n    let x = 1\n    write_text(\"out\", \"x\");\n});\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        "error: scripts/test.rhai does not compile\n\
+         \x20 × syntax error: Expecting ';' to terminate this statement\n\
+         \x20  ╭─[scripts/test.rhai:3:5]\n\
+         \x202 │     let x = 1\n\
+         \x203 │     write_text(\"out\", \"x\");\n\
+         \x20  ·     ─────┬────\n\
+         \x20  ·          ╰── here\n\
+         \x204 │ });\n\
+         \x20  ╰────\n\
+         \x20 hint: check the syntax at this position; Rhai statements end with `;`\n",
+    );
+    assert!(!test.join("out").exists());
+}
+
+#[test]
+fn an_undeclared_variable_is_caught_before_anything_runs() {
+    let test = Test::new()
+        .script("step(\"A\", || { write_text(\"out\", \"x\"); });\nprint(undeclared);\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        "error: scripts/test.rhai does not compile\n\
+         \x20 × unknown variable `undeclared`\n\
+         \x20  ╭─[scripts/test.rhai:2:7]\n\
+         \x201 │ step(\"A\", || { write_text(\"out\", \"x\"); });\n\
+         \x202 │ print(undeclared);\n\
+         \x20  ·       ─────┬────\n\
+         \x20  ·            ╰── here\n\
+         \x20  ╰────\n\
+         \x20 hint: variables are strict: declare them with `let` before use (script arguments are in `args`)\n",
+    );
+    assert!(!test.join("out").exists());
+}
+
+#[test]
+fn an_unknown_function_names_the_closest_native() {
+    let test = Test::new().script("step(\"Write\", || {\n    writ_text(\"out\", \"x\");\n});\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert_eq!(
+        output.stderr,
+        "error: step \"Write\" failed\n\
+         \x20 × unknown function: writ_text (string, string)\n\
+         \x20  ╭─[scripts/test.rhai:2:5]\n\
+         \x201 │ step(\"Write\", || {\n\
+         \x202 │     writ_text(\"out\", \"x\");\n\
+         \x20  ·     ────┬────\n\
+         \x20  ·         ╰── no such function\n\
+         \x203 │ });\n\
+         \x20  ╰────\n\
+         \x20 hint: did you mean `write_text`? `bprun functions` lists every native with its arguments\n\
+         re-run with --resume to continue from here\n"
+    );
+}
+
+#[test]
+fn an_error_inside_a_module_function_shows_the_call_chain() {
+    let test = Test::new()
+        .file("scripts/lib/helpers.rhai", "fn write_outside() {\n    write_text(\"/etc/bprun-test\", \"x\")\n}\nfn outer() { write_outside() }\n")
+        .script("import \"lib/helpers\" as helpers;\nstep(\"Escape\", || {\n    helpers::outer();\n});\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    let root = test.path().canonicalize().expect("root");
+    assert_eq!(
+        output.stderr,
+        format!(
+            "error: step \"Escape\" failed\n\
+             \x20 × path /etc/bprun-test is outside the repository root {}\n\
+             \x20  ╭─[scripts/lib/helpers.rhai:2:5]\n\
+             \x201 │ fn write_outside() {{\n\
+             \x202 │     write_text(\"/etc/bprun-test\", \"x\")\n\
+             \x20  ·     ─────┬────\n\
+             \x20  ·          ╰── failed here\n\
+             \x203 │ }}\n\
+             \x20  ╰────\n\
+             \x20 in fn outer() called at scripts/test.rhai:3:14\n\
+             \x20 in fn write_outside() called at scripts/lib/helpers.rhai:4:14\n\
+             \x20 hint: file natives only reach files under the repository root; use a relative path such as infra/secrets/x.json\n\
+             re-run with --resume to continue from here\n",
+            root.display()
+        )
+    );
+}
+
+#[test]
+fn exceeding_the_operation_limit_stops_the_script() {
+    let test = Test::new()
+        .script("let n = 0;\nloop { n += 1; }\n")
+        .env("BPRUN_MAX_OPERATIONS", "10000");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        "error: the top level of scripts/test.rhai failed\n\
+         \x20 × the script exceeded its operation limit\n\
+         \x20  ╭─[scripts/test.rhai:2:13]\n\
+         \x201 │ let n = 0;\n\
+         \x202 │ loop { n += 1; }\n\
+         \x20  ·             ┬\n\
+         \x20  ·             ╰── limit reached here\n\
+         \x20  ╰────\n\
+         \x20 hint: is there an endless loop? BPRUN_MAX_OPERATIONS raises the limit for genuinely large work\n",
+    );
+}
+
+#[test]
+fn the_default_operation_limit_stops_an_endless_loop() {
+    let test = Test::new().script("loop { }\n");
+    test.run(&["scripts/test.rhai"]).expect_code(3);
+}
+
+#[test]
+fn imports_outside_the_script_folder_are_refused() {
+    let test = Test::new()
+        .file("secrets.rhai", "fn leak() { 1 }\n")
+        .script("import \"../secrets\" as s;\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        "error: the top level of scripts/test.rhai failed\n\
+         \x20 × import \"../secrets\" is outside the script folder scripts\n\
+         \x20  ╭─[scripts/test.rhai:1:8]\n\
+         \x201 │ import \"../secrets\" as s;\n\
+         \x20  ·        ┬\n\
+         \x20  ·        ╰── failed here\n\
+         \x20  ╰────\n\
+         \x20 hint: imports resolve under the script's folder only; put shared modules in scripts/lib/\n",
+    );
+}
+
+#[test]
+fn a_symlink_cannot_smuggle_an_import_out() {
+    let test = Test::new()
+        .file("outside/evil.rhai", "fn x() { 1 }\n")
+        .script("import \"lib/evil\" as e;\n");
+    std::fs::create_dir_all(test.join("scripts/lib")).expect("mkdir");
+    std::os::unix::fs::symlink(
+        test.join("outside/evil.rhai"),
+        test.join("scripts/lib/evil.rhai"),
+    )
+    .expect("symlink");
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("× import \"lib/evil\" leads outside the script folder scripts"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn eval_is_disabled() {
+    let test = Test::new().script("eval(\"1 + 1\");\n");
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output.stderr.contains("does not compile"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn remote_and_mutating_natives_are_refused_at_the_top_level() {
+    let test = Test::new().script("write_text(\"out\", \"x\");\n");
+    let output = test.run(&["--list", "scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("× write_text was called at the top level of the script"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("hint: the top level only declares steps (so --list never touches anything); move this call into a step(\"...\", || { ... }) body"), "{}", output.stderr);
+    assert!(!test.join("out").exists());
+    for call in [
+        "tcp_probe(\"127.0.0.1\", 9, 1)",
+        "http_status(\"http://127.0.0.1:9/\", 1)",
+        "run_command([\"true\"])",
+    ] {
+        let test = Test::new().script(&format!("{call};\n"));
+        let output = test.run(&["--list", "scripts/test.rhai"]);
+        output.expect_code(3);
+        assert!(
+            output
+                .stderr
+                .contains("was called at the top level of the script"),
+            "{call}: {}",
+            output.stderr
+        );
+    }
+}
+
+#[test]
+fn a_missing_script_is_a_usage_error() {
+    let test = Test::new();
+    test.run(&["scripts/nope.rhai"]).expect(
+        2,
+        "",
+        "error: script scripts/nope.rhai not found\n  hint: give the path of a .rhai file, e.g. scripts/phase3.rhai\n",
+    );
+}
+
+#[test]
+fn a_bad_script_argument_is_a_usage_error() {
+    let test = Test::new().script("print(1);\n");
+    test.run(&["scripts/test.rhai", "--=x"]).expect(
+        2,
+        "",
+        "error: invalid script argument `--=x`\n  hint: script arguments look like --name value, --name=value or a bare --flag\n",
+    );
+}
+
+#[test]
+fn a_corrupt_journal_is_reported_with_a_hint() {
+    let test = Test::new()
+        .script("step(\"A\", || {});\n")
+        .file(".bprun/journal/test.json", "{not json");
+    let output = test.run(&["--resume", "scripts/test.rhai"]);
+    output.expect_code(2);
+    assert!(
+        output.stderr.contains("the journal") && output.stderr.contains("hint: delete"),
+        "{}",
+        output.stderr
+    );
+}

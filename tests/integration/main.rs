@@ -1,0 +1,10 @@
+//! The one integration test binary: the real `bprun` binary, run in temporary repositories.
+
+mod support;
+
+mod cli;
+mod diagnostics;
+mod natives;
+mod runner;
+mod scripts;
+mod secrets;

@@ -1,0 +1,474 @@
+//! Steps, selection, resume, check mode, the journal, timings and JSON events.
+
+use crate::support::Test;
+
+const THREE_STEPS: &str = r#"
+step("Write config", || {
+    write_text("out/config.txt", "v1\n");
+});
+step("Say hello", || {
+    info("hello");
+});
+step("Maybe fail", || {
+    if args.fail == true { throw "asked to fail"; }
+});
+"#;
+
+#[test]
+fn list_prints_the_plan_without_running_any_step() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        0,
+        "scripts/test.rhai: 3 steps\n[1/3] Write config\n[2/3] Say hello\n[3/3] Maybe fail\n",
+        "",
+    );
+    assert!(!test.join("out").exists(), "--list ran a step body");
+    assert!(!test.join(".bprun").exists(), "--list wrote a journal");
+}
+
+#[test]
+fn list_marks_the_steps_a_selection_leaves_out() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&[
+        "--list",
+        "--skip",
+        "Say hello",
+        "--from",
+        "Say hello",
+        "scripts/test.rhai",
+    ])
+    .expect(
+        0,
+        "scripts/test.rhai: 3 steps\n\
+             [1/3] Write config (skipped: before --from)\n\
+             [2/3] Say hello (skipped: --skip)\n\
+             [3/3] Maybe fail\n",
+        "",
+    );
+}
+
+#[test]
+fn a_run_reports_each_step_and_a_recap() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "[1/3] Write config ...\n    ~ create file out/config.txt\n\
+         [1/3] Write config ... changed (#.## s)\n\
+         [2/3] Say hello ...\n    hello\n\
+         [2/3] Say hello ... ok (#.## s)\n\
+         [3/3] Maybe fail ... ok (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step          status            changes       time\n\
+         \x20 1  Write config  changed                 1     #.## s\n\
+         \x20 2  Say hello     ok                      0     #.## s\n\
+         \x20 3  Maybe fail    ok                      0     #.## s\n\
+         3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        "",
+    );
+    assert_eq!(test.read("out/config.txt"), "v1\n");
+    // The second run changes nothing and says so.
+    let second = test.run(&["-q", "scripts/test.rhai"]);
+    second.expect_code(0);
+    assert!(
+        second.stdout.contains("[1/3] Write config ... ok (#.## s)"),
+        "{}",
+        second.stdout
+    );
+    assert!(
+        second.stdout.contains("3 steps: 3 ok, 0 changed"),
+        "{}",
+        second.stdout
+    );
+}
+
+#[test]
+fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
+    let test = Test::new().script(THREE_STEPS);
+    for flag in ["--only", "--skip", "--from"] {
+        test.run(&[flag, "Ensure grup", "scripts/test.rhai"]).expect(
+            2,
+            "",
+            &format!(
+                "error: unknown step \"Ensure grup\" in {flag}\n  hint: valid steps: \"Write config\", \"Say hello\", \"Maybe fail\"\n"
+            ),
+        );
+    }
+    assert!(!test.join("out").exists(), "a usage error ran a step");
+}
+
+#[test]
+fn only_and_skip_select_steps() {
+    let test = Test::new().script(THREE_STEPS);
+    let output = test.run(&[
+        "-q",
+        "--only",
+        "Say hello",
+        "--only",
+        "Maybe fail",
+        "scripts/test.rhai",
+    ]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with(
+        "[1/3] Write config ... skipped (not selected by --only)\n[2/3] Say hello ... ok (#.## s)\n[3/3] Maybe fail ... ok (#.## s)\n"
+    ), "{}", output.stdout);
+    assert!(!test.join("out").exists());
+    let output = test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"]);
+    assert!(
+        output
+            .stdout
+            .contains("[2/3] Say hello ... skipped (--skip)\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(test.join("out/config.txt").exists());
+}
+
+#[test]
+fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&["-q", "scripts/test.rhai", "--fail"]).expect(
+        1,
+        "[1/3] Write config ... changed (#.## s)\n\
+         [2/3] Say hello ... ok (#.## s)\n\
+         [3/3] Maybe fail ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step          status            changes       time\n\
+         \x20 1  Write config  changed                 1     #.## s\n\
+         \x20 2  Say hello     ok                      0     #.## s\n\
+         \x20 3  Maybe fail    failed                  0     #.## s\n\
+         3 steps: 1 ok, 1 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Maybe fail\" failed\n\
+         \x20 × asked to fail\n\
+         \x20   ╭─[scripts/test.rhai:9:28]\n\
+         \x20 8 │ step(\"Maybe fail\", || {\n\
+         \x20 9 │     if args.fail == true { throw \"asked to fail\"; }\n\
+         \x20   ·                            ──┬──\n\
+         \x20   ·                              ╰── thrown here\n\
+         \x2010 │ });\n\
+         \x20   ╰────\n\
+         re-run with --resume to continue from here\n",
+    );
+    let journal = test.read(".bprun/journal/test.json");
+    assert!(journal.contains("\"status\": \"failed\""), "{journal}");
+    assert!(
+        journal.contains("\"error\": \"asked to fail\""),
+        "{journal}"
+    );
+
+    test.run(&["-q", "--resume", "scripts/test.rhai"]).expect(
+        0,
+        "resuming at step 3 \"Maybe fail\" (run of <time>)\n\
+         [1/3] Write config ... skipped (done in the last run)\n\
+         [2/3] Say hello ... skipped (done in the last run)\n\
+         [3/3] Maybe fail ... ok (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step          status            changes       time\n\
+         \x20 1  Write config  skipped                 0          -\n\
+         \x20 2  Say hello     skipped                 0          -\n\
+         \x20 3  Maybe fail    ok                      0     #.## s\n\
+         3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s\n",
+        "",
+    );
+    // Nothing is left to resume.
+    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .starts_with("nothing to resume: every step finished in the run of <time>\n"),
+        "{}",
+        output.stdout
+    );
+}
+
+#[test]
+fn resume_without_a_journal_starts_at_the_first_step() {
+    let test = Test::new().script(THREE_STEPS);
+    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with("no previous run to resume; starting from the first step\n[1/3] Write config ... changed"), "{}", output.stdout);
+}
+
+#[test]
+fn from_and_resume_together_are_refused() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&["--from", "Say hello", "--resume", "scripts/test.rhai"])
+        .expect(
+            2,
+            "",
+            "error: --from and --resume both choose where to start\n  hint: use one of them\n",
+        );
+}
+
+#[test]
+fn check_mode_reports_would_change_and_mutates_nothing() {
+    let test = Test::new().script(THREE_STEPS);
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(output.stdout.starts_with(
+        "check mode: nothing will be changed\n[1/3] Write config ...\n    ~ would create file out/config.txt\n[1/3] Write config ... changed (#.## s)\n"
+    ), "{}", output.stdout);
+    assert!(output.stdout.contains("Recap of scripts/test.rhai (check mode)\n  #  step          status       would change       time\n"), "{}", output.stdout);
+    assert!(!test.join("out").exists(), "check mode wrote a file");
+    // A check run does not count for --resume.
+    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
+    assert!(
+        output.stdout.starts_with("no previous run to resume"),
+        "{}",
+        output.stdout
+    );
+}
+
+#[test]
+fn a_native_that_cannot_honour_check_mode_refuses() {
+    let test = Test::new().script(
+        r#"step("Touch", || {
+    run_command(["touch", "out.txt"]);
+});
+"#,
+    );
+    test.run(&["-q", "--check", "scripts/test.rhai"]).expect(
+        1,
+        "check mode: nothing will be changed\n\
+         [1/1] Touch ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai (check mode)\n\
+         \x20 #  step   status       would change       time\n\
+         \x20 1  Touch  failed                  0     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Touch\" failed\n\
+         \x20 × run_command cannot run in check mode: `touch out.txt` may change things and bprun cannot tell what\n\
+         \x20  ╭─[scripts/test.rhai:2:5]\n\
+         \x201 │ step(\"Touch\", || {\n\
+         \x202 │     run_command([\"touch\", \"out.txt\"]);\n\
+         \x20  ·     ─────┬─────\n\
+         \x20  ·          ╰── failed here\n\
+         \x203 │ });\n\
+         \x20  ╰────\n\
+         \x20 hint: run without --check, or guard the call with `if !check_mode() { ... }`\n\
+         re-run with --resume to continue from here\n",
+    );
+    assert!(!test.join("out.txt").exists());
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    assert!(test.join("out.txt").exists());
+}
+
+#[test]
+fn skip_ends_a_step_as_skipped_and_counts_as_done() {
+    let test = Test::new().script(
+        r#"step("Nothing to do", || { skip("already there"); throw "not reached"; });
+step("Next", || {});
+"#,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output.stdout.starts_with(
+            "[1/2] Nothing to do ... skipped: already there (#.## s)\n[2/2] Next ... ok (#.## s)\n"
+        ),
+        "{}",
+        output.stdout
+    );
+}
+
+#[test]
+fn json_events_describe_the_run_one_object_per_line() {
+    let test = Test::new().script(THREE_STEPS);
+    let output = test.run(&["--json", "scripts/test.rhai", "--fail"]);
+    output.expect_code(1);
+    let events: Vec<serde_json::Value> = output
+        .raw_stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}")))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run_start",
+            "step_start",
+            "change",
+            "step_end",
+            "step_start",
+            "log",
+            "step_end",
+            "step_start",
+            "step_end",
+            "error",
+            "run_end"
+        ]
+    );
+    assert_eq!(events[2]["resource"], "file out/config.txt");
+    assert_eq!(events[3]["status"], "changed");
+    assert_eq!(events[8]["status"], "failed");
+    assert_eq!(events[8]["error"], "asked to fail");
+    assert_eq!(events[10]["outcome"], "step-failed");
+    assert_eq!(events[10]["exit_code"], 1);
+}
+
+#[test]
+fn timings_print_the_last_run_compared_with_the_one_before() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&["--timings", "scripts/test.rhai"]).expect(
+        0,
+        "no recorded run of scripts/test.rhai yet\n",
+        "",
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["--timings", "scripts/test.rhai"]).expect(
+        0,
+        "Last run of scripts/test.rhai: <time> (success, #.## s)\n\
+         previous: <time> (success, #.## s)\n\
+         \x20 #  step          status            changes       time  previous\n\
+         \x20 1  Write config  ok                      0     #.## s    #.## s\n\
+         \x20 2  Say hello     ok                      0     #.## s    #.## s\n\
+         \x20 3  Maybe fail    ok                      0     #.## s    #.## s\n",
+        "",
+    );
+}
+
+#[test]
+fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
+    let test = Test::new().script(THREE_STEPS);
+    for _ in 0..22 {
+        test.run(&["-q", "--only", "Say hello", "scripts/test.rhai"])
+            .expect_code(0);
+    }
+    let journal: serde_json::Value =
+        serde_json::from_str(&test.read(".bprun/journal/test.json")).expect("journal JSON");
+    assert_eq!(journal["runs"].as_array().map(Vec::len), Some(20));
+    assert_eq!(test.read(".bprun/.gitignore"), "*\n");
+}
+
+#[test]
+fn step_names_must_be_unique() {
+    let test = Test::new().script("step(\"A\", || {});\nstep(\"A\", || {});\n");
+    let output = test.run(&["--list", "scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output.stderr.contains("× step \"A\" is declared twice"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("scripts/test.rhai:2:1"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn script_arguments_reach_the_script_as_args() {
+    let test = Test::new().script(
+        r#"assert_eq(args.app, "guestbook");
+assert_eq(args.destroy, true);
+assert_eq(args.tag, ["a", "b"]);
+assert_eq(args.no_overwrite_ci, true);
+assert_eq(args.positional, ["extra"]);
+print("args ok");
+"#,
+    );
+    test.run(&[
+        "scripts/test.rhai",
+        "extra",
+        "--app",
+        "guestbook",
+        "--destroy",
+        "--tag",
+        "a",
+        "--tag=b",
+        "--no-overwrite-ci",
+    ])
+    .expect(0, "args ok\n", "");
+    // A value after a bare flag would be taken as its value; `--` ends the flags.
+    test.run(&[
+        "run",
+        "scripts/test.rhai",
+        "--app",
+        "guestbook",
+        "--destroy",
+        "--tag",
+        "a",
+        "--tag",
+        "b",
+        "--no-overwrite-ci",
+        "--",
+        "extra",
+    ])
+    .expect(0, "args ok\n", "");
+}
+
+/// Each item waits for a file the other writes: they can only both finish when they run at the
+/// same time, so this proves concurrency (and, with a bound of 1, the bound) without timing.
+const RENDEZVOUS: &str = r#"
+fn meet(mine, theirs) {
+    write_text(mine, "here");
+    let waited = timestamp();
+    while !path_exists(theirs) {
+        if waited.elapsed > 5.0 { throw `${theirs} never appeared` }
+        sleep(0.02);
+    }
+    mine
+}
+step("Meet", || {
+    let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
+    let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
+    assert_eq(results, ["out/a", "out/b"]);
+});
+"#;
+
+#[test]
+fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
+    let test = Test::new().script(RENDEZVOUS);
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+}
+
+#[test]
+fn parallel_honours_its_bound() {
+    let test = Test::new().script(RENDEZVOUS);
+    let output = test.run(&["-q", "scripts/test.rhai", "--limit", "1"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("  × parallel: 1 of 2 items failed\n"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output
+            .stderr
+            .contains("  caused by: item 1 ([\"out/a\", \"out/b\"]): out/b never appeared\n"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn parallel_reports_every_failure() {
+    let test = Test::new().script(
+        r#"step("Fan out", || {
+    parallel([#{name: "shared-code"}, #{name: "guestbook"}, #{name: "redis"}], |app| {
+        if app.name != "shared-code" { throw `${app.name} broke` }
+    }, 2);
+});
+"#,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("  × parallel: 2 of 3 items failed\n"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n"), "{}", output.stderr);
+}
