@@ -137,3 +137,16 @@ fn the_phase3_script_lists_its_six_steps() {
     );
     assert_eq!(output.status.code(), Some(0));
 }
+
+#[test]
+fn the_readme_lists_every_exit_code() {
+    let readme = std::fs::read_to_string(format!("{}/README.md", env!("CARGO_MANIFEST_DIR")))
+        .expect("README.md");
+    for code in bprun::error::ExitCode::ALL {
+        let row = format!("| {} | {} | {} |", code.code(), code.name(), code.meaning());
+        assert!(
+            readme.contains(&row),
+            "README.md lacks the exit code row: {row}"
+        );
+    }
+}
