@@ -147,6 +147,18 @@ impl Reporter {
         }
     }
 
+    /// `--list --json`: the plan as one event (human output prints it line by line).
+    pub fn plan(&self, script: &str, steps: &[(String, Option<String>)]) {
+        if self.format == Format::Json {
+            let steps: Vec<Value> = steps
+                .iter()
+                .enumerate()
+                .map(|(index, (name, skip))| json!({"index": index + 1, "name": name, "skipped": skip}))
+                .collect();
+            self.event(json!({"event": "plan", "script": script, "steps": steps}));
+        }
+    }
+
     pub fn run_start(&self, script: &str, check: bool, steps: usize) {
         if self.format == Format::Json {
             self.event(

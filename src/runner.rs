@@ -439,16 +439,22 @@ fn run_steps(
     let total = steps.len();
 
     if options.list {
+        let plan: Vec<(String, Option<String>)> = steps
+            .iter()
+            .enumerate()
+            .map(|(index, step)| {
+                let skip = selection.reason_to_skip(index, &step.name);
+                (step.name.clone(), skip.map(|(reason, _)| reason))
+            })
+            .collect();
+        reporter.plan(display, &plan);
         let noun = if total == 1 { "step" } else { "steps" };
         reporter.line(&format!("{display}: {total} {noun}"));
         if let Some(note) = &note {
             reporter.line(note);
         }
-        for (index, step) in steps.iter().enumerate() {
-            let skip = selection
-                .reason_to_skip(index, &step.name)
-                .map(|(reason, _)| reason);
-            reporter.line(&plan_line(index + 1, total, &step.name, skip.as_deref()));
+        for (index, (name, skip)) in plan.iter().enumerate() {
+            reporter.line(&plan_line(index + 1, total, name, skip.as_deref()));
         }
         return Ok(ExitCode::Success);
     }

@@ -27,6 +27,26 @@ fn list_prints_the_plan_without_running_any_step() {
 }
 
 #[test]
+fn list_in_json_is_one_plan_event() {
+    let test = Test::new().script(THREE_STEPS);
+    test.run(&[
+        "--list",
+        "--json",
+        "--skip",
+        "Say hello",
+        "scripts/test.rhai",
+    ])
+    .expect(
+        0,
+        "{\"event\":\"plan\",\"script\":\"scripts/test.rhai\",\"steps\":[\
+         {\"index\":1,\"name\":\"Write config\",\"skipped\":null},\
+         {\"index\":2,\"name\":\"Say hello\",\"skipped\":\"--skip\"},\
+         {\"index\":3,\"name\":\"Maybe fail\",\"skipped\":null}]}\n",
+        "",
+    );
+}
+
+#[test]
 fn list_marks_the_steps_a_selection_leaves_out() {
     let test = Test::new().script(THREE_STEPS);
     test.run(&[
