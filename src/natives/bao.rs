@@ -1,0 +1,646 @@
+//! OpenBao natives: status, init, unseal, seal, KV v2 mounts and secrets, policies.
+//!
+//! Path convention: `gitlab/bootstrap/admin_token` is KV v2 mount `secret`, path
+//! `gitlab/bootstrap/admin_token`; `kv:apps/x` addresses mount `kv`; an explicit `#{mount: "kv"}`
+//! option wins over both.
+
+use rhai::plugin::*;
+use serde_json::Value;
+use std::sync::Arc;
+
+use super::convert::{Secrets, to_json};
+use crate::clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, InitResponse, KvPath};
+use crate::clients::fs::Confinement;
+use crate::engine::{Session, native_error, session};
+use crate::error::NativeError;
+use crate::output::Level;
+use crate::secret::Secret;
+
+type NativeResult<T> = Result<T, Box<EvalAltResult>>;
+
+/// The session's OpenBao client, created on first use from the environment.
+fn bao(session: &Session) -> &BaoClient {
+    session.bao.get_or_init(|| {
+        let settings = BaoSettings::from_env(&session.state.root);
+        if settings.skip_verify {
+            session.state.reporter.log(
+                Level::Warn,
+                &format!(
+                    "BAO_SKIP_VERIFY is set: the TLS certificate of {} is not verified",
+                    settings.address
+                ),
+            );
+        }
+        BaoClient::new(settings)
+    })
+}
+
+/// The session, after checking that a remote native may run now.
+fn remote(context: &NativeCallContext, native: &str) -> NativeResult<Arc<Session>> {
+    let session = session(context)?;
+    session.state.require_step(native).map_err(native_error)?;
+    session
+        .state
+        .check_cancelled(native)
+        .map_err(native_error)?;
+    Ok(session)
+}
+
+fn option_str(options: &rhai::Map, key: &str, native: &str) -> NativeResult<Option<String>> {
+    match options.get(key) {
+        None => Ok(None),
+        Some(value) => value
+            .clone()
+            .into_immutable_string()
+            .map(|s| Some(s.to_string()))
+            .map_err(|type_name| {
+                native_error(NativeError::new(format!(
+                    "{native}: option `{key}` must be a string, not {type_name}"
+                )))
+            }),
+    }
+}
+
+fn option_int(options: &rhai::Map, key: &str, native: &str, default: i64) -> NativeResult<i64> {
+    match options.get(key) {
+        None => Ok(default),
+        Some(value) => value.as_int().map_err(|type_name| {
+            native_error(NativeError::new(format!(
+                "{native}: option `{key}` must be an integer, not {type_name}"
+            )))
+        }),
+    }
+}
+
+fn reject_unknown(options: &rhai::Map, known: &[&str], native: &str) -> NativeResult<()> {
+    for key in options.keys() {
+        if !known.contains(&key.as_str()) {
+            return Err(native_error(
+                NativeError::new(format!("{native}: unknown option `{key}`"))
+                    .with_hint(format!("{native} accepts {}", known.join(", "))),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn kv_path(path: &str, options: &rhai::Map, native: &str) -> NativeResult<KvPath> {
+    reject_unknown(options, &["mount"], native)?;
+    let mount = option_str(options, "mount", native)?;
+    KvPath::parse(path, mount.as_deref()).map_err(native_error)
+}
+
+/// The init file an option names (confined to the repository root), or the default.
+fn init_file(
+    session: &Session,
+    options: &rhai::Map,
+    native: &str,
+) -> NativeResult<std::path::PathBuf> {
+    let file =
+        option_str(options, "file", native)?.unwrap_or_else(|| DEFAULT_INIT_FILE.to_string());
+    Confinement::new(&session.state.root)
+        .resolve(&file)
+        .map_err(native_error)
+}
+
+fn client_for_file(session: &Session, file: &std::path::Path) -> BaoClient {
+    BaoClient::new(bao(session).settings.with_init_file(file.to_path_buf()))
+}
+
+fn data_from_map(
+    map: &rhai::Map,
+    path: &KvPath,
+    native: &str,
+) -> NativeResult<serde_json::Map<String, Value>> {
+    if map.is_empty() {
+        return Err(native_error(
+            NativeError::new(format!(
+                "{native}({path}): the secret needs at least one key"
+            ))
+            .with_hint("pass a map such as #{token: secret_value}"),
+        ));
+    }
+    match to_json(&Dynamic::from_map(map.clone()), Secrets::Reveal).map_err(native_error)? {
+        Value::Object(data) => Ok(data),
+        _ => Err(native_error(NativeError::new(format!(
+            "{native}({path}): the data must be a map"
+        )))),
+    }
+}
+
+fn status_map(status: &crate::clients::bao::Status) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("address".into(), status.address.clone().into());
+    map.insert("initialized".into(), status.initialized.into());
+    map.insert("sealed".into(), status.sealed.into());
+    map.insert("version".into(), status.version.clone().into());
+    map
+}
+
+fn outcome(changed: bool) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("changed".into(), changed.into());
+    map
+}
+
+fn write_init_file(
+    session: &Session,
+    file: &std::path::Path,
+    init: &InitResponse,
+) -> Result<(), NativeError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let shown = session.display_path(file);
+    let text = serde_json::to_string_pretty(init)
+        .map_err(|error| NativeError::new(format!("cannot encode the init response: {error}")))?;
+    let mut handle = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(|error| {
+            NativeError::new(format!(
+                "cannot write the OpenBao init file {shown}: {error}"
+            ))
+        })?;
+    handle
+        .write_all(format!("{text}\n").as_bytes())
+        .and_then(|()| handle.sync_all())
+        .map_err(|error| {
+            NativeError::new(format!(
+                "cannot write the OpenBao init file {shown}: {error}"
+            ))
+        })
+}
+
+#[export_module]
+pub mod bao_functions {
+    use super::*;
+
+    /// OpenBao's state: `#{address, initialized, sealed, version}`. Works on a sealed or
+    /// uninitialised server; fails only when OpenBao cannot be reached.
+    ///
+    /// ```rhai
+    /// step("Pre-flight", || {
+    ///     let status = bao_status();
+    ///     if status.sealed { warn(`OpenBao at ${status.address} is sealed`) }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_status(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_status")?;
+        bao(&session)
+            .status()
+            .map(|status| status_map(&status))
+            .map_err(native_error)
+    }
+
+    /// Like `bao_status()`, but fails (with a hint) unless OpenBao is initialised and unsealed.
+    ///
+    /// ```rhai
+    /// step("Pre-flight", || { bao_health(); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_health")?;
+        let status = bao(&session).status().map_err(native_error)?;
+        if !status.initialized {
+            return Err(native_error(
+                NativeError::new(format!("openbao {} is not initialised", status.address))
+                    .with_hint("run bao_init()"),
+            ));
+        }
+        if status.sealed {
+            return Err(native_error(
+                NativeError::new(format!("openbao {} is sealed", status.address))
+                    .with_hint("run bao_unseal(); it reads the unseal keys from infra/secrets/openbao-init.json"),
+            ));
+        }
+        Ok(status_map(&status))
+    }
+
+    /// Initialises an uninitialised OpenBao and writes the whole response (unseal keys, root
+    /// token) to `file` (default `infra/secrets/openbao-init.json`) with mode 0600. On an
+    /// initialised server it does nothing (`changed: false`); it never overwrites an existing
+    /// file. Options: `shares` (default 1), `threshold` (default 1), `file`.
+    /// Returns `#{changed, file}` plus `root_token` (a `Secret`) when it initialised.
+    ///
+    /// ```rhai
+    /// step("OpenBao init", || {
+    ///     let init = bao_init(#{shares: 1, threshold: 1});
+    ///     if init.changed { info(`unseal keys written to ${init.file}`) }
+    /// });
+    /// ```
+    #[rhai_fn(name = "bao_init", return_raw)]
+    pub fn bao_init_with(
+        context: NativeCallContext,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_init")?;
+        reject_unknown(&options, &["shares", "threshold", "file"], "bao_init")?;
+        let shares = option_int(&options, "shares", "bao_init", 1)?;
+        let threshold = option_int(&options, "threshold", "bao_init", 1)?;
+        if shares < 1 || threshold < 1 || threshold > shares {
+            return Err(native_error(NativeError::new(format!(
+                "bao_init: threshold {threshold} and shares {shares} must satisfy 1 <= threshold <= shares"
+            ))));
+        }
+        let file = init_file(&session, &options, "bao_init")?;
+        let shown = session.display_path(&file);
+        let client = client_for_file(&session, &file);
+        let status = client.status().map_err(native_error)?;
+        let mut result = outcome(false);
+        result.insert("file".into(), shown.clone().into());
+        if status.initialized {
+            return Ok(result);
+        }
+        if file.exists() {
+            return Err(native_error(
+                NativeError::new(format!("bao_init: refusing to overwrite {shown}: OpenBao at {} is uninitialised but the file exists", status.address))
+                    .with_hint("the file may hold the keys of an earlier OpenBao; move it away (keep a backup) before initialising again"),
+            ));
+        }
+        let description = format!(
+            "openbao {} ({shares} shares, threshold {threshold}) and write {shown}",
+            status.address
+        );
+        if session.state.check {
+            session.state.record_change("initialise", &description);
+            result.insert("changed".into(), true.into());
+            return Ok(result);
+        }
+        // Create the file (0600) before initialising: the keys must never be lost to a folder
+        // that cannot be written.
+        if let Some(folder) = file.parent() {
+            std::fs::create_dir_all(folder).map_err(|error| {
+                native_error(NativeError::new(format!(
+                    "cannot create {}: {error}",
+                    session.display_path(folder)
+                )))
+            })?;
+        }
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&file)
+                .map_err(|error| {
+                    native_error(NativeError::new(format!(
+                        "cannot create the OpenBao init file {shown}: {error}"
+                    )))
+                })?;
+        }
+        let init = match client.initialize(shares as u64, threshold as u64) {
+            Ok(init) => init,
+            Err(error) => {
+                let _ = std::fs::remove_file(&file);
+                return Err(native_error(error));
+            }
+        };
+        write_init_file(&session, &file, &init).map_err(native_error)?;
+        session.state.record_change("initialise", &description);
+        result.insert("changed".into(), true.into());
+        result.insert(
+            "root_token".into(),
+            Dynamic::from(Secret::new(init.root_token)),
+        );
+        Ok(result)
+    }
+
+    /// `bao_init(#{})`: one share, threshold one, the default file.
+    ///
+    /// ```rhai
+    /// step("OpenBao init", || { bao_init(); });
+    /// ```
+    #[rhai_fn(name = "bao_init", return_raw)]
+    pub fn bao_init(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        bao_init_with(context, rhai::Map::new())
+    }
+
+    /// Unseals OpenBao with the keys persisted by `bao_init`, only when it is sealed.
+    /// Options: `file` (default `infra/secrets/openbao-init.json`). Returns `#{changed}`.
+    ///
+    /// ```rhai
+    /// step("OpenBao unseal", || { bao_unseal(#{file: "infra/secrets/openbao-init.json"}); });
+    /// ```
+    #[rhai_fn(name = "bao_unseal", return_raw)]
+    pub fn bao_unseal_with(
+        context: NativeCallContext,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_unseal")?;
+        reject_unknown(&options, &["file"], "bao_unseal")?;
+        let file = init_file(&session, &options, "bao_unseal")?;
+        let client = client_for_file(&session, &file);
+        let status = client.status().map_err(native_error)?;
+        if !status.initialized {
+            return Err(native_error(
+                NativeError::new(format!(
+                    "openbao {} is not initialised, so it cannot be unsealed",
+                    status.address
+                ))
+                .with_hint("run bao_init() first"),
+            ));
+        }
+        if !status.sealed {
+            return Ok(outcome(false));
+        }
+        let init = client.read_init_file().map_err(native_error)?;
+        if !session.state.check {
+            client.unseal(&init).map_err(native_error)?;
+        }
+        session
+            .state
+            .record_change("unseal", &format!("openbao {}", status.address));
+        Ok(outcome(true))
+    }
+
+    /// `bao_unseal(#{})` with the default init file.
+    ///
+    /// ```rhai
+    /// step("OpenBao unseal", || { bao_unseal(); });
+    /// ```
+    #[rhai_fn(name = "bao_unseal", return_raw)]
+    pub fn bao_unseal(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        bao_unseal_with(context, rhai::Map::new())
+    }
+
+    /// Seals OpenBao (only when unsealed). Returns `#{changed}`.
+    ///
+    /// ```rhai
+    /// step("Seal", || { bao_seal(); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_seal(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_seal")?;
+        let client = bao(&session);
+        let status = client.status().map_err(native_error)?;
+        if status.sealed {
+            return Ok(outcome(false));
+        }
+        if !session.state.check {
+            client.seal().map_err(native_error)?;
+        }
+        session
+            .state
+            .record_change("seal", &format!("openbao {}", status.address));
+        Ok(outcome(true))
+    }
+
+    /// Mounts a KV secrets engine of `version` (1 or 2) at `path`, unless it is already there.
+    /// A mount of another type or version at that path is an error naming both.
+    ///
+    /// ```rhai
+    /// step("KV", || { bao_enable_kv("secret", 2); });
+    /// ```
+    #[rhai_fn(name = "bao_enable_kv", return_raw)]
+    pub fn bao_enable_kv_at(
+        context: NativeCallContext,
+        path: &str,
+        version: i64,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_enable_kv")?;
+        if !(1..=2).contains(&version) {
+            return Err(native_error(NativeError::new(format!(
+                "bao_enable_kv: KV version must be 1 or 2, not {version}"
+            ))));
+        }
+        let client = bao(&session);
+        let mount = path.trim_matches('/');
+        match client.mount(mount).map_err(native_error)? {
+            Some((kind, existing)) if kind == "kv" && existing == version.to_string() => Ok(outcome(false)),
+            Some((kind, existing)) => Err(native_error(
+                NativeError::new(format!(
+                    "openbao {}: {mount}/ is already mounted as {kind} (version {existing}), not kv version {version}",
+                    client.settings.address
+                ))
+                .with_hint("choose another path, or move the existing mount (bao secrets move) if it is unused"),
+            )),
+            None => {
+                if !session.state.check {
+                    client.enable_kv(mount, version as u8).map_err(native_error)?;
+                }
+                session.state.record_change("mount", &format!("kv version {version} at {mount}/"));
+                Ok(outcome(true))
+            }
+        }
+    }
+
+    /// `bao_enable_kv("secret", 2)`.
+    ///
+    /// ```rhai
+    /// step("KV", || { bao_enable_kv(); });
+    /// ```
+    #[rhai_fn(name = "bao_enable_kv", return_raw)]
+    pub fn bao_enable_kv(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        bao_enable_kv_at(context, "secret", 2)
+    }
+
+    /// The data of a KV v2 secret as a map of `Secret` values (a value that is not a string is
+    /// kept as its JSON text), or `()` when the path has no secret. A missing mount is an error.
+    ///
+    /// ```rhai
+    /// step("Mint PAT", || {
+    ///     let existing = bao_read("gitlab/bootstrap/admin_token");
+    ///     if existing != () { info("admin PAT already in OpenBao; reusing") }
+    /// });
+    /// ```
+    #[rhai_fn(name = "bao_read", return_raw)]
+    pub fn bao_read(context: NativeCallContext, path: &str) -> NativeResult<Dynamic> {
+        bao_read_with(context, path, rhai::Map::new())
+    }
+
+    /// `bao_read(path)` with options: `mount`.
+    ///
+    /// ```rhai
+    /// step("Read", || { let value = bao_read("apps/x", #{mount: "kv"}); });
+    /// ```
+    #[rhai_fn(name = "bao_read", return_raw)]
+    pub fn bao_read_with(
+        context: NativeCallContext,
+        path: &str,
+        options: rhai::Map,
+    ) -> NativeResult<Dynamic> {
+        let session = remote(&context, "bao_read")?;
+        let path = kv_path(path, &options, "bao_read")?;
+        let secret = bao(&session).kv_read(&path).map_err(native_error)?;
+        Ok(match secret.data {
+            None => Dynamic::UNIT,
+            Some(data) => {
+                let map: rhai::Map = data
+                    .into_iter()
+                    .map(|(key, value)| {
+                        let text = match value {
+                            Value::String(text) => text,
+                            other => other.to_string(),
+                        };
+                        (key.into(), Dynamic::from(Secret::new(text)))
+                    })
+                    .collect();
+                map.into()
+            }
+        })
+    }
+
+    /// Writes a KV v2 secret only when its content differs, with check-and-set on the version
+    /// read (two writers never silently lose an update). Values may be strings, `Secret`s or
+    /// other JSON values. Returns `#{changed, version}`.
+    ///
+    /// ```rhai
+    /// step("Store PAT", || {
+    ///     let result = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-xxxxxxxxxxxxxxxxxxxx")});
+    ///     info(`version ${result.version}, changed: ${result.changed}`);
+    /// });
+    /// ```
+    #[rhai_fn(name = "bao_write", return_raw)]
+    pub fn bao_write(
+        context: NativeCallContext,
+        path: &str,
+        data: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        bao_write_with(context, path, data, rhai::Map::new())
+    }
+
+    /// `bao_write(path, data)` with options: `mount`.
+    ///
+    /// ```rhai
+    /// step("Store", || { bao_write("apps/x", #{a: "1"}, #{mount: "kv"}); });
+    /// ```
+    #[rhai_fn(name = "bao_write", return_raw)]
+    pub fn bao_write_with(
+        context: NativeCallContext,
+        path: &str,
+        data: rhai::Map,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_write")?;
+        let path = kv_path(path, &options, "bao_write")?;
+        let data = data_from_map(&data, &path, "bao_write")?;
+        let written = bao(&session)
+            .kv_write(&path, &data, session.state.check)
+            .map_err(native_error)?;
+        if written.changed {
+            session.state.record_change(
+                "write",
+                &format!("secret {path} (version {})", written.version),
+            );
+        }
+        let mut result = outcome(written.changed);
+        result.insert("version".into(), (written.version as i64).into());
+        Ok(result)
+    }
+
+    /// Merges keys into an existing KV v2 secret (read, merge, check-and-set write); unchanged
+    /// when the keys already hold those values. Returns `#{changed, version}`.
+    ///
+    /// ```rhai
+    /// step("Rotate", || { bao_patch("gitlab/runner", #{registration_token: secret("glrt-xxxxxxxxxxxx")}); });
+    /// ```
+    #[rhai_fn(name = "bao_patch", return_raw)]
+    pub fn bao_patch(
+        context: NativeCallContext,
+        path: &str,
+        data: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_patch")?;
+        let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
+        let data = data_from_map(&data, &path, "bao_patch")?;
+        let written = bao(&session)
+            .kv_patch(&path, &data, session.state.check)
+            .map_err(native_error)?;
+        if written.changed {
+            session.state.record_change(
+                "patch",
+                &format!("secret {path} (version {})", written.version),
+            );
+        }
+        let mut result = outcome(written.changed);
+        result.insert("version".into(), (written.version as i64).into());
+        Ok(result)
+    }
+
+    /// The keys under a KV v2 folder (sub-folders end with `/`); `[]` when there are none.
+    ///
+    /// ```rhai
+    /// step("List", || { for key in bao_list("gitlab") { info(key) } });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_list(context: NativeCallContext, path: &str) -> NativeResult<rhai::Array> {
+        let session = remote(&context, "bao_list")?;
+        let path = kv_path(path, &rhai::Map::new(), "bao_list")?;
+        let keys = bao(&session).kv_list(&path).map_err(native_error)?;
+        Ok(keys.into_iter().map(Dynamic::from).collect())
+    }
+
+    /// Soft-deletes the latest version of a KV v2 secret; unchanged when there is none.
+    ///
+    /// ```rhai
+    /// step("Forget PAT", || { bao_delete("gitlab/bootstrap/admin_token"); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_delete(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_delete")?;
+        let path = kv_path(path, &rhai::Map::new(), "bao_delete")?;
+        let changed = bao(&session)
+            .kv_delete(&path, session.state.check)
+            .map_err(native_error)?;
+        if changed {
+            session
+                .state
+                .record_change("delete", &format!("latest version of secret {path}"));
+        }
+        Ok(outcome(changed))
+    }
+
+    /// Destroys every version and the metadata of a KV v2 secret; unchanged when there is none.
+    ///
+    /// ```rhai
+    /// step("Wipe PAT", || { bao_destroy("gitlab/bootstrap/admin_token"); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_destroy(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_destroy")?;
+        let path = kv_path(path, &rhai::Map::new(), "bao_destroy")?;
+        let changed = bao(&session)
+            .kv_destroy(&path, session.state.check)
+            .map_err(native_error)?;
+        if changed {
+            session
+                .state
+                .record_change("destroy", &format!("all versions of secret {path}"));
+        }
+        Ok(outcome(changed))
+    }
+
+    /// Writes an ACL policy unless it already has exactly this HCL. Returns `#{changed}`.
+    ///
+    /// ```rhai
+    /// step("Policy", || {
+    ///     bao_policy_write("gitlab-read", `path "secret/data/gitlab/*" { capabilities = ["read"] }`);
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_policy_write(
+        context: NativeCallContext,
+        name: &str,
+        hcl: &str,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote(&context, "bao_policy_write")?;
+        if name.is_empty() || name.contains('/') {
+            return Err(native_error(NativeError::new(format!(
+                "bao_policy_write: invalid policy name `{name}`"
+            ))));
+        }
+        let changed = bao(&session)
+            .policy_write(name, hcl, session.state.check)
+            .map_err(native_error)?;
+        if changed {
+            session
+                .state
+                .record_change("write", &format!("policy {name}"));
+        }
+        Ok(outcome(changed))
+    }
+}
