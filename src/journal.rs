@@ -123,24 +123,34 @@ impl Journal {
         self.runs.iter().rev().filter(|run| !run.check).nth(1)
     }
 
-    /// Appends `run`, keeps the newest [`KEEP_RUNS`], and writes the file atomically.
+    /// Appends `run`, keeps the newest [`KEEP_RUNS`], and writes the file atomically. A lock
+    /// file serialises runs of the same script that end at the same moment.
     pub fn append(root: &Path, script: &str, run: RunRecord) -> Result<(), Error> {
+        let path = Self::path(root, script);
+        let folder = path.parent().unwrap_or(root).to_path_buf();
+        std::fs::create_dir_all(&folder).map_err(|e| Error::io("create", &folder, e))?;
+        ensure_gitignored(root);
+        let lock_path = path.with_extension("lock");
+        let lock = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| Error::io("open", &lock_path, e))?;
+        lock.lock().map_err(|e| Error::io("lock", &lock_path, e))?;
+
         let mut journal = Self::load(root, script).unwrap_or_default();
         journal.script = script.to_string();
         journal.runs.push(run);
         let excess = journal.runs.len().saturating_sub(KEEP_RUNS);
         journal.runs.drain(..excess);
-
-        let path = Self::path(root, script);
-        let folder = path.parent().unwrap_or(root);
-        std::fs::create_dir_all(folder).map_err(|e| Error::io("create", folder, e))?;
-        ensure_gitignored(root);
         let text = serde_json::to_string_pretty(&journal)
             .map_err(|e| Error::io("encode", &path, std::io::Error::other(e)))?;
         let text = crate::secret::scrub(&text);
-        let temporary = path.with_extension("json.tmp");
+        let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&temporary, text + "\n").map_err(|e| Error::io("write", &temporary, e))?;
         std::fs::rename(&temporary, &path).map_err(|e| Error::io("write", &path, e))
+        // The lock is released when `lock` is dropped.
     }
 }
 

@@ -158,6 +158,40 @@ pub struct WriteOutcome {
     pub version: u64,
 }
 
+/// `GET /v1/sys/health`: 200 only when initialised, unsealed and active.
+struct HealthRequest;
+
+impl rustify::Endpoint for HealthRequest {
+    type Response = Value;
+    const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
+    const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
+
+    fn path(&self) -> String {
+        "sys/health".to_string()
+    }
+
+    fn method(&self) -> rustify::enums::RequestMethod {
+        rustify::enums::RequestMethod::GET
+    }
+}
+
+/// `GET /v1/{mount}/config`: answers once a KV v2 mount has finished upgrading.
+struct KvConfigRequest(String);
+
+impl rustify::Endpoint for KvConfigRequest {
+    type Response = Value;
+    const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
+    const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
+
+    fn path(&self) -> String {
+        format!("{}/config", self.0)
+    }
+
+    fn method(&self) -> rustify::enums::RequestMethod {
+        rustify::enums::RequestMethod::GET
+    }
+}
+
 /// `GET /v1/sys/seal-status`, as an endpoint vaultrs can execute.
 struct SealStatusRequest;
 
@@ -188,6 +222,9 @@ pub struct BaoClient {
     pub settings: BaoSettings,
     /// The client and the token it was built with (the token can appear later: `bao_init`).
     cached: Mutex<Option<(String, std::sync::Arc<VaultClient>)>>,
+    /// One lock per KV path: writers in this process take turns, so check-and-set conflicts
+    /// between them cannot happen (OpenBao 2.7 lets two concurrent `cas=0` creates both succeed).
+    write_locks: Mutex<std::collections::HashMap<String, std::sync::Arc<Mutex<()>>>>,
     /// The root token read from the init file, once found (read once, not per request).
     file_token: Mutex<Option<String>>,
     requests: std::sync::atomic::AtomicU64,
@@ -211,6 +248,25 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// What a connect error actually says: the part after hyper's `(Connect): `.
+fn connect_cause(detail: &str) -> String {
+    detail
+        .rsplit_once("(Connect): ")
+        .map(|(_, cause)| cause.to_string())
+        .unwrap_or_else(|| detail.to_string())
+}
+
+/// The deepest cause: the part of a long chain that says what actually went wrong.
+fn innermost(error: &dyn std::error::Error) -> String {
+    let mut deepest = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        deepest = cause.to_string();
+        source = cause.source();
+    }
+    deepest
+}
+
 /// The status code and body of a server response, from either of vaultrs's error shapes.
 fn server_response(error: &ClientError) -> Option<(u16, String)> {
     match error {
@@ -222,13 +278,28 @@ fn server_response(error: &ClientError) -> Option<(u16, String)> {
     }
 }
 
-fn is_transport_error(error: &ClientError) -> bool {
-    matches!(
-        error,
-        ClientError::RestClientError {
-            source: rustify::errors::ClientError::RequestError { .. }
+/// How long reads keep retrying transient failures.
+pub const TRANSIENT_WAIT: Duration = Duration::from_secs(20);
+const NOT_ACTIVE: &str = "local node not active";
+
+/// Failures that go away by themselves within seconds: a dropped packet on a port-forward, a
+/// raft node becoming active after unseal, a fresh KV v2 mount upgrading its storage.
+fn is_transient(error: &ClientError) -> bool {
+    match server_response(error) {
+        Some((_, message)) => {
+            message.contains(NOT_ACTIVE)
+                || message.contains("Upgrading from non-versioned to versioned data")
+                || message.contains("active cluster node not found")
         }
-    )
+        None => {
+            matches!(
+                error,
+                ClientError::RestClientError {
+                    source: rustify::errors::ClientError::RequestError { .. }
+                }
+            ) && !error_chain(error).contains("refused")
+        }
+    }
 }
 
 impl BaoClient {
@@ -237,6 +308,7 @@ impl BaoClient {
             settings,
             cached: Mutex::new(None),
             file_token: Mutex::new(None),
+            write_locks: Mutex::new(Default::default()),
             requests: std::sync::atomic::AtomicU64::new(0),
         }
     }
@@ -347,7 +419,10 @@ impl BaoClient {
                 None => "no CA file was set: BAO_CACERT names the platform CA (infra/tls/wildcard/ca.pem)".to_string(),
             };
             (
-                format!("openbao {address}: {what} failed: TLS failure: {detail}"),
+                format!(
+                    "openbao {address}: {what} failed: TLS failure: {}",
+                    connect_cause(&detail)
+                ),
                 ca,
             )
         } else if lower.contains("timed out") || lower.contains("timeout") {
@@ -360,7 +435,7 @@ impl BaoClient {
             )
         } else {
             (
-                format!("openbao {address}: {what} failed: {detail}"),
+                format!("openbao {address}: {what} failed: {}", innermost(&error)),
                 "check BAO_ADDR and that OpenBao is reachable".to_string(),
             )
         };
@@ -378,33 +453,52 @@ impl BaoClient {
         }
     }
 
-    /// Runs a read, retrying transport errors twice (reads are safe to retry). The outer error
-    /// is a set-up failure; the inner result is the server's answer, for callers that treat
-    /// some statuses (404) as data.
+    /// Runs a read, retrying what is safe to retry (reads are): transport errors other than a
+    /// refused connection, and the short transient states of a fresh server (a node becoming
+    /// active after unseal, a KV v2 mount upgrading). Bounded by [`TRANSIENT_WAIT`]. The outer
+    /// error is a set-up failure; the inner result is the server's answer, for callers that
+    /// treat some statuses (404) as data.
     fn read_with_retry<T, F, Fut>(&self, call: F) -> Result<Result<T, ClientError>, NativeError>
     where
         F: Fn(std::sync::Arc<VaultClient>) -> Fut,
         Fut: std::future::Future<Output = Result<T, ClientError>>,
     {
         let client = self.client()?;
+        let deadline = std::time::Instant::now() + TRANSIENT_WAIT;
         let mut delay = Duration::from_millis(100);
-        for attempt in 0.. {
+        loop {
             self.count();
             match run(call(client.clone())) {
-                // A refused connection will not fix itself in a second; other transport errors
-                // (a reset, a dropped port-forward packet) may.
                 Err(error)
-                    if is_transport_error(&error)
-                        && attempt < 2
-                        && !error_chain(&error).contains("refused") =>
+                    if is_transient(&error) && std::time::Instant::now() + delay < deadline =>
                 {
                     std::thread::sleep(delay);
-                    delay *= 3;
+                    delay = (delay * 2).min(Duration::from_secs(1));
                 }
                 result => return Ok(result),
             }
         }
-        unreachable!("the retry loop returns")
+    }
+
+    /// Waits (bounded) until the server answers `sys/health` with 200: unsealed and active.
+    pub fn wait_active(&self) -> Result<(), NativeError> {
+        let answer = self.read_with_retry(|client| async move {
+            match vaultrs::api::exec_with_no_result(client.as_ref(), HealthRequest).await {
+                // Standby (429) and "not yet active" are transient after an unseal.
+                Err(error) if matches!(server_response(&error), Some((429, _))) => {
+                    Err(ClientError::RestClientError {
+                        source: rustify::errors::ClientError::ServerResponseError {
+                            code: 503,
+                            content: Some(NOT_ACTIVE.to_string()),
+                        },
+                    })
+                }
+                other => other,
+            }
+        })?;
+        answer
+            .map(|_| ())
+            .map_err(|error| self.describe(error, "GET sys/health"))
     }
 
     fn vault(&self) -> Result<std::sync::Arc<VaultClient>, NativeError> {
@@ -480,6 +574,8 @@ impl BaoClient {
             ))
             .map_err(|error| self.describe(error, "PUT sys/unseal"))?;
             if !response.sealed {
+                // A raft node answers "not active" for a moment after its last key.
+                self.wait_active()?;
                 return Ok(used + 1);
             }
         }
@@ -530,7 +626,19 @@ impl BaoClient {
             "kv",
             Some(&mut options),
         ))
-        .map_err(|error| self.describe(error, &format!("POST sys/mounts/{path}")))
+        .map_err(|error| self.describe(error, &format!("POST sys/mounts/{path}")))?;
+        if version == 2 {
+            // A new KV v2 mount upgrades its storage first; wait until it serves requests.
+            let mount = path.trim_matches('/').to_string();
+            self.read_with_retry(|client| {
+                let mount = mount.clone();
+                async move {
+                    vaultrs::api::exec_with_result(client.as_ref(), KvConfigRequest(mount)).await
+                }
+            })?
+            .map_err(|error| self.describe(error, &format!("GET {mount}/config")))?;
+        }
+        Ok(())
     }
 
     /// Reads a KV v2 secret with its version. A path without a secret (never written, deleted
@@ -638,6 +746,14 @@ impl BaoClient {
         check: bool,
         wanted: impl Fn(Option<&Map<String, Value>>) -> Result<Map<String, Value>, NativeError>,
     ) -> Result<WriteOutcome, NativeError> {
+        let lock = self
+            .write_locks
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .entry(path.to_string())
+            .or_default()
+            .clone();
+        let _turn = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for _ in 0..CAS_ATTEMPTS {
             let current = self.kv_read(path)?;
             let desired = wanted(current.data.as_ref())?;
@@ -672,7 +788,8 @@ impl BaoClient {
                     });
                 }
                 // Lost a race: another writer created a version since our read. Read again.
-                Err(error) if matches!(server_response(&error), Some((400, ref m)) if m.contains("check-and-set")) => {
+                Err(error) if matches!(server_response(&error), Some((400, ref m)) if m.contains("check-and-set")) =>
+                {
                     continue;
                 }
                 Err(error) => {

@@ -2,6 +2,8 @@
 
 mod support;
 
+mod bao;
+mod bao_server;
 mod cli;
 mod diagnostics;
 mod natives;

@@ -1,0 +1,578 @@
+//! The OpenBao natives against real OpenBao servers (dev mode and one-node raft).
+
+use crate::bao_server::{BaoServer, free_port};
+use crate::support::Test;
+
+fn with_dev(test: Test, server: &BaoServer) -> Test {
+    test.env("BAO_ADDR", &server.address)
+        .env("BAO_TOKEN", "root")
+}
+
+fn current_version(server: &BaoServer, path: &str) -> u64 {
+    let json = server.cli("root", &["kv", "metadata", "get", "-format=json", path]);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("metadata JSON");
+    value["data"]["current_version"]
+        .as_u64()
+        .expect("current_version")
+}
+
+#[test]
+fn kv_reads_writes_idempotently_and_reports_changes() {
+    let server = BaoServer::dev();
+    let test = with_dev(
+        Test::new().script(
+            r#"
+step("Read missing", || {
+    assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
+    assert_eq(bao_list("gitlab"), []);
+});
+step("Write", || {
+    let first = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
+    assert_eq(first, #{changed: true, version: 1});
+});
+step("Write again", || {
+    let again = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
+    assert_eq(again, #{changed: false, version: 1});
+    let read = bao_read("gitlab/bootstrap/admin_token");
+    assert_eq(type_of(read.token), "Secret");
+    assert(read.token == "glpat-kv-test-000000000", "the token reads back");
+});
+step("Patch", || {
+    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: true, version: 2});
+    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: false, version: 2});
+    assert(bao_read("gitlab/bootstrap/admin_token").user == "admin", "patched");
+    assert(bao_read("gitlab/bootstrap/admin_token").token == "glpat-kv-test-000000000", "other keys kept");
+    try { bao_patch("gitlab/none", #{a: "b"}); throw "no error"; } catch (e) { assert(e.message.ends_with("nothing to patch at secret/gitlab/none"), e.message); }
+});
+step("List", || {
+    assert_eq(bao_list("gitlab"), ["bootstrap/"]);
+    assert_eq(bao_list("gitlab/bootstrap"), ["admin_token"]);
+});
+step("Policy", || {
+    let hcl = `path "secret/data/gitlab/*" { capabilities = ["read"] }`;
+    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: true});
+    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: false});
+});
+step("Mounts", || {
+    assert_eq(bao_enable_kv(), #{changed: false});
+    assert_eq(bao_enable_kv("apps", 2), #{changed: true});
+    assert_eq(bao_enable_kv("apps", 2), #{changed: false});
+    assert_eq(bao_write("apps:team/x", #{a: "1"}).changed, true);
+    assert(bao_read("team/x", #{mount: "apps"}).a == "1", "explicit mount");
+    try { bao_enable_kv("apps", 1); throw "no error"; } catch (e) {
+        assert(e.message.ends_with("apps/ is already mounted as kv (version 2), not kv version 1"), e.message);
+    }
+});
+step("Delete", || {
+    assert_eq(bao_delete("gitlab/bootstrap/admin_token"), #{changed: true});
+    assert_eq(bao_delete("gitlab/bootstrap/admin_token"), #{changed: false});
+    assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
+    // A write after a delete continues the version history.
+    assert_eq(bao_write("gitlab/bootstrap/admin_token", #{token: "again"}), #{changed: true, version: 3});
+});
+step("Destroy", || {
+    assert_eq(bao_destroy("gitlab/bootstrap/admin_token"), #{changed: true});
+    assert_eq(bao_destroy("gitlab/bootstrap/admin_token"), #{changed: false});
+    assert_eq(bao_list("gitlab/bootstrap"), []);
+});
+"#,
+        ),
+        &server,
+    );
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output
+            .stdout
+            .contains("[3/9] Write again ... ok (#.## s)\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        !output.raw_stdout.contains("glpat-kv-test-000000000"),
+        "a secret value leaked"
+    );
+    // The policy really is there, as the real CLI sees it.
+    assert!(
+        server
+            .cli("root", &["policy", "read", "gitlab-read"])
+            .contains("secret/data/gitlab/*")
+    );
+}
+
+#[test]
+fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
+    let server = BaoServer::dev();
+    server.cli("root", &["kv", "put", "secret/app/config", "key=old"]);
+    let test = with_dev(
+        Test::new().script(
+            r#"step("Write", || {
+    assert_eq(bao_write("app/config", #{key: "new"}), #{changed: true, version: 2});
+    assert_eq(bao_write("app/config", #{key: "old"}), #{changed: false, version: 1});
+    assert_eq(bao_delete("app/config"), #{changed: true});
+    assert_eq(bao_enable_kv("other", 2), #{changed: true});
+    assert_eq(bao_policy_write("p", "path \"x\" { capabilities = [\"read\"] }"), #{changed: true});
+    assert(bao_read("app/config").key == "old", "reads work in check mode");
+});
+"#,
+        ),
+        &server,
+    );
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ would write secret secret/app/config (version 2)\n"),
+        "{}",
+        output.stdout
+    );
+    assert_eq!(
+        current_version(&server, "secret/app/config"),
+        1,
+        "check mode wrote a version"
+    );
+    assert!(
+        server
+            .cli("root", &["kv", "get", "-field=key", "secret/app/config"])
+            .starts_with("old")
+    );
+    assert!(
+        !server.cli("root", &["secrets", "list"]).contains("other/"),
+        "check mode mounted"
+    );
+    assert!(
+        !server.cli("root", &["policy", "list"]).contains("\np\n"),
+        "check mode wrote a policy"
+    );
+}
+
+#[test]
+fn concurrent_writers_of_the_same_content_make_one_version() {
+    let server = BaoServer::dev();
+    let test = with_dev(
+        Test::new().script(
+            r#"step("Race", || {
+    let results = parallel([1, 2, 3, 4, 5, 6, 7, 8], |n| bao_write("race/same", #{token: "identical"}), 8);
+    let changed = results.filter(|r| r.changed);
+    assert_eq(changed.len(), 1);
+});
+"#,
+        ),
+        &server,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    assert_eq!(current_version(&server, "secret/race/same"), 1);
+}
+
+#[test]
+fn concurrent_writers_of_different_content_lose_no_update() {
+    let server = BaoServer::dev();
+    let test = with_dev(
+        Test::new().script(
+            r#"step("Race", || {
+    let results = parallel(["alpha", "beta"], |value| bao_write("race/different", #{value: value}), 2);
+    assert_eq(results.filter(|r| r.changed).len(), 2);
+});
+"#,
+        ),
+        &server,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    assert_eq!(current_version(&server, "secret/race/different"), 2);
+    let mut values: Vec<String> = (1..=2)
+        .map(|version| {
+            server
+                .cli(
+                    "root",
+                    &[
+                        "kv",
+                        "get",
+                        &format!("-version={version}"),
+                        "-field=value",
+                        "secret/race/different",
+                    ],
+                )
+                .trim()
+                .to_string()
+        })
+        .collect();
+    values.sort();
+    assert_eq!(
+        values,
+        ["alpha", "beta"],
+        "each writer's content is a version of its own"
+    );
+}
+
+#[test]
+fn the_life_cycle_init_unseal_seal_restart_keeps_the_data() {
+    let data = tempfile::tempdir().expect("raft data");
+    let mut server = BaoServer::raft(data.path());
+    let test = Test::new()
+        .script(
+            r#"
+step("Status", || {
+    let status = bao_status();
+    assert_eq(status.initialized, args.initialized == "yes");
+    assert_eq(status.sealed, args.sealed == "yes");
+});
+step("Init", || {
+    let init = bao_init(#{shares: 3, threshold: 2});
+    assert_eq(init.changed, args.initialized != "yes");
+    if init.changed { assert_eq(type_of(init.root_token), "Secret") }
+});
+step("Unseal", || {
+    let unsealed = bao_unseal();
+    assert_eq(unsealed.changed, args.sealed != "no");
+    assert_eq(bao_health().sealed, false);
+});
+step("Use", || {
+    bao_enable_kv("secret", 2);
+    let written = bao_write("gitlab/bootstrap/admin_token", #{token: "glpat-lifecycle-0000"});
+    assert_eq(written.changed, args.written != "yes");
+    assert(bao_read("gitlab/bootstrap/admin_token").token == "glpat-lifecycle-0000", "data survives");
+});
+step("Seal", || {
+    if args.seal == true {
+        assert_eq(bao_seal(), #{changed: true});
+        assert_eq(bao_seal(), #{changed: false});
+        assert_eq(bao_status().sealed, true);
+    }
+});
+"#,
+        )
+        .env("BAO_ADDR", &server.address);
+
+    // Fresh server: init (3 shares, threshold 2) writes the file, unseal uses two keys.
+    let first = test.run(&[
+        "scripts/test.rhai",
+        "--initialized",
+        "no",
+        "--sealed",
+        "yes",
+        "--written",
+        "no",
+    ]);
+    first.expect_code(0);
+    let file = test.join("infra/secrets/openbao-init.json");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&file)
+            .expect("init file")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    let init_text = test.read("infra/secrets/openbao-init.json");
+    let init: serde_json::Value = serde_json::from_str(&init_text).expect("init JSON");
+    assert_eq!(init["keys"].as_array().map(Vec::len), Some(3));
+    assert_eq!(init["keys_base64"].as_array().map(Vec::len), Some(3));
+    assert_eq!(init["unseal_threshold"], 2);
+    let root_token = init["root_token"].as_str().expect("root token").to_string();
+    assert!(root_token.starts_with("s."), "{root_token}");
+    let mut secrets: Vec<String> = init["keys"]
+        .as_array()
+        .expect("keys")
+        .iter()
+        .chain(init["keys_base64"].as_array().expect("keys"))
+        .map(|k| k.as_str().unwrap_or_default().to_string())
+        .collect();
+    secrets.push(root_token.clone());
+
+    // Seal, then unseal from the file (the token comes from the init file: no BAO_TOKEN).
+    test.run(&[
+        "-q",
+        "scripts/test.rhai",
+        "--initialized",
+        "yes",
+        "--sealed",
+        "no",
+        "--written",
+        "yes",
+        "--seal",
+    ])
+    .expect_code(0);
+    test.run(&[
+        "-q",
+        "scripts/test.rhai",
+        "--initialized",
+        "yes",
+        "--sealed",
+        "yes",
+        "--written",
+        "yes",
+    ])
+    .expect_code(0);
+
+    // Restart the process: it comes back sealed and the data is still there after unsealing.
+    server.stop();
+    server.start();
+    let restarted = test.run(&[
+        "--json",
+        "scripts/test.rhai",
+        "--initialized",
+        "yes",
+        "--sealed",
+        "yes",
+        "--written",
+        "yes",
+    ]);
+    restarted.expect_code(0);
+    assert_eq!(
+        test.read("infra/secrets/openbao-init.json"),
+        init_text,
+        "a second bao_init touched the file"
+    );
+
+    // No key, no root token anywhere in output or the journal.
+    let journal = test.read(".bprun/journal/test.json");
+    for output in [&first, &restarted] {
+        for secret in &secrets {
+            assert!(
+                !output.raw_stdout.contains(secret.as_str())
+                    && !output.raw_stderr.contains(secret.as_str()),
+                "a key or the root token leaked"
+            );
+            assert!(
+                !journal.contains(secret.as_str()),
+                "the journal holds a key or the root token"
+            );
+        }
+    }
+}
+
+#[test]
+fn bao_init_never_overwrites_an_existing_file() {
+    let data = tempfile::tempdir().expect("raft data");
+    let server = BaoServer::raft(data.path());
+    let test = Test::new()
+        .script("step(\"Init\", || { bao_init(); });\n")
+        .file(
+            "infra/secrets/openbao-init.json",
+            "{\"keys\": [\"from an earlier cluster\"]}\n",
+        )
+        .env("BAO_ADDR", &server.address);
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(output.stderr.contains(&format!(
+        "× bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at {} is uninitialised but the file exists",
+        server.address
+    )), "{}", output.stderr);
+    assert_eq!(
+        test.read("infra/secrets/openbao-init.json"),
+        "{\"keys\": [\"from an earlier cluster\"]}\n"
+    );
+    assert!(
+        server
+            .cli_any("", &["status", "-format=json"])
+            .contains("\"initialized\": false")
+    );
+}
+
+#[test]
+fn check_mode_neither_initialises_nor_writes_the_file() {
+    let data = tempfile::tempdir().expect("raft data");
+    let server = BaoServer::raft(data.path());
+    let test = Test::new()
+        .script("step(\"Init\", || { assert_eq(bao_init().changed, true); });\n")
+        .env("BAO_ADDR", &server.address);
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(output.stdout.contains(&format!(
+        "    ~ would initialise openbao {} (1 shares, threshold 1) and write infra/secrets/openbao-init.json\n",
+        server.address
+    )), "{}", output.stdout);
+    assert!(!test.join("infra/secrets/openbao-init.json").exists());
+}
+
+fn failing_read(test: Test) -> String {
+    let test =
+        test.script("step(\"Read\", || {\n    bao_read(\"gitlab/bootstrap/admin_token\");\n});\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    output.stderr
+}
+
+#[test]
+fn errors_name_the_address_and_carry_a_hint() {
+    let server = BaoServer::dev();
+    // A wrong token.
+    let stderr = failing_read(
+        Test::new()
+            .env("BAO_ADDR", &server.address)
+            .env("BAO_TOKEN", "not-a-real-token"),
+    );
+    assert!(
+        stderr.contains(&format!(
+            "× openbao {}: GET secret/data/gitlab/bootstrap/admin_token -> 403: permission denied",
+            server.address
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: the token is invalid or expired: set BAO_TOKEN, or keep the root token in the init file"), "{stderr}");
+    // A token whose policies do not allow the path.
+    let limited = server.cli(
+        "root",
+        &["token", "create", "-policy=default", "-field=token"],
+    );
+    let stderr = failing_read(
+        Test::new()
+            .env("BAO_ADDR", &server.address)
+            .env("BAO_TOKEN", limited.trim()),
+    );
+    assert!(
+        stderr.contains("hint: the token's policies (default) do not allow this path"),
+        "{stderr}"
+    );
+    // An unknown mount.
+    let test = with_dev(Test::new(), &server)
+        .script("step(\"Read\", || { bao_read(\"nomount:x/y\"); });\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    assert!(
+        output.stderr.contains(&format!(
+            "× openbao {}: no KV mount `nomount` (reading nomount/x/y)",
+            server.address
+        )),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("hint: enable it with bao_enable_kv(\"nomount\", 2), or address another mount as `mount:path`"), "{}", output.stderr);
+    // Nothing listening.
+    let closed = format!("http://127.0.0.1:{}", free_port());
+    let stderr = failing_read(
+        Test::new()
+            .env("BAO_ADDR", &closed)
+            .env("BAO_TOKEN", "root"),
+    );
+    assert!(stderr.contains(&format!("× openbao {closed}: GET secret/data/gitlab/bootstrap/admin_token failed: connection refused")), "{stderr}");
+    assert!(stderr.contains(&format!("hint: is OpenBao running and port-forwarded (kubectl -n openbao port-forward svc/openbao 8200)? BAO_ADDR is {closed}")), "{stderr}");
+}
+
+#[test]
+fn a_sealed_server_says_to_unseal() {
+    let data = tempfile::tempdir().expect("raft data");
+    let server = BaoServer::raft(data.path());
+    let init = server.cli(
+        "",
+        &[
+            "operator",
+            "init",
+            "-key-shares=1",
+            "-key-threshold=1",
+            "-format=json",
+        ],
+    );
+    let init: serde_json::Value = serde_json::from_str(&init).expect("init JSON");
+    let token = init["root_token"].as_str().expect("root token").to_string();
+    let stderr = failing_read(
+        Test::new()
+            .env("BAO_ADDR", &server.address)
+            .env("BAO_TOKEN", &token),
+    );
+    assert!(
+        stderr.contains(&format!(
+            "× openbao {}: GET secret/data/gitlab/bootstrap/admin_token -> 503: Vault is sealed",
+            server.address
+        )),
+        "{stderr}"
+    );
+    assert!(stderr.contains("hint: OpenBao is sealed: run bao_unseal() (it reads the unseal keys from infra/secrets/openbao-init.json)"), "{stderr}");
+    assert!(!stderr.contains(&token));
+}
+
+#[test]
+fn tls_needs_the_ca_file_and_names_it() {
+    let port = free_port();
+    let home = tempfile::tempdir().expect("home");
+    let certs = home.path().join("certs");
+    std::fs::create_dir_all(&certs).expect("certs");
+    let mut child = std::process::Command::new(crate::bao_server::bao_binary())
+        .args([
+            "server",
+            "-dev",
+            "-dev-tls",
+            &format!("-dev-tls-cert-dir={}", certs.display()),
+            "-dev-root-token-id=root",
+            &format!("-dev-listen-address=127.0.0.1:{port}"),
+        ])
+        .env("HOME", home.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start bao -dev-tls");
+    let address = format!("https://127.0.0.1:{port}");
+    let ca = certs.join("vault-ca.pem");
+    let script = "step(\"Status\", || { assert_eq(bao_status().initialized, true); });\n";
+    // Wait (bounded) for the TLS listener, using bprun itself with the right CA.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let good = Test::new()
+        .script(script)
+        .env("BAO_ADDR", &address)
+        .env("BAO_CACERT", ca.to_str().expect("utf-8"));
+    loop {
+        if ca.exists() && good.run(&["-q", "scripts/test.rhai"]).code == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "bao -dev-tls did not come up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let bad = Test::new().script(script).env("BAO_ADDR", &address);
+    let output = bad.run(&["-q", "scripts/test.rhai"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    output.expect_code(1);
+    assert!(output.stderr.contains(&format!("× openbao {address}: GET sys/seal-status failed: TLS failure: invalid peer certificate: UnknownIssuer")), "{}", output.stderr);
+    assert!(
+        output.stderr.contains(
+            "hint: no CA file was set: BAO_CACERT names the platform CA (infra/tls/wildcard/ca.pem)"
+        ),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn writers_in_separate_processes_are_kept_apart_by_check_and_set() {
+    let server = BaoServer::dev();
+    server.cli("root", &["kv", "put", "secret/race/processes", "token=old"]);
+    let test = with_dev(
+        Test::new()
+            .script("step(\"Write\", || { bao_write(\"race/processes\", #{token: \"new\"}); });\n"),
+        &server,
+    );
+    // Four processes at once: each reads version 1 and writes with cas=1; one wins, the others
+    // lose the check-and-set, re-read, find the content current and change nothing.
+    let children: Vec<_> = (0..4)
+        .map(|_| {
+            test.command(&["-q", "scripts/test.rhai"])
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .expect("spawn bprun")
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().expect("wait").success());
+    }
+    assert_eq!(current_version(&server, "secret/race/processes"), 2);
+    let journal: serde_json::Value =
+        serde_json::from_str(&test.read(".bprun/journal/test.json")).expect("journal");
+    let changed = journal["runs"]
+        .as_array()
+        .expect("runs")
+        .iter()
+        .filter(|run| run["steps"][0]["status"] == "changed")
+        .count();
+    assert_eq!(changed, 1, "exactly one process wrote");
+}
