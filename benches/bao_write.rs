@@ -1,0 +1,72 @@
+//! OpenBao benchmark (not a test): 100 idempotent `bao_write` calls of an unchanged value
+//! against a real dev server. Each should cost one read and no write.
+//!
+//!     cargo bench --bench bao_write      (needs `bao`: ./test.sh installs it into .tools/bin)
+//!
+//! Measures the client directly (time and request count) and the same work through the real
+//! binary (a script with a loop of 100 writes).
+
+#[path = "../tests/integration/bao_server.rs"]
+#[allow(dead_code)]
+mod bao_server;
+
+use std::time::Instant;
+
+use bprun::clients::bao::{BaoClient, BaoSettings, KvPath};
+
+const WRITES: u64 = 100;
+
+fn main() {
+    let server = bao_server::BaoServer::dev();
+    let root = tempfile::tempdir().expect("root");
+    let mut settings = BaoSettings::from_env(root.path());
+    settings.address = server.address.clone();
+    settings.token = Some(bprun::secret::Secret::new("root"));
+    let client = BaoClient::new(settings);
+    let path = KvPath::parse("bench/unchanged", None).expect("path");
+    let mut data = serde_json::Map::new();
+    data.insert(
+        "token".into(),
+        serde_json::Value::String("glpat-benchmark-value".into()),
+    );
+    client.kv_write(&path, &data, false).expect("first write");
+
+    let before = client.request_count();
+    let started = Instant::now();
+    for _ in 0..WRITES {
+        let outcome = client.kv_write(&path, &data, false).expect("write");
+        assert!(!outcome.changed, "an unchanged write changed something");
+    }
+    let elapsed = started.elapsed();
+    let requests = client.request_count() - before;
+    println!(
+        "client: {WRITES} unchanged bao_write calls in {:.1} ms ({:.2} ms each), {requests} HTTP requests ({} per call)",
+        elapsed.as_secs_f64() * 1000.0,
+        elapsed.as_secs_f64() * 1000.0 / WRITES as f64,
+        requests as f64 / WRITES as f64
+    );
+
+    // The same through the binary and a script.
+    let dir = tempfile::tempdir().expect("repo");
+    std::fs::create_dir_all(dir.path().join(".git")).expect(".git");
+    std::fs::create_dir_all(dir.path().join("scripts")).expect("scripts");
+    std::fs::write(
+        dir.path().join("scripts/bench.rhai"),
+        format!("step(\"Writes\", || {{ for i in 0..{WRITES} {{ bao_write(\"bench/unchanged\", #{{token: \"glpat-benchmark-value\"}}); }} }});\n"),
+    )
+    .expect("script");
+    let started = Instant::now();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_bprun"))
+        .args(["-q", "scripts/bench.rhai"])
+        .current_dir(dir.path())
+        .env("BAO_ADDR", &server.address)
+        .env("BAO_TOKEN", "root")
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("bprun");
+    assert!(status.success());
+    println!(
+        "binary: bprun running {WRITES} unchanged bao_write calls took {:.1} ms in all (start-up included)",
+        started.elapsed().as_secs_f64() * 1000.0
+    );
+}
