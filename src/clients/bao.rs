@@ -158,42 +158,20 @@ pub struct WriteOutcome {
     pub version: u64,
 }
 
-/// `GET /v1/sys/health`: 200 only when initialised, unsealed and active.
-struct HealthRequest;
-
-impl rustify::Endpoint for HealthRequest {
-    type Response = Value;
-    const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
-    const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
-
-    fn path(&self) -> String {
-        "sys/health".to_string()
-    }
-
-    fn method(&self) -> rustify::enums::RequestMethod {
-        rustify::enums::RequestMethod::GET
-    }
+/// A `GET` of an OpenBao API path that vaultrs has no (or no OpenBao-compatible) request for:
+/// `sys/health` (200 only when unsealed and active), `sys/seal-status` (200 in every state),
+/// `{mount}/config` (answers once a KV v2 mount has finished upgrading).
+struct GetJson<R> {
+    path: String,
+    response: std::marker::PhantomData<fn() -> R>,
 }
 
-/// `GET /v1/{mount}/config`: answers once a KV v2 mount has finished upgrading.
-struct KvConfigRequest(String);
-
-impl rustify::Endpoint for KvConfigRequest {
-    type Response = Value;
-    const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
-    const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
-
-    fn path(&self) -> String {
-        format!("{}/config", self.0)
-    }
-
-    fn method(&self) -> rustify::enums::RequestMethod {
-        rustify::enums::RequestMethod::GET
+fn get_json<R>(path: impl Into<String>) -> GetJson<R> {
+    GetJson {
+        path: path.into(),
+        response: std::marker::PhantomData,
     }
 }
-
-/// `GET /v1/sys/seal-status`, as an endpoint vaultrs can execute.
-struct SealStatusRequest;
 
 #[derive(Debug, Deserialize)]
 struct SealStatusResponse {
@@ -203,13 +181,13 @@ struct SealStatusResponse {
     version: String,
 }
 
-impl rustify::Endpoint for SealStatusRequest {
-    type Response = SealStatusResponse;
+impl<R: serde::de::DeserializeOwned + Send + Sync> rustify::Endpoint for GetJson<R> {
+    type Response = R;
     const REQUEST_BODY_TYPE: rustify::enums::RequestType = rustify::enums::RequestType::JSON;
     const RESPONSE_BODY_TYPE: rustify::enums::ResponseType = rustify::enums::ResponseType::JSON;
 
     fn path(&self) -> String {
-        "sys/seal-status".to_string()
+        self.path.clone()
     }
 
     fn method(&self) -> rustify::enums::RequestMethod {
@@ -483,7 +461,12 @@ impl BaoClient {
     /// Waits (bounded) until the server answers `sys/health` with 200: unsealed and active.
     pub fn wait_active(&self) -> Result<(), NativeError> {
         let answer = self.read_with_retry(|client| async move {
-            match vaultrs::api::exec_with_no_result(client.as_ref(), HealthRequest).await {
+            match vaultrs::api::exec_with_no_result(
+                client.as_ref(),
+                get_json::<Value>("sys/health"),
+            )
+            .await
+            {
                 // Standby (429) and "not yet active" are transient after an unseal.
                 Err(error) if matches!(server_response(&error), Some((429, _))) => {
                     Err(ClientError::RestClientError {
@@ -510,7 +493,11 @@ impl BaoClient {
     pub fn status(&self) -> Result<Status, NativeError> {
         let status = self
             .read_with_retry(|client| async move {
-                vaultrs::api::exec_with_no_result(client.as_ref(), SealStatusRequest).await
+                vaultrs::api::exec_with_no_result(
+                    client.as_ref(),
+                    get_json::<SealStatusResponse>("sys/seal-status"),
+                )
+                .await
             })?
             .map_err(|error| self.describe(error, "GET sys/seal-status"))?;
         Ok(Status {
@@ -633,7 +620,11 @@ impl BaoClient {
             self.read_with_retry(|client| {
                 let mount = mount.clone();
                 async move {
-                    vaultrs::api::exec_with_result(client.as_ref(), KvConfigRequest(mount)).await
+                    vaultrs::api::exec_with_result(
+                        client.as_ref(),
+                        get_json::<Value>(format!("{mount}/config")),
+                    )
+                    .await
                 }
             })?
             .map_err(|error| self.describe(error, &format!("GET {mount}/config")))?;

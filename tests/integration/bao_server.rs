@@ -158,28 +158,25 @@ impl BaoServer {
         panic!("bao did not answer within 30 s:\n{}", self.log());
     }
 
+    fn run_cli(&self, token: &str, args: &[&str]) -> std::process::Output {
+        Command::new(bao_binary())
+            .args(args)
+            .env("BAO_ADDR", &self.address)
+            .env("BAO_TOKEN", token)
+            .env("HOME", self.home.path())
+            .output()
+            .expect("bao cli")
+    }
+
     /// Runs the real `bao` CLI and returns its stdout whatever its exit code (`bao status`
     /// exits 2 on a sealed server).
     pub fn cli_any(&self, token: &str, args: &[&str]) -> String {
-        let output = Command::new(bao_binary())
-            .args(args)
-            .env("BAO_ADDR", &self.address)
-            .env("BAO_TOKEN", token)
-            .env("HOME", self.home.path())
-            .output()
-            .expect("bao cli");
-        String::from_utf8_lossy(&output.stdout).into_owned()
+        String::from_utf8_lossy(&self.run_cli(token, args).stdout).into_owned()
     }
 
-    /// Runs the real `bao` CLI against this server (for independent checks).
+    /// Runs the real `bao` CLI against this server (for independent checks); it must succeed.
     pub fn cli(&self, token: &str, args: &[&str]) -> String {
-        let output = Command::new(bao_binary())
-            .args(args)
-            .env("BAO_ADDR", &self.address)
-            .env("BAO_TOKEN", token)
-            .env("HOME", self.home.path())
-            .output()
-            .expect("bao cli");
+        let output = self.run_cli(token, args);
         assert!(
             output.status.success(),
             "bao {args:?} failed: {}",
