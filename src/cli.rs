@@ -87,9 +87,34 @@ enum Command {
     /// Rehearse a script on the embedded simulated platform (reserved: not built yet)
     #[command(hide = true)]
     Rehearse,
-    /// GitLab and Kubernetes simulators (reserved: not built yet)
-    #[command(hide = true)]
-    Sim,
+    /// Simulators of systems that cannot run here (GitLab; Kubernetes comes later)
+    #[command(subcommand)]
+    Sim(SimCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum SimCommand {
+    /// A GitLab REST API v4 simulator on loopback; prints GITLAB_URL and GITLAB_TOKEN
+    Gitlab {
+        /// Loopback address to listen on (port 0 picks a free port)
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Keep groups, projects, variables and pipelines in this folder across restarts
+        #[arg(long, value_name = "DIR")]
+        state: Option<PathBuf>,
+        /// An accepted admin token (repeatable); one is generated when none is given
+        #[arg(long = "token", value_name = "TOKEN")]
+        tokens: Vec<String>,
+        /// Seconds a pipeline takes from creation to success
+        #[arg(long, default_value_t = 2.0)]
+        pipeline_seconds: f64,
+        /// Latency added to every answer, in milliseconds
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
+        /// Share (0 to 1) of API requests answered 500/502/503
+        #[arg(long, default_value_t = 0.0)]
+        error_rate: f64,
+    },
 }
 
 impl RunArgs {
@@ -179,7 +204,29 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             "rehearse",
             "the rehearsal on the embedded platform",
         )),
-        Some(Command::Sim) => Err(reserved("sim", "the GitLab and Kubernetes simulators")),
+        Some(Command::Sim(SimCommand::Gitlab {
+            listen,
+            state,
+            tokens,
+            pipeline_seconds,
+            latency_ms,
+            error_rate,
+        })) => {
+            let config = crate::sim::gitlab::Config {
+                listen,
+                state_dir: state,
+                tokens,
+                pipeline_seconds,
+                faults: crate::sim::http::Faults {
+                    latency_ms,
+                    error_rate,
+                    ..Default::default()
+                },
+            };
+            crate::sim::gitlab::run(config)
+                .map_err(|message| Error::usage(format!("bprun sim gitlab: {message}"), None))?;
+            Ok(ExitCode::Success)
+        }
     }
 }
 

@@ -13,4 +13,5 @@ pub mod natives;
 pub mod output;
 pub mod runner;
 pub mod secret;
+pub mod sim;
 pub mod state;

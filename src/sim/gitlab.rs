@@ -1,0 +1,1265 @@
+//! `bprun sim gitlab`: a GitLab REST API v4 simulator faithful to the behaviours bprun depends on
+//! (see shared/reference/gitlab-api-semantics.md): auth, groups, projects, CI/CD variables with
+//! GitLab's validation, repository files, pipelines and jobs, pagination, rate-limit headers and
+//! errors in both of GitLab's shapes. Fault injection and a request log serve tests and benchmarks.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::ci;
+use super::http::{Accounting, Faults, Handler, SimRequest, SimResponse, decode};
+
+/// Simulator settings (`bprun sim gitlab` flags).
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen: String,
+    pub state_dir: Option<PathBuf>,
+    pub tokens: Vec<String>,
+    /// How long a pipeline takes from creation to its end.
+    pub pipeline_seconds: f64,
+    pub faults: Faults,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: "127.0.0.1:0".into(),
+            state_dir: None,
+            tokens: Vec::new(),
+            pipeline_seconds: 2.0,
+            faults: Faults::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Group {
+    id: u64,
+    name: String,
+    path: String,
+    visibility: String,
+    description: String,
+    created_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Project {
+    id: u64,
+    name: String,
+    path: String,
+    namespace_id: u64,
+    visibility: String,
+    description: String,
+    default_branch: Option<String>,
+    created_at: String,
+    /// branch -> file path -> content
+    files: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Variable {
+    key: String,
+    value: String,
+    variable_type: String,
+    protected: bool,
+    masked: bool,
+    hidden: bool,
+    raw: bool,
+    environment_scope: String,
+    description: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Job {
+    id: u64,
+    name: String,
+    stage: String,
+    script: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Pipeline {
+    id: u64,
+    iid: u64,
+    project_id: u64,
+    reference: String,
+    sha: String,
+    created_ms: u64,
+    created_at: String,
+    jobs: Vec<Job>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct User {
+    id: u64,
+    username: String,
+    name: String,
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct State {
+    next_id: u64,
+    tokens: BTreeMap<String, u64>,
+    users: Vec<User>,
+    groups: BTreeMap<u64, Group>,
+    projects: BTreeMap<u64, Project>,
+    variables: BTreeMap<u64, Vec<Variable>>,
+    pipelines: BTreeMap<u64, Pipeline>,
+}
+
+impl State {
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+}
+
+pub struct GitlabSim {
+    config: Config,
+    /// Where the simulator is reachable, for URLs in answers.
+    pub url: Mutex<String>,
+    state: Mutex<State>,
+    faults: Mutex<Faults>,
+    rate_limit_left: Mutex<u32>,
+    accounting: Accounting,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn timestamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+fn message(status: u16, text: &str) -> SimResponse {
+    SimResponse::json(status, &json!({"message": text}))
+}
+
+fn not_found(what: &str) -> SimResponse {
+    message(404, &format!("404 {what} Not Found"))
+}
+
+/// Grape's parameter errors: `{"error": "name is missing"}`.
+fn param_error(text: &str) -> SimResponse {
+    SimResponse::json(400, &json!({"error": text}))
+}
+
+fn field_errors(errors: Value) -> SimResponse {
+    SimResponse::json(400, &json!({"message": errors}))
+}
+
+fn sha_of(text: &str) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(text.as_bytes());
+    digest
+        .iter()
+        .take(20)
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+fn string_field(body: &Value, key: &str) -> Option<String> {
+    match body.get(key) {
+        Some(Value::String(text)) => Some(text.clone()),
+        Some(Value::Number(number)) => Some(number.to_string()),
+        Some(Value::Bool(flag)) => Some(flag.to_string()),
+        _ => None,
+    }
+}
+
+fn bool_field(body: &Value, key: &str) -> Option<bool> {
+    match body.get(key) {
+        Some(Value::Bool(flag)) => Some(*flag),
+        Some(Value::String(text)) => Some(text == "true"),
+        _ => None,
+    }
+}
+
+fn valid_visibility(visibility: &str) -> bool {
+    matches!(visibility, "private" | "internal" | "public")
+}
+
+/// GitLab's rule for masked values: one line, at least 8 characters, Base64 alphabet plus `@:.~`.
+pub fn maskable(value: &str) -> bool {
+    value.chars().count() >= 8
+        && value.chars().all(|c| {
+            c.is_ascii_alphanumeric()
+                || matches!(c, '+' | '/' | '=' | '@' | ':' | '.' | '~' | '-' | '_')
+        })
+}
+
+fn valid_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 255
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+impl GitlabSim {
+    pub fn new(config: Config) -> Result<GitlabSim, String> {
+        let mut state = match &config.state_dir {
+            Some(dir) => match std::fs::read_to_string(dir.join("gitlab-state.json")) {
+                Ok(text) => serde_json::from_str(&text).map_err(|error| {
+                    format!("invalid simulator state in {}: {error}", dir.display())
+                })?,
+                Err(_) => State::default(),
+            },
+            None => State::default(),
+        };
+        if state.users.is_empty() {
+            let id = state.id();
+            state.users.push(User {
+                id,
+                username: "root".into(),
+                name: "Administrator".into(),
+            });
+        }
+        let root = state.users[0].id;
+        for token in &config.tokens {
+            state.tokens.insert(token.clone(), root);
+        }
+        let faults = config.faults.clone();
+        let burst = faults.rate_limit_burst;
+        Ok(GitlabSim {
+            config,
+            url: Mutex::new(String::new()),
+            state: Mutex::new(state),
+            faults: Mutex::new(faults),
+            rate_limit_left: Mutex::new(burst),
+            accounting: Accounting::default(),
+        })
+    }
+
+    fn base_url(&self) -> String {
+        self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Mints a personal access token for `root` (the toolbox's `gitlab-rails runner` does this).
+    pub fn mint_token(&self) -> String {
+        let token = format!(
+            "glpat-{}",
+            (0..20)
+                .map(|_| fastrand::alphanumeric())
+                .collect::<String>()
+        );
+        let mut state = self.lock();
+        let root = state.users[0].id;
+        state.tokens.insert(token.clone(), root);
+        drop(state);
+        self.persist();
+        token
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn persist(&self) {
+        let Some(dir) = &self.config.state_dir else {
+            return;
+        };
+        let text = match serde_json::to_string_pretty(&*self.lock()) {
+            Ok(text) => text,
+            Err(_) => return,
+        };
+        let _ = std::fs::create_dir_all(dir);
+        let temporary = dir.join("gitlab-state.json.tmp");
+        if std::fs::write(&temporary, text).is_ok() {
+            let _ = std::fs::rename(&temporary, dir.join("gitlab-state.json"));
+        }
+    }
+
+    fn group_json(&self, group: &Group) -> Value {
+        json!({
+            "id": group.id, "name": group.name, "path": group.path, "full_path": group.path, "full_name": group.name,
+            "visibility": group.visibility, "description": group.description, "parent_id": null,
+            "web_url": format!("{}/groups/{}", self.base_url(), group.path), "created_at": group.created_at,
+        })
+    }
+
+    fn project_json(&self, state: &State, project: &Project) -> Value {
+        let namespace = state.groups.get(&project.namespace_id);
+        let namespace_path = namespace
+            .map(|g| g.path.clone())
+            .unwrap_or_else(|| "root".into());
+        let full = format!("{namespace_path}/{}", project.path);
+        let base = self.base_url();
+        json!({
+            "id": project.id, "name": project.name, "path": project.path, "description": project.description,
+            "path_with_namespace": full, "name_with_namespace": format!("{} / {}", namespace.map(|g| g.name.clone()).unwrap_or_else(|| "Administrator".into()), project.name),
+            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace_path, "kind": "group", "full_path": namespace_path},
+            "visibility": project.visibility, "default_branch": project.default_branch, "empty_repo": project.files.is_empty(),
+            "web_url": format!("{base}/{full}"), "http_url_to_repo": format!("{base}/{full}.git"),
+            "ssh_url_to_repo": format!("git@127.0.0.1:{full}.git"), "created_at": project.created_at,
+        })
+    }
+
+    fn find_group(state: &State, id: &str) -> Option<u64> {
+        let id = decode(id);
+        match id.parse::<u64>() {
+            Ok(number) => state.groups.contains_key(&number).then_some(number),
+            Err(_) => state
+                .groups
+                .values()
+                .find(|group| group.path == id)
+                .map(|group| group.id),
+        }
+    }
+
+    fn find_project(state: &State, id: &str) -> Option<u64> {
+        let id = decode(id);
+        if let Ok(number) = id.parse::<u64>() {
+            return state.projects.contains_key(&number).then_some(number);
+        }
+        let (namespace, path) = id.rsplit_once('/')?;
+        state
+            .projects
+            .values()
+            .find(|project| {
+                project.path == path
+                    && state
+                        .groups
+                        .get(&project.namespace_id)
+                        .map(|g| g.path.as_str())
+                        .unwrap_or("root")
+                        == namespace
+            })
+            .map(|project| project.id)
+    }
+
+    fn project_path(state: &State, project: &Project) -> String {
+        let namespace = state
+            .groups
+            .get(&project.namespace_id)
+            .map(|g| g.path.clone())
+            .unwrap_or_else(|| "root".into());
+        format!("{namespace}/{}", project.path)
+    }
+
+    fn paginate(&self, request: &SimRequest, items: Vec<Value>) -> SimResponse {
+        let per_page = request
+            .query
+            .get("per_page")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(20)
+            .clamp(1, 100);
+        let page = request
+            .query
+            .get("page")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(1)
+            .max(1);
+        let total = items.len();
+        let pages = total.div_ceil(per_page).max(1);
+        let slice: Vec<Value> = items
+            .into_iter()
+            .skip((page - 1) * per_page)
+            .take(per_page)
+            .collect();
+        let base = format!("{}{}", self.base_url(), request.path);
+        let link = |number: usize, rel: &str| {
+            format!("<{base}?page={number}&per_page={per_page}>; rel=\"{rel}\"")
+        };
+        let mut links = Vec::new();
+        if page > 1 {
+            links.push(link(page - 1, "prev"));
+        }
+        if page < pages {
+            links.push(link(page + 1, "next"));
+        }
+        links.push(link(1, "first"));
+        links.push(link(pages, "last"));
+        SimResponse::json(200, &Value::Array(slice))
+            .with_header("link", links.join(", "))
+            .with_header("x-page", page.to_string())
+            .with_header("x-per-page", per_page.to_string())
+            .with_header("x-total", total.to_string())
+            .with_header("x-total-pages", pages.to_string())
+            .with_header(
+                "x-next-page",
+                if page < pages {
+                    (page + 1).to_string()
+                } else {
+                    String::new()
+                },
+            )
+            .with_header(
+                "x-prev-page",
+                if page > 1 {
+                    (page - 1).to_string()
+                } else {
+                    String::new()
+                },
+            )
+    }
+
+    fn authenticate(&self, request: &SimRequest) -> Option<u64> {
+        let token = request
+            .header("private-token")
+            .map(str::to_string)
+            .or_else(|| {
+                request
+                    .header("authorization")
+                    .and_then(|h| h.strip_prefix("Bearer "))
+                    .map(str::to_string)
+            })?;
+        self.lock().tokens.get(&token).copied()
+    }
+
+    fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
+        let elapsed = now_ms().saturating_sub(pipeline.created_ms) as f64 / 1000.0;
+        let phase = (self.config.pipeline_seconds / 3.0).max(0.001);
+        let failing = pipeline.jobs.iter().position(|job| {
+            job.script
+                .iter()
+                .any(|line| line.trim().starts_with("exit ") && line.trim() != "exit 0")
+        });
+        let finished = elapsed >= 3.0 * phase;
+        let job_status = |index: usize| -> String {
+            if elapsed < phase {
+                "pending".into()
+            } else if !finished {
+                if index == 0 {
+                    "running".into()
+                } else {
+                    "pending".into()
+                }
+            } else {
+                match failing {
+                    Some(bad) if index == bad => "failed".into(),
+                    Some(bad) if index > bad => "skipped".into(),
+                    _ => "success".into(),
+                }
+            }
+        };
+        let jobs: Vec<String> = (0..pipeline.jobs.len()).map(job_status).collect();
+        let status = if elapsed < phase {
+            "pending"
+        } else if !finished {
+            "running"
+        } else if failing.is_some() {
+            "failed"
+        } else {
+            "success"
+        };
+        (status.to_string(), jobs)
+    }
+
+    fn pipeline_json(&self, state: &State, pipeline: &Pipeline) -> Value {
+        let (status, _) = self.pipeline_status(pipeline);
+        let project = state.projects.get(&pipeline.project_id);
+        let path = project
+            .map(|p| Self::project_path(state, p))
+            .unwrap_or_default();
+        json!({
+            "id": pipeline.id, "iid": pipeline.iid, "project_id": pipeline.project_id, "sha": pipeline.sha,
+            "ref": pipeline.reference, "status": status, "source": "api", "created_at": pipeline.created_at,
+            "updated_at": pipeline.created_at, "web_url": format!("{}/{path}/-/pipelines/{}", self.base_url(), pipeline.id),
+        })
+    }
+
+    fn job_trace(job: &Job, status: &str) -> String {
+        let mut trace = format!(
+            "Running with bprun-sim\nJob {} (stage {})\n",
+            job.name, job.stage
+        );
+        for line in &job.script {
+            trace.push_str(&format!("$ {line}\n"));
+            if status == "failed" && line.trim().starts_with("exit ") {
+                trace.push_str(&format!(
+                    "ERROR: Job failed: exit code {}\n",
+                    line.trim().trim_start_matches("exit ").trim()
+                ));
+                return trace;
+            }
+        }
+        if status == "success" {
+            trace.push_str("Job succeeded\n");
+        }
+        trace
+    }
+
+    fn route(&self, request: &SimRequest) -> SimResponse {
+        let path = request.path.as_str();
+        match (request.method.as_str(), path) {
+            ("GET", "/-/health") => return SimResponse::text(200, "GitLab OK"),
+            ("GET", "/-/readiness") | ("GET", "/-/liveness") => {
+                return SimResponse::json(200, &json!({"status": "ok"}));
+            }
+            ("GET", "/-/sim/requests") => {
+                return SimResponse::json(200, &self.accounting.snapshot());
+            }
+            ("DELETE", "/-/sim/requests") => {
+                self.accounting.clear();
+                return SimResponse::json(200, &json!({"cleared": true}));
+            }
+            ("GET", "/-/sim/faults") => {
+                return SimResponse::json(
+                    200,
+                    &json!(*self.faults.lock().unwrap_or_else(|p| p.into_inner())),
+                );
+            }
+            ("PUT", "/-/sim/faults") => {
+                return match serde_json::from_slice::<Faults>(&request.body) {
+                    Ok(faults) => {
+                        *self
+                            .rate_limit_left
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner()) = faults.rate_limit_burst;
+                        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = faults.clone();
+                        SimResponse::json(200, &json!(faults))
+                    }
+                    Err(error) => param_error(&format!("invalid faults: {error}")),
+                };
+            }
+            ("POST", "/-/sim/tokens") => {
+                return SimResponse::json(
+                    201,
+                    &json!({"token": self.mint_token(), "username": "root"}),
+                );
+            }
+            _ => {}
+        }
+        let Some(api) = path.strip_prefix("/api/v4") else {
+            return message(404, "404 Not Found");
+        };
+        let Some(user) = self.authenticate(request) else {
+            return message(401, "401 Unauthorized");
+        };
+        let segments: Vec<&str> = api.trim_start_matches('/').split('/').collect();
+        match (request.method.as_str(), segments.as_slice()) {
+            ("GET", ["version"]) => {
+                SimResponse::json(200, &json!({"version": "17.9.0", "revision": "bprun-sim"}))
+            }
+            ("GET", ["user"]) => {
+                let state = self.lock();
+                let Some(found) = state.users.iter().find(|u| u.id == user) else {
+                    return message(401, "401 Unauthorized");
+                };
+                SimResponse::json(
+                    200,
+                    &json!({"id": found.id, "username": found.username, "name": found.name, "state": "active", "is_admin": true}),
+                )
+            }
+            ("POST", ["groups"]) => self.create_group(request),
+            ("GET", ["groups"]) => {
+                let state = self.lock();
+                let search = request.query.get("search").cloned().unwrap_or_default();
+                let items = state
+                    .groups
+                    .values()
+                    .filter(|g| g.path.contains(&search) || g.name.contains(&search))
+                    .map(|g| self.group_json(g))
+                    .collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("GET", ["groups", id]) => {
+                let state = self.lock();
+                match Self::find_group(&state, id) {
+                    Some(found) => SimResponse::json(200, &self.group_json(&state.groups[&found])),
+                    None => not_found("Group"),
+                }
+            }
+            ("PUT", ["groups", id]) => self.update_group(request, id),
+            ("DELETE", ["groups", id]) => self.delete_group(id),
+            ("GET", ["groups", id, "projects"]) => {
+                let state = self.lock();
+                let Some(group) = Self::find_group(&state, id) else {
+                    return not_found("Group");
+                };
+                let items = state
+                    .projects
+                    .values()
+                    .filter(|p| p.namespace_id == group)
+                    .map(|p| self.project_json(&state, p))
+                    .collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("POST", ["projects"]) => self.create_project(request, user),
+            ("GET", ["projects"]) => {
+                let state = self.lock();
+                let items = state
+                    .projects
+                    .values()
+                    .map(|p| self.project_json(&state, p))
+                    .collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("GET", ["projects", id]) => {
+                let state = self.lock();
+                match Self::find_project(&state, id) {
+                    Some(found) => {
+                        SimResponse::json(200, &self.project_json(&state, &state.projects[&found]))
+                    }
+                    None => not_found("Project"),
+                }
+            }
+            ("DELETE", ["projects", id]) => {
+                let mut state = self.lock();
+                let Some(found) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                state.projects.remove(&found);
+                state.variables.remove(&found);
+                drop(state);
+                self.persist();
+                message(202, "202 Accepted")
+            }
+            (_, ["projects", id, "variables", rest @ ..]) => self.variables(request, id, rest),
+            (_, ["projects", id, "repository", "files", file, rest @ ..]) => {
+                self.files(request, id, file, rest)
+            }
+            ("POST", ["projects", id, "pipeline"]) => self.create_pipeline(request, id),
+            ("GET", ["projects", id, "pipelines"]) => {
+                let state = self.lock();
+                let Some(project) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                let items = state
+                    .pipelines
+                    .values()
+                    .rev()
+                    .filter(|p| p.project_id == project)
+                    .map(|p| self.pipeline_json(&state, p))
+                    .collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("GET", ["projects", id, "pipelines", pipeline]) => {
+                let state = self.lock();
+                match self.pipeline_of(&state, id, pipeline) {
+                    Some(found) => SimResponse::json(200, &self.pipeline_json(&state, found)),
+                    None => not_found("Pipeline"),
+                }
+            }
+            ("GET", ["projects", id, "pipelines", pipeline, "jobs"]) => {
+                let state = self.lock();
+                let Some(found) = self.pipeline_of(&state, id, pipeline) else {
+                    return not_found("Pipeline");
+                };
+                let (_, statuses) = self.pipeline_status(found);
+                let items = found
+                    .jobs
+                    .iter()
+                    .zip(statuses)
+                    .map(|(job, status)| json!({"id": job.id, "name": job.name, "stage": job.stage, "status": status, "pipeline": {"id": found.id}, "web_url": format!("{}/-/jobs/{}", self.base_url(), job.id)}))
+                    .collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("GET", ["projects", id, "jobs", job, "trace"]) => {
+                let state = self.lock();
+                let Some(project) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                let job_id = job.parse::<u64>().unwrap_or(0);
+                for pipeline in state.pipelines.values().filter(|p| p.project_id == project) {
+                    if let Some(index) = pipeline.jobs.iter().position(|j| j.id == job_id) {
+                        let (_, statuses) = self.pipeline_status(pipeline);
+                        return SimResponse::text(
+                            200,
+                            &Self::job_trace(&pipeline.jobs[index], &statuses[index]),
+                        );
+                    }
+                }
+                not_found("Job")
+            }
+            _ => message(404, "404 Not Found"),
+        }
+    }
+
+    fn pipeline_of<'a>(
+        &self,
+        state: &'a State,
+        project: &str,
+        pipeline: &str,
+    ) -> Option<&'a Pipeline> {
+        let project = Self::find_project(state, project)?;
+        let id = pipeline.parse::<u64>().ok()?;
+        state.pipelines.get(&id).filter(|p| p.project_id == project)
+    }
+
+    fn create_group(&self, request: &SimRequest) -> SimResponse {
+        let body = request.json();
+        let Some(name) = string_field(&body, "name") else {
+            return param_error("name is missing");
+        };
+        let Some(path) = string_field(&body, "path") else {
+            return param_error("path is missing");
+        };
+        let visibility = string_field(&body, "visibility").unwrap_or_else(|| "private".into());
+        if !valid_visibility(&visibility) {
+            return param_error("visibility does not have a valid value");
+        }
+        let mut state = self.lock();
+        if state.groups.values().any(|g| g.path == path) {
+            return message(
+                400,
+                "Failed to save group {:path=>[\"has already been taken\"]}",
+            );
+        }
+        let id = state.id();
+        let group = Group {
+            id,
+            name,
+            path,
+            visibility,
+            description: string_field(&body, "description").unwrap_or_default(),
+            created_at: timestamp(),
+        };
+        let answer = self.group_json(&group);
+        state.groups.insert(id, group);
+        drop(state);
+        self.persist();
+        SimResponse::json(201, &answer)
+    }
+
+    fn update_group(&self, request: &SimRequest, id: &str) -> SimResponse {
+        let body = request.json();
+        let mut state = self.lock();
+        let Some(found) = Self::find_group(&state, id) else {
+            return not_found("Group");
+        };
+        if let Some(visibility) = string_field(&body, "visibility") {
+            if !valid_visibility(&visibility) {
+                return param_error("visibility does not have a valid value");
+            }
+            if let Some(group) = state.groups.get_mut(&found) {
+                group.visibility = visibility;
+            }
+        }
+        if let Some(description) = string_field(&body, "description")
+            && let Some(group) = state.groups.get_mut(&found)
+        {
+            group.description = description;
+        }
+        let answer = self.group_json(&state.groups[&found]);
+        drop(state);
+        self.persist();
+        SimResponse::json(200, &answer)
+    }
+
+    fn delete_group(&self, id: &str) -> SimResponse {
+        let mut state = self.lock();
+        let Some(found) = Self::find_group(&state, id) else {
+            return not_found("Group");
+        };
+        state.groups.remove(&found);
+        let projects: Vec<u64> = state
+            .projects
+            .values()
+            .filter(|p| p.namespace_id == found)
+            .map(|p| p.id)
+            .collect();
+        for project in projects {
+            state.projects.remove(&project);
+            state.variables.remove(&project);
+        }
+        drop(state);
+        self.persist();
+        message(202, "202 Accepted")
+    }
+
+    fn create_project(&self, request: &SimRequest, _user: u64) -> SimResponse {
+        let body = request.json();
+        let name = string_field(&body, "name");
+        let path = string_field(&body, "path");
+        let (name, path) = match (name, path) {
+            (None, None) => {
+                return param_error(
+                    "name, path are missing, at least one parameter must be provided",
+                );
+            }
+            (Some(name), None) => (name.clone(), name.to_lowercase().replace(' ', "-")),
+            (None, Some(path)) => (path.clone(), path),
+            (Some(name), Some(path)) => (name, path),
+        };
+        let visibility = string_field(&body, "visibility").unwrap_or_else(|| "private".into());
+        if !valid_visibility(&visibility) {
+            return param_error("visibility does not have a valid value");
+        }
+        let mut state = self.lock();
+        let namespace_id = match string_field(&body, "namespace_id") {
+            Some(namespace) => match Self::find_group(&state, &namespace) {
+                Some(id) => id,
+                None => return not_found("Namespace"),
+            },
+            None => 0,
+        };
+        let siblings: Vec<&Project> = state
+            .projects
+            .values()
+            .filter(|p| p.namespace_id == namespace_id)
+            .collect();
+        let mut errors = serde_json::Map::new();
+        if siblings.iter().any(|p| p.name == name) {
+            errors.insert("name".into(), json!(["has already been taken"]));
+        }
+        if siblings.iter().any(|p| p.path == path) {
+            errors.insert("path".into(), json!(["has already been taken"]));
+        }
+        if !errors.is_empty() {
+            return field_errors(Value::Object(errors));
+        }
+        let id = state.id();
+        let project = Project {
+            id,
+            name,
+            path,
+            namespace_id,
+            visibility,
+            description: string_field(&body, "description").unwrap_or_default(),
+            default_branch: None,
+            created_at: timestamp(),
+            files: BTreeMap::new(),
+        };
+        let answer = self.project_json(&state, &project);
+        state.projects.insert(id, project);
+        drop(state);
+        self.persist();
+        SimResponse::json(201, &answer)
+    }
+
+    fn variable_json(variable: &Variable) -> Value {
+        json!({
+            "key": variable.key, "value": if variable.hidden { Value::Null } else { Value::String(variable.value.clone()) },
+            "variable_type": variable.variable_type, "protected": variable.protected, "masked": variable.masked,
+            "hidden": variable.hidden, "raw": variable.raw, "environment_scope": variable.environment_scope,
+            "description": variable.description,
+        })
+    }
+
+    fn variables(&self, request: &SimRequest, id: &str, rest: &[&str]) -> SimResponse {
+        let mut state = self.lock();
+        let Some(project) = Self::find_project(&state, id) else {
+            return not_found("Project");
+        };
+        let scope_filter = request.query.get("filter[environment_scope]").cloned();
+        let list = state.variables.entry(project).or_default();
+        match (request.method.as_str(), rest) {
+            ("GET", []) => {
+                let items = list.iter().map(Self::variable_json).collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("POST", []) => {
+                let body = request.json();
+                let variable = match Self::variable_from(&body, None) {
+                    Ok(variable) => variable,
+                    Err(response) => return response,
+                };
+                if list.iter().any(|v| {
+                    v.key == variable.key && v.environment_scope == variable.environment_scope
+                }) {
+                    return field_errors(
+                        json!({"key": [format!("({}) has already been taken", variable.key)]}),
+                    );
+                }
+                let answer = Self::variable_json(&variable);
+                list.push(variable);
+                drop(state);
+                self.persist();
+                SimResponse::json(201, &answer)
+            }
+            (method, [key]) => {
+                let matches: Vec<usize> = list
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, v)| {
+                        v.key == *key
+                            && scope_filter
+                                .as_ref()
+                                .is_none_or(|scope| &v.environment_scope == scope)
+                    })
+                    .map(|(index, _)| index)
+                    .collect();
+                if matches.is_empty() {
+                    return not_found("Variable");
+                }
+                if matches.len() > 1 && method != "GET" {
+                    return message(
+                        409,
+                        "There are multiple variables with provided parameters. Please use 'filter[environment_scope]'",
+                    );
+                }
+                let index = matches[0];
+                match method {
+                    "GET" => SimResponse::json(200, &Self::variable_json(&list[index])),
+                    "PUT" => {
+                        let body = request.json();
+                        let updated = match Self::variable_from(&body, Some(&list[index])) {
+                            Ok(variable) => variable,
+                            Err(response) => return response,
+                        };
+                        list[index] = updated;
+                        let answer = Self::variable_json(&list[index]);
+                        drop(state);
+                        self.persist();
+                        SimResponse::json(200, &answer)
+                    }
+                    "DELETE" => {
+                        list.remove(index);
+                        drop(state);
+                        self.persist();
+                        SimResponse {
+                            status: 204,
+                            headers: Vec::new(),
+                            body: Vec::new(),
+                        }
+                    }
+                    _ => message(405, "405 Method Not Allowed"),
+                }
+            }
+            _ => message(404, "404 Not Found"),
+        }
+    }
+
+    /// A variable from a request body (on top of `existing` for updates), validated as GitLab does.
+    fn variable_from(body: &Value, existing: Option<&Variable>) -> Result<Variable, SimResponse> {
+        let key = match (string_field(body, "key"), existing) {
+            (Some(key), _) => key,
+            (None, Some(existing)) => existing.key.clone(),
+            (None, None) => return Err(param_error("key is missing")),
+        };
+        let value = match (string_field(body, "value"), existing) {
+            (Some(value), _) => value,
+            (None, Some(existing)) => existing.value.clone(),
+            (None, None) => return Err(param_error("value is missing")),
+        };
+        let variable_type = string_field(body, "variable_type")
+            .or(existing.map(|e| e.variable_type.clone()))
+            .unwrap_or_else(|| "env_var".into());
+        if !matches!(variable_type.as_str(), "env_var" | "file") {
+            return Err(param_error("variable_type does not have a valid value"));
+        }
+        let masked_and_hidden = bool_field(body, "masked_and_hidden").unwrap_or(false);
+        let masked = bool_field(body, "masked")
+            .or(existing.map(|e| e.masked))
+            .unwrap_or(false)
+            || masked_and_hidden;
+        let mut errors = serde_json::Map::new();
+        if !valid_key(&key) {
+            let mut messages = Vec::new();
+            if key.len() > 255 {
+                messages.push("is too long (maximum is 255 characters)");
+            }
+            if !key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') || key.is_empty() {
+                messages.push("can contain only letters, digits and '_'.");
+            }
+            errors.insert("key".into(), json!(messages));
+        }
+        if masked && (value.contains('\n') || !maskable(&value)) {
+            errors.insert("value".into(), json!(["is invalid"]));
+        }
+        if !errors.is_empty() {
+            return Err(field_errors(Value::Object(errors)));
+        }
+        Ok(Variable {
+            key,
+            value,
+            variable_type,
+            protected: bool_field(body, "protected")
+                .or(existing.map(|e| e.protected))
+                .unwrap_or(false),
+            masked,
+            hidden: masked_and_hidden || existing.is_some_and(|e| e.hidden),
+            raw: bool_field(body, "raw")
+                .or(existing.map(|e| e.raw))
+                .unwrap_or(false),
+            environment_scope: string_field(body, "environment_scope")
+                .or(existing.map(|e| e.environment_scope.clone()))
+                .unwrap_or_else(|| "*".into()),
+            description: match body.get("description") {
+                Some(Value::String(text)) => Some(text.clone()),
+                Some(Value::Null) => None,
+                _ => existing.and_then(|e| e.description.clone()),
+            },
+        })
+    }
+
+    fn files(&self, request: &SimRequest, id: &str, file: &str, rest: &[&str]) -> SimResponse {
+        let file_path = decode(file);
+        let mut state = self.lock();
+        let Some(project_id) = Self::find_project(&state, id) else {
+            return not_found("Project");
+        };
+        let Some(project) = state.projects.get_mut(&project_id) else {
+            return not_found("Project");
+        };
+        match (request.method.as_str(), rest) {
+            ("GET", rest @ ([] | ["raw"])) => {
+                let reference = request
+                    .query
+                    .get("ref")
+                    .cloned()
+                    .or_else(|| project.default_branch.clone());
+                let Some(reference) = reference else {
+                    return param_error("ref is missing");
+                };
+                let Some(content) = project
+                    .files
+                    .get(&reference)
+                    .and_then(|files| files.get(&file_path))
+                else {
+                    return not_found("File");
+                };
+                if rest == ["raw"] {
+                    return SimResponse::text(200, content);
+                }
+                let commit = sha_of(&format!("{reference}{content}"));
+                SimResponse::json(
+                    200,
+                    &json!({
+                        "file_name": file_path.rsplit('/').next().unwrap_or(&file_path), "file_path": file_path, "size": content.len(),
+                        "encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(content),
+                        "content_sha256": crate::natives::codec::codec_functions::sha256(Dynamic::from(content.clone())).unwrap_or_default(),
+                        "ref": reference, "blob_id": sha_of(content), "commit_id": commit, "last_commit_id": commit,
+                    }),
+                )
+            }
+            (method @ ("POST" | "PUT"), []) => {
+                let body = request.json();
+                let Some(branch) = string_field(&body, "branch") else {
+                    return param_error("branch is missing");
+                };
+                let Some(mut content) = string_field(&body, "content") else {
+                    return param_error("content is missing");
+                };
+                if string_field(&body, "commit_message").is_none() {
+                    return param_error("commit_message is missing");
+                }
+                if string_field(&body, "encoding").as_deref() == Some("base64") {
+                    match base64::engine::general_purpose::STANDARD
+                        .decode(content.as_bytes())
+                        .ok()
+                        .and_then(|b| String::from_utf8(b).ok())
+                    {
+                        Some(decoded) => content = decoded,
+                        None => return param_error("content is not valid base64"),
+                    }
+                }
+                let files = project.files.entry(branch.clone()).or_default();
+                let exists = files.contains_key(&file_path);
+                if method == "POST" && exists {
+                    return message(400, "A file with this name already exists");
+                }
+                if method == "PUT" && !exists {
+                    return message(400, "A file with this name doesn't exist");
+                }
+                if method == "PUT" && files.get(&file_path) == Some(&content) {
+                    return message(
+                        400,
+                        "You are attempting to update a file that has changed since you started editing it.",
+                    );
+                }
+                files.insert(file_path.clone(), content);
+                if project.default_branch.is_none() {
+                    project.default_branch = Some(branch.clone());
+                }
+                drop(state);
+                self.persist();
+                SimResponse::json(
+                    if method == "POST" { 201 } else { 200 },
+                    &json!({"file_path": file_path, "branch": branch}),
+                )
+            }
+            _ => message(404, "404 Not Found"),
+        }
+    }
+
+    fn create_pipeline(&self, request: &SimRequest, id: &str) -> SimResponse {
+        let body = request.json();
+        let Some(reference) = string_field(&body, "ref") else {
+            return param_error("ref is missing");
+        };
+        let mut state = self.lock();
+        let Some(project_id) = Self::find_project(&state, id) else {
+            return not_found("Project");
+        };
+        let project = &state.projects[&project_id];
+        let this_path = Self::project_path(&state, project);
+        let Some(files) = project.files.get(&reference) else {
+            return field_errors(json!({"base": ["Reference not found"]}));
+        };
+        let Some(config) = files.get(".gitlab-ci.yml") else {
+            return field_errors(json!({"base": ["Missing CI config file"]}));
+        };
+        let fetch = |from: Option<&str>, at: &str, file: &str| -> Result<Option<String>, String> {
+            let project = match from {
+                None => Some(project_id),
+                Some(path) if path == this_path => Some(project_id),
+                Some(path) => Self::find_project(
+                    &state,
+                    &percent_encoding::utf8_percent_encode(
+                        path,
+                        percent_encoding::NON_ALPHANUMERIC,
+                    )
+                    .to_string(),
+                ),
+            };
+            let Some(project) = project.and_then(|id| state.projects.get(&id)) else {
+                return Err(format!(
+                    "Project `{}` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.",
+                    from.unwrap_or_default()
+                ));
+            };
+            let at = if at == "HEAD" {
+                project
+                    .default_branch
+                    .clone()
+                    .unwrap_or_else(|| "main".into())
+            } else {
+                at.to_string()
+            };
+            let Some(branch) = project.files.get(&at) else {
+                return Err(format!(
+                    "Project `{}` reference `{at}` does not exist!",
+                    Self::project_path(&state, project)
+                ));
+            };
+            Ok(branch.get(file).cloned())
+        };
+        let jobs = match ci::resolve(config, &reference, &fetch) {
+            Ok(jobs) => jobs,
+            Err(errors) => return field_errors(json!({"base": errors})),
+        };
+        let sha = sha_of(&format!("{reference}{config}"));
+        let id = state.id();
+        let iid = state
+            .pipelines
+            .values()
+            .filter(|p| p.project_id == project_id)
+            .count() as u64
+            + 1;
+        let mut pipeline_jobs = Vec::new();
+        for job in jobs {
+            let job_id = state.id();
+            pipeline_jobs.push(Job {
+                id: job_id,
+                name: job.name,
+                stage: job.stage,
+                script: job.script,
+            });
+        }
+        let pipeline = Pipeline {
+            id,
+            iid,
+            project_id,
+            reference,
+            sha,
+            created_ms: now_ms(),
+            created_at: timestamp(),
+            jobs: pipeline_jobs,
+        };
+        let mut answer = self.pipeline_json(&state, &pipeline);
+        answer["status"] = json!("created");
+        state.pipelines.insert(id, pipeline);
+        drop(state);
+        self.persist();
+        SimResponse::json(201, &answer)
+    }
+}
+
+use rhai::Dynamic;
+
+impl Handler for GitlabSim {
+    fn handle(&self, request: SimRequest) -> SimResponse {
+        let api = request.path.starts_with("/api/v4");
+        let mut response = self.route(&request);
+        if api {
+            let reset = now_ms() / 1000 + 60;
+            let observed = self.accounting.log.lock().map(|log| log.len()).unwrap_or(0) % 2000;
+            response = response
+                .with_header("ratelimit-name", "throttle_authenticated_api")
+                .with_header("ratelimit-limit", "2000")
+                .with_header("ratelimit-observed", observed.to_string())
+                .with_header("ratelimit-remaining", (2000 - observed).to_string())
+                .with_header("ratelimit-reset", reset.to_string());
+        }
+        response
+    }
+
+    fn faults(&self) -> Faults {
+        self.faults
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn take_rate_limit(&self) -> bool {
+        let mut left = self
+            .rate_limit_left
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if *left > 0 {
+            *left -= 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn accounting(&self) -> &Accounting {
+        &self.accounting
+    }
+
+    fn exempt(&self, path: &str) -> bool {
+        path.starts_with("/-/")
+    }
+}
+
+/// Runs the simulator until Ctrl-C or SIGTERM; prints `GITLAB_URL=...` and `GITLAB_TOKEN=...`.
+pub fn run(config: Config) -> Result<(), String> {
+    let address = super::http::loopback(&config.listen)?;
+    let mut config = config;
+    if config.tokens.is_empty() {
+        config.tokens.push(format!(
+            "glpat-sim-{}",
+            (0..20)
+                .map(|_| fastrand::alphanumeric())
+                .collect::<String>()
+        ));
+    }
+    let token = config.tokens[0].clone();
+    let sim = Arc::new(GitlabSim::new(config)?);
+    let runtime = crate::clients::runtime::runtime();
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|error| format!("cannot listen on {address}: {error}"))?;
+        let bound = listener.local_addr().map_err(|error| error.to_string())?;
+        let host = if bound.is_ipv6() {
+            format!("[{}]", bound.ip())
+        } else {
+            bound.ip().to_string()
+        };
+        let url = format!("http://{host}:{}", bound.port());
+        *sim.url.lock().unwrap_or_else(|p| p.into_inner()) = url.clone();
+        println!("GITLAB_URL={url}");
+        println!("GITLAB_TOKEN={token}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let server = tokio::spawn(super::http::serve(listener, sim));
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| e.to_string())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        server.abort();
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        Ok(())
+    })
+}

@@ -1,0 +1,373 @@
+//! A small HTTP/1.1 server for the simulators (hyper underneath), with the fault injection and
+//! request accounting the tests and benchmarks use.
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Request, Response, StatusCode};
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// A request as a simulator handler sees it.
+pub struct SimRequest {
+    pub method: String,
+    /// The raw (still percent-encoded) path, without the query.
+    pub path: String,
+    pub query: BTreeMap<String, String>,
+    pub headers: hyper::HeaderMap,
+    pub body: Bytes,
+}
+
+impl SimRequest {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The body as JSON, or form fields as a JSON object (GitLab accepts both).
+    pub fn json(&self) -> serde_json::Value {
+        if self.body.is_empty() {
+            return serde_json::Value::Object(Default::default());
+        }
+        if let Ok(value) = serde_json::from_slice(&self.body) {
+            return value;
+        }
+        let form: serde_json::Map<String, serde_json::Value> =
+            url_form(&String::from_utf8_lossy(&self.body))
+                .into_iter()
+                .map(|(key, value)| (key, serde_json::Value::String(value)))
+                .collect();
+        serde_json::Value::Object(form)
+    }
+}
+
+/// A response a handler returns.
+pub struct SimResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl SimResponse {
+    pub fn json(status: u16, value: &serde_json::Value) -> SimResponse {
+        SimResponse {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: value.to_string().into_bytes(),
+        }
+    }
+
+    pub fn text(status: u16, text: &str) -> SimResponse {
+        SimResponse {
+            status,
+            headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
+            body: text.as_bytes().to_vec(),
+        }
+    }
+
+    pub fn with_header(mut self, name: &str, value: impl Into<String>) -> SimResponse {
+        self.headers.push((name.to_string(), value.into()));
+        self
+    }
+}
+
+pub fn url_form(text: &str) -> Vec<(String, String)> {
+    text.split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (
+                decode(&key.replace('+', " ")),
+                decode(&value.replace('+', " ")),
+            )
+        })
+        .collect()
+}
+
+pub fn decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Faults injected into answers (admin routes and health checks are exempt).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Faults {
+    /// Added to every answer.
+    pub latency_ms: u64,
+    /// Share (0 to 1) of requests answered 500, 502 or 503 without being processed.
+    pub error_rate: f64,
+    /// The next N requests get 429 with `Retry-After`.
+    pub rate_limit_burst: u32,
+    /// Seconds in `Retry-After` of those 429s.
+    pub retry_after_s: u64,
+    /// Share of requests whose connection is closed without an answer (not processed).
+    pub reset_rate: f64,
+    /// Share of mutating requests that are processed but whose answer is dropped.
+    pub drop_answer_rate: f64,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct LoggedRequest {
+    pub method: String,
+    pub path: String,
+    /// The answer's status; 0 when the connection was reset or the answer dropped.
+    pub status: u16,
+    pub fault: Option<String>,
+}
+
+/// Request log and per-route counters, shared by the server and the admin endpoint.
+#[derive(Default)]
+pub struct Accounting {
+    pub log: Mutex<Vec<LoggedRequest>>,
+}
+
+impl Accounting {
+    pub fn record(&self, method: &str, path: &str, status: u16, fault: Option<&str>) {
+        let mut log = self
+            .log
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // Bounded: a long-running simulator keeps the newest 100 000 entries.
+        if log.len() >= 100_000 {
+            log.drain(..10_000);
+        }
+        log.push(LoggedRequest {
+            method: method.to_string(),
+            path: path.to_string(),
+            status,
+            fault: fault.map(str::to_string),
+        });
+    }
+
+    pub fn snapshot(&self) -> serde_json::Value {
+        let log = self
+            .log
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+        for entry in log.iter() {
+            *counters
+                .entry(format!("{} {}", entry.method, route_of(&entry.path)))
+                .or_default() += 1;
+        }
+        let mutating = log
+            .iter()
+            .filter(|entry| entry.method != "GET" && entry.method != "HEAD")
+            .count();
+        serde_json::json!({"total": log.len(), "mutating": mutating, "counters": counters, "requests": *log})
+    }
+
+    pub fn clear(&self) {
+        self.log
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+    }
+}
+
+/// `/api/v4/projects/12/variables/KEY` -> `/api/v4/projects/:id/variables/:key`-like templates:
+/// numbers and encoded paths become `:id`, so counters group by route.
+pub fn route_of(path: &str) -> String {
+    let parts: Vec<String> = path
+        .split('/')
+        .enumerate()
+        .map(|(index, part)| {
+            let previous = path.split('/').nth(index.wrapping_sub(1)).unwrap_or("");
+            if part.chars().all(|c| c.is_ascii_digit()) && !part.is_empty() || part.contains('%') {
+                ":id".to_string()
+            } else if matches!(previous, "variables" | "files") {
+                ":key".to_string()
+            } else {
+                part.to_string()
+            }
+        })
+        .collect();
+    parts.join("/")
+}
+
+/// What a simulator provides to the server loop.
+pub trait Handler: Send + Sync + 'static {
+    fn handle(&self, request: SimRequest) -> SimResponse;
+    fn faults(&self) -> Faults;
+    /// Consumes one request of a 429 burst, if any is left.
+    fn take_rate_limit(&self) -> bool;
+    fn accounting(&self) -> &Accounting;
+    /// Routes exempt from faults (health, admin).
+    fn exempt(&self, path: &str) -> bool;
+}
+
+/// Serves `handler` on `listener` until the process ends.
+pub async fn serve<H: Handler>(listener: tokio::net::TcpListener, handler: Arc<H>) {
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            continue;
+        };
+        let handler = handler.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |request| {
+                let handler = handler.clone();
+                async move { answer(handler, request).await }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .await;
+        });
+    }
+}
+
+/// Resolves a listen address such as `127.0.0.1:0`; only loopback addresses are accepted.
+pub fn loopback(address: &str) -> Result<SocketAddr, String> {
+    let parsed: SocketAddr = address
+        .parse()
+        .map_err(|error| format!("invalid listen address {address}: {error}"))?;
+    if !parsed.ip().is_loopback() {
+        return Err(format!(
+            "the simulator listens on loopback only (127.0.0.1 or ::1), not {}",
+            parsed.ip()
+        ));
+    }
+    Ok(parsed)
+}
+
+/// The error a connection gets when a fault closes it without an answer.
+#[derive(Debug)]
+struct InjectedReset;
+
+impl std::fmt::Display for InjectedReset {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("injected connection reset")
+    }
+}
+
+impl std::error::Error for InjectedReset {}
+
+async fn answer<H: Handler>(
+    handler: Arc<H>,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, InjectedReset> {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_string();
+    let query: BTreeMap<String, String> = request
+        .uri()
+        .query()
+        .map(url_form)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let headers = request.headers().clone();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .map(|collected| collected.to_bytes())
+        .unwrap_or_default();
+    let sim_request = SimRequest {
+        method: method.clone(),
+        path: path.clone(),
+        query,
+        headers,
+        body,
+    };
+
+    let exempt = handler.exempt(&path);
+    let faults = if exempt {
+        Faults::default()
+    } else {
+        handler.faults()
+    };
+    if faults.latency_ms > 0 {
+        tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
+    }
+    let accounting = handler.accounting();
+    if !exempt && handler.take_rate_limit() {
+        accounting.record(&method, &path, 429, Some("rate-limit"));
+        let retry_after = faults.retry_after_s.max(1);
+        let reset = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+            + retry_after;
+        let response = SimResponse::text(429, "Retry later\n")
+            .with_header("retry-after", retry_after.to_string())
+            .with_header("ratelimit-reset", reset.to_string())
+            .with_header(
+                "ratelimit-resettime",
+                humantime::format_rfc3339_seconds(
+                    std::time::UNIX_EPOCH + Duration::from_secs(reset),
+                )
+                .to_string(),
+            );
+        return Ok(to_hyper(response));
+    }
+    if faults.reset_rate > 0.0 && fastrand::f64() < faults.reset_rate {
+        accounting.record(&method, &path, 0, Some("reset"));
+        return Err(InjectedReset);
+    }
+    if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
+        let status = [500, 502, 503][fastrand::usize(0..3)];
+        accounting.record(&method, &path, status, Some("error"));
+        return Ok(to_hyper(SimResponse::json(
+            status,
+            &serde_json::json!({"message": format!("{status} injected fault")}),
+        )));
+    }
+    let mutating = method != "GET" && method != "HEAD";
+    let drop_answer =
+        mutating && faults.drop_answer_rate > 0.0 && fastrand::f64() < faults.drop_answer_rate;
+    let handler_for_call = handler.clone();
+    let response = tokio::task::spawn_blocking(move || handler_for_call.handle(sim_request))
+        .await
+        .unwrap_or_else(|_| {
+            SimResponse::json(
+                500,
+                &serde_json::json!({"message": "500 Internal Server Error"}),
+            )
+        });
+    if drop_answer {
+        accounting.record(&method, &path, 0, Some("dropped-answer"));
+        return Err(InjectedReset);
+    }
+    accounting.record(&method, &path, response.status, None);
+    Ok(to_hyper(response))
+}
+
+fn to_hyper(response: SimResponse) -> Response<Full<Bytes>> {
+    let mut builder = Response::builder()
+        .status(StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
+    for (name, value) in &response.headers {
+        builder = builder.header(name.as_str(), value.as_str());
+    }
+    builder
+        .body(Full::new(Bytes::from(response.body)))
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn routes_group_ids_and_keys() {
+        assert_eq!(
+            route_of("/api/v4/projects/12/variables/CI_TOKEN"),
+            "/api/v4/projects/:id/variables/:key"
+        );
+        assert_eq!(
+            route_of("/api/v4/projects/blueprint-apps%2Fguestbook"),
+            "/api/v4/projects/:id"
+        );
+        assert_eq!(route_of("/api/v4/groups"), "/api/v4/groups");
+    }
+
+    #[test]
+    fn only_loopback_addresses_are_accepted() {
+        assert!(loopback("127.0.0.1:0").is_ok());
+        assert!(loopback("[::1]:0").is_ok());
+        assert!(loopback("0.0.0.0:80").is_err());
+        assert!(loopback("10.0.0.1:80").is_err());
+    }
+}

@@ -1,0 +1,7 @@
+//! Simulators shipped in the binary (`bprun sim ...`) for tests, benchmarks and the rehearsal:
+//! systems that cannot run on the build machines, behaving as their documentation and real
+//! clients show.
+
+pub mod ci;
+pub mod gitlab;
+pub mod http;
