@@ -226,9 +226,12 @@ fn render(
     let mut text = out.trim_end().to_string();
     text.push('\n');
     for line in footer {
-        text.push_str("  ");
-        text.push_str(line);
-        text.push('\n');
+        // Continuation lines (a job trace in a cause) are indented under their first line.
+        for (index, part) in line.lines().enumerate() {
+            text.push_str(if index == 0 { "  " } else { "    " });
+            text.push_str(part);
+            text.push('\n');
+        }
     }
     text
 }

@@ -43,6 +43,8 @@ pub struct Session {
     pub import_root: PathBuf,
     /// The OpenBao client, created by the first OpenBao native and shared for the session.
     pub bao: std::sync::OnceLock<crate::clients::bao::BaoClient>,
+    /// The GitLab client, created by the first GitLab native (creation can fail: no GITLAB_URL).
+    pub gitlab: Mutex<Option<Arc<crate::clients::gitlab::GitlabClient>>>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
 }
@@ -55,6 +57,7 @@ impl Session {
             sources: Mutex::new(HashMap::new()),
             import_root,
             bao: std::sync::OnceLock::new(),
+            gitlab: Mutex::new(None),
             run_hook: Mutex::new(None),
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod bao;
 pub mod fs;
+pub mod gitlab;
 pub mod net;
 pub mod process;
 pub mod runtime;

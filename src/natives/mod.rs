@@ -10,6 +10,7 @@ pub mod codec;
 pub mod convert;
 pub mod core;
 pub mod fs;
+pub mod gitlab;
 pub mod net;
 pub mod process;
 pub mod secret;
@@ -32,6 +33,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_net", net::net_functions);
     combine_with_exported_module!(&mut module, "bprun_process", process::process_functions);
     combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
+    combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
     module
 }
 

@@ -176,10 +176,13 @@ pub fn route_of(path: &str) -> String {
         .enumerate()
         .map(|(index, part)| {
             let previous = path.split('/').nth(index.wrapping_sub(1)).unwrap_or("");
-            if part.chars().all(|c| c.is_ascii_digit()) && !part.is_empty() || part.contains('%') {
-                ":id".to_string()
-            } else if matches!(previous, "variables" | "files") {
+            if matches!(previous, "variables" | "files") {
                 ":key".to_string()
+            } else if (part.chars().all(|c| c.is_ascii_digit()) && !part.is_empty())
+                || part.contains('%')
+                || matches!(previous, "groups" | "projects")
+            {
+                ":id".to_string()
             } else {
                 part.to_string()
             }
