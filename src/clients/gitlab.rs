@@ -68,7 +68,11 @@ impl GitlabSettings {
                 .map(PathBuf::from)
                 .or_else(|| platform_ca.exists().then_some(platform_ca)),
             timeout: REQUEST_TIMEOUT,
-            base_backoff: Duration::from_millis(200),
+            // BPRUN_GITLAB_BACKOFF_MS shortens the first backoff (tests with injected faults).
+            base_backoff: var(&["BPRUN_GITLAB_BACKOFF_MS"])
+                .and_then(|ms| ms.parse().ok())
+                .map(Duration::from_millis)
+                .unwrap_or(Duration::from_millis(200)),
         })
     }
 }

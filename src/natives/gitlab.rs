@@ -702,7 +702,12 @@ pub mod gitlab_functions {
         }
         let stop = cancelled(&session);
         let base = format!("projects/{}/variables", encode(project));
-        let existing = client.get_all(&base, &stop).map_err(native_error)?;
+        let existing = match client.get_all(&base, &stop) {
+            Ok(existing) => existing,
+            // In check mode the project may be one an earlier step would have created.
+            Err(error) if session.state.check && error.message.contains(" -> 404: ") => Vec::new(),
+            Err(error) => return Err(native_error(error)),
+        };
         let (mut created, mut updated, mut unchanged, mut removed) = (0i64, 0i64, 0i64, 0i64);
         for variable in &desired {
             let current = existing.iter().find(|e| {

@@ -1246,10 +1246,12 @@ pub fn run(config: Config) -> Result<(), String> {
         };
         let url = format!("http://{host}:{}", bound.port());
         *sim.url.lock().unwrap_or_else(|p| p.into_inner()) = url.clone();
-        println!("GITLAB_URL={url}");
-        println!("GITLAB_TOKEN={token}");
+        // Whoever started us may stop reading stdout; a closed pipe must not stop the server.
         use std::io::Write;
-        let _ = std::io::stdout().flush();
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "GITLAB_URL={url}");
+        let _ = writeln!(out, "GITLAB_TOKEN={token}");
+        let _ = out.flush();
         let server = tokio::spawn(super::http::serve(listener, sim));
         let mut terminate =
             tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

@@ -6,6 +6,8 @@ mod bao;
 mod bao_server;
 mod cli;
 mod diagnostics;
+mod gitlab;
+mod gitlab_sim;
 mod natives;
 mod runner;
 mod scripts;

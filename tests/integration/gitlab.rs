@@ -1,0 +1,589 @@
+//! The GitLab natives and client against the GitLab simulator over real HTTP, and contract
+//! checks of the simulator's answers against GitLab's documented behaviour.
+
+use crate::gitlab_sim::{GitlabSim, TOKEN};
+use crate::support::Test;
+
+fn with_sim(test: Test, sim: &GitlabSim) -> Test {
+    test.env("GITLAB_URL", &sim.url).env("GITLAB_TOKEN", TOKEN)
+}
+
+const ENSURE: &str = r#"
+const APPS = ["shared-code", "guestbook", "redis", "redis-slave"];
+step("Ensure group", || {
+    gitlab_ensure_group("blueprint-apps", #{visibility: "internal"});
+});
+step("Ensure projects", || {
+    for app in APPS { gitlab_ensure_project("blueprint-apps", app, #{visibility: "internal"}); }
+});
+step("Variables", || {
+    for app in APPS {
+        gitlab_set_variables(`blueprint-apps/${app}`, #{
+            CI_REGISTRY_IMAGE: `gitlab-registry.gitlab.svc:5000/blueprint-apps/${app}`,
+            CI_INSECURE_REGISTRY: "1",
+            CI_KUBECONFIG_B64: #{value: env_secret("KUBECONFIG_B64"), masked: true},
+        });
+    }
+});
+"#;
+
+const KUBECONFIG_B64: &str = "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg==";
+
+#[test]
+fn ensure_natives_create_once_then_report_unchanged() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(Test::new().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
+    let first = test.run(&["scripts/test.rhai"]);
+    first.expect_code(0);
+    assert!(
+        first
+            .stdout
+            .contains("    ~ create group blueprint-apps (internal)\n"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first
+            .stdout
+            .contains("    ~ create project blueprint-apps/redis-slave\n"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        first
+            .stdout
+            .contains("    ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n"),
+        "{}",
+        first.stdout
+    );
+    assert!(
+        !first.raw_stdout.contains(KUBECONFIG_B64),
+        "a masked value leaked"
+    );
+
+    sim.clear_requests();
+    let second = test.run(&["-q", "scripts/test.rhai"]);
+    second.expect_code(0);
+    assert!(
+        second.stdout.contains("3 steps: 3 ok, 0 changed"),
+        "{}",
+        second.stdout
+    );
+    let log = sim.requests();
+    assert_eq!(
+        log["mutating"], 0,
+        "an idempotent run sent writes: {}",
+        log["counters"]
+    );
+    // One group lookup, one lookup per project, one variables list per project.
+    assert_eq!(log["total"], 1 + 4 + 4, "{}", log["counters"]);
+}
+
+#[test]
+fn check_mode_sends_no_write() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(Test::new().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ would create group blueprint-apps (internal)\n"),
+        "{}",
+        output.stdout
+    );
+    assert_eq!(sim.requests()["mutating"], 0);
+    assert_eq!(sim.api("GET", "groups", None).json(), serde_json::json!([]));
+}
+
+#[test]
+fn set_variables_updates_differing_and_removes_unlisted() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(
+        Test::new().script(
+            r#"step("Vars", || {
+    gitlab_ensure_group("g");
+    gitlab_ensure_project("g", "p");
+    assert_eq(gitlab_set_variables("g/p", #{A: "1", B: "2", C: "3"}), #{created: 3, updated: 0, unchanged: 0, removed: 0, changed: true});
+    assert_eq(gitlab_set_variables("g/p", #{A: "1", B: "20"}, #{remove_unlisted: true}), #{created: 0, updated: 1, unchanged: 1, removed: 1, changed: true});
+    assert_eq(gitlab_set_variables("g/p", #{A: "1", B: "20"}), #{created: 0, updated: 0, unchanged: 2, removed: 0, changed: false});
+    assert_eq(gitlab_set_variables("g/p", #{A: #{value: "1", environment_scope: "production"}}), #{created: 1, updated: 0, unchanged: 0, removed: 0, changed: true});
+    try {
+        gitlab_set_variables("g/p", #{TOKEN: #{value: "has spaces in it", masked: true}});
+        throw "no error";
+    } catch (e) {
+        assert_eq(e.message, "CI variable TOKEN cannot be masked: its value breaks GitLab's masking rules");
+    }
+});
+"#,
+        ),
+        &sim,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(!output.raw_stderr.contains("has spaces in it"));
+    let variables = sim.api("GET", "projects/g%2Fp/variables", None).json();
+    let mut keys: Vec<String> = variables
+        .as_array()
+        .expect("list")
+        .iter()
+        .map(|v| {
+            format!(
+                "{}={}@{}",
+                v["key"].as_str().unwrap_or(""),
+                v["value"].as_str().unwrap_or(""),
+                v["environment_scope"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["A=1@*", "A=1@production", "B=20@*"]);
+}
+
+#[test]
+fn pipelines_succeed_and_failures_name_the_job_and_trace() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(
+        Test::new().script(
+            r#"
+fn commit(project, file, content) {
+    gitlab_post(`projects/${project}/repository/files/${file}`, #{branch: "main", content: content, commit_message: "test"});
+}
+step("Set up", || {
+    gitlab_ensure_group("blueprint-apps");
+    for name in ["shared-code", "guestbook", "broken", "orphan"] { gitlab_ensure_project("blueprint-apps", name); }
+    commit("blueprint-apps%2Fshared-code", "templates%2Fapp.yml", "stages: [build, deploy]\n.helm:\n  script: [helm lint]\n");
+    commit("blueprint-apps%2Fguestbook", ".gitlab-ci.yml", "include:\n  project: blueprint-apps/shared-code\n  ref: main\n  file: templates/app.yml\nbuild:\n  stage: build\n  script: [make]\ndeploy:\n  stage: deploy\n  needs: [build]\n  script: [helm upgrade]\n");
+    commit("blueprint-apps%2Fbroken", ".gitlab-ci.yml", "stages: [build]\nbuild:\n  stage: build\n  script: ['make', 'exit 2']\n");
+    commit("blueprint-apps%2Forphan", ".gitlab-ci.yml", "include:\n  project: blueprint-apps/missing\n  file: templates/app.yml\nbuild:\n  script: [make]\n");
+});
+step("Green", || {
+    let started = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main");
+    let done = gitlab_wait_pipeline("blueprint-apps/guestbook", started.id, #{timeout: 30, interval: 0.2});
+    assert_eq(done.status, "success");
+});
+step("Missing include", || {
+    try {
+        gitlab_trigger_pipeline("blueprint-apps/orphan", "main");
+        throw "no error";
+    } catch (e) {
+        assert_eq(e.message, "gitlab: POST /projects/blueprint-apps%2Forphan/pipeline -> 400: Project `blueprint-apps/missing` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.");
+    }
+});
+step("Red", || {
+    let started = gitlab_trigger_pipeline("blueprint-apps/broken", "main");
+    gitlab_wait_pipelines([started], #{timeout: 30, interval: 0.2});
+});
+"#,
+        ),
+        &sim,
+    );
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output.stdout.contains("[2/4] Green ... changed"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stdout.contains("[3/4] Missing include ... changed"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stdout.contains("pipeline #"),
+        "no live status lines: {}",
+        output.stdout
+    );
+    assert!(
+        output.stderr.contains("  × gitlab: pipeline #"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains(" of blueprint-apps/broken failed\n"),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("  caused by: job build failed; end of its trace:\n    Running with bprun-sim\n    Job build (stage build)\n    $ make\n    $ exit 2\n    ERROR: Job failed: exit code 2\n"), "{}", output.stderr);
+    assert!(
+        output.stderr.contains(&format!(
+            "  hint: open {}/blueprint-apps/broken/-/pipelines/",
+            sim.url
+        )),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates() {
+    let sim = GitlabSim::start(&[]);
+    sim.set_faults(r#"{"error_rate": 0.2, "reset_rate": 0.05}"#);
+    let test = with_sim(Test::new().script(ENSURE), &sim)
+        .env("KUBECONFIG_B64", KUBECONFIG_B64)
+        .env("BPRUN_GITLAB_BACKOFF_MS", "5");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(0);
+    sim.set_faults("{}");
+    let faults: usize = sim.requests()["requests"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .filter(|r| !r["fault"].is_null())
+        .count();
+    assert!(faults > 0, "no fault was injected");
+    assert_eq!(
+        sim.api("GET", "groups", None)
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        sim.api("GET", "groups/blueprint-apps/projects", None)
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(4)
+    );
+    for app in ["shared-code", "guestbook", "redis", "redis-slave"] {
+        let variables = sim
+            .api(
+                "GET",
+                &format!("projects/blueprint-apps%2F{app}/variables"),
+                None,
+            )
+            .json();
+        assert_eq!(
+            variables.as_array().map(Vec::len),
+            Some(3),
+            "{app}: {variables}"
+        );
+    }
+    // A second run converges to "nothing to do".
+    let again = test.run(&["-q", "scripts/test.rhai"]);
+    assert!(
+        again.stdout.contains("3 steps: 3 ok, 0 changed"),
+        "{}",
+        again.stdout
+    );
+}
+
+#[test]
+fn a_dropped_post_answer_does_not_create_a_duplicate() {
+    let sim = GitlabSim::start(&[]);
+    sim.set_faults(r#"{"drop_answer_rate": 1.0}"#);
+    let test = with_sim(
+        Test::new().script("step(\"Create\", || { let group = gitlab_ensure_group(\"blueprint-apps\"); assert_eq(group.changed, true); });\n"),
+        &sim,
+    )
+    .env("BPRUN_GITLAB_BACKOFF_MS", "5");
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    sim.set_faults("{}");
+    let log = sim.requests();
+    assert_eq!(
+        log["counters"]["POST /api/v4/groups"], 1,
+        "{}",
+        log["counters"]
+    );
+    assert_eq!(
+        sim.api("GET", "groups", None)
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+#[test]
+fn rate_limits_are_waited_out() {
+    let sim = GitlabSim::start(&[]);
+    sim.set_faults(r#"{"rate_limit_burst": 2, "retry_after_s": 1}"#);
+    let test = with_sim(
+        Test::new().script("step(\"Create\", || { gitlab_ensure_group(\"blueprint-apps\"); });\n"),
+        &sim,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    let log = sim.requests();
+    let limited = log["requests"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .filter(|r| r["status"] == 429)
+        .count();
+    assert_eq!(limited, 2);
+    assert_eq!(
+        sim.api("GET", "groups", None)
+            .json()
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+}
+
+#[test]
+fn errors_show_method_path_status_and_gitlab_message() {
+    let sim = GitlabSim::start(&[]);
+    let test = Test::new()
+        .env("GITLAB_URL", &sim.url)
+        .env("GITLAB_TOKEN", "wrong-token")
+        .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("  × gitlab: GET /user -> 401: 401 Unauthorized\n"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output
+            .stderr
+            .contains(&format!("  caused by: at {}/api/v4/user\n", sim.url)),
+        "{}",
+        output.stderr
+    );
+    assert!(output.stderr.contains("  hint: the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)\n"), "{}", output.stderr);
+    assert!(!output.raw_stderr.contains("wrong-token"));
+
+    let test = with_sim(Test::new().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    assert!(output.stderr.contains("  × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n"), "{}", output.stderr);
+
+    let closed = format!("http://127.0.0.1:{}", crate::bao_server::free_port());
+    let test = Test::new()
+        .env("GITLAB_URL", &closed)
+        .env("GITLAB_TOKEN", TOKEN)
+        .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    assert!(
+        output.stderr.contains("  × gitlab: GET /user failed: "),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains(&format!(
+            "  hint: is GitLab running and reachable at {closed}? (GITLAB_URL)"
+        )),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn the_simulator_answers_as_gitlab_documents() {
+    let sim = GitlabSim::start(&[]);
+    // Auth.
+    let reply = sim.raw("GET", "/api/v4/user", None, None);
+    assert_eq!(
+        (reply.status, reply.json()),
+        (401, serde_json::json!({"message": "401 Unauthorized"}))
+    );
+    let bearer = sim.raw("GET", "/api/v4/user", None, None);
+    assert_eq!(bearer.status, 401);
+    assert_eq!(sim.api("GET", "user", None).json()["username"], "root");
+    // Health.
+    let health = sim.raw("GET", "/-/health", None, None);
+    assert_eq!((health.status, health.body.as_str()), (200, "GitLab OK"));
+    // Groups: a taken path answers 400 with a string message.
+    assert_eq!(
+        sim.api(
+            "POST",
+            "groups",
+            Some(r#"{"name":"g","path":"g","visibility":"internal"}"#)
+        )
+        .status,
+        201
+    );
+    let taken = sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    assert_eq!(
+        (taken.status, taken.json()),
+        (
+            400,
+            serde_json::json!({"message": "Failed to save group {:path=>[\"has already been taken\"]}"})
+        )
+    );
+    assert_eq!(
+        sim.api("POST", "groups", Some(r#"{"path":"x"}"#)).json(),
+        serde_json::json!({"error": "name is missing"})
+    );
+    // Projects: required fields of the answer; a taken name answers 400 with a field map.
+    let created = sim.api(
+        "POST",
+        "projects",
+        Some(r#"{"name":"p","namespace_id":2,"visibility":"internal"}"#),
+    );
+    assert_eq!(created.status, 201);
+    let project = created.json();
+    for field in [
+        "id",
+        "path_with_namespace",
+        "http_url_to_repo",
+        "web_url",
+        "default_branch",
+        "namespace",
+        "visibility",
+    ] {
+        assert!(project.get(field).is_some(), "project answer lacks {field}");
+    }
+    assert_eq!(project["default_branch"], serde_json::Value::Null);
+    let duplicate = sim.api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#));
+    assert_eq!(
+        duplicate.json(),
+        serde_json::json!({"message": {"name": ["has already been taken"], "path": ["has already been taken"]}})
+    );
+    assert_eq!(
+        sim.api("GET", "projects/g%2Fp", None).json()["id"],
+        project["id"]
+    );
+    // An unencoded slash matches no route.
+    assert_eq!(sim.api("GET", "projects/g/p", None).status, 404);
+    assert_eq!(
+        sim.api("GET", "projects/g%2Fnope", None).json(),
+        serde_json::json!({"message": "404 Project Not Found"})
+    );
+    // Variables: charset, masking and duplicate keys.
+    let bad_key = sim.api(
+        "POST",
+        "projects/g%2Fp/variables",
+        Some(r#"{"key":"NO-DASH","value":"x"}"#),
+    );
+    assert_eq!(
+        bad_key.json(),
+        serde_json::json!({"message": {"key": ["can contain only letters, digits and '_'."]}})
+    );
+    let bad_mask = sim.api(
+        "POST",
+        "projects/g%2Fp/variables",
+        Some(r#"{"key":"T","value":"short","masked":true}"#),
+    );
+    assert_eq!(
+        (bad_mask.status, bad_mask.json()),
+        (
+            400,
+            serde_json::json!({"message": {"value": ["is invalid"]}})
+        )
+    );
+    assert_eq!(
+        sim.api(
+            "POST",
+            "projects/g%2Fp/variables",
+            Some(r#"{"key":"K","value":"v"}"#)
+        )
+        .status,
+        201
+    );
+    let dup = sim.api(
+        "POST",
+        "projects/g%2Fp/variables",
+        Some(r#"{"key":"K","value":"v"}"#),
+    );
+    assert_eq!(
+        dup.json(),
+        serde_json::json!({"message": {"key": ["(K) has already been taken"]}})
+    );
+    let variable = sim.api("GET", "projects/g%2Fp/variables/K", None).json();
+    for field in [
+        "key",
+        "value",
+        "variable_type",
+        "protected",
+        "masked",
+        "hidden",
+        "raw",
+        "environment_scope",
+        "description",
+    ] {
+        assert!(
+            variable.get(field).is_some(),
+            "variable answer lacks {field}"
+        );
+    }
+    // Pagination headers.
+    for index in 0..5 {
+        sim.api(
+            "POST",
+            "projects/g%2Fp/variables",
+            Some(&format!(r#"{{"key":"V{index}","value":"v"}}"#)),
+        );
+    }
+    let page = sim.api("GET", "projects/g%2Fp/variables?per_page=2&page=2", None);
+    assert_eq!(page.json().as_array().map(Vec::len), Some(2));
+    assert_eq!(
+        (
+            page.header("x-page"),
+            page.header("x-per-page"),
+            page.header("x-total"),
+            page.header("x-total-pages")
+        ),
+        (Some("2"), Some("2"), Some("6"), Some("3"))
+    );
+    assert_eq!(
+        (page.header("x-next-page"), page.header("x-prev-page")),
+        (Some("3"), Some("1"))
+    );
+    assert!(
+        page.header("link")
+            .is_some_and(|link| link.contains("rel=\"next\"") && link.contains("page=3"))
+    );
+    assert!(page.header("ratelimit-limit").is_some() && page.header("ratelimit-reset").is_some());
+    // Deleting a project answers 202.
+    let deleted = sim.api("DELETE", "projects/g%2Fp", None);
+    assert_eq!(
+        (deleted.status, deleted.json()),
+        (202, serde_json::json!({"message": "202 Accepted"}))
+    );
+    // 429 with Retry-After and a plain-text body.
+    sim.set_faults(r#"{"rate_limit_burst": 1, "retry_after_s": 7}"#);
+    let limited = sim.api("GET", "user", None);
+    assert_eq!(
+        (
+            limited.status,
+            limited.body.as_str(),
+            limited.header("retry-after")
+        ),
+        (429, "Retry later\n", Some("7"))
+    );
+}
+
+#[test]
+fn get_all_follows_pagination() {
+    let sim = GitlabSim::start(&[]);
+    sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    for index in 0..130 {
+        sim.api(
+            "POST",
+            "projects",
+            Some(&format!(r#"{{"name":"p{index}","namespace_id":2}}"#)),
+        );
+    }
+    let test = with_sim(
+        Test::new().script(
+            "step(\"All\", || { assert_eq(gitlab_get_all(\"groups/g/projects\").len(), 130); });\n",
+        ),
+        &sim,
+    );
+    sim.clear_requests();
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    assert_eq!(
+        sim.requests()["counters"]["GET /api/v4/groups/:id/projects"],
+        2
+    );
+}
+
+#[test]
+fn state_persists_across_restarts() {
+    let state = tempfile::tempdir().expect("state");
+    let dir = state.path().to_str().expect("utf-8");
+    let first = GitlabSim::start(&["--state", dir]);
+    first.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    let id = first
+        .api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#))
+        .json()["id"]
+        .clone();
+    drop(first);
+    let second = GitlabSim::start(&["--state", dir]);
+    assert_eq!(second.api("GET", "projects/g%2Fp", None).json()["id"], id);
+}
