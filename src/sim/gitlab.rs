@@ -57,8 +57,6 @@ struct Project {
     description: String,
     default_branch: Option<String>,
     created_at: String,
-    /// branch -> file path -> content
-    files: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -121,6 +119,10 @@ impl State {
 
 pub struct GitlabSim {
     config: Config,
+    /// Every project's bare repository.
+    repos: super::git::Repos,
+    /// The repositories' folder when it is temporary (no `--state`): removed at shutdown.
+    pub temporary_repos: Option<PathBuf>,
     /// Where the simulator is reachable, for URLs in answers.
     pub url: Mutex<String>,
     state: Mutex<State>,
@@ -228,8 +230,25 @@ impl GitlabSim {
         }
         let faults = config.faults.clone();
         let burst = faults.rate_limit_burst;
+        let (repos_root, temporary_repos) = match &config.state_dir {
+            Some(dir) => (dir.join("repos"), None),
+            None => {
+                let dir = std::env::temp_dir().join(format!(
+                    "bprun-sim-gitlab-{}-{}",
+                    std::process::id(),
+                    fastrand::u64(..)
+                ));
+                (dir.clone(), Some(dir))
+            }
+        };
+        let repos = super::git::Repos::new(repos_root)?;
+        for project in state.projects.values() {
+            repos.create(&Self::project_path(&state, project))?;
+        }
         Ok(GitlabSim {
             config,
+            repos,
+            temporary_repos,
             url: Mutex::new(String::new()),
             state: Mutex::new(state),
             faults: Mutex::new(faults),
@@ -296,7 +315,7 @@ impl GitlabSim {
             "id": project.id, "name": project.name, "path": project.path, "description": project.description,
             "path_with_namespace": full, "name_with_namespace": format!("{} / {}", namespace.map(|g| g.name.clone()).unwrap_or_else(|| "Administrator".into()), project.name),
             "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace_path, "kind": "group", "full_path": namespace_path},
-            "visibility": project.visibility, "default_branch": project.default_branch, "empty_repo": project.files.is_empty(),
+            "visibility": project.visibility, "default_branch": project.default_branch, "empty_repo": project.default_branch.is_none(),
             "web_url": format!("{base}/{full}"), "http_url_to_repo": format!("{base}/{full}.git"),
             "ssh_url_to_repo": format!("git@127.0.0.1:{full}.git"), "created_at": project.created_at,
         })
@@ -528,6 +547,9 @@ impl GitlabSim {
             }
             _ => {}
         }
+        if let Some((full, rest)) = path.split_once(".git/") {
+            return self.git_http(request, full.trim_start_matches('/'), rest);
+        }
         let Some(api) = path.strip_prefix("/api/v4") else {
             return message(404, "404 Not Found");
         };
@@ -610,9 +632,11 @@ impl GitlabSim {
                 let Some(found) = Self::find_project(&state, id) else {
                     return not_found("Project");
                 };
+                let full = Self::project_path(&state, &state.projects[&found]);
                 state.projects.remove(&found);
                 state.variables.remove(&found);
                 drop(state);
+                self.repos.remove(&full);
                 self.persist();
                 message(202, "202 Accepted")
             }
@@ -763,8 +787,10 @@ impl GitlabSim {
             .map(|p| p.id)
             .collect();
         for project in projects {
+            let full = Self::project_path(&state, &state.projects[&project]);
             state.projects.remove(&project);
             state.variables.remove(&project);
+            self.repos.remove(&full);
         }
         drop(state);
         self.persist();
@@ -822,8 +848,10 @@ impl GitlabSim {
             description: string_field(&body, "description").unwrap_or_default(),
             default_branch: None,
             created_at: timestamp(),
-            files: BTreeMap::new(),
         };
+        if let Err(error) = self.repos.create(&Self::project_path(&state, &project)) {
+            return message(500, &format!("500 Internal Server Error: {error}"));
+        }
         let answer = self.project_json(&state, &project);
         state.projects.insert(id, project);
         drop(state);
@@ -994,37 +1022,35 @@ impl GitlabSim {
         let Some(project_id) = Self::find_project(&state, id) else {
             return not_found("Project");
         };
-        let Some(project) = state.projects.get_mut(&project_id) else {
-            return not_found("Project");
-        };
+        let full = Self::project_path(&state, &state.projects[&project_id]);
         match (request.method.as_str(), rest) {
             ("GET", rest @ ([] | ["raw"])) => {
                 let reference = request
                     .query
                     .get("ref")
                     .cloned()
-                    .or_else(|| project.default_branch.clone());
+                    .or_else(|| state.projects[&project_id].default_branch.clone());
+                drop(state);
                 let Some(reference) = reference else {
                     return param_error("ref is missing");
                 };
-                let Some(content) = project
-                    .files
-                    .get(&reference)
-                    .and_then(|files| files.get(&file_path))
-                else {
+                let Some(content) = self.repos.read_file(&full, &reference, &file_path) else {
                     return not_found("File");
                 };
                 if rest == ["raw"] {
-                    return SimResponse::text(200, content);
+                    return SimResponse::text(200, &content);
                 }
-                let commit = sha_of(&format!("{reference}{content}"));
+                let commit = self
+                    .repos
+                    .head(&full, &reference)
+                    .unwrap_or_else(|| sha_of(&reference));
                 SimResponse::json(
                     200,
                     &json!({
                         "file_name": file_path.rsplit('/').next().unwrap_or(&file_path), "file_path": file_path, "size": content.len(),
-                        "encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(content),
+                        "encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(&content),
                         "content_sha256": crate::natives::codec::codec_functions::sha256(Dynamic::from(content.clone())).unwrap_or_default(),
-                        "ref": reference, "blob_id": sha_of(content), "commit_id": commit, "last_commit_id": commit,
+                        "ref": reference, "blob_id": sha_of(&content), "commit_id": commit, "last_commit_id": commit,
                     }),
                 )
             }
@@ -1036,9 +1062,9 @@ impl GitlabSim {
                 let Some(mut content) = string_field(&body, "content") else {
                     return param_error("content is missing");
                 };
-                if string_field(&body, "commit_message").is_none() {
+                let Some(commit_message) = string_field(&body, "commit_message") else {
                     return param_error("commit_message is missing");
-                }
+                };
                 if string_field(&body, "encoding").as_deref() == Some("base64") {
                     match base64::engine::general_purpose::STANDARD
                         .decode(content.as_bytes())
@@ -1049,23 +1075,30 @@ impl GitlabSim {
                         None => return param_error("content is not valid base64"),
                     }
                 }
-                let files = project.files.entry(branch.clone()).or_default();
-                let exists = files.contains_key(&file_path);
-                if method == "POST" && exists {
+                let current = self.repos.read_file(&full, &branch, &file_path);
+                if method == "POST" && current.is_some() {
                     return message(400, "A file with this name already exists");
                 }
-                if method == "PUT" && !exists {
+                if method == "PUT" && current.is_none() {
                     return message(400, "A file with this name doesn't exist");
                 }
-                if method == "PUT" && files.get(&file_path) == Some(&content) {
+                if method == "PUT" && current.as_deref() == Some(content.as_str()) {
                     return message(
                         400,
                         "You are attempting to update a file that has changed since you started editing it.",
                     );
                 }
-                files.insert(file_path.clone(), content);
-                if project.default_branch.is_none() {
+                if let Err(error) =
+                    self.repos
+                        .commit_file(&full, &branch, &file_path, &content, &commit_message)
+                {
+                    return message(500, &format!("500 Internal Server Error: {error}"));
+                }
+                if let Some(project) = state.projects.get_mut(&project_id)
+                    && project.default_branch.is_none()
+                {
                     project.default_branch = Some(branch.clone());
+                    self.repos.set_head(&full, &branch);
                 }
                 drop(state);
                 self.persist();
@@ -1076,6 +1109,68 @@ impl GitlabSim {
             }
             _ => message(404, "404 Not Found"),
         }
+    }
+
+    /// Git smart HTTP for `/<group>/<project>.git/...`, with basic auth (any user, a PAT as
+    /// password) as GitLab accepts it.
+    fn git_http(&self, request: &SimRequest, full: &str, rest: &str) -> SimResponse {
+        let password = request
+            .header("authorization")
+            .and_then(|value| value.strip_prefix("Basic "))
+            .and_then(|encoded| {
+                base64::engine::general_purpose::STANDARD
+                    .decode(encoded.trim())
+                    .ok()
+            })
+            .and_then(|bytes| String::from_utf8(bytes).ok())
+            .and_then(|pair| {
+                pair.split_once(':')
+                    .map(|(_, password)| password.to_string())
+            });
+        let user = password
+            .as_ref()
+            .and_then(|token| self.lock().tokens.get(token).copied());
+        if user.is_none() {
+            return SimResponse::text(401, "HTTP Basic: Access denied\n")
+                .with_header("www-authenticate", "Basic realm=\"GitLab\"");
+        }
+        let project_id = {
+            let state = self.lock();
+            Self::find_project(
+                &state,
+                &percent_encoding::utf8_percent_encode(full, percent_encoding::NON_ALPHANUMERIC)
+                    .to_string(),
+            )
+        };
+        let Some(project_id) = project_id else {
+            return SimResponse::text(
+                404,
+                "The project you were looking for could not be found or you don't have permission to view it.\n",
+            );
+        };
+        let response = self
+            .repos
+            .http_backend(request, &format!("/{full}.git/{rest}"), "root");
+        if request.method == "POST" && rest == "git-receive-pack" {
+            let mut state = self.lock();
+            if let Some(project) = state.projects.get_mut(&project_id)
+                && project.default_branch.is_none()
+            {
+                let branches = self.repos.branches(full);
+                let branch = if branches.iter().any(|b| b == "main") {
+                    Some("main".to_string())
+                } else {
+                    branches.first().cloned()
+                };
+                if let Some(branch) = branch {
+                    self.repos.set_head(full, &branch);
+                    project.default_branch = Some(branch);
+                }
+            }
+            drop(state);
+            self.persist();
+        }
+        response
     }
 
     fn create_pipeline(&self, request: &SimRequest, id: &str) -> SimResponse {
@@ -1089,10 +1184,13 @@ impl GitlabSim {
         };
         let project = &state.projects[&project_id];
         let this_path = Self::project_path(&state, project);
-        let Some(files) = project.files.get(&reference) else {
+        if !self.repos.branch_exists(&this_path, &reference) {
             return field_errors(json!({"base": ["Reference not found"]}));
-        };
-        let Some(config) = files.get(".gitlab-ci.yml") else {
+        }
+        let Some(config) = self
+            .repos
+            .read_file(&this_path, &reference, ".gitlab-ci.yml")
+        else {
             return field_errors(json!({"base": ["Missing CI config file"]}));
         };
         let fetch = |from: Option<&str>, at: &str, file: &str| -> Result<Option<String>, String> {
@@ -1114,6 +1212,7 @@ impl GitlabSim {
                     from.unwrap_or_default()
                 ));
             };
+            let full = Self::project_path(&state, project);
             let at = if at == "HEAD" {
                 project
                     .default_branch
@@ -1122,19 +1221,19 @@ impl GitlabSim {
             } else {
                 at.to_string()
             };
-            let Some(branch) = project.files.get(&at) else {
-                return Err(format!(
-                    "Project `{}` reference `{at}` does not exist!",
-                    Self::project_path(&state, project)
-                ));
-            };
-            Ok(branch.get(file).cloned())
+            if !self.repos.branch_exists(&full, &at) {
+                return Err(format!("Project `{full}` reference `{at}` does not exist!"));
+            }
+            Ok(self.repos.read_file(&full, &at, file))
         };
-        let jobs = match ci::resolve(config, &reference, &fetch) {
+        let jobs = match ci::resolve(&config, &reference, &fetch) {
             Ok(jobs) => jobs,
             Err(errors) => return field_errors(json!({"base": errors})),
         };
-        let sha = sha_of(&format!("{reference}{config}"));
+        let sha = self
+            .repos
+            .head(&this_path, &reference)
+            .unwrap_or_else(|| sha_of(&config));
         let id = state.id();
         let iid = state
             .pipelines
@@ -1233,6 +1332,7 @@ pub fn run(config: Config) -> Result<(), String> {
     }
     let token = config.tokens[0].clone();
     let sim = Arc::new(GitlabSim::new(config)?);
+    let temporary_repos = sim.temporary_repos.clone();
     let runtime = crate::clients::runtime::runtime();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(address)
@@ -1262,6 +1362,9 @@ pub fn run(config: Config) -> Result<(), String> {
         }
         server.abort();
         tokio::time::sleep(Duration::from_millis(10)).await;
+        if let Some(folder) = &temporary_repos {
+            let _ = std::fs::remove_dir_all(folder);
+        };
         Ok(())
     })
 }

@@ -3,5 +3,6 @@
 //! clients show.
 
 pub mod ci;
+pub mod git;
 pub mod gitlab;
 pub mod http;

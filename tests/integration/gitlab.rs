@@ -587,3 +587,114 @@ fn state_persists_across_restarts() {
     let second = GitlabSim::start(&["--state", dir]);
     assert_eq!(second.api("GET", "projects/g%2Fp", None).json()["id"], id);
 }
+
+fn git(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
+    let output = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", home)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.com")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.com")
+        .output()
+        .expect("git");
+    assert!(
+        output.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+#[test]
+fn git_push_and_clone_round_trip_over_smart_http() {
+    let sim = GitlabSim::start(&[]);
+    sim.api(
+        "POST",
+        "groups",
+        Some(r#"{"name":"blueprint-apps","path":"blueprint-apps"}"#),
+    );
+    let project = sim
+        .api(
+            "POST",
+            "projects",
+            Some(r#"{"name":"guestbook","namespace_id":2}"#),
+        )
+        .json();
+    assert_eq!(project["default_branch"], serde_json::Value::Null);
+    let work = tempfile::tempdir().expect("work");
+    let home = work.path();
+    let remote = format!("{}/blueprint-apps/guestbook.git", sim.url)
+        .replace("http://", &format!("http://oauth2:{TOKEN}@"));
+
+    // Without credentials git is refused.
+    let refused = std::process::Command::new("git")
+        .args([
+            "ls-remote",
+            &format!("{}/blueprint-apps/guestbook.git", sim.url),
+        ])
+        .env("HOME", home)
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("git");
+    assert!(!refused.status.success());
+
+    git(home, home, &["clone", "--quiet", &remote, "first"]);
+    let first = home.join("first");
+    std::fs::write(
+        first.join(".gitlab-ci.yml"),
+        "build:\n  stage: build\n  script: [make]\n",
+    )
+    .expect("write");
+    git(&first, home, &["checkout", "--quiet", "-b", "main"]);
+    git(&first, home, &["add", "-A"]);
+    git(&first, home, &["commit", "--quiet", "-m", "first"]);
+    git(&first, home, &["push", "--quiet", "origin", "main"]);
+
+    // The first push makes main the default branch; the API and a fresh clone see the file.
+    assert_eq!(
+        sim.api("GET", "projects/blueprint-apps%2Fguestbook", None)
+            .json()["default_branch"],
+        "main"
+    );
+    let file = sim
+        .api(
+            "GET",
+            "projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml?ref=main",
+            None,
+        )
+        .json();
+    assert_eq!(file["last_commit_id"].as_str().map(str::len), Some(40));
+    git(home, home, &["clone", "--quiet", &remote, "second"]);
+    assert_eq!(
+        std::fs::read_to_string(home.join("second/.gitlab-ci.yml")).expect("cloned file"),
+        "build:\n  stage: build\n  script: [make]\n"
+    );
+
+    // A commit through the files API is fetched by git, and a pipeline runs from the pushed config.
+    sim.api(
+        "POST",
+        "projects/blueprint-apps%2Fguestbook/repository/files/README.md",
+        Some(r#"{"branch":"main","content":"hello\n","commit_message":"readme"}"#),
+    );
+    git(
+        &first,
+        home,
+        &["pull", "--quiet", "--ff-only", "origin", "main"],
+    );
+    assert_eq!(
+        std::fs::read_to_string(first.join("README.md")).expect("pulled"),
+        "hello\n"
+    );
+    let pipeline = sim.api(
+        "POST",
+        "projects/blueprint-apps%2Fguestbook/pipeline",
+        Some(r#"{"ref":"main"}"#),
+    );
+    assert_eq!(pipeline.status, 201, "{}", pipeline.body);
+    let head = git(&first, home, &["rev-parse", "HEAD"]);
+    assert_eq!(pipeline.json()["sha"].as_str(), Some(head.trim()));
+}
