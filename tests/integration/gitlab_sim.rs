@@ -37,7 +37,7 @@ impl Reply {
 
 impl GitlabSim {
     pub fn start(extra: &[&str]) -> GitlabSim {
-        let mut child = Command::new(crate::support::BPRUN)
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bprun"))
             .args([
                 "sim",
                 "gitlab",
