@@ -114,6 +114,18 @@ enum SimCommand {
         /// Share (0 to 1) of API requests answered 500/502/503
         #[arg(long, default_value_t = 0.0)]
         error_rate: f64,
+        /// Answer the first N API requests with 429 and Retry-After
+        #[arg(long, default_value_t = 0)]
+        rate_limit_burst: u32,
+        /// Seconds in the Retry-After of those 429 answers
+        #[arg(long, default_value_t = 1)]
+        retry_after: u64,
+        /// Share (0 to 1) of API requests whose connection is closed without an answer
+        #[arg(long, default_value_t = 0.0)]
+        reset_rate: f64,
+        /// Share (0 to 1) of writes that are processed but whose answer is dropped
+        #[arg(long, default_value_t = 0.0)]
+        drop_answer_rate: f64,
     },
 }
 
@@ -211,6 +223,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             pipeline_seconds,
             latency_ms,
             error_rate,
+            rate_limit_burst,
+            retry_after,
+            reset_rate,
+            drop_answer_rate,
         })) => {
             let config = crate::sim::gitlab::Config {
                 listen,
@@ -220,7 +236,10 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 faults: crate::sim::http::Faults {
                     latency_ms,
                     error_rate,
-                    ..Default::default()
+                    rate_limit_burst,
+                    retry_after_s: retry_after,
+                    reset_rate,
+                    drop_answer_rate,
                 },
             };
             crate::sim::gitlab::run(config)

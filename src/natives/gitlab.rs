@@ -318,6 +318,9 @@ fn pipeline_failure(
     let status = pipeline["status"].as_str().unwrap_or("unknown");
     let web_url = pipeline["web_url"].as_str().unwrap_or("").to_string();
     let mut error = NativeError::new(format!("gitlab: pipeline #{id} of {project} {status}"));
+    if let Some(yaml_errors) = pipeline["yaml_errors"].as_str() {
+        error = error.caused_by(format!("the CI configuration is invalid: {yaml_errors}"));
+    };
     if let Ok(jobs) = client.get_all(
         &format!("projects/{}/pipelines/{id}/jobs", encode(project)),
         &cancelled(session),

@@ -90,6 +90,12 @@ struct Pipeline {
     created_ms: u64,
     created_at: String,
     jobs: Vec<Job>,
+    /// `api` or `push`.
+    #[serde(default)]
+    source: String,
+    /// A push pipeline whose configuration is invalid is created failed, with these errors.
+    #[serde(default)]
+    yaml_errors: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -364,6 +370,9 @@ impl GitlabSim {
     }
 
     fn paginate(&self, request: &SimRequest, items: Vec<Value>) -> SimResponse {
+        if request.query.get("pagination").map(String::as_str) == Some("keyset") {
+            return self.paginate_keyset(request, items);
+        }
         let per_page = request
             .query
             .get("per_page")
@@ -420,6 +429,54 @@ impl GitlabSim {
             )
     }
 
+    /// Keyset pagination (`pagination=keyset&order_by=id&sort=asc|desc&id_after=N`): only a
+    /// `link` header with rel="next", and no totals, as GitLab answers.
+    fn paginate_keyset(&self, request: &SimRequest, mut items: Vec<Value>) -> SimResponse {
+        let per_page = request
+            .query
+            .get("per_page")
+            .and_then(|v| v.parse::<usize>().ok())
+            .unwrap_or(20)
+            .clamp(1, 100);
+        let descending = request.query.get("sort").map(String::as_str) == Some("desc");
+        items.sort_by_key(|item| item["id"].as_u64().unwrap_or(0));
+        if descending {
+            items.reverse();
+        }
+        let after = request
+            .query
+            .get("id_after")
+            .and_then(|v| v.parse::<u64>().ok());
+        let before = request
+            .query
+            .get("id_before")
+            .and_then(|v| v.parse::<u64>().ok());
+        let remaining: Vec<Value> = items
+            .into_iter()
+            .filter(|item| {
+                let id = item["id"].as_u64().unwrap_or(0);
+                after.is_none_or(|after| id > after) && before.is_none_or(|before| id < before)
+            })
+            .collect();
+        let page: Vec<Value> = remaining.iter().take(per_page).cloned().collect();
+        let mut response = SimResponse::json(200, &Value::Array(page.clone()));
+        if remaining.len() > per_page
+            && let Some(last) = page.last().and_then(|item| item["id"].as_u64())
+        {
+            let cursor = if descending {
+                format!("id_before={last}")
+            } else {
+                format!("id_after={last}")
+            };
+            let sort = if descending { "desc" } else { "asc" };
+            response = response.with_header(
+                "link",
+                format!("<{}{}?pagination=keyset&per_page={per_page}&order_by=id&sort={sort}&{cursor}>; rel=\"next\"", self.base_url(), request.path),
+            );
+        }
+        response
+    }
+
     fn authenticate(&self, request: &SimRequest) -> Option<u64> {
         let token = request
             .header("private-token")
@@ -434,6 +491,9 @@ impl GitlabSim {
     }
 
     fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
+        if pipeline.yaml_errors.is_some() {
+            return ("failed".to_string(), Vec::new());
+        }
         let elapsed = now_ms().saturating_sub(pipeline.created_ms) as f64 / 1000.0;
         let phase = (self.config.pipeline_seconds / 3.0).max(0.001);
         let failing = pipeline.jobs.iter().position(|job| {
@@ -480,7 +540,7 @@ impl GitlabSim {
             .unwrap_or_default();
         json!({
             "id": pipeline.id, "iid": pipeline.iid, "project_id": pipeline.project_id, "sha": pipeline.sha,
-            "ref": pipeline.reference, "status": status, "source": "api", "created_at": pipeline.created_at,
+            "ref": pipeline.reference, "status": status, "source": pipeline.source, "yaml_errors": pipeline.yaml_errors, "created_at": pipeline.created_at,
             "updated_at": pipeline.created_at, "web_url": format!("{}/{path}/-/pipelines/{}", self.base_url(), pipeline.id),
         })
     }
@@ -1148,9 +1208,33 @@ impl GitlabSim {
                 "The project you were looking for could not be found or you don't have permission to view it.\n",
             );
         };
+        let pushing = request.method == "POST" && rest == "git-receive-pack";
+        let before: Vec<(String, Option<String>)> = if pushing {
+            self.repos
+                .branches(full)
+                .into_iter()
+                .map(|b| {
+                    let head = self.repos.head(full, &b);
+                    (b, head)
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let response = self
             .repos
             .http_backend(request, &format!("/{full}.git/{rest}"), "root");
+        if pushing {
+            // GitLab starts a pipeline for every pushed branch that has a CI configuration.
+            for branch in self.repos.branches(full) {
+                let head = self.repos.head(full, &branch);
+                if before.iter().any(|(b, h)| *b == branch && *h == head) {
+                    continue;
+                }
+                let mut state = self.lock();
+                let _ = self.start_pipeline(&mut state, project_id, &branch, "push");
+            }
+        };
         if request.method == "POST" && rest == "git-receive-pack" {
             let mut state = self.lock();
             if let Some(project) = state.projects.get_mut(&project_id)
@@ -1182,57 +1266,87 @@ impl GitlabSim {
         let Some(project_id) = Self::find_project(&state, id) else {
             return not_found("Project");
         };
+        match self.start_pipeline(&mut state, project_id, &reference, "api") {
+            Ok(pipeline_id) => {
+                let mut answer = self.pipeline_json(&state, &state.pipelines[&pipeline_id]);
+                answer["status"] = json!("created");
+                drop(state);
+                self.persist();
+                SimResponse::json(201, &answer)
+            }
+            Err(errors) => field_errors(json!({"base": errors})),
+        }
+    }
+
+    /// Creates a pipeline for `reference`. An API request with an invalid configuration is
+    /// refused with GitLab's messages; a push with one gets a failed pipeline carrying
+    /// `yaml_errors` (as GitLab does). A push without `.gitlab-ci.yml` starts nothing.
+    fn start_pipeline(
+        &self,
+        state: &mut State,
+        project_id: u64,
+        reference: &str,
+        source: &str,
+    ) -> Result<u64, Vec<String>> {
         let project = &state.projects[&project_id];
-        let this_path = Self::project_path(&state, project);
-        if !self.repos.branch_exists(&this_path, &reference) {
-            return field_errors(json!({"base": ["Reference not found"]}));
+        let this_path = Self::project_path(state, project);
+        if !self.repos.branch_exists(&this_path, reference) {
+            return Err(vec!["Reference not found".to_string()]);
         }
         let Some(config) = self
             .repos
-            .read_file(&this_path, &reference, ".gitlab-ci.yml")
+            .read_file(&this_path, reference, ".gitlab-ci.yml")
         else {
-            return field_errors(json!({"base": ["Missing CI config file"]}));
+            return Err(vec!["Missing CI config file".to_string()]);
         };
-        let fetch = |from: Option<&str>, at: &str, file: &str| -> Result<Option<String>, String> {
-            let project = match from {
-                None => Some(project_id),
-                Some(path) if path == this_path => Some(project_id),
-                Some(path) => Self::find_project(
-                    &state,
-                    &percent_encoding::utf8_percent_encode(
-                        path,
-                        percent_encoding::NON_ALPHANUMERIC,
-                    )
-                    .to_string(),
-                ),
+        let resolved = {
+            let state: &State = state;
+            let fetch = |from: Option<&str>,
+                         at: &str,
+                         file: &str|
+             -> Result<Option<String>, String> {
+                let project = match from {
+                    None => Some(project_id),
+                    Some(path) if path == this_path => Some(project_id),
+                    Some(path) => Self::find_project(
+                        state,
+                        &percent_encoding::utf8_percent_encode(
+                            path,
+                            percent_encoding::NON_ALPHANUMERIC,
+                        )
+                        .to_string(),
+                    ),
+                };
+                let Some(project) = project.and_then(|id| state.projects.get(&id)) else {
+                    return Err(format!(
+                        "Project `{}` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.",
+                        from.unwrap_or_default()
+                    ));
+                };
+                let full = Self::project_path(state, project);
+                let at = if at == "HEAD" {
+                    project
+                        .default_branch
+                        .clone()
+                        .unwrap_or_else(|| "main".into())
+                } else {
+                    at.to_string()
+                };
+                if !self.repos.branch_exists(&full, &at) {
+                    return Err(format!("Project `{full}` reference `{at}` does not exist!"));
+                }
+                Ok(self.repos.read_file(&full, &at, file))
             };
-            let Some(project) = project.and_then(|id| state.projects.get(&id)) else {
-                return Err(format!(
-                    "Project `{}` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.",
-                    from.unwrap_or_default()
-                ));
-            };
-            let full = Self::project_path(&state, project);
-            let at = if at == "HEAD" {
-                project
-                    .default_branch
-                    .clone()
-                    .unwrap_or_else(|| "main".into())
-            } else {
-                at.to_string()
-            };
-            if !self.repos.branch_exists(&full, &at) {
-                return Err(format!("Project `{full}` reference `{at}` does not exist!"));
-            }
-            Ok(self.repos.read_file(&full, &at, file))
+            ci::resolve(&config, reference, &fetch)
         };
-        let jobs = match ci::resolve(&config, &reference, &fetch) {
-            Ok(jobs) => jobs,
-            Err(errors) => return field_errors(json!({"base": errors})),
+        let (jobs, yaml_errors) = match resolved {
+            Ok(jobs) => (jobs, None),
+            Err(errors) if source == "push" => (Vec::new(), Some(errors.join("; "))),
+            Err(errors) => return Err(errors),
         };
         let sha = self
             .repos
-            .head(&this_path, &reference)
+            .head(&this_path, reference)
             .unwrap_or_else(|| sha_of(&config));
         let id = state.id();
         let iid = state
@@ -1255,18 +1369,16 @@ impl GitlabSim {
             id,
             iid,
             project_id,
-            reference,
+            reference: reference.to_string(),
             sha,
             created_ms: now_ms(),
             created_at: timestamp(),
             jobs: pipeline_jobs,
+            source: source.to_string(),
+            yaml_errors,
         };
-        let mut answer = self.pipeline_json(&state, &pipeline);
-        answer["status"] = json!("created");
         state.pipelines.insert(id, pipeline);
-        drop(state);
-        self.persist();
-        SimResponse::json(201, &answer)
+        Ok(id)
     }
 }
 

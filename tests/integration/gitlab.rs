@@ -561,15 +561,31 @@ fn get_all_follows_pagination() {
     }
     let test = with_sim(
         Test::new().script(
-            "step(\"All\", || { assert_eq(gitlab_get_all(\"groups/g/projects\").len(), 130); });\n",
+            r#"step("All", || {
+    assert_eq(gitlab_get_all("groups/g/projects").len(), 130);
+    let keyset = gitlab_get_all("projects?pagination=keyset&order_by=id&sort=asc");
+    assert_eq(keyset.len(), 130);
+    assert_eq(keyset[0].name, "p0");
+    assert_eq(keyset[129].name, "p129");
+});
+"#,
         ),
         &sim,
     );
     sim.clear_requests();
     test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
-    assert_eq!(
-        sim.requests()["counters"]["GET /api/v4/groups/:id/projects"],
-        2
+    let counters = &sim.requests()["counters"];
+    assert_eq!(counters["GET /api/v4/groups/:id/projects"], 2, "{counters}");
+    assert_eq!(counters["GET /api/v4/projects"], 2, "{counters}");
+    // Keyset pages carry only a next link, no totals.
+    let page = sim.api(
+        "GET",
+        "projects?pagination=keyset&order_by=id&sort=asc&per_page=100",
+        None,
+    );
+    assert!(
+        page.header("x-total").is_none()
+            && page.header("link").is_some_and(|l| l.contains("id_after="))
     );
 }
 
@@ -697,4 +713,48 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     assert_eq!(pipeline.status, 201, "{}", pipeline.body);
     let head = git(&first, home, &["rev-parse", "HEAD"]);
     assert_eq!(pipeline.json()["sha"].as_str(), Some(head.trim()));
+
+    // Each push starts a pipeline, as on GitLab; an invalid configuration gives a failed one
+    // whose yaml_errors say why, and waiting on it reports them.
+    git(&first, home, &["checkout", "--quiet", "-b", "broken"]);
+    std::fs::write(
+        first.join(".gitlab-ci.yml"),
+        "build:\n  stage: compile\n  script: [make]\n",
+    )
+    .expect("write");
+    git(&first, home, &["commit", "--quiet", "-am", "broken"]);
+    git(&first, home, &["push", "--quiet", "origin", "broken"]);
+    let pipelines = sim
+        .api("GET", "projects/blueprint-apps%2Fguestbook/pipelines", None)
+        .json();
+    let pushed: Vec<&serde_json::Value> = pipelines
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter(|p| p["source"] == "push")
+        .collect();
+    assert_eq!(pushed.len(), 2, "{pipelines}");
+    let broken = pushed
+        .iter()
+        .find(|p| p["ref"] == "broken")
+        .expect("a pipeline for the pushed branch");
+    let broken = sim
+        .api(
+            "GET",
+            &format!(
+                "projects/blueprint-apps%2Fguestbook/pipelines/{}",
+                broken["id"]
+            ),
+            None,
+        )
+        .json();
+    assert_eq!(broken["status"], "failed");
+    assert_eq!(
+        broken["yaml_errors"],
+        "jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post"
+    );
+    let test = with_sim(Test::new().script(&format!("step(\"Wait\", || {{ gitlab_wait_pipeline(\"blueprint-apps/guestbook\", {}, #{{timeout: 10, interval: 0.2}}); }});\n", broken["id"])), &sim);
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(output.stderr.contains("  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist;"), "{}", output.stderr);
 }
