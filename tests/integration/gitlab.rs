@@ -758,3 +758,143 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     output.expect_code(1);
     assert!(output.stderr.contains("  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist;"), "{}", output.stderr);
 }
+
+/// Every field the simulator answers with is a property of GitLab's entity in the OpenAPI
+/// description (a subset vendored in tests/fixtures/gitlab-entities.json), with its type.
+fn assert_documented(entity: &str, value: &serde_json::Value, must_have: &[&str]) {
+    let fixture: serde_json::Value =
+        serde_json::from_str(include_str!("../fixtures/gitlab-entities.json")).expect("fixture");
+    let properties = &fixture["entities"][entity];
+    assert!(properties.is_object(), "no entity {entity} in the fixture");
+    let object = value
+        .as_object()
+        .unwrap_or_else(|| panic!("{entity}: not an object: {value}"));
+    for (key, field) in object {
+        let documented = properties[key]
+            .as_str()
+            .unwrap_or_else(|| panic!("{entity}.{key} is not in GitLab's OpenAPI description"));
+        let matches = match (documented, field) {
+            (_, serde_json::Value::Null) | ("any", _) => true,
+            // The generated description falls back to "string" for fields it has no type for
+            // (ids, is_admin, ...), which GitLab answers as numbers and booleans: any scalar.
+            ("string", v) => !v.is_object() && !v.is_array(),
+            ("integer", v) => v.is_i64() || v.is_u64(),
+            ("number", v) => v.is_number(),
+            ("boolean", v) => v.is_boolean(),
+            ("object", v) => v.is_object(),
+            ("array", v) => v.is_array(),
+            _ => false,
+        };
+        assert!(
+            matches,
+            "{entity}.{key} should be {documented}, the simulator sent {field}"
+        );
+    }
+    for key in must_have {
+        assert!(
+            object.contains_key(*key),
+            "{entity}: the simulator's answer lacks {key}"
+        );
+    }
+}
+
+#[test]
+fn answers_match_the_entities_of_the_openapi_description() {
+    let sim = GitlabSim::start(&[]);
+    let group = sim
+        .api(
+            "POST",
+            "groups",
+            Some(r#"{"name":"g","path":"g","visibility":"internal"}"#),
+        )
+        .json();
+    assert_documented(
+        "API_Entities_Group",
+        &group,
+        &["id", "name", "path", "full_path", "visibility", "web_url"],
+    );
+    let project = sim
+        .api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#))
+        .json();
+    assert_documented(
+        "API_Entities_Project",
+        &project,
+        &[
+            "id",
+            "path_with_namespace",
+            "http_url_to_repo",
+            "web_url",
+            "default_branch",
+            "visibility",
+            "namespace",
+        ],
+    );
+    assert_documented(
+        "API_Entities_NamespaceBasic",
+        &project["namespace"],
+        &["id", "path", "full_path", "kind"],
+    );
+    let variable = sim
+        .api(
+            "POST",
+            "projects/g%2Fp/variables",
+            Some(r#"{"key":"K","value":"v"}"#),
+        )
+        .json();
+    assert_documented(
+        "API_Entities_Ci_Variable",
+        &variable,
+        &[
+            "key",
+            "value",
+            "variable_type",
+            "protected",
+            "masked",
+            "hidden",
+            "raw",
+            "environment_scope",
+            "description",
+        ],
+    );
+    sim.api(
+        "POST",
+        "projects/g%2Fp/repository/files/.gitlab-ci.yml",
+        Some(r#"{"branch":"main","content":"build:\n  script: [make]\n","commit_message":"ci"}"#),
+    );
+    let pipeline = sim
+        .api("POST", "projects/g%2Fp/pipeline", Some(r#"{"ref":"main"}"#))
+        .json();
+    assert_documented(
+        "API_Entities_Ci_Pipeline",
+        &pipeline,
+        &[
+            "id",
+            "iid",
+            "project_id",
+            "sha",
+            "ref",
+            "status",
+            "source",
+            "web_url",
+            "created_at",
+        ],
+    );
+    let jobs = sim
+        .api(
+            "GET",
+            &format!("projects/g%2Fp/pipelines/{}/jobs", pipeline["id"]),
+            None,
+        )
+        .json();
+    assert_documented(
+        "API_Entities_Ci_Job",
+        &jobs[0],
+        &["id", "name", "stage", "status", "pipeline", "web_url"],
+    );
+    let user = sim.api("GET", "user", None).json();
+    assert_documented(
+        "API_Entities_UserWithAdmin",
+        &user,
+        &["id", "username", "name", "is_admin"],
+    );
+}
