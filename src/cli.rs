@@ -81,9 +81,16 @@ enum Command {
     Defs { dir: PathBuf },
     /// Print a shell completion script
     Completions { shell: clap_complete::Shell },
-    /// Interactive REPL (reserved: not built yet)
-    #[command(hide = true)]
-    Repl,
+    /// An interactive Rhai session with every native (same engine, check mode and redaction)
+    Repl {
+        /// Start in check mode (`:check off` leaves it)
+        #[arg(long)]
+        check: bool,
+        /// Run a script's top level first (its functions and imports become available; its
+        /// steps are declared, not run)
+        #[arg(long, value_name = "SCRIPT")]
+        load: Option<PathBuf>,
+    },
     /// Rehearse a script on the embedded simulated platform (reserved: not built yet)
     #[command(hide = true)]
     Rehearse,
@@ -211,7 +218,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut std::io::stdout());
             Ok(ExitCode::Success)
         }
-        Some(Command::Repl) => Err(reserved("repl", "the interactive REPL")),
+        Some(Command::Repl { check, load }) => {
+            crate::repl::run(crate::repl::ReplOptions { check, load })
+        }
         Some(Command::Rehearse) => Err(reserved(
             "rehearse",
             "the rehearsal on the embedded platform",

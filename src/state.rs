@@ -25,7 +25,8 @@ pub struct Change {
 }
 
 pub struct RunState {
-    pub check: bool,
+    /// Check mode: natives report what they would change. The REPL toggles it (`:check on`).
+    check: AtomicBool,
     /// Files natives read and write are confined to this folder.
     pub root: PathBuf,
     pub reporter: Reporter,
@@ -38,7 +39,7 @@ pub struct RunState {
 impl RunState {
     pub fn new(check: bool, root: PathBuf, reporter: Reporter, cancel: Arc<AtomicBool>) -> Self {
         RunState {
-            check,
+            check: AtomicBool::new(check),
             root,
             reporter,
             cancel,
@@ -46,6 +47,14 @@ impl RunState {
             changes: Mutex::new(Vec::new()),
             change_count: AtomicU32::new(0),
         }
+    }
+
+    pub fn check(&self) -> bool {
+        self.check.load(Ordering::SeqCst)
+    }
+
+    pub fn set_check(&self, check: bool) {
+        self.check.store(check, Ordering::SeqCst);
     }
 
     pub fn phase(&self) -> Phase {
@@ -95,7 +104,7 @@ impl RunState {
 
     /// Natives that cannot tell what they would change refuse to run in check mode.
     pub fn refuse_in_check(&self, native: &str, why: &str) -> Result<(), NativeError> {
-        if self.check {
+        if self.check() {
             Err(
                 NativeError::new(format!("{native} cannot run in check mode: {why}")).with_hint(
                     "run without --check, or guard the call with `if !check_mode() { ... }`",
@@ -108,7 +117,7 @@ impl RunState {
 
     /// Records one change (in check mode: one change that would happen) and reports it.
     pub fn record_change(&self, action: &str, resource: &str) {
-        self.reporter.change(action, resource, self.check);
+        self.reporter.change(action, resource, self.check());
         self.change_count.fetch_add(1, Ordering::SeqCst);
         self.changes
             .lock()

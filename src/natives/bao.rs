@@ -264,7 +264,7 @@ pub mod bao_functions {
             "openbao {} ({shares} shares, threshold {threshold}) and write {shown}",
             status.address
         );
-        if session.state.check {
+        if session.state.check() {
             session.state.record_change("initialise", &description);
             result.insert("changed".into(), true.into());
             return Ok(result);
@@ -348,7 +348,7 @@ pub mod bao_functions {
             return Ok(outcome(false));
         }
         let init = client.read_init_file().map_err(native_error)?;
-        if !session.state.check {
+        if !session.state.check() {
             client.unseal(&init).map_err(native_error)?;
         }
         session
@@ -380,7 +380,7 @@ pub mod bao_functions {
         if status.sealed {
             return Ok(outcome(false));
         }
-        if !session.state.check {
+        if !session.state.check() {
             client.seal().map_err(native_error)?;
         }
         session
@@ -419,7 +419,7 @@ pub mod bao_functions {
                 .with_hint("choose another path, or move the existing mount (bao secrets move) if it is unused"),
             )),
             None => {
-                if !session.state.check {
+                if !session.state.check() {
                     client.enable_kv(mount, version as u8).map_err(native_error)?;
                 }
                 session.state.record_change("mount", &format!("kv version {version} at {mount}/"));
@@ -519,7 +519,7 @@ pub mod bao_functions {
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
         let written = bao(&session)
-            .kv_write(&path, &data, session.state.check)
+            .kv_write(&path, &data, session.state.check())
             .map_err(native_error)?;
         if written.changed {
             session.state.record_change(
@@ -548,7 +548,7 @@ pub mod bao_functions {
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
         let written = bao(&session)
-            .kv_patch(&path, &data, session.state.check)
+            .kv_patch(&path, &data, session.state.check())
             .map_err(native_error)?;
         if written.changed {
             session.state.record_change(
@@ -584,7 +584,7 @@ pub mod bao_functions {
         let session = remote(&context, "bao_delete")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_delete")?;
         let changed = bao(&session)
-            .kv_delete(&path, session.state.check)
+            .kv_delete(&path, session.state.check())
             .map_err(native_error)?;
         if changed {
             session
@@ -604,7 +604,7 @@ pub mod bao_functions {
         let session = remote(&context, "bao_destroy")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_destroy")?;
         let changed = bao(&session)
-            .kv_destroy(&path, session.state.check)
+            .kv_destroy(&path, session.state.check())
             .map_err(native_error)?;
         if changed {
             session
@@ -634,7 +634,7 @@ pub mod bao_functions {
             ))));
         }
         let changed = bao(&session)
-            .policy_write(name, hcl, session.state.check)
+            .policy_write(name, hcl, session.state.check())
             .map_err(native_error)?;
         if changed {
             session

@@ -145,7 +145,7 @@ pub mod core_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn check_mode(context: NativeCallContext) -> Result<bool, Box<EvalAltResult>> {
-        Ok(session(&context)?.state.check)
+        Ok(session(&context)?.state.check())
     }
 
     /// Reports a change the script made itself (for work no native reports), so the step shows

@@ -109,7 +109,7 @@ pub mod fs_functions {
             }
         }
         let files = Confinement::new(&state.root);
-        let (full, outcome) = if state.check {
+        let (full, outcome) = if state.check() {
             files
                 .plan_write(path, &content, mode)
                 .map_err(native_error)?

@@ -545,7 +545,7 @@ pub mod gitlab_functions {
                 "update",
                 &format!("visibility of group {path} from {current} to {visibility}"),
             );
-            if session.state.check {
+            if session.state.check() {
                 return Ok(summary(&group, true));
             }
             let updated = client
@@ -562,7 +562,7 @@ pub mod gitlab_functions {
         session
             .state
             .record_change("create", &format!("group {path} ({visibility})"));
-        if session.state.check {
+        if session.state.check() {
             let mut map = rhai::Map::new();
             map.insert("full_path".into(), path.to_string().into());
             map.insert("visibility".into(), visibility.into());
@@ -631,7 +631,7 @@ pub mod gitlab_functions {
         session
             .state
             .record_change("create", &format!("project {full}"));
-        if session.state.check {
+        if session.state.check() {
             let mut map = rhai::Map::new();
             map.insert("path_with_namespace".into(), full.into());
             map.insert("changed".into(), true.into());
@@ -708,7 +708,9 @@ pub mod gitlab_functions {
         let existing = match client.get_all(&base, &stop) {
             Ok(existing) => existing,
             // In check mode the project may be one an earlier step would have created.
-            Err(error) if session.state.check && error.message.contains(" -> 404: ") => Vec::new(),
+            Err(error) if session.state.check() && error.message.contains(" -> 404: ") => {
+                Vec::new()
+            }
             Err(error) => return Err(native_error(error)),
         };
         let (mut created, mut updated, mut unchanged, mut removed) = (0i64, 0i64, 0i64, 0i64);
@@ -737,7 +739,7 @@ pub mod gitlab_functions {
                         "update",
                         &format!("CI variable {} of {project}", variable.key),
                     );
-                    if !session.state.check {
+                    if !session.state.check() {
                         client
                             .request(
                                 Method::Put,
@@ -755,7 +757,7 @@ pub mod gitlab_functions {
                         "create",
                         &format!("CI variable {} of {project}", variable.key),
                     );
-                    if !session.state.check {
+                    if !session.state.check() {
                         let read_back = || client.find(&scoped, &stop);
                         client
                             .request(
@@ -784,7 +786,7 @@ pub mod gitlab_functions {
                 session
                     .state
                     .record_change("delete", &format!("CI variable {key} of {project}"));
-                if !session.state.check {
+                if !session.state.check() {
                     let scoped = format!(
                         "{base}/{}?filter%5Benvironment_scope%5D={}",
                         encode(key),
@@ -836,7 +838,7 @@ pub mod gitlab_functions {
         session
             .state
             .record_change("start", &format!("pipeline of {project} on {reference}"));
-        if session.state.check {
+        if session.state.check() {
             let mut map = rhai::Map::new();
             map.insert("project".into(), project.to_string().into());
             map.insert("ref".into(), reference.to_string().into());
@@ -1112,7 +1114,7 @@ fn delete_if_present(
         session
             .state
             .record_change("delete", &format!("{kind} {path}"));
-        if !session.state.check {
+        if !session.state.check() {
             client
                 .request(Method::Delete, api_path, None, None, &stop)
                 .map_err(native_error)?;

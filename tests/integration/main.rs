@@ -9,6 +9,7 @@ mod diagnostics;
 mod gitlab;
 mod gitlab_sim;
 mod natives;
+mod repl;
 mod runner;
 mod scripts;
 mod secrets;

@@ -1,0 +1,681 @@
+//! `bprun repl`: an interactive session on the same engine, natives, configuration, check mode
+//! and redaction as scripts. One scope persists across inputs; `fn` definitions stay.
+
+use rhai::{AST, Dynamic, Engine, EvalAltResult, Scope};
+use rustyline::completion::{Completer, Pair};
+use rustyline::error::ReadlineError;
+use rustyline::highlight::Highlighter;
+use rustyline::hint::Hinter;
+use rustyline::history::DefaultHistory;
+use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::{Context, Editor, Helper};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use crate::engine::{self, Session, lock};
+use crate::error::{Error, ExitCode};
+use crate::natives::convert::{Secrets, to_json};
+use crate::output::{Format, Reporter};
+use crate::secret::Secret;
+use crate::state::{Phase, RunState};
+
+/// Results longer than this many lines are cut, with a note.
+pub const MAX_OUTPUT_LINES: usize = 200;
+/// The name inputs are shown by in diagnostics.
+const SOURCE: &str = "<repl>";
+const COMMANDS: &[(&str, &str)] = &[
+    (
+        ":help",
+        ":help [name]      this list, or a native's documentation and example",
+    ),
+    (
+        ":functions",
+        ":functions [text] natives whose name contains text",
+    ),
+    (":vars", ":vars             the variables in scope"),
+    (
+        ":check",
+        ":check on|off     check mode: natives report what they would change",
+    ),
+    (
+        ":save",
+        ":save FILE        append the last successful input to FILE",
+    ),
+    (
+        ":json",
+        ":json             switch results between readable and raw JSON",
+    ),
+    (":quit", ":quit             leave (Ctrl-D does the same)"),
+];
+
+#[derive(Debug, Clone, Default)]
+pub struct ReplOptions {
+    pub check: bool,
+    pub load: Option<PathBuf>,
+}
+
+/// Token-looking literals that must never reach the history file.
+const TOKEN_PREFIXES: &[&str] = &[
+    "glpat-",
+    "glrt-",
+    "gldt-",
+    "glptt-",
+    "glsoat-",
+    "hvs.",
+    "hvb.",
+    "ghp_",
+    "github_pat_",
+];
+
+/// True when a line holds a live secret value or something that looks like a token.
+pub fn holds_secret(line: &str) -> bool {
+    if crate::secret::scrub(line) != line {
+        return true;
+    }
+    if TOKEN_PREFIXES.iter().any(|prefix| line.contains(prefix)) {
+        return true;
+    }
+    // OpenBao service tokens: `s.` followed by 24 alphanumerics.
+    line.match_indices("s.").any(|(index, _)| {
+        let rest = &line[index + 2..];
+        let run = rest
+            .chars()
+            .take_while(|c| c.is_ascii_alphanumeric())
+            .count();
+        run >= 24 && (index == 0 || !line[..index].ends_with(|c: char| c.is_ascii_alphanumeric()))
+    })
+}
+
+/// The history file: `BPRUN_HISTORY`, else `$XDG_STATE_HOME/bprun/history`, else
+/// `~/.local/state/bprun/history`.
+fn history_path() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BPRUN_HISTORY") {
+        return Some(PathBuf::from(path));
+    }
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME").map(|home| PathBuf::from(home).join(".local/state"))
+        })?;
+    Some(state.join("bprun/history"))
+}
+
+struct ReplHelper {
+    /// Natives, script functions, variables and commands, refreshed after every input.
+    words: Arc<Mutex<Vec<String>>>,
+    validator: Engine,
+}
+
+impl Completer for ReplHelper {
+    type Candidate = Pair;
+
+    fn complete(
+        &self,
+        line: &str,
+        pos: usize,
+        _ctx: &Context<'_>,
+    ) -> rustyline::Result<(usize, Vec<Pair>)> {
+        let before = &line[..pos];
+        let start = before
+            .char_indices()
+            .rev()
+            .take_while(|(_, c)| c.is_alphanumeric() || *c == '_' || *c == ':')
+            .last()
+            .map(|(index, _)| index)
+            .unwrap_or(pos);
+        let word = &before[start..];
+        if word.is_empty() {
+            return Ok((pos, Vec::new()));
+        }
+        let words = lock(&self.words);
+        let mut candidates: Vec<Pair> = words
+            .iter()
+            .filter(|candidate| candidate.starts_with(word))
+            .map(|candidate| Pair {
+                display: candidate.clone(),
+                replacement: candidate.clone(),
+            })
+            .collect();
+        candidates.dedup_by(|a, b| a.replacement == b.replacement);
+        Ok((start, candidates))
+    }
+}
+
+impl Hinter for ReplHelper {
+    type Hint = String;
+}
+
+impl Highlighter for ReplHelper {}
+
+impl Validator for ReplHelper {
+    /// An input that stops in the middle (an open brace, bracket or string) continues on the
+    /// next line.
+    fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
+        let input = ctx.input();
+        if input.trim_start().starts_with(':') {
+            return Ok(ValidationResult::Valid(None));
+        }
+        match self.validator.compile(input) {
+            Err(error) if incomplete(&error, input) => Ok(ValidationResult::Incomplete),
+            _ => Ok(ValidationResult::Valid(None)),
+        }
+    }
+}
+
+impl Helper for ReplHelper {}
+
+fn incomplete(error: &rhai::ParseError, input: &str) -> bool {
+    use rhai::{LexError, ParseErrorType};
+    match error.err_type() {
+        ParseErrorType::UnexpectedEOF | ParseErrorType::BadInput(LexError::UnterminatedString) => {
+            true
+        }
+        ParseErrorType::MissingToken(token, _) if matches!(token.as_str(), "}" | ")" | "]") => {
+            open_brackets(input) > 0
+        }
+        _ => false,
+    }
+}
+
+/// Opening minus closing brackets outside strings: more than zero means the input goes on.
+fn open_brackets(input: &str) -> i64 {
+    let mut depth = 0;
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in input.chars() {
+        match quote {
+            Some(q) => {
+                if escaped {
+                    escaped = false;
+                } else if c == '\\' {
+                    escaped = true;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => match c {
+                '"' | '`' | '\'' => quote = Some(c),
+                '{' | '(' | '[' => depth += 1,
+                '}' | ')' | ']' => depth -= 1,
+                _ => {}
+            },
+        }
+    }
+    depth
+}
+
+/// A value for the terminal: strings as they are, arrays of maps as a table, the rest as
+/// indented JSON; `Secret`s as `***`. Long output is cut with a note.
+pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
+    if value.is_unit() {
+        return None;
+    }
+    let text = if value.is_string() && !json {
+        value.to_string()
+    } else if value.is::<Secret>() {
+        crate::secret::REDACTED.to_string()
+    } else if let (Some(table), false) = (
+        value
+            .read_lock::<rhai::Array>()
+            .and_then(|items| table(&items)),
+        json,
+    ) {
+        table
+    } else {
+        match to_json(value, Secrets::Redact) {
+            Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
+            Err(_) => format!("{value:?}"),
+        }
+    };
+    let lines: Vec<&str> = text.lines().collect();
+    let text = if lines.len() > MAX_OUTPUT_LINES {
+        format!(
+            "{}\n... {} more lines (assign the result to a variable and look at parts of it)",
+            lines[..MAX_OUTPUT_LINES].join("\n"),
+            lines.len() - MAX_OUTPUT_LINES
+        )
+    } else {
+        text
+    };
+    Some(crate::secret::scrub(&text))
+}
+
+/// An array of maps as a table of their scalar fields (at most 8 columns of 40 characters).
+fn table(items: &rhai::Array) -> Option<String> {
+    if items.is_empty() || !items.iter().all(|item| item.is_map()) {
+        return None;
+    }
+    let rows: Vec<rhai::Map> = items
+        .iter()
+        .filter_map(|item| item.read_lock::<rhai::Map>().map(|m| m.clone()))
+        .collect();
+    let mut columns: Vec<String> = Vec::new();
+    for row in &rows {
+        for (key, value) in row {
+            let scalar = value.is_string()
+                || value.is_int()
+                || value.is_float()
+                || value.is_bool()
+                || value.is_unit()
+                || value.is::<Secret>();
+            if scalar && !columns.contains(&key.to_string()) && columns.len() < 8 {
+                columns.push(key.to_string());
+            }
+        }
+    }
+    if columns.is_empty() {
+        return None;
+    }
+    let cell = |row: &rhai::Map, column: &str| -> String {
+        let text = match row.get(column) {
+            None => String::new(),
+            Some(value) if value.is_unit() => String::new(),
+            Some(value) => value.to_string(),
+        };
+        if text.chars().count() > 40 {
+            format!("{}...", text.chars().take(37).collect::<String>())
+        } else {
+            text
+        }
+    };
+    let widths: Vec<usize> = columns
+        .iter()
+        .map(|column| {
+            rows.iter()
+                .map(|row| cell(row, column).chars().count())
+                .max()
+                .unwrap_or(0)
+                .max(column.chars().count())
+        })
+        .collect();
+    let line = |cells: Vec<String>| -> String {
+        cells
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect::<Vec<_>>()
+            .join("  ")
+            .trim_end()
+            .to_string()
+    };
+    let mut out = vec![line(columns.clone())];
+    for row in &rows {
+        out.push(line(
+            columns.iter().map(|column| cell(row, column)).collect(),
+        ));
+    }
+    Some(out.join("\n"))
+}
+
+struct Repl {
+    session: Arc<Session>,
+    engine: Engine,
+    scope: Scope<'static>,
+    functions: AST,
+    last_success: Option<String>,
+    json: bool,
+    words: Arc<Mutex<Vec<String>>>,
+    natives: Vec<String>,
+}
+
+impl Repl {
+    fn refresh_words(&self) {
+        let mut words: Vec<String> = self.natives.clone();
+        words.extend(self.functions.iter_functions().map(|f| f.name.to_string()));
+        words.extend(self.scope.iter_raw().map(|(name, _, _)| name.to_string()));
+        words.extend(COMMANDS.iter().map(|(name, _)| name.to_string()));
+        words.sort();
+        words.dedup();
+        *lock(&self.words) = words;
+    }
+
+    fn prompt(&self) -> &'static str {
+        if self.session.state.check() {
+            "bprun[check]> "
+        } else {
+            "bprun> "
+        }
+    }
+
+    fn print(&self, text: &str) {
+        println!("{}", crate::secret::scrub(text));
+    }
+
+    /// Runs one input; returns whether it succeeded.
+    fn evaluate(&mut self, input: &str) -> bool {
+        self.session.add_source(SOURCE, input);
+        let ast = match self.engine.compile_with_scope(&self.scope, input) {
+            Ok(mut ast) => {
+                ast.set_source(SOURCE);
+                ast
+            }
+            Err(error) => {
+                let report = crate::diagnostics::parse_error(&self.session, &error, SOURCE);
+                eprint!("{}", crate::secret::scrub(&report.text));
+                return false;
+            }
+        };
+        let combined = self.functions.merge(&ast);
+        let result = self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut self.scope, &combined);
+        let cancelled = self
+            .session
+            .state
+            .cancel_flag()
+            .swap(false, Ordering::SeqCst);
+        match result {
+            Ok(value) => {
+                self.functions = self.functions.merge(&ast.clone_functions_only());
+                if let Some(text) = render_value(&value, self.json) {
+                    self.print(&text);
+                }
+                true
+            }
+            Err(error) => {
+                if cancelled || matches!(*error, EvalAltResult::ErrorTerminated(..)) {
+                    eprintln!("interrupted");
+                } else {
+                    let report =
+                        crate::diagnostics::runtime_error(&self.session, &error, SOURCE, false);
+                    eprint!("{}", crate::secret::scrub(&report.text));
+                }
+                false
+            }
+        }
+    }
+
+    /// Runs a `:command`; returns false to leave.
+    fn command(&mut self, line: &str) -> bool {
+        let mut parts = line.split_whitespace();
+        let name = parts.next().unwrap_or("");
+        let argument = parts.collect::<Vec<_>>().join(" ");
+        match name {
+            ":quit" | ":exit" | ":q" => return false,
+            ":help" if argument.is_empty() => {
+                let lines: Vec<&str> = COMMANDS.iter().map(|(_, text)| *text).collect();
+                self.print(&format!(
+                    "Rhai expressions run at once; `fn` definitions and variables stay.\n{}",
+                    lines.join("\n")
+                ));
+            }
+            ":help" => {
+                let docs: Vec<_> = crate::cli::function_docs()
+                    .into_iter()
+                    .filter(|doc| doc.name == argument)
+                    .collect();
+                if docs.is_empty() {
+                    eprintln!(
+                        "no native named {argument}; :functions {argument} lists close names"
+                    );
+                }
+                for doc in docs {
+                    self.print(&format!("{}\n{}\n", doc.signature, doc.doc.trim_end()));
+                }
+            }
+            ":functions" => {
+                for doc in crate::cli::function_docs() {
+                    if doc.name.contains(&argument) {
+                        self.print(&format!("{}\n    {}", doc.signature, doc.summary()));
+                    }
+                }
+            }
+            ":vars" => {
+                let mut lines = Vec::new();
+                for (name, constant, value) in self.scope.iter_raw() {
+                    let shown = render_value(value, true)
+                        .unwrap_or_else(|| "()".into())
+                        .replace('\n', " ");
+                    let shown = if shown.chars().count() > 60 {
+                        format!("{}...", shown.chars().take(57).collect::<String>())
+                    } else {
+                        shown
+                    };
+                    let kind = if constant { "const" } else { "let" };
+                    lines.push(format!(
+                        "{kind} {name}: {} = {shown}",
+                        value.type_name().rsplit("::").next().unwrap_or("?")
+                    ));
+                }
+                self.print(if lines.is_empty() { "no variables" } else { "" });
+                for line in lines {
+                    self.print(&line);
+                }
+            }
+            ":check" => match argument.as_str() {
+                "on" => self.session.state.set_check(true),
+                "off" => self.session.state.set_check(false),
+                _ => eprintln!(
+                    ":check on|off (now {})",
+                    if self.session.state.check() {
+                        "on"
+                    } else {
+                        "off"
+                    }
+                ),
+            },
+            ":json" => {
+                self.json = !self.json;
+                self.print(if self.json {
+                    "results as raw JSON"
+                } else {
+                    "results as readable text"
+                });
+            }
+            ":save" => self.save(&argument),
+            other => eprintln!("unknown command {other}; :help lists the commands"),
+        }
+        true
+    }
+
+    fn save(&self, file: &str) {
+        let Some(input) = &self.last_success else {
+            eprintln!(":save: nothing has run successfully yet");
+            return;
+        };
+        if file.is_empty() {
+            eprintln!(":save FILE");
+            return;
+        }
+        let confinement = crate::clients::fs::Confinement::new(&self.session.state.root);
+        let path = match confinement.resolve(file) {
+            Ok(path) => path,
+            Err(error) => {
+                eprintln!("{}", error.message);
+                return;
+            }
+        };
+        use std::io::Write;
+        let written = path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .unwrap_or(Ok(()))
+            .and_then(|()| {
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+            })
+            .and_then(|mut handle| writeln!(handle, "{}", input.trim_end()));
+        match written {
+            Ok(()) => self.print(&format!("appended to {}", confinement.display(&path))),
+            Err(error) => eprintln!(":save {file}: {error}"),
+        }
+    }
+}
+
+/// The repository root for a REPL: `BPRUN_ROOT`, the nearest folder with `.git`, or the current folder.
+fn repl_root() -> PathBuf {
+    let current = std::env::current_dir()
+        .and_then(|dir| dir.canonicalize())
+        .unwrap_or_else(|_| PathBuf::from("."));
+    crate::runner::find_root(&current.join("repl.rhai"))
+}
+
+pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
+    let root = repl_root();
+    let reporter = Reporter::new(Format::Human, 0);
+    let state = RunState::new(
+        options.check,
+        root.clone(),
+        reporter,
+        crate::runner::cancel_flag(),
+    );
+    let scripts = root.join("scripts");
+    let import_root = match &options.load {
+        Some(script) => script
+            .canonicalize()
+            .ok()
+            .and_then(|s| s.parent().map(Path::to_path_buf))
+            .unwrap_or(scripts),
+        None if scripts.is_dir() => scripts,
+        None => root.clone(),
+    };
+    let session = Arc::new(Session::new(state, import_root));
+    let engine = engine::build(session.clone());
+    let natives: Vec<String> = crate::cli::function_docs()
+        .into_iter()
+        .map(|doc| doc.name)
+        .collect();
+    let mut repl = Repl {
+        session: session.clone(),
+        engine,
+        scope: Scope::new(),
+        functions: AST::empty(),
+        last_success: None,
+        json: false,
+        words: Arc::new(Mutex::new(Vec::new())),
+        natives,
+    };
+    repl.scope.push("args", rhai::Map::new());
+
+    if let Some(script) = &options.load {
+        let location = crate::runner::ScriptLocation::find(script)?;
+        let source = std::fs::read_to_string(&location.file)
+            .map_err(|error| Error::io("read the script", &location.file, error))?;
+        session.add_source(&location.display, &source);
+        let mut ast = match repl.engine.compile_with_scope(&repl.scope, &source) {
+            Ok(ast) => ast,
+            Err(error) => {
+                eprint!(
+                    "{}",
+                    crate::diagnostics::parse_error(&session, &error, &location.display).text
+                );
+                return Err(Error::Reported(ExitCode::ScriptError));
+            }
+        };
+        ast.set_source(location.display.as_str());
+        // The top level runs (functions, imports, variables); steps are only declared.
+        if let Err(error) = repl.engine.run_ast_with_scope(&mut repl.scope, &ast) {
+            eprint!(
+                "{}",
+                crate::diagnostics::runtime_error(&session, &error, &location.display, false).text
+            );
+            return Err(Error::Reported(ExitCode::ScriptError));
+        }
+        repl.functions = ast.clone_functions_only();
+        let steps = lock(&session.steps).len();
+        println!(
+            "loaded {} ({steps} steps declared, not run)",
+            location.display
+        );
+    }
+    session.state.set_phase(Phase::Running);
+    repl.refresh_words();
+
+    let mut validator = Engine::new_raw();
+    validator.set_max_expr_depths(0, 0);
+    let helper = ReplHelper {
+        words: repl.words.clone(),
+        validator,
+    };
+    let config = rustyline::Config::builder()
+        .auto_add_history(false)
+        .max_history_size(10_000)
+        .map_err(|e| Error::usage(format!("{e}"), None))?
+        .build();
+    let mut editor: Editor<ReplHelper, DefaultHistory> = Editor::with_config(config)
+        .map_err(|error| Error::usage(format!("cannot start the line editor: {error}"), None))?;
+    editor.set_helper(Some(helper));
+    let history = history_path();
+    if let Some(path) = &history {
+        let _ = editor.load_history(path);
+    }
+    println!("bprun repl: Rhai with every bprun native. :help for commands, Ctrl-D to leave.");
+    loop {
+        let line = match editor.readline(repl.prompt()) {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(error) => {
+                eprintln!("input error: {error}");
+                break;
+            }
+        };
+        let input = line.trim();
+        if input.is_empty() {
+            continue;
+        }
+        let keep_going = if input.starts_with(':') {
+            repl.command(input)
+        } else {
+            if repl.evaluate(&line) {
+                repl.last_success = Some(line.clone());
+            }
+            repl.refresh_words();
+            true
+        };
+        // Evaluated first, so secrets the line created are known: such lines are never saved.
+        if !holds_secret(&line) {
+            let _ = editor.add_history_entry(line.as_str());
+            if let Some(path) = &history {
+                save_history(&mut editor, path);
+            }
+        }
+        if !keep_going {
+            break;
+        }
+    }
+    Ok(ExitCode::Success)
+}
+
+fn save_history(editor: &mut Editor<ReplHelper, DefaultHistory>, path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    if let Some(folder) = path.parent() {
+        let _ = std::fs::create_dir_all(folder);
+    }
+    if editor.save_history(path).is_ok() {
+        let _ = std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn token_looking_lines_are_recognised() {
+        assert!(holds_secret("gitlab_login(\"glpat-abcdefghijklmnopqrst\")"));
+        assert!(holds_secret("let t = \"s.AbCdEfGhIjKlMnOpQrStUvWx\";"));
+        assert!(!holds_secret("let status = bao_status();"));
+        crate::secret::Secret::new("repl-canary-value");
+        assert!(holds_secret("print(\"repl-canary-value\")"));
+    }
+
+    #[test]
+    fn arrays_of_maps_render_as_tables() {
+        let mut first = rhai::Map::new();
+        first.insert("name".into(), "guestbook".into());
+        first.insert("id".into(), Dynamic::from(4_i64));
+        let mut second = rhai::Map::new();
+        second.insert("name".into(), "redis".into());
+        second.insert("id".into(), Dynamic::from(5_i64));
+        let value = Dynamic::from_array(vec![Dynamic::from_map(first), Dynamic::from_map(second)]);
+        assert_eq!(
+            render_value(&value, false).as_deref(),
+            Some("id  name\n4   guestbook\n5   redis")
+        );
+        assert!(render_value(&value, true).is_some_and(|text| text.starts_with("[\n  {")));
+    }
+}

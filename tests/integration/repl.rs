@@ -1,0 +1,179 @@
+//! The REPL driven through a pseudo-terminal, as an operator uses it.
+
+use rexpect::reader::Options;
+use rexpect::session::{PtySession, spawn_with_options};
+
+use crate::support::Test;
+
+fn repl(test: &Test, extra: &[&str], env: &[(&str, &str)]) -> PtySession {
+    let mut command = test.command(&[&["repl"], extra].concat());
+    command
+        .env("BPRUN_HISTORY", test.join("history"))
+        .env("TERM", "xterm");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut session = spawn_with_options(
+        command,
+        Options::new()
+            .timeout_ms(Some(20_000))
+            .strip_ansi_escape_codes(true),
+    )
+    .expect("spawn bprun repl");
+    session.exp_string("Ctrl-D to leave.").expect("banner");
+    session
+}
+
+/// Waits for the prompt, then types a line: rustyline discards what is typed before it is ready.
+fn input(session: &mut PtySession, line: &str) {
+    session.exp_string("> ").expect("a prompt");
+    session.send_line(line).expect("send");
+}
+
+#[test]
+fn functions_multi_line_input_and_errors_keep_the_session() {
+    let test = Test::new();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "fn double(x) { x * 2 }");
+    input(&mut session, "double(21)");
+    session
+        .exp_string("42")
+        .expect("a function defined on an earlier line");
+    input(&mut session, "let apps = [");
+    session
+        .send_line("  \"shared-code\", \"guestbook\"")
+        .expect("send");
+    session.send_line("];").expect("send");
+    input(&mut session, "apps.len()");
+    session.exp_string("2").expect("multi-line input");
+    input(&mut session, "let broken = ;");
+    session.exp_string("syntax error").expect("a syntax error");
+    input(&mut session, "double(apps.len())");
+    session
+        .exp_string("4")
+        .expect("the session survives the error");
+    input(&mut session, ":help gitlab_ensure_project");
+    session
+        .exp_string("Ensures a project in a group")
+        .expect(":help shows the docs");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit");
+}
+
+#[test]
+fn tab_completes_native_names() {
+    let test = Test::new();
+    let mut session = repl(&test, &[], &[]);
+    session.exp_string("> ").expect("a prompt");
+    session.send("gitlab_ensure_g").expect("send");
+    session.send("\t").expect("tab");
+    session.send_line("").expect("enter");
+    // The completed name is a function: calling it without arguments reports its missing arguments.
+    session
+        .exp_string("gitlab_ensure_group")
+        .expect("completion");
+    session.exp_string("> ").expect("a prompt");
+    session.send_control('d').expect("ctrl-d");
+    session.exp_eof().expect("ctrl-d leaves");
+}
+
+#[test]
+fn ctrl_c_interrupts_a_running_call() {
+    let test = Test::new();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "sleep(30)");
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let started = std::time::Instant::now();
+    session.send_control('c').expect("ctrl-c");
+    session.exp_string("interrupted").expect("the call stops");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    input(&mut session, "1 + 1");
+    session.exp_string("2").expect("back at the prompt");
+    session.exp_string("> ").expect("a prompt");
+    session.send_control('d').expect("ctrl-d");
+    session.exp_eof().expect("eof");
+}
+
+#[test]
+fn secrets_print_as_stars_and_stay_out_of_the_history() {
+    let server = crate::bao_server::BaoServer::dev();
+    server.cli(
+        "root",
+        &[
+            "kv",
+            "put",
+            "secret/gitlab/bootstrap/admin_token",
+            "token=glpat-repl-canary-000000",
+        ],
+    );
+    let test = Test::new();
+    let mut session = repl(
+        &test,
+        &[],
+        &[("BAO_ADDR", &server.address), ("BAO_TOKEN", "root")],
+    );
+    input(
+        &mut session,
+        "let pat = bao_read(\"gitlab/bootstrap/admin_token\");",
+    );
+    input(&mut session, "pat");
+    session
+        .exp_string("\"token\": \"***\"")
+        .expect("a Secret prints as ***");
+    input(&mut session, "print(pat.token.reveal())");
+    session
+        .exp_string("***")
+        .expect("revealed text is still scrubbed");
+    input(&mut session, "let leaked = \"glpat-repl-canary-000000\";");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    let history = test.read("history");
+    assert!(history.contains("let pat = bao_read"), "{history}");
+    assert!(
+        !history.contains("glpat-repl-canary"),
+        "a secret reached the history:\n{history}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(test.join("history"))
+            .expect("history")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+}
+
+#[test]
+fn save_writes_a_line_that_runs_as_a_script() {
+    let test = Test::new();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "print(`saved ${40 + 2}`)");
+    session.exp_string("saved 42").expect("run");
+    input(&mut session, ":save scripts/saved.rhai");
+    session
+        .exp_string("appended to scripts/saved.rhai")
+        .expect(":save");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    test.run(&["scripts/saved.rhai"])
+        .expect(0, "saved 42\n", "");
+}
+
+#[test]
+fn load_makes_a_scripts_functions_available_without_running_its_steps() {
+    let test = Test::new().script("fn greeting() { \"hello from the script\" }\nstep(\"Never\", || { write_text(\"ran\", \"x\"); });\n");
+    let mut session = repl(&test, &["--load", "scripts/test.rhai"], &[]);
+    input(&mut session, "greeting()");
+    session
+        .exp_string("hello from the script")
+        .expect("the script's function");
+    input(&mut session, ":check on");
+    input(&mut session, "write_text(\"out.txt\", \"x\")");
+    session
+        .exp_string("~ would create file out.txt")
+        .expect("check mode");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    assert!(!test.join("ran").exists() && !test.join("out.txt").exists());
+}
