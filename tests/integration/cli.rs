@@ -104,10 +104,10 @@ fn completions_are_generated_for_a_shell() {
 #[test]
 fn reserved_commands_say_they_are_not_built_yet() {
     let test = Test::new();
-    test.run(&["repl"]).expect(
+    test.run(&["rehearse"]).expect(
         2,
         "",
-        "error: `bprun repl` is reserved for the interactive REPL, which is not built yet\n  hint: see the open issues; run a script with `bprun SCRIPT`\n",
+        "error: `bprun rehearse` is reserved for the rehearsal on the embedded platform, which is not built yet\n  hint: see the open issues; run a script with `bprun SCRIPT`\n",
     );
 }
 
