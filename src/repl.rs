@@ -438,7 +438,9 @@ impl Repl {
                         value.type_name().rsplit("::").next().unwrap_or("?")
                     ));
                 }
-                self.print(if lines.is_empty() { "no variables" } else { "" });
+                if lines.is_empty() {
+                    self.print("no variables");
+                }
                 for line in lines {
                     self.print(&line);
                 }
