@@ -10,6 +10,7 @@ use std::time::Duration;
 use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
 use vaultrs::error::ClientError;
 
+use super::error_chain;
 use crate::error::NativeError;
 use crate::secret::Secret;
 
@@ -210,20 +211,6 @@ pub struct BaoClient {
 
 fn run<F: std::future::Future>(future: F) -> F::Output {
     super::runtime::runtime().block_on(future)
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
 }
 
 /// What a connect error actually says: the part after hyper's `(Connect): `.

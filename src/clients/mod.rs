@@ -7,3 +7,18 @@ pub mod gitlab;
 pub mod net;
 pub mod process;
 pub mod runtime;
+
+/// An error and its causes on one line (`a: b: c`), skipping causes the text already holds.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

@@ -3,6 +3,7 @@
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use super::error_chain;
 use crate::error::NativeError;
 
 /// True when a TCP connection to `host:port` opens within `timeout`.
@@ -38,15 +39,4 @@ pub fn http_status(url: &str, timeout: Duration) -> Result<Result<u16, String>, 
         Ok(response) => Ok(response.status().as_u16()),
         Err(error) => Err(error_chain(&error)),
     })
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

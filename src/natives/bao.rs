@@ -6,17 +6,18 @@
 
 use rhai::plugin::*;
 use serde_json::Value;
-use std::sync::Arc;
 
 use super::convert::{Secrets, to_json};
 use crate::clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, InitResponse, KvPath};
 use crate::clients::fs::Confinement;
-use crate::engine::{Session, native_error, session};
+use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
 use crate::secret::Secret;
 
-type NativeResult<T> = Result<T, Box<EvalAltResult>>;
+use super::options::{
+    NativeResult, option_int, option_str, reject_unknown, remote_session as remote,
+};
 
 /// The session's OpenBao client, created on first use from the environment.
 fn bao(session: &Session) -> &BaoClient {
@@ -33,55 +34,6 @@ fn bao(session: &Session) -> &BaoClient {
         }
         BaoClient::new(settings)
     })
-}
-
-/// The session, after checking that a remote native may run now.
-fn remote(context: &NativeCallContext, native: &str) -> NativeResult<Arc<Session>> {
-    let session = session(context)?;
-    session.state.require_step(native).map_err(native_error)?;
-    session
-        .state
-        .check_cancelled(native)
-        .map_err(native_error)?;
-    Ok(session)
-}
-
-fn option_str(options: &rhai::Map, key: &str, native: &str) -> NativeResult<Option<String>> {
-    match options.get(key) {
-        None => Ok(None),
-        Some(value) => value
-            .clone()
-            .into_immutable_string()
-            .map(|s| Some(s.to_string()))
-            .map_err(|type_name| {
-                native_error(NativeError::new(format!(
-                    "{native}: option `{key}` must be a string, not {type_name}"
-                )))
-            }),
-    }
-}
-
-fn option_int(options: &rhai::Map, key: &str, native: &str, default: i64) -> NativeResult<i64> {
-    match options.get(key) {
-        None => Ok(default),
-        Some(value) => value.as_int().map_err(|type_name| {
-            native_error(NativeError::new(format!(
-                "{native}: option `{key}` must be an integer, not {type_name}"
-            )))
-        }),
-    }
-}
-
-fn reject_unknown(options: &rhai::Map, known: &[&str], native: &str) -> NativeResult<()> {
-    for key in options.keys() {
-        if !known.contains(&key.as_str()) {
-            return Err(native_error(
-                NativeError::new(format!("{native}: unknown option `{key}`"))
-                    .with_hint(format!("{native} accepts {}", known.join(", "))),
-            ));
-        }
-    }
-    Ok(())
 }
 
 fn kv_path(path: &str, options: &rhai::Map, native: &str) -> NativeResult<KvPath> {

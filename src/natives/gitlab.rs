@@ -13,7 +13,7 @@ use crate::error::NativeError;
 use crate::output::Level;
 use crate::secret::Secret;
 
-type NativeResult<T> = Result<T, Box<EvalAltResult>>;
+use super::options::{NativeResult, option_bool, reject_unknown, remote_session};
 
 /// Statuses after which a pipeline no longer changes (for a smoke test).
 pub const TERMINAL: &[&str] = &["success", "failed", "canceled", "skipped"];
@@ -37,12 +37,7 @@ fn remote(
     context: &NativeCallContext,
     native: &str,
 ) -> NativeResult<(Arc<Session>, Arc<GitlabClient>)> {
-    let session = session(context)?;
-    session.state.require_step(native).map_err(native_error)?;
-    session
-        .state
-        .check_cancelled(native)
-        .map_err(native_error)?;
+    let session = remote_session(context, native)?;
     let client = client(&session).map_err(native_error)?;
     Ok((session, client))
 }
@@ -55,29 +50,6 @@ fn map_get_str(map: &rhai::Map, key: &str) -> Option<String> {
     map.get(key)
         .and_then(|v| v.clone().into_immutable_string().ok())
         .map(|s| s.to_string())
-}
-
-fn reject_unknown(options: &rhai::Map, known: &[&str], native: &str) -> NativeResult<()> {
-    for key in options.keys() {
-        if !known.contains(&key.as_str()) {
-            return Err(native_error(
-                NativeError::new(format!("{native}: unknown option `{key}`"))
-                    .with_hint(format!("{native} accepts {}", known.join(", "))),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn option_bool(options: &rhai::Map, key: &str, native: &str) -> NativeResult<Option<bool>> {
-    match options.get(key) {
-        None => Ok(None),
-        Some(value) => value.as_bool().map(Some).map_err(|t| {
-            native_error(NativeError::new(format!(
-                "{native}: option `{key}` must be true or false, not {t}"
-            )))
-        }),
-    }
 }
 
 fn pick(value: &Value, keys: &[&str]) -> rhai::Map {

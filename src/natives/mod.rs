@@ -12,6 +12,7 @@ pub mod core;
 pub mod fs;
 pub mod gitlab;
 pub mod net;
+pub mod options;
 pub mod process;
 pub mod secret;
 pub mod steps;

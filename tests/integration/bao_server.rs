@@ -29,12 +29,16 @@ pub fn bao_binary() -> PathBuf {
     })
 }
 
+/// A free loopback port below Linux's ephemeral range (32768-60999), so that no outgoing
+/// connection of another test can take it while a server restarts on it.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind loopback")
-        .local_addr()
-        .expect("addr")
-        .port()
+    for _ in 0..1000 {
+        let port = fastrand::u16(20_000..32_000);
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free loopback port between 20000 and 32000")
 }
 
 pub struct BaoServer {
