@@ -1,6 +1,7 @@
 //! Plain Rust clients that do the work. They never import rhai: the adapters in `natives/` convert
 //! arguments and results and register functions.
 
+pub mod apps;
 pub mod bao;
 pub mod fs;
 pub mod gitlab;

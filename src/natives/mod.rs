@@ -5,6 +5,7 @@
 use rhai::Engine;
 use rhai::plugin::*;
 
+pub mod apps;
 pub mod bao;
 pub mod codec;
 pub mod convert;
@@ -35,6 +36,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_process", process::process_functions);
     combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
     combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
+    combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
     module
 }
 

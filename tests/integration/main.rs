@@ -2,6 +2,7 @@
 
 mod support;
 
+mod apps;
 mod bao;
 mod bao_server;
 mod cli;

@@ -1,0 +1,128 @@
+//! The apps manifest and CI rendering, on the repository's own manifest and templates.
+
+use crate::support::Test;
+
+fn repository_file(path: &str) -> String {
+    std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+fn with_repository_content(test: Test) -> Test {
+    test.file(
+        "apps/apps_manifest.yaml",
+        &repository_file("apps/apps_manifest.yaml"),
+    )
+    .file(
+        "templates/ci/shared-code.gitlab-ci.yml",
+        &repository_file("templates/ci/shared-code.gitlab-ci.yml"),
+    )
+    .file(
+        "templates/ci/app.gitlab-ci.yml.tpl",
+        &repository_file("templates/ci/app.gitlab-ci.yml.tpl"),
+    )
+    .file(
+        "templates/ci/redis.gitlab-ci.yml.tpl",
+        &repository_file("templates/ci/redis.gitlab-ci.yml.tpl"),
+    )
+}
+
+#[test]
+fn the_manifest_lists_the_four_apps_shared_code_first() {
+    let test = with_repository_content(Test::new()).script(
+        r#"let apps = load_manifest("apps/apps_manifest.yaml");
+assert_eq(apps.map(|a| a.name), ["shared-code", "guestbook", "redis", "redis-slave"]);
+assert_eq(apps[1].dockerfile_path, "guestbook-go/Dockerfile");
+assert_eq(apps[2].helm_release, "redis-master-demo");
+assert_eq(apps[3].redis_tag, "7.4.1");
+assert_eq(load_manifest("apps/apps_manifest.yaml", #{app: "redis"}).len(), 1);
+print("ok");
+"#,
+    );
+    test.run(&["scripts/test.rhai"]).expect(0, "ok\n", "");
+}
+
+#[test]
+fn every_app_renders_to_valid_yaml_from_its_template() {
+    let test = with_repository_content(Test::new()).script(
+        r#"let apps = load_manifest("apps/apps_manifest.yaml");
+let literal = render_ci(apps[0]);
+assert_eq(literal, read_text("templates/ci/shared-code.gitlab-ci.yml"));
+let guestbook = yaml_parse(render_ci(apps[1]));
+assert_eq(guestbook.build.variables.DOCKERFILE_PATH, "guestbook-go/Dockerfile");
+assert_eq(guestbook.variables.HELM_RELEASE, "guestbook");
+assert_eq(guestbook.include[0].project, "blueprint-apps/shared-code");
+let redis = yaml_parse(render_ci(apps[2]));
+assert_eq(redis.build, ());
+assert_eq(redis.variables.REDIS_TAG, "7.4.1");
+assert_eq(redis.variables.HELM_NAMESPACE, "redis-demo");
+assert_eq(yaml_parse(render_ci(apps[3])).variables.REDIS_HOST, "redis-replica.redis-slave-demo.svc.cluster.local");
+print("ok");
+"#,
+    );
+    test.run(&["scripts/test.rhai"]).expect(0, "ok\n", "");
+}
+
+#[test]
+fn a_placeholder_the_app_lacks_is_an_error_naming_it_and_its_line() {
+    let test = with_repository_content(Test::new())
+        .file(
+            "templates/ci/redis.gitlab-ci.yml.tpl",
+            "variables:\n  APP: \"{name}\"\n  TAG: \"{redis_tga}\"\n",
+        )
+        .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\nrender_ci(apps[2]);\n");
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("× templates/ci/redis.gitlab-ci.yml.tpl:3:"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output
+            .stderr
+            .contains("unknown placeholder {redis_tga}: the app provides no `redis_tga`"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn a_broken_manifest_stops_the_plan_with_its_location() {
+    let manifest = repository_file("apps/apps_manifest.yaml").replace(
+        "  build_image: true\n",
+        "  build_image: true\n  buildd: 1\n",
+    );
+    let test = Test::new()
+        .file("apps/apps_manifest.yaml", &manifest)
+        .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\n");
+    let output = test.run(&["--list", "scripts/test.rhai"]);
+    output.expect_code(3);
+    assert!(
+        output
+            .stderr
+            .contains("× apps/apps_manifest.yaml:18:3: unknown field `buildd`, expected one of"),
+        "{}",
+        output.stderr
+    );
+}
+
+/// Rule 0 of the seed: CI YAML lives in templates/ci/, never in the rendering code.
+#[test]
+fn the_rendering_code_holds_no_ci_yaml() {
+    // A CI key at the start of a line, or after a quote or an escaped newline in a literal.
+    let yaml_key = regex::Regex::new(
+        r#"(?m)(^|"|\\n)\s*(stages|script|include|extends|needs|image|variables):"#,
+    )
+    .expect("regex");
+    for file in ["src/clients/apps.rs", "src/natives/apps.rs"] {
+        let source = repository_file(file);
+        if let Some(found) = yaml_key.find(&source) {
+            panic!(
+                "{file} contains CI YAML (`{}`): keep it in templates/ci/",
+                found.as_str().trim()
+            );
+        }
+    }
+}
