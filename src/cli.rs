@@ -324,6 +324,12 @@ impl FunctionDoc {
 fn script_type(rust: &str) -> String {
     let rust = rust.trim();
     if let Some(inner) = rust
+        .strip_prefix("NativeResult<")
+        .and_then(|rest| rest.strip_suffix('>'))
+    {
+        return script_type(inner);
+    }
+    if let Some(inner) = rust
         .strip_prefix("Result<")
         .and_then(|rest| rest.strip_suffix(", Box<EvalAltResult>>"))
     {

@@ -45,7 +45,7 @@ pub mod apps_functions {
     /// name is an error listing the valid ones).
     ///
     /// ```rhai
-    /// let apps = load_manifest("apps/apps_manifest.yaml", #{app: args.app});
+    /// let apps = load_manifest("apps/apps_manifest.yaml", #{app: "guestbook"});
     /// ```
     #[rhai_fn(name = "load_manifest", return_raw)]
     pub fn load_manifest_with(
