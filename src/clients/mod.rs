@@ -8,6 +8,7 @@ pub mod gitlab;
 pub mod net;
 pub mod process;
 pub mod runtime;
+pub mod tree;
 
 /// An error and its causes on one line (`a: b: c`), skipping causes the text already holds.
 pub fn error_chain(error: &dyn std::error::Error) -> String {

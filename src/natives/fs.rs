@@ -136,4 +136,57 @@ pub mod fs_functions {
         result.insert("path".into(), shown.into());
         Ok(result)
     }
+
+    /// Makes the folder `destination` hold exactly what `source` holds, with `rsync -a --delete`
+    /// semantics: creates and updates files (content and permission bits), deletes what the
+    /// source no longer has, never touches `destination/.git`, and changes nothing when the trees
+    /// are equal. Both paths are under the repository root. Honours check mode. Returns
+    /// `#{changed, created, updated, deleted}` (arrays of relative paths).
+    ///
+    /// ```rhai
+    /// step("Sync", || {
+    ///     let result = sync_tree("apps/guestbook", "apps-local/blueprint-apps/guestbook");
+    ///     if result.changed { info(`${result.updated.len()} files updated`) }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn sync_tree(
+        context: NativeCallContext,
+        source: &str,
+        destination: &str,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        let state = &session.state;
+        state.require_step("sync_tree").map_err(native_error)?;
+        let files = Confinement::new(&state.root);
+        let from = files.resolve(source).map_err(native_error)?;
+        let to = files.resolve(destination).map_err(native_error)?;
+        let report =
+            crate::clients::tree::sync_tree(&from, &to, state.check()).map_err(native_error)?;
+        if report.changed() {
+            state.record_change(
+                "sync",
+                &format!(
+                    "{} from {} ({} created, {} updated, {} deleted)",
+                    files.display(&to),
+                    files.display(&from),
+                    report.created.len(),
+                    report.updated.len(),
+                    report.deleted.len()
+                ),
+            );
+        }
+        let list = |items: &[String]| -> rhai::Array {
+            items
+                .iter()
+                .map(|item| Dynamic::from(item.clone()))
+                .collect()
+        };
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), report.changed().into());
+        result.insert("created".into(), list(&report.created).into());
+        result.insert("updated".into(), list(&report.updated).into());
+        result.insert("deleted".into(), list(&report.deleted).into());
+        Ok(result)
+    }
 }

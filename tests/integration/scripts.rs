@@ -41,7 +41,7 @@ macro_rules! script_tests {
     };
 }
 
-script_tests!(codec, files, secrets, steps_and_modules, errors);
+script_tests!(codec, files, secrets, steps_and_modules, errors, sync);
 
 #[test]
 fn every_script_in_tests_scripts_has_a_test() {
