@@ -120,9 +120,12 @@ fn remove(path: &Path) -> Result<(), NativeError> {
 }
 
 /// Makes `destination` hold exactly what `source` holds (besides `.git`). `check` only reports.
+/// Paths in `exclude` (relative, like `.gitlab-ci.yml`) are neither copied nor deleted, as
+/// with rsync's `--exclude`: the working tree keeps its own version.
 pub fn sync_tree(
     source: &Path,
     destination: &Path,
+    exclude: &[String],
     check: bool,
 ) -> Result<SyncReport, NativeError> {
     if !source.is_dir() {
@@ -132,8 +135,16 @@ pub fn sync_tree(
         ))
         .with_hint("the manifest's src_path must name a folder under apps/"));
     }
-    let (source_files, _) = walk(source)?;
-    let (destination_files, destination_folders) = walk(destination)?;
+    let excluded = |path: &PathBuf| {
+        exclude
+            .iter()
+            .any(|pattern| path == Path::new(pattern) || path.starts_with(pattern))
+    };
+    let (mut source_files, _) = walk(source)?;
+    let (mut destination_files, mut destination_folders) = walk(destination)?;
+    source_files.retain(|path| !excluded(path));
+    destination_files.retain(|path| !excluded(path));
+    destination_folders.retain(|path| !excluded(path));
     let mut report = SyncReport::default();
     for file in &source_files {
         let (from, to) = (source.join(file), destination.join(file));
@@ -198,14 +209,14 @@ mod tests {
         write(destination.path(), "old/stale.txt", "gone\n");
         write(destination.path(), "main.go", "package old\n");
 
-        let report = sync_tree(source.path(), destination.path(), true).expect("check");
+        let report = sync_tree(source.path(), destination.path(), &[], true).expect("check");
         assert!(report.changed());
         assert!(
             destination.path().join("old/stale.txt").exists(),
             "check mode deleted a file"
         );
 
-        let report = sync_tree(source.path(), destination.path(), false).expect("sync");
+        let report = sync_tree(source.path(), destination.path(), &[], false).expect("sync");
         assert_eq!(report.created, ["helm-chart/Chart.yaml"]);
         assert_eq!(report.updated, ["main.go"]);
         assert_eq!(report.deleted, ["old/stale.txt", "old/"]);
@@ -219,7 +230,7 @@ mod tests {
             .mode();
         assert_eq!(mode & 0o777, 0o755);
         assert_eq!(
-            sync_tree(source.path(), destination.path(), false).expect("again"),
+            sync_tree(source.path(), destination.path(), &[], false).expect("again"),
             SyncReport::default()
         );
     }

@@ -149,20 +149,53 @@ pub mod fs_functions {
     ///     if result.changed { info(`${result.updated.len()} files updated`) }
     /// });
     /// ```
-    #[rhai_fn(return_raw)]
+    #[rhai_fn(name = "sync_tree", return_raw)]
     pub fn sync_tree(
         context: NativeCallContext,
         source: &str,
         destination: &str,
     ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        sync_tree_with(context, source, destination, rhai::Map::new())
+    }
+
+    /// `sync_tree(source, destination)` with options: `exclude` (relative paths the
+    /// destination keeps as they are, such as the rendered `.gitlab-ci.yml`).
+    ///
+    /// ```rhai
+    /// step("Sync", || {
+    ///     sync_tree("apps/guestbook", "apps-local/blueprint-apps/guestbook", #{exclude: [".gitlab-ci.yml"]});
+    /// });
+    /// ```
+    #[rhai_fn(name = "sync_tree", return_raw)]
+    pub fn sync_tree_with(
+        context: NativeCallContext,
+        source: &str,
+        destination: &str,
+        options: rhai::Map,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        crate::natives::options::reject_unknown(&options, &["exclude"], "sync_tree")?;
+        let exclude: Vec<String> = match options.get("exclude") {
+            None => Vec::new(),
+            Some(value) => value
+                .clone()
+                .into_array()
+                .map_err(|t| {
+                    native_error(NativeError::new(format!(
+                        "sync_tree: exclude must be an array of paths, not {t}"
+                    )))
+                })?
+                .into_iter()
+                .map(|item| item.to_string())
+                .collect(),
+        };
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("sync_tree").map_err(native_error)?;
         let files = Confinement::new(&state.root);
         let from = files.resolve(source).map_err(native_error)?;
         let to = files.resolve(destination).map_err(native_error)?;
-        let report =
-            crate::clients::tree::sync_tree(&from, &to, state.check()).map_err(native_error)?;
+        let report = crate::clients::tree::sync_tree(&from, &to, &exclude, state.check())
+            .map_err(native_error)?;
         if report.changed() {
             state.record_change(
                 "sync",
