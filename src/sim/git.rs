@@ -70,17 +70,7 @@ impl Repos {
     }
 
     pub fn branch_exists(&self, full_path: &str, branch: &str) -> bool {
-        let mut command = git(&self.path(full_path));
-        command.args([
-            "rev-parse",
-            "--verify",
-            "--quiet",
-            &format!("refs/heads/{branch}"),
-        ]);
-        command
-            .output()
-            .map(|o| o.status.success())
-            .unwrap_or(false)
+        self.head(full_path, branch).is_some()
     }
 
     pub fn branches(&self, full_path: &str) -> Vec<String> {

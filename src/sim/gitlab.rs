@@ -710,12 +710,20 @@ impl GitlabSim {
                 let Some(project) = Self::find_project(&state, id) else {
                     return not_found("Project");
                 };
+                // GitLab filters the list by `ref`, `status` and `source` when asked.
+                let wanted =
+                    |key: &str, value: &str| request.query.get(key).is_none_or(|v| v == value);
                 let items = state
                     .pipelines
                     .values()
                     .rev()
-                    .filter(|p| p.project_id == project)
+                    .filter(|p| {
+                        p.project_id == project
+                            && wanted("ref", &p.reference)
+                            && wanted("source", &p.source)
+                    })
                     .map(|p| self.pipeline_json(&state, p))
+                    .filter(|json| wanted("status", json["status"].as_str().unwrap_or("")))
                     .collect();
                 drop(state);
                 self.paginate(request, items)

@@ -898,3 +898,27 @@ fn answers_match_the_entities_of_the_openapi_description() {
         &["id", "username", "name", "is_admin"],
     );
 }
+
+#[test]
+fn pipeline_lists_filter_by_ref() {
+    let sim = GitlabSim::start(&[]);
+    sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    sim.api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#));
+    for branch in ["main", "other"] {
+        sim.api("POST", "projects/g%2Fp/repository/files/.gitlab-ci.yml", Some(&format!(r#"{{"branch":"{branch}","content":"build:\n  script: [make]\n","commit_message":"ci"}}"#)));
+        assert_eq!(
+            sim.api(
+                "POST",
+                "projects/g%2Fp/pipeline",
+                Some(&format!(r#"{{"ref":"{branch}"}}"#))
+            )
+            .status,
+            201
+        );
+    }
+    let main = sim
+        .api("GET", "projects/g%2Fp/pipelines?ref=main", None)
+        .json();
+    assert_eq!(main.as_array().map(Vec::len), Some(1));
+    assert_eq!(main[0]["ref"], "main");
+}
