@@ -214,6 +214,11 @@ impl GitlabClient {
         })
     }
 
+    /// The token in use (for git over HTTP, which authenticates with the same PAT).
+    pub fn token(&self) -> Option<Secret> {
+        self.token.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub fn set_token(&self, token: Secret) {
         *self.token.write().unwrap_or_else(|p| p.into_inner()) = Some(token);
     }

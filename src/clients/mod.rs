@@ -4,6 +4,7 @@
 pub mod apps;
 pub mod bao;
 pub mod fs;
+pub mod git;
 pub mod gitlab;
 pub mod net;
 pub mod process;

@@ -11,6 +11,7 @@ pub mod codec;
 pub mod convert;
 pub mod core;
 pub mod fs;
+pub mod git;
 pub mod gitlab;
 pub mod net;
 pub mod options;
@@ -37,6 +38,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
     combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
     combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
+    combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);
     module
 }
 

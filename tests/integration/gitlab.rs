@@ -922,3 +922,85 @@ fn pipeline_lists_filter_by_ref() {
     assert_eq!(main.as_array().map(Vec::len), Some(1));
     assert_eq!(main[0]["ref"], "main");
 }
+
+#[test]
+fn working_trees_clone_push_pull_and_refuse_to_diverge() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(
+        Test::new()
+            .file("apps/demo/main.go", "package main\n")
+            .file("apps/demo/helm-chart/Chart.yaml", "name: demo\n")
+            .script(
+                r#"
+const TREE = "apps-local/blueprint-apps/demo";
+step("Provision", || {
+    gitlab_ensure_group("blueprint-apps");
+    let project = gitlab_ensure_project("blueprint-apps", "demo");
+    assert_eq(git_clone_or_pull(project.http_url_to_repo, TREE).action, "cloned");
+    sync_tree("apps/demo", TREE, #{exclude: [".gitlab-ci.yml"]});
+    write_text(`${TREE}/.gitlab-ci.yml`, "build:\n  script: [make]\n");
+    let first = git_commit_push(TREE, "bprun: sync demo");
+    assert_eq(first.changed, true);
+    assert_eq(git_commit_push(TREE, "bprun: sync demo").changed, false);
+    assert_eq(git_clone_or_pull(project.http_url_to_repo, TREE).action, "up-to-date");
+    assert_eq(gitlab_file("blueprint-apps/demo", "helm-chart/Chart.yaml", "main"), "name: demo\n");
+});
+step("Pull", || {
+    gitlab_post("projects/blueprint-apps%2Fdemo/repository/files/README.md", #{branch: "main", content: "hi\n", commit_message: "remote"});
+    assert_eq(git_clone_or_pull(gitlab_get("projects/blueprint-apps%2Fdemo").http_url_to_repo, TREE).action, "pulled");
+    assert_eq(read_text(`${TREE}/README.md`), "hi\n");
+});
+step("Diverge", || {
+    write_text(`${TREE}/local.txt`, "local\n");
+    git_commit_push(TREE, "local");
+    gitlab_post("projects/blueprint-apps%2Fdemo/repository/files/remote.txt", #{branch: "main", content: "remote\n", commit_message: "remote"});
+    write_text(`${TREE}/local2.txt`, "again\n");
+    git_commit_push(TREE, "local again");
+});
+step("Pull again", || {
+    git_clone_or_pull(gitlab_get("projects/blueprint-apps%2Fdemo").http_url_to_repo, TREE);
+});
+"#,
+            ),
+        &sim,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output.stdout.contains("[1/4] Provision ... changed")
+            && output.stdout.contains("[2/4] Pull ... changed"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stderr.contains("× git: push in apps-local/blueprint-apps/demo: cannot push because a reference that you are trying to update on the remote contains commits that are not present locally."),
+        "{}",
+        output.stderr
+    );
+    // The PAT is never written into the working tree's configuration.
+    let config = test.read("apps-local/blueprint-apps/demo/.git/config");
+    assert!(!config.contains(TOKEN), "{config}");
+    assert!(!output.raw_stderr.contains(TOKEN) && !output.raw_stdout.contains(TOKEN));
+    // The push made main the default branch and started a pipeline, as on GitLab.
+    assert_eq!(
+        sim.api("GET", "projects/blueprint-apps%2Fdemo", None)
+            .json()["default_branch"],
+        "main"
+    );
+
+    // The diverged tree: pulling says how to recover.
+    let again = test.run(&["-q", "--only", "Pull again", "scripts/test.rhai"]);
+    again.expect_code(1);
+    assert!(
+        again.stderr.contains("has diverged from"),
+        "{}",
+        again.stderr
+    );
+    assert!(
+        again
+            .stderr
+            .contains("hint: re-run with --reset-clones to wipe apps-local/ and clone again"),
+        "{}",
+        again.stderr
+    );
+}

@@ -1,0 +1,342 @@
+//! Working trees with git2 (libgit2). Git over HTTP(S) goes through a smart-HTTP transport built
+//! on reqwest (rustls), so bprun keeps one TLS stack, takes the platform CA file, and sends the
+//! PAT as basic auth without writing it into any remote URL or config.
+
+use std::cell::RefCell;
+use std::io::{Cursor, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream, Transport};
+
+use crate::error::NativeError;
+use crate::secret::Secret;
+
+/// Credentials and TLS settings for the git operations of the current thread.
+#[derive(Clone, Default)]
+pub struct GitAuth {
+    pub token: Option<Secret>,
+    pub ca_file: Option<PathBuf>,
+}
+
+thread_local! {
+    static AUTH: RefCell<GitAuth> = RefCell::new(GitAuth::default());
+}
+
+/// How long one git HTTP request may take (a large clone included).
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn register_transport() -> Result<(), NativeError> {
+    static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
+    REGISTERED
+        .get_or_init(|| {
+            for scheme in ["http", "https"] {
+                // SAFETY: called once per process (OnceLock), before any git2 network operation,
+                // as git2::transport::register requires.
+                unsafe {
+                    git2::transport::register(scheme, |remote| {
+                        Transport::smart(remote, true, ReqwestTransport)
+                    })
+                }
+                .map_err(|error| error.to_string())?;
+            }
+            Ok(())
+        })
+        .clone()
+        .map_err(|error| {
+            NativeError::new(format!("cannot register the git HTTP transport: {error}"))
+        })
+}
+
+struct ReqwestTransport;
+
+impl SmartSubtransport for ReqwestTransport {
+    fn action(
+        &self,
+        url: &str,
+        action: Service,
+    ) -> Result<Box<dyn SmartSubtransportStream>, git2::Error> {
+        let auth = AUTH.with(|auth| auth.borrow().clone());
+        Ok(Box::new(HttpStream {
+            url: url.trim_end_matches('/').to_string(),
+            service: action,
+            auth,
+            request: Vec::new(),
+            response: None,
+        }))
+    }
+
+    fn close(&self) -> Result<(), git2::Error> {
+        Ok(())
+    }
+}
+
+struct HttpStream {
+    url: String,
+    service: Service,
+    auth: GitAuth,
+    request: Vec<u8>,
+    response: Option<Cursor<Vec<u8>>>,
+}
+
+impl HttpStream {
+    fn perform(&mut self) -> std::io::Result<Vec<u8>> {
+        let (method, path, content_type) = match self.service {
+            Service::UploadPackLs => ("GET", "/info/refs?service=git-upload-pack", None),
+            Service::ReceivePackLs => ("GET", "/info/refs?service=git-receive-pack", None),
+            Service::UploadPack => (
+                "POST",
+                "/git-upload-pack",
+                Some("application/x-git-upload-pack-request"),
+            ),
+            Service::ReceivePack => (
+                "POST",
+                "/git-receive-pack",
+                Some("application/x-git-receive-pack-request"),
+            ),
+        };
+        let url = format!("{}{path}", self.url);
+        let mut builder = super::runtime::http_client_builder()
+            .timeout(GIT_TIMEOUT)
+            .connect_timeout(Duration::from_secs(10));
+        if let Some(ca) = &self.auth.ca_file {
+            let pem = std::fs::read(ca)?;
+            let certificate =
+                reqwest::Certificate::from_pem(&pem).map_err(std::io::Error::other)?;
+            builder = builder.add_root_certificate(certificate);
+        }
+        let client = builder.build().map_err(std::io::Error::other)?;
+        let mut request = if method == "GET" {
+            client.get(&url)
+        } else {
+            client.post(&url).body(std::mem::take(&mut self.request))
+        };
+        if let Some(content_type) = content_type {
+            request = request.header("Content-Type", content_type);
+        }
+        if let Some(token) = &self.auth.token {
+            request = request.basic_auth("oauth2", Some(token.reveal()));
+        }
+        let shown = url.split('?').next().unwrap_or(&url).to_string();
+        let result = super::runtime::runtime().block_on(async move {
+            let response = request.send().await?;
+            let status = response.status().as_u16();
+            let body = response.bytes().await?;
+            Ok::<_, reqwest::Error>((status, body.to_vec()))
+        });
+        match result {
+            Ok((200, body)) => Ok(body),
+            Ok((401, _)) => Err(std::io::Error::other(format!(
+                "{method} {shown} -> 401: authentication failed (is the PAT valid? gitlab_login)"
+            ))),
+            Ok((status, body)) => Err(std::io::Error::other(format!(
+                "{method} {shown} -> {status}: {}",
+                String::from_utf8_lossy(&body)
+                    .trim()
+                    .chars()
+                    .take(200)
+                    .collect::<String>()
+            ))),
+            Err(error) => Err(std::io::Error::other(format!(
+                "{method} {shown} failed: {}",
+                super::error_chain(&error)
+            ))),
+        }
+    }
+}
+
+impl Read for HttpStream {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        if self.response.is_none() {
+            let body = self.perform()?;
+            self.response = Some(Cursor::new(body));
+        }
+        self.response
+            .as_mut()
+            .map(|cursor| cursor.read(buffer))
+            .unwrap_or(Ok(0))
+    }
+}
+
+impl Write for HttpStream {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.request.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs `operation` with `auth` as this thread's git credentials.
+fn with_auth<T>(
+    auth: &GitAuth,
+    operation: impl FnOnce() -> Result<T, NativeError>,
+) -> Result<T, NativeError> {
+    register_transport()?;
+    AUTH.with(|current| *current.borrow_mut() = auth.clone());
+    let result = operation();
+    AUTH.with(|current| *current.borrow_mut() = GitAuth::default());
+    result
+}
+
+fn git_error(what: &str, dir: &str, error: git2::Error) -> NativeError {
+    NativeError::new(format!(
+        "git: {what} in {dir}: {}",
+        crate::secret::scrub(error.message())
+    ))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncOutcome {
+    Cloned,
+    Pulled,
+    UpToDate,
+}
+
+/// The branch working trees follow.
+pub const BRANCH: &str = "main";
+
+/// Clones `url` into `dir`, or fast-forwards `dir`'s `main` to the remote's.
+pub fn clone_or_pull(
+    url: &str,
+    dir: &Path,
+    shown: &str,
+    auth: &GitAuth,
+) -> Result<SyncOutcome, NativeError> {
+    with_auth(auth, || {
+        if !dir.join(".git").exists() {
+            if let Some(parent) = dir.parent() {
+                std::fs::create_dir_all(parent).map_err(|e| {
+                    NativeError::new(format!("cannot create {}: {e}", parent.display()))
+                })?;
+            }
+            git2::Repository::clone(url, dir)
+                .map_err(|error| git_error(&format!("clone of {url}"), shown, error))?;
+            return Ok(SyncOutcome::Cloned);
+        }
+        let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+        let mut remote = repo
+            .find_remote("origin")
+            .map_err(|error| git_error("find remote origin", shown, error))?;
+        remote
+            .fetch(&[BRANCH], None, None)
+            .map_err(|error| git_error(&format!("fetch from {url}"), shown, error))?;
+        let Ok(fetched) = repo.find_reference(&format!("refs/remotes/origin/{BRANCH}")) else {
+            return Ok(SyncOutcome::UpToDate);
+        };
+        let theirs = fetched
+            .peel_to_commit()
+            .map_err(|error| git_error("read origin/main", shown, error))?;
+        let ours = repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        match ours {
+            Some(ours) if ours.id() == theirs.id() => Ok(SyncOutcome::UpToDate),
+            Some(ours) if repo.graph_descendant_of(ours.id(), theirs.id()).unwrap_or(false) => Ok(SyncOutcome::UpToDate),
+            Some(ours) if !repo.graph_descendant_of(theirs.id(), ours.id()).unwrap_or(false) => Err(NativeError::new(format!(
+                "git: the working tree {shown} has diverged from {url} (local {}, remote {})",
+                &ours.id().to_string()[..8],
+                &theirs.id().to_string()[..8]
+            ))
+            .with_hint("re-run with --reset-clones to wipe apps-local/ and clone again (local commits there are lost)")),
+            _ => {
+                repo.reference(&format!("refs/heads/{BRANCH}"), theirs.id(), true, "bprun: fast-forward")
+                    .map_err(|error| git_error("fast-forward", shown, error))?;
+                repo.set_head(&format!("refs/heads/{BRANCH}")).map_err(|error| git_error("set HEAD", shown, error))?;
+                repo.checkout_head(Some(git2::build::CheckoutBuilder::new().force()))
+                    .map_err(|error| git_error("check out", shown, error))?;
+                Ok(SyncOutcome::Pulled)
+            }
+        }
+    })
+}
+
+/// True when the working tree differs from its last commit (or has files but no commit).
+pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, NativeError> {
+    let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    let mut options = git2::StatusOptions::new();
+    options.include_untracked(true).recurse_untracked_dirs(true);
+    let statuses = repo
+        .statuses(Some(&mut options))
+        .map_err(|error| git_error("status", shown, error))?;
+    Ok(!statuses.is_empty())
+}
+
+/// Commits everything on `main` and pushes it, when something changed. Returns the new commit.
+pub fn commit_push(
+    dir: &Path,
+    shown: &str,
+    message: &str,
+    auth: &GitAuth,
+) -> Result<Option<String>, NativeError> {
+    if !has_changes(dir, shown)? {
+        return Ok(None);
+    }
+    with_auth(auth, || {
+        let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+        let mut index = repo
+            .index()
+            .map_err(|error| git_error("read the index", shown, error))?;
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .map_err(|error| git_error("stage", shown, error))?;
+        index
+            .update_all(["*"], None)
+            .map_err(|error| git_error("stage deletions", shown, error))?;
+        index
+            .write()
+            .map_err(|error| git_error("write the index", shown, error))?;
+        let tree_id = index
+            .write_tree()
+            .map_err(|error| git_error("write the tree", shown, error))?;
+        let tree = repo
+            .find_tree(tree_id)
+            .map_err(|error| git_error("read the tree", shown, error))?;
+        let signature = git2::Signature::now("bprun", "bprun@localhost")
+            .map_err(|error| git_error("sign", shown, error))?;
+        let parent = repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        let parents: Vec<&git2::Commit> = parent.iter().collect();
+        let commit = repo
+            .commit(
+                Some(&format!("refs/heads/{BRANCH}")),
+                &signature,
+                &signature,
+                message,
+                &tree,
+                &parents,
+            )
+            .map_err(|error| git_error("commit", shown, error))?;
+        repo.set_head(&format!("refs/heads/{BRANCH}"))
+            .map_err(|error| git_error("set HEAD", shown, error))?;
+        let mut remote = repo
+            .find_remote("origin")
+            .map_err(|error| git_error("find remote origin", shown, error))?;
+        // libgit2 reports a refused ref update through this callback, not as an error.
+        let refused: RefCell<Option<String>> = RefCell::new(None);
+        let mut callbacks = git2::RemoteCallbacks::new();
+        callbacks.push_update_reference(|reference, status| {
+            if let Some(message) = status {
+                *refused.borrow_mut() = Some(format!("{reference}: {message}"));
+            }
+            Ok(())
+        });
+        let mut options = git2::PushOptions::new();
+        options.remote_callbacks(callbacks);
+        let hint = "is the PAT allowed to push (write_repository)? if the remote moved on, run git_clone_or_pull first";
+        remote
+            .push(
+                &[format!("refs/heads/{BRANCH}:refs/heads/{BRANCH}")],
+                Some(&mut options),
+            )
+            .map_err(|error| git_error("push", shown, error).with_hint(hint))?;
+        drop(options);
+        if let Some(reason) = refused.into_inner() {
+            return Err(
+                NativeError::new(format!("git: push from {shown} refused: {reason}"))
+                    .with_hint(hint),
+            );
+        }
+        Ok(Some(commit.to_string()))
+    })
+}

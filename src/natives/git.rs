@@ -1,0 +1,134 @@
+//! Working trees: clone or fast-forward, commit and push, over HTTP(S) with the GitLab PAT.
+
+use rhai::plugin::*;
+
+use super::options::{NativeResult, remote_session};
+use crate::clients::fs::Confinement;
+use crate::clients::git::{self, GitAuth, SyncOutcome};
+use crate::engine::{Session, lock, native_error};
+
+/// The PAT and CA file of the session's GitLab settings (the token never enters a URL).
+fn auth(session: &Session) -> GitAuth {
+    let from_client = lock(&session.gitlab)
+        .as_ref()
+        .map(|client| (client.token(), client.settings.ca_file.clone()));
+    match from_client {
+        Some((token, ca_file)) => GitAuth { token, ca_file },
+        None => match crate::clients::gitlab::GitlabSettings::from_env(&session.state.root) {
+            Ok(settings) => GitAuth {
+                token: settings.token,
+                ca_file: settings.ca_file,
+            },
+            Err(_) => GitAuth::default(),
+        },
+    }
+}
+
+#[export_module]
+pub mod git_functions {
+    use super::*;
+
+    /// Clones `url` into `dir` (under the repository root), or fast-forwards its `main` to the
+    /// remote's. A diverged tree is an error that says how to recover (`--reset-clones`). Uses
+    /// the GitLab PAT (`gitlab_login` / `GITLAB_TOKEN`) and CA file. Returns `#{changed, action}`
+    /// with action `cloned`, `pulled` or `up-to-date`.
+    ///
+    /// ```rhai
+    /// step("Clone", || {
+    ///     git_clone_or_pull("https://gitlab.local.example.net/blueprint-apps/guestbook.git", "apps-local/blueprint-apps/guestbook");
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn git_clone_or_pull(
+        context: NativeCallContext,
+        url: &str,
+        dir: &str,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "git_clone_or_pull")?;
+        let files = Confinement::new(&session.state.root);
+        let full = files.resolve(dir).map_err(native_error)?;
+        let shown = files.display(&full);
+        let mut result = rhai::Map::new();
+        if session.state.check() {
+            let action = if full.join(".git").exists() {
+                "pull"
+            } else {
+                "clone"
+            };
+            if action == "clone" {
+                session
+                    .state
+                    .record_change("clone", &format!("{url} into {shown}"));
+            }
+            result.insert("changed".into(), (action == "clone").into());
+            result.insert("action".into(), format!("would-{action}").into());
+            return Ok(result);
+        }
+        let outcome =
+            git::clone_or_pull(url, &full, &shown, &auth(&session)).map_err(native_error)?;
+        let action = match outcome {
+            SyncOutcome::Cloned => "cloned",
+            SyncOutcome::Pulled => "pulled",
+            SyncOutcome::UpToDate => "up-to-date",
+        };
+        if outcome != SyncOutcome::UpToDate {
+            session.state.record_change(
+                if outcome == SyncOutcome::Cloned {
+                    "clone"
+                } else {
+                    "pull"
+                },
+                &format!("{url} into {shown}"),
+            );
+        }
+        result.insert("changed".into(), (outcome != SyncOutcome::UpToDate).into());
+        result.insert("action".into(), action.into());
+        Ok(result)
+    }
+
+    /// Commits everything in the working tree `dir` on `main` and pushes it, only when something
+    /// changed. Returns `#{changed, commit}` (`commit` is `()` when nothing changed).
+    ///
+    /// ```rhai
+    /// step("Push", || {
+    ///     git_commit_push("apps-local/blueprint-apps/guestbook", "bprun: sync guestbook");
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn git_commit_push(
+        context: NativeCallContext,
+        dir: &str,
+        message: &str,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "git_commit_push")?;
+        let files = Confinement::new(&session.state.root);
+        let full = files.resolve(dir).map_err(native_error)?;
+        let shown = files.display(&full);
+        let mut result = rhai::Map::new();
+        if session.state.check() {
+            // A tree that does not exist yet would be cloned and filled by earlier calls.
+            let changed = !full.join(".git").exists()
+                || git::has_changes(&full, &shown).map_err(native_error)?;
+            if changed {
+                session.state.record_change("commit and push", &shown);
+            }
+            result.insert("changed".into(), changed.into());
+            result.insert("commit".into(), Dynamic::UNIT);
+            return Ok(result);
+        }
+        let commit =
+            git::commit_push(&full, &shown, message, &auth(&session)).map_err(native_error)?;
+        if let Some(commit) = &commit {
+            session.state.record_change(
+                "commit and push",
+                &format!("{shown} ({})", &commit[..8.min(commit.len())]),
+            );
+        }
+        result.insert("changed".into(), commit.is_some().into());
+        result.insert(
+            "commit".into(),
+            commit.map(Dynamic::from).unwrap_or(Dynamic::UNIT),
+        );
+        Ok(result)
+    }
+}
