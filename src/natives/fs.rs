@@ -222,4 +222,47 @@ pub mod fs_functions {
         result.insert("deleted".into(), list(&report.deleted).into());
         Ok(result)
     }
+
+    /// Deletes a file or a whole folder under the repository root (`apps-local/` for
+    /// `--reset-clones`). Unchanged when it does not exist. Honours check mode. Returns `#{changed}`.
+    ///
+    /// ```rhai
+    /// step("Reset clones", || { remove_path("apps-local/blueprint-apps"); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn remove_path(
+        context: NativeCallContext,
+        path: &str,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        let state = &session.state;
+        state.require_step("remove_path").map_err(native_error)?;
+        let files = Confinement::new(&state.root);
+        let full = files.resolve(path).map_err(native_error)?;
+        if full == files.root() {
+            return Err(native_error(NativeError::new(
+                "remove_path: refusing to delete the repository root",
+            )));
+        }
+        let exists = std::fs::symlink_metadata(&full).is_ok();
+        if exists {
+            state.record_change("delete", &files.display(&full));
+            if !state.check() {
+                let removed = if full.is_dir() && !full.is_symlink() {
+                    std::fs::remove_dir_all(&full)
+                } else {
+                    std::fs::remove_file(&full)
+                };
+                removed.map_err(|error| {
+                    native_error(NativeError::new(format!(
+                        "cannot delete {}: {error}",
+                        files.display(&full)
+                    )))
+                })?;
+            }
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), exists.into());
+        Ok(result)
+    }
 }
