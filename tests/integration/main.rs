@@ -5,6 +5,7 @@ mod support;
 mod apps;
 mod bao;
 mod bao_server;
+mod charts;
 mod cli;
 mod diagnostics;
 mod gitlab;

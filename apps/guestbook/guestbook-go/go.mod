@@ -1,0 +1,3 @@
+module example.net/blueprint/guestbook
+
+go 1.22
