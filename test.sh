@@ -61,6 +61,12 @@ PY
   rm -rf "$TOOLS/download"
 fi
 
+# check-jsonschema (PyPI) validates rendered CI files against GitLab's CI schema, offline.
+if ! [ -x "$TOOLS/pypi/bin/check-jsonschema" ]; then
+  echo "test.sh: installing check-jsonschema 0.39.0 (PyPI) into .tools/pypi" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/pypi" "check-jsonschema==0.39.0"
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

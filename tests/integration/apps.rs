@@ -126,3 +126,52 @@ fn the_rendering_code_holds_no_ci_yaml() {
         }
     }
 }
+
+/// check-jsonschema from ./test.sh's .tools/pypi, with GitLab's CI schema built in.
+fn check_jsonschema(files: &[std::path::PathBuf]) -> std::process::Output {
+    let tools = format!("{}/.tools/pypi", env!("CARGO_MANIFEST_DIR"));
+    let script = format!("{tools}/bin/check-jsonschema");
+    assert!(
+        std::path::Path::new(&script).exists(),
+        "check-jsonschema is missing: run ./test.sh, which installs it into .tools/pypi"
+    );
+    std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--builtin-schema", "vendor.gitlab-ci"])
+        .args(files)
+        .env("PYTHONPATH", &tools)
+        .output()
+        .expect("run check-jsonschema")
+}
+
+#[test]
+fn rendered_ci_files_validate_against_gitlabs_ci_schema() {
+    let test = with_repository_content(Test::new()).script(
+        r#"let apps = load_manifest("apps/apps_manifest.yaml");
+step("Render", || { for app in apps { write_text(`out/${app.name}.gitlab-ci.yml`, render_ci(app)); } });
+"#,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    let mut files: Vec<std::path::PathBuf> = ["shared-code", "guestbook", "redis", "redis-slave"]
+        .iter()
+        .map(|name| test.join(&format!("out/{name}.gitlab-ci.yml")))
+        .collect();
+    files.push(std::path::PathBuf::from(format!(
+        "{}/apps/shared-code/templates/ci-common.yml",
+        env!("CARGO_MANIFEST_DIR")
+    )));
+    let output = check_jsonschema(&files);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    // The validator is not a rubber stamp: a job with an unknown keyword is refused.
+    std::fs::write(test.join("out/bad.yml"), "build:\n  scrpit: [make]\n").expect("write");
+    assert!(
+        !check_jsonschema(&[test.join("out/bad.yml")])
+            .status
+            .success()
+    );
+}

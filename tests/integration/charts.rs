@@ -10,8 +10,14 @@ fn helm() -> PathBuf {
         return local;
     }
     std::env::var_os("PATH")
-        .and_then(|paths| std::env::split_paths(&paths).map(|dir| dir.join("helm")).find(|p| p.exists()))
-        .unwrap_or_else(|| panic!("the helm binary is missing: run ./test.sh, which installs it into .tools/bin"))
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("helm"))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| {
+            panic!("the helm binary is missing: run ./test.sh, which installs it into .tools/bin")
+        })
 }
 
 fn run_helm(args: &[&str]) -> String {
@@ -24,16 +30,39 @@ fn run_helm(args: &[&str]) -> String {
         .env("HELM_DATA_HOME", home.path().join("data"))
         .output()
         .expect("run helm");
-    assert!(output.status.success(), "helm {args:?} failed:\n{}{}", String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "helm {args:?} failed:\n{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 #[test]
 fn every_chart_passes_helm_lint_and_template() {
     for (chart, release, namespace, service, image) in [
-        ("apps/guestbook/helm-chart", "guestbook", "guestbook", "guestbook", "127.0.0.1:5000/blueprint-apps/guestbook:latest"),
-        ("apps/redis/helm-chart", "redis-master-demo", "redis-demo", "redis-master", "redis:7.4.1"),
-        ("apps/redis-slave/helm-chart", "redis-slave-demo", "redis-slave-demo", "redis-replica", "redis:7.4.1"),
+        (
+            "apps/guestbook/helm-chart",
+            "guestbook",
+            "guestbook",
+            "guestbook",
+            "127.0.0.1:5000/blueprint-apps/guestbook:latest",
+        ),
+        (
+            "apps/redis/helm-chart",
+            "redis-master-demo",
+            "redis-demo",
+            "redis-master",
+            "redis:7.4.1",
+        ),
+        (
+            "apps/redis-slave/helm-chart",
+            "redis-slave-demo",
+            "redis-slave-demo",
+            "redis-replica",
+            "redis:7.4.1",
+        ),
     ] {
         run_helm(&["lint", "--strict", chart]);
         let rendered = run_helm(&["template", release, chart, "--namespace", namespace]);
@@ -42,16 +71,34 @@ fn every_chart_passes_helm_lint_and_template() {
             .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
             .filter(|doc| doc.is_object())
             .collect();
-        let kinds: Vec<&str> = documents.iter().filter_map(|d| d["kind"].as_str()).collect();
+        let kinds: Vec<&str> = documents
+            .iter()
+            .filter_map(|d| d["kind"].as_str())
+            .collect();
         assert_eq!(kinds, ["Service", "Deployment"], "{chart}");
-        assert_eq!(documents[0]["metadata"]["name"], service, "{chart}: the Service name is the host the manifest names");
-        assert_eq!(documents[1]["spec"]["template"]["spec"]["containers"][0]["image"], image, "{chart}");
+        assert_eq!(
+            documents[0]["metadata"]["name"], service,
+            "{chart}: the Service name is the host the manifest names"
+        );
+        assert_eq!(
+            documents[1]["spec"]["template"]["spec"]["containers"][0]["image"], image,
+            "{chart}"
+        );
     }
 }
 
 #[test]
 fn the_replica_follows_the_master_service() {
-    let rendered = run_helm(&["template", "redis-slave-demo", "apps/redis-slave/helm-chart", "--namespace", "redis-slave-demo"]);
+    let rendered = run_helm(&[
+        "template",
+        "redis-slave-demo",
+        "apps/redis-slave/helm-chart",
+        "--namespace",
+        "redis-slave-demo",
+    ]);
     assert!(rendered.contains("--replicaof"), "{rendered}");
-    assert!(rendered.contains("redis-master.redis-demo.svc.cluster.local"), "{rendered}");
+    assert!(
+        rendered.contains("redis-master.redis-demo.svc.cluster.local"),
+        "{rendered}"
+    );
 }
