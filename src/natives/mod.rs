@@ -18,6 +18,7 @@ pub mod options;
 pub mod process;
 pub mod secret;
 pub mod steps;
+pub mod tls;
 
 /// Registers every bprun native into `engine`.
 pub fn register_all(engine: &mut Engine) {
@@ -39,6 +40,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
     combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
     combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);
+    combine_with_exported_module!(&mut module, "bprun_tls", tls::tls_functions);
     module
 }
 

@@ -1,6 +1,7 @@
 //! The one integration test binary: the real `bprun` binary, run in temporary repositories.
 
 mod support;
+mod tls;
 
 mod apps;
 mod bao;

@@ -1,0 +1,98 @@
+//! The TLS natives: a CA and a wildcard certificate that `openssl verify` accepts, minted only
+//! when needed.
+
+use crate::support::Test;
+
+const SCRIPT: &str = r#"
+step("TLS", || {
+    let ca = tls_ensure_ca("infra/tls/wildcard", #{cn: "blueprint local CA"});
+    let cert = tls_ensure_cert("infra/tls/wildcard", "infra/tls/wildcard", #{dns_names: ["*.local.example.net", "local.example.net"]});
+    print(`${ca.changed} ${cert.changed}`);
+});
+"#;
+
+#[test]
+fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
+    use std::os::unix::fs::PermissionsExt;
+    let test = Test::new().script(SCRIPT);
+    let first = test.run(&["scripts/test.rhai"]);
+    first.expect_code(0);
+    assert!(
+        first
+            .stdout
+            .contains("    ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)\n"),
+        "{}",
+        first.stdout
+    );
+    assert!(first.stdout.contains("    true true\n"), "{}", first.stdout);
+    for key in ["ca-key.pem", "key.pem"] {
+        let mode = std::fs::metadata(test.join(&format!("infra/tls/wildcard/{key}")))
+            .expect("key")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key}");
+    }
+    let verify = std::process::Command::new("openssl")
+        .args([
+            "verify",
+            "-CAfile",
+            "infra/tls/wildcard/ca.pem",
+            "infra/tls/wildcard/cert.pem",
+        ])
+        .current_dir(test.path())
+        .output()
+        .expect("openssl");
+    assert!(
+        verify.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&verify.stdout),
+        String::from_utf8_lossy(&verify.stderr)
+    );
+    let text = std::process::Command::new("openssl")
+        .args([
+            "x509",
+            "-noout",
+            "-ext",
+            "subjectAltName",
+            "-in",
+            "infra/tls/wildcard/cert.pem",
+        ])
+        .current_dir(test.path())
+        .output()
+        .expect("openssl");
+    assert!(String::from_utf8_lossy(&text.stdout).contains("DNS:*.local.example.net"));
+
+    // Nothing to do the second time; the files stay byte for byte.
+    let cert_before = test.read("infra/tls/wildcard/cert.pem");
+    let second = test.run(&["scripts/test.rhai"]);
+    assert!(second.stdout.contains("false false"), "{}", second.stdout);
+    assert_eq!(test.read("infra/tls/wildcard/cert.pem"), cert_before);
+
+    // Another CA means a new certificate.
+    std::fs::remove_file(test.join("infra/tls/wildcard/ca.pem")).expect("remove CA");
+    let new_ca = test.run(&["scripts/test.rhai"]);
+    assert!(new_ca.stdout.contains("    ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)\n"), "{}", new_ca.stdout);
+}
+
+#[test]
+fn check_mode_mints_nothing() {
+    let test = Test::new().script(SCRIPT);
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    // The certificate needs a CA that check mode did not write: it says so.
+    output.expect_code(1);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output
+            .stderr
+            .contains("hint: create the CA first: tls_ensure_ca"),
+        "{}",
+        output.stderr
+    );
+    assert!(!test.join("infra/tls/wildcard/ca.pem").exists());
+}
