@@ -214,6 +214,20 @@ impl GitlabClient {
         })
     }
 
+    /// The HTTP status of `GET /-/health` (GitLab answers 200 `GitLab OK`), or why there was none.
+    pub fn health_status(&self) -> Result<u16, String> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        let request = self.http.get(format!("{}/-/health", self.settings.url));
+        super::runtime::runtime()
+            .block_on(async move {
+                request
+                    .send()
+                    .await
+                    .map(|response| response.status().as_u16())
+            })
+            .map_err(|error| super::error_chain(&error))
+    }
+
     /// The token in use (for git over HTTP, which authenticates with the same PAT).
     pub fn token(&self) -> Option<Secret> {
         self.token.read().unwrap_or_else(|p| p.into_inner()).clone()

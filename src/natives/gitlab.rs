@@ -412,9 +412,8 @@ pub mod gitlab_functions {
     #[rhai_fn(return_raw)]
     pub fn gitlab_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
         let (session, client) = remote(&context, "gitlab_health")?;
-        let url = format!("{}/-/health", client.settings.url);
-        let status = crate::clients::net::http_status(&url, client.settings.timeout)
-            .map_err(native_error)?;
+        // Through the GitLab client, so the CA file and timeouts are GitLab's.
+        let status = client.health_status();
         match status {
             Ok(200) => {}
             Ok(other) => {

@@ -1004,3 +1004,29 @@ step("Pull again", || {
         again.stderr
     );
 }
+
+#[test]
+fn health_checks_the_instance_and_the_token() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(Test::new().script("step(\"Health\", || { let health = gitlab_health(); assert_eq(health.ok, true); assert_eq(health.version, \"17.9.0\"); });\n"), &sim);
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    let closed = format!("http://127.0.0.1:{}", crate::bao_server::free_port());
+    let test = Test::new()
+        .env("GITLAB_URL", &closed)
+        .env("GITLAB_TOKEN", TOKEN)
+        .script("step(\"Health\", || { gitlab_health(); });\n");
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output.stderr.contains("  × gitlab: GET /-/health failed: "),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains(&format!(
+            "  hint: is GitLab reachable at {closed}? (GITLAB_URL)"
+        )),
+        "{}",
+        output.stderr
+    );
+}
