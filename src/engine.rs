@@ -72,9 +72,7 @@ impl Session {
 
     /// A path shown to operators: relative to the root when inside it.
     pub fn display_path(&self, path: &Path) -> String {
-        path.strip_prefix(&self.state.root)
-            .map(|relative| relative.display().to_string())
-            .unwrap_or_else(|_| path.display().to_string())
+        crate::clients::fs::relative_display(&self.state.root, path)
     }
 }
 

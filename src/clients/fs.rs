@@ -69,9 +69,7 @@ impl Confinement {
 
     /// A path for messages: relative to the root when inside it.
     pub fn display(&self, path: &Path) -> String {
-        path.strip_prefix(&self.root)
-            .map(|relative| relative.display().to_string())
-            .unwrap_or_else(|_| path.display().to_string())
+        relative_display(&self.root, path)
     }
 
     pub fn read_text(&self, path: &str) -> Result<String, NativeError> {
@@ -168,6 +166,13 @@ impl Confinement {
         std::fs::rename(&temporary, &full).map_err(fail)?;
         Ok(outcome)
     }
+}
+
+/// `path` relative to `root` when inside it, else as it is: how paths appear in messages.
+pub fn relative_display(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root)
+        .map(|relative| relative.display().to_string())
+        .unwrap_or_else(|_| path.display().to_string())
 }
 
 fn canonicalize_existing_prefix(path: &Path) -> PathBuf {

@@ -95,6 +95,25 @@ fn outcome(changed: bool) -> rhai::Map {
     map
 }
 
+/// Records a KV write or patch and returns `#{changed, version}`.
+fn report_write(
+    session: &Session,
+    action: &str,
+    path: &KvPath,
+    written: Result<crate::clients::bao::WriteOutcome, NativeError>,
+) -> NativeResult<rhai::Map> {
+    let written = written.map_err(native_error)?;
+    if written.changed {
+        session.state.record_change(
+            action,
+            &format!("secret {path} (version {})", written.version),
+        );
+    }
+    let mut result = outcome(written.changed);
+    result.insert("version".into(), (written.version as i64).into());
+    Ok(result)
+}
+
 fn write_init_file(
     session: &Session,
     file: &std::path::Path,
@@ -470,18 +489,8 @@ pub mod bao_functions {
         let session = remote(&context, "bao_write")?;
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
-        let written = bao(&session)
-            .kv_write(&path, &data, session.state.check())
-            .map_err(native_error)?;
-        if written.changed {
-            session.state.record_change(
-                "write",
-                &format!("secret {path} (version {})", written.version),
-            );
-        }
-        let mut result = outcome(written.changed);
-        result.insert("version".into(), (written.version as i64).into());
-        Ok(result)
+        let written = bao(&session).kv_write(&path, &data, session.state.check());
+        report_write(&session, "write", &path, written)
     }
 
     /// Merges keys into an existing KV v2 secret (read, merge, check-and-set write); unchanged
@@ -499,18 +508,8 @@ pub mod bao_functions {
         let session = remote(&context, "bao_patch")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
-        let written = bao(&session)
-            .kv_patch(&path, &data, session.state.check())
-            .map_err(native_error)?;
-        if written.changed {
-            session.state.record_change(
-                "patch",
-                &format!("secret {path} (version {})", written.version),
-            );
-        }
-        let mut result = outcome(written.changed);
-        result.insert("version".into(), (written.version as i64).into());
-        Ok(result)
+        let written = bao(&session).kv_patch(&path, &data, session.state.check());
+        report_write(&session, "patch", &path, written)
     }
 
     /// The keys under a KV v2 folder (sub-folders end with `/`); `[]` when there are none.

@@ -512,11 +512,11 @@ pub mod gitlab_functions {
                 );
                 return Ok(summary(&group, false));
             }
-            session.state.record_change(
-                "update",
-                &format!("visibility of group {path} from {current} to {visibility}"),
-            );
             if session.state.check() {
+                session.state.record_change(
+                    "update",
+                    &format!("visibility of group {path} from {current} to {visibility}"),
+                );
                 return Ok(summary(&group, true));
             }
             let updated = client
@@ -528,12 +528,16 @@ pub mod gitlab_functions {
                     &stop,
                 )
                 .map_err(native_error)?;
+            session.state.record_change(
+                "update",
+                &format!("visibility of group {path} from {current} to {visibility}"),
+            );
             return Ok(summary(&updated.body, true));
         }
-        session
-            .state
-            .record_change("create", &format!("group {path} ({visibility})"));
         if session.state.check() {
+            session
+                .state
+                .record_change("create", &format!("group {path} ({visibility})"));
             let mut map = rhai::Map::new();
             map.insert("full_path".into(), path.to_string().into());
             map.insert("visibility".into(), visibility.into());
@@ -548,6 +552,9 @@ pub mod gitlab_functions {
         let created = client
             .request(Method::Post, "groups", Some(&body), Some(&read_back), &stop)
             .map_err(native_error)?;
+        session
+            .state
+            .record_change("create", &format!("group {path} ({visibility})"));
         Ok(summary(&created.body, true))
     }
 
@@ -599,10 +606,10 @@ pub mod gitlab_functions {
             }
             return Ok(project_summary(&project, false));
         }
-        session
-            .state
-            .record_change("create", &format!("project {full}"));
         if session.state.check() {
+            session
+                .state
+                .record_change("create", &format!("project {full}"));
             let mut map = rhai::Map::new();
             map.insert("path_with_namespace".into(), full.into());
             map.insert("changed".into(), true.into());
@@ -628,6 +635,9 @@ pub mod gitlab_functions {
                 &stop,
             )
             .map_err(native_error)?;
+        session
+            .state
+            .record_change("create", &format!("project {full}"));
         Ok(project_summary(&created.body, true))
     }
 
@@ -706,10 +716,6 @@ pub mod gitlab_functions {
                 }
                 Some(current) if matches_existing(variable, current) => unchanged += 1,
                 Some(_) => {
-                    session.state.record_change(
-                        "update",
-                        &format!("CI variable {} of {project}", variable.key),
-                    );
                     if !session.state.check() {
                         client
                             .request(
@@ -721,13 +727,13 @@ pub mod gitlab_functions {
                             )
                             .map_err(native_error)?;
                     }
+                    session.state.record_change(
+                        "update",
+                        &format!("CI variable {} of {project}", variable.key),
+                    );
                     updated += 1;
                 }
                 None => {
-                    session.state.record_change(
-                        "create",
-                        &format!("CI variable {} of {project}", variable.key),
-                    );
                     if !session.state.check() {
                         let read_back = || client.find(&scoped, &stop);
                         client
@@ -740,6 +746,10 @@ pub mod gitlab_functions {
                             )
                             .map_err(native_error)?;
                     }
+                    session.state.record_change(
+                        "create",
+                        &format!("CI variable {} of {project}", variable.key),
+                    );
                     created += 1;
                 }
             }
@@ -754,9 +764,6 @@ pub mod gitlab_functions {
                 {
                     continue;
                 }
-                session
-                    .state
-                    .record_change("delete", &format!("CI variable {key} of {project}"));
                 if !session.state.check() {
                     let scoped = format!(
                         "{base}/{}?filter%5Benvironment_scope%5D={}",
@@ -767,6 +774,9 @@ pub mod gitlab_functions {
                         .request(Method::Delete, &scoped, None, None, &stop)
                         .map_err(native_error)?;
                 }
+                session
+                    .state
+                    .record_change("delete", &format!("CI variable {key} of {project}"));
                 removed += 1;
             }
         }
@@ -806,10 +816,10 @@ pub mod gitlab_functions {
         reference: &str,
     ) -> NativeResult<rhai::Map> {
         let (session, client) = remote(&context, "gitlab_trigger_pipeline")?;
-        session
-            .state
-            .record_change("start", &format!("pipeline of {project} on {reference}"));
         if session.state.check() {
+            session
+                .state
+                .record_change("start", &format!("pipeline of {project} on {reference}"));
             let mut map = rhai::Map::new();
             map.insert("project".into(), project.to_string().into());
             map.insert("ref".into(), reference.to_string().into());
@@ -849,6 +859,9 @@ pub mod gitlab_functions {
                 &stop,
             )
             .map_err(native_error)?;
+        session
+            .state
+            .record_change("start", &format!("pipeline of {project} on {reference}"));
         Ok(pipeline_summary(project, &answer.body))
     }
 
@@ -1082,14 +1095,14 @@ fn delete_if_present(
         .map_err(native_error)?
         .is_some();
     if present {
-        session
-            .state
-            .record_change("delete", &format!("{kind} {path}"));
         if !session.state.check() {
             client
                 .request(Method::Delete, api_path, None, None, &stop)
                 .map_err(native_error)?;
         }
+        session
+            .state
+            .record_change("delete", &format!("{kind} {path}"));
     }
     let mut map = rhai::Map::new();
     map.insert("changed".into(), present.into());

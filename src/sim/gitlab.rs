@@ -654,30 +654,14 @@ impl GitlabSim {
             ("PUT", ["groups", id]) => self.update_group(request, id),
             ("DELETE", ["groups", id]) => self.delete_group(id),
             ("GET", ["groups", id, "projects"]) => {
-                let state = self.lock();
-                let Some(group) = Self::find_group(&state, id) else {
-                    return not_found("Group");
-                };
-                let items = state
-                    .projects
-                    .values()
-                    .filter(|p| p.namespace_id == group)
-                    .map(|p| self.project_json(&state, p))
-                    .collect();
-                drop(state);
-                self.paginate(request, items)
+                let group = Self::find_group(&self.lock(), id);
+                match group {
+                    Some(group) => self.list_projects(request, Some(group)),
+                    None => not_found("Group"),
+                }
             }
             ("POST", ["projects"]) => self.create_project(request, user),
-            ("GET", ["projects"]) => {
-                let state = self.lock();
-                let items = state
-                    .projects
-                    .values()
-                    .map(|p| self.project_json(&state, p))
-                    .collect();
-                drop(state);
-                self.paginate(request, items)
-            }
+            ("GET", ["projects"]) => self.list_projects(request, None),
             ("GET", ["projects", id]) => {
                 let state = self.lock();
                 match Self::find_project(&state, id) {
@@ -769,6 +753,19 @@ impl GitlabSim {
             }
             _ => message(404, "404 Not Found"),
         }
+    }
+
+    /// All projects, or those of one group, paginated.
+    fn list_projects(&self, request: &SimRequest, group: Option<u64>) -> SimResponse {
+        let state = self.lock();
+        let items = state
+            .projects
+            .values()
+            .filter(|p| group.is_none_or(|group| p.namespace_id == group))
+            .map(|p| self.project_json(&state, p))
+            .collect();
+        drop(state);
+        self.paginate(request, items)
     }
 
     fn pipeline_of<'a>(
