@@ -94,13 +94,35 @@ enum Command {
     /// Rehearse a script on the embedded simulated platform (reserved: not built yet)
     #[command(hide = true)]
     Rehearse,
-    /// Simulators of systems that cannot run here (GitLab; Kubernetes comes later)
+    /// Simulators of systems that cannot run here (GitLab, Kubernetes)
     #[command(subcommand)]
     Sim(SimCommand),
 }
 
 #[derive(Debug, Subcommand)]
 enum SimCommand {
+    /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
+    /// writes a kubeconfig and prints KUBECONFIG
+    Kube {
+        /// Loopback address to listen on (port 0 picks a free port)
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// Where to write the kubeconfig (mode 0600)
+        #[arg(long, value_name = "FILE", default_value = ".bprun/sim/kubeconfig")]
+        kubeconfig: PathBuf,
+        /// Seed what phase 3 expects of the cluster: GitLab toolbox and registry, OpenBao
+        #[arg(long)]
+        platform: bool,
+        /// A GitLab simulator whose tokens the toolbox pod's `gitlab-rails runner` mints
+        #[arg(long, value_name = "URL")]
+        gitlab_url: Option<String>,
+        /// Loopback address svc/openbao port 8200 forwards to (with --platform)
+        #[arg(long, value_name = "ADDR")]
+        openbao: Option<std::net::SocketAddr>,
+        /// Loopback address svc/gitlab-registry port 5000 forwards to (with --platform)
+        #[arg(long, value_name = "ADDR")]
+        registry: Option<std::net::SocketAddr>,
+    },
     /// A GitLab REST API v4 simulator on loopback; prints GITLAB_URL and GITLAB_TOKEN
     Gitlab {
         /// Loopback address to listen on (port 0 picks a free port)
@@ -225,6 +247,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             "rehearse",
             "the rehearsal on the embedded platform",
         )),
+        Some(Command::Sim(SimCommand::Kube {
+            listen,
+            kubeconfig,
+            platform,
+            gitlab_url,
+            openbao,
+            registry,
+        })) => {
+            crate::sim::kube::run(crate::sim::kube::Config {
+                listen,
+                kubeconfig: Some(kubeconfig),
+                gitlab_url,
+                platform,
+                openbao,
+                registry,
+            })
+            .map_err(|message| Error::usage(format!("bprun sim kube: {message}"), None))?;
+            Ok(ExitCode::Success)
+        }
         Some(Command::Sim(SimCommand::Gitlab {
             listen,
             state,

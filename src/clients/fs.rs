@@ -169,6 +169,23 @@ impl Confinement {
 }
 
 /// `path` relative to `root` when inside it, else as it is: how paths appear in messages.
+/// Writes a file only its owner can read (mode 0600 from creation, atomically replaced): for
+/// files that hold secrets, such as kubeconfigs and unseal keys.
+pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&temporary)?;
+    file.write_all(bytes)?;
+    file.sync_all()?;
+    std::fs::rename(&temporary, path)
+}
+
 pub fn relative_display(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)
         .map(|relative| relative.display().to_string())

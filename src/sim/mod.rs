@@ -6,3 +6,4 @@ pub mod ci;
 pub mod git;
 pub mod gitlab;
 pub mod http;
+pub mod kube;

@@ -1,0 +1,1182 @@
+//! The simulated cluster's state and the API server's write semantics: server-assigned metadata,
+//! rising resourceVersions, generation, defaults, validation, conflicts, patches, server-side
+//! apply, status only through `/status`, namespaces that pass through Terminating, CRDs that
+//! (re-)register in discovery, and a bounded event history for watches.
+
+use super::merge;
+use super::resources::{self, ResourceType};
+use super::selectors::{FieldSelector, LabelSelector};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::Arc;
+
+/// How many past events a watch can resume from.
+const HISTORY: usize = 20_000;
+
+/// A change, as a watch sees it.
+#[derive(Debug, Clone)]
+pub struct WatchEvent {
+    pub resource_version: u64,
+    pub store_key: String,
+    pub namespace: String,
+    /// ADDED, MODIFIED or DELETED.
+    pub kind: &'static str,
+    pub object: Value,
+}
+
+/// An API error, rendered as a `Status` object with the reason strings clients match on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: u16,
+    pub reason: &'static str,
+    pub message: String,
+    pub details: Value,
+}
+
+impl ApiError {
+    pub fn new(code: u16, reason: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            code,
+            reason,
+            message: message.into(),
+            details: Value::Null,
+        }
+    }
+
+    fn with_details(mut self, rt: &ResourceType, name: &str) -> ApiError {
+        self.details = json!({"name": name, "group": rt.group, "kind": rt.plural});
+        self
+    }
+
+    pub fn not_found(rt: &ResourceType, name: &str) -> ApiError {
+        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(rt)))
+            .with_details(rt, name)
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(400, "BadRequest", message)
+    }
+
+    pub fn invalid(rt: &ResourceType, name: &str, causes: &str) -> ApiError {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("{} \"{name}\" is invalid: {causes}", rt.kind),
+        )
+        .with_details(rt, name)
+    }
+
+    pub fn status(&self) -> Value {
+        let mut status = json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {},
+            "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code
+        });
+        if !self.details.is_null() {
+            status["details"] = self.details.clone();
+        }
+        status
+    }
+}
+
+/// `deployments.apps` or `pods`, as error messages name resources.
+fn qualified(rt: &ResourceType) -> String {
+    if rt.group.is_empty() {
+        rt.plural.clone()
+    } else {
+        format!("{}.{}", rt.plural, rt.group)
+    }
+}
+
+pub fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
+}
+
+/// The kinds of write a patch request can carry.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PatchType {
+    Json,
+    Merge,
+    Strategic,
+    Apply,
+}
+
+impl PatchType {
+    pub fn from_content_type(content_type: &str) -> Option<PatchType> {
+        match content_type.split(';').next().unwrap_or("").trim() {
+            "application/json-patch+json" => Some(PatchType::Json),
+            "application/merge-patch+json" => Some(PatchType::Merge),
+            "application/strategic-merge-patch+json" => Some(PatchType::Strategic),
+            "application/apply-patch+yaml" | "application/apply-patch+json" => {
+                Some(PatchType::Apply)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Options every write takes.
+#[derive(Debug, Clone, Default)]
+pub struct WriteOptions {
+    pub manager: String,
+    pub dry_run: bool,
+    pub force: bool,
+    /// fieldValidation=Strict: unknown top-level or metadata fields are errors.
+    pub strict: bool,
+    pub subresource: Option<String>,
+}
+
+pub struct Cluster {
+    pub resources: Vec<ResourceType>,
+    /// store key -> (namespace, name) -> object
+    objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
+    resource_version: u64,
+    history: VecDeque<Arc<WatchEvent>>,
+    events: tokio::sync::broadcast::Sender<Arc<WatchEvent>>,
+    next_ip: u32,
+}
+
+impl Default for Cluster {
+    fn default() -> Self {
+        Cluster::new()
+    }
+}
+
+impl Cluster {
+    pub fn new() -> Cluster {
+        let (events, _) = tokio::sync::broadcast::channel(4096);
+        let mut cluster = Cluster {
+            resources: resources::builtin(),
+            objects: BTreeMap::new(),
+            resource_version: 100,
+            history: VecDeque::new(),
+            events,
+            next_ip: 10,
+        };
+        let namespaces = cluster.resource("", "v1", "namespaces");
+        for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {
+            if let Some(rt) = &namespaces {
+                let _ = cluster.create(
+                    rt,
+                    "",
+                    json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+                    &WriteOptions {
+                        manager: "kube-apiserver".into(),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        if let Some(nodes) = cluster.resource("", "v1", "nodes") {
+            let _ = cluster.create(
+                &nodes,
+                "",
+                json!({"apiVersion": "v1", "kind": "Node",
+                       "metadata": {"name": "sim-control-plane", "labels": {"kubernetes.io/hostname": "sim-control-plane", "node-role.kubernetes.io/control-plane": ""}},
+                       "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                                  "nodeInfo": {"kubeletVersion": "v1.35.0", "containerRuntimeVersion": "containerd://2.1.0", "osImage": "bprun simulator"}}}),
+                &WriteOptions {
+                    manager: "kubelet".into(),
+                    ..Default::default()
+                },
+            );
+        }
+        cluster
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<Arc<WatchEvent>> {
+        self.events.subscribe()
+    }
+
+    pub fn resource_version(&self) -> u64 {
+        self.resource_version
+    }
+
+    /// A served resource by group, version and plural.
+    pub fn resource(&self, group: &str, version: &str, plural: &str) -> Option<ResourceType> {
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.plural == plural)
+            .cloned()
+    }
+
+    /// A served resource by kind and apiVersion.
+    pub fn resource_for_kind(&self, api_version: &str, kind: &str) -> Option<ResourceType> {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        self.resources
+            .iter()
+            .find(|r| r.group == group && r.version == version && r.kind == kind)
+            .cloned()
+    }
+
+    /// Events after `resource_version`, or None when that version is older than the history.
+    pub fn events_since(&self, resource_version: u64) -> Option<Vec<Arc<WatchEvent>>> {
+        if let Some(oldest) = self.history.front()
+            && resource_version + 1 < oldest.resource_version
+        {
+            return None;
+        }
+        Some(
+            self.history
+                .iter()
+                .filter(|event| event.resource_version > resource_version)
+                .cloned()
+                .collect(),
+        )
+    }
+
+    fn objects_of(&self, rt: &ResourceType) -> Option<&BTreeMap<(String, String), Value>> {
+        self.objects.get(&rt.store_key())
+    }
+
+    /// The object as clients see it for this resource's version.
+    fn present(rt: &ResourceType, object: &Value) -> Value {
+        let mut object = object.clone();
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        object
+    }
+
+    pub fn get(&self, rt: &ResourceType, namespace: &str, name: &str) -> Result<Value, ApiError> {
+        self.objects_of(rt)
+            .and_then(|objects| objects.get(&(namespace.to_string(), name.to_string())))
+            .map(|object| Cluster::present(rt, object))
+            .ok_or_else(|| ApiError::not_found(rt, name))
+    }
+
+    pub fn list(
+        &self,
+        rt: &ResourceType,
+        namespace: Option<&str>,
+        labels: &LabelSelector,
+        fields: &FieldSelector,
+    ) -> Vec<Value> {
+        self.objects_of(rt)
+            .map(|objects| {
+                objects
+                    .iter()
+                    .filter(|((ns, _), _)| namespace.is_none_or(|wanted| wanted == ns))
+                    .filter(|(_, object)| labels.matches(&object["metadata"]["labels"]))
+                    .filter(|(_, object)| fields.matches(object))
+                    .map(|(_, object)| Cluster::present(rt, object))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every object of a store key (controllers' view).
+    pub fn all(&self, store_key: &str) -> Vec<Value> {
+        self.objects
+            .get(store_key)
+            .map(|objects| objects.values().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    pub fn lookup(&self, store_key: &str, namespace: &str, name: &str) -> Option<&Value> {
+        self.objects
+            .get(store_key)?
+            .get(&(namespace.to_string(), name.to_string()))
+    }
+
+    /// Stores an object (or removes it when `object` is None), bumping the resourceVersion and
+    /// telling watchers.
+    pub fn commit(
+        &mut self,
+        store_key: &str,
+        namespace: &str,
+        name: &str,
+        object: Option<Value>,
+    ) -> Option<Value> {
+        self.resource_version += 1;
+        let version = self.resource_version;
+        let objects = self.objects.entry(store_key.to_string()).or_default();
+        let key = (namespace.to_string(), name.to_string());
+        let (kind, stored) = match object {
+            Some(mut object) => {
+                object["metadata"]["resourceVersion"] = json!(version.to_string());
+                let kind = if objects.contains_key(&key) {
+                    "MODIFIED"
+                } else {
+                    "ADDED"
+                };
+                objects.insert(key, object.clone());
+                (kind, object)
+            }
+            None => {
+                let mut removed = objects.remove(&key)?;
+                removed["metadata"]["resourceVersion"] = json!(version.to_string());
+                ("DELETED", removed)
+            }
+        };
+        let event = Arc::new(WatchEvent {
+            resource_version: version,
+            store_key: store_key.to_string(),
+            namespace: namespace.to_string(),
+            kind,
+            object: stored.clone(),
+        });
+        if self.history.len() >= HISTORY {
+            self.history.pop_front();
+        }
+        self.history.push_back(event.clone());
+        let _ = self.events.send(event);
+        Some(stored)
+    }
+
+    fn namespace_check(&self, rt: &ResourceType, namespace: &str) -> Result<(), ApiError> {
+        if !rt.namespaced {
+            return Ok(());
+        }
+        match self.lookup("namespaces", "", namespace) {
+            None => Err(ApiError::new(
+                404,
+                "NotFound",
+                format!("namespaces \"{namespace}\" not found"),
+            )
+            .with_details(
+                &ResourceType {
+                    plural: "namespaces".into(),
+                    ..rt.clone()
+                },
+                namespace,
+            )),
+            Some(ns) if ns["status"]["phase"] == "Terminating" => Err(ApiError::new(
+                403,
+                "Forbidden",
+                format!(
+                    "{} \"{}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    qualified(rt),
+                    ""
+                ),
+            )),
+            Some(_) => Ok(()),
+        }
+    }
+
+    pub fn create(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        self.create_inner(rt, namespace, body, options, false)
+    }
+
+    /// `applied`: the body comes from server-side apply and carries its Apply entry already.
+    fn create_inner(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        body: Value,
+        options: &WriteOptions,
+        applied: bool,
+    ) -> Result<Value, ApiError> {
+        let mut object = body;
+        let applied_fields = object["metadata"]["managedFields"].clone();
+        if !object.is_object() {
+            return Err(ApiError::bad_request("the body of the request was not an object"));
+        }
+        check_type(rt, &object)?;
+        let mut name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if name.is_empty() {
+            match object["metadata"]["generateName"].as_str() {
+                Some(prefix) if !prefix.is_empty() => {
+                    let suffix: String = (0..5)
+                        .map(|_| {
+                            let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+                            alphabet[fastrand::usize(..alphabet.len())] as char
+                        })
+                        .collect();
+                    name = format!("{prefix}{suffix}");
+                    object["metadata"]["name"] = json!(name);
+                }
+                _ => {
+                    return Err(ApiError::invalid(
+                        rt,
+                        "",
+                        "metadata.name: Required value: name or generateName is required",
+                    ));
+                }
+            }
+        }
+        let namespace = self.scope_namespace(rt, namespace, &mut object, &name)?;
+        self.namespace_check(rt, &namespace)?;
+        if self.lookup(&rt.store_key(), &namespace, &name).is_some() {
+            return Err(ApiError::new(
+                409,
+                "AlreadyExists",
+                format!("{} \"{name}\" already exists", qualified(rt)),
+            )
+            .with_details(rt, &name));
+        }
+        validate(rt, &name, &object, options.strict)?;
+        let metadata = object["metadata"].as_object_mut().ok_or_else(|| {
+            ApiError::bad_request("metadata must be an object")
+        })?;
+        for server_owned in [
+            "uid",
+            "resourceVersion",
+            "generation",
+            "creationTimestamp",
+            "deletionTimestamp",
+            "managedFields",
+            "selfLink",
+        ] {
+            metadata.remove(server_owned);
+        }
+        metadata.insert("uid".into(), json!(new_uid()));
+        metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
+        metadata.insert("generation".into(), json!(1));
+        if rt.subresources.iter().any(|s| s == "status") && rt.kind != "Node" {
+            // Create ignores status for resources that have a status subresource.
+            if let Some(map) = object.as_object_mut() {
+                map.remove("status");
+            }
+        }
+        self.apply_defaults(rt, &mut object);
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        if applied {
+            object["metadata"]["managedFields"] = applied_fields;
+        } else {
+            merge::record_update(
+                None,
+                &mut object,
+                manager_or_default(&options.manager),
+                &rt.api_version(),
+                &now_rfc3339(),
+                None,
+            );
+        }
+        if rt.kind == "CustomResourceDefinition" {
+            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, &name, &message))?;
+        }
+        if options.dry_run {
+            return Ok(Cluster::present(rt, &object));
+        }
+        let stored = self
+            .commit(&rt.store_key(), &namespace, &name, Some(object))
+            .unwrap_or(Value::Null);
+        if rt.kind == "CustomResourceDefinition" {
+            self.register_crd(&stored);
+        }
+        Ok(Cluster::present(rt, &stored))
+    }
+
+    /// The namespace an object lands in, checking the body against the URL.
+    fn scope_namespace(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        object: &mut Value,
+        name: &str,
+    ) -> Result<String, ApiError> {
+        if !rt.namespaced {
+            if let Some(map) = object["metadata"].as_object_mut() {
+                map.remove("namespace");
+            }
+            return Ok(String::new());
+        }
+        let body_namespace = object["metadata"]["namespace"].as_str().unwrap_or("");
+        if !body_namespace.is_empty() && body_namespace != namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            )
+            .with_details(rt, name));
+        }
+        object["metadata"]["namespace"] = json!(namespace);
+        Ok(namespace.to_string())
+    }
+
+    /// PUT: replaces the object (or its status), checking the resourceVersion.
+    pub fn update(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        body: Value,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool), ApiError> {
+        let mut object = body;
+        if !object.is_object() {
+            return Err(ApiError::bad_request("the body of the request was not an object"));
+        }
+        check_type(rt, &object)?;
+        let body_name = object["metadata"]["name"].as_str().unwrap_or("");
+        if body_name != name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            )));
+        }
+        let namespace = self.scope_namespace(rt, namespace, &mut object, name)?;
+        let Some(live) = self.lookup(&rt.store_key(), &namespace, name).cloned() else {
+            if options.subresource.is_some() {
+                return Err(ApiError::not_found(rt, name));
+            }
+            // PUT creates when the object is missing (allowCreateOnUpdate for most kinds).
+            return self
+                .create(rt, &namespace, object, options)
+                .map(|created| (created, true));
+        };
+        let sent_version = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if sent_version.is_empty() && !matches!(rt.kind.as_str(), "ConfigMap" | "Secret" | "Namespace") && !rt.custom {
+            return Err(ApiError::invalid(
+                rt,
+                name,
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            ));
+        }
+        if !sent_version.is_empty() && live["metadata"]["resourceVersion"].as_str() != Some(sent_version) {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    qualified(rt)
+                ),
+            )
+            .with_details(rt, name));
+        }
+        self.write_over(rt, &namespace, name, &live, object, options)
+            .map(|value| (value, false))
+    }
+
+    /// Stores `object` over `live`: server-owned metadata kept, status only through /status,
+    /// generation bumped on spec changes, no-op writes leave the resourceVersion alone.
+    fn write_over(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        live: &Value,
+        mut object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        validate(rt, name, &object, options.strict)?;
+        let status_write = options.subresource.as_deref() == Some("status");
+        if status_write {
+            let status = object.get("status").cloned();
+            object = live.clone();
+            match status {
+                Some(status) => object["status"] = status,
+                None => {
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        } else if rt.subresources.iter().any(|s| s == "status") {
+            match live.get("status") {
+                Some(status) => object["status"] = status.clone(),
+                None => {
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        }
+        for kept in ["uid", "creationTimestamp", "generation", "deletionTimestamp"] {
+            match live["metadata"].get(kept) {
+                Some(value) => object["metadata"][kept] = value.clone(),
+                None => {
+                    if let Some(map) = object["metadata"].as_object_mut() {
+                        map.remove(kept);
+                    }
+                }
+            }
+        }
+        object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
+        self.apply_defaults(rt, &mut object);
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        if object.get("managedFields").is_none() && object["metadata"].get("managedFields").is_none() {
+            object["metadata"]["managedFields"] = live["metadata"]["managedFields"].clone();
+        }
+        merge::record_update(
+            Some(live),
+            &mut object,
+            manager_or_default(&options.manager),
+            &rt.api_version(),
+            &now_rfc3339(),
+            options.subresource.as_deref(),
+        );
+        if spec_of(live) != spec_of(&object) {
+            let generation = live["metadata"]["generation"].as_i64().unwrap_or(1);
+            object["metadata"]["generation"] = json!(generation + 1);
+        }
+        if rt.kind == "CustomResourceDefinition" {
+            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, name, &message))?;
+        }
+        if same_ignoring_times(live, &object) {
+            return Ok(Cluster::present(rt, live));
+        }
+        if options.dry_run {
+            return Ok(Cluster::present(rt, &object));
+        }
+        let stored = self
+            .commit(&rt.store_key(), namespace, name, Some(object))
+            .unwrap_or(Value::Null);
+        if rt.kind == "CustomResourceDefinition" {
+            self.register_crd(&stored);
+        }
+        Ok(Cluster::present(rt, &stored))
+    }
+
+    /// PATCH of any type; apply patches create missing objects (the bool says created).
+    pub fn patch(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        patch_type: PatchType,
+        patch: Value,
+        options: &WriteOptions,
+    ) -> Result<(Value, bool), ApiError> {
+        let namespace = if rt.namespaced { namespace } else { "" };
+        let live = self.lookup(&rt.store_key(), namespace, name).cloned();
+        if patch_type == PatchType::Apply {
+            if options.manager.is_empty() {
+                return Err(ApiError::invalid(
+                    &ResourceType {
+                        kind: "PatchOptions.meta.k8s.io".into(),
+                        ..rt.clone()
+                    },
+                    "",
+                    "fieldManager: Required value: is required for apply patch",
+                ));
+            }
+            if !patch.is_object() {
+                return Err(ApiError::bad_request("apply patch must be an object"));
+            }
+            check_type(rt, &patch)?;
+            let applied_name = patch["metadata"]["name"].as_str().unwrap_or("");
+            if applied_name != name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({applied_name}) does not match the name on the URL ({name})"
+                )));
+            }
+            validate(rt, name, &patch, options.strict)?;
+            let mut applied = patch.clone();
+            if options.subresource.as_deref() != Some("status")
+                && let Some(map) = applied.as_object_mut()
+            {
+                map.remove("status");
+            }
+            let result = merge::server_side_apply(
+                live.as_ref(),
+                &applied,
+                &options.manager,
+                options.force,
+                &rt.kind,
+                &rt.api_version(),
+                &now_rfc3339(),
+            )
+            .map_err(|error| apply_error(rt, name, &options.manager, error))?;
+            return match live {
+                None => self
+                    .create_inner(rt, namespace, result, options, true)
+                    .map(|created| (created, true)),
+                // server_side_apply already recorded the Apply entry.
+                Some(live) => self
+                    .write_applied(rt, namespace, name, &live, result, options)
+                    .map(|value| (value, false)),
+            };
+        }
+        let Some(live) = live else {
+            return Err(ApiError::not_found(rt, name));
+        };
+        let patched = match patch_type {
+            PatchType::Json => merge::json_patch(&live, &patch)
+                .map_err(|error| patch_error(rt, name, error))?,
+            PatchType::Merge => {
+                if !patch.is_object() {
+                    return Err(ApiError::bad_request("merge patch must be an object"));
+                }
+                merge::json_merge_patch(&live, &patch)
+            }
+            PatchType::Strategic => {
+                if rt.custom {
+                    return Err(ApiError::new(
+                        415,
+                        "UnsupportedMediaType",
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+                    ));
+                }
+                merge::strategic_merge_patch(&live, &patch, &rt.kind)
+                    .map_err(|error| patch_error(rt, name, error))?
+            }
+            PatchType::Apply => unreachable_apply(),
+        };
+        let mut patched = patched;
+        if patched["metadata"]["name"].as_str() != Some(name) {
+            patched["metadata"]["name"] = json!(name);
+        }
+        let namespace = namespace.to_string();
+        self.write_over(rt, &namespace, name, &live, patched, options)
+            .map(|value| (value, false))
+    }
+
+    /// Stores the result of an apply over `live`, keeping server-owned metadata and status.
+    fn write_applied(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        live: &Value,
+        mut object: Value,
+        options: &WriteOptions,
+    ) -> Result<Value, ApiError> {
+        for kept in ["uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp"] {
+            if let Some(value) = live["metadata"].get(kept) {
+                object["metadata"][kept] = value.clone();
+            }
+        }
+        if options.subresource.as_deref() != Some("status") {
+            match live.get("status") {
+                Some(status) => object["status"] = status.clone(),
+                None => {
+                    if let Some(map) = object.as_object_mut() {
+                        map.remove("status");
+                    }
+                }
+            }
+        }
+        self.apply_defaults(rt, &mut object);
+        object["apiVersion"] = json!(rt.api_version());
+        object["kind"] = json!(rt.kind);
+        if spec_of(live) != spec_of(&object) {
+            let generation = live["metadata"]["generation"].as_i64().unwrap_or(1);
+            object["metadata"]["generation"] = json!(generation + 1);
+        }
+        if rt.kind == "CustomResourceDefinition" {
+            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, name, &message))?;
+        }
+        if same_ignoring_times(live, &object) {
+            return Ok(Cluster::present(rt, live));
+        }
+        if options.dry_run {
+            return Ok(Cluster::present(rt, &object));
+        }
+        let stored = self
+            .commit(&rt.store_key(), namespace, name, Some(object))
+            .unwrap_or(Value::Null);
+        if rt.kind == "CustomResourceDefinition" {
+            self.register_crd(&stored);
+        }
+        Ok(Cluster::present(rt, &stored))
+    }
+
+    /// DELETE: namespaces turn Terminating (the namespace controller empties and removes them);
+    /// other objects go at once, with the objects they own (background propagation).
+    pub fn delete(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        let namespace = if rt.namespaced { namespace } else { "" };
+        let Some(live) = self.lookup(&rt.store_key(), namespace, name).cloned() else {
+            return Err(ApiError::not_found(rt, name));
+        };
+        if dry_run {
+            return Ok(Cluster::present(rt, &live));
+        }
+        if rt.kind == "Namespace" {
+            if live["status"]["phase"] == "Terminating" {
+                return Ok(Cluster::present(rt, &live));
+            }
+            let mut terminating = live.clone();
+            terminating["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+            terminating["status"]["phase"] = json!("Terminating");
+            let stored = self
+                .commit("namespaces", "", name, Some(terminating))
+                .unwrap_or(Value::Null);
+            return Ok(Cluster::present(rt, &stored));
+        }
+        self.remove_with_dependents(&rt.store_key(), namespace, name);
+        if rt.kind == "CustomResourceDefinition" {
+            self.unregister_crd(&live);
+        }
+        Ok(json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": live["metadata"]["uid"]}
+        }))
+    }
+
+    /// Removes an object and, recursively, every object whose ownerReferences name it.
+    pub fn remove_with_dependents(&mut self, store_key: &str, namespace: &str, name: &str) {
+        let Some(removed) = self.commit(store_key, namespace, name, None) else {
+            return;
+        };
+        let uid = removed["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        if uid.is_empty() {
+            return;
+        }
+        let mut dependents = Vec::new();
+        for (key, objects) in &self.objects {
+            for ((ns, dependent), object) in objects {
+                let owned = object["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|owners| owners.iter().any(|owner| owner["uid"] == uid.as_str()));
+                if owned {
+                    dependents.push((key.clone(), ns.clone(), dependent.clone()));
+                }
+            }
+        }
+        for (key, ns, dependent) in dependents {
+            self.remove_with_dependents(&key, &ns, &dependent);
+        }
+    }
+
+    /// Removes every object of a namespace (the namespace controller's sweep).
+    pub fn empty_namespace(&mut self, namespace: &str) {
+        let mut doomed = Vec::new();
+        for (key, objects) in &self.objects {
+            for (ns, name) in objects.keys() {
+                if ns == namespace {
+                    doomed.push((key.clone(), ns.clone(), name.clone()));
+                }
+            }
+        }
+        for (key, ns, name) in doomed {
+            self.commit(&key, &ns, &name, None);
+        }
+    }
+
+    fn register_crd(&mut self, crd: &Value) {
+        self.unregister_crd(crd);
+        if let Ok(served) = resources::from_crd(crd) {
+            self.resources.extend(served);
+        }
+    }
+
+    fn unregister_crd(&mut self, crd: &Value) {
+        let group = crd["spec"]["group"].as_str().unwrap_or("");
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("");
+        self.resources
+            .retain(|r| !(r.custom && r.group == group && r.plural == plural));
+    }
+
+    /// Defaults the API server fills in (only those clients and controllers look at).
+    fn apply_defaults(&mut self, rt: &ResourceType, object: &mut Value) {
+        match rt.kind.as_str() {
+            "Secret" => {
+                if let Some(string_data) = object
+                    .as_object_mut()
+                    .and_then(|map| map.remove("stringData"))
+                    && let Some(entries) = string_data.as_object()
+                {
+                    use base64::Engine;
+                    for (key, value) in entries {
+                        let text = value.as_str().unwrap_or_default();
+                        object["data"][key] =
+                            json!(base64::engine::general_purpose::STANDARD.encode(text));
+                    }
+                }
+                if object.get("type").is_none() {
+                    object["type"] = json!("Opaque");
+                }
+            }
+            "Namespace" => {
+                if object["status"]["phase"].is_null() {
+                    object["status"] = json!({"phase": "Active"});
+                }
+                if object["spec"]["finalizers"].is_null() {
+                    object["spec"] = json!({"finalizers": ["kubernetes"]});
+                }
+                let name = object["metadata"]["name"].clone();
+                object["metadata"]["labels"]["kubernetes.io/metadata.name"] = name;
+            }
+            "Service" => {
+                let spec = &mut object["spec"];
+                if spec["type"].is_null() {
+                    spec["type"] = json!("ClusterIP");
+                }
+                if spec["clusterIP"].is_null() && spec["type"] != "ExternalName" {
+                    self.next_ip += 1;
+                    let ip = format!("10.96.{}.{}", self.next_ip / 250, self.next_ip % 250 + 1);
+                    spec["clusterIP"] = json!(ip);
+                    spec["clusterIPs"] = json!([ip]);
+                }
+                if spec["sessionAffinity"].is_null() {
+                    spec["sessionAffinity"] = json!("None");
+                }
+                if let Some(ports) = spec["ports"].as_array_mut() {
+                    for port in ports {
+                        if port["protocol"].is_null() {
+                            port["protocol"] = json!("TCP");
+                        }
+                        if port["targetPort"].is_null() {
+                            port["targetPort"] = port["port"].clone();
+                        }
+                    }
+                }
+            }
+            "Deployment" | "StatefulSet" | "ReplicaSet" => {
+                if object["spec"]["replicas"].is_null() {
+                    object["spec"]["replicas"] = json!(1);
+                }
+            }
+            "Pod" => {
+                if object["status"]["phase"].is_null() {
+                    object["status"] = json!({"phase": "Pending", "qosClass": "BestEffort"});
+                }
+                if object["spec"]["nodeName"].is_null() {
+                    object["spec"]["nodeName"] = json!("sim-control-plane");
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn unreachable_apply() -> Value {
+    // Apply patches return earlier; keep the match total without panicking.
+    Value::Null
+}
+
+fn manager_or_default(manager: &str) -> &str {
+    if manager.is_empty() { "unknown" } else { manager }
+}
+
+fn apply_error(rt: &ResourceType, name: &str, manager: &str, error: merge::MergeError) -> ApiError {
+    match error {
+        merge::MergeError::Conflict(conflicts) => {
+            let lines: Vec<String> = conflicts
+                .iter()
+                .map(|(other, field)| format!("conflict with \"{other}\": {field}"))
+                .collect();
+            let causes: Vec<Value> = conflicts
+                .iter()
+                .map(|(other, field)| {
+                    json!({"reason": "FieldManagerConflict", "message": format!("conflict with \"{other}\""), "field": field})
+                })
+                .collect();
+            let mut error = ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Apply failed with {} conflict{}: {}",
+                    conflicts.len(),
+                    if conflicts.len() == 1 { "" } else { "s" },
+                    lines.join("\n")
+                ),
+            );
+            error.details = json!({"name": name, "group": rt.group, "kind": rt.plural, "causes": causes});
+            let _ = manager;
+            error
+        }
+        merge::MergeError::Invalid(message) => ApiError::invalid(rt, name, &message),
+    }
+}
+
+fn patch_error(rt: &ResourceType, name: &str, error: merge::MergeError) -> ApiError {
+    match error {
+        merge::MergeError::Invalid(message) => {
+            ApiError::new(422, "Invalid", message).with_details(rt, name)
+        }
+        merge::MergeError::Conflict(_) => ApiError::new(409, "Conflict", "patch conflict"),
+    }
+}
+
+/// The body must be of this resource's kind and group/version.
+fn check_type(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
+    if let Some(kind) = object.get("kind").and_then(Value::as_str)
+        && kind != rt.kind
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({}) does not match the expected API version ({}) or kind {kind} does not match {}",
+            object["apiVersion"].as_str().unwrap_or(""),
+            rt.api_version(),
+            rt.kind
+        )));
+    }
+    if let Some(api_version) = object.get("apiVersion").and_then(Value::as_str)
+        && api_version != rt.api_version()
+    {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({api_version}) does not match the expected API version ({})",
+            rt.api_version()
+        )));
+    }
+    Ok(())
+}
+
+const OBJECT_META_FIELDS: &[&str] = &[
+    "name",
+    "generateName",
+    "namespace",
+    "selfLink",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "labels",
+    "annotations",
+    "ownerReferences",
+    "finalizers",
+    "managedFields",
+];
+
+fn top_level_fields(kind: &str) -> Option<&'static [&'static str]> {
+    Some(match kind {
+        "ConfigMap" => &["apiVersion", "kind", "metadata", "data", "binaryData", "immutable"],
+        "Secret" => &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"],
+        "ServiceAccount" => &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "secrets",
+            "imagePullSecrets",
+            "automountServiceAccountToken",
+        ],
+        "Role" | "ClusterRole" => &["apiVersion", "kind", "metadata", "rules", "aggregationRule"],
+        "RoleBinding" | "ClusterRoleBinding" => {
+            &["apiVersion", "kind", "metadata", "subjects", "roleRef"]
+        }
+        "Endpoints" => &["apiVersion", "kind", "metadata", "subsets"],
+        "Event" => return None,
+        "CustomResourceDefinition" => &["apiVersion", "kind", "metadata", "spec", "status"],
+        _ => &["apiVersion", "kind", "metadata", "spec", "status"],
+    })
+}
+
+fn is_dns_subdomain(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+/// What the API server rejects before storing: bad names, malformed Secret data, and with
+/// fieldValidation=Strict, unknown top-level or metadata fields of built-in kinds.
+fn validate(rt: &ResourceType, name: &str, object: &Value, strict: bool) -> Result<(), ApiError> {
+    let label_only = matches!(rt.kind.as_str(), "Namespace" | "Service");
+    let valid_name = if label_only {
+        is_dns_subdomain(name) && !name.contains('.') && name.len() <= 63
+    } else {
+        is_dns_subdomain(name)
+    };
+    if !valid_name && rt.kind != "Node" {
+        return Err(ApiError::invalid(
+            rt,
+            name,
+            &format!(
+                "metadata.name: Invalid value: \"{name}\": a lowercase RFC 1123 {} must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character",
+                if label_only { "label" } else { "subdomain" }
+            ),
+        ));
+    }
+    if rt.kind == "Secret"
+        && let Some(data) = object["data"].as_object()
+    {
+        use base64::Engine;
+        for (key, value) in data {
+            let text = value.as_str().unwrap_or_default();
+            if base64::engine::general_purpose::STANDARD.decode(text).is_err() {
+                return Err(ApiError::bad_request(format!(
+                    "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 0 (data.{key})"
+                )));
+            }
+        }
+    }
+    if rt.kind == "ConfigMap"
+        && let Some(data) = object["data"].as_object()
+        && let Some((key, _)) = data.iter().find(|(_, value)| !value.is_string())
+    {
+        return Err(ApiError::bad_request(format!(
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal non-string into Go struct field ConfigMap.data of type string (data.{key})"
+        )));
+    }
+    if strict && !rt.custom {
+        let mut unknown = Vec::new();
+        if let (Some(allowed), Some(map)) = (top_level_fields(&rt.kind), object.as_object()) {
+            unknown.extend(
+                map.keys()
+                    .filter(|key| !allowed.contains(&key.as_str()))
+                    .map(|key| format!("unknown field \"{key}\"")),
+            );
+        }
+        if let Some(metadata) = object["metadata"].as_object() {
+            unknown.extend(
+                metadata
+                    .keys()
+                    .filter(|key| !OBJECT_META_FIELDS.contains(&key.as_str()))
+                    .map(|key| format!("unknown field \"metadata.{key}\"")),
+            );
+        }
+        if !unknown.is_empty() {
+            return Err(ApiError::bad_request(format!(
+                "strict decoding error: {}",
+                unknown.join(", ")
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// Everything but metadata and status: what bumps `generation`.
+fn spec_of(object: &Value) -> Value {
+    let mut copy = object.clone();
+    if let Some(map) = copy.as_object_mut() {
+        map.remove("metadata");
+        map.remove("status");
+        map.remove("apiVersion");
+        map.remove("kind");
+    }
+    copy
+}
+
+/// Equal apart from managedFields timestamps and the resourceVersion: a no-op write.
+fn same_ignoring_times(a: &Value, b: &Value) -> bool {
+    fn normalise(object: &Value) -> Value {
+        let mut copy = object.clone();
+        if let Some(metadata) = copy["metadata"].as_object_mut() {
+            metadata.remove("resourceVersion");
+            if let Some(Value::Array(entries)) = metadata.get_mut("managedFields") {
+                for entry in entries {
+                    if let Some(map) = entry.as_object_mut() {
+                        map.remove("time");
+                    }
+                }
+            }
+        }
+        copy
+    }
+    normalise(a) == normalise(b)
+}
+
+fn new_uid() -> String {
+    let hex: String = (0..32)
+        .map(|_| char::from_digit(fastrand::u32(..16), 16).unwrap_or('0'))
+        .collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// A map with the given entries (helper for controllers).
+pub fn object_map(entries: &[(&str, Value)]) -> Value {
+    let mut map = Map::new();
+    for (key, value) in entries {
+        map.insert(key.to_string(), value.clone());
+    }
+    Value::Object(map)
+}

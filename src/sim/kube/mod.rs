@@ -1,0 +1,314 @@
+//! A Kubernetes API server simulator (`bprun sim kube`) that the real kubectl and helm, and
+//! kube-rs, can drive: discovery, OpenAPI v3, CRUD with server-assigned metadata, server-side
+//! apply, strategic merge, watches with bookmarks, Tables, protobuf request bodies, controllers
+//! that make waits end, and WebSocket exec and port-forward.
+//!
+//! `--platform` seeds what phase 3 expects of the cluster phase 2 leaves behind: the GitLab
+//! toolbox pod (its `gitlab-rails runner` mints personal access tokens in the GitLab
+//! simulator), the in-cluster registry and OpenBao, whose ports forward to real listeners.
+
+pub mod cluster;
+pub mod controllers;
+pub mod merge;
+pub mod protobuf;
+pub mod resources;
+pub mod selectors;
+pub mod server;
+pub mod table;
+
+use serde_json::json;
+pub use server::{ExecCall, ExecOutcome, ExecRuntime, KubeSim};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Mints a GitLab personal access token (the toolbox pod's `gitlab-rails runner`).
+pub type TokenMinter = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+
+/// The commands a simulated container runs: a few shell basics, and `gitlab-rails runner`
+/// when a token minter is attached.
+pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
+    Arc::new(move |call: &ExecCall| {
+        let ok = |stdout: String| ExecOutcome {
+            code: 0,
+            stdout: stdout.into_bytes(),
+            stderr: Vec::new(),
+        };
+        let fail = |code: i32, stderr: String| ExecOutcome {
+            code,
+            stdout: Vec::new(),
+            stderr: stderr.into_bytes(),
+        };
+        let args: Vec<&str> = call.command.iter().map(String::as_str).collect();
+        match args.as_slice() {
+            [] => fail(126, "no command given\n".into()),
+            ["echo", rest @ ..] => ok(format!("{}\n", rest.join(" "))),
+            ["cat"] => ExecOutcome {
+                code: 0,
+                stdout: call.stdin.clone(),
+                stderr: Vec::new(),
+            },
+            ["true"] => ok(String::new()),
+            ["false"] => fail(1, String::new()),
+            ["hostname"] => ok(format!("{}\n", call.pod)),
+            ["sh", "-c", script] => match script.trim().strip_prefix("exit ") {
+                Some(code) => fail(code.trim().parse().unwrap_or(1), String::new()),
+                None => fail(
+                    127,
+                    format!("sh: the simulator's shell runs only `exit N`, not: {script}\n"),
+                ),
+            },
+            ["gitlab-rails", "runner", code] => {
+                let code = if *code == "-" {
+                    String::from_utf8_lossy(&call.stdin).into_owned()
+                } else {
+                    code.to_string()
+                };
+                if !code.contains("personal_access_tokens.create") {
+                    return fail(
+                        1,
+                        "gitlab-rails runner (simulated) only mints personal access tokens\n"
+                            .into(),
+                    );
+                }
+                match &minter {
+                    Some(mint) => match mint() {
+                        Ok(token) => ok(format!("{token}\n")),
+                        Err(message) => fail(1, format!("gitlab-rails runner: {message}\n")),
+                    },
+                    None => fail(
+                        1,
+                        "gitlab-rails runner: no GitLab is attached to this simulated cluster (start it with --gitlab-url, or use `bprun sim all`)\n"
+                            .into(),
+                    ),
+                }
+            }
+            [program, ..] => fail(
+                127,
+                format!(
+                    "OCI runtime exec failed: exec failed: unable to start container process: exec: \"{program}\": executable file not found in $PATH: unknown\n"
+                ),
+            ),
+        }
+    })
+}
+
+/// A minter that asks a GitLab simulator over HTTP (`POST /-/sim/tokens`).
+pub fn http_minter(gitlab_url: String) -> TokenMinter {
+    Arc::new(move || {
+        let url = format!("{}/-/sim/tokens", gitlab_url.trim_end_matches('/'));
+        let client = crate::clients::runtime::http_client_builder()
+            .timeout(std::time::Duration::from_secs(10))
+            .build()
+            .map_err(|error| error.to_string())?;
+        let handle = tokio::runtime::Handle::try_current()
+            .map_err(|_| "no runtime to reach GitLab from".to_string())?;
+        handle.block_on(async {
+            let response = client
+                .post(&url)
+                .send()
+                .await
+                .map_err(|error| format!("POST {url}: {error}"))?;
+            let body: serde_json::Value = response
+                .json()
+                .await
+                .map_err(|error| format!("POST {url}: {error}"))?;
+            body["token"]
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| format!("POST {url}: no token in the answer"))
+        })
+    })
+}
+
+/// Loopback listeners that phase 3's pods forward to.
+#[derive(Debug, Clone, Default)]
+pub struct PlatformTargets {
+    /// Where OpenBao really listens (svc/openbao 8200 in namespace openbao).
+    pub openbao: Option<SocketAddr>,
+    /// Where the registry really listens (svc/gitlab-registry 5000 in namespace gitlab).
+    pub registry: Option<SocketAddr>,
+}
+
+/// Seeds the cluster with what phase 2 leaves behind and phase 3 relies on.
+pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), String> {
+    let mut cluster = sim.cluster();
+    let options = cluster::WriteOptions {
+        manager: "bprun-sim".into(),
+        ..Default::default()
+    };
+    let mut apply = |object: serde_json::Value| -> Result<(), String> {
+        let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
+        let kind = object["kind"].as_str().unwrap_or("").to_string();
+        let rt = cluster
+            .resource_for_kind(&api_version, &kind)
+            .ok_or_else(|| format!("no resource for {kind}"))?;
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        cluster
+            .create(&rt, &namespace, object, &options)
+            .map(|_| ())
+            .map_err(|error| error.message)
+    };
+    for namespace in ["gitlab", "openbao", "gitlab-runner"] {
+        apply(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}))?;
+    }
+    let forward = |port: u16, target: Option<SocketAddr>| {
+        target
+            .map(|address| json!({format!("sim.bprun.dev/forward-{port}"): address.to_string()}))
+            .unwrap_or(json!({}))
+    };
+    let workload = |kind: &str, namespace: &str, name: &str, labels: serde_json::Value, image: &str, annotations: serde_json::Value| {
+        json!({"apiVersion": "apps/v1", "kind": kind,
+               "metadata": {"name": name, "namespace": namespace, "labels": labels},
+               "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels, "annotations": annotations},
+                                     "spec": {"containers": [{"name": name, "image": image}]}}}})
+    };
+    apply(workload(
+        "Deployment",
+        "gitlab",
+        "gitlab-toolbox",
+        json!({"app": "toolbox", "release": "gitlab"}),
+        "registry.gitlab.com/gitlab-org/build/cng/gitlab-toolbox-ee:v17.9.0",
+        json!({}),
+    ))?;
+    apply(workload(
+        "Deployment",
+        "gitlab",
+        "gitlab-registry",
+        json!({"app": "registry", "release": "gitlab"}),
+        "registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry:v4.15.2-gitlab",
+        forward(5000, targets.registry),
+    ))?;
+    apply(json!({"apiVersion": "v1", "kind": "Service",
+                 "metadata": {"name": "gitlab-registry", "namespace": "gitlab"},
+                 "spec": {"selector": {"app": "registry"}, "ports": [{"name": "http", "port": 5000}]}}))?;
+    apply(workload(
+        "StatefulSet",
+        "openbao",
+        "openbao",
+        json!({"app.kubernetes.io/name": "openbao"}),
+        "quay.io/openbao/openbao:2.2.0",
+        forward(8200, targets.openbao),
+    ))?;
+    apply(json!({"apiVersion": "v1", "kind": "Service",
+                 "metadata": {"name": "openbao", "namespace": "openbao"},
+                 "spec": {"selector": {"app.kubernetes.io/name": "openbao"}, "ports": [{"name": "http", "port": 8200}]}}))?;
+    Ok(())
+}
+
+/// A kubeconfig for a simulator at `url` with `token`.
+pub fn kubeconfig(url: &str, token: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: bprun-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: bprun-sim\n  context:\n    cluster: bprun-sim\n    user: bprun-sim\n    namespace: default\ncurrent-context: bprun-sim\nusers:\n- name: bprun-sim\n  user:\n    token: {token}\npreferences: {{}}\n"
+    )
+}
+
+/// Writes the kubeconfig with mode 0600 (it holds the token).
+pub fn write_kubeconfig(path: &Path, url: &str, token: &str) -> Result<(), String> {
+    if let Some(parent) = path.parent()
+        && !parent.as_os_str().is_empty()
+    {
+        std::fs::create_dir_all(parent)
+            .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
+    }
+    crate::clients::fs::write_private(path, kubeconfig(url, token).as_bytes())
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+/// A running in-process simulator.
+pub struct Running {
+    pub sim: Arc<KubeSim>,
+    pub url: String,
+    pub token: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+pub fn random_token() -> String {
+    format!(
+        "sim-{}",
+        (0..32)
+            .map(|_| fastrand::alphanumeric())
+            .collect::<String>()
+    )
+}
+
+/// Starts a simulator on `listen` (loopback only) inside the shared runtime.
+pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
+    let address = crate::sim::http::loopback(listen)?;
+    let runtime = crate::clients::runtime::runtime();
+    let listener = runtime.block_on(async { tokio::net::TcpListener::bind(address).await })
+        .map_err(|error| format!("cannot listen on {address}: {error}"))?;
+    let bound = listener.local_addr().map_err(|error| error.to_string())?;
+    let host = if bound.is_ipv6() {
+        format!("[{}]", bound.ip())
+    } else {
+        bound.ip().to_string()
+    };
+    let url = format!("http://{host}:{}", bound.port());
+    let token = sim.token.clone();
+    let task = runtime.spawn(server::serve(listener, sim.clone()));
+    Ok(Running {
+        sim,
+        url,
+        token,
+        task,
+    })
+}
+
+pub struct Config {
+    pub listen: String,
+    pub kubeconfig: Option<PathBuf>,
+    pub gitlab_url: Option<String>,
+    pub platform: bool,
+    pub openbao: Option<SocketAddr>,
+    pub registry: Option<SocketAddr>,
+}
+
+/// `bprun sim kube`: serves until SIGINT or SIGTERM, printing KUBECONFIG= first.
+pub fn run(config: Config) -> Result<(), String> {
+    let minter = config.gitlab_url.clone().map(http_minter);
+    let sim = Arc::new(KubeSim::new(random_token(), builtin_exec(minter)));
+    if config.platform {
+        seed_platform(
+            &sim,
+            &PlatformTargets {
+                openbao: config.openbao,
+                registry: config.registry,
+            },
+        )?;
+    }
+    let running = start(&config.listen, sim)?;
+    let path = config
+        .kubeconfig
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(".bprun/sim/kubeconfig"));
+    write_kubeconfig(&path, &running.url, &running.token)?;
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "KUBE_URL={}", running.url);
+    let _ = writeln!(out, "KUBECONFIG={}", path.display());
+    let _ = out.flush();
+    let runtime = crate::clients::runtime::runtime();
+    runtime.block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|e| e.to_string())?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        Ok::<(), String>(())
+    })?;
+    drop(running);
+    Ok(())
+}

@@ -1,0 +1,889 @@
+//! The HTTP side of the Kubernetes simulator: routing, content negotiation (JSON, YAML apply
+//! patches, protobuf bodies, Tables), streamed watches, and WebSocket exec and port-forward.
+
+use super::cluster::{ApiError, Cluster, PatchType, WriteOptions};
+use super::resources::{self, ResourceType};
+use super::selectors::{FieldSelector, LabelSelector};
+use super::{controllers, protobuf, table};
+use crate::sim::http::{Accounting, decode};
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Bytes, Frame, Incoming};
+use hyper::{Request, Response};
+use serde_json::{Value, json};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio_tungstenite::tungstenite::Message;
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// What an exec into a pod runs.
+#[derive(Debug, Clone)]
+pub struct ExecCall {
+    pub namespace: String,
+    pub pod: String,
+    pub container: String,
+    pub command: Vec<String>,
+    pub stdin: Vec<u8>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ExecOutcome {
+    pub code: i32,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Runs the commands of `kubectl exec` / kube-rs exec inside simulated containers.
+pub type ExecRuntime = Arc<dyn Fn(&ExecCall) -> ExecOutcome + Send + Sync>;
+
+pub struct KubeSim {
+    cluster: Mutex<Cluster>,
+    pub accounting: Accounting,
+    /// Bearer token clients must send; empty accepts any.
+    pub token: String,
+    pub exec: ExecRuntime,
+}
+
+impl KubeSim {
+    pub fn new(token: String, exec: ExecRuntime) -> KubeSim {
+        KubeSim {
+            cluster: Mutex::new(Cluster::new()),
+            accounting: Accounting::default(),
+            token,
+            exec,
+        }
+    }
+
+    pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
+        self.cluster
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+/// A streamed body fed through a channel (watches).
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+fn full(status: u16, content_type: &str, body: Vec<u8>) -> Response<Body> {
+    Response::builder()
+        .status(status)
+        .header("content-type", content_type)
+        .body(Full::new(Bytes::from(body)).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+fn json_response(status: u16, value: &Value) -> Response<Body> {
+    full(status, "application/json", value.to_string().into_bytes())
+}
+
+fn error_response(error: &ApiError) -> Response<Body> {
+    json_response(error.code, &error.status())
+}
+
+/// Serves the simulator on `listener` and runs its controllers, until the process ends.
+pub async fn serve(listener: tokio::net::TcpListener, sim: Arc<KubeSim>) {
+    let controller = sim.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        loop {
+            tick.tick().await;
+            controllers::reconcile(&mut controller.cluster());
+        }
+    });
+    loop {
+        let Ok((stream, _peer)) = listener.accept().await else {
+            continue;
+        };
+        let sim = sim.clone();
+        tokio::spawn(async move {
+            let io = hyper_util::rt::TokioIo::new(stream);
+            let service = hyper::service::service_fn(move |request| {
+                let sim = sim.clone();
+                async move { Ok::<_, Infallible>(answer(sim, request).await) }
+            });
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(io, service)
+                .with_upgrades()
+                .await;
+        });
+    }
+}
+
+/// The query as ordered pairs (exec repeats `command`).
+fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
+    query
+        .map(crate::sim::http::url_form)
+        .unwrap_or_default()
+}
+
+fn query_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == key)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Where a resource URL points.
+struct Target {
+    rt: ResourceType,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+/// Splits `/api/v1/...` or `/apis/g/v/...` into group, version and the rest.
+fn split_api_path(path: &str) -> Option<(String, String, Vec<String>)> {
+    let segments: Vec<String> = path
+        .trim_matches('/')
+        .split('/')
+        .map(decode)
+        .collect();
+    match segments.first().map(String::as_str) {
+        Some("api") if segments.len() >= 2 => {
+            Some((String::new(), segments[1].clone(), segments[2..].to_vec()))
+        }
+        Some("apis") if segments.len() >= 3 => Some((
+            segments[1].clone(),
+            segments[2].clone(),
+            segments[3..].to_vec(),
+        )),
+        _ => None,
+    }
+}
+
+fn resolve(cluster: &Cluster, group: &str, version: &str, rest: &[String]) -> Result<Target, ApiError> {
+    let unknown = |plural: &str| {
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({plural} in {group}/{version})"),
+        )
+    };
+    let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" {
+        let candidate = cluster.resource(group, version, &rest[2]);
+        match candidate {
+            Some(rt) if rt.namespaced => (Some(rest[1].clone()), &rest[2..]),
+            _ => (None, rest),
+        }
+    } else {
+        (None, rest)
+    };
+    let Some(plural) = rest.first() else {
+        return Err(unknown(""));
+    };
+    let rt = cluster
+        .resource(group, version, plural)
+        .ok_or_else(|| unknown(plural))?;
+    let subresource = rest.get(2).cloned();
+    if let Some(sub) = &subresource
+        && !rt.subresources.contains(sub)
+    {
+        return Err(unknown(&format!("{plural}/{sub}")));
+    }
+    if rest.len() > 3 {
+        return Err(unknown(plural));
+    }
+    Ok(Target {
+        rt,
+        namespace,
+        name: rest.get(1).cloned(),
+        subresource,
+    })
+}
+
+/// The body as JSON: protobuf envelopes decoded, apply patches parsed as YAML.
+fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
+    if body.is_empty() {
+        return Ok(json!({}));
+    }
+    if protobuf::is_protobuf(content_type) {
+        return protobuf::decode(body).map_err(|message| {
+            ApiError::bad_request(format!("cannot decode the protobuf body: {message}"))
+        });
+    }
+    if content_type.starts_with("application/apply-patch+yaml") {
+        return serde_norway::from_slice(body).map_err(|error| {
+            ApiError::bad_request(format!("error decoding YAML: {error}"))
+        });
+    }
+    serde_json::from_slice(body).map_err(|error| {
+        ApiError::bad_request(format!(
+            "couldn't get version/kind; json parse error: {error}"
+        ))
+    })
+}
+
+/// The field manager: `fieldManager`, else the User-Agent's program name (as the server does).
+fn manager_of(pairs: &[(String, String)], user_agent: &str) -> String {
+    query_value(pairs, "fieldManager")
+        .map(str::to_string)
+        .unwrap_or_else(|| {
+            user_agent
+                .split('/')
+                .next()
+                .unwrap_or("unknown")
+                .to_string()
+        })
+}
+
+async fn answer(sim: Arc<KubeSim>, mut request: Request<Incoming>) -> Response<Body> {
+    let method = request.method().to_string();
+    let path = request.uri().path().to_string();
+    let pairs = query_pairs(request.uri().query());
+    let header = |name: &str| {
+        request
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_string()
+    };
+    if !sim.token.is_empty() {
+        let expected = format!("Bearer {}", sim.token);
+        if header("authorization") != expected {
+            sim.accounting.record(&method, &path, 401, None);
+            return json_response(
+                401,
+                &ApiError::new(401, "Unauthorized", "Unauthorized").status(),
+            );
+        }
+    }
+    if path.ends_with("/exec") || path.ends_with("/portforward") {
+        let upgrade = header("upgrade").to_ascii_lowercase();
+        let response = if upgrade == "websocket" {
+            let protocols = header("sec-websocket-protocol");
+            let key = header("sec-websocket-key");
+            let on_upgrade = hyper::upgrade::on(&mut request);
+            stream_session(&sim, &path, &pairs, &protocols, &key, on_upgrade)
+        } else {
+            error_response(&ApiError::bad_request(format!(
+                "the simulator speaks the WebSocket exec and port-forward protocols (v5.channel.k8s.io, v4.channel.k8s.io), not {}",
+                if upgrade.is_empty() { "plain HTTP".into() } else { upgrade }
+            )))
+        };
+        sim.accounting
+            .record(&method, &path, response.status().as_u16(), None);
+        return response;
+    }
+    let content_type = header("content-type");
+    let accept = header("accept");
+    let user_agent = header("user-agent");
+    let body = match request.into_body().collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(_) => Bytes::new(),
+    };
+    let response = route(
+        &sim,
+        &method,
+        &path,
+        &pairs,
+        &content_type,
+        &accept,
+        &user_agent,
+        &body,
+    )
+    .await;
+    sim.accounting
+        .record(&method, &path, response.status().as_u16(), None);
+    response
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn route(
+    sim: &Arc<KubeSim>,
+    method: &str,
+    path: &str,
+    pairs: &[(String, String)],
+    content_type: &str,
+    accept: &str,
+    user_agent: &str,
+    body: &[u8],
+) -> Response<Body> {
+    let trimmed = path.trim_end_matches('/');
+    if method == "GET" {
+        match trimmed {
+            "/version" => {
+                return json_response(
+                    200,
+                    &json!({"major": "1", "minor": "35", "gitVersion": "v1.35.0-bprun-sim",
+                            "gitCommit": "bprun", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                            "goVersion": "go1.25", "compiler": "gc", "platform": "linux/amd64"}),
+                );
+            }
+            "/healthz" | "/readyz" | "/livez" => return full(200, "text/plain", b"ok".to_vec()),
+            "/api" => return json_response(200, &resources::api_versions()),
+            "/apis" => {
+                return json_response(200, &resources::api_group_list(&sim.cluster().resources));
+            }
+            "/openapi/v3" => {
+                return json_response(200, &resources::openapi_index(&sim.cluster().resources));
+            }
+            _ => {}
+        }
+        if let Some(rest) = trimmed.strip_prefix("/openapi/v3/") {
+            let parts: Vec<&str> = rest.split('/').collect();
+            let (group, version) = match parts.as_slice() {
+                ["api", version] => ("", *version),
+                ["apis", group, version] => (*group, *version),
+                _ => ("-", "-"),
+            };
+            let cluster = sim.cluster();
+            if resources::api_resource_list(&cluster.resources, group, version).is_some() {
+                return json_response(
+                    200,
+                    &resources::openapi_document(&cluster.resources, group, version),
+                );
+            }
+            return json_response(404, &ApiError::new(404, "NotFound", "not found").status());
+        }
+        if let Some(group) = trimmed.strip_prefix("/apis/")
+            && !group.contains('/')
+        {
+            return match resources::api_group(&sim.cluster().resources, group) {
+                Some(value) => json_response(200, &value),
+                None => error_response(&ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+            };
+        }
+    }
+    let Some((group, version, rest)) = split_api_path(trimmed) else {
+        return error_response(&ApiError::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        ));
+    };
+    if rest.is_empty() {
+        if method != "GET" {
+            return error_response(&ApiError::new(405, "MethodNotAllowed", "method not allowed"));
+        }
+        return match resources::api_resource_list(&sim.cluster().resources, &group, &version) {
+            Some(value) => json_response(200, &value),
+            None => error_response(&ApiError::new(
+                404,
+                "NotFound",
+                "the server could not find the requested resource",
+            )),
+        };
+    }
+    let target = {
+        let cluster = sim.cluster();
+        match resolve(&cluster, &group, &version, &rest) {
+            Ok(target) => target,
+            Err(error) => return error_response(&error),
+        }
+    };
+    let watch = matches!(query_value(pairs, "watch"), Some("1" | "true"));
+    if method == "GET" && watch {
+        return watch_response(sim, &target, pairs);
+    }
+    match resource_call(sim, method, &target, pairs, content_type, accept, user_agent, body) {
+        Ok((status, value)) => {
+            if method == "GET" && table::wants_table(accept) && target.subresource.is_none() {
+                let include = query_value(pairs, "includeObject").unwrap_or("Metadata");
+                let objects = if value["items"].is_array() {
+                    value["items"].as_array().cloned().unwrap_or_default()
+                } else {
+                    vec![value]
+                };
+                let version = sim.cluster().resource_version();
+                return json_response(200, &table::table(&target.rt.kind, &objects, include, version));
+            }
+            json_response(status, &value)
+        }
+        Err(error) => error_response(&error),
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn resource_call(
+    sim: &Arc<KubeSim>,
+    method: &str,
+    target: &Target,
+    pairs: &[(String, String)],
+    content_type: &str,
+    _accept: &str,
+    user_agent: &str,
+    body: &[u8],
+) -> Result<(u16, Value), ApiError> {
+    let rt = &target.rt;
+    let namespace = target.namespace.clone().unwrap_or_default();
+    if rt.namespaced && target.namespace.is_none() && target.name.is_some() {
+        return Err(ApiError::new(
+            404,
+            "NotFound",
+            format!("the server could not find the requested resource ({} is namespaced)", rt.plural),
+        ));
+    }
+    let options = WriteOptions {
+        manager: manager_of(pairs, user_agent),
+        dry_run: query_value(pairs, "dryRun").is_some_and(|v| v == "All"),
+        force: query_value(pairs, "force").is_some_and(|v| v == "true"),
+        strict: query_value(pairs, "fieldValidation").is_some_and(|v| v == "Strict"),
+        subresource: target.subresource.clone(),
+    };
+    let mut cluster = sim.cluster();
+    match (method, &target.name, target.subresource.as_deref()) {
+        ("GET", None, _) => {
+            let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?;
+            let fields = FieldSelector::parse(query_value(pairs, "fieldSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?;
+            let items = cluster.list(rt, target.namespace.as_deref(), &labels, &fields);
+            Ok((
+                200,
+                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(),
+                       "metadata": {"resourceVersion": cluster.resource_version().to_string()}, "items": items}),
+            ))
+        }
+        ("GET", Some(name), Some("log")) => {
+            cluster.get(rt, &namespace, name)?;
+            Ok((200, json!("")))
+        }
+        ("GET", Some(name), _) => cluster.get(rt, &namespace, name).map(|v| (200, v)),
+        ("POST", None, _) => {
+            if rt.namespaced && target.namespace.is_none() {
+                return Err(ApiError::new(405, "MethodNotAllowed", "create needs a namespace"));
+            }
+            let value = parse_body(content_type, body)?;
+            cluster.create(rt, &namespace, value, &options).map(|v| (201, v))
+        }
+        ("PUT", Some(name), _) => {
+            let value = parse_body(content_type, body)?;
+            cluster
+                .update(rt, &namespace, name, value, &options)
+                .map(|(v, created)| (if created { 201 } else { 200 }, v))
+        }
+        ("PATCH", Some(name), _) => {
+            let Some(patch_type) = PatchType::from_content_type(content_type) else {
+                return Err(ApiError::new(
+                    415,
+                    "UnsupportedMediaType",
+                    format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"),
+                ));
+            };
+            let value = parse_body(content_type, body)?;
+            cluster
+                .patch(rt, &namespace, name, patch_type, value, &options)
+                .map(|(v, created)| (if created { 201 } else { 200 }, v))
+        }
+        ("DELETE", Some(name), None) => {
+            // The DeleteOptions body may come as JSON or protobuf; dryRun may sit in either.
+            let options_body = parse_body(content_type, body).unwrap_or(json!({}));
+            let dry_run = options.dry_run
+                || options_body["dryRun"]
+                    .as_array()
+                    .is_some_and(|list| list.iter().any(|v| v == "All"));
+            cluster.delete(rt, &namespace, name, dry_run).map(|v| (200, v))
+        }
+        ("DELETE", None, None) => {
+            let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
+                .map_err(ApiError::bad_request)?;
+            let items = cluster.list(rt, target.namespace.as_deref(), &labels, &FieldSelector::default());
+            for item in &items {
+                let ns = item["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+                let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
+                cluster.delete(rt, &ns, &name, options.dry_run)?;
+            }
+            Ok((
+                200,
+                json!({"kind": format!("{}List", rt.kind), "apiVersion": rt.api_version(), "metadata": {}, "items": items}),
+            ))
+        }
+        _ => Err(ApiError::new(
+            405,
+            "MethodNotAllowed",
+            format!("{method} is not supported on this path"),
+        )),
+    }
+}
+
+/// A watch: initial events (when asked or from version 0), a bookmark marking their end,
+/// then live events, until `timeoutSeconds` (at most 30 minutes) or the client goes away.
+fn watch_response(sim: &Arc<KubeSim>, target: &Target, pairs: &[(String, String)]) -> Response<Body> {
+    let rt = target.rt.clone();
+    let labels = match LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or("")) {
+        Ok(selector) => selector,
+        Err(message) => return error_response(&ApiError::bad_request(message)),
+    };
+    let mut field_text = query_value(pairs, "fieldSelector").unwrap_or("").to_string();
+    if let Some(name) = &target.name {
+        field_text = format!("metadata.name={name}");
+    }
+    let fields = match FieldSelector::parse(&field_text) {
+        Ok(selector) => selector,
+        Err(message) => return error_response(&ApiError::bad_request(message)),
+    };
+    let send_initial = query_value(pairs, "sendInitialEvents") == Some("true");
+    let bookmarks = query_value(pairs, "allowWatchBookmarks") == Some("true");
+    let since = query_value(pairs, "resourceVersion").unwrap_or("");
+    let timeout = query_value(pairs, "timeoutSeconds")
+        .and_then(|v| v.parse::<u64>().ok())
+        .unwrap_or(1800)
+        .min(1800);
+    let namespace = target.namespace.clone();
+    let matches = {
+        let rt = rt.clone();
+        let labels = labels.clone();
+        let fields = fields.clone();
+        let namespace = namespace.clone();
+        move |store_key: &str, ns: &str, object: &Value| {
+            store_key == rt.store_key()
+                && namespace.as_deref().is_none_or(|wanted| wanted == ns)
+                && labels.matches(&object["metadata"]["labels"])
+                && fields.matches(object)
+        }
+    };
+    let (initial, mut receiver, start_version) = {
+        let cluster = sim.cluster();
+        let receiver = cluster.subscribe();
+        let current = cluster.resource_version();
+        let initial: Vec<Value> = if send_initial || since.is_empty() || since == "0" {
+            cluster
+                .list(&rt, namespace.as_deref(), &labels, &fields)
+                .into_iter()
+                .map(|object| json!({"type": "ADDED", "object": object}))
+                .collect()
+        } else {
+            let Ok(version) = since.parse::<u64>() else {
+                return error_response(&ApiError::bad_request(format!(
+                    "invalid resourceVersion {since:?}"
+                )));
+            };
+            match cluster.events_since(version) {
+                Some(events) => events
+                    .iter()
+                    .filter(|event| matches(&event.store_key, &event.namespace, &event.object))
+                    .map(|event| {
+                        let mut object = event.object.clone();
+                        object["apiVersion"] = json!(rt.api_version());
+                        json!({"type": event.kind, "object": object})
+                    })
+                    .collect(),
+                None => vec![json!({"type": "ERROR", "object": ApiError::new(410, "Expired", format!("too old resource version: {version} ({current})")).status()})],
+            }
+        };
+        (initial, receiver, current)
+    };
+    let (sender, channel) = tokio::sync::mpsc::channel::<Bytes>(64);
+    let kind = rt.kind.clone();
+    let api_version = rt.api_version();
+    tokio::spawn(async move {
+        let line = |value: &Value| Bytes::from(format!("{value}\n"));
+        for event in &initial {
+            if sender.send(line(event)).await.is_err() {
+                return;
+            }
+        }
+        if send_initial {
+            let bookmark = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                "metadata": {"resourceVersion": start_version.to_string(), "annotations": {"k8s.io/initial-events-end": "true"}}}});
+            if sender.send(line(&bookmark)).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+        let mut last_version = start_version;
+        let mut bookmark_tick = tokio::time::interval(Duration::from_secs(15));
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep_until(deadline) => return,
+                _ = bookmark_tick.tick(), if bookmarks => {
+                    let bookmark = json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version,
+                        "metadata": {"resourceVersion": last_version.to_string()}}});
+                    if sender.send(line(&bookmark)).await.is_err() { return; }
+                }
+                received = receiver.recv() => {
+                    let Ok(event) = received else { return };
+                    if event.resource_version <= start_version { continue; }
+                    last_version = event.resource_version;
+                    if !matches(&event.store_key, &event.namespace, &event.object) { continue; }
+                    let mut object = event.object.clone();
+                    object["apiVersion"] = json!(api_version);
+                    let value = json!({"type": event.kind, "object": object});
+                    if sender.send(line(&value)).await.is_err() { return; }
+                }
+            }
+        }
+    });
+    Response::builder()
+        .status(200)
+        .header("content-type", "application/json")
+        .header("transfer-encoding", "chunked")
+        .body(ChannelBody(channel).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+/// Answers the WebSocket upgrade of an exec or port-forward and runs the session.
+fn stream_session(
+    sim: &Arc<KubeSim>,
+    path: &str,
+    pairs: &[(String, String)],
+    protocols: &str,
+    key: &str,
+    on_upgrade: hyper::upgrade::OnUpgrade,
+) -> Response<Body> {
+    let Some((group, version, rest)) = split_api_path(path) else {
+        return error_response(&ApiError::new(404, "NotFound", "not found"));
+    };
+    let (pod, namespace, subresource) = {
+        let cluster = sim.cluster();
+        let target = match resolve(&cluster, &group, &version, &rest) {
+            Ok(target) => target,
+            Err(error) => return error_response(&error),
+        };
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let name = target.name.clone().unwrap_or_default();
+        if target.rt.kind != "Pod" {
+            return error_response(&ApiError::bad_request("exec and port-forward go to pods"));
+        }
+        match cluster.get(&target.rt, &namespace, &name) {
+            Ok(pod) => (pod, namespace, target.subresource.unwrap_or_default()),
+            Err(error) => return error_response(&error),
+        }
+    };
+    if pod["status"]["phase"] != "Running" {
+        return error_response(&ApiError::bad_request(format!(
+            "pod {} is not running (phase {})",
+            pod["metadata"]["name"].as_str().unwrap_or(""),
+            pod["status"]["phase"].as_str().unwrap_or("unknown")
+        )));
+    }
+    let offered: Vec<&str> = protocols.split(',').map(str::trim).collect();
+    let Some(protocol) = ["v5.channel.k8s.io", "v4.channel.k8s.io", "channel.k8s.io"]
+        .into_iter()
+        .find(|p| offered.contains(p))
+    else {
+        return error_response(&ApiError::bad_request(format!(
+            "no supported WebSocket subprotocol in {protocols:?}; the simulator speaks v5.channel.k8s.io and v4.channel.k8s.io"
+        )));
+    };
+    let accept = tokio_tungstenite::tungstenite::handshake::derive_accept_key(key.as_bytes());
+    let sim = sim.clone();
+    let pairs = pairs.to_vec();
+    let protocol_v5 = protocol == "v5.channel.k8s.io";
+    tokio::spawn(async move {
+        let Ok(upgraded) = on_upgrade.await else {
+            return;
+        };
+        let io = hyper_util::rt::TokioIo::new(upgraded);
+        let socket = tokio_tungstenite::WebSocketStream::from_raw_socket(
+            io,
+            tokio_tungstenite::tungstenite::protocol::Role::Server,
+            None,
+        )
+        .await;
+        if subresource == "exec" {
+            exec_session(sim, socket, pod, namespace, pairs, protocol_v5).await;
+        } else {
+            port_forward_session(socket, pod, pairs).await;
+        }
+    });
+    Response::builder()
+        .status(101)
+        .header("upgrade", "websocket")
+        .header("connection", "Upgrade")
+        .header("sec-websocket-accept", accept)
+        .header("sec-websocket-protocol", protocol)
+        .body(Full::new(Bytes::new()).boxed())
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+}
+
+type Socket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
+
+async fn exec_session(
+    sim: Arc<KubeSim>,
+    socket: Socket,
+    pod: Value,
+    namespace: String,
+    pairs: Vec<(String, String)>,
+    protocol_v5: bool,
+) {
+    let (mut sink, mut stream) = socket.split();
+    let command: Vec<String> = pairs
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    let containers: Vec<String> = pod["spec"]["containers"]
+        .as_array()
+        .map(|list| {
+            list.iter()
+                .filter_map(|c| c["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    let container = query_value(&pairs, "container")
+        .map(str::to_string)
+        .or_else(|| containers.first().cloned())
+        .unwrap_or_default();
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let send_status = |status: Value| Message::binary([vec![3u8], status.to_string().into_bytes()].concat());
+    if !containers.contains(&container) {
+        let _ = sink
+            .send(send_status(json!({"metadata": {}, "status": "Failure", "reason": "BadRequest",
+                "message": format!("container {container} is not valid for pod {pod_name}")})))
+            .await;
+        let _ = sink.close().await;
+        return;
+    }
+    let mut stdin = Vec::new();
+    if query_value(&pairs, "stdin").is_some_and(|v| v == "true" || v == "1") {
+        // v5 clients say when stdin ends (channel 255); v4 ones cannot, so a pause ends it.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let idle = if protocol_v5 || stdin.is_empty() {
+                deadline
+            } else {
+                (tokio::time::Instant::now() + Duration::from_millis(300)).min(deadline)
+            };
+            let frame = tokio::time::timeout_at(idle, stream.next()).await;
+            let Ok(Some(Ok(message))) = frame else { break };
+            match message {
+                Message::Binary(data) if !data.is_empty() => match data[0] {
+                    0 => stdin.extend_from_slice(&data[1..]),
+                    255 if data.get(1) == Some(&0) => break,
+                    _ => {}
+                },
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+    }
+    let call = super::server::ExecCall {
+        namespace,
+        pod: pod_name,
+        container,
+        command,
+        stdin,
+    };
+    let runtime = sim.exec.clone();
+    let outcome = tokio::task::spawn_blocking(move || runtime(&call))
+        .await
+        .unwrap_or(ExecOutcome {
+            code: 1,
+            stdout: Vec::new(),
+            stderr: b"exec runtime failed\n".to_vec(),
+        });
+    if !outcome.stdout.is_empty() {
+        let _ = sink
+            .send(Message::binary([vec![1u8], outcome.stdout].concat()))
+            .await;
+    }
+    if !outcome.stderr.is_empty() {
+        let _ = sink
+            .send(Message::binary([vec![2u8], outcome.stderr].concat()))
+            .await;
+    }
+    let status = if outcome.code == 0 {
+        json!({"metadata": {}, "status": "Success"})
+    } else {
+        json!({"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+               "message": format!("command terminated with non-zero exit code: error executing command, exit status {}", outcome.code),
+               "details": {"causes": [{"reason": "ExitCode", "message": outcome.code.to_string()}]}})
+    };
+    let _ = sink.send(send_status(status)).await;
+    let _ = sink.close().await;
+}
+
+/// Where a pod's port is really served on this machine: the pod annotation
+/// `sim.bprun.dev/forward-<port>: 127.0.0.1:NNNN` (loopback only).
+pub fn forward_target(pod: &Value, port: u16) -> Option<std::net::SocketAddr> {
+    let address: std::net::SocketAddr = pod["metadata"]["annotations"]
+        [format!("sim.bprun.dev/forward-{port}")]
+    .as_str()?
+    .parse()
+    .ok()?;
+    address.ip().is_loopback().then_some(address)
+}
+
+async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, String)>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (mut sink, mut stream) = socket.split();
+    let port: u16 = query_value(&pairs, "ports")
+        .and_then(|p| p.split(',').next())
+        .and_then(|p| p.trim().parse().ok())
+        .unwrap_or(0);
+    let prefix = port.to_le_bytes();
+    for channel in [0u8, 1u8] {
+        if sink
+            .send(Message::binary(vec![channel, prefix[0], prefix[1]]))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let connection = match forward_target(&pod, port) {
+        Some(address) => tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::net::TcpStream::connect(address),
+        )
+        .await
+        .ok()
+        .and_then(Result::ok),
+        None => None,
+    };
+    let Some(connection) = connection else {
+        let message = format!(
+            "error forwarding port {port} to pod {pod_name}: dial tcp 127.0.0.1:{port}: connect: connection refused (the simulator forwards ports its pods declare with sim.bprun.dev/forward-{port})"
+        );
+        let _ = sink
+            .send(Message::binary([vec![1u8], message.into_bytes()].concat()))
+            .await;
+        let _ = sink.close().await;
+        return;
+    };
+    let (mut reader, mut writer) = connection.into_split();
+    let upstream = async {
+        while let Some(Ok(message)) = stream.next().await {
+            match message {
+                Message::Binary(data) if data.first() == Some(&0) => {
+                    if writer.write_all(&data[1..]).await.is_err() {
+                        break;
+                    }
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        let _ = writer.shutdown().await;
+    };
+    let downstream = async {
+        let mut buffer = vec![0u8; 32 * 1024];
+        loop {
+            match reader.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if sink
+                        .send(Message::binary([&[0u8][..], &buffer[..n]].concat()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
+            }
+        }
+        let _ = sink.close().await;
+    };
+    tokio::join!(upstream, downstream);
+}
