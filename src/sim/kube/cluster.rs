@@ -49,8 +49,12 @@ impl ApiError {
     }
 
     pub fn not_found(rt: &ResourceType, name: &str) -> ApiError {
-        ApiError::new(404, "NotFound", format!("{} \"{name}\" not found", qualified(rt)))
-            .with_details(rt, name)
+        ApiError::new(
+            404,
+            "NotFound",
+            format!("{} \"{name}\" not found", qualified(rt)),
+        )
+        .with_details(rt, name)
     }
 
     pub fn bad_request(message: impl Into<String>) -> ApiError {
@@ -374,7 +378,9 @@ impl Cluster {
         let mut object = body;
         let applied_fields = object["metadata"]["managedFields"].clone();
         if !object.is_object() {
-            return Err(ApiError::bad_request("the body of the request was not an object"));
+            return Err(ApiError::bad_request(
+                "the body of the request was not an object",
+            ));
         }
         check_type(rt, &object)?;
         let mut name = object["metadata"]["name"]
@@ -413,9 +419,9 @@ impl Cluster {
             .with_details(rt, &name));
         }
         validate(rt, &name, &object, options.strict)?;
-        let metadata = object["metadata"].as_object_mut().ok_or_else(|| {
-            ApiError::bad_request("metadata must be an object")
-        })?;
+        let metadata = object["metadata"]
+            .as_object_mut()
+            .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
         for server_owned in [
             "uid",
             "resourceVersion",
@@ -452,7 +458,8 @@ impl Cluster {
             );
         }
         if rt.kind == "CustomResourceDefinition" {
-            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, &name, &message))?;
+            resources::from_crd(&object)
+                .map_err(|message| ApiError::invalid(rt, &name, &message))?;
         }
         if options.dry_run {
             return Ok(Cluster::present(rt, &object));
@@ -502,7 +509,9 @@ impl Cluster {
     ) -> Result<(Value, bool), ApiError> {
         let mut object = body;
         if !object.is_object() {
-            return Err(ApiError::bad_request("the body of the request was not an object"));
+            return Err(ApiError::bad_request(
+                "the body of the request was not an object",
+            ));
         }
         check_type(rt, &object)?;
         let body_name = object["metadata"]["name"].as_str().unwrap_or("");
@@ -522,14 +531,19 @@ impl Cluster {
                 .map(|created| (created, true));
         };
         let sent_version = object["metadata"]["resourceVersion"].as_str().unwrap_or("");
-        if sent_version.is_empty() && !matches!(rt.kind.as_str(), "ConfigMap" | "Secret" | "Namespace") && !rt.custom {
+        if sent_version.is_empty()
+            && !matches!(rt.kind.as_str(), "ConfigMap" | "Secret" | "Namespace")
+            && !rt.custom
+        {
             return Err(ApiError::invalid(
                 rt,
                 name,
                 "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
             ));
         }
-        if !sent_version.is_empty() && live["metadata"]["resourceVersion"].as_str() != Some(sent_version) {
+        if !sent_version.is_empty()
+            && live["metadata"]["resourceVersion"].as_str() != Some(sent_version)
+        {
             return Err(ApiError::new(
                 409,
                 "Conflict",
@@ -578,7 +592,12 @@ impl Cluster {
                 }
             }
         }
-        for kept in ["uid", "creationTimestamp", "generation", "deletionTimestamp"] {
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+        ] {
             match live["metadata"].get(kept) {
                 Some(value) => object["metadata"][kept] = value.clone(),
                 None => {
@@ -592,7 +611,9 @@ impl Cluster {
         self.apply_defaults(rt, &mut object);
         object["apiVersion"] = json!(rt.api_version());
         object["kind"] = json!(rt.kind);
-        if object.get("managedFields").is_none() && object["metadata"].get("managedFields").is_none() {
+        if object.get("managedFields").is_none()
+            && object["metadata"].get("managedFields").is_none()
+        {
             object["metadata"]["managedFields"] = live["metadata"]["managedFields"].clone();
         }
         merge::record_update(
@@ -608,7 +629,8 @@ impl Cluster {
             object["metadata"]["generation"] = json!(generation + 1);
         }
         if rt.kind == "CustomResourceDefinition" {
-            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, name, &message))?;
+            resources::from_crd(&object)
+                .map_err(|message| ApiError::invalid(rt, name, &message))?;
         }
         if same_ignoring_times(live, &object) {
             return Ok(Cluster::present(rt, live));
@@ -689,8 +711,9 @@ impl Cluster {
             return Err(ApiError::not_found(rt, name));
         };
         let patched = match patch_type {
-            PatchType::Json => merge::json_patch(&live, &patch)
-                .map_err(|error| patch_error(rt, name, error))?,
+            PatchType::Json => {
+                merge::json_patch(&live, &patch).map_err(|error| patch_error(rt, name, error))?
+            }
             PatchType::Merge => {
                 if !patch.is_object() {
                     return Err(ApiError::bad_request("merge patch must be an object"));
@@ -729,7 +752,13 @@ impl Cluster {
         mut object: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        for kept in ["uid", "creationTimestamp", "generation", "resourceVersion", "deletionTimestamp"] {
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "resourceVersion",
+            "deletionTimestamp",
+        ] {
             if let Some(value) = live["metadata"].get(kept) {
                 object["metadata"][kept] = value.clone();
             }
@@ -752,7 +781,8 @@ impl Cluster {
             object["metadata"]["generation"] = json!(generation + 1);
         }
         if rt.kind == "CustomResourceDefinition" {
-            resources::from_crd(&object).map_err(|message| ApiError::invalid(rt, name, &message))?;
+            resources::from_crd(&object)
+                .map_err(|message| ApiError::invalid(rt, name, &message))?;
         }
         if same_ignoring_times(live, &object) {
             return Ok(Cluster::present(rt, live));
@@ -812,7 +842,10 @@ impl Cluster {
         let Some(removed) = self.commit(store_key, namespace, name, None) else {
             return;
         };
-        let uid = removed["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        let uid = removed["metadata"]["uid"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
         if uid.is_empty() {
             return;
         }
@@ -940,7 +973,11 @@ fn unreachable_apply() -> Value {
 }
 
 fn manager_or_default(manager: &str) -> &str {
-    if manager.is_empty() { "unknown" } else { manager }
+    if manager.is_empty() {
+        "unknown"
+    } else {
+        manager
+    }
 }
 
 fn apply_error(rt: &ResourceType, name: &str, manager: &str, error: merge::MergeError) -> ApiError {
@@ -966,7 +1003,8 @@ fn apply_error(rt: &ResourceType, name: &str, manager: &str, error: merge::Merge
                     lines.join("\n")
                 ),
             );
-            error.details = json!({"name": name, "group": rt.group, "kind": rt.plural, "causes": causes});
+            error.details =
+                json!({"name": name, "group": rt.group, "kind": rt.plural, "causes": causes});
             let _ = manager;
             error
         }
@@ -1026,8 +1064,23 @@ const OBJECT_META_FIELDS: &[&str] = &[
 
 fn top_level_fields(kind: &str) -> Option<&'static [&'static str]> {
     Some(match kind {
-        "ConfigMap" => &["apiVersion", "kind", "metadata", "data", "binaryData", "immutable"],
-        "Secret" => &["apiVersion", "kind", "metadata", "data", "stringData", "type", "immutable"],
+        "ConfigMap" => &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "data",
+            "binaryData",
+            "immutable",
+        ],
+        "Secret" => &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "data",
+            "stringData",
+            "type",
+            "immutable",
+        ],
         "ServiceAccount" => &[
             "apiVersion",
             "kind",
@@ -1085,7 +1138,10 @@ fn validate(rt: &ResourceType, name: &str, object: &Value, strict: bool) -> Resu
         use base64::Engine;
         for (key, value) in data {
             let text = value.as_str().unwrap_or_default();
-            if base64::engine::general_purpose::STANDARD.decode(text).is_err() {
+            if base64::engine::general_purpose::STANDARD
+                .decode(text)
+                .is_err()
+            {
                 return Err(ApiError::bad_request(format!(
                     "Secret in version \"v1\" cannot be handled as a Secret: illegal base64 data at input byte 0 (data.{key})"
                 )));

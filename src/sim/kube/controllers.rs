@@ -117,9 +117,10 @@ fn template_hash(template: &Value) -> String {
 }
 
 fn pod_ready(pod: &Value) -> bool {
-    pod["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    pod["status"]["conditions"].as_array().is_some_and(|c| {
+        c.iter()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True")
+    })
 }
 
 fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {

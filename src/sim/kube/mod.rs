@@ -15,6 +15,7 @@ pub mod resources;
 pub mod selectors;
 pub mod server;
 pub mod table;
+pub mod tls;
 
 use serde_json::json;
 pub use server::{ExecCall, ExecOutcome, ExecRuntime, KubeSim};
@@ -160,7 +161,12 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
             .map(|address| json!({format!("sim.bprun.dev/forward-{port}"): address.to_string()}))
             .unwrap_or(json!({}))
     };
-    let workload = |kind: &str, namespace: &str, name: &str, labels: serde_json::Value, image: &str, annotations: serde_json::Value| {
+    let workload = |kind: &str,
+                    namespace: &str,
+                    name: &str,
+                    labels: serde_json::Value,
+                    image: &str,
+                    annotations: serde_json::Value| {
         json!({"apiVersion": "apps/v1", "kind": kind,
                "metadata": {"name": name, "namespace": namespace, "labels": labels},
                "spec": {"replicas": 1, "selector": {"matchLabels": labels},
@@ -201,21 +207,23 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
 }
 
 /// A kubeconfig for a simulator at `url` with `token`.
-pub fn kubeconfig(url: &str, token: &str) -> String {
+pub fn kubeconfig(url: &str, token: &str, ca_pem: &str) -> String {
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
     format!(
-        "apiVersion: v1\nkind: Config\nclusters:\n- name: bprun-sim\n  cluster:\n    server: {url}\ncontexts:\n- name: bprun-sim\n  context:\n    cluster: bprun-sim\n    user: bprun-sim\n    namespace: default\ncurrent-context: bprun-sim\nusers:\n- name: bprun-sim\n  user:\n    token: {token}\npreferences: {{}}\n"
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: bprun-sim\n  cluster:\n    server: {url}\n    certificate-authority-data: {ca}\ncontexts:\n- name: bprun-sim\n  context:\n    cluster: bprun-sim\n    user: bprun-sim\n    namespace: default\ncurrent-context: bprun-sim\nusers:\n- name: bprun-sim\n  user:\n    token: {token}\npreferences: {{}}\n"
     )
 }
 
 /// Writes the kubeconfig with mode 0600 (it holds the token).
-pub fn write_kubeconfig(path: &Path, url: &str, token: &str) -> Result<(), String> {
+pub fn write_kubeconfig(path: &Path, url: &str, token: &str, ca_pem: &str) -> Result<(), String> {
     if let Some(parent) = path.parent()
         && !parent.as_os_str().is_empty()
     {
         std::fs::create_dir_all(parent)
             .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
     }
-    crate::clients::fs::write_private(path, kubeconfig(url, token).as_bytes())
+    crate::clients::fs::write_private(path, kubeconfig(url, token, ca_pem).as_bytes())
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
@@ -224,6 +232,8 @@ pub struct Running {
     pub sim: Arc<KubeSim>,
     pub url: String,
     pub token: String,
+    /// The CA that signed the serving certificate.
+    pub ca_pem: String,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -246,7 +256,8 @@ pub fn random_token() -> String {
 pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
     let address = crate::sim::http::loopback(listen)?;
     let runtime = crate::clients::runtime::runtime();
-    let listener = runtime.block_on(async { tokio::net::TcpListener::bind(address).await })
+    let listener = runtime
+        .block_on(async { tokio::net::TcpListener::bind(address).await })
         .map_err(|error| format!("cannot listen on {address}: {error}"))?;
     let bound = listener.local_addr().map_err(|error| error.to_string())?;
     let host = if bound.is_ipv6() {
@@ -254,13 +265,16 @@ pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
     } else {
         bound.ip().to_string()
     };
-    let url = format!("http://{host}:{}", bound.port());
+    let url = format!("https://{host}:{}", bound.port());
     let token = sim.token.clone();
-    let task = runtime.spawn(server::serve(listener, sim.clone()));
+    let tls = tls::mint()?;
+    let ca_pem = tls.ca_pem.clone();
+    let task = runtime.spawn(server::serve(listener, sim.clone(), tls.acceptor));
     Ok(Running {
         sim,
         url,
         token,
+        ca_pem,
         task,
     })
 }
@@ -292,7 +306,7 @@ pub fn run(config: Config) -> Result<(), String> {
         .kubeconfig
         .clone()
         .unwrap_or_else(|| PathBuf::from(".bprun/sim/kubeconfig"));
-    write_kubeconfig(&path, &running.url, &running.token)?;
+    write_kubeconfig(&path, &running.url, &running.token, &running.ca_pem)?;
     use std::io::Write;
     let mut out = std::io::stdout();
     let _ = writeln!(out, "KUBE_URL={}", running.url);

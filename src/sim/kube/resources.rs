@@ -72,43 +72,291 @@ type Builtin = (
 );
 
 const BUILTIN: &[Builtin] = &[
-    ("", "v1", "Namespace", "namespaces", false, &["ns"], &["status", "finalize"]),
+    (
+        "",
+        "v1",
+        "Namespace",
+        "namespaces",
+        false,
+        &["ns"],
+        &["status", "finalize"],
+    ),
     ("", "v1", "Node", "nodes", false, &["no"], &["status"]),
-    ("", "v1", "Pod", "pods", true, &["po"], &["status", "exec", "portforward", "log"]),
-    ("", "v1", "Service", "services", true, &["svc"], &["status", "portforward"]),
+    (
+        "",
+        "v1",
+        "Pod",
+        "pods",
+        true,
+        &["po"],
+        &["status", "exec", "portforward", "log"],
+    ),
+    (
+        "",
+        "v1",
+        "Service",
+        "services",
+        true,
+        &["svc"],
+        &["status", "portforward"],
+    ),
     ("", "v1", "Endpoints", "endpoints", true, &["ep"], &[]),
     ("", "v1", "Secret", "secrets", true, &[], &[]),
     ("", "v1", "ConfigMap", "configmaps", true, &["cm"], &[]),
-    ("", "v1", "ServiceAccount", "serviceaccounts", true, &["sa"], &[]),
-    ("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, &["pvc"], &["status"]),
-    ("", "v1", "PersistentVolume", "persistentvolumes", false, &["pv"], &["status"]),
+    (
+        "",
+        "v1",
+        "ServiceAccount",
+        "serviceaccounts",
+        true,
+        &["sa"],
+        &[],
+    ),
+    (
+        "",
+        "v1",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        true,
+        &["pvc"],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "PersistentVolume",
+        "persistentvolumes",
+        false,
+        &["pv"],
+        &["status"],
+    ),
     ("", "v1", "Event", "events", true, &["ev"], &[]),
-    ("", "v1", "ResourceQuota", "resourcequotas", true, &["quota"], &["status"]),
-    ("", "v1", "LimitRange", "limitranges", true, &["limits"], &[]),
-    ("apps", "v1", "Deployment", "deployments", true, &["deploy"], &["status", "scale"]),
-    ("apps", "v1", "StatefulSet", "statefulsets", true, &["sts"], &["status", "scale"]),
-    ("apps", "v1", "DaemonSet", "daemonsets", true, &["ds"], &["status"]),
-    ("apps", "v1", "ReplicaSet", "replicasets", true, &["rs"], &["status", "scale"]),
-    ("apps", "v1", "ControllerRevision", "controllerrevisions", true, &[], &[]),
+    (
+        "",
+        "v1",
+        "ResourceQuota",
+        "resourcequotas",
+        true,
+        &["quota"],
+        &["status"],
+    ),
+    (
+        "",
+        "v1",
+        "LimitRange",
+        "limitranges",
+        true,
+        &["limits"],
+        &[],
+    ),
+    (
+        "apps",
+        "v1",
+        "Deployment",
+        "deployments",
+        true,
+        &["deploy"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "StatefulSet",
+        "statefulsets",
+        true,
+        &["sts"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "DaemonSet",
+        "daemonsets",
+        true,
+        &["ds"],
+        &["status"],
+    ),
+    (
+        "apps",
+        "v1",
+        "ReplicaSet",
+        "replicasets",
+        true,
+        &["rs"],
+        &["status", "scale"],
+    ),
+    (
+        "apps",
+        "v1",
+        "ControllerRevision",
+        "controllerrevisions",
+        true,
+        &[],
+        &[],
+    ),
     ("batch", "v1", "Job", "jobs", true, &[], &["status"]),
-    ("batch", "v1", "CronJob", "cronjobs", true, &["cj"], &["status"]),
-    ("autoscaling", "v2", "HorizontalPodAutoscaler", "horizontalpodautoscalers", true, &["hpa"], &["status"]),
-    ("networking.k8s.io", "v1", "Ingress", "ingresses", true, &["ing"], &["status"]),
-    ("networking.k8s.io", "v1", "IngressClass", "ingressclasses", false, &[], &[]),
-    ("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", true, &["netpol"], &[]),
-    ("discovery.k8s.io", "v1", "EndpointSlice", "endpointslices", true, &[], &[]),
-    ("policy", "v1", "PodDisruptionBudget", "poddisruptionbudgets", true, &["pdb"], &["status"]),
-    ("rbac.authorization.k8s.io", "v1", "Role", "roles", true, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "RoleBinding", "rolebindings", true, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRole", "clusterroles", false, &[], &[]),
-    ("rbac.authorization.k8s.io", "v1", "ClusterRoleBinding", "clusterrolebindings", false, &[], &[]),
-    ("storage.k8s.io", "v1", "StorageClass", "storageclasses", false, &["sc"], &[]),
-    ("coordination.k8s.io", "v1", "Lease", "leases", true, &[], &[]),
-    ("scheduling.k8s.io", "v1", "PriorityClass", "priorityclasses", false, &["pc"], &[]),
-    ("apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions", false, &["crd", "crds"], &["status"]),
-    ("admissionregistration.k8s.io", "v1", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", false, &[], &[]),
-    ("admissionregistration.k8s.io", "v1", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", false, &[], &[]),
-    ("certificates.k8s.io", "v1", "CertificateSigningRequest", "certificatesigningrequests", false, &["csr"], &["status"]),
+    (
+        "batch",
+        "v1",
+        "CronJob",
+        "cronjobs",
+        true,
+        &["cj"],
+        &["status"],
+    ),
+    (
+        "autoscaling",
+        "v2",
+        "HorizontalPodAutoscaler",
+        "horizontalpodautoscalers",
+        true,
+        &["hpa"],
+        &["status"],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "Ingress",
+        "ingresses",
+        true,
+        &["ing"],
+        &["status"],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "IngressClass",
+        "ingressclasses",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "networking.k8s.io",
+        "v1",
+        "NetworkPolicy",
+        "networkpolicies",
+        true,
+        &["netpol"],
+        &[],
+    ),
+    (
+        "discovery.k8s.io",
+        "v1",
+        "EndpointSlice",
+        "endpointslices",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "policy",
+        "v1",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        true,
+        &["pdb"],
+        &["status"],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "Role",
+        "roles",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "RoleBinding",
+        "rolebindings",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRole",
+        "clusterroles",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "rbac.authorization.k8s.io",
+        "v1",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "storage.k8s.io",
+        "v1",
+        "StorageClass",
+        "storageclasses",
+        false,
+        &["sc"],
+        &[],
+    ),
+    (
+        "coordination.k8s.io",
+        "v1",
+        "Lease",
+        "leases",
+        true,
+        &[],
+        &[],
+    ),
+    (
+        "scheduling.k8s.io",
+        "v1",
+        "PriorityClass",
+        "priorityclasses",
+        false,
+        &["pc"],
+        &[],
+    ),
+    (
+        "apiextensions.k8s.io",
+        "v1",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        false,
+        &["crd", "crds"],
+        &["status"],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "certificates.k8s.io",
+        "v1",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        false,
+        &["csr"],
+        &["status"],
+    ),
 ];
 
 /// The built-in resources.
@@ -139,7 +387,9 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, String> {
     let plural = names["plural"]
         .as_str()
         .ok_or("spec.names.plural is required")?;
-    let kind = names["kind"].as_str().ok_or("spec.names.kind is required")?;
+    let kind = names["kind"]
+        .as_str()
+        .ok_or("spec.names.kind is required")?;
     let singular = names["singular"]
         .as_str()
         .map(str::to_string)
@@ -147,7 +397,11 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, String> {
     let namespaced = match spec["scope"].as_str() {
         Some("Namespaced") => true,
         Some("Cluster") => false,
-        other => return Err(format!("spec.scope must be Namespaced or Cluster, not {other:?}")),
+        other => {
+            return Err(format!(
+                "spec.scope must be Namespaced or Cluster, not {other:?}"
+            ));
+        }
     };
     let expected = format!("{plural}.{group}");
     let name = crd["metadata"]["name"].as_str().unwrap_or_default();
@@ -207,7 +461,10 @@ pub fn api_versions() -> Value {
 fn group_versions(resources: &[ResourceType]) -> Vec<(String, Vec<String>)> {
     let mut groups: Vec<(String, Vec<String>)> = Vec::new();
     for resource in resources.iter().filter(|r| !r.group.is_empty()) {
-        match groups.iter_mut().find(|(group, _)| *group == resource.group) {
+        match groups
+            .iter_mut()
+            .find(|(group, _)| *group == resource.group)
+        {
             Some((_, versions)) => {
                 if !versions.contains(&resource.version) {
                     versions.push(resource.version.clone());
@@ -292,7 +549,9 @@ pub fn api_resource_list(resources: &[ResourceType], group: &str, version: &str)
         }
     }
     let group_version = served[0].api_version();
-    Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": list}))
+    Some(
+        json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": list}),
+    )
 }
 
 /// `GET /openapi/v3`: one entry per group/version, each with a hash that changes with its resources.
@@ -342,27 +601,44 @@ pub fn openapi_document(resources: &[ResourceType], group: &str, version: &str) 
     {
         let schema_name = format!(
             "{}.{}.{}",
-            if group.is_empty() { "io.k8s.api.core" } else { group },
+            if group.is_empty() {
+                "io.k8s.api.core"
+            } else {
+                group
+            },
             version,
             resource.kind
         );
         let reference = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let gvk = json!([{"group": group, "version": version, "kind": resource.kind}]);
-        schemas.insert(
-            schema_name.clone(),
-            json!({
-                "type": "object",
-                "x-kubernetes-group-version-kind": gvk,
-                "x-kubernetes-preserve-unknown-fields": true,
-                "properties": {
-                    "apiVersion": {"type": "string"},
-                    "kind": {"type": "string"},
-                    "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
-                }
-            }),
-        );
+        // Built-in kinds publish no schema: kubectl then computes strategic merge patches from
+        // its compiled-in types (a schema without fields would make it warn and fall back).
+        let reference = if resource.custom {
+            reference
+        } else {
+            json!({"type": "object"})
+        };
+        if resource.custom {
+            schemas.insert(
+                schema_name.clone(),
+                json!({
+                    "type": "object",
+                    "x-kubernetes-group-version-kind": gvk,
+                    "x-kubernetes-preserve-unknown-fields": true,
+                    "properties": {
+                        "apiVersion": {"type": "string"},
+                        "kind": {"type": "string"},
+                        "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}
+                    }
+                }),
+            );
+        }
         let base = if resource.namespaced {
-            format!("{}/namespaces/{{namespace}}/{}", resource.prefix(), resource.plural)
+            format!(
+                "{}/namespaces/{{namespace}}/{}",
+                resource.prefix(),
+                resource.plural
+            )
         } else {
             format!("{}/{}", resource.prefix(), resource.plural)
         };
@@ -386,15 +662,19 @@ pub fn openapi_document(resources: &[ResourceType], group: &str, version: &str) 
         post["parameters"] = json!([field_validation]);
         let mut put = operation("put");
         put["parameters"] = json!([field_validation]);
-        paths.insert(base.clone(), json!({"get": operation("list"), "post": post}));
+        paths.insert(
+            base.clone(),
+            json!({"get": operation("list"), "post": post}),
+        );
         paths.insert(
             format!("{base}/{{name}}"),
-            json!({"get": operation("get"), "put": put, "patch": patch, "delete": operation("delete")}),
+            json!({"get": operation("get"), "put": put.clone(), "patch": patch.clone(), "delete": operation("delete")}),
         );
         if resource.subresources.iter().any(|s| s == "status") {
+            // Every PATCH of the kind declares the parameter: kubectl picks any of them.
             paths.insert(
                 format!("{base}/{{name}}/status"),
-                json!({"get": operation("get"), "put": operation("put"), "patch": operation("patch")}),
+                json!({"get": operation("get"), "put": put.clone(), "patch": patch.clone()}),
             );
         }
     }
@@ -444,12 +724,15 @@ mod tests {
     #[test]
     fn every_patch_declares_field_validation() {
         let document = openapi_document(&builtin(), "apps", "v1");
-        let patch = &document["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
+        let patch =
+            &document["paths"]["/apis/apps/v1/namespaces/{namespace}/deployments/{name}"]["patch"];
         assert_eq!(patch["parameters"][0]["name"], "fieldValidation");
         let index = openapi_index(&builtin());
-        assert!(index["paths"]["apis/apps/v1"]["serverRelativeURL"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("/openapi/v3/apis/apps/v1?hash="));
+        assert!(
+            index["paths"]["apis/apps/v1"]["serverRelativeURL"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with("/openapi/v3/apis/apps/v1?hash=")
+        );
     }
 }

@@ -109,14 +109,16 @@ impl LabelSelector {
 
     pub fn matches(&self, labels: &Value) -> bool {
         let get = |key: &str| labels.get(key).and_then(Value::as_str);
-        self.requirements.iter().all(|requirement| match requirement {
-            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
-            Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
-            Requirement::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
-            Requirement::NotIn(k, vs) => !get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::NotExists(k) => get(k).is_none(),
-        })
+        self.requirements
+            .iter()
+            .all(|requirement| match requirement {
+                Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+                Requirement::NotEquals(k, v) => get(k) != Some(v.as_str()),
+                Requirement::In(k, vs) => get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+                Requirement::NotIn(k, vs) => !get(k).is_some_and(|l| vs.iter().any(|v| v == l)),
+                Requirement::Exists(k) => get(k).is_some(),
+                Requirement::NotExists(k) => get(k).is_none(),
+            })
     }
 }
 
@@ -182,13 +184,21 @@ mod tests {
     #[test]
     fn field_selectors_walk_paths() {
         let pod = json!({"metadata": {"name": "p1"}, "status": {"phase": "Running"}});
-        assert!(FieldSelector::parse("metadata.name=p1").expect("valid").matches(&pod));
+        assert!(
+            FieldSelector::parse("metadata.name=p1")
+                .expect("valid")
+                .matches(&pod)
+        );
         assert!(
             FieldSelector::parse("status.phase!=Failed")
                 .expect("valid")
                 .matches(&pod)
         );
-        assert!(!FieldSelector::parse("metadata.name=p2").expect("valid").matches(&pod));
+        assert!(
+            !FieldSelector::parse("metadata.name=p2")
+                .expect("valid")
+                .matches(&pod)
+        );
         assert!(FieldSelector::parse("nonsense").is_err());
     }
 }

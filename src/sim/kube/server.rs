@@ -99,7 +99,11 @@ fn error_response(error: &ApiError) -> Response<Body> {
 }
 
 /// Serves the simulator on `listener` and runs its controllers, until the process ends.
-pub async fn serve(listener: tokio::net::TcpListener, sim: Arc<KubeSim>) {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    sim: Arc<KubeSim>,
+    tls: tokio_rustls::TlsAcceptor,
+) {
     let controller = sim.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));
@@ -113,7 +117,13 @@ pub async fn serve(listener: tokio::net::TcpListener, sim: Arc<KubeSim>) {
             continue;
         };
         let sim = sim.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
+            let Ok(Ok(stream)) =
+                tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await
+            else {
+                return;
+            };
             let io = hyper_util::rt::TokioIo::new(stream);
             let service = hyper::service::service_fn(move |request| {
                 let sim = sim.clone();
@@ -129,9 +139,7 @@ pub async fn serve(listener: tokio::net::TcpListener, sim: Arc<KubeSim>) {
 
 /// The query as ordered pairs (exec repeats `command`).
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    query
-        .map(crate::sim::http::url_form)
-        .unwrap_or_default()
+    query.map(crate::sim::http::url_form).unwrap_or_default()
 }
 
 fn query_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -151,11 +159,7 @@ struct Target {
 
 /// Splits `/api/v1/...` or `/apis/g/v/...` into group, version and the rest.
 fn split_api_path(path: &str) -> Option<(String, String, Vec<String>)> {
-    let segments: Vec<String> = path
-        .trim_matches('/')
-        .split('/')
-        .map(decode)
-        .collect();
+    let segments: Vec<String> = path.trim_matches('/').split('/').map(decode).collect();
     match segments.first().map(String::as_str) {
         Some("api") if segments.len() >= 2 => {
             Some((String::new(), segments[1].clone(), segments[2..].to_vec()))
@@ -169,12 +173,19 @@ fn split_api_path(path: &str) -> Option<(String, String, Vec<String>)> {
     }
 }
 
-fn resolve(cluster: &Cluster, group: &str, version: &str, rest: &[String]) -> Result<Target, ApiError> {
+fn resolve(
+    cluster: &Cluster,
+    group: &str,
+    version: &str,
+    rest: &[String],
+) -> Result<Target, ApiError> {
     let unknown = |plural: &str| {
         ApiError::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({plural} in {group}/{version})"),
+            format!(
+                "the server could not find the requested resource ({plural} in {group}/{version})"
+            ),
         )
     };
     let (namespace, rest) = if rest.len() >= 3 && rest[0] == "namespaces" {
@@ -220,9 +231,8 @@ fn parse_body(content_type: &str, body: &[u8]) -> Result<Value, ApiError> {
         });
     }
     if content_type.starts_with("application/apply-patch+yaml") {
-        return serde_norway::from_slice(body).map_err(|error| {
-            ApiError::bad_request(format!("error decoding YAML: {error}"))
-        });
+        return serde_norway::from_slice(body)
+            .map_err(|error| ApiError::bad_request(format!("error decoding YAML: {error}")));
     }
     serde_json::from_slice(body).map_err(|error| {
         ApiError::bad_request(format!(
@@ -276,7 +286,11 @@ async fn answer(sim: Arc<KubeSim>, mut request: Request<Incoming>) -> Response<B
         } else {
             error_response(&ApiError::bad_request(format!(
                 "the simulator speaks the WebSocket exec and port-forward protocols (v5.channel.k8s.io, v4.channel.k8s.io), not {}",
-                if upgrade.is_empty() { "plain HTTP".into() } else { upgrade }
+                if upgrade.is_empty() {
+                    "plain HTTP".into()
+                } else {
+                    upgrade
+                }
             )))
         };
         sim.accounting
@@ -359,7 +373,11 @@ async fn route(
         {
             return match resources::api_group(&sim.cluster().resources, group) {
                 Some(value) => json_response(200, &value),
-                None => error_response(&ApiError::new(404, "NotFound", "the server could not find the requested resource")),
+                None => error_response(&ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                )),
             };
         }
     }
@@ -372,7 +390,11 @@ async fn route(
     };
     if rest.is_empty() {
         if method != "GET" {
-            return error_response(&ApiError::new(405, "MethodNotAllowed", "method not allowed"));
+            return error_response(&ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "method not allowed",
+            ));
         }
         return match resources::api_resource_list(&sim.cluster().resources, &group, &version) {
             Some(value) => json_response(200, &value),
@@ -394,7 +416,16 @@ async fn route(
     if method == "GET" && watch {
         return watch_response(sim, &target, pairs);
     }
-    match resource_call(sim, method, &target, pairs, content_type, accept, user_agent, body) {
+    match resource_call(
+        sim,
+        method,
+        &target,
+        pairs,
+        content_type,
+        accept,
+        user_agent,
+        body,
+    ) {
         Ok((status, value)) => {
             if method == "GET" && table::wants_table(accept) && target.subresource.is_none() {
                 let include = query_value(pairs, "includeObject").unwrap_or("Metadata");
@@ -404,7 +435,10 @@ async fn route(
                     vec![value]
                 };
                 let version = sim.cluster().resource_version();
-                return json_response(200, &table::table(&target.rt.kind, &objects, include, version));
+                return json_response(
+                    200,
+                    &table::table(&target.rt.kind, &objects, include, version),
+                );
             }
             json_response(status, &value)
         }
@@ -429,7 +463,10 @@ fn resource_call(
         return Err(ApiError::new(
             404,
             "NotFound",
-            format!("the server could not find the requested resource ({} is namespaced)", rt.plural),
+            format!(
+                "the server could not find the requested resource ({} is namespaced)",
+                rt.plural
+            ),
         ));
     }
     let options = WriteOptions {
@@ -460,10 +497,16 @@ fn resource_call(
         ("GET", Some(name), _) => cluster.get(rt, &namespace, name).map(|v| (200, v)),
         ("POST", None, _) => {
             if rt.namespaced && target.namespace.is_none() {
-                return Err(ApiError::new(405, "MethodNotAllowed", "create needs a namespace"));
+                return Err(ApiError::new(
+                    405,
+                    "MethodNotAllowed",
+                    "create needs a namespace",
+                ));
             }
             let value = parse_body(content_type, body)?;
-            cluster.create(rt, &namespace, value, &options).map(|v| (201, v))
+            cluster
+                .create(rt, &namespace, value, &options)
+                .map(|v| (201, v))
         }
         ("PUT", Some(name), _) => {
             let value = parse_body(content_type, body)?;
@@ -476,7 +519,9 @@ fn resource_call(
                 return Err(ApiError::new(
                     415,
                     "UnsupportedMediaType",
-                    format!("the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"),
+                    format!(
+                        "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {content_type})"
+                    ),
                 ));
             };
             let value = parse_body(content_type, body)?;
@@ -491,14 +536,24 @@ fn resource_call(
                 || options_body["dryRun"]
                     .as_array()
                     .is_some_and(|list| list.iter().any(|v| v == "All"));
-            cluster.delete(rt, &namespace, name, dry_run).map(|v| (200, v))
+            cluster
+                .delete(rt, &namespace, name, dry_run)
+                .map(|v| (200, v))
         }
         ("DELETE", None, None) => {
             let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
                 .map_err(ApiError::bad_request)?;
-            let items = cluster.list(rt, target.namespace.as_deref(), &labels, &FieldSelector::default());
+            let items = cluster.list(
+                rt,
+                target.namespace.as_deref(),
+                &labels,
+                &FieldSelector::default(),
+            );
             for item in &items {
-                let ns = item["metadata"]["namespace"].as_str().unwrap_or("").to_string();
+                let ns = item["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string();
                 let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
                 cluster.delete(rt, &ns, &name, options.dry_run)?;
             }
@@ -517,13 +572,19 @@ fn resource_call(
 
 /// A watch: initial events (when asked or from version 0), a bookmark marking their end,
 /// then live events, until `timeoutSeconds` (at most 30 minutes) or the client goes away.
-fn watch_response(sim: &Arc<KubeSim>, target: &Target, pairs: &[(String, String)]) -> Response<Body> {
+fn watch_response(
+    sim: &Arc<KubeSim>,
+    target: &Target,
+    pairs: &[(String, String)],
+) -> Response<Body> {
     let rt = target.rt.clone();
     let labels = match LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or("")) {
         Ok(selector) => selector,
         Err(message) => return error_response(&ApiError::bad_request(message)),
     };
-    let mut field_text = query_value(pairs, "fieldSelector").unwrap_or("").to_string();
+    let mut field_text = query_value(pairs, "fieldSelector")
+        .unwrap_or("")
+        .to_string();
     if let Some(name) = &target.name {
         field_text = format!("metadata.name={name}");
     }
@@ -577,7 +638,9 @@ fn watch_response(sim: &Arc<KubeSim>, target: &Target, pairs: &[(String, String)
                         json!({"type": event.kind, "object": object})
                     })
                     .collect(),
-                None => vec![json!({"type": "ERROR", "object": ApiError::new(410, "Expired", format!("too old resource version: {version} ({current})")).status()})],
+                None => vec![
+                    json!({"type": "ERROR", "object": ApiError::new(410, "Expired", format!("too old resource version: {version} ({current})")).status()}),
+                ],
             }
         };
         (initial, receiver, current)
@@ -735,13 +798,16 @@ async fn exec_session(
         .or_else(|| containers.first().cloned())
         .unwrap_or_default();
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let send_status = |status: Value| Message::binary([vec![3u8], status.to_string().into_bytes()].concat());
+    let send_status =
+        |status: Value| Message::binary([vec![3u8], status.to_string().into_bytes()].concat());
     if !containers.contains(&container) {
         let _ = sink
-            .send(send_status(json!({"metadata": {}, "status": "Failure", "reason": "BadRequest",
-                "message": format!("container {container} is not valid for pod {pod_name}")})))
+            .send(send_status(
+                json!({"metadata": {}, "status": "Failure", "reason": "BadRequest",
+                "message": format!("container {container} is not valid for pod {pod_name}")}),
+            ))
             .await;
-        let _ = sink.close().await;
+        close_normally(&mut sink).await;
         return;
     }
     let mut stdin = Vec::new();
@@ -800,6 +866,18 @@ async fn exec_session(
                "details": {"causes": [{"reason": "ExitCode", "message": outcome.code.to_string()}]}})
     };
     let _ = sink.send(send_status(status)).await;
+    close_normally(&mut sink).await;
+}
+
+/// Ends a session with a Normal close frame (clients report a bare close as an error).
+async fn close_normally(sink: &mut futures::stream::SplitSink<Socket, Message>) {
+    use tokio_tungstenite::tungstenite::protocol::{CloseFrame, frame::coding::CloseCode};
+    let _ = sink
+        .send(Message::Close(Some(CloseFrame {
+            code: CloseCode::Normal,
+            reason: "".into(),
+        })))
+        .await;
     let _ = sink.close().await;
 }
 
@@ -849,7 +927,7 @@ async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, St
         let _ = sink
             .send(Message::binary([vec![1u8], message.into_bytes()].concat()))
             .await;
-        let _ = sink.close().await;
+        close_normally(&mut sink).await;
         return;
     };
     let (mut reader, mut writer) = connection.into_split();
@@ -883,7 +961,7 @@ async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, St
                 }
             }
         }
-        let _ = sink.close().await;
+        close_normally(&mut sink).await;
     };
     tokio::join!(upstream, downstream);
 }

@@ -5,7 +5,10 @@ use serde_json::{Value, json};
 
 /// True when the Accept header asks for a Table.
 pub fn wants_table(accept: &str) -> bool {
-    accept.split(',').next().is_some_and(|first| first.contains("as=Table"))
+    accept
+        .split(',')
+        .next()
+        .is_some_and(|first| first.contains("as=Table"))
 }
 
 fn age(object: &Value) -> String {
@@ -44,27 +47,54 @@ fn columns_and_cells(kind: &str, object: &Value) -> (Vec<Value>, Vec<Value>) {
     let spec = &object["spec"];
     match kind {
         "Pod" => {
-            let statuses = status["containerStatuses"].as_array().cloned().unwrap_or_default();
+            let statuses = status["containerStatuses"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
             let total = spec["containers"].as_array().map(Vec::len).unwrap_or(0);
             let ready = statuses.iter().filter(|s| s["ready"] == true).count();
-            let restarts: u64 = statuses.iter().filter_map(|s| s["restartCount"].as_u64()).sum();
+            let restarts: u64 = statuses
+                .iter()
+                .filter_map(|s| s["restartCount"].as_u64())
+                .sum();
             let reason = statuses
                 .iter()
                 .find_map(|s| s["state"]["waiting"]["reason"].as_str())
                 .or_else(|| status["phase"].as_str())
                 .unwrap_or("Pending");
             (
-                vec![column("Name", "string"), column("Ready", "string"), column("Status", "string"), column("Restarts", "string"), column("Age", "string")],
-                vec![name, json!(format!("{ready}/{total}")), json!(reason), json!(restarts.to_string()), age],
+                vec![
+                    column("Name", "string"),
+                    column("Ready", "string"),
+                    column("Status", "string"),
+                    column("Restarts", "string"),
+                    column("Age", "string"),
+                ],
+                vec![
+                    name,
+                    json!(format!("{ready}/{total}")),
+                    json!(reason),
+                    json!(restarts.to_string()),
+                    age,
+                ],
             )
         }
         "Deployment" => {
             let desired = spec["replicas"].as_u64().unwrap_or(1);
             (
-                vec![column("Name", "string"), column("Ready", "string"), column("Up-to-date", "integer"), column("Available", "integer"), column("Age", "string")],
+                vec![
+                    column("Name", "string"),
+                    column("Ready", "string"),
+                    column("Up-to-date", "integer"),
+                    column("Available", "integer"),
+                    column("Age", "string"),
+                ],
                 vec![
                     name,
-                    json!(format!("{}/{desired}", status["readyReplicas"].as_u64().unwrap_or(0))),
+                    json!(format!(
+                        "{}/{desired}",
+                        status["readyReplicas"].as_u64().unwrap_or(0)
+                    )),
                     json!(status["updatedReplicas"].as_u64().unwrap_or(0)),
                     json!(status["availableReplicas"].as_u64().unwrap_or(0)),
                     age,
@@ -74,12 +104,27 @@ fn columns_and_cells(kind: &str, object: &Value) -> (Vec<Value>, Vec<Value>) {
         "StatefulSet" => {
             let desired = spec["replicas"].as_u64().unwrap_or(1);
             (
-                vec![column("Name", "string"), column("Ready", "string"), column("Age", "string")],
-                vec![name, json!(format!("{}/{desired}", status["readyReplicas"].as_u64().unwrap_or(0))), age],
+                vec![
+                    column("Name", "string"),
+                    column("Ready", "string"),
+                    column("Age", "string"),
+                ],
+                vec![
+                    name,
+                    json!(format!(
+                        "{}/{desired}",
+                        status["readyReplicas"].as_u64().unwrap_or(0)
+                    )),
+                    age,
+                ],
             )
         }
         "Namespace" => (
-            vec![column("Name", "string"), column("Status", "string"), column("Age", "string")],
+            vec![
+                column("Name", "string"),
+                column("Status", "string"),
+                column("Age", "string"),
+            ],
             vec![name, status["phase"].clone(), age],
         ),
         "Service" => {
@@ -88,26 +133,63 @@ fn columns_and_cells(kind: &str, object: &Value) -> (Vec<Value>, Vec<Value>) {
                 .map(|ports| {
                     ports
                         .iter()
-                        .map(|p| format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP")))
+                        .map(|p| {
+                            format!("{}/{}", p["port"], p["protocol"].as_str().unwrap_or("TCP"))
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
             (
-                vec![column("Name", "string"), column("Type", "string"), column("Cluster-IP", "string"), column("External-IP", "string"), column("Port(s)", "string"), column("Age", "string")],
-                vec![name, spec["type"].clone(), spec["clusterIP"].clone(), json!("<none>"), json!(ports.join(",")), age],
+                vec![
+                    column("Name", "string"),
+                    column("Type", "string"),
+                    column("Cluster-IP", "string"),
+                    column("External-IP", "string"),
+                    column("Port(s)", "string"),
+                    column("Age", "string"),
+                ],
+                vec![
+                    name,
+                    spec["type"].clone(),
+                    spec["clusterIP"].clone(),
+                    json!("<none>"),
+                    json!(ports.join(",")),
+                    age,
+                ],
             )
         }
         "Secret" => (
-            vec![column("Name", "string"), column("Type", "string"), column("Data", "string"), column("Age", "string")],
-            vec![name, object["type"].clone(), json!(count(&object["data"])), age],
+            vec![
+                column("Name", "string"),
+                column("Type", "string"),
+                column("Data", "string"),
+                column("Age", "string"),
+            ],
+            vec![
+                name,
+                object["type"].clone(),
+                json!(count(&object["data"])),
+                age,
+            ],
         ),
         "ConfigMap" => (
-            vec![column("Name", "string"), column("Data", "string"), column("Age", "string")],
-            vec![name, json!(count(&object["data"]) + count(&object["binaryData"])), age],
+            vec![
+                column("Name", "string"),
+                column("Data", "string"),
+                column("Age", "string"),
+            ],
+            vec![
+                name,
+                json!(count(&object["data"]) + count(&object["binaryData"])),
+                age,
+            ],
         ),
         "Job" => {
             let complete = status["succeeded"].as_u64().unwrap_or(0);
-            let state = if status["conditions"].as_array().is_some_and(|c| c.iter().any(|c| c["type"] == "Failed")) {
+            let state = if status["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Failed"))
+            {
                 "Failed"
             } else if complete > 0 {
                 "Complete"
@@ -115,7 +197,12 @@ fn columns_and_cells(kind: &str, object: &Value) -> (Vec<Value>, Vec<Value>) {
                 "Running"
             };
             (
-                vec![column("Name", "string"), column("Status", "string"), column("Completions", "string"), column("Age", "string")],
+                vec![
+                    column("Name", "string"),
+                    column("Status", "string"),
+                    column("Completions", "string"),
+                    column("Age", "string"),
+                ],
                 vec![name, json!(state), json!(format!("{complete}/1")), age],
             )
         }
