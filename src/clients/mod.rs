@@ -6,6 +6,8 @@ pub mod bao;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
+pub mod helm;
+pub mod kube;
 pub mod net;
 pub mod process;
 pub mod runtime;

@@ -13,6 +13,8 @@ pub mod core;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
+pub mod helm;
+pub mod kube;
 pub mod net;
 pub mod options;
 pub mod process;
@@ -41,6 +43,8 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
     combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);
     combine_with_exported_module!(&mut module, "bprun_tls", tls::tls_functions);
+    combine_with_exported_module!(&mut module, "bprun_kube", kube::kube_functions);
+    combine_with_exported_module!(&mut module, "bprun_helm", helm::helm_functions);
     module
 }
 

@@ -11,6 +11,7 @@ mod cli;
 mod diagnostics;
 mod gitlab;
 mod gitlab_sim;
+mod kube_sim;
 mod natives;
 mod repl;
 mod runner;

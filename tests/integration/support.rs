@@ -119,3 +119,22 @@ impl Output {
         self
     }
 }
+
+/// A tool ./test.sh installs into `.tools/bin` (helm, kubectl, bao), else from PATH.
+pub fn tool(name: &str) -> std::path::PathBuf {
+    let local = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(".tools/bin")
+        .join(name);
+    if local.exists() {
+        return local;
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join(name))
+                .find(|p| p.exists())
+        })
+        .unwrap_or_else(|| {
+            panic!("{name} is missing: run ./test.sh, which installs it into .tools/bin")
+        })
+}

@@ -449,6 +449,23 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceType>, String> {
     Ok(served)
 }
 
+/// The `all` category (`kubectl get all`) holds the workloads and their services.
+fn categories(resource: &ResourceType) -> Vec<&'static str> {
+    let all = matches!(
+        resource.kind.as_str(),
+        "Pod"
+            | "Service"
+            | "Deployment"
+            | "StatefulSet"
+            | "DaemonSet"
+            | "ReplicaSet"
+            | "Job"
+            | "CronJob"
+            | "HorizontalPodAutoscaler"
+    );
+    if all { vec!["all"] } else { Vec::new() }
+}
+
 /// `GET /api`.
 pub fn api_versions() -> Value {
     json!({
@@ -523,6 +540,7 @@ pub fn api_resource_list(resources: &[ResourceType], group: &str, version: &str)
             "kind": resource.kind,
             "verbs": VERBS,
             "shortNames": resource.short_names,
+            "categories": categories(resource),
         }));
         for sub in &resource.subresources {
             let verbs: &[&str] = match sub.as_str() {

@@ -343,6 +343,16 @@ async fn route(
                 );
             }
             "/healthz" | "/readyz" | "/livez" => return full(200, "text/plain", b"ok".to_vec()),
+            // kubectl validates kinds it cannot find in OpenAPI v3 against v2, which it reads as
+            // protobuf only: an empty Swagger 2.0 document (field 1, "2.0") lets it go on to
+            // the REST mapping, as against a real server.
+            "/openapi/v2" => {
+                return full(
+                    200,
+                    "application/com.github.proto-openapi.spec.v2.v1.0+protobuf",
+                    vec![0x0a, 0x03, b'2', b'.', b'0'],
+                );
+            }
             "/api" => return json_response(200, &resources::api_versions()),
             "/apis" => {
                 return json_response(200, &resources::api_group_list(&sim.cluster().resources));

@@ -1,0 +1,1 @@
+//! Helm through the real `helm` binary. Being written.

@@ -1,0 +1,1 @@
+//! Kubernetes through kube-rs. Being written.

@@ -1,0 +1,6 @@
+//! Kubernetes natives (kube-rs). Being written.
+
+use rhai::plugin::*;
+
+#[export_module]
+pub mod kube_functions {}

@@ -1,0 +1,577 @@
+//! The Kubernetes simulator driven by the real kubectl and helm (from ./test.sh's .tools/bin):
+//! when they cannot use it, the simulator is wrong.
+
+use crate::support::tool;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub struct KubeSim {
+    child: Child,
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    /// HOME for kubectl and helm (their caches), removed with the simulator.
+    pub home: tempfile::TempDir,
+}
+
+impl Drop for KubeSim {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code, 0,
+            "stdout:\n{}\nstderr:\n{}",
+            self.stdout, self.stderr
+        );
+        &self.stdout
+    }
+}
+
+impl KubeSim {
+    /// `bprun sim kube` on a free loopback port; `extra` goes on its command line.
+    pub fn start(extra: &[&str]) -> KubeSim {
+        let home = tempfile::tempdir().expect("home");
+        let kubeconfig = home.path().join("kubeconfig");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_bprun"))
+            .args(["sim", "kube", "--listen", "127.0.0.1:0", "--kubeconfig"])
+            .arg(&kubeconfig)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start bprun sim kube");
+        let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("read KUBE_URL");
+        let url = line
+            .trim()
+            .strip_prefix("KUBE_URL=")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_string();
+        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+        let mut second = String::new();
+        reader.read_line(&mut second).expect("read KUBECONFIG");
+        assert_eq!(
+            second.trim(),
+            format!("KUBECONFIG={}", kubeconfig.display())
+        );
+        KubeSim {
+            child,
+            url,
+            kubeconfig,
+            home,
+        }
+    }
+
+    fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Run {
+        let mut command = Command::new(tool(program));
+        command
+            .args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.home.path())
+            .env("HELM_CACHE_HOME", self.home.path().join("helm-cache"))
+            .env("HELM_CONFIG_HOME", self.home.path().join("helm-config"))
+            .env("HELM_DATA_HOME", self.home.path().join("helm-data"))
+            .current_dir(env!("CARGO_MANIFEST_DIR"))
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = command.spawn().expect("spawn");
+        if let Some(text) = stdin {
+            use std::io::Write;
+            let mut pipe = child.stdin.take().expect("stdin");
+            pipe.write_all(text.as_bytes()).expect("write stdin");
+        }
+        let output = child.wait_with_output().expect("wait");
+        Run {
+            code: output.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+        }
+    }
+
+    pub fn kubectl(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--request-timeout=20s"];
+        all.extend_from_slice(args);
+        self.run("kubectl", &all, None)
+    }
+
+    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Run {
+        self.run("kubectl", args, Some(stdin))
+    }
+
+    pub fn helm(&self, args: &[&str]) -> Run {
+        self.run("helm", args, None)
+    }
+}
+
+fn fixture(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/kube")
+        .join(name)
+        .display()
+        .to_string()
+}
+
+#[test]
+fn kubeconfig_is_private_and_tokens_are_required() {
+    use std::os::unix::fs::PermissionsExt;
+    let sim = KubeSim::start(&[]);
+    let mode = std::fs::metadata(&sim.kubeconfig)
+        .expect("kubeconfig")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let ok = sim.kubectl(&["get", "ns", "-o", "name"]);
+    assert_eq!(
+        ok.ok(),
+        "namespace/default\nnamespace/kube-node-lease\nnamespace/kube-public\nnamespace/kube-system\n"
+    );
+    let wrong = sim.kubectl(&["--token", "not-the-token", "get", "ns"]);
+    assert_eq!(wrong.code, 1);
+    assert!(
+        wrong.stderr.contains("Unauthorized") || wrong.stderr.contains("provide credentials"),
+        "{}",
+        wrong.stderr
+    );
+}
+
+#[test]
+fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
+    let sim = KubeSim::start(&[]);
+    assert_eq!(
+        sim.kubectl(&["create", "ns", "demo"]).ok(),
+        "namespace/demo created\n"
+    );
+    let web = fixture("web.yaml");
+    assert_eq!(
+        sim.kubectl(&["apply", "-f", &web]).ok(),
+        "deployment.apps/web created\nservice/web created\n"
+    );
+    let again = sim.kubectl(&["apply", "-f", &web]);
+    assert_eq!(
+        again.ok(),
+        "deployment.apps/web unchanged\nservice/web unchanged\n"
+    );
+    assert_eq!(again.stderr, "", "no warnings on a second apply");
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        "demo",
+        "--timeout=20s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Available",
+        "deployment/web",
+        "-n",
+        "demo",
+        "--timeout=20s",
+    ])
+    .ok();
+    let pods = sim.kubectl(&["get", "pods", "-n", "demo", "-l", "app=web", "--no-headers"]);
+    let lines: Vec<&str> = pods.ok().lines().collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .all(|l| l.contains("1/1") && l.contains("Running")),
+        "{lines:?}"
+    );
+    let header = sim.kubectl(&["get", "deployment", "web", "-n", "demo"]);
+    assert!(
+        header.ok().starts_with(
+            "NAME   READY   UP-TO-DATE   AVAILABLE   AGE\nweb    2/2     2            2"
+        ),
+        "{}",
+        header.stdout
+    );
+    let endpoints = sim.kubectl(&[
+        "get",
+        "endpoints",
+        "web",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.subsets[0].addresses[*].ip}",
+    ]);
+    assert_eq!(endpoints.ok().split(' ').count(), 2);
+    // A change bumps generation once; the rollout replaces the pods.
+    let generation = |sim: &KubeSim| {
+        sim.kubectl(&[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.metadata.generation}",
+        ])
+        .ok()
+        .to_string()
+    };
+    assert_eq!(generation(&sim), "1");
+    sim.kubectl(&[
+        "set",
+        "image",
+        "deployment/web",
+        "web=nginx:1.28",
+        "-n",
+        "demo",
+    ])
+    .ok();
+    assert_eq!(generation(&sim), "2");
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        "demo",
+        "--timeout=20s",
+    ])
+    .ok();
+    let images = sim.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "demo",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[*].spec.containers[0].image}",
+    ]);
+    assert_eq!(images.ok(), "nginx:1.28 nginx:1.28");
+}
+
+#[test]
+fn server_side_apply_owns_fields_and_reports_conflicts() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let web = fixture("web.yaml");
+    assert_eq!(
+        sim.kubectl(&["apply", "--server-side", "-f", &web]).ok(),
+        "deployment.apps/web serverside-applied\nservice/web serverside-applied\n"
+    );
+    let managers = sim.kubectl(&[
+        "get",
+        "deployment",
+        "web",
+        "-n",
+        "demo",
+        "--show-managed-fields",
+        "-o",
+        "jsonpath={.metadata.managedFields[*].manager}",
+    ]);
+    assert_eq!(managers.ok(), "kubectl");
+    let scaled = std::fs::read_to_string(&web)
+        .expect("fixture")
+        .replace("replicas: 2", "replicas: 3");
+    let conflict = sim.kubectl_stdin(
+        &["apply", "--server-side", "--field-manager=other", "-f", "-"],
+        &scaled,
+    );
+    assert_eq!(conflict.code, 1, "{}", conflict.stdout);
+    assert!(
+        conflict.stderr.contains("conflict with \"kubectl\"")
+            && conflict.stderr.contains(".spec.replicas"),
+        "{}",
+        conflict.stderr
+    );
+    sim.kubectl_stdin(
+        &[
+            "apply",
+            "--server-side",
+            "--field-manager=other",
+            "--force-conflicts",
+            "-f",
+            "-",
+        ],
+        &scaled,
+    )
+    .ok();
+    let replicas = sim.kubectl(&[
+        "get",
+        "deployment",
+        "web",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.spec.replicas}",
+    ]);
+    assert_eq!(replicas.ok(), "3");
+    // Strict field validation names the unknown field.
+    let typo =
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: demo}\ndat: {a: b}\n";
+    let refused = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], typo);
+    assert_eq!(refused.code, 1);
+    assert!(
+        refused.stderr.contains("unknown field \"dat\""),
+        "{}",
+        refused.stderr
+    );
+    assert_eq!(
+        sim.kubectl(&["get", "configmap", "-n", "demo", "-o", "name"])
+            .ok(),
+        "",
+        "nothing was created"
+    );
+}
+
+#[test]
+fn namespaces_pass_through_terminating_and_take_their_objects() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--from-literal=k=v",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        "-n",
+        "demo",
+        "--from-literal=password=s3cret",
+    ])
+    .ok();
+    let secret = sim.kubectl(&[
+        "get",
+        "secret",
+        "s",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.data.password}",
+    ]);
+    assert_eq!(secret.ok(), "czNjcmV0");
+    assert_eq!(
+        sim.kubectl(&["delete", "ns", "demo", "--wait=true", "--timeout=20s"])
+            .ok(),
+        "namespace \"demo\" deleted\n"
+    );
+    let gone = sim.kubectl(&["get", "ns", "demo"]);
+    assert_eq!(gone.code, 1);
+    assert_eq!(
+        gone.stderr.trim(),
+        "Error from server (NotFound): namespaces \"demo\" not found"
+    );
+    let configmaps = sim.kubectl(&["get", "configmaps", "-A", "-o", "name"]);
+    assert_eq!(configmaps.ok(), "");
+}
+
+#[test]
+fn crds_register_in_discovery_and_custom_resources_become_ready() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let missing = sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("no matches for kind \"Cluster\""),
+        "{}",
+        missing.stderr
+    );
+    sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/clusters.postgresql.cnpg.io",
+        "--timeout=20s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]).ok(),
+        "cluster.postgresql.cnpg.io/pg created\n"
+    );
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "--timeout=20s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&["get", "pgc", "-n", "demo", "-o", "name"])
+            .ok(),
+        "cluster.postgresql.cnpg.io/pg\n"
+    );
+    sim.kubectl(&["delete", "crd", "clusters.postgresql.cnpg.io"])
+        .ok();
+    let after = sim.kubectl(&["get", "clusters.postgresql.cnpg.io", "-A"]);
+    assert_eq!(after.code, 1, "{}", after.stdout);
+}
+
+#[test]
+fn kubectl_exec_runs_commands_in_simulated_containers() {
+    let sim = KubeSim::start(&["--platform"]);
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod",
+        "-l",
+        "app=toolbox",
+        "-n",
+        "gitlab",
+        "--timeout=20s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&[
+            "exec",
+            "-n",
+            "gitlab",
+            "deploy/gitlab-toolbox",
+            "--",
+            "echo",
+            "hello"
+        ])
+        .ok(),
+        "hello\n"
+    );
+    let piped = sim.kubectl_stdin(
+        &[
+            "exec",
+            "-i",
+            "-n",
+            "gitlab",
+            "deploy/gitlab-toolbox",
+            "--",
+            "cat",
+        ],
+        "from stdin\n",
+    );
+    assert_eq!(piped.ok(), "from stdin\n");
+    let failed = sim.kubectl(&[
+        "exec",
+        "-n",
+        "gitlab",
+        "deploy/gitlab-toolbox",
+        "--",
+        "sh",
+        "-c",
+        "exit 3",
+    ]);
+    assert_eq!(failed.code, 3);
+    assert_eq!(failed.stderr, "command terminated with exit code 3\n");
+    let unknown = sim.kubectl(&[
+        "exec",
+        "-n",
+        "gitlab",
+        "deploy/gitlab-toolbox",
+        "--",
+        "nosuch",
+    ]);
+    assert_eq!(unknown.code, 127);
+    assert!(
+        unknown
+            .stderr
+            .contains("\"nosuch\": executable file not found in $PATH"),
+        "{}",
+        unknown.stderr
+    );
+    let no_gitlab = sim.kubectl(&[
+        "exec",
+        "-n",
+        "gitlab",
+        "deploy/gitlab-toolbox",
+        "--",
+        "gitlab-rails",
+        "runner",
+        "puts User.first.personal_access_tokens.create!(name: 'x').token",
+    ]);
+    assert_eq!(no_gitlab.code, 1);
+    assert!(
+        no_gitlab.stderr.contains("no GitLab is attached"),
+        "{}",
+        no_gitlab.stderr
+    );
+}
+
+#[test]
+fn helm_installs_upgrades_and_uninstalls_releases() {
+    let sim = KubeSim::start(&[]);
+    let chart = "apps/redis/helm-chart";
+    let install = sim.helm(&[
+        "install",
+        "redis",
+        chart,
+        "-n",
+        "redis",
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "30s",
+    ]);
+    assert!(
+        install.ok().contains("STATUS: deployed\nREVISION: 1\n"),
+        "{}",
+        install.stdout
+    );
+    let secrets = sim.kubectl(&[
+        "get",
+        "secrets",
+        "-n",
+        "redis",
+        "-l",
+        "owner=helm",
+        "-o",
+        "name",
+    ]);
+    assert_eq!(secrets.ok(), "secret/sh.helm.release.v1.redis.v1\n");
+    let upgrade = sim.helm(&[
+        "upgrade",
+        "--install",
+        "redis",
+        chart,
+        "-n",
+        "redis",
+        "--wait",
+        "--timeout",
+        "30s",
+    ]);
+    assert!(upgrade.ok().contains("REVISION: 2\n"), "{}", upgrade.stdout);
+    let list = sim.helm(&["list", "-A", "-o", "json"]);
+    let releases: serde_json::Value = serde_json::from_str(list.ok()).expect("helm list json");
+    assert_eq!(releases[0]["name"], "redis");
+    assert_eq!(releases[0]["status"], "deployed");
+    assert_eq!(releases[0]["revision"], "2");
+    let status = sim.helm(&["status", "redis", "-n", "redis"]);
+    assert!(status.ok().contains("redis-master"), "{}", status.stdout);
+    assert_eq!(
+        sim.helm(&["uninstall", "redis", "-n", "redis", "--wait"])
+            .ok(),
+        "release \"redis\" uninstalled\n"
+    );
+    assert_eq!(
+        sim.kubectl(&["get", "all", "-n", "redis", "-o", "name"])
+            .ok(),
+        ""
+    );
+    assert_eq!(sim.helm(&["list", "-A", "-q"]).ok(), "");
+}
