@@ -45,6 +45,8 @@ pub struct Session {
     pub bao: std::sync::OnceLock<crate::clients::bao::BaoClient>,
     /// The GitLab client, created by the first GitLab native (creation can fail: no GITLAB_URL).
     pub gitlab: Mutex<Option<Arc<crate::clients::gitlab::GitlabClient>>>,
+    /// The Kubernetes client, created by the first Kubernetes native.
+    pub kube: Mutex<Option<Arc<crate::clients::kube::KubeClient>>>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
 }
@@ -58,6 +60,7 @@ impl Session {
             import_root,
             bao: std::sync::OnceLock::new(),
             gitlab: Mutex::new(None),
+            kube: Mutex::new(None),
             run_hook: Mutex::new(None),
         }
     }

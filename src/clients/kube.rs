@@ -1,1 +1,992 @@
-//! Kubernetes through kube-rs. Being written.
+//! Kubernetes through kube-rs: one client per run (KUBECONFIG, in-cluster, or a named
+//! context), kinds resolved through discovery (re-discovered when a kind is missing, e.g.
+//! right after its CRD), server-side apply with the field manager `bprun`, polling waits with
+//! explicit timeouts, exec and port-forward over WebSockets. Plain Rust: no rhai here.
+
+use super::kube_conditions::{self, Readiness};
+use crate::error::NativeError;
+use kube::api::{
+    Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
+};
+use kube::core::GroupVersionKind;
+use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
+use serde_json::{Value, json};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The field manager of every bprun write.
+pub const FIELD_MANAGER: &str = "bprun";
+/// Attempts of a retried call (reads and applies, which are idempotent).
+const ATTEMPTS: u32 = 4;
+
+pub struct KubeClient {
+    client: kube::Client,
+    discovery: Mutex<Option<Discovery>>,
+    pub context: String,
+    pub server: String,
+    pub default_namespace: String,
+    /// The kubeconfig file in use, when one is.
+    pub kubeconfig_path: Option<std::path::PathBuf>,
+}
+
+/// One object's outcome in `apply`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// created, configured or unchanged.
+    pub action: &'static str,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ExecResult {
+    pub code: i64,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+fn block_on<F: std::future::Future>(future: F) -> F::Output {
+    super::runtime::runtime().block_on(future)
+}
+
+/// The operator's words for a kube-rs error, keeping the server's status and reason.
+fn describe_error(error: &kube::Error) -> String {
+    match error {
+        kube::Error::Api(status) => format!(
+            "{} {}: {}",
+            status.code,
+            if status.reason.is_empty() {
+                "Error"
+            } else {
+                status.reason.as_str()
+            },
+            status.message
+        ),
+        other => super::error_chain(other),
+    }
+}
+
+fn status_code(error: &kube::Error) -> Option<u16> {
+    match error {
+        kube::Error::Api(status) => Some(status.code),
+        _ => None,
+    }
+}
+
+fn transient(error: &kube::Error) -> bool {
+    match status_code(error) {
+        Some(code) => matches!(code, 429 | 500 | 502 | 503 | 504),
+        None => matches!(error, kube::Error::HyperError(_) | kube::Error::Service(_)),
+    }
+}
+
+fn api_error(what: &str, error: &kube::Error) -> NativeError {
+    let hint = match status_code(error) {
+        Some(401) => "the cluster refused the credentials: check KUBECONFIG and its user",
+        Some(403) => "the kubeconfig's user may not do this: check its RBAC",
+        Some(404) => "check the kind, namespace and name (`kube_list` shows what exists)",
+        Some(409) => "someone else changed or owns it: read it again, or apply with force",
+        Some(422) | Some(400) => "the object is invalid: the message names the field",
+        Some(_) => "the API server refused the request",
+        None => "is the cluster reachable? check KUBECONFIG and that the API server is up",
+    };
+    NativeError::new(format!("{what}: {}", describe_error(error))).with_hint(hint)
+}
+
+/// Runs `call` up to [`ATTEMPTS`] times while it fails transiently (backoff 0.2, 0.4, 0.8 s).
+async fn retry<T, F, Fut>(mut call: F) -> Result<T, kube::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, kube::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match call().await {
+            Err(error) if attempt < ATTEMPTS && transient(&error) => {
+                tokio::time::sleep(Duration::from_millis(200 << (attempt - 1))).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn object_json(object: &DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+fn name_of(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
+/// `kind/name in namespace` for messages.
+pub fn display(kind: &str, namespace: &str, name: &str) -> String {
+    if namespace.is_empty() {
+        format!("{kind}/{name}")
+    } else {
+        format!("{kind}/{name} in {namespace}")
+    }
+}
+
+impl KubeClient {
+    /// Connects with KUBECONFIG (or in-cluster config), or a named `context` of the kubeconfig.
+    pub fn connect(context: Option<&str>) -> Result<KubeClient, NativeError> {
+        super::runtime::install_tls_provider();
+        block_on(async {
+            let config = match context {
+                Some(name) => kube::Config::from_kubeconfig(&kube::config::KubeConfigOptions {
+                    context: Some(name.to_string()),
+                    ..Default::default()
+                })
+                .await
+                .map_err(|error| {
+                    NativeError::new(format!(
+                        "kubeconfig context {name}: {}",
+                        super::error_chain(&error)
+                    ))
+                    .with_hint("list contexts with `kubectl config get-contexts`")
+                })?,
+                None => kube::Config::infer().await.map_err(|error| {
+                    NativeError::new(format!(
+                        "no Kubernetes configuration: {}",
+                        super::error_chain(&error)
+                    ))
+                    .with_hint("set KUBECONFIG (for the simulator: `bprun sim kube` prints it)")
+                })?,
+            };
+            let mut config = config;
+            config.connect_timeout = Some(Duration::from_secs(10));
+            config.read_timeout = Some(Duration::from_secs(60));
+            config.write_timeout = Some(Duration::from_secs(60));
+            let server = config.cluster_url.to_string();
+            let default_namespace = config.default_namespace.clone();
+            let client = kube::Client::try_from(config).map_err(|error| {
+                NativeError::new(format!(
+                    "Kubernetes client for {server}: {}",
+                    super::error_chain(&error)
+                ))
+            })?;
+            let kubeconfig_path = std::env::var_os("KUBECONFIG")
+                .map(std::path::PathBuf::from)
+                .filter(|path| path.is_file());
+            Ok(KubeClient {
+                client,
+                discovery: Mutex::new(None),
+                context: context.unwrap_or("current").to_string(),
+                server,
+                default_namespace,
+                kubeconfig_path,
+            })
+        })
+    }
+
+    async fn discover(&self) -> Result<Discovery, NativeError> {
+        retry(|| Discovery::new(self.client.clone()).run())
+            .await
+            .map_err(|error| api_error(&format!("discovery on {}", self.server), &error))
+    }
+
+    /// Resolves a kind as scripts write it: `Deployment`, `deployment`, `deployments`,
+    /// `deployments.apps`, or `apps/v1/Deployment`; re-discovers once when it is unknown.
+    pub fn resolve(&self, kind: &str) -> Result<(ApiResource, ApiCapabilities), NativeError> {
+        block_on(self.resolve_async(kind, None))
+    }
+
+    async fn resolve_async(
+        &self,
+        kind: &str,
+        api_version: Option<&str>,
+    ) -> Result<(ApiResource, ApiCapabilities), NativeError> {
+        for attempt in 0..2 {
+            let cached = self
+                .discovery
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            let discovery = match cached {
+                Some(discovery) if attempt == 0 => discovery,
+                _ => self.discover().await?,
+            };
+            let found = find_kind(&discovery, kind, api_version);
+            *self.discovery.lock().unwrap_or_else(|p| p.into_inner()) = Some(discovery);
+            if let Some(found) = found {
+                return Ok(found);
+            }
+        }
+        let wanted = match api_version {
+            Some(version) => format!("{version} {kind}"),
+            None => kind.to_string(),
+        };
+        Err(NativeError::new(format!("unknown kind {wanted} on {}", self.server)).with_hint(
+            "the API server does not serve it: is its CRD installed? (`kubectl api-resources` lists kinds)",
+        ))
+    }
+
+    fn api(
+        &self,
+        resource: &ApiResource,
+        caps: &ApiCapabilities,
+        namespace: &str,
+    ) -> Api<DynamicObject> {
+        match (caps.scope.clone(), namespace) {
+            (Scope::Cluster, _) => Api::all_with(self.client.clone(), resource),
+            (Scope::Namespaced, "") => Api::default_namespaced_with(self.client.clone(), resource),
+            (Scope::Namespaced, ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+        }
+    }
+
+    fn list_api(
+        &self,
+        resource: &ApiResource,
+        caps: &ApiCapabilities,
+        namespace: &str,
+    ) -> Api<DynamicObject> {
+        match (caps.scope.clone(), namespace) {
+            (Scope::Namespaced, "") | (Scope::Cluster, _) => {
+                Api::all_with(self.client.clone(), resource)
+            }
+            (Scope::Namespaced, ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+        }
+    }
+
+    /// Server-side applies each object (field manager `bprun`, forced); `dry_run` asks the
+    /// server what would change without changing it. Objects whose kind a CRD earlier in the
+    /// same batch defines wait (up to 30 s) for it to be served.
+    pub fn apply(&self, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>, NativeError> {
+        block_on(async {
+            let mut outcomes = Vec::new();
+            for object in objects {
+                let kind = object["kind"].as_str().unwrap_or_default();
+                let api_version = object["apiVersion"].as_str().unwrap_or_default();
+                let name = name_of(object);
+                if kind.is_empty() || api_version.is_empty() || name.is_empty() {
+                    return Err(NativeError::new(format!(
+                        "kube_apply: every object needs apiVersion, kind and metadata.name (got {})",
+                        display(
+                            if kind.is_empty() { "?" } else { kind },
+                            "",
+                            if name.is_empty() { "?" } else { &name }
+                        )
+                    )));
+                }
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let (resource, caps) = loop {
+                    match self.resolve_async(kind, Some(api_version)).await {
+                        Ok(found) => break found,
+                        Err(error)
+                            if Instant::now() < deadline
+                                && outcomes
+                                    .iter()
+                                    .any(|o: &Applied| o.kind == "CustomResourceDefinition") =>
+                        {
+                            let _ = error;
+                            tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        Err(error) => return Err(error),
+                    }
+                };
+                let namespace = if caps.scope == Scope::Namespaced {
+                    object["metadata"]["namespace"]
+                        .as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| self.default_namespace.clone())
+                } else {
+                    String::new()
+                };
+                let api = self.api(&resource, &caps, &namespace);
+                let shown = display(kind, &namespace, &name);
+                let live = retry(|| api.get_opt(&name))
+                    .await
+                    .map_err(|error| api_error(&format!("kube_apply {shown}"), &error))?;
+                let mut params = PatchParams::apply(FIELD_MANAGER).force();
+                params.dry_run = dry_run;
+                let mut body = object.clone();
+                if caps.scope == Scope::Namespaced {
+                    body["metadata"]["namespace"] = json!(namespace);
+                }
+                let apply_patch = Patch::Apply(&body);
+                let result = match retry(|| api.patch(&name, &params, &apply_patch)).await {
+                    Ok(result) => result,
+                    // A dry run cannot place an object in a namespace the same batch would
+                    // create: it would be created.
+                    Err(error)
+                        if dry_run
+                            && status_code(&error) == Some(404)
+                            && outcomes.iter().any(|o: &Applied| {
+                                o.kind == "Namespace"
+                                    && o.name == namespace
+                                    && o.action == "created"
+                            }) =>
+                    {
+                        outcomes.push(Applied {
+                            kind: kind.to_string(),
+                            namespace,
+                            name,
+                            action: "created",
+                        });
+                        continue;
+                    }
+                    Err(error) => return Err(api_error(&format!("kube_apply {shown}"), &error)),
+                };
+                let action = match &live {
+                    None => "created",
+                    Some(live) => {
+                        let before = normalized(&object_json(live));
+                        let after = normalized(&object_json(&result));
+                        if before == after {
+                            "unchanged"
+                        } else {
+                            "configured"
+                        }
+                    }
+                };
+                outcomes.push(Applied {
+                    kind: kind.to_string(),
+                    namespace,
+                    name,
+                    action,
+                });
+            }
+            Ok(outcomes)
+        })
+    }
+
+    pub fn get(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, NativeError> {
+        block_on(async {
+            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let api = self.api(&resource, &caps, namespace);
+            retry(|| api.get_opt(name))
+                .await
+                .map(|found| found.as_ref().map(object_json))
+                .map_err(|error| {
+                    api_error(
+                        &format!("kube_get {}", display(kind, namespace, name)),
+                        &error,
+                    )
+                })
+        })
+    }
+
+    pub fn list(
+        &self,
+        kind: &str,
+        namespace: &str,
+        labels: &str,
+        fields: &str,
+    ) -> Result<Vec<Value>, NativeError> {
+        block_on(async {
+            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let api = self.list_api(&resource, &caps, namespace);
+            let mut params = ListParams::default();
+            if !labels.is_empty() {
+                params = params.labels(labels);
+            }
+            if !fields.is_empty() {
+                params = params.fields(fields);
+            }
+            retry(|| api.list(&params))
+                .await
+                .map(|list| list.items.iter().map(object_json).collect())
+                .map_err(|error| {
+                    api_error(
+                        &format!(
+                            "kube_list {kind} in {}",
+                            if namespace.is_empty() {
+                                "all namespaces"
+                            } else {
+                                namespace
+                            }
+                        ),
+                        &error,
+                    )
+                })
+        })
+    }
+
+    /// Deletes an object; false when it did not exist. With `wait`, polls until it is gone.
+    pub fn delete(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        wait: Option<Duration>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<bool, NativeError> {
+        let shown = display(kind, namespace, name);
+        block_on(async {
+            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let api = self.api(&resource, &caps, namespace);
+            let present = retry(|| api.get_opt(name))
+                .await
+                .map_err(|error| api_error(&format!("kube_delete {shown}"), &error))?;
+            if present.is_none() {
+                return Ok(false);
+            }
+            if dry_run {
+                return Ok(true);
+            }
+            match api.delete(name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(error) if status_code(&error) == Some(404) => return Ok(false),
+                Err(error) => return Err(api_error(&format!("kube_delete {shown}"), &error)),
+            }
+            if let Some(timeout) = wait {
+                let deadline = Instant::now() + timeout;
+                loop {
+                    if cancelled() {
+                        return Err(NativeError::new(format!(
+                            "kube_delete {shown}: interrupted"
+                        )));
+                    }
+                    let still = retry(|| api.get_opt(name))
+                        .await
+                        .map_err(|error| api_error(&format!("kube_delete {shown}"), &error))?;
+                    if still.is_none() {
+                        break;
+                    }
+                    if Instant::now() >= deadline {
+                        return Err(NativeError::new(format!(
+                            "kube_delete {shown}: still present after {}s",
+                            timeout.as_secs()
+                        ))
+                        .with_hint("finalizers may hold it: `kubectl get -o yaml` shows metadata.finalizers"));
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+            }
+            Ok(true)
+        })
+    }
+
+    /// Patches an object; returns the result and whether it changed (resourceVersion moved).
+    pub fn patch(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+        patch: &Value,
+        patch_type: &str,
+        dry_run: bool,
+    ) -> Result<(Value, bool), NativeError> {
+        let shown = display(kind, namespace, name);
+        block_on(async {
+            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let api = self.api(&resource, &caps, namespace);
+            let before = retry(|| api.get_opt(name))
+                .await
+                .map_err(|error| api_error(&format!("kube_patch {shown}"), &error))?
+                .ok_or_else(|| {
+                    NativeError::new(format!("kube_patch {shown}: not found"))
+                        .with_hint("kube_patch changes existing objects; kube_apply creates them")
+                })?;
+            let mut params = PatchParams {
+                field_manager: Some(FIELD_MANAGER.to_string()),
+                ..Default::default()
+            };
+            params.dry_run = dry_run;
+            let result = match patch_type {
+                "merge" => api.patch(name, &params, &Patch::Merge(patch)).await,
+                "strategic" => api.patch(name, &params, &Patch::Strategic(patch)).await,
+                "json" => {
+                    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+                        .map_err(|error| {
+                            NativeError::new(format!("kube_patch {shown}: not a JSON patch: {error}"))
+                                .with_hint("a JSON patch is an array like [#{op: \"replace\", path: \"/spec/replicas\", value: 2}]")
+                        })?;
+                    api.patch(name, &params, &Patch::<Value>::Json(operations)).await
+                }
+                other => {
+                    return Err(NativeError::new(format!("kube_patch: unknown patch type {other}"))
+                        .with_hint("type is one of merge, strategic, json"));
+                }
+            }
+            .map_err(|error| api_error(&format!("kube_patch {shown}"), &error))?;
+            let changed = normalized(&object_json(&before)) != normalized(&object_json(&result));
+            Ok((object_json(&result), changed))
+        })
+    }
+
+    /// Creates or updates a Secret from string values; false when it already held them.
+    pub fn secret_write(
+        &self,
+        namespace: &str,
+        name: &str,
+        data: &std::collections::BTreeMap<String, String>,
+        dry_run: bool,
+    ) -> Result<bool, NativeError> {
+        use base64::Engine;
+        let shown = display("Secret", namespace, name);
+        let encoded: serde_json::Map<String, Value> = data
+            .iter()
+            .map(|(key, value)| {
+                (
+                    key.clone(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(value)),
+                )
+            })
+            .collect();
+        let live = self.get("secrets", namespace, name)?;
+        if let Some(live) = &live
+            && live["data"].as_object() == Some(&encoded)
+        {
+            return Ok(false);
+        }
+        if dry_run {
+            return Ok(true);
+        }
+        let object = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
+                            "type": "Opaque", "data": encoded});
+        block_on(async {
+            let (resource, caps) = self.resolve_async("Secret", Some("v1")).await?;
+            let api = self.api(&resource, &caps, namespace);
+            let object: DynamicObject = serde_json::from_value(object.clone())
+                .map_err(|error| NativeError::new(format!("{shown}: {error}")))?;
+            let result = match live {
+                None => api.create(&PostParams::default(), &object).await,
+                Some(_) => {
+                    api.patch(
+                        name,
+                        &PatchParams::apply(FIELD_MANAGER).force(),
+                        &Patch::Apply(&object),
+                    )
+                    .await
+                }
+            };
+            result
+                .map(|_| true)
+                .map_err(|error| api_error(&format!("kube_secret_write {shown}"), &error))
+        })
+    }
+
+    /// Waits until every object that `name_or_selector` names meets `condition` (a selector has
+    /// `=` in it, and must match at least one object). Fails fast on terminal states.
+    #[allow(clippy::too_many_arguments)]
+    pub fn wait(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name_or_selector: &str,
+        condition: &dyn Fn(&Value) -> Readiness,
+        until_deleted: bool,
+        timeout: Duration,
+        progress: &dyn Fn(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<Value>, NativeError> {
+        let selector = name_or_selector.contains('=');
+        let what = if selector {
+            format!(
+                "{kind} matching {name_or_selector}{}",
+                if namespace.is_empty() {
+                    String::new()
+                } else {
+                    format!(" in {namespace}")
+                }
+            )
+        } else {
+            display(kind, namespace, name_or_selector)
+        };
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut last_report = started;
+        loop {
+            if cancelled() {
+                return Err(NativeError::new(format!("kube_wait {what}: interrupted")));
+            }
+            let objects = if selector {
+                self.list(kind, namespace, name_or_selector, "")?
+            } else {
+                self.get(kind, namespace, name_or_selector)?
+                    .into_iter()
+                    .collect()
+            };
+            let mut waiting = Vec::new();
+            if until_deleted {
+                if objects.is_empty() {
+                    return Ok(Vec::new());
+                }
+                waiting.extend(
+                    objects
+                        .iter()
+                        .map(|o| format!("{} still exists", name_of(o))),
+                );
+            } else if objects.is_empty() {
+                waiting.push(if selector {
+                    "no objects match yet".to_string()
+                } else {
+                    "not found yet".to_string()
+                });
+            } else {
+                for object in &objects {
+                    // The built-in conditions report terminal states themselves; only an
+                    // unready object is checked further (its own state, then its pods').
+                    match condition(object) {
+                        Readiness::Ready => {}
+                        Readiness::Failed(why) => {
+                            return Err(self.wait_failure(&what, object, &why, namespace));
+                        }
+                        Readiness::Waiting(why) => {
+                            if let Some(failure) = kube_conditions::terminal_failure(object)
+                                .or_else(|| self.pod_failure(object, namespace))
+                            {
+                                return Err(self.wait_failure(&what, object, &failure, namespace));
+                            }
+                            waiting.push(format!("{}: {why}", name_of(object)));
+                        }
+                    }
+                }
+            }
+            if waiting.is_empty() {
+                return Ok(objects);
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                let mut error = NativeError::new(format!(
+                    "kube_wait {what}: not ready after {}s",
+                    timeout.as_secs()
+                ))
+                .with_hint(
+                    "raise #{timeout: ...} if it is only slow; the causes show each unready object",
+                );
+                for object in &objects {
+                    error = error.caused_by(kube_conditions::describe(object));
+                    for event in self.recent_events(object, namespace) {
+                        error = error.caused_by(event);
+                    }
+                }
+                for line in waiting.iter().filter(|_| objects.is_empty()) {
+                    error = error.caused_by(line);
+                }
+                return Err(error);
+            }
+            if now.duration_since(last_report) >= Duration::from_secs(5) {
+                progress(&format!(
+                    "waiting for {what} ({}s): {}",
+                    now.duration_since(started).as_secs(),
+                    waiting.join("; ")
+                ));
+                last_report = now;
+            }
+            std::thread::sleep(
+                Duration::from_millis(300).min(deadline.saturating_duration_since(now)),
+            );
+        }
+    }
+
+    fn wait_failure(&self, what: &str, object: &Value, why: &str, namespace: &str) -> NativeError {
+        let mut error = NativeError::new(format!("kube_wait {what}: {why}")).with_hint(
+            "this state does not resolve by waiting: fix the image, command or configuration",
+        );
+        error = error.caused_by(kube_conditions::describe(object));
+        for event in self.recent_events(object, namespace) {
+            error = error.caused_by(event);
+        }
+        error
+    }
+
+    /// A terminal failure among the pods a workload selects.
+    fn pod_failure(&self, object: &Value, namespace: &str) -> Option<String> {
+        let kind = object["kind"].as_str()?;
+        if !matches!(
+            kind,
+            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+        ) {
+            return None;
+        }
+        let labels = object["spec"]["selector"]["matchLabels"].as_object()?;
+        let selector: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+            .collect();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(namespace);
+        let pods = self.list("pods", ns, &selector.join(","), "").ok()?;
+        pods.iter().find_map(|pod| {
+            kube_conditions::container_failure(pod)
+                .map(|why| format!("pod {}: {why}", name_of(pod)))
+        })
+    }
+
+    /// The last few events about an object, oldest first, as `Reason: message`.
+    fn recent_events(&self, object: &Value, namespace: &str) -> Vec<String> {
+        let name = name_of(object);
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(namespace);
+        if ns.is_empty() {
+            return Vec::new();
+        }
+        let events = self
+            .list("events", ns, "", &format!("involvedObject.name={name}"))
+            .unwrap_or_default();
+        let mut lines: Vec<String> = events
+            .iter()
+            .map(|event| {
+                format!(
+                    "event {}: {}",
+                    event["reason"].as_str().unwrap_or(""),
+                    event["message"].as_str().unwrap_or("")
+                )
+            })
+            .collect();
+        let keep = lines.len().saturating_sub(5);
+        lines.drain(..keep);
+        lines
+    }
+
+    /// A running pod by name, `pod/NAME`, or label selector (`app=toolbox`).
+    pub fn pick_pod(&self, namespace: &str, target: &str) -> Result<Value, NativeError> {
+        let target = target.strip_prefix("pod/").unwrap_or(target);
+        if target.contains('=') {
+            let pods = self.list("pods", namespace, target, "")?;
+            return pods
+                .into_iter()
+                .find(|pod| {
+                    pod["status"]["phase"] == "Running"
+                        && pod["metadata"]["deletionTimestamp"].is_null()
+                })
+                .ok_or_else(|| {
+                    NativeError::new(format!("no running pod matches {target} in {namespace}"))
+                        .with_hint(
+                            "check the selector with kube_list(\"pods\", ns, #{labels: ...})",
+                        )
+                });
+        }
+        self.get("pods", namespace, target)?
+            .ok_or_else(|| NativeError::new(format!("pod {target} not found in {namespace}")))
+    }
+
+    /// Runs `command` in a pod (WebSocket exec); a non-zero exit is a result, not an error.
+    pub fn exec(
+        &self,
+        namespace: &str,
+        target: &str,
+        command: &[String],
+        container: Option<&str>,
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+    ) -> Result<ExecResult, NativeError> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let pod = self.pick_pod(namespace, target)?;
+        let pod_name = name_of(&pod);
+        let shown = format!("kube_exec pod/{pod_name} in {namespace}");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let mut params = AttachParams::default()
+            .stdin(stdin.is_some())
+            .stdout(true)
+            .stderr(true);
+        if let Some(container) = container {
+            params = params.container(container);
+        }
+        let session = async {
+            let mut process = pods
+                .exec(&pod_name, command.to_vec(), &params)
+                .await
+                .map_err(|error| api_error(&shown, &error))?;
+            if let (Some(bytes), Some(mut writer)) = (stdin, process.stdin()) {
+                writer.write_all(bytes).await.map_err(|error| {
+                    NativeError::new(format!("{shown}: writing stdin: {error}"))
+                })?;
+                let _ = writer.shutdown().await;
+                drop(writer);
+            }
+            let mut stdout = Vec::new();
+            let mut stderr = Vec::new();
+            let out_reader = process.stdout();
+            let err_reader = process.stderr();
+            let status = process.take_status();
+            let read_out = async {
+                if let Some(mut reader) = out_reader {
+                    let _ = reader.read_to_end(&mut stdout).await;
+                }
+            };
+            let read_err = async {
+                if let Some(mut reader) = err_reader {
+                    let _ = reader.read_to_end(&mut stderr).await;
+                }
+            };
+            tokio::join!(read_out, read_err);
+            let status = match status {
+                Some(future) => future.await,
+                None => None,
+            };
+            let _ = process.join().await;
+            let code = match status {
+                Some(status) if status.status.as_deref() == Some("Success") => 0,
+                Some(status) => status
+                    .details
+                    .and_then(|details| details.causes)
+                    .and_then(|causes| {
+                        causes
+                            .into_iter()
+                            .find(|cause| cause.reason.as_deref() == Some("ExitCode"))
+                            .and_then(|cause| cause.message)
+                    })
+                    .and_then(|code| code.parse().ok())
+                    .unwrap_or(1),
+                None => 0,
+            };
+            Ok(ExecResult {
+                code,
+                stdout: String::from_utf8_lossy(&stdout).into_owned(),
+                stderr: String::from_utf8_lossy(&stderr).into_owned(),
+            })
+        };
+        block_on(async {
+            tokio::time::timeout(timeout, session).await.map_err(|_| {
+                NativeError::new(format!("{shown}: no answer within {}s", timeout.as_secs()))
+                    .with_hint("raise #{timeout: ...} for long commands")
+            })?
+        })
+    }
+
+    /// Forwards a local loopback port to `target` (`svc/NAME`, `pod/NAME`, or a pod selector)
+    /// port `port`, for the rest of the process; returns the local address.
+    pub fn port_forward(
+        &self,
+        namespace: &str,
+        target: &str,
+        port: u16,
+    ) -> Result<std::net::SocketAddr, NativeError> {
+        let (pod, pod_port) = if let Some(service) = target
+            .strip_prefix("svc/")
+            .or_else(|| target.strip_prefix("service/"))
+        {
+            let svc = self.get("services", namespace, service)?.ok_or_else(|| {
+                NativeError::new(format!("service {service} not found in {namespace}"))
+            })?;
+            let selector: Vec<String> = svc["spec"]["selector"]
+                .as_object()
+                .map(|labels| {
+                    labels
+                        .iter()
+                        .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if selector.is_empty() {
+                return Err(NativeError::new(format!(
+                    "service {service} in {namespace} has no selector to find a pod by"
+                )));
+            }
+            let target_port = svc["spec"]["ports"]
+                .as_array()
+                .and_then(|ports| ports.iter().find(|p| p["port"] == port))
+                .map(|p| p["targetPort"].as_u64().unwrap_or(u64::from(port)))
+                .ok_or_else(|| {
+                    NativeError::new(format!(
+                        "service {service} in {namespace} has no port {port}"
+                    ))
+                })?;
+            (
+                self.pick_pod(namespace, &selector.join(","))?,
+                target_port as u16,
+            )
+        } else {
+            (self.pick_pod(namespace, target)?, port)
+        };
+        let pod_name = name_of(&pod);
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let runtime = super::runtime::runtime();
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .map_err(|error| {
+                NativeError::new(format!("port-forward: cannot listen on 127.0.0.1: {error}"))
+            })?;
+        let local = listener
+            .local_addr()
+            .map_err(|error| NativeError::new(format!("port-forward: {error}")))?;
+        runtime.spawn(async move {
+            loop {
+                let Ok((mut connection, _)) = listener.accept().await else {
+                    continue;
+                };
+                let pods = pods.clone();
+                let pod_name = pod_name.clone();
+                tokio::spawn(async move {
+                    let Ok(mut forwarder) = pods.portforward(&pod_name, &[pod_port]).await else {
+                        return;
+                    };
+                    if let Some(mut upstream) = forwarder.take_stream(pod_port) {
+                        let _ = tokio::io::copy_bidirectional(&mut connection, &mut upstream).await;
+                    }
+                    drop(forwarder);
+                });
+            }
+        });
+        Ok(local)
+    }
+
+    /// The kubeconfig text in use (for CI variables), or an error when none is a file.
+    pub fn kubeconfig_text(&self) -> Result<String, NativeError> {
+        let path = self.kubeconfig_path.clone().or_else(|| {
+            std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".kube/config"))
+        });
+        let path =
+            path.ok_or_else(|| NativeError::new("no kubeconfig file: KUBECONFIG is not set"))?;
+        std::fs::read_to_string(&path).map_err(|error| {
+            NativeError::new(format!(
+                "cannot read the kubeconfig {}: {error}",
+                path.display()
+            ))
+            .with_hint("set KUBECONFIG to the file the cluster's credentials are in")
+        })
+    }
+}
+
+/// Finds a kind in discovery: `Deployment`, `deployment`, `deployments`, `deployments.apps`,
+/// `apps/v1/Deployment`, or (with `api_version`) an exact group/version/kind.
+fn find_kind(
+    discovery: &Discovery,
+    kind: &str,
+    api_version: Option<&str>,
+) -> Option<(ApiResource, ApiCapabilities)> {
+    if let Some(api_version) = api_version {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        return discovery.resolve_gvk(&GroupVersionKind::gvk(group, version, kind));
+    }
+    if let Some((group_version, kind_name)) = kind.rsplit_once('/') {
+        return find_kind(discovery, kind_name, Some(group_version));
+    }
+    let wanted = kind.to_ascii_lowercase();
+    for group in discovery.groups() {
+        for (resource, caps) in group.recommended_resources() {
+            let qualified = if resource.group.is_empty() {
+                resource.plural.clone()
+            } else {
+                format!("{}.{}", resource.plural, resource.group)
+            };
+            if resource.kind.to_ascii_lowercase() == wanted
+                || resource.plural == wanted
+                || qualified == wanted
+            {
+                return Some((resource, caps));
+            }
+        }
+    }
+    None
+}
+
+/// An object without the fields every write touches (resourceVersion, managedFields times),
+/// to tell a real change from a no-op.
+fn normalized(object: &Value) -> Value {
+    let mut copy = object.clone();
+    if let Some(metadata) = copy["metadata"].as_object_mut() {
+        metadata.remove("resourceVersion");
+        metadata.remove("managedFields");
+        metadata.remove("generation");
+    }
+    copy
+}

@@ -8,6 +8,7 @@ pub mod git;
 pub mod gitlab;
 pub mod helm;
 pub mod kube;
+pub mod kube_conditions;
 pub mod net;
 pub mod process;
 pub mod runtime;

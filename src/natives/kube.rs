@@ -1,6 +1,607 @@
-//! Kubernetes natives (kube-rs). Being written.
+//! Kubernetes natives (kube-rs): apply, read, patch, delete, Secrets, waits with readiness
+//! conditions, exec and port-forward. One client per run, created on first use from
+//! KUBECONFIG (or in-cluster config, or the context in `BPRUN_KUBE_CONTEXT`).
 
 use rhai::plugin::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::convert::{Secrets, from_json, to_json};
+use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
+use crate::clients::kube::{KubeClient, display};
+use crate::clients::kube_conditions::{self, Readiness};
+use crate::engine::{Session, native_error};
+use crate::error::NativeError;
+use crate::output::Level;
+use crate::secret::Secret;
+
+fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> {
+    let mut slot = session
+        .kube
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    if let Some(client) = slot.as_ref() {
+        return Ok(client.clone());
+    }
+    let context = std::env::var("BPRUN_KUBE_CONTEXT")
+        .ok()
+        .filter(|c| !c.is_empty());
+    let client = Arc::new(KubeClient::connect(context.as_deref())?);
+    *slot = Some(client.clone());
+    Ok(client)
+}
+
+fn remote(
+    context: &NativeCallContext,
+    native: &str,
+) -> NativeResult<(Arc<Session>, Arc<KubeClient>)> {
+    let session = remote_session(context, native)?;
+    let client = client(&session).map_err(native_error)?;
+    Ok((session, client))
+}
+
+fn timeout(options: &rhai::Map, native: &str, default: u64) -> NativeResult<Duration> {
+    match options.get("timeout") {
+        Some(value) => super::seconds(value, &format!("{native}: timeout")),
+        None => Ok(Duration::from_secs(default)),
+    }
+}
+
+/// YAML text (one or more documents), a map, or an array of maps -> JSON objects.
+fn objects_of(input: &Dynamic) -> Result<Vec<serde_json::Value>, NativeError> {
+    if let Some(text) = input.read_lock::<rhai::ImmutableString>() {
+        let mut objects = Vec::new();
+        for (index, document) in serde_norway::Deserializer::from_str(text.as_str()).enumerate() {
+            use serde::Deserialize;
+            let value = serde_json::Value::deserialize(document).map_err(|error| {
+                NativeError::new(format!("kube_apply: YAML document {}: {error}", index + 1))
+                    .with_hint("the manifest must be valid YAML; `---` separates documents")
+            })?;
+            if !value.is_null() {
+                objects.push(value);
+            }
+        }
+        return Ok(objects);
+    }
+    if input.is_array() {
+        let mut objects = Vec::new();
+        for item in input.clone().into_array().unwrap_or_default() {
+            objects.extend(objects_of(&item)?);
+        }
+        return Ok(objects);
+    }
+    if input.is_map() {
+        return Ok(vec![to_json(input, Secrets::Reveal)?]);
+    }
+    Err(NativeError::new(format!(
+        "kube_apply takes YAML text, a map or an array of maps, not {}",
+        input.type_name()
+    )))
+}
+
+fn labels_text(options: &rhai::Map, native: &str) -> NativeResult<String> {
+    match options.get("labels") {
+        None => Ok(String::new()),
+        Some(value) if value.is_string() => Ok(value.to_string()),
+        Some(value) if value.is_map() => {
+            let map = value.clone().cast::<rhai::Map>();
+            Ok(map
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect::<Vec<_>>()
+                .join(","))
+        }
+        Some(value) => Err(native_error(NativeError::new(format!(
+            "{native}: labels must be a selector string (\"app=web\") or a map, not {}",
+            value.type_name()
+        )))),
+    }
+}
 
 #[export_module]
-pub mod kube_functions {}
+pub mod kube_functions {
+    use super::*;
+
+    /// Server-side applies YAML text (one or more documents), a map, or an array of maps, with
+    /// the field manager `bprun`. Kinds resolve through discovery (CRDs applied earlier in the
+    /// same call are waited for). Returns `#{changed, objects: [#{kind, namespace, name, action}]}`
+    /// with action `created`, `configured` or `unchanged`. In check mode the server dry-runs it.
+    ///
+    /// ```rhai
+    /// step("Namespace", || {
+    ///     let result = kube_apply(#{apiVersion: "v1", kind: "Namespace", metadata: #{name: "apps"}});
+    ///     info(`namespace: ${result.objects[0].action}`);
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_apply(context: NativeCallContext, manifest: Dynamic) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_apply")?;
+        let objects = objects_of(&manifest).map_err(native_error)?;
+        let check = session.state.check();
+        let outcomes = kube.apply(&objects, check).map_err(native_error)?;
+        let mut changed = false;
+        let mut listed = rhai::Array::new();
+        for outcome in outcomes {
+            if outcome.action != "unchanged" {
+                changed = true;
+                session.state.record_change(
+                    if outcome.action == "created" {
+                        "create"
+                    } else {
+                        "configure"
+                    },
+                    &display(&outcome.kind, &outcome.namespace, &outcome.name),
+                );
+            }
+            let mut item = rhai::Map::new();
+            item.insert("kind".into(), outcome.kind.into());
+            item.insert("namespace".into(), outcome.namespace.into());
+            item.insert("name".into(), outcome.name.into());
+            item.insert("action".into(), outcome.action.into());
+            listed.push(item.into());
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), changed.into());
+        result.insert("objects".into(), listed.into());
+        Ok(result)
+    }
+
+    /// The object as a map, or `()` when it does not exist. `ns` is `""` for cluster-scoped
+    /// kinds. Kinds: `Deployment`, `deployments`, `deployments.apps` or `apps/v1/Deployment`.
+    ///
+    /// ```rhai
+    /// step("Look", || {
+    ///     let deploy = kube_get("Deployment", "gitlab", "gitlab-toolbox");
+    ///     if deploy != () { info(`replicas: ${deploy.spec.replicas}`) }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_get(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> NativeResult<Dynamic> {
+        let (_, kube) = remote(&context, "kube_get")?;
+        let found = kube.get(kind, ns, name).map_err(native_error)?;
+        Ok(found.map(from_json).unwrap_or(Dynamic::UNIT))
+    }
+
+    /// The objects of a kind in `ns` (`""`: all namespaces), as an array of maps.
+    ///
+    /// ```rhai
+    /// step("Pods", || { for pod in kube_list("pods", "gitlab") { info(pod.metadata.name) } });
+    /// ```
+    #[rhai_fn(name = "kube_list", return_raw)]
+    pub fn kube_list(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+    ) -> NativeResult<rhai::Array> {
+        kube_list_with(context, kind, ns, rhai::Map::new())
+    }
+
+    /// Like `kube_list(kind, ns)` with options `labels` (a selector string such as
+    /// `"app=toolbox"`, or a map) and `fields` (a field selector such as `"status.phase=Running"`).
+    ///
+    /// ```rhai
+    /// step("Toolbox", || { let pods = kube_list("pods", "gitlab", #{labels: #{app: "toolbox"}}); });
+    /// ```
+    #[rhai_fn(name = "kube_list", return_raw)]
+    pub fn kube_list_with(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Array> {
+        let (_, kube) = remote(&context, "kube_list")?;
+        reject_unknown(&options, &["labels", "fields"], "kube_list")?;
+        let labels = labels_text(&options, "kube_list")?;
+        let fields = option_str(&options, "fields", "kube_list")?.unwrap_or_default();
+        let items = kube
+            .list(kind, ns, &labels, &fields)
+            .map_err(native_error)?;
+        Ok(items.into_iter().map(from_json).collect())
+    }
+
+    /// Deletes an object; `#{changed: false}` when it was already gone.
+    ///
+    /// ```rhai
+    /// step("Clean", || { kube_delete("ConfigMap", "default", "scratch"); });
+    /// ```
+    #[rhai_fn(name = "kube_delete", return_raw)]
+    pub fn kube_delete(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> NativeResult<rhai::Map> {
+        kube_delete_with(context, kind, ns, name, rhai::Map::new())
+    }
+
+    /// Like `kube_delete(kind, ns, name)` with options `wait` (true: until it is gone) and
+    /// `timeout` (seconds, default 120).
+    ///
+    /// ```rhai
+    /// step("Clean", || { kube_delete("Namespace", "", "scratch", #{wait: true, timeout: 60}); });
+    /// ```
+    #[rhai_fn(name = "kube_delete", return_raw)]
+    pub fn kube_delete_with(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_delete")?;
+        reject_unknown(&options, &["wait", "timeout"], "kube_delete")?;
+        let wait = option_bool(&options, "wait", "kube_delete")?.unwrap_or(false);
+        let limit = timeout(&options, "kube_delete", 120)?;
+        let check = session.state.check();
+        let cancelled = || session.state.is_cancelled();
+        let deleted = kube
+            .delete(kind, ns, name, check, wait.then_some(limit), &cancelled)
+            .map_err(native_error)?;
+        if deleted {
+            session
+                .state
+                .record_change("delete", &display(kind, ns, name));
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), deleted.into());
+        Ok(result)
+    }
+
+    /// Patches an object. Options: `type` (`merge` default, `strategic`, `json`). Returns
+    /// `#{changed, object}`; in check mode the server dry-runs it.
+    ///
+    /// ```rhai
+    /// step("Scale", || { kube_patch("Deployment", "gitlab", "gitlab-toolbox", #{spec: #{replicas: 1}}, #{}); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_patch(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name: &str,
+        patch: Dynamic,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_patch")?;
+        reject_unknown(&options, &["type"], "kube_patch")?;
+        let patch_type =
+            option_str(&options, "type", "kube_patch")?.unwrap_or_else(|| "merge".into());
+        let body = to_json(&patch, Secrets::Reveal).map_err(native_error)?;
+        let (object, changed) = kube
+            .patch(kind, ns, name, &body, &patch_type, session.state.check())
+            .map_err(native_error)?;
+        if changed {
+            session
+                .state
+                .record_change("patch", &display(kind, ns, name));
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), changed.into());
+        result.insert("object".into(), from_json(object));
+        Ok(result)
+    }
+
+    /// A Secret's data as a map of `Secret` values (decoded from base64), or `()` when absent.
+    ///
+    /// ```rhai
+    /// step("Read", || { let pg = kube_secret_read("databases", "pg-app"); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_secret_read(
+        context: NativeCallContext,
+        ns: &str,
+        name: &str,
+    ) -> NativeResult<Dynamic> {
+        use base64::Engine;
+        let (_, kube) = remote(&context, "kube_secret_read")?;
+        let Some(secret) = kube.get("secrets", ns, name).map_err(native_error)? else {
+            return Ok(Dynamic::UNIT);
+        };
+        let mut map = rhai::Map::new();
+        if let Some(data) = secret["data"].as_object() {
+            for (key, value) in data {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(value.as_str().unwrap_or_default())
+                    .map_err(|error| {
+                        native_error(NativeError::new(format!(
+                            "kube_secret_read {}: data.{key} is not base64: {error}",
+                            display("Secret", ns, name)
+                        )))
+                    })?;
+                map.insert(
+                    key.into(),
+                    Dynamic::from(Secret::new(String::from_utf8_lossy(&bytes).into_owned())),
+                );
+            }
+        }
+        Ok(map.into())
+    }
+
+    /// Creates or updates a Secret from a map of strings or `Secret`s; `#{changed: false}` when
+    /// it already holds exactly those values.
+    ///
+    /// ```rhai
+    /// step("Credentials", || { kube_secret_write("apps", "registry", #{password: secret("s3cret-value")}); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_secret_write(
+        context: NativeCallContext,
+        ns: &str,
+        name: &str,
+        data: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_secret_write")?;
+        let mut values = std::collections::BTreeMap::new();
+        for (key, value) in &data {
+            let text = if let Some(secret) = value.read_lock::<Secret>() {
+                secret.reveal().to_string()
+            } else if value.is_string() || value.is_int() || value.is_bool() {
+                value.to_string()
+            } else {
+                return Err(native_error(NativeError::new(format!(
+                    "kube_secret_write {}: {key} must be a string or a Secret, not {}",
+                    display("Secret", ns, name),
+                    value.type_name()
+                ))));
+            };
+            values.insert(key.to_string(), text);
+        }
+        let changed = kube
+            .secret_write(ns, name, &values, session.state.check())
+            .map_err(native_error)?;
+        if changed {
+            session
+                .state
+                .record_change("write", &display("Secret", ns, name));
+        }
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), changed.into());
+        Ok(result)
+    }
+
+    /// Restarts a Deployment, StatefulSet or DaemonSet's pods as `kubectl rollout restart` does
+    /// (a `kubectl.kubernetes.io/restartedAt` annotation on the pod template).
+    ///
+    /// ```rhai
+    /// step("Restart", || { kube_rollout_restart("Deployment", "gitlab", "gitlab-toolbox"); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_rollout_restart(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name: &str,
+    ) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_rollout_restart")?;
+        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
+        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
+        let (_, changed) = kube
+            .patch(kind, ns, name, &patch, "strategic", session.state.check())
+            .map_err(native_error)?;
+        session
+            .state
+            .record_change("restart", &display(kind, ns, name));
+        let mut result = rhai::Map::new();
+        result.insert("changed".into(), changed.into());
+        Ok(result)
+    }
+
+    /// Waits until the object (a name) or every object a label selector (`app=web`) matches
+    /// meets `condition`: a built-in name (`Ready`, `Available`, `Established`, `Complete`,
+    /// `Rollout`, `Running`, or `deleted`), a map `#{type: "Ready", status: "True"}`, or a
+    /// closure over the object returning true. Options: `timeout` (seconds, default 300).
+    /// Fails fast on terminal states (ImagePullBackOff, CrashLoopBackOff, a failed Job); on
+    /// timeout the error lists each unready object with its conditions and recent events.
+    /// Returns the objects.
+    ///
+    /// ```rhai
+    /// step("Wait", || {
+    ///     kube_wait("Deployment", "gitlab", "gitlab-toolbox", "Rollout", #{timeout: 600});
+    ///     kube_wait("pods", "gitlab", "app=toolbox", #{type: "Ready", status: "True"}, #{});
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_wait(
+        context: NativeCallContext,
+        kind: &str,
+        ns: &str,
+        name_or_selector: &str,
+        condition: Dynamic,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Array> {
+        let (session, kube) = remote(&context, "kube_wait")?;
+        reject_unknown(&options, &["timeout"], "kube_wait")?;
+        let limit = timeout(&options, "kube_wait", 300)?;
+        let mut until_deleted = false;
+        let check: Box<dyn Fn(&serde_json::Value) -> Readiness + '_> = if condition.is_string() {
+            let name = condition.to_string();
+            if name.eq_ignore_ascii_case("deleted") {
+                until_deleted = true;
+                Box::new(|_| Readiness::Ready)
+            } else {
+                let builtin = kube_conditions::builtin(&name).ok_or_else(|| {
+                    native_error(
+                        NativeError::new(format!("kube_wait: unknown condition {name}")).with_hint(
+                            format!(
+                                "use one of {}, deleted, a map #{{type, status}} or a closure",
+                                kube_conditions::BUILTIN_NAMES.join(", ")
+                            ),
+                        ),
+                    )
+                })?;
+                Box::new(builtin)
+            }
+        } else if condition.is_map() {
+            let map = condition.clone().cast::<rhai::Map>();
+            let condition_type = map.get("type").map(|v| v.to_string()).ok_or_else(|| {
+                native_error(NativeError::new(
+                    "kube_wait: a condition map needs `type` (and `status`, default \"True\")",
+                ))
+            })?;
+            let status = map
+                .get("status")
+                .map(|v| v.to_string())
+                .unwrap_or_else(|| "True".into());
+            Box::new(move |object| kube_conditions::condition_is(object, &condition_type, &status))
+        } else if let Some(function) = condition.read_lock::<rhai::FnPtr>().map(|f| f.clone()) {
+            let context = &context;
+            let call = move |object: &serde_json::Value| match function
+                .call_within_context::<bool>(context, (from_json(object.clone()),))
+            {
+                Ok(true) => Readiness::Ready,
+                Ok(false) => Readiness::Waiting("the condition closure returned false".into()),
+                Err(error) => Readiness::Failed(format!("the condition closure failed: {error}")),
+            };
+            Box::new(call)
+        } else {
+            return Err(native_error(NativeError::new(format!(
+                "kube_wait: condition must be a name, a map or a closure, not {}",
+                condition.type_name()
+            ))));
+        };
+        let progress = |line: &str| session.state.reporter.log(Level::Info, line);
+        let cancelled = || session.state.is_cancelled();
+        let objects = kube
+            .wait(
+                kind,
+                ns,
+                name_or_selector,
+                &*check,
+                until_deleted,
+                limit,
+                &progress,
+                &cancelled,
+            )
+            .map_err(native_error)?;
+        Ok(objects.into_iter().map(from_json).collect())
+    }
+
+    /// Runs a command in a pod (by name, `pod/NAME`, or a label selector such as `app=toolbox`)
+    /// over the WebSocket exec protocol; returns `#{ok, code, stdout, stderr}` (a non-zero
+    /// exit is a result). Options: `container`, `stdin` (string or `Secret`), `timeout`
+    /// (seconds, default 300), `check` (true throws on a non-zero exit). A command may change
+    /// anything, so it refuses to run in check mode.
+    ///
+    /// ```rhai
+    /// step("Toolbox", || {
+    ///     let result = kube_exec("gitlab", "app=toolbox", ["gitlab-rails", "runner", "-"], #{stdin: "puts 1"});
+    ///     info(result.stdout);
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_exec(
+        context: NativeCallContext,
+        ns: &str,
+        pod_or_selector: &str,
+        command: rhai::Array,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let (session, kube) = remote(&context, "kube_exec")?;
+        reject_unknown(
+            &options,
+            &["container", "stdin", "timeout", "check"],
+            "kube_exec",
+        )?;
+        session
+            .state
+            .refuse_in_check("kube_exec", "a command in a pod may change anything")
+            .map_err(native_error)?;
+        let argv: Vec<String> = command
+            .iter()
+            .map(|arg| match arg.read_lock::<Secret>() {
+                Some(secret) => secret.reveal().to_string(),
+                None => arg.to_string(),
+            })
+            .collect();
+        if argv.is_empty() {
+            return Err(native_error(NativeError::new(
+                "kube_exec: the command is empty",
+            )));
+        }
+        let container = option_str(&options, "container", "kube_exec")?;
+        let stdin = options
+            .get("stdin")
+            .map(|value| match value.read_lock::<Secret>() {
+                Some(secret) => secret.reveal().to_string(),
+                None => value.to_string(),
+            });
+        let limit = timeout(&options, "kube_exec", 300)?;
+        let result = kube
+            .exec(
+                ns,
+                pod_or_selector,
+                &argv,
+                container.as_deref(),
+                stdin.as_deref().map(str::as_bytes),
+                limit,
+            )
+            .map_err(native_error)?;
+        session.state.record_change(
+            "exec",
+            &format!(
+                "{} in {ns}/{pod_or_selector}",
+                argv.first().map(String::as_str).unwrap_or("")
+            ),
+        );
+        if option_bool(&options, "check", "kube_exec")?.unwrap_or(false) && result.code != 0 {
+            return Err(native_error(
+                NativeError::new(format!(
+                    "kube_exec {} in {ns}/{pod_or_selector}: exit code {}",
+                    argv.join(" "),
+                    result.code
+                ))
+                .caused_by(crate::secret::scrub(result.stderr.trim())),
+            ));
+        }
+        let mut map = rhai::Map::new();
+        map.insert("ok".into(), (result.code == 0).into());
+        map.insert("code".into(), result.code.into());
+        map.insert("stdout".into(), result.stdout.into());
+        map.insert("stderr".into(), result.stderr.into());
+        Ok(map)
+    }
+
+    /// Forwards a local loopback port to `target` (`svc/NAME`, `pod/NAME`, or a pod label
+    /// selector) port `port` for the rest of the run; returns the local `"127.0.0.1:PORT"`.
+    ///
+    /// ```rhai
+    /// step("OpenBao", || { let address = kube_port_forward("openbao", "svc/openbao", 8200); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_port_forward(
+        context: NativeCallContext,
+        ns: &str,
+        target: &str,
+        port: i64,
+    ) -> NativeResult<String> {
+        let (_, kube) = remote(&context, "kube_port_forward")?;
+        let port = u16::try_from(port).map_err(|_| {
+            native_error(NativeError::new(format!(
+                "kube_port_forward: {port} is not a port"
+            )))
+        })?;
+        let local = kube.port_forward(ns, target, port).map_err(native_error)?;
+        Ok(local.to_string())
+    }
+
+    /// The kubeconfig in use, base64-encoded, as a `Secret` (for a masked CI variable such as
+    /// `CI_KUBECONFIG_B64`).
+    ///
+    /// ```rhai
+    /// step("CI", || { let kubeconfig = kube_config_b64(); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_config_b64(context: NativeCallContext) -> NativeResult<Secret> {
+        use base64::Engine;
+        let (_, kube) = remote(&context, "kube_config_b64")?;
+        let text = kube.kubeconfig_text().map_err(native_error)?;
+        Ok(Secret::new(
+            base64::engine::general_purpose::STANDARD.encode(text),
+        ))
+    }
+}

@@ -11,6 +11,8 @@ mod cli;
 mod diagnostics;
 mod gitlab;
 mod gitlab_sim;
+mod helm_natives;
+mod kube_natives;
 mod kube_sim;
 mod natives;
 mod repl;

@@ -1,0 +1,240 @@
+//! The Kubernetes natives (kube-rs) through the real binary against `bprun sim kube`,
+//! cross-checked with the real kubectl.
+
+use crate::kube_sim::KubeSim;
+use crate::support::Test;
+
+fn with_kube(test: Test, sim: &KubeSim) -> Test {
+    test.env("KUBECONFIG", &sim.kubeconfig.display().to_string())
+}
+
+const MANIFEST: &str = r#"
+const MANIFEST = `
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: demo}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: web, image: "nginx:1.27"}]
+`;
+"#;
+
+#[test]
+fn apply_is_idempotent_and_waits_see_the_rollout() {
+    let sim = KubeSim::start(&[]);
+    let script = format!(
+        "{MANIFEST}
+step(\"Apply\", || {{
+    let first = kube_apply(global::MANIFEST);
+    assert_eq(first.objects.map(|o| o.action), [\"created\", \"created\"]);
+    assert_eq(first.changed, true);
+    let second = kube_apply(global::MANIFEST);
+    assert_eq(second.objects.map(|o| o.action), [\"unchanged\", \"unchanged\"]);
+    assert_eq(second.changed, false);
+}});
+step(\"Wait\", || {{
+    let ready = kube_wait(\"Deployment\", \"demo\", \"web\", \"Rollout\", #{{timeout: 20}});
+    assert_eq(ready[0].status.readyReplicas, 2);
+    let pods = kube_wait(\"pods\", \"demo\", \"app=web\", #{{type: \"Ready\", status: \"True\"}}, #{{timeout: 20}});
+    assert_eq(pods.len(), 2);
+    kube_wait(\"pods\", \"demo\", \"app=web\", |pod| pod.status.phase == \"Running\", #{{timeout: 20}});
+    assert_eq(kube_list(\"pods\", \"demo\", #{{labels: #{{app: \"web\"}}}}).len(), 2);
+    assert_eq(kube_get(\"Deployment\", \"demo\", \"nope\"), ());
+}});
+step(\"Change\", || {{
+    let patched = kube_patch(\"Deployment\", \"demo\", \"web\", #{{spec: #{{replicas: 3}}}}, #{{}});
+    assert_eq(patched.changed, true);
+    assert_eq(kube_patch(\"Deployment\", \"demo\", \"web\", #{{spec: #{{replicas: 3}}}}, #{{}}).changed, false);
+    kube_wait(\"deployments.apps\", \"demo\", \"web\", \"Available\", #{{timeout: 20}});
+    assert_eq(kube_delete(\"Namespace\", \"\", \"demo\", #{{wait: true, timeout: 20}}).changed, true);
+    assert_eq(kube_delete(\"Namespace\", \"\", \"demo\").changed, false);
+}});
+"
+    );
+    let test = with_kube(Test::new().script(&script), &sim);
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output.stdout.contains("    ~ create Namespace/demo\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output
+            .stdout
+            .contains("    ~ create Deployment/web in demo\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output
+            .stdout
+            .contains("    ~ patch Deployment/web in demo\n"),
+        "{}",
+        output.stdout
+    );
+    let gone = sim.kubectl(&["get", "ns", "demo"]);
+    assert_eq!(gone.code, 1, "{}", gone.stdout);
+}
+
+#[test]
+fn check_mode_dry_runs_and_changes_nothing() {
+    let sim = KubeSim::start(&[]);
+    let script = format!(
+        "{MANIFEST}
+step(\"Apply\", || {{
+    let planned = kube_apply(global::MANIFEST);
+    assert_eq(planned.objects.map(|o| o.action), [\"created\", \"created\"]);
+}});
+"
+    );
+    let test = with_kube(Test::new().script(&script), &sim);
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ would create Namespace/demo\n"),
+        "{}",
+        output.stdout
+    );
+    assert_eq!(sim.kubectl(&["get", "ns", "demo", "-o", "name"]).code, 1);
+}
+
+#[test]
+fn terminal_states_fail_fast_and_timeouts_say_why() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let script = r#"
+step("Broken image", || {
+    kube_apply(#{apiVersion: "apps/v1", kind: "Deployment", metadata: #{name: "broken", namespace: "demo"},
+        spec: #{selector: #{matchLabels: #{app: "broken"}},
+                template: #{metadata: #{labels: #{app: "broken"}, annotations: #{"sim.bprun.dev/behaviour": "image-pull-backoff"}},
+                            spec: #{containers: [#{name: "app", image: "registry.invalid/app:nope"}]}}}});
+    kube_wait("Deployment", "demo", "broken", "Rollout", #{timeout: 60});
+});
+"#;
+    let test = with_kube(Test::new().script(script), &sim);
+    let started = std::time::Instant::now();
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "failed fast, not after the timeout"
+    );
+    assert!(
+        output
+            .stderr
+            .contains("kube_wait Deployment/broken in demo: "),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("ImagePullBackOff"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("scripts/test.rhai:7"),
+        "the script line: {}",
+        output.stderr
+    );
+
+    let timeout = r#"
+step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{timeout: 1}); });
+"#;
+    let test = with_kube(Test::new().script(timeout), &sim);
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("kube_wait pods matching app=nothing in demo: not ready after 1s"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output.stderr.contains("no objects match yet"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn exec_secrets_and_port_forward() {
+    // A loopback HTTP server plays OpenBao behind svc/openbao; it answers a bounded number of
+    // connections and stops with the test.
+    let upstream = std::net::TcpListener::bind("127.0.0.1:0").expect("upstream");
+    let upstream_address = upstream.local_addr().expect("address").to_string();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        for connection in upstream.incoming().take(4) {
+            let Ok(mut connection) = connection else {
+                continue;
+            };
+            let mut buffer = [0u8; 1024];
+            let _ = connection.read(&mut buffer);
+            let _ = connection.write_all(
+                b"HTTP/1.1 418 I'm a teapot\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+            );
+        }
+    });
+    let sim = KubeSim::start(&["--platform", "--openbao", &upstream_address]);
+    let script = r#"
+step("Exec", || {
+    kube_wait("pods", "gitlab", "app=toolbox", "Ready", #{timeout: 20});
+    let hello = kube_exec("gitlab", "app=toolbox", ["echo", "hello"], #{});
+    assert_eq(hello, #{ok: true, code: 0, stdout: "hello\n", stderr: ""});
+    let piped = kube_exec("gitlab", "app=toolbox", ["cat"], #{stdin: "from stdin"});
+    assert_eq(piped.stdout, "from stdin");
+    let failed = kube_exec("gitlab", "app=toolbox", ["sh", "-c", "exit 4"], #{});
+    assert_eq(failed.code, 4);
+    assert_eq(failed.ok, false);
+});
+step("Secrets", || {
+    assert_eq(kube_secret_write("gitlab", "registry", #{password: secret("s3cret-value-1")}).changed, true);
+    assert_eq(kube_secret_write("gitlab", "registry", #{password: secret("s3cret-value-1")}).changed, false);
+    let read = kube_secret_read("gitlab", "registry");
+    info(`read ${read.password}`);
+    assert_eq(reveal(read.password), "s3cret-value-1");
+    assert_eq(kube_secret_read("gitlab", "absent"), ());
+    info(`kubeconfig ${kube_config_b64()}`);
+});
+step("Forward", || {
+    let address = kube_port_forward("openbao", "svc/openbao", 8200);
+    assert_eq(http_status(`http://${address}/v1/sys/health`, 10), 418);
+    assert_eq(http_status(`http://${address}/again`, 10), 418);
+});
+"#;
+    let test = with_kube(Test::new().script(script), &sim);
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(output.stdout.contains("read ***"), "{}", output.stdout);
+    assert!(
+        output.stdout.contains("kubeconfig ***"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        !output.raw_stdout.contains("s3cret-value-1")
+            && !output.raw_stderr.contains("s3cret-value-1")
+    );
+    let stored = sim.kubectl(&[
+        "get",
+        "secret",
+        "registry",
+        "-n",
+        "gitlab",
+        "-o",
+        "jsonpath={.data.password}",
+    ]);
+    assert_eq!(stored.ok(), "czNjcmV0LXZhbHVlLTE=");
+}
