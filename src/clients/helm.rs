@@ -1,1 +1,1125 @@
-//! Helm through the real `helm` binary. Being written.
+//! Helm through the real `helm` binary (v3 or v4), from `HELM_BIN` or `PATH`; KUBECONFIG and the
+//! rest of the environment pass through.
+//!
+//! Idempotence: `upgrade` is only worth running when something changed, so every install is
+//! stamped with a digest in the release description (`bprun digest <sha256>`) computed over the
+//! chart's name and version, the chart's files when it is local, and the canonical JSON of the
+//! merged values. A deployed release with the same digest is left alone.
+//!
+//! Every call has a timeout, output and errors are scrubbed of registered secrets, and values are
+//! handed to helm in files (a mode-0600 temporary file for the script's values), never `--set`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::clients::fs::Confinement;
+use crate::clients::process::{ProcessOutput, ProcessSpec, run};
+use crate::error::NativeError;
+use crate::secret::scrub;
+
+/// Timeout of the calls that only read (status, list, template, lint, show).
+pub const READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// helm's own `--timeout` when the script gives none (helm's default too).
+pub const DEFAULT_HELM_TIMEOUT: Duration = Duration::from_secs(300);
+/// What bprun waits beyond helm's `--timeout` before it kills helm.
+const MARGIN: Duration = Duration::from_secs(60);
+/// How bprun stamps a release description.
+pub const DIGEST_PREFIX: &str = "bprun digest ";
+/// The chart cache, under the repository root.
+pub const CHART_CACHE: &str = "infra/helm-charts";
+/// The version pins, under the repository root.
+pub const VERSIONS_FILE: &str = "infra/VERSIONS.json";
+
+/// The helm program: `HELM_BIN` when set, else `helm` from PATH.
+pub fn program() -> String {
+    std::env::var("HELM_BIN")
+        .ok()
+        .filter(|bin| !bin.trim().is_empty())
+        .unwrap_or_else(|| "helm".to_string())
+}
+
+/// One release as `helm history --max 1` describes its latest revision.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Release {
+    pub name: String,
+    pub namespace: String,
+    pub revision: i64,
+    pub status: String,
+    /// `name-version`, as helm shows it.
+    pub chart: String,
+    pub app_version: String,
+    pub updated: String,
+    pub description: String,
+}
+
+impl Release {
+    /// The digest bprun stamped on this revision, if bprun installed it.
+    pub fn digest(&self) -> Option<&str> {
+        self.description.strip_prefix(DIGEST_PREFIX).map(str::trim)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct HistoryEntry {
+    #[serde(default)]
+    revision: i64,
+    #[serde(default)]
+    updated: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    chart: String,
+    #[serde(default)]
+    app_version: String,
+    #[serde(default)]
+    description: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ListEntry {
+    #[serde(default)]
+    name: String,
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    revision: Value,
+    #[serde(default)]
+    updated: String,
+    #[serde(default)]
+    status: String,
+    #[serde(default)]
+    chart: String,
+    #[serde(default)]
+    app_version: String,
+}
+
+/// What `helm lint` said.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lint {
+    pub ok: bool,
+    pub messages: Vec<String>,
+}
+
+/// Where a chart comes from, which decides what goes into the digest.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChartSource {
+    /// A chart folder under the repository root: its Chart.yaml and every file count.
+    Dir(PathBuf),
+    /// A packaged chart (`.tgz`) under the repository root: its bytes count.
+    Archive(PathBuf),
+    /// `repo/chart`, `oci://...` or a URL: the reference and the version count.
+    Remote(String),
+}
+
+/// A chart argument resolved against the repository root.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChartRef {
+    /// What helm is given (relative to the root, where helm runs).
+    pub arg: String,
+    pub source: ChartSource,
+}
+
+/// Resolves `chart`: a path that exists under the root is local, `repo/chart`, `oci://` and URLs
+/// are remote, anything else is an error naming the chart.
+pub fn resolve_chart(
+    files: &Confinement,
+    chart: &str,
+    native: &str,
+) -> Result<ChartRef, NativeError> {
+    let remote_scheme = ["oci://", "http://", "https://"]
+        .iter()
+        .any(|scheme| chart.starts_with(scheme));
+    if remote_scheme {
+        return Ok(ChartRef {
+            arg: chart.to_string(),
+            source: ChartSource::Remote(chart.to_string()),
+        });
+    }
+    let resolved = files.resolve(chart);
+    match resolved {
+        Ok(path) if path.is_dir() => Ok(ChartRef {
+            arg: files.display(&path),
+            source: ChartSource::Dir(path),
+        }),
+        Ok(path) if path.is_file() => Ok(ChartRef {
+            arg: files.display(&path),
+            source: ChartSource::Archive(path),
+        }),
+        _ if chart.split('/').count() == 2
+            && !chart.starts_with('.')
+            && !chart.starts_with('/') =>
+        {
+            Ok(ChartRef {
+                arg: chart.to_string(),
+                source: ChartSource::Remote(chart.to_string()),
+            })
+        }
+        Err(error) => Err(
+            NativeError::new(format!("{native}: chart {chart}: {}", error.message))
+                .with_hint(error.hint.unwrap_or_default()),
+        ),
+        Ok(_) => Err(NativeError::new(format!(
+            "{native}: chart {chart} is neither a folder nor a file under the repository root"
+        ))
+        .with_hint(
+            "give a chart folder (apps/redis/helm-chart), a cached archive \
+             (infra/helm-charts/<name>-<version>.tgz), repo/chart or an oci:// reference",
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ChartYaml {
+    name: String,
+    version: String,
+}
+
+/// `name` and `version` of a chart folder's Chart.yaml.
+pub fn chart_yaml(dir: &Path, shown: &str) -> Result<(String, String), NativeError> {
+    let path = dir.join("Chart.yaml");
+    let shown = format!("{shown}/Chart.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|error| {
+        NativeError::new(format!("cannot read {shown}: {error}"))
+            .with_hint("a chart folder holds a Chart.yaml with name and version")
+    })?;
+    parse_chart_yaml(&text, &shown)
+}
+
+fn parse_chart_yaml(text: &str, shown: &str) -> Result<(String, String), NativeError> {
+    let chart: ChartYaml = serde_norway::from_str(text).map_err(|error| {
+        let at = error
+            .location()
+            .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
+            .unwrap_or_else(|| shown.to_string());
+        NativeError::new(format!("{at}: {}", strip_location(&error.to_string())))
+            .with_hint("Chart.yaml needs at least name and version")
+    })?;
+    Ok((chart.name, chart.version))
+}
+
+/// Every file of a chart folder, by path relative to it, sorted (`.git` left out).
+pub fn chart_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, NativeError> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
+        for entry in std::fs::read_dir(dir)? {
+            let entry = entry?;
+            let path = entry.path();
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            if kind.is_dir() || (kind.is_symlink() && path.is_dir()) {
+                walk(base, &path, out)?;
+            } else {
+                let relative = path
+                    .strip_prefix(base)
+                    .map(|p| p.display().to_string())
+                    .unwrap_or_else(|_| path.display().to_string());
+                out.push((relative, std::fs::read(&path)?));
+            }
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    walk(dir, dir, &mut files).map_err(|error| {
+        NativeError::new(format!("cannot read chart {}: {error}", dir.display()))
+            .with_hint("check the chart folder's permissions")
+    })?;
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
+/// serde's ` at line L column C` suffix removed (the location is given once, as file:line:col).
+fn strip_location(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(index) => message[..index].to_string(),
+        None => message.to_string(),
+    }
+}
+
+/// A values file (YAML) as JSON; an empty file is `{}`.
+pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, NativeError> {
+    let text = std::fs::read_to_string(path).map_err(|error| {
+        NativeError::new(format!("cannot read values file {shown}: {error}"))
+            .with_hint("values_files are paths under the repository root")
+    })?;
+    if text.trim().is_empty() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    let value: Value = serde_norway::from_str(&text).map_err(|error| {
+        let at = error
+            .location()
+            .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
+            .unwrap_or_else(|| shown.to_string());
+        NativeError::new(format!("{at}: {}", strip_location(&error.to_string())))
+            .with_hint("a values file is a YAML map with string keys")
+    })?;
+    match value {
+        Value::Object(_) => Ok(value),
+        Value::Null => Ok(Value::Object(serde_json::Map::new())),
+        _ => Err(
+            NativeError::new(format!("{shown}: a values file must be a map"))
+                .with_hint("write `key: value` pairs at the top level"),
+        ),
+    }
+}
+
+/// Merges `over` into `base` the way helm merges values: maps merge key by key, anything else
+/// replaces, and `null` deletes the key.
+pub fn merge_values(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(base), Value::Object(over)) => {
+            for (key, value) in over {
+                if value.is_null() {
+                    base.remove(&key);
+                    continue;
+                }
+                match base.get_mut(&key) {
+                    Some(existing) if existing.is_object() && value.is_object() => {
+                        merge_values(existing, value)
+                    }
+                    _ => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, over) => *base = over,
+    }
+}
+
+/// JSON with object keys sorted at every level: the same values always give the same text.
+pub fn canonical_json(value: &Value) -> String {
+    let mut out = String::new();
+    write_canonical(value, &mut out);
+    out
+}
+
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (index, key) in keys.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String((*key).clone()).to_string());
+                out.push(':');
+                if let Some(item) = map.get(*key) {
+                    write_canonical(item, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (index, item) in items.iter().enumerate() {
+                if index > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        other => out.push_str(&other.to_string()),
+    }
+}
+
+/// What the digest is computed over.
+#[derive(Debug, Clone, Default)]
+pub struct DigestInput {
+    pub chart_name: String,
+    pub chart_version: String,
+    /// The chart's files (local charts), or the archive's bytes as one file.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// The merged values (values files, then the script's values).
+    pub values: Value,
+}
+
+/// sha256 (hex) over the chart identity, its files and the canonical JSON of the values.
+pub fn digest(input: &DigestInput) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(b"bprun-helm-digest-v1\0");
+    for part in [&input.chart_name, &input.chart_version] {
+        hasher.update((part.len() as u64).to_le_bytes());
+        hasher.update(part.as_bytes());
+    }
+    hasher.update((input.files.len() as u64).to_le_bytes());
+    for (path, bytes) in &input.files {
+        hasher.update((path.len() as u64).to_le_bytes());
+        hasher.update(path.as_bytes());
+        hasher.update((bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    let values = canonical_json(&input.values);
+    hasher.update((values.len() as u64).to_le_bytes());
+    hasher.update(values.as_bytes());
+    hasher
+        .finalize()
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect()
+}
+
+/// A values file only its owner can read, removed when dropped: how the script's values (which
+/// may hold secrets) reach helm without touching its command line.
+#[derive(Debug)]
+pub struct TempValues {
+    path: PathBuf,
+}
+
+impl TempValues {
+    pub fn write(values: &Value) -> Result<TempValues, NativeError> {
+        use std::io::Write;
+        use std::os::unix::fs::OpenOptionsExt;
+        let dir = std::env::temp_dir();
+        let mut last_error = None;
+        for _ in 0..8 {
+            let path = dir.join(format!(
+                "bprun-helm-values-{}-{:016x}.json",
+                std::process::id(),
+                fastrand::u64(..)
+            ));
+            let opened = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&path);
+            match opened {
+                Ok(mut file) => {
+                    let temp = TempValues { path };
+                    let text = serde_json::to_string(values).map_err(|error| {
+                        NativeError::new(format!("cannot write helm values: {error}"))
+                    })?;
+                    file.write_all(text.as_bytes())
+                        .and_then(|()| file.sync_all())
+                        .map_err(|error| {
+                            NativeError::new(format!(
+                                "cannot write {}: {error}",
+                                temp.path.display()
+                            ))
+                            .with_hint(
+                                "check the free space and permissions of the temporary folder",
+                            )
+                        })?;
+                    return Ok(temp);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                    last_error = Some(error)
+                }
+                Err(error) => {
+                    last_error = Some(error);
+                    break;
+                }
+            }
+        }
+        Err(NativeError::new(format!(
+            "cannot create a temporary values file in {}: {}",
+            dir.display(),
+            last_error.map(|e| e.to_string()).unwrap_or_default()
+        ))
+        .with_hint("set TMPDIR to a writable folder"))
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for TempValues {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+/// What `helm upgrade --install` is run with.
+#[derive(Debug, Clone, Default)]
+pub struct InstallSpec {
+    pub release: String,
+    pub chart: String,
+    pub namespace: String,
+    pub version: Option<String>,
+    /// `-f` arguments in order (values files, then the temporary file of the script's values).
+    pub values_files: Vec<String>,
+    pub wait: bool,
+    pub timeout: Duration,
+    pub create_namespace: bool,
+    pub digest: String,
+}
+
+/// The outcome of an upgrade.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Installed {
+    pub revision: i64,
+    pub status: String,
+    pub chart: String,
+}
+
+/// Runs helm from the repository root.
+pub struct Helm {
+    program: String,
+    root: PathBuf,
+    cancel: Arc<AtomicBool>,
+}
+
+/// One argument as it appears in a shown command line.
+fn shell_word(arg: &str) -> String {
+    if arg.is_empty()
+        || arg
+            .chars()
+            .any(|c| c.is_whitespace() || c == '\'' || c == '"')
+    {
+        format!("'{}'", arg.replace('\'', "'\\''"))
+    } else {
+        arg.to_string()
+    }
+}
+
+/// The command as shown in messages: `helm` and its arguments, secrets redacted.
+pub fn command_line(args: &[String]) -> String {
+    let mut words = vec!["helm".to_string()];
+    words.extend(args.iter().map(|arg| shell_word(arg)));
+    scrub(&words.join(" "))
+}
+
+/// helm's message, for an error: stderr (else stdout), trimmed to its last lines.
+fn helm_message(output: &ProcessOutput) -> String {
+    let text = if output.stderr.trim().is_empty() {
+        &output.stdout
+    } else {
+        &output.stderr
+    };
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let start = lines.len().saturating_sub(20);
+    lines[start..].join("\n")
+}
+
+fn hint_for(message: &str) -> String {
+    let lower = message.to_lowercase();
+    if lower.contains("another operation") {
+        "a previous helm operation on this release did not finish; look at `helm history` and \
+         roll back or uninstall the release"
+            .to_string()
+    } else if lower.contains("kubernetes cluster unreachable")
+        || lower.contains("connection refused")
+        || lower.contains("no configuration has been provided")
+    {
+        "helm cannot reach the cluster: check KUBECONFIG and that the cluster is up".to_string()
+    } else if lower.contains("parse error")
+        || lower.contains("template:")
+        || lower.contains("yaml:")
+    {
+        "the chart does not render; run `helm lint` and `helm template` on it to see the failing \
+         template"
+            .to_string()
+    } else if lower.contains("timed out") || lower.contains("context deadline exceeded") {
+        "the release's resources did not become ready in time; raise #{timeout: seconds} or look \
+         at the pods of the namespace"
+            .to_string()
+    } else if lower.contains("not found") && lower.contains("chart") {
+        "check the chart reference and version (infra/VERSIONS.json), or pull it with helm_pull"
+            .to_string()
+    } else {
+        "helm's message is shown above; run the command by hand with --debug to investigate"
+            .to_string()
+    }
+}
+
+fn is_not_found(output: &ProcessOutput) -> bool {
+    let text = format!("{}{}", output.stderr, output.stdout).to_lowercase();
+    text.contains("release: not found")
+}
+
+/// `helm ...` whole seconds for `--timeout`.
+fn helm_duration(timeout: Duration) -> String {
+    format!("{}s", timeout.as_secs_f64().ceil() as u64)
+}
+
+impl Helm {
+    pub fn new(root: impl Into<PathBuf>, cancel: Arc<AtomicBool>) -> Helm {
+        Helm {
+            program: program(),
+            root: root.into(),
+            cancel,
+        }
+    }
+
+    /// Runs helm; output is scrubbed. A non-zero exit is returned, not an error.
+    pub fn run(
+        &self,
+        native: &str,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<ProcessOutput, NativeError> {
+        let spec = ProcessSpec {
+            program: self.program.clone(),
+            args: args.to_vec(),
+            cwd: Some(self.root.clone()),
+            timeout,
+            ..ProcessSpec::default()
+        };
+        let mut output = run(&spec, &self.cancel).map_err(|error| {
+            let command = command_line(args);
+            let not_installed = error.message.starts_with("cannot start");
+            let hint = if not_installed {
+                "install helm (v3 or v4) on PATH, or set HELM_BIN to its path".to_string()
+            } else {
+                error.hint.clone().unwrap_or_default()
+            };
+            NativeError::new(format!(
+                "{native}: {} (running `{command}`)",
+                scrub(&error.message)
+            ))
+            .with_hint(hint)
+        })?;
+        output.stdout = scrub(&output.stdout);
+        output.stderr = scrub(&output.stderr);
+        Ok(output)
+    }
+
+    /// The error for a helm command that exited non-zero.
+    pub fn failure(native: &str, args: &[String], output: &ProcessOutput) -> NativeError {
+        let message = helm_message(output);
+        let hint = hint_for(&message);
+        let mut error = NativeError::new(format!(
+            "{native}: `{}` exited with code {}",
+            command_line(args),
+            output.code
+        ));
+        if !message.is_empty() {
+            error = error.caused_by(message);
+        }
+        error.with_hint(hint)
+    }
+
+    /// Runs helm and returns stdout, or the failure.
+    fn run_ok(
+        &self,
+        native: &str,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<String, NativeError> {
+        let output = self.run(native, args, timeout)?;
+        if output.code != 0 {
+            return Err(Self::failure(native, args, &output));
+        }
+        Ok(output.stdout)
+    }
+
+    /// The latest revision of `release` in `namespace`, or `None` when there is no such release.
+    pub fn status(
+        &self,
+        native: &str,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Option<Release>, NativeError> {
+        let args = strings(&[
+            "history", release, "-n", namespace, "--max", "1", "-o", "json",
+        ]);
+        let output = self.run(native, &args, READ_TIMEOUT)?;
+        if output.code != 0 {
+            if is_not_found(&output) {
+                return Ok(None);
+            }
+            return Err(Self::failure(native, &args, &output));
+        }
+        let entries: Vec<HistoryEntry> = serde_json::from_str(&output.stdout).map_err(|error| {
+            NativeError::new(format!(
+                "{native}: cannot read the output of `{}`: {error}",
+                command_line(&args)
+            ))
+            .with_hint("is this helm v3 or v4?")
+        })?;
+        Ok(entries
+            .into_iter()
+            .max_by_key(|entry| entry.revision)
+            .map(|entry| Release {
+                name: release.to_string(),
+                namespace: namespace.to_string(),
+                revision: entry.revision,
+                status: entry.status,
+                chart: entry.chart,
+                app_version: entry.app_version,
+                updated: entry.updated,
+                description: entry.description,
+            }))
+    }
+
+    /// The chart name and version of a release (`helm get metadata`), when helm can tell.
+    pub fn chart_of(
+        &self,
+        native: &str,
+        release: &str,
+        namespace: &str,
+    ) -> Option<(String, String)> {
+        let args = strings(&["get", "metadata", release, "-n", namespace, "-o", "json"]);
+        let output = self.run(native, &args, READ_TIMEOUT).ok()?;
+        if output.code != 0 {
+            return None;
+        }
+        let value: Value = serde_json::from_str(&output.stdout).ok()?;
+        Some((
+            value["chart"].as_str()?.to_string(),
+            value["version"].as_str()?.to_string(),
+        ))
+    }
+
+    /// Releases of one namespace, or of all when `namespace` is `None`: deployed, failed, pending
+    /// or uninstalling (flags both helm v3 and v4 know).
+    pub fn list(&self, native: &str, namespace: Option<&str>) -> Result<Vec<Release>, NativeError> {
+        let mut args = strings(&[
+            "list",
+            "-o",
+            "json",
+            "--deployed",
+            "--failed",
+            "--pending",
+            "--uninstalling",
+        ]);
+        match namespace {
+            Some(namespace) => args.extend(strings(&["-n", namespace])),
+            None => args.push("-A".to_string()),
+        }
+        let stdout = self.run_ok(native, &args, READ_TIMEOUT)?;
+        let entries: Vec<ListEntry> = serde_json::from_str(&stdout).map_err(|error| {
+            NativeError::new(format!(
+                "{native}: cannot read the output of `{}`: {error}",
+                command_line(&args)
+            ))
+        })?;
+        Ok(entries
+            .into_iter()
+            .map(|entry| Release {
+                name: entry.name,
+                namespace: entry.namespace,
+                revision: match &entry.revision {
+                    Value::Number(number) => number.as_i64().unwrap_or(0),
+                    Value::String(text) => text.parse().unwrap_or(0),
+                    _ => 0,
+                },
+                status: entry.status,
+                chart: entry.chart,
+                app_version: entry.app_version,
+                updated: entry.updated,
+                description: String::new(),
+            })
+            .collect())
+    }
+
+    /// `helm upgrade --install`, stamped with the digest.
+    pub fn upgrade_install(
+        &self,
+        native: &str,
+        spec: &InstallSpec,
+    ) -> Result<Installed, NativeError> {
+        let mut args = strings(&[
+            "upgrade",
+            "--install",
+            &spec.release,
+            &spec.chart,
+            "-n",
+            &spec.namespace,
+            "--description",
+            &format!("{DIGEST_PREFIX}{}", spec.digest),
+            "--timeout",
+            &helm_duration(spec.timeout),
+            "-o",
+            "json",
+        ]);
+        if let Some(version) = &spec.version {
+            args.extend(strings(&["--version", version]));
+        }
+        for file in &spec.values_files {
+            args.extend(strings(&["-f", file]));
+        }
+        if spec.wait {
+            args.push("--wait".to_string());
+        }
+        if spec.create_namespace {
+            args.push("--create-namespace".to_string());
+        }
+        let stdout = self.run_ok(native, &args, spec.timeout + MARGIN)?;
+        // helm may print notes or warnings before the JSON document.
+        let json = stdout.find('{').map(|start| &stdout[start..]).unwrap_or("");
+        match serde_json::from_str::<Value>(json) {
+            Ok(value) => Ok(Installed {
+                revision: value["version"].as_i64().unwrap_or(0),
+                status: value["info"]["status"].as_str().unwrap_or("").to_string(),
+                chart: match (
+                    value["chart"]["metadata"]["name"].as_str(),
+                    value["chart"]["metadata"]["version"].as_str(),
+                ) {
+                    (Some(name), Some(version)) => format!("{name}-{version}"),
+                    _ => String::new(),
+                },
+            }),
+            Err(_) => {
+                let release = self.status(native, &spec.release, &spec.namespace)?;
+                let release = release.unwrap_or_default();
+                Ok(Installed {
+                    revision: release.revision,
+                    status: release.status,
+                    chart: release.chart,
+                })
+            }
+        }
+    }
+
+    /// `helm uninstall`.
+    pub fn uninstall(
+        &self,
+        native: &str,
+        release: &str,
+        namespace: &str,
+        wait: bool,
+        timeout: Duration,
+    ) -> Result<(), NativeError> {
+        let mut args = strings(&[
+            "uninstall",
+            release,
+            "-n",
+            namespace,
+            "--timeout",
+            &helm_duration(timeout),
+        ]);
+        if wait {
+            args.push("--wait".to_string());
+        }
+        self.run_ok(native, &args, timeout + MARGIN).map(|_| ())
+    }
+
+    /// `helm template`: the rendered manifests.
+    pub fn template(
+        &self,
+        native: &str,
+        release: &str,
+        chart: &str,
+        namespace: &str,
+        version: Option<&str>,
+        values_files: &[String],
+    ) -> Result<String, NativeError> {
+        let mut args = strings(&["template", release, chart, "-n", namespace]);
+        if let Some(version) = version {
+            args.extend(strings(&["--version", version]));
+        }
+        for file in values_files {
+            args.extend(strings(&["-f", file]));
+        }
+        self.run_ok(native, &args, READ_TIMEOUT)
+    }
+
+    /// `helm lint`: a failing lint is a result, not an error.
+    pub fn lint(
+        &self,
+        native: &str,
+        chart: &str,
+        strict: bool,
+        values_files: &[String],
+    ) -> Result<Lint, NativeError> {
+        let mut args = strings(&["lint", chart]);
+        if strict {
+            args.push("--strict".to_string());
+        }
+        for file in values_files {
+            args.extend(strings(&["-f", file]));
+        }
+        let output = self.run(native, &args, READ_TIMEOUT)?;
+        let messages = output
+            .stdout
+            .lines()
+            .chain(output.stderr.lines())
+            .map(str::trim)
+            .filter(|line| line.starts_with('[') || line.starts_with("Error:"))
+            .filter(|line| !line.starts_with("Error: 1 chart(s) linted"))
+            .map(str::to_string)
+            .collect();
+        Ok(Lint {
+            ok: output.code == 0,
+            messages,
+        })
+    }
+
+    /// `name` and `version` of a remote chart (`helm show chart`), for charts given without a version.
+    pub fn show_chart(
+        &self,
+        native: &str,
+        chart: &str,
+        version: Option<&str>,
+    ) -> Result<(String, String), NativeError> {
+        let mut args = strings(&["show", "chart", chart]);
+        if let Some(version) = version {
+            args.extend(strings(&["--version", version]));
+        }
+        let stdout = self.run_ok(native, &args, READ_TIMEOUT)?;
+        parse_chart_yaml(&stdout, &format!("`{}`", command_line(&args)))
+    }
+
+    /// `helm pull` of `chart` at `version` from `url` into `destination` (a folder).
+    pub fn pull(
+        &self,
+        native: &str,
+        url: &str,
+        chart: &str,
+        version: &str,
+        destination: &str,
+    ) -> Result<(), NativeError> {
+        let args = if url.starts_with("oci://") {
+            strings(&[
+                "pull",
+                &format!("{}/{chart}", url.trim_end_matches('/')),
+                "--version",
+                version,
+                "--destination",
+                destination,
+            ])
+        } else {
+            strings(&[
+                "pull",
+                chart,
+                "--repo",
+                url,
+                "--version",
+                version,
+                "--destination",
+                destination,
+            ])
+        };
+        self.run_ok(native, &args, DEFAULT_HELM_TIMEOUT).map(|_| ())
+    }
+}
+
+impl Helm {
+    /// Pulls a pinned chart into `target` (`infra/helm-charts/<chart>-<version>.tgz`): helm
+    /// downloads into a private folder next to it, and the archive is renamed into place, so an
+    /// interrupted pull never leaves a partial file in the cache.
+    pub fn pull_to(&self, native: &str, pin: &ChartPin, target: &Path) -> Result<(), NativeError> {
+        let dir = target.parent().unwrap_or(&self.root).to_path_buf();
+        std::fs::create_dir_all(&dir).map_err(|error| {
+            NativeError::new(format!(
+                "{native}: cannot create {}: {error}",
+                dir.display()
+            ))
+            .with_hint("check the permissions of infra/")
+        })?;
+        let staging = dir.join(format!(
+            ".pull-{}-{:08x}",
+            std::process::id(),
+            fastrand::u32(..)
+        ));
+        struct Cleanup<'a>(&'a Path);
+        impl Drop for Cleanup<'_> {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(self.0);
+            }
+        }
+        std::fs::create_dir(&staging).map_err(|error| {
+            NativeError::new(format!(
+                "{native}: cannot create {}: {error}",
+                staging.display()
+            ))
+        })?;
+        let _cleanup = Cleanup(&staging);
+        let shown = crate::clients::fs::relative_display(&self.root, &staging);
+        self.pull(native, &pin.url, &pin.chart, &pin.chart_version, &shown)?;
+        let archives: Vec<PathBuf> = std::fs::read_dir(&staging)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|entry| entry.path())
+                    .filter(|path| path.extension().is_some_and(|ext| ext == "tgz"))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let [archive] = archives.as_slice() else {
+            return Err(NativeError::new(format!(
+                "{native}: helm pull of {} {} left {} archives instead of one",
+                pin.chart,
+                pin.chart_version,
+                archives.len()
+            ))
+            .with_hint("check the chart name and version in infra/VERSIONS.json"));
+        };
+        std::fs::rename(archive, target).map_err(|error| {
+            NativeError::new(format!(
+                "{native}: cannot move the pulled chart to {}: {error}",
+                target.display()
+            ))
+        })
+    }
+}
+
+fn strings(args: &[&str]) -> Vec<String> {
+    args.iter().map(|arg| arg.to_string()).collect()
+}
+
+/// One chart pin of infra/VERSIONS.json (`helm_repositories.<key>`).
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ChartPin {
+    /// The repository's usual name (`helm repo add <name> <url>`).
+    #[serde(default)]
+    pub name: Option<String>,
+    pub url: String,
+    pub chart: String,
+    pub chart_version: String,
+    #[serde(default)]
+    pub release: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub values_overrides: Option<serde_json::Map<String, Value>>,
+    #[serde(default)]
+    pub note: Option<String>,
+}
+
+impl ChartPin {
+    /// Where helm_pull caches it, relative to the repository root.
+    pub fn cache_path(&self) -> String {
+        format!("{CHART_CACHE}/{}-{}.tgz", self.chart, self.chart_version)
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct VersionsShape {
+    helm_repositories: BTreeMap<String, ChartPin>,
+}
+
+/// infra/VERSIONS.json, parsed and checked: the whole document (for scripts) and the chart pins.
+pub fn parse_versions(
+    text: &str,
+    shown: &str,
+) -> Result<(Value, BTreeMap<String, ChartPin>), NativeError> {
+    let located = |error: serde_json::Error, hint: &str| {
+        NativeError::new(format!(
+            "{shown}:{}:{}: {}",
+            error.line(),
+            error.column(),
+            strip_location(&error.to_string())
+        ))
+        .with_hint(hint.to_string())
+    };
+    let document: Value = serde_json::from_str(text).map_err(|error| {
+        located(
+            error,
+            "the file must be valid JSON (no trailing commas, no comments)",
+        )
+    })?;
+    let shape: VersionsShape = serde_json::from_str(text).map_err(|error| {
+        located(
+            error,
+            "helm_repositories maps a key to #{url, chart, chart_version} and optionally name, \
+             release, namespace, values_overrides and note",
+        )
+    })?;
+    for (key, pin) in &shape.helm_repositories {
+        for (field, value) in [
+            ("url", &pin.url),
+            ("chart", &pin.chart),
+            ("chart_version", &pin.chart_version),
+        ] {
+            if value.trim().is_empty() {
+                return Err(NativeError::new(format!(
+                    "{shown}: helm_repositories.{key}.{field} is empty"
+                ))
+                .with_hint("every chart pin names its repository url, chart and exact version"));
+            }
+        }
+    }
+    Ok((document, shape.helm_repositories))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_follows_helm_rules() {
+        let mut base = json!({"a": {"b": 1, "c": 2}, "d": [1], "e": 1});
+        merge_values(&mut base, json!({"a": {"c": 3}, "d": [2], "e": null}));
+        assert_eq!(base, json!({"a": {"b": 1, "c": 3}, "d": [2]}));
+    }
+
+    #[test]
+    fn canonical_json_sorts_keys_everywhere() {
+        let value = json!({"b": [{"z": 1, "a": 2}], "a": "x"});
+        assert_eq!(canonical_json(&value), r#"{"a":"x","b":[{"a":2,"z":1}]}"#);
+    }
+
+    #[test]
+    fn digest_depends_on_values_and_chart() {
+        let input = DigestInput {
+            chart_name: "redis".into(),
+            chart_version: "0.1.0".into(),
+            files: vec![("Chart.yaml".into(), b"name: redis".to_vec())],
+            values: json!({"a": 1, "b": 2}),
+        };
+        let same = DigestInput {
+            values: json!({"b": 2, "a": 1}),
+            ..input.clone()
+        };
+        let other = DigestInput {
+            values: json!({"a": 2, "b": 2}),
+            ..input.clone()
+        };
+        let bumped = DigestInput {
+            chart_version: "0.1.1".into(),
+            ..input.clone()
+        };
+        assert_eq!(digest(&input), digest(&same));
+        assert_ne!(digest(&input), digest(&other));
+        assert_ne!(digest(&input), digest(&bumped));
+        assert_eq!(digest(&input).len(), 64);
+    }
+
+    #[test]
+    fn versions_errors_have_file_line_and_column() {
+        let error = parse_versions("{\n  \"helm_repositories\": {,\n}", "infra/VERSIONS.json")
+            .expect_err("malformed");
+        assert!(
+            error.message.starts_with("infra/VERSIONS.json:2:25: "),
+            "{}",
+            error.message
+        );
+        let missing = parse_versions(
+            "{\"helm_repositories\": {\"redis\": {\"url\": \"u\", \"chart\": \"redis\"}}}",
+            "V.json",
+        )
+        .expect_err("missing version");
+        assert!(
+            missing.message.contains("missing field `chart_version`"),
+            "{}",
+            missing.message
+        );
+    }
+
+    #[test]
+    fn commands_are_shown_quoted() {
+        assert_eq!(
+            command_line(&strings(&["upgrade", "--description", "bprun digest ab"])),
+            "helm upgrade --description 'bprun digest ab'"
+        );
+    }
+
+    #[test]
+    fn temporary_values_are_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt;
+        let temp = TempValues::write(&json!({"password": "x"})).expect("write");
+        let path = temp.path().to_path_buf();
+        let mode = std::fs::metadata(&path).expect("meta").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        drop(temp);
+        assert!(!path.exists());
+    }
+}

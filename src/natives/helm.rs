@@ -1,6 +1,699 @@
-//! Helm natives (the real `helm` binary). Being written.
+//! Helm natives: the real `helm` binary (v3 or v4, `HELM_BIN` or PATH), idempotent installs
+//! decided by a digest stamped on the release, and the version pins of `infra/VERSIONS.json`.
 
 use rhai::plugin::*;
+use serde_json::Value;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::convert::{Secrets, from_json, to_json};
+use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
+use crate::clients::fs::Confinement;
+use crate::clients::helm::{
+    self, ChartSource, DigestInput, Helm, InstallSpec, Release, TempValues,
+};
+use crate::engine::{Session, native_error, session};
+use crate::error::NativeError;
+
+fn client(session: &Session) -> Helm {
+    Helm::new(
+        session.state.root.clone(),
+        session.state.cancel_flag().clone(),
+    )
+}
+
+fn error(message: String) -> Box<EvalAltResult> {
+    native_error(NativeError::new(message))
+}
+
+fn require_name(value: &str, what: &str, native: &str) -> NativeResult<()> {
+    if value.trim().is_empty() {
+        return Err(native_error(
+            NativeError::new(format!("{native}: the {what} is empty"))
+                .with_hint(format!("name the {what}, e.g. \"redis\"")),
+        ));
+    }
+    Ok(())
+}
+
+/// `values_files` (a path or an array of paths): (argument for helm, full path, shown name).
+fn values_files(
+    options: &rhai::Map,
+    files: &Confinement,
+    native: &str,
+) -> NativeResult<Vec<(String, PathBuf)>> {
+    let items: Vec<Dynamic> = match options.get("values_files") {
+        None => return Ok(Vec::new()),
+        Some(value) if value.is_string() => vec![value.clone()],
+        Some(value) => value.clone().into_array().map_err(|type_name| {
+            error(format!(
+                "{native}: option `values_files` must be an array of paths, not {type_name}"
+            ))
+        })?,
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let path = item.into_immutable_string().map_err(|type_name| {
+            error(format!(
+                "{native}: option `values_files` must hold paths (strings), not {type_name}"
+            ))
+        })?;
+        let full = files.resolve(&path).map_err(native_error)?;
+        if !full.is_file() {
+            return Err(native_error(
+                NativeError::new(format!("{native}: values file {path} does not exist"))
+                    .with_hint("values_files are paths under the repository root"),
+            ));
+        }
+        out.push((files.display(&full), full));
+    }
+    Ok(out)
+}
+
+/// `values` (a map; `Secret`s inside are revealed for helm, through a private file).
+fn script_values(options: &rhai::Map, native: &str) -> NativeResult<Option<Value>> {
+    let Some(value) = options.get("values") else {
+        return Ok(None);
+    };
+    if value.is_unit() {
+        return Ok(None);
+    }
+    if !value.is_map() {
+        return Err(error(format!(
+            "{native}: option `values` must be a map, not {}",
+            value.type_name()
+        )));
+    }
+    let json = to_json(value, Secrets::Reveal)
+        .map_err(|e| error(format!("{native}: option `values`: {}", e.message)))?;
+    Ok(match &json {
+        Value::Object(map) if map.is_empty() => None,
+        _ => Some(json),
+    })
+}
+
+fn helm_timeout(options: &rhai::Map, native: &str) -> NativeResult<Duration> {
+    match options.get("timeout") {
+        None => Ok(helm::DEFAULT_HELM_TIMEOUT),
+        Some(value) => {
+            let timeout = super::seconds(value, &format!("{native}: option `timeout`"))?;
+            if timeout < Duration::from_secs(1) {
+                return Err(error(format!(
+                    "{native}: option `timeout` must be at least 1 second"
+                )));
+            }
+            Ok(timeout)
+        }
+    }
+}
+
+fn release_map(release: &Release) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("name".into(), release.name.clone().into());
+    map.insert("namespace".into(), release.namespace.clone().into());
+    map.insert("revision".into(), release.revision.into());
+    map.insert("status".into(), release.status.clone().into());
+    map.insert("chart".into(), release.chart.clone().into());
+    map.insert("app_version".into(), release.app_version.clone().into());
+    map.insert("updated".into(), release.updated.clone().into());
+    map
+}
+
+fn text_or_unit(text: &str) -> Dynamic {
+    if text.is_empty() {
+        Dynamic::UNIT
+    } else {
+        text.to_string().into()
+    }
+}
+
+/// The digest of what `helm_install` would deploy.
+fn install_digest(
+    helm: &Helm,
+    native: &str,
+    chart: &helm::ChartRef,
+    version: Option<&str>,
+    values_files: &[(String, PathBuf)],
+    values: Option<&Value>,
+) -> Result<String, NativeError> {
+    let mut merged = Value::Object(serde_json::Map::new());
+    for (shown, path) in values_files {
+        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
+    }
+    if let Some(values) = values {
+        helm::merge_values(&mut merged, values.clone());
+    }
+    let (chart_name, chart_version, files) = match &chart.source {
+        ChartSource::Dir(dir) => {
+            let (name, version) = helm::chart_yaml(dir, &chart.arg)?;
+            (name, version, helm::chart_files(dir)?)
+        }
+        ChartSource::Archive(path) => {
+            let bytes = std::fs::read(path).map_err(|e| {
+                NativeError::new(format!("{native}: cannot read chart {}: {e}", chart.arg))
+            })?;
+            (
+                chart.arg.clone(),
+                version.unwrap_or_default().to_string(),
+                vec![("archive".to_string(), bytes)],
+            )
+        }
+        ChartSource::Remote(reference) => match version {
+            Some(version) => (reference.clone(), version.to_string(), Vec::new()),
+            // Without a pin, the digest follows the version the repository serves today.
+            None => {
+                let (_, latest) = helm.show_chart(native, reference, None)?;
+                (reference.clone(), latest, Vec::new())
+            }
+        },
+    };
+    Ok(helm::digest(&DigestInput {
+        chart_name,
+        chart_version,
+        files,
+        values: merged,
+    }))
+}
+
+fn load_versions(
+    session: &Session,
+) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), NativeError> {
+    let files = Confinement::new(&session.state.root);
+    let text = files.read_text(helm::VERSIONS_FILE)?;
+    helm::parse_versions(&text, helm::VERSIONS_FILE)
+}
+
+fn install(
+    session: Arc<Session>,
+    release: &str,
+    chart: &str,
+    namespace: &str,
+    options: &rhai::Map,
+) -> NativeResult<rhai::Map> {
+    const N: &str = "helm_install";
+    reject_unknown(
+        options,
+        &[
+            "values_files",
+            "values",
+            "version",
+            "wait",
+            "timeout",
+            "create_namespace",
+        ],
+        N,
+    )?;
+    require_name(release, "release name", N)?;
+    require_name(namespace, "namespace", N)?;
+    let files = Confinement::new(&session.state.root);
+    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    let version = option_str(options, "version", N)?;
+    let wait = option_bool(options, "wait", N)?.unwrap_or(false);
+    let create_namespace = option_bool(options, "create_namespace", N)?.unwrap_or(false);
+    let timeout = helm_timeout(options, N)?;
+    let value_files = values_files(options, &files, N)?;
+    let values = script_values(options, N)?;
+    let helm = client(&session);
+    let digest = install_digest(
+        &helm,
+        N,
+        &chart_ref,
+        version.as_deref(),
+        &value_files,
+        values.as_ref(),
+    )
+    .map_err(native_error)?;
+    let current = helm.status(N, release, namespace).map_err(native_error)?;
+    let reason = match &current {
+        None => Some("not installed".to_string()),
+        Some(found) if found.status != "deployed" => Some(format!("status {}", found.status)),
+        Some(found) => match found.digest() {
+            Some(stamped) if stamped == digest => None,
+            Some(_) => Some("chart or values changed".to_string()),
+            None => Some("not installed by bprun".to_string()),
+        },
+    };
+    let mut result = rhai::Map::new();
+    result.insert("release".into(), release.into());
+    result.insert("namespace".into(), namespace.into());
+    let Some(reason) = reason else {
+        let found = current.unwrap_or_default();
+        result.insert("changed".into(), false.into());
+        result.insert("revision".into(), found.revision.into());
+        result.insert("status".into(), found.status.into());
+        result.insert("chart".into(), found.chart.into());
+        result.insert("reason".into(), Dynamic::UNIT);
+        return Ok(result);
+    };
+    let action = if current.is_none() {
+        "install"
+    } else {
+        "upgrade"
+    };
+    let resource = format!(
+        "helm release {namespace}/{release} from {} ({reason})",
+        chart_ref.arg
+    );
+    result.insert("changed".into(), true.into());
+    result.insert("reason".into(), reason.clone().into());
+    if session.state.check() {
+        session.state.record_change(action, &resource);
+        let found = current.unwrap_or_default();
+        let revision = if found.revision > 0 {
+            found.revision.into()
+        } else {
+            Dynamic::UNIT
+        };
+        result.insert("revision".into(), revision);
+        result.insert("status".into(), text_or_unit(&found.status));
+        result.insert("chart".into(), text_or_unit(&found.chart));
+        return Ok(result);
+    }
+    let temp = values
+        .as_ref()
+        .map(TempValues::write)
+        .transpose()
+        .map_err(native_error)?;
+    let mut file_args: Vec<String> = value_files.into_iter().map(|(shown, _)| shown).collect();
+    if let Some(temp) = &temp {
+        file_args.push(temp.path().display().to_string());
+    }
+    let installed = helm
+        .upgrade_install(
+            N,
+            &InstallSpec {
+                release: release.to_string(),
+                chart: chart_ref.arg.clone(),
+                namespace: namespace.to_string(),
+                version,
+                values_files: file_args,
+                wait,
+                timeout,
+                create_namespace,
+                digest,
+            },
+        )
+        .map_err(native_error)?;
+    drop(temp);
+    session.state.record_change(action, &resource);
+    result.insert("revision".into(), installed.revision.into());
+    result.insert("status".into(), installed.status.into());
+    result.insert("chart".into(), installed.chart.into());
+    Ok(result)
+}
+
+fn uninstall(
+    session: Arc<Session>,
+    release: &str,
+    namespace: &str,
+    options: &rhai::Map,
+) -> NativeResult<rhai::Map> {
+    const N: &str = "helm_uninstall";
+    reject_unknown(options, &["wait", "timeout"], N)?;
+    require_name(release, "release name", N)?;
+    require_name(namespace, "namespace", N)?;
+    let wait = option_bool(options, "wait", N)?.unwrap_or(false);
+    let timeout = helm_timeout(options, N)?;
+    let helm = client(&session);
+    let mut result = rhai::Map::new();
+    result.insert("release".into(), release.into());
+    result.insert("namespace".into(), namespace.into());
+    let current = helm.status(N, release, namespace).map_err(native_error)?;
+    let Some(found) = current else {
+        result.insert("changed".into(), false.into());
+        return Ok(result);
+    };
+    let resource = format!("helm release {namespace}/{release} ({})", found.chart);
+    if !session.state.check() {
+        helm.uninstall(N, release, namespace, wait, timeout)
+            .map_err(native_error)?;
+    }
+    session.state.record_change("uninstall", &resource);
+    result.insert("changed".into(), true.into());
+    Ok(result)
+}
+
+fn template(
+    session: Arc<Session>,
+    release: &str,
+    chart: &str,
+    namespace: &str,
+    options: &rhai::Map,
+) -> NativeResult<String> {
+    const N: &str = "helm_template";
+    reject_unknown(options, &["values_files", "values", "version"], N)?;
+    require_name(release, "release name", N)?;
+    require_name(namespace, "namespace", N)?;
+    let files = Confinement::new(&session.state.root);
+    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    let version = option_str(options, "version", N)?;
+    let mut file_args: Vec<String> = values_files(options, &files, N)?
+        .into_iter()
+        .map(|(shown, _)| shown)
+        .collect();
+    let values = script_values(options, N)?;
+    let temp = values
+        .as_ref()
+        .map(TempValues::write)
+        .transpose()
+        .map_err(native_error)?;
+    if let Some(temp) = &temp {
+        file_args.push(temp.path().display().to_string());
+    }
+    client(&session)
+        .template(
+            N,
+            release,
+            &chart_ref.arg,
+            namespace,
+            version.as_deref(),
+            &file_args,
+        )
+        .map_err(native_error)
+}
+
+fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> NativeResult<rhai::Map> {
+    const N: &str = "helm_lint";
+    reject_unknown(options, &["strict", "values_files"], N)?;
+    let files = Confinement::new(&session.state.root);
+    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    if matches!(chart_ref.source, ChartSource::Remote(_)) {
+        return Err(native_error(
+            NativeError::new(format!(
+                "{N}: {chart} is not a chart under the repository root"
+            ))
+            .with_hint("helm lint checks a local chart folder or archive"),
+        ));
+    }
+    let strict = option_bool(options, "strict", N)?.unwrap_or(false);
+    let file_args: Vec<String> = values_files(options, &files, N)?
+        .into_iter()
+        .map(|(shown, _)| shown)
+        .collect();
+    let report = client(&session)
+        .lint(N, &chart_ref.arg, strict, &file_args)
+        .map_err(native_error)?;
+    let mut map = rhai::Map::new();
+    map.insert("ok".into(), report.ok.into());
+    map.insert(
+        "messages".into(),
+        report
+            .messages
+            .into_iter()
+            .map(Dynamic::from)
+            .collect::<rhai::Array>()
+            .into(),
+    );
+    Ok(map)
+}
 
 #[export_module]
-pub mod helm_functions {}
+pub mod helm_functions {
+    use super::*;
+
+    /// `helm upgrade --install` that only runs when something changed: the release is left alone
+    /// (`changed: false`, no new revision) when its latest revision is deployed and carries the
+    /// same digest of chart (name, version, files of a local chart) and merged values. Options:
+    /// `values_files` (paths), `values` (a map; `Secret`s inside reach helm through a private
+    /// temporary file, never the command line), `version`, `wait` (default false), `timeout`
+    /// (seconds, default 300), `create_namespace` (default false). Returns
+    /// `#{changed, release, namespace, revision, status, chart, reason}`. Honours check mode.
+    ///
+    /// ```rhai
+    /// step("Redis", || {
+    ///     let pin = versions().helm_repositories.redis;
+    ///     let chart = helm_pull("redis");
+    ///     helm_install("redis", chart.path, "redis", #{values: pin.values_overrides, wait: true, create_namespace: true});
+    /// });
+    /// ```
+    #[rhai_fn(name = "helm_install", return_raw)]
+    pub fn helm_install_with(
+        context: NativeCallContext,
+        release: &str,
+        chart: &str,
+        namespace: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_install")?;
+        install(session, release, chart, namespace, &options)
+    }
+
+    /// `helm_install(release, chart, namespace, #{})`: the chart with its default values.
+    ///
+    /// ```rhai
+    /// step("Redis", || { helm_install("redis", "apps/redis/helm-chart", "redis"); });
+    /// ```
+    #[rhai_fn(name = "helm_install", return_raw)]
+    pub fn helm_install(
+        context: NativeCallContext,
+        release: &str,
+        chart: &str,
+        namespace: &str,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_install")?;
+        install(session, release, chart, namespace, &rhai::Map::new())
+    }
+
+    /// The latest revision of a release: `#{name, namespace, revision, status, chart,
+    /// chart_name, chart_version, app_version, updated, description, digest}`, or `()` when there
+    /// is no such release. Reads only; runs in check mode.
+    ///
+    /// ```rhai
+    /// step("Redis", || {
+    ///     let release = helm_status("redis", "redis");
+    ///     if release == () || release.status != "deployed" { warn("redis is not deployed") }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn helm_status(
+        context: NativeCallContext,
+        release: &str,
+        namespace: &str,
+    ) -> NativeResult<Dynamic> {
+        const N: &str = "helm_status";
+        let session = remote_session(&context, N)?;
+        require_name(release, "release name", N)?;
+        require_name(namespace, "namespace", N)?;
+        let helm = client(&session);
+        let Some(found) = helm.status(N, release, namespace).map_err(native_error)? else {
+            return Ok(Dynamic::UNIT);
+        };
+        let mut map = release_map(&found);
+        map.insert("description".into(), found.description.clone().into());
+        map.insert(
+            "digest".into(),
+            found
+                .digest()
+                .map(|digest| Dynamic::from(digest.to_string()))
+                .unwrap_or(Dynamic::UNIT),
+        );
+        let (name, version) = helm
+            .chart_of(N, release, namespace)
+            .map(|(name, version)| (Dynamic::from(name), Dynamic::from(version)))
+            .unwrap_or((Dynamic::UNIT, Dynamic::UNIT));
+        map.insert("chart_name".into(), name);
+        map.insert("chart_version".into(), version);
+        Ok(map.into())
+    }
+
+    /// The releases of a namespace (`"*"` or `""`: of every namespace) that are deployed, failed,
+    /// pending or uninstalling, as `#{name, namespace, revision, status, chart, app_version,
+    /// updated}` maps. Reads only.
+    ///
+    /// ```rhai
+    /// step("Inventory", || {
+    ///     for release in helm_list("*") { info(`${release.namespace}/${release.name}: ${release.status}`) }
+    /// });
+    /// ```
+    #[rhai_fn(name = "helm_list", return_raw)]
+    pub fn helm_list_in(context: NativeCallContext, namespace: &str) -> NativeResult<rhai::Array> {
+        const N: &str = "helm_list";
+        let session = remote_session(&context, N)?;
+        let scope = match namespace.trim() {
+            "" | "*" => None,
+            namespace => Some(namespace),
+        };
+        let releases = client(&session).list(N, scope).map_err(native_error)?;
+        Ok(releases
+            .iter()
+            .map(|release| Dynamic::from(release_map(release)))
+            .collect())
+    }
+
+    /// `helm_list("*")`: the releases of every namespace.
+    ///
+    /// ```rhai
+    /// step("Inventory", || { let count = helm_list().len(); });
+    /// ```
+    #[rhai_fn(name = "helm_list", return_raw)]
+    pub fn helm_list(context: NativeCallContext) -> NativeResult<rhai::Array> {
+        helm_list_in(context, "*")
+    }
+
+    /// Uninstalls a release; an absent release is `changed: false`. Options: `wait` (default
+    /// false), `timeout` (seconds, default 300). Returns `#{changed, release, namespace}`.
+    /// Honours check mode.
+    ///
+    /// ```rhai
+    /// step("Remove redis", || { helm_uninstall("redis", "redis", #{wait: true}); });
+    /// ```
+    #[rhai_fn(name = "helm_uninstall", return_raw)]
+    pub fn helm_uninstall_with(
+        context: NativeCallContext,
+        release: &str,
+        namespace: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_uninstall")?;
+        uninstall(session, release, namespace, &options)
+    }
+
+    /// `helm_uninstall(release, namespace, #{})`.
+    ///
+    /// ```rhai
+    /// step("Remove redis", || { helm_uninstall("redis", "redis"); });
+    /// ```
+    #[rhai_fn(name = "helm_uninstall", return_raw)]
+    pub fn helm_uninstall(
+        context: NativeCallContext,
+        release: &str,
+        namespace: &str,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_uninstall")?;
+        uninstall(session, release, namespace, &rhai::Map::new())
+    }
+
+    /// The manifests a chart renders to (`helm template`), as one string. Options: `values`
+    /// (a map, through a private temporary file), `values_files`, `version`. Registered secrets in
+    /// the output read `***`. Reads only; runs in check mode.
+    ///
+    /// ```rhai
+    /// step("Render", || {
+    ///     let yaml = helm_template("redis", "apps/redis/helm-chart", "redis", #{values: #{image: #{tag: "7.4.2"}}});
+    /// });
+    /// ```
+    #[rhai_fn(name = "helm_template", return_raw)]
+    pub fn helm_template_with(
+        context: NativeCallContext,
+        release: &str,
+        chart: &str,
+        namespace: &str,
+        options: rhai::Map,
+    ) -> NativeResult<String> {
+        let session = remote_session(&context, "helm_template")?;
+        template(session, release, chart, namespace, &options)
+    }
+
+    /// `helm_template(release, chart, namespace, #{})`.
+    ///
+    /// ```rhai
+    /// step("Render", || { let yaml = helm_template("redis", "apps/redis/helm-chart", "redis"); });
+    /// ```
+    #[rhai_fn(name = "helm_template", return_raw)]
+    pub fn helm_template(
+        context: NativeCallContext,
+        release: &str,
+        chart: &str,
+        namespace: &str,
+    ) -> NativeResult<String> {
+        let session = remote_session(&context, "helm_template")?;
+        template(session, release, chart, namespace, &rhai::Map::new())
+    }
+
+    /// `helm lint` of a local chart: `#{ok, messages}` (a failing lint is a result, not an
+    /// exception; messages are helm's `[INFO]`/`[WARNING]`/`[ERROR]` lines). Options: `strict`
+    /// (warnings fail too), `values_files`. Reads only.
+    ///
+    /// ```rhai
+    /// step("Lint", || {
+    ///     let lint = helm_lint("apps/redis/helm-chart", #{strict: true});
+    ///     if !lint.ok { throw lint.messages }
+    /// });
+    /// ```
+    #[rhai_fn(name = "helm_lint", return_raw)]
+    pub fn helm_lint_with(
+        context: NativeCallContext,
+        chart: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_lint")?;
+        lint(session, chart, &options)
+    }
+
+    /// `helm_lint(chart, #{})`.
+    ///
+    /// ```rhai
+    /// step("Lint", || { let ok = helm_lint("apps/redis/helm-chart").ok; });
+    /// ```
+    #[rhai_fn(name = "helm_lint", return_raw)]
+    pub fn helm_lint(context: NativeCallContext, chart: &str) -> NativeResult<rhai::Map> {
+        let session = remote_session(&context, "helm_lint")?;
+        lint(session, chart, &rhai::Map::new())
+    }
+
+    /// Caches the chart pinned under `helm_repositories.<key>` of `infra/VERSIONS.json` as
+    /// `infra/helm-charts/<chart>-<version>.tgz`; no network when that file exists. Returns
+    /// `#{changed, path, chart, version}` (`path` is what helm_install takes). Honours check mode.
+    ///
+    /// ```rhai
+    /// step("Cache charts", || { for key in ["redis", "gitlab"] { helm_pull(key); } });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn helm_pull(context: NativeCallContext, key: &str) -> NativeResult<rhai::Map> {
+        const N: &str = "helm_pull";
+        let session = remote_session(&context, N)?;
+        let (_, pins) = load_versions(&session).map_err(native_error)?;
+        let Some(pin) = pins.get(key) else {
+            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
+            return Err(native_error(
+                NativeError::new(format!(
+                    "{N}: {} has no helm_repositories.{key}",
+                    helm::VERSIONS_FILE
+                ))
+                .with_hint(format!("known keys: {}", known.join(", "))),
+            ));
+        };
+        let relative = pin.cache_path();
+        let files = Confinement::new(&session.state.root);
+        let target = files.resolve(&relative).map_err(native_error)?;
+        let mut result = rhai::Map::new();
+        result.insert("path".into(), relative.clone().into());
+        result.insert("chart".into(), pin.chart.clone().into());
+        result.insert("version".into(), pin.chart_version.clone().into());
+        if target.is_file() {
+            result.insert("changed".into(), false.into());
+            return Ok(result);
+        }
+        let resource = format!("chart {relative} from {}", pin.url);
+        if !session.state.check() {
+            client(&session)
+                .pull_to(N, pin, &target)
+                .map_err(native_error)?;
+        }
+        session.state.record_change("pull", &resource);
+        result.insert("changed".into(), true.into());
+        Ok(result)
+    }
+
+    /// `infra/VERSIONS.json`, the single source of truth for chart repositories, chart versions
+    /// and value overrides (`helm_repositories.<key>` = `#{name, url, chart, chart_version,
+    /// release, namespace, values_overrides}`). A malformed file is an error at file:line:col.
+    /// Reads a local file, so it also works at the top level.
+    ///
+    /// ```rhai
+    /// let gitlab = versions().helm_repositories.gitlab;
+    /// info(`GitLab chart ${gitlab.chart_version}`);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn versions(context: NativeCallContext) -> NativeResult<rhai::Map> {
+        let session = session(&context)?;
+        let (document, _) = load_versions(&session).map_err(native_error)?;
+        from_json(document).try_cast::<rhai::Map>().ok_or_else(|| {
+            error(format!(
+                "versions: {} must hold a JSON object",
+                helm::VERSIONS_FILE
+            ))
+        })
+    }
+}

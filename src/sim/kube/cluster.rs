@@ -949,10 +949,8 @@ impl Cluster {
                     }
                 }
             }
-            "Deployment" | "StatefulSet" | "ReplicaSet" => {
-                if object["spec"]["replicas"].is_null() {
-                    object["spec"]["replicas"] = json!(1);
-                }
+            "Deployment" | "StatefulSet" | "ReplicaSet" if object["spec"]["replicas"].is_null() => {
+                object["spec"]["replicas"] = json!(1);
             }
             "Pod" => {
                 if object["status"]["phase"].is_null() {

@@ -944,10 +944,10 @@ async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, St
     let upstream = async {
         while let Some(Ok(message)) = stream.next().await {
             match message {
-                Message::Binary(data) if data.first() == Some(&0) => {
-                    if writer.write_all(&data[1..]).await.is_err() {
-                        break;
-                    }
+                Message::Binary(data)
+                    if data.first() == Some(&0) && writer.write_all(&data[1..]).await.is_err() =>
+                {
+                    break;
                 }
                 Message::Close(_) => break,
                 _ => {}
