@@ -90,10 +90,20 @@ enum Command {
         /// steps are declared, not run)
         #[arg(long, value_name = "SCRIPT")]
         load: Option<PathBuf>,
+        /// Start the embedded simulated platform and point the session at it
+        #[arg(long)]
+        rehearse: bool,
     },
-    /// Rehearse a script on the embedded simulated platform (reserved: not built yet)
-    #[command(hide = true)]
-    Rehearse,
+    /// Rehearse a script on the embedded simulated platform (GitLab and Kubernetes simulators,
+    /// OpenBao), on a copy of the repository; prints the platform's end state
+    Rehearse {
+        /// Keep the platform's state and the repository copy in DIR (default: a temporary
+        /// folder, removed at the end)
+        #[arg(long, value_name = "DIR")]
+        state: Option<PathBuf>,
+        #[command(flatten)]
+        run: RunArgs,
+    },
     /// Simulators of systems that cannot run here (GitLab, Kubernetes)
     #[command(subcommand)]
     Sim(SimCommand),
@@ -101,6 +111,17 @@ enum Command {
 
 #[derive(Debug, Subcommand)]
 enum SimCommand {
+    /// The whole embedded platform: GitLab and Kubernetes simulators and OpenBao (a real
+    /// `bao server -dev` when `bao` is installed, else an in-process stand-in); prints the
+    /// environment to use
+    All {
+        /// Keep the simulators' state in this folder
+        #[arg(long, value_name = "DIR")]
+        state: Option<PathBuf>,
+        /// Seconds a pipeline takes from creation to success
+        #[arg(long, default_value_t = 2.0)]
+        pipeline_seconds: f64,
+    },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
     Kube {
@@ -240,13 +261,22 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut std::io::stdout());
             Ok(ExitCode::Success)
         }
-        Some(Command::Repl { check, load }) => {
+        Some(Command::Repl {
+            check,
+            load,
+            rehearse: true,
+        }) => crate::rehearse::repl(check, load),
+        Some(Command::Repl { check, load, .. }) => {
             crate::repl::run(crate::repl::ReplOptions { check, load })
         }
-        Some(Command::Rehearse) => Err(reserved(
-            "rehearse",
-            "the rehearsal on the embedded platform",
-        )),
+        Some(Command::Rehearse { state, run }) => {
+            let (options, _) = run.into_options()?;
+            crate::rehearse::rehearse(state, options)
+        }
+        Some(Command::Sim(SimCommand::All {
+            state,
+            pipeline_seconds,
+        })) => crate::rehearse::sim_all(state, pipeline_seconds),
         Some(Command::Sim(SimCommand::Kube {
             listen,
             kubeconfig,
@@ -297,13 +327,6 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::Success)
         }
     }
-}
-
-fn reserved(command: &str, what: &str) -> Error {
-    Error::usage(
-        format!("`bprun {command}` is reserved for {what}, which is not built yet"),
-        Some("see the open issues; run a script with `bprun SCRIPT`".to_string()),
-    )
 }
 
 fn run(args: RunArgs) -> Result<ExitCode, Error> {

@@ -11,6 +11,7 @@ pub mod error;
 pub mod journal;
 pub mod natives;
 pub mod output;
+pub mod rehearse;
 pub mod repl;
 pub mod runner;
 pub mod secret;

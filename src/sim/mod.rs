@@ -2,8 +2,10 @@
 //! systems that cannot run on the build machines, behaving as their documentation and real
 //! clients show.
 
+pub mod bao;
 pub mod ci;
 pub mod git;
 pub mod gitlab;
 pub mod http;
 pub mod kube;
+pub mod platform;

@@ -255,10 +255,28 @@ pub fn random_token() -> String {
 /// Starts a simulator on `listen` (loopback only) inside the shared runtime.
 pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
     let address = crate::sim::http::loopback(listen)?;
-    let runtime = crate::clients::runtime::runtime();
-    let listener = runtime
-        .block_on(async { tokio::net::TcpListener::bind(address).await })
+    let listener = std::net::TcpListener::bind(address)
         .map_err(|error| format!("cannot listen on {address}: {error}"))?;
+    start_on(listener, sim)
+}
+
+/// Serves a simulator on a listener bound earlier (loopback only).
+pub fn start_on(listener: std::net::TcpListener, sim: Arc<KubeSim>) -> Result<Running, String> {
+    let runtime = crate::clients::runtime::runtime();
+    let local = listener.local_addr().map_err(|error| error.to_string())?;
+    if !local.ip().is_loopback() {
+        return Err(format!(
+            "the simulator listens on loopback only, not {}",
+            local.ip()
+        ));
+    }
+    listener
+        .set_nonblocking(true)
+        .map_err(|error| error.to_string())?;
+    let listener = {
+        let _guard = runtime.enter();
+        tokio::net::TcpListener::from_std(listener).map_err(|error| error.to_string())?
+    };
     let bound = listener.local_addr().map_err(|error| error.to_string())?;
     let host = if bound.is_ipv6() {
         format!("[{}]", bound.ip())

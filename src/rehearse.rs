@@ -1,0 +1,174 @@
+//! `bprun rehearse SCRIPT`, `bprun sim all` and `bprun repl --rehearse`: a script, a shell, or
+//! nothing but the environment, against the embedded simulated platform.
+//!
+//! A rehearsal works on a copy of the repository (under its state folder), so it never writes
+//! working trees, journals or files into the operator's checkout.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, ExitCode};
+use crate::runner::{self, RunOptions};
+use crate::sim::platform;
+
+/// What the repository copy leaves out: build output, tools, the working trees and run state.
+const NOT_COPIED: &[&str] = &[".git", "target", ".tools", "apps-local", ".bprun"];
+
+fn usage(message: impl Into<String>) -> Error {
+    Error::usage(message.into(), None)
+}
+
+/// Exports the platform's environment.
+///
+/// SAFETY of `set_var`: callers run this before anything has started a thread (the shared
+/// runtime, the Ctrl-C handler and the simulators all start afterwards), so no other thread
+/// can be reading the environment.
+fn export(prepared: &platform::Prepared) {
+    for (key, value) in prepared.env() {
+        // SAFETY: single-threaded at this point (see above).
+        unsafe { std::env::set_var(key, value) };
+    }
+}
+
+/// A temporary folder removed on drop, or a kept one.
+struct StateDir {
+    path: PathBuf,
+    temporary: bool,
+}
+
+impl Drop for StateDir {
+    fn drop(&mut self) {
+        if self.temporary {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+fn state_dir(given: Option<PathBuf>, purpose: &str) -> Result<StateDir, Error> {
+    match given {
+        Some(path) => {
+            std::fs::create_dir_all(&path)
+                .map_err(|error| Error::io("create the state folder", &path, error))?;
+            Ok(StateDir {
+                path,
+                temporary: false,
+            })
+        }
+        None => {
+            let path = std::env::temp_dir().join(format!(
+                "bprun-{purpose}-{}-{}",
+                std::process::id(),
+                fastrand::u32(..)
+            ));
+            std::fs::create_dir_all(&path)
+                .map_err(|error| Error::io("create the state folder", &path, error))?;
+            Ok(StateDir {
+                path,
+                temporary: true,
+            })
+        }
+    }
+}
+
+/// Copies the repository at `root` into `destination` (rsync -a --delete semantics).
+fn copy_repository(root: &Path, destination: &Path) -> Result<(), Error> {
+    let exclude: Vec<String> = NOT_COPIED.iter().map(|s| s.to_string()).collect();
+    crate::clients::tree::sync_tree(root, destination, &exclude, false).map_err(|error| {
+        usage(format!(
+            "copying the repository for the rehearsal: {}",
+            error.message
+        ))
+    })?;
+    // The copy is a repository root of its own.
+    std::fs::create_dir_all(destination.join(".git"))
+        .map_err(|error| Error::io("mark the repository copy", destination, error))?;
+    Ok(())
+}
+
+fn print_platform(platform: &platform::Platform) {
+    eprintln!("rehearsal platform:");
+    eprintln!("  GitLab simulator     {}", platform.gitlab_url);
+    eprintln!("  Kubernetes simulator {}", platform.kube.url);
+    eprintln!("  OpenBao              {}", platform.bao_description());
+}
+
+/// `bprun rehearse [--state DIR] [RUN OPTIONS] SCRIPT [ARGS...]`.
+pub fn rehearse(state: Option<PathBuf>, options: RunOptions) -> Result<ExitCode, Error> {
+    let location = runner::ScriptLocation::find(&options.script)?;
+    let relative = location
+        .file
+        .strip_prefix(&location.root)
+        .map(Path::to_path_buf)
+        .map_err(|_| usage("the script is not inside its repository"))?;
+    let state = state_dir(state, "rehearse")?;
+    let work = state.path.join("work");
+    copy_repository(&location.root, &work)?;
+    let prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
+        .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    export(&prepared);
+    let platform = platform::start(prepared)
+        .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    print_platform(&platform);
+    let code = runner::run(RunOptions {
+        script: work.join(&relative),
+        ..options
+    });
+    match platform.end_state() {
+        Ok(text) => {
+            println!("\nEnd state of the rehearsal platform:");
+            print!("{text}");
+        }
+        Err(message) => eprintln!("warning: cannot read the end state: {message}"),
+    }
+    drop(platform);
+    code
+}
+
+/// `bprun sim all [--state DIR]`: serves the platform and prints its environment.
+pub fn sim_all(state: Option<PathBuf>, pipeline_seconds: f64) -> Result<ExitCode, Error> {
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
+    let prepared = platform::prepare(&root, &state.path, pipeline_seconds)
+        .map_err(|message| usage(format!("bprun sim all: {message}")))?;
+    let platform =
+        platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;
+    use std::io::Write;
+    let mut out = std::io::stdout();
+    for (key, value) in platform.env() {
+        let _ = writeln!(out, "{key}={value}");
+    }
+    let _ = out.flush();
+    eprintln!("OpenBao: {}", platform.bao_description());
+    eprintln!(
+        "set these variables in the shell that runs `bprun scripts/phase3.rhai` or `bprun repl`; Ctrl-C stops the platform"
+    );
+    crate::clients::runtime::runtime().block_on(async {
+        let mut terminate =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                .map_err(|error| usage(error.to_string()))?;
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = terminate.recv() => {}
+        }
+        Ok::<(), Error>(())
+    })?;
+    drop(platform);
+    Ok(ExitCode::Success)
+}
+
+/// `bprun repl --rehearse`: the REPL with the platform's environment.
+pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let state = state_dir(None, "repl")?;
+    let prepared = platform::prepare(&root, &state.path, 1.0)
+        .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    export(&prepared);
+    let platform = platform::start(prepared)
+        .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    print_platform(&platform);
+    eprintln!(
+        "  (GitLab admin token for gitlab_login: run phase 3 first, then gitlab_login(bao_read(\"gitlab/bootstrap/admin_token\").token))"
+    );
+    let code = crate::repl::run(crate::repl::ReplOptions { check, load });
+    drop(platform);
+    code
+}

@@ -1,0 +1,423 @@
+//! The embedded platform of `bprun sim all`, `bprun rehearse` and `bprun repl --rehearse`: the
+//! GitLab and Kubernetes simulators together (the toolbox pod's `gitlab-rails runner` mints
+//! tokens in the GitLab simulator; the registry and OpenBao Services forward to real loopback
+//! listeners), plus OpenBao: a real `bao server -dev` when `bao` is on PATH (or in the
+//! project's `.tools/bin`), otherwise the in-process stand-in.
+//!
+//! Start-up happens in two phases so a single process can run a script against it: `prepare`
+//! binds every port with the standard library (no threads yet) and says what the environment
+//! will be, so a caller may export it while the process is still single-threaded; `start`
+//! then serves.
+
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Which OpenBao serves the platform.
+#[derive(Debug, Clone, PartialEq)]
+pub enum BaoKind {
+    /// A real `bao server -dev` at this path.
+    Real(PathBuf),
+    /// bprun's in-process stand-in (KV v2 and the `sys` endpoints bprun uses).
+    StandIn,
+}
+
+/// Ports bound and secrets chosen, nothing served yet.
+pub struct Prepared {
+    pub state_dir: PathBuf,
+    gitlab: TcpListener,
+    kube: TcpListener,
+    registry: TcpListener,
+    bao: Option<TcpListener>,
+    pub bao_kind: BaoKind,
+    pub bao_addr: SocketAddr,
+    pub bao_token: String,
+    pub gitlab_url: String,
+    pub gitlab_admin_token: String,
+    pub kube_token: String,
+    pub kubeconfig: PathBuf,
+    pub pipeline_seconds: f64,
+}
+
+fn loopback_listener() -> Result<TcpListener, String> {
+    TcpListener::bind("127.0.0.1:0").map_err(|error| format!("cannot listen on 127.0.0.1: {error}"))
+}
+
+fn random(prefix: &str, length: usize) -> String {
+    format!(
+        "{prefix}{}",
+        (0..length)
+            .map(|_| fastrand::alphanumeric())
+            .collect::<String>()
+    )
+}
+
+/// The `bao` binary: `BPRUN_BAO_BIN`, PATH, or the project's `.tools/bin/bao`.
+pub fn find_bao(root: &Path) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BPRUN_BAO_BIN") {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    std::env::var_os("PATH")
+        .and_then(|paths| {
+            std::env::split_paths(&paths)
+                .map(|dir| dir.join("bao"))
+                .find(|path| path.is_file())
+        })
+        .or_else(|| {
+            let local = root.join(".tools/bin/bao");
+            local.is_file().then_some(local)
+        })
+}
+
+/// Binds every port and chooses every secret; serves nothing.
+pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<Prepared, String> {
+    std::fs::create_dir_all(state_dir)
+        .map_err(|error| format!("cannot create {}: {error}", state_dir.display()))?;
+    let gitlab = loopback_listener()?;
+    let kube = loopback_listener()?;
+    let registry = loopback_listener()?;
+    let address = |listener: &TcpListener| listener.local_addr().map_err(|e| e.to_string());
+    let bao_kind = if std::env::var("BPRUN_SIM_BAO").as_deref() == Ok("stand-in") {
+        BaoKind::StandIn
+    } else {
+        find_bao(root)
+            .map(BaoKind::Real)
+            .unwrap_or(BaoKind::StandIn)
+    };
+    let (bao, bao_addr) = match bao_kind {
+        // The real server binds the port itself: take a free one and let it go.
+        BaoKind::Real(_) => {
+            let probe = loopback_listener()?;
+            let addr = address(&probe)?;
+            drop(probe);
+            (None, addr)
+        }
+        BaoKind::StandIn => {
+            let listener = loopback_listener()?;
+            let addr = address(&listener)?;
+            (Some(listener), addr)
+        }
+    };
+    Ok(Prepared {
+        state_dir: state_dir.to_path_buf(),
+        gitlab_url: format!("http://{}", address(&gitlab)?),
+        gitlab,
+        kube,
+        registry,
+        bao,
+        bao_kind,
+        bao_addr,
+        bao_token: random("sim-root-", 24),
+        gitlab_admin_token: random("glpat-sim-", 20),
+        kube_token: crate::sim::kube::random_token(),
+        kubeconfig: state_dir.join("kubeconfig"),
+        pipeline_seconds,
+    })
+}
+
+impl Prepared {
+    /// The environment a script needs to run against the platform.
+    pub fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("GITLAB_URL", self.gitlab_url.clone()),
+            // The simulator's own admin token (phase 3 mints and uses its own PAT).
+            ("GITLAB_TOKEN", self.gitlab_admin_token.clone()),
+            ("KUBECONFIG", self.kubeconfig.display().to_string()),
+            ("BAO_ADDR", format!("http://{}", self.bao_addr)),
+            ("BAO_TOKEN", self.bao_token.clone()),
+            (
+                "BPRUN_SIM_CA_FILE",
+                self.state_dir.join("kube-ca.pem").display().to_string(),
+            ),
+        ]
+    }
+}
+
+enum Bao {
+    Real(Child),
+    /// Held for its lifetime: dropping it stops the stand-in.
+    #[allow(dead_code)]
+    StandIn(crate::sim::bao::Running),
+}
+
+/// The running platform; dropping it stops everything it started (the OpenBao process by its
+/// process id).
+pub struct Platform {
+    pub gitlab: Arc<crate::sim::gitlab::GitlabSim>,
+    pub gitlab_url: String,
+    pub gitlab_admin_token: String,
+    pub kube: crate::sim::kube::Running,
+    pub bao_kind: BaoKind,
+    pub bao_addr: SocketAddr,
+    bao: Bao,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+    env: Vec<(&'static str, String)>,
+}
+
+impl Drop for Platform {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+        if let Bao::Real(child) = &mut self.bao {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        if let Some(folder) = &self.gitlab.temporary_repos {
+            let _ = std::fs::remove_dir_all(folder);
+        }
+    }
+}
+
+/// Answers like a container registry's `/v2/` (an empty 200 with the API version header).
+async fn registry(listener: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut connection, _)) = listener.accept().await else {
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut buffer = [0u8; 2048];
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), connection.read(&mut buffer)).await;
+            if matches!(read, Ok(Ok(n)) if n > 0) {
+                let _ = connection
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndocker-distribution-api-version: registry/2.0\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                    .await;
+            }
+        });
+    }
+}
+
+fn to_tokio(listener: TcpListener) -> Result<tokio::net::TcpListener, String> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|error| error.to_string())?;
+    let _guard = crate::clients::runtime::runtime().enter();
+    tokio::net::TcpListener::from_std(listener).map_err(|error| error.to_string())
+}
+
+/// Serves what `prepare` bound and waits until every part answers (bounded: 30 s).
+pub fn start(prepared: Prepared) -> Result<Platform, String> {
+    let runtime = crate::clients::runtime::runtime();
+    let env = prepared.env();
+    // GitLab.
+    let gitlab_config = crate::sim::gitlab::Config {
+        listen: "127.0.0.1:0".into(),
+        state_dir: Some(prepared.state_dir.join("gitlab")),
+        tokens: vec![prepared.gitlab_admin_token.clone()],
+        pipeline_seconds: prepared.pipeline_seconds,
+        faults: Default::default(),
+    };
+    let gitlab = Arc::new(crate::sim::gitlab::GitlabSim::new(gitlab_config)?);
+    *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
+    let mut tasks = vec![runtime.spawn(crate::sim::http::serve(
+        to_tokio(prepared.gitlab)?,
+        gitlab.clone(),
+    ))];
+    // The registry.
+    let registry_addr = prepared.registry.local_addr().map_err(|e| e.to_string())?;
+    tasks.push(runtime.spawn(registry(to_tokio(prepared.registry)?)));
+    // OpenBao.
+    let bao = match &prepared.bao_kind {
+        BaoKind::Real(binary) => {
+            let child = Command::new(binary)
+                .args([
+                    "server",
+                    "-dev",
+                    &format!("-dev-root-token-id={}", prepared.bao_token),
+                    &format!("-dev-listen-address={}", prepared.bao_addr),
+                ])
+                .env("HOME", &prepared.state_dir)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
+            Bao::Real(child)
+        }
+        BaoKind::StandIn => {
+            let listener = prepared.bao.ok_or("the OpenBao stand-in has no listener")?;
+            Bao::StandIn(crate::sim::bao::start_on(listener, &prepared.bao_token)?)
+        }
+    };
+    // Kubernetes, seeded with what phase 2 leaves behind.
+    let minter_sim = gitlab.clone();
+    let minter: crate::sim::kube::TokenMinter = Arc::new(move || Ok(minter_sim.mint_token()));
+    let kube_sim = Arc::new(crate::sim::kube::KubeSim::new(
+        prepared.kube_token.clone(),
+        crate::sim::kube::builtin_exec(Some(minter)),
+    ));
+    crate::sim::kube::seed_platform(
+        &kube_sim,
+        &crate::sim::kube::PlatformTargets {
+            openbao: Some(prepared.bao_addr),
+            registry: Some(registry_addr),
+        },
+    )?;
+    let kube = crate::sim::kube::start_on(prepared.kube, kube_sim)?;
+    crate::sim::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
+    std::fs::write(prepared.state_dir.join("kube-ca.pem"), &kube.ca_pem)
+        .map_err(|error| format!("cannot write the CA file: {error}"))?;
+    let mut platform = Platform {
+        gitlab,
+        gitlab_url: prepared.gitlab_url,
+        gitlab_admin_token: prepared.gitlab_admin_token,
+        kube,
+        bao_kind: prepared.bao_kind,
+        bao_addr: prepared.bao_addr,
+        bao,
+        tasks: Vec::new(),
+        env,
+    };
+    platform.tasks.append(&mut tasks);
+    platform.wait_ready()?;
+    Ok(platform)
+}
+
+impl Platform {
+    pub fn env(&self) -> &[(&'static str, String)] {
+        &self.env
+    }
+
+    /// Which OpenBao runs, in words.
+    pub fn bao_description(&self) -> String {
+        match &self.bao_kind {
+            BaoKind::Real(path) => format!("a real `bao server -dev` ({})", path.display()),
+            BaoKind::StandIn => {
+                "bprun's in-process OpenBao stand-in (no `bao` binary found)".into()
+            }
+        }
+    }
+
+    fn wait_ready(&mut self) -> Result<(), String> {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let health = format!("http://{}/v1/sys/health", self.bao_addr);
+        loop {
+            if let Bao::Real(child) = &mut self.bao
+                && let Ok(Some(status)) = child.try_wait()
+            {
+                return Err(format!("`bao server -dev` exited at start ({status})"));
+            }
+            if matches!(
+                crate::clients::net::http_status(&health, Duration::from_secs(2)),
+                Ok(Ok(200))
+            ) {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("OpenBao did not answer {health} within 30 s"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The end state as an operator wants to see it after a rehearsal: the group, projects
+    /// with ids, CI/CD variables by key (values masked), CI files' hashes, pipelines.
+    pub fn end_state(&self) -> Result<String, String> {
+        use sha2::Digest;
+        let runtime = crate::clients::runtime::runtime();
+        let client = crate::clients::runtime::http_client_builder()
+            .timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.to_string())?;
+        let get = |path: &str| -> Result<reqwest::Response, String> {
+            let url = format!("{}/api/v4/{path}", self.gitlab_url);
+            runtime.block_on(async {
+                client
+                    .get(&url)
+                    .header("PRIVATE-TOKEN", &self.gitlab_admin_token)
+                    .send()
+                    .await
+                    .map_err(|e| format!("GET {url}: {e}"))
+            })
+        };
+        let json = |path: &str| -> Result<serde_json::Value, String> {
+            let response = get(path)?;
+            runtime
+                .block_on(response.json::<serde_json::Value>())
+                .map_err(|e| e.to_string())
+        };
+        let mut out = String::new();
+        let groups = json("groups?per_page=100")?;
+        let Some(groups) = groups.as_array().filter(|g| !g.is_empty()) else {
+            out.push_str("GitLab: no groups\n");
+            return Ok(out);
+        };
+        for group in groups {
+            out.push_str(&format!(
+                "group {} (id {}, {})\n",
+                group["full_path"].as_str().unwrap_or(""),
+                group["id"],
+                group["visibility"].as_str().unwrap_or("")
+            ));
+            let projects = json(&format!(
+                "groups/{}/projects?per_page=100&order_by=id&sort=asc",
+                group["id"]
+            ))?;
+            for project in projects.as_array().into_iter().flatten() {
+                let id = &project["id"];
+                out.push_str(&format!(
+                    "  project {} (id {})\n",
+                    project["path_with_namespace"].as_str().unwrap_or(""),
+                    id
+                ));
+                let variables = json(&format!("projects/{id}/variables?per_page=100"))?;
+                let mut keys: Vec<String> = variables
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|v| {
+                        format!(
+                            "{}{}",
+                            v["key"].as_str().unwrap_or(""),
+                            if v["masked"] == true { " (masked)" } else { "" }
+                        )
+                    })
+                    .collect();
+                keys.sort();
+                out.push_str(&format!(
+                    "    variables (values hidden): {}\n",
+                    keys.join(", ")
+                ));
+                let ci = get(&format!(
+                    "projects/{id}/repository/files/.gitlab-ci.yml/raw?ref=main"
+                ))?;
+                if ci.status().is_success() {
+                    let bytes = runtime.block_on(ci.bytes()).map_err(|e| e.to_string())?;
+                    let digest = sha2::Sha256::digest(&bytes);
+                    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                    out.push_str(&format!("    .gitlab-ci.yml sha256 {hex}…\n"));
+                } else {
+                    out.push_str("    .gitlab-ci.yml: none on main\n");
+                }
+                let pipelines = json(&format!("projects/{id}/pipelines?per_page=5"))?;
+                let listed: Vec<String> = pipelines
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|p| {
+                        format!(
+                            "#{} {} ({})",
+                            p["id"],
+                            p["status"].as_str().unwrap_or(""),
+                            p["source"].as_str().unwrap_or("")
+                        )
+                    })
+                    .collect();
+                out.push_str(&format!(
+                    "    pipelines: {}\n",
+                    if listed.is_empty() {
+                        "none".to_string()
+                    } else {
+                        listed.join(", ")
+                    }
+                ));
+            }
+        }
+        Ok(out)
+    }
+}
