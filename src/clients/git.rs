@@ -221,6 +221,14 @@ pub fn clone_or_pull(
         let mut remote = repo
             .find_remote("origin")
             .map_err(|error| git_error("find remote origin", shown, error))?;
+        // GitLab moved (a new address): follow it rather than fetch from the old one.
+        if remote.url().ok() != Some(url) {
+            repo.remote_set_url("origin", url)
+                .map_err(|error| git_error("set the remote origin", shown, error))?;
+            remote = repo
+                .find_remote("origin")
+                .map_err(|error| git_error("find remote origin", shown, error))?;
+        }
         remote
             .fetch(&[BRANCH], None, None)
             .map_err(|error| git_error(&format!("fetch from {url}"), shown, error))?;

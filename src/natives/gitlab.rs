@@ -809,13 +809,82 @@ pub mod gitlab_functions {
     /// ```rhai
     /// step("Smoke", || { let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main"); });
     /// ```
-    #[rhai_fn(return_raw)]
+    #[rhai_fn(name = "gitlab_trigger_pipeline", return_raw)]
     pub fn gitlab_trigger_pipeline(
         context: NativeCallContext,
         project: &str,
         reference: &str,
     ) -> NativeResult<rhai::Map> {
+        gitlab_trigger_pipeline_with(context, project, reference, rhai::Map::new())
+    }
+
+    /// Like `gitlab_trigger_pipeline(project, ref)` with options: `reuse` (true: when the
+    /// newest pipeline of the branch's head commit succeeded or is still running, return it,
+    /// with `reused: true`, instead of starting another; a re-run then starts nothing).
+    ///
+    /// ```rhai
+    /// step("Smoke", || { let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main", #{reuse: true}); });
+    /// ```
+    #[rhai_fn(name = "gitlab_trigger_pipeline", return_raw)]
+    pub fn gitlab_trigger_pipeline_with(
+        context: NativeCallContext,
+        project: &str,
+        reference: &str,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
         let (session, client) = remote(&context, "gitlab_trigger_pipeline")?;
+        reject_unknown(&options, &["reuse"], "gitlab_trigger_pipeline")?;
+        if option_bool(&options, "reuse", "gitlab_trigger_pipeline")?.unwrap_or(false) {
+            let stop = cancelled(&session);
+            let base = format!("projects/{}", encode(project));
+            let branch = client.get(
+                &format!("{base}/repository/branches/{}", encode(reference)),
+                &stop,
+            );
+            // In check mode the project may only be planned: nothing to reuse yet.
+            let branch = match branch {
+                Err(error) if session.state.check() && error.message.contains("404") => Value::Null,
+                other => other.map_err(native_error)?,
+            };
+            let head = branch["commit"]["id"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let pipelines = if head.is_empty() {
+                Value::Null
+            } else {
+                client
+                    .get(
+                        &format!("{base}/pipelines?ref={}&per_page=20", encode(reference)),
+                        &stop,
+                    )
+                    .map_err(native_error)?
+            };
+            let newest = pipelines.as_array().and_then(|items| {
+                items
+                    .iter()
+                    .filter(|p| p["sha"].as_str() == Some(head.as_str()))
+                    .max_by_key(|p| p["id"].as_i64().unwrap_or(0))
+                    .cloned()
+            });
+            if let Some(pipeline) = newest
+                && matches!(
+                    pipeline["status"].as_str(),
+                    Some(
+                        "success"
+                            | "running"
+                            | "pending"
+                            | "created"
+                            | "preparing"
+                            | "waiting_for_resource"
+                    )
+                )
+            {
+                let mut summary = pipeline_summary(project, &pipeline);
+                summary.insert("reused".into(), true.into());
+                return Ok(summary);
+            }
+        }
         if session.state.check() {
             session
                 .state

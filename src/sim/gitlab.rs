@@ -108,6 +108,7 @@ struct User {
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct State {
     next_id: u64,
+    /// Token digests (sha256, hex) to user ids: like GitLab, the state never holds a token.
     tokens: BTreeMap<String, u64>,
     users: Vec<User>,
     groups: BTreeMap<u64, Group>,
@@ -135,6 +136,15 @@ pub struct GitlabSim {
     faults: Mutex<Faults>,
     rate_limit_left: Mutex<u32>,
     accounting: Accounting,
+}
+
+/// How the simulator keeps tokens: their sha256 digest.
+fn token_digest(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 fn now_ms() -> u64 {
@@ -232,7 +242,7 @@ impl GitlabSim {
         }
         let root = state.users[0].id;
         for token in &config.tokens {
-            state.tokens.insert(token.clone(), root);
+            state.tokens.insert(token_digest(token), root);
         }
         let faults = config.faults.clone();
         let burst = faults.rate_limit_burst;
@@ -277,7 +287,7 @@ impl GitlabSim {
         );
         let mut state = self.lock();
         let root = state.users[0].id;
-        state.tokens.insert(token.clone(), root);
+        state.tokens.insert(token_digest(&token), root);
         drop(state);
         self.persist();
         token
@@ -487,7 +497,7 @@ impl GitlabSim {
                     .and_then(|h| h.strip_prefix("Bearer "))
                     .map(str::to_string)
             })?;
-        self.lock().tokens.get(&token).copied()
+        self.lock().tokens.get(&token_digest(&token)).copied()
     }
 
     fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
@@ -687,6 +697,27 @@ impl GitlabSim {
             (_, ["projects", id, "variables", rest @ ..]) => self.variables(request, id, rest),
             (_, ["projects", id, "repository", "files", file, rest @ ..]) => {
                 self.files(request, id, file, rest)
+            }
+            ("GET", ["projects", id, "repository", "branches", branch]) => {
+                let state = self.lock();
+                let Some(project_id) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                let full = Self::project_path(&state, &state.projects[&project_id]);
+                let default = state.projects[&project_id].default_branch.clone();
+                drop(state);
+                let name = decode(branch);
+                let Some(head) = self.repos.head(&full, &name) else {
+                    return not_found("Branch");
+                };
+                SimResponse::json(
+                    200,
+                    &json!({"name": name, "merged": false, "protected": true,
+                            "default": default.as_deref() == Some(name.as_str()),
+                            "developers_can_push": false, "developers_can_merge": false, "can_push": true,
+                            "web_url": format!("{}/{full}/-/tree/{name}", self.base_url()),
+                            "commit": {"id": head, "short_id": head.get(..8).unwrap_or(&head)}}),
+                )
             }
             ("POST", ["projects", id, "pipeline"]) => self.create_pipeline(request, id),
             ("GET", ["projects", id, "pipelines"]) => {
@@ -1194,7 +1225,7 @@ impl GitlabSim {
             });
         let user = password
             .as_ref()
-            .and_then(|token| self.lock().tokens.get(token).copied());
+            .and_then(|token| self.lock().tokens.get(&token_digest(token)).copied());
         if user.is_none() {
             return SimResponse::text(401, "HTTP Basic: Access denied\n")
                 .with_header("www-authenticate", "Basic realm=\"GitLab\"");

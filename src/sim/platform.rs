@@ -72,13 +72,41 @@ pub fn find_bao(root: &Path) -> Option<PathBuf> {
         })
 }
 
+/// What a state folder keeps across restarts (mode 0600): the ports, so URLs stay the same
+/// (working trees' remotes, the kubeconfig in CI variables), and the simulators' own tokens.
+/// OpenBao's token is not kept: the dev server starts empty anyway.
+#[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
+struct Saved {
+    gitlab_port: u16,
+    kube_port: u16,
+    registry_port: u16,
+    bao_port: u16,
+    gitlab_admin_token: String,
+    kube_token: String,
+}
+
+/// The saved port when it is free again, else any free port.
+fn listener_on(port: u16) -> Result<TcpListener, String> {
+    if port != 0
+        && let Ok(listener) = TcpListener::bind(("127.0.0.1", port))
+    {
+        return Ok(listener);
+    }
+    loopback_listener()
+}
+
 /// Binds every port and chooses every secret; serves nothing.
 pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<Prepared, String> {
     std::fs::create_dir_all(state_dir)
         .map_err(|error| format!("cannot create {}: {error}", state_dir.display()))?;
-    let gitlab = loopback_listener()?;
-    let kube = loopback_listener()?;
-    let registry = loopback_listener()?;
+    let saved_file = state_dir.join("platform.json");
+    let saved: Saved = std::fs::read_to_string(&saved_file)
+        .ok()
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or_default();
+    let gitlab = listener_on(saved.gitlab_port)?;
+    let kube = listener_on(saved.kube_port)?;
+    let registry = listener_on(saved.registry_port)?;
     let address = |listener: &TcpListener| listener.local_addr().map_err(|e| e.to_string());
     let bao_kind = if std::env::var("BPRUN_SIM_BAO").as_deref() == Ok("stand-in") {
         BaoKind::StandIn
@@ -90,17 +118,38 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
     let (bao, bao_addr) = match bao_kind {
         // The real server binds the port itself: take a free one and let it go.
         BaoKind::Real(_) => {
-            let probe = loopback_listener()?;
+            let probe = listener_on(saved.bao_port)?;
             let addr = address(&probe)?;
             drop(probe);
             (None, addr)
         }
         BaoKind::StandIn => {
-            let listener = loopback_listener()?;
+            let listener = listener_on(saved.bao_port)?;
             let addr = address(&listener)?;
             (Some(listener), addr)
         }
     };
+    let keep = |value: &str, fresh: String| {
+        if value.is_empty() {
+            fresh
+        } else {
+            value.to_string()
+        }
+    };
+    let gitlab_admin_token = keep(&saved.gitlab_admin_token, random("glpat-sim-", 20));
+    let kube_token = keep(&saved.kube_token, crate::sim::kube::random_token());
+    let port = |listener: &TcpListener| listener.local_addr().map(|a| a.port()).unwrap_or(0);
+    let record = Saved {
+        gitlab_port: port(&gitlab),
+        kube_port: port(&kube),
+        registry_port: port(&registry),
+        bao_port: bao_addr.port(),
+        gitlab_admin_token: gitlab_admin_token.clone(),
+        kube_token: kube_token.clone(),
+    };
+    let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
+    crate::clients::fs::write_private(&saved_file, text.as_bytes())
+        .map_err(|error| format!("cannot write {}: {error}", saved_file.display()))?;
     Ok(Prepared {
         state_dir: state_dir.to_path_buf(),
         gitlab_url: format!("http://{}", address(&gitlab)?),
@@ -111,8 +160,8 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         bao_kind,
         bao_addr,
         bao_token: random("sim-root-", 24),
-        gitlab_admin_token: random("glpat-sim-", 20),
-        kube_token: crate::sim::kube::random_token(),
+        gitlab_admin_token,
+        kube_token,
         kubeconfig: state_dir.join("kubeconfig"),
         pipeline_seconds,
     })
@@ -258,7 +307,8 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             registry: Some(registry_addr),
         },
     )?;
-    let kube = crate::sim::kube::start_on(prepared.kube, kube_sim)?;
+    let identity = crate::sim::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
+    let kube = crate::sim::kube::start_with(prepared.kube, kube_sim, identity)?;
     crate::sim::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
     std::fs::write(prepared.state_dir.join("kube-ca.pem"), &kube.ca_pem)
         .map_err(|error| format!("cannot write the CA file: {error}"))?;

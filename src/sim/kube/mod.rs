@@ -262,6 +262,15 @@ pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
 
 /// Serves a simulator on a listener bound earlier (loopback only).
 pub fn start_on(listener: std::net::TcpListener, sim: Arc<KubeSim>) -> Result<Running, String> {
+    start_with(listener, sim, tls::mint()?)
+}
+
+/// Serves a simulator on a listener bound earlier with a given serving identity.
+pub fn start_with(
+    listener: std::net::TcpListener,
+    sim: Arc<KubeSim>,
+    tls: tls::ServingTls,
+) -> Result<Running, String> {
     let runtime = crate::clients::runtime::runtime();
     let local = listener.local_addr().map_err(|error| error.to_string())?;
     if !local.ip().is_loopback() {
@@ -285,7 +294,6 @@ pub fn start_on(listener: std::net::TcpListener, sim: Arc<KubeSim>) -> Result<Ru
     };
     let url = format!("https://{host}:{}", bound.port());
     let token = sim.token.clone();
-    let tls = tls::mint()?;
     let ca_pem = tls.ca_pem.clone();
     let task = runtime.spawn(server::serve(listener, sim.clone(), tls.acceptor));
     Ok(Running {

@@ -11,7 +11,63 @@ pub struct ServingTls {
     pub acceptor: tokio_rustls::TlsAcceptor,
 }
 
+/// The PEM files of a serving identity, as kept in a state folder.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct Identity {
+    pub ca_pem: String,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// The identity kept in `file` (written with mode 0600 on first use), so a restarted
+/// simulator keeps the CA its kubeconfig names.
+pub fn load_or_mint(file: &std::path::Path) -> Result<ServingTls, String> {
+    if let Ok(text) = std::fs::read_to_string(file)
+        && let Ok(identity) = serde_json::from_str::<Identity>(&text)
+    {
+        return serve(identity);
+    }
+    let identity = mint_identity()?;
+    let text = serde_json::to_string(&identity).map_err(|e| e.to_string())?;
+    crate::clients::fs::write_private(file, text.as_bytes())
+        .map_err(|error| format!("cannot write {}: {error}", file.display()))?;
+    serve(identity)
+}
+
 pub fn mint() -> Result<ServingTls, String> {
+    serve(mint_identity()?)
+}
+
+fn serve(identity: Identity) -> Result<ServingTls, String> {
+    crate::clients::runtime::install_tls_provider();
+    let chain = vec![rustls::pki_types::CertificateDer::from(x509_der(
+        &identity.cert_pem,
+    )?)];
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(x509_der(&identity.key_pem)?.into());
+    let mut config = rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .map_err(|e| format!("simulator TLS: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(ServingTls {
+        ca_pem: identity.ca_pem,
+        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    })
+}
+
+/// The DER bytes of the first PEM block.
+fn x509_der(pem: &str) -> Result<Vec<u8>, String> {
+    use base64::Engine;
+    let body: String = pem
+        .lines()
+        .filter(|line| !line.starts_with("-----"))
+        .collect();
+    base64::engine::general_purpose::STANDARD
+        .decode(body.trim())
+        .map_err(|error| format!("simulator TLS: bad PEM: {error}"))
+}
+
+fn mint_identity() -> Result<Identity, String> {
     let error = |what: &str, e: rcgen::Error| format!("simulator TLS: {what}: {e}");
     let ca_key = KeyPair::generate().map_err(|e| error("CA key", e))?;
     let mut ca_params =
@@ -44,16 +100,9 @@ pub fn mint() -> Result<ServingTls, String> {
     let cert = params
         .signed_by(&key, &issuer)
         .map_err(|e| error("sign the server certificate", e))?;
-    crate::clients::runtime::install_tls_provider();
-    let chain = vec![cert.der().clone()];
-    let private = rustls::pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into());
-    let mut config = rustls::ServerConfig::builder()
-        .with_no_client_auth()
-        .with_single_cert(chain, private)
-        .map_err(|e| format!("simulator TLS: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(ServingTls {
+    Ok(Identity {
         ca_pem,
-        acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
     })
 }
