@@ -466,6 +466,19 @@ impl Platform {
                         listed.join(", ")
                     }
                 ));
+                // A pipeline GitLab could not even start says why (e.g. a missing include).
+                for pipeline in pipelines.as_array().into_iter().flatten() {
+                    if pipeline["status"] != "failed" {
+                        continue;
+                    }
+                    let detail = json(&format!("projects/{id}/pipelines/{}", pipeline["id"]))?;
+                    if let Some(errors) = detail["yaml_errors"].as_str().filter(|e| !e.is_empty()) {
+                        out.push_str(&format!(
+                            "    pipeline #{} yaml errors: {errors}\n",
+                            pipeline["id"]
+                        ));
+                    }
+                }
             }
         }
         Ok(out)

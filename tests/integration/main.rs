@@ -15,6 +15,7 @@ mod helm_natives;
 mod kube_natives;
 mod kube_sim;
 mod natives;
+mod phase3;
 mod repl;
 mod runner;
 mod scripts;
