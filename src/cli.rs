@@ -56,6 +56,9 @@ struct RunArgs {
     /// Show only step lines, warnings and errors
     #[arg(short, long, conflicts_with = "verbose")]
     quiet: bool,
+    /// The kubeconfig context the Kubernetes natives use (default: the current context)
+    #[arg(long, value_name = "NAME")]
+    kube_context: Option<String>,
     /// The script to run
     #[arg(value_name = "SCRIPT", required = true)]
     script: Option<PathBuf>,
@@ -204,6 +207,7 @@ impl RunArgs {
                 resume: self.resume,
                 json: self.json,
                 verbosity,
+                kube_context: self.kube_context,
             },
             self.timings,
         ))

@@ -47,6 +47,8 @@ pub struct Session {
     pub gitlab: Mutex<Option<Arc<crate::clients::gitlab::GitlabClient>>>,
     /// The Kubernetes client, created by the first Kubernetes native.
     pub kube: Mutex<Option<Arc<crate::clients::kube::KubeClient>>>,
+    /// The kubeconfig context to use (`--kube-context`), else the current one.
+    pub kube_context: Mutex<Option<String>>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
 }
@@ -61,6 +63,7 @@ impl Session {
             bao: std::sync::OnceLock::new(),
             gitlab: Mutex::new(None),
             kube: Mutex::new(None),
+            kube_context: Mutex::new(None),
             run_hook: Mutex::new(None),
         }
     }

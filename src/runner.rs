@@ -28,6 +28,8 @@ pub struct RunOptions {
     pub resume: bool,
     pub json: bool,
     pub verbosity: i8,
+    /// The kubeconfig context the Kubernetes natives use (None: the current one).
+    pub kube_context: Option<String>,
 }
 
 /// Where a script lives: its file, the repository root and the name it is shown by.
@@ -329,6 +331,7 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         .map(Path::to_path_buf)
         .unwrap_or_else(|| location.root.clone());
     let session = Arc::new(Session::new(state, import_root));
+    *crate::engine::lock(&session.kube_context) = options.kube_context.clone();
     session.add_source(&location.display, &source);
     let engine = engine::build(session.clone());
 

@@ -1,6 +1,7 @@
 //! Kubernetes natives (kube-rs): apply, read, patch, delete, Secrets, waits with readiness
 //! conditions, exec and port-forward. One client per run, created on first use from
-//! KUBECONFIG (or in-cluster config, or the context in `BPRUN_KUBE_CONTEXT`).
+//! KUBECONFIG (or in-cluster config), with the context `--kube-context` (or
+//! `BPRUN_KUBE_CONTEXT`) names, else the current one.
 
 use rhai::plugin::*;
 use std::sync::Arc;
@@ -23,8 +24,12 @@ fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> {
     if let Some(client) = slot.as_ref() {
         return Ok(client.clone());
     }
-    let context = std::env::var("BPRUN_KUBE_CONTEXT")
-        .ok()
+    let context = session
+        .kube_context
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .clone()
+        .or_else(|| std::env::var("BPRUN_KUBE_CONTEXT").ok())
         .filter(|c| !c.is_empty());
     let client = Arc::new(KubeClient::connect(context.as_deref())?);
     *slot = Some(client.clone());

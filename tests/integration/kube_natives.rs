@@ -238,3 +238,17 @@ step("Forward", || {
     ]);
     assert_eq!(stored.ok(), "czNjcmV0LXZhbHVlLTE=");
 }
+
+#[test]
+fn kube_context_picks_the_kubeconfig_context() {
+    let sim = KubeSim::start(&[]);
+    let script = "step(\"Look\", || { info(`${kube_get(\"Namespace\", \"\", \"default\").metadata.name}`); });\n";
+    let test = with_kube(Test::new().script(script), &sim);
+    let named = test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"]);
+    named.expect_code(0);
+    assert!(named.stdout.contains("    default\n"), "{}", named.stdout);
+    let unknown = test.run(&["--kube-context", "nope", "scripts/test.rhai"]);
+    unknown.expect_code(1);
+    assert!(unknown.stderr.contains("kubeconfig context nope: "), "{}", unknown.stderr);
+    assert!(unknown.stderr.contains("kubectl config get-contexts"), "{}", unknown.stderr);
+}

@@ -276,6 +276,17 @@ async fn answer(sim: Arc<KubeSim>, mut request: Request<Incoming>) -> Response<B
             );
         }
     }
+    // The simulator's request log (tests count writes with it); behind the same token.
+    if path == "/-/sim/requests" {
+        return match method.as_str() {
+            "GET" => json_response(200, &sim.accounting.snapshot()),
+            "DELETE" => {
+                sim.accounting.clear();
+                full(204, "text/plain", Vec::new())
+            }
+            _ => error_response(&ApiError::new(405, "MethodNotAllowed", "GET or DELETE")),
+        };
+    }
     if path.ends_with("/exec") || path.ends_with("/portforward") {
         let upgrade = header("upgrade").to_ascii_lowercase();
         let response = if upgrade == "websocket" {
