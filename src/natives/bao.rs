@@ -20,9 +20,67 @@ use super::options::{
 };
 
 /// The session's OpenBao client, created on first use from the environment.
+/// Where OpenBao runs in the cluster (`BAO_K8S_SERVICE`, default `openbao/openbao:8200`).
+fn bao_service() -> (String, String, u16) {
+    let text = std::env::var("BAO_K8S_SERVICE").unwrap_or_else(|_| "openbao/openbao:8200".into());
+    let (namespace, rest) = text.split_once('/').unwrap_or(("openbao", text.as_str()));
+    let (service, port) = rest.split_once(':').unwrap_or((rest, "8200"));
+    (
+        namespace.to_string(),
+        service.to_string(),
+        port.parse().unwrap_or(8200),
+    )
+}
+
+/// When `BAO_ADDR` does not answer and a cluster is configured, a port-forward to OpenBao's
+/// Service (the seed's case: OpenBao runs in the cluster) stands in for it.
+fn reach_through_cluster(session: &Session, settings: &mut BaoSettings) {
+    let Some((scheme, authority)) = settings.address.split_once("://") else {
+        return;
+    };
+    let host_port = authority.split('/').next().unwrap_or(authority);
+    let answers = std::net::ToSocketAddrs::to_socket_addrs(host_port)
+        .ok()
+        .and_then(|mut addresses| addresses.next())
+        .is_some_and(|address| {
+            std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(1))
+                .is_ok()
+        });
+    let cluster = std::env::var_os("KUBECONFIG").is_some()
+        || std::env::var_os("HOME")
+            .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").is_file());
+    if answers || !cluster {
+        return;
+    }
+    let (namespace, service, port) = bao_service();
+    let Ok(kube) = super::kube::client(session) else {
+        return;
+    };
+    match kube.port_forward(&namespace, &format!("svc/{service}"), port) {
+        Ok(local) => {
+            session.state.reporter.log(
+                Level::Info,
+                &format!(
+                    "{} does not answer; reaching OpenBao through a port-forward to svc/{service}:{port} in {namespace} ({local})",
+                    settings.address
+                ),
+            );
+            settings.address = format!("{scheme}://{local}");
+        }
+        Err(error) => session.state.reporter.log(
+            Level::Warn,
+            &format!(
+                "{} does not answer, and no port-forward to svc/{service} in {namespace}: {}",
+                settings.address, error.message
+            ),
+        ),
+    }
+}
+
 fn bao(session: &Session) -> &BaoClient {
     session.bao.get_or_init(|| {
-        let settings = BaoSettings::from_env(&session.state.root);
+        let mut settings = BaoSettings::from_env(&session.state.root);
+        reach_through_cluster(session, &mut settings);
         if settings.skip_verify {
             session.state.reporter.log(
                 Level::Warn,

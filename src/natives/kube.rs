@@ -16,7 +16,8 @@ use crate::error::NativeError;
 use crate::output::Level;
 use crate::secret::Secret;
 
-fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> {
+/// The session's Kubernetes client, created on first use.
+pub(crate) fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> {
     let mut slot = session
         .kube
         .lock()

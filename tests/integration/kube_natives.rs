@@ -249,6 +249,42 @@ fn kube_context_picks_the_kubeconfig_context() {
     assert!(named.stdout.contains("    default\n"), "{}", named.stdout);
     let unknown = test.run(&["--kube-context", "nope", "scripts/test.rhai"]);
     unknown.expect_code(1);
-    assert!(unknown.stderr.contains("kubeconfig context nope: "), "{}", unknown.stderr);
-    assert!(unknown.stderr.contains("kubectl config get-contexts"), "{}", unknown.stderr);
+    assert!(
+        unknown.stderr.contains("kubeconfig context nope: "),
+        "{}",
+        unknown.stderr
+    );
+    assert!(
+        unknown.stderr.contains("kubectl config get-contexts"),
+        "{}",
+        unknown.stderr
+    );
+}
+
+#[test]
+fn openbao_is_reached_through_a_port_forward_when_bao_addr_does_not_answer() {
+    let server = crate::bao_server::BaoServer::dev();
+    let upstream = server.address.trim_start_matches("http://").to_string();
+    let sim = KubeSim::start(&["--platform", "--openbao", &upstream]);
+    let closed = crate::bao_server::free_port();
+    let script = r#"
+step("Write", || {
+    bao_write("apps/demo", #{answer: "42"});
+    assert_eq(reveal(bao_read("apps/demo").answer), "42");
+});
+"#;
+    let test = with_kube(Test::new().script(script), &sim)
+        .env("BAO_ADDR", &format!("http://127.0.0.1:{closed}"))
+        .env("BAO_TOKEN", "root");
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        output.stdout.contains(&format!(
+            "http://127.0.0.1:{closed} does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao"
+        )),
+        "{}",
+        output.stdout
+    );
+    let stored = server.cli("root", &["kv", "get", "-field=answer", "secret/apps/demo"]);
+    assert_eq!(stored.trim(), "42");
 }
