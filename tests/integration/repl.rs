@@ -177,3 +177,30 @@ fn load_makes_a_scripts_functions_available_without_running_its_steps() {
     session.exp_eof().expect("eof");
     assert!(!test.join("ran").exists() && !test.join("out.txt").exists());
 }
+
+#[test]
+fn rehearse_points_the_session_at_the_embedded_platform() {
+    let test = Test::new();
+    let mut session = repl(&test, &["--rehearse"], &[]);
+    input(
+        &mut session,
+        "kube_list(\"pods\", \"gitlab\", #{labels: \"app=toolbox\"}).len()",
+    );
+    session
+        .exp_string("1")
+        .expect("the simulated cluster's toolbox pod");
+    input(&mut session, "gitlab_get(\"version\").version");
+    session.exp_string("17.9.0").expect("the GitLab simulator");
+    input(
+        &mut session,
+        "bao_write(\"demo/greeting\", #{text: \"hello\"}).changed",
+    );
+    session.exp_string("true").expect("OpenBao");
+    input(
+        &mut session,
+        "kube_exec(\"gitlab\", \"app=toolbox\", [\"echo\", \"from the pod\"], #{}).stdout",
+    );
+    session.exp_string("from the pod").expect("exec");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit stops the platform");
+}
