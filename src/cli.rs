@@ -107,13 +107,23 @@ enum Command {
         #[command(flatten)]
         run: RunArgs,
     },
-    /// Simulators of systems that cannot run here (GitLab, Kubernetes)
+    /// Simulators of systems that cannot run here (GitLab, Kubernetes, OpenBao, all together)
     #[command(subcommand)]
     Sim(SimCommand),
 }
 
 #[derive(Debug, Subcommand)]
 enum SimCommand {
+    /// bprun's in-process OpenBao stand-in (the `bao server -dev` API bprun uses); prints
+    /// BAO_ADDR, BAO_TOKEN and BAO_UNSEAL_KEY
+    Bao {
+        /// Loopback address to listen on (port 0 picks a free port)
+        #[arg(long, default_value = "127.0.0.1:0")]
+        listen: String,
+        /// The root token (one is generated when none is given)
+        #[arg(long, value_name = "TOKEN", default_value = "")]
+        token: String,
+    },
     /// The whole embedded platform: GitLab and Kubernetes simulators and OpenBao (a real
     /// `bao server -dev` when `bao` is installed, else an in-process stand-in); prints the
     /// environment to use
@@ -276,6 +286,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Some(Command::Rehearse { state, run }) => {
             let (options, _) = run.into_options()?;
             crate::rehearse::rehearse(state, options)
+        }
+        Some(Command::Sim(SimCommand::Bao { listen, token })) => {
+            crate::sim::bao::run(&listen, &token)
+                .map_err(|message| Error::usage(format!("bprun sim bao: {message}"), None))?;
+            Ok(ExitCode::Success)
         }
         Some(Command::Sim(SimCommand::All {
             state,

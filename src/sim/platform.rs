@@ -337,6 +337,9 @@ impl Platform {
     pub fn bao_description(&self) -> String {
         match &self.bao_kind {
             BaoKind::Real(path) => format!("a real `bao server -dev` ({})", path.display()),
+            BaoKind::StandIn if std::env::var("BPRUN_SIM_BAO").as_deref() == Ok("stand-in") => {
+                "bprun's in-process OpenBao stand-in (BPRUN_SIM_BAO=stand-in)".into()
+            }
             BaoKind::StandIn => {
                 "bprun's in-process OpenBao stand-in (no `bao` binary found)".into()
             }

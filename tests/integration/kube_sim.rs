@@ -168,7 +168,10 @@ fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
     let again = sim.kubectl(&["apply", "-f", &web]);
     let log: serde_json::Value =
         serde_json::from_str(sim.kubectl(&["get", "--raw", "/-/sim/requests"]).ok()).expect("log");
-    assert_eq!(log["mutating"], 0, "an unchanged apply writes nothing: {log}");
+    assert_eq!(
+        log["mutating"], 0,
+        "an unchanged apply writes nothing: {log}"
+    );
     assert_eq!(
         again.ok(),
         "deployment.apps/web unchanged\nservice/web unchanged\n"

@@ -6,6 +6,7 @@ mod tls;
 mod apps;
 mod bao;
 mod bao_server;
+mod bao_sim;
 mod charts;
 mod cli;
 mod diagnostics;

@@ -1,0 +1,197 @@
+//! bprun's in-process OpenBao stand-in (src/sim/bao.rs) as scripts meet it: `bprun rehearse`
+//! with `BPRUN_SIM_BAO=stand-in`, so the real binary's bao natives talk to it over HTTP exactly
+//! as they talk to `bao server -dev` (the same script as tests/integration/bao.rs runs there).
+//! Response shapes are unit-tested in src/sim/bao.rs.
+
+use crate::support::{Output, Test};
+
+fn rehearse(script: &str, extra: &[&str]) -> Output {
+    let test = Test::new().script(script).env("BPRUN_SIM_BAO", "stand-in");
+    let mut args = vec!["rehearse"];
+    args.extend_from_slice(extra);
+    args.push("scripts/test.rhai");
+    test.run(&args)
+}
+
+#[test]
+fn the_bao_natives_work_on_the_stand_in_as_on_bao_dev() {
+    let output = rehearse(
+        r#"
+step("Health", || {
+    let status = bao_health();
+    assert_eq(status.initialized, true);
+    assert_eq(status.sealed, false);
+    assert_eq(bao_init().changed, false);
+});
+step("Read missing", || {
+    assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
+    assert_eq(bao_list("gitlab"), []);
+});
+step("Write", || {
+    let first = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
+    assert_eq(first, #{changed: true, version: 1});
+});
+step("Write again", || {
+    let again = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
+    assert_eq(again, #{changed: false, version: 1});
+    let read = bao_read("gitlab/bootstrap/admin_token");
+    assert_eq(type_of(read.token), "Secret");
+    assert(read.token == "glpat-kv-test-000000000", "the token reads back");
+});
+step("Patch", || {
+    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: true, version: 2});
+    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: false, version: 2});
+    assert(bao_read("gitlab/bootstrap/admin_token").user == "admin", "patched");
+    assert(bao_read("gitlab/bootstrap/admin_token").token == "glpat-kv-test-000000000", "other keys kept");
+    try { bao_patch("gitlab/none", #{a: "b"}); throw "no error"; } catch (e) { assert(e.message.ends_with("nothing to patch at secret/gitlab/none"), e.message); }
+});
+step("List", || {
+    assert_eq(bao_list("gitlab"), ["bootstrap/"]);
+    assert_eq(bao_list("gitlab/bootstrap"), ["admin_token"]);
+});
+step("Policy", || {
+    let hcl = `path "secret/data/gitlab/*" { capabilities = ["read"] }`;
+    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: true});
+    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: false});
+});
+step("Mounts", || {
+    assert_eq(bao_enable_kv(), #{changed: false});
+    assert_eq(bao_enable_kv("apps", 2), #{changed: true});
+    assert_eq(bao_enable_kv("apps", 2), #{changed: false});
+    assert_eq(bao_write("apps:team/x", #{a: "1"}).changed, true);
+    assert(bao_read("team/x", #{mount: "apps"}).a == "1", "explicit mount");
+    try { bao_enable_kv("apps", 1); throw "no error"; } catch (e) {
+        assert(e.message.ends_with("apps/ is already mounted as kv (version 2), not kv version 1"), e.message);
+    }
+    assert_eq(bao_enable_kv("legacy", 1), #{changed: true});
+    assert_eq(bao_enable_kv("legacy", 1), #{changed: false});
+    try { bao_read("nomount:x/y"); throw "no error"; } catch (e) {
+        assert(e.message.contains("no KV mount `nomount` (reading nomount/x/y)"), e.message);
+    }
+});
+step("Delete", || {
+    assert_eq(bao_delete("gitlab/bootstrap/admin_token"), #{changed: true});
+    assert_eq(bao_delete("gitlab/bootstrap/admin_token"), #{changed: false});
+    assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
+    // A write after a delete continues the version history.
+    assert_eq(bao_write("gitlab/bootstrap/admin_token", #{token: "again"}), #{changed: true, version: 3});
+});
+step("Destroy", || {
+    assert_eq(bao_destroy("gitlab/bootstrap/admin_token"), #{changed: true});
+    assert_eq(bao_destroy("gitlab/bootstrap/admin_token"), #{changed: false});
+    assert_eq(bao_list("gitlab/bootstrap"), []);
+});
+"#,
+        &[],
+    );
+    output.expect_code(0);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n"),
+        "{}",
+        output.stdout
+    );
+    // The platform says which OpenBao runs.
+    assert!(
+        format!("{}{}", output.stdout, output.stderr).contains("stand-in"),
+        "{}\n{}",
+        output.stdout,
+        output.stderr
+    );
+    assert!(
+        !output.raw_stdout.contains("glpat-kv-test-000000000"),
+        "a secret value leaked"
+    );
+}
+
+#[test]
+fn a_sealed_stand_in_says_to_unseal() {
+    let output = rehearse(
+        r#"
+step("Seal", || {
+    bao_write("a/b", #{k: "v"});
+    assert_eq(bao_seal(), #{changed: true});
+    assert_eq(bao_seal(), #{changed: false});
+    assert_eq(bao_status().sealed, true);
+});
+step("Read", || {
+    bao_read("a/b");
+});
+"#,
+        &["-q"],
+    );
+    output.expect_code(1);
+    assert!(
+        output
+            .stderr
+            .contains("GET secret/data/a/b -> 503: Vault is sealed"),
+        "{}",
+        output.stderr
+    );
+    assert!(
+        output
+            .stderr
+            .contains("hint: OpenBao is sealed: run bao_unseal()"),
+        "{}",
+        output.stderr
+    );
+}
+
+#[test]
+fn check_mode_writes_nothing_on_the_stand_in() {
+    let output = rehearse(
+        r#"
+step("Write", || {
+    assert_eq(bao_write("apps/x", #{a: "1"}), #{changed: true, version: 1});
+    assert_eq(bao_enable_kv("apps", 2), #{changed: true});
+});
+"#,
+        &["--check"],
+    );
+    output.expect_code(0);
+    assert!(
+        output.stdout.contains("apps/x (version 1)"),
+        "{}",
+        output.stdout
+    );
+}
+
+/// `bprun sim bao --listen ADDR --token TOKEN` serves the stand-in and prints its environment.
+#[test]
+fn sim_bao_prints_its_address_and_token() {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(crate::support::BPRUN)
+        .args([
+            "sim",
+            "bao",
+            "--listen",
+            "127.0.0.1:0",
+            "--token",
+            "root-of-test",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start bprun sim bao");
+    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
+    let mut lines = Vec::new();
+    for _ in 0..2 {
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("read a line");
+        lines.push(line.trim().to_string());
+    }
+    let address = lines[0]
+        .strip_prefix("BAO_ADDR=")
+        .unwrap_or_else(|| panic!("unexpected first line: {}", lines[0]))
+        .to_string();
+    assert_eq!(lines[1], "BAO_TOKEN=root-of-test");
+    let output = Test::new()
+        .script("step(\"W\", || { assert_eq(bao_write(\"a/b\", #{k: \"v\"}).version, 1); });\n")
+        .env("BAO_ADDR", &address)
+        .env("BAO_TOKEN", "root-of-test")
+        .run(&["scripts/test.rhai"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    output.expect_code(0);
+}
