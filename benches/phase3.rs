@@ -108,7 +108,7 @@ fn repository_copy(apps: usize) -> tempfile::TempDir {
         let mut synthetic = text[..shared_end].to_string();
         for index in 1..apps {
             synthetic.push_str(&format!(
-                "- name: app-{index:03}\n  src_path: apps/redis\n  chart_path: helm-chart\n  build_image: false\n  helm_release: app-{index:03}\n  helm_namespace: app-{index:03}\n  registry_image: gitlab-registry.gitlab.svc:5000/blueprint-apps/app-{index:03}\n\n"
+                "- name: app-{index:03}\n  src_path: apps/redis\n  chart_path: helm-chart\n  build_image: false\n  helm_release: app-{index:03}\n  helm_namespace: app-{index:03}\n  registry_image: gitlab-registry.gitlab.svc:5000/blueprint-apps/app-{index:03}\n  redis_host: redis-master.app-{index:03}.svc.cluster.local\n  redis_tag: \"7.4.1\"\n\n"
             ));
         }
         std::fs::write(&manifest, synthetic).expect("write manifest");

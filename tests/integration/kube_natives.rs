@@ -288,3 +288,42 @@ step("Write", || {
     let stored = server.cli("root", &["kv", "get", "-field=answer", "secret/apps/demo"]);
     assert_eq!(stored.trim(), "42");
 }
+
+#[test]
+fn rollout_restart_replaces_the_pods() {
+    let sim = KubeSim::start(&[]);
+    let script = format!(
+        "{MANIFEST}
+step(\"Restart\", || {{
+    kube_apply(global::MANIFEST);
+    kube_wait(\"Deployment\", \"demo\", \"web\", \"Rollout\", #{{timeout: 20}});
+    let before = kube_list(\"pods\", \"demo\", #{{labels: \"app=web\"}}).map(|p| p.metadata.name);
+    assert_eq(kube_rollout_restart(\"Deployment\", \"demo\", \"web\").changed, true);
+    kube_wait(\"Deployment\", \"demo\", \"web\", \"Rollout\", #{{timeout: 20}});
+    let after = kube_wait(\"pods\", \"demo\", \"app=web\", \"Ready\", #{{timeout: 20}}).map(|p| p.metadata.name);
+    assert_eq(after.len(), 2);
+    for name in after {{ if before.contains(name) {{ throw `pod ${{name}} survived the restart` }} }}
+    let failed = kube_exec(\"demo\", \"app=web\", [\"false\"], #{{}});
+    assert_eq(failed.ok, false);
+    kube_exec(\"demo\", \"app=web\", [\"false\"], #{{check: true}});
+}});
+"
+    );
+    let test = with_kube(Test::new().script(&script), &sim);
+    let output = test.run(&["scripts/test.rhai"]);
+    output.expect_code(1);
+    assert!(
+        output
+            .stdout
+            .contains("    ~ restart Deployment/web in demo\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output
+            .stderr
+            .contains("kube_exec false in demo/app=web: exit code 1"),
+        "{}",
+        output.stderr
+    );
+}

@@ -75,7 +75,7 @@ impl KubeSim {
         }
     }
 
-    fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Run {
+    pub fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Run {
         let mut command = Command::new(tool(program));
         command
             .args(args)
@@ -522,19 +522,40 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
 
 #[test]
 fn helm_installs_upgrades_and_uninstalls_releases() {
+    helm_life_cycle("helm");
+}
+
+#[test]
+fn helm_v3_installs_upgrades_and_uninstalls_releases() {
+    helm_life_cycle("helm3");
+}
+
+fn helm_life_cycle(helm: &str) {
     let sim = KubeSim::start(&[]);
+    let version = sim.run(helm, &["version", "--short"], None);
+    assert!(
+        version
+            .ok()
+            .starts_with(if helm == "helm3" { "v3." } else { "v4." }),
+        "{}",
+        version.stdout
+    );
     let chart = "apps/redis/helm-chart";
-    let install = sim.helm(&[
-        "install",
-        "redis",
-        chart,
-        "-n",
-        "redis",
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "30s",
-    ]);
+    let install = sim.run(
+        helm,
+        &[
+            "install",
+            "redis",
+            chart,
+            "-n",
+            "redis",
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+        None,
+    );
     assert!(
         install.ok().contains("STATUS: deployed\nREVISION: 1\n"),
         "{}",
@@ -551,27 +572,40 @@ fn helm_installs_upgrades_and_uninstalls_releases() {
         "name",
     ]);
     assert_eq!(secrets.ok(), "secret/sh.helm.release.v1.redis.v1\n");
-    let upgrade = sim.helm(&[
-        "upgrade",
-        "--install",
-        "redis",
-        chart,
-        "-n",
-        "redis",
-        "--wait",
-        "--timeout",
-        "30s",
-    ]);
+    let upgrade = sim.run(
+        helm,
+        &[
+            "upgrade",
+            "--install",
+            "redis",
+            chart,
+            "-n",
+            "redis",
+            "--wait",
+            "--timeout",
+            "30s",
+        ],
+        None,
+    );
     assert!(upgrade.ok().contains("REVISION: 2\n"), "{}", upgrade.stdout);
-    let list = sim.helm(&["list", "-A", "-o", "json"]);
+    let list = sim.run(helm, &["list", "-A", "-o", "json"], None);
     let releases: serde_json::Value = serde_json::from_str(list.ok()).expect("helm list json");
     assert_eq!(releases[0]["name"], "redis");
     assert_eq!(releases[0]["status"], "deployed");
     assert_eq!(releases[0]["revision"], "2");
-    let status = sim.helm(&["status", "redis", "-n", "redis"]);
-    assert!(status.ok().contains("redis-master"), "{}", status.stdout);
+    let status = sim.run(helm, &["status", "redis", "-n", "redis"], None);
+    // helm 4 lists the release's resources (read back as Tables); helm 3 does not.
+    if helm == "helm" {
+        assert!(status.ok().contains("redis-master"), "{}", status.stdout);
+    } else {
+        assert!(
+            status.ok().contains("STATUS: deployed"),
+            "{}",
+            status.stdout
+        );
+    }
     assert_eq!(
-        sim.helm(&["uninstall", "redis", "-n", "redis", "--wait"])
+        sim.run(helm, &["uninstall", "redis", "-n", "redis", "--wait"], None)
             .ok(),
         "release \"redis\" uninstalled\n"
     );
@@ -580,5 +614,132 @@ fn helm_installs_upgrades_and_uninstalls_releases() {
             .ok(),
         ""
     );
-    assert_eq!(sim.helm(&["list", "-A", "-q"]).ok(), "");
+    assert_eq!(sim.run(helm, &["list", "-A", "-q"], None).ok(), "");
+}
+
+#[test]
+fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--from-literal=k=v",
+    ])
+    .ok();
+    let again = sim.kubectl(&[
+        "create",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--from-literal=k=v",
+    ]);
+    assert_eq!(again.code, 1);
+    assert_eq!(
+        again.stderr.trim(),
+        "error: failed to create configmap: configmaps \"c\" already exists"
+    );
+    // JSON merge patch and JSON patch.
+    sim.kubectl(&[
+        "patch",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"k":null,"m":"2"}}"#,
+    ])
+    .ok();
+    sim.kubectl(&[
+        "patch",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--type=json",
+        "-p",
+        r#"[{"op":"add","path":"/data/n","value":"3"}]"#,
+    ])
+    .ok();
+    let data = sim.kubectl(&[
+        "get",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.data}",
+    ]);
+    assert_eq!(data.ok(), r#"{"m":"2","n":"3"}"#);
+    let failed_test = sim.kubectl(&[
+        "patch",
+        "configmap",
+        "c",
+        "-n",
+        "demo",
+        "--type=json",
+        "-p",
+        r#"[{"op":"test","path":"/data/m","value":"9"}]"#,
+    ]);
+    assert_eq!(failed_test.code, 1, "{}", failed_test.stdout);
+    // A PUT with a stale resourceVersion is a conflict.
+    let current = sim.kubectl(&["get", "configmap", "c", "-n", "demo", "-o", "json"]);
+    let mut object: serde_json::Value = serde_json::from_str(current.ok()).expect("json");
+    sim.kubectl(&["label", "configmap", "c", "-n", "demo", "changed=yes"])
+        .ok();
+    object["data"]["m"] = serde_json::json!("stale");
+    let stale = sim.kubectl_stdin(&["replace", "-f", "-"], &object.to_string());
+    assert_eq!(stale.code, 1, "{}", stale.stdout);
+    assert!(stale.stderr.contains("the object has been modified; please apply your changes to the latest version and try again"), "{}", stale.stderr);
+    // Status goes through /status only.
+    sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/clusters.postgresql.cnpg.io",
+        "--timeout=20s",
+    ])
+    .ok();
+    let held = std::fs::read_to_string(fixture("pg.yaml"))
+        .expect("fixture")
+        .replace("metadata: {name: pg, namespace: demo}", "metadata: {name: pg, namespace: demo, annotations: {sim.bprun.dev/behaviour: not-ready}}");
+    sim.kubectl_stdin(&["apply", "-f", "-"], &held).ok();
+    sim.kubectl(&[
+        "patch",
+        "clusters.postgresql.cnpg.io",
+        "pg",
+        "-n",
+        "demo",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"ignored"}}"#,
+    ])
+    .ok();
+    sim.kubectl(&[
+        "patch",
+        "clusters.postgresql.cnpg.io",
+        "pg",
+        "-n",
+        "demo",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"phase":"Cluster in healthy state"}}"#,
+    ])
+    .ok();
+    let phase = sim.kubectl(&[
+        "get",
+        "clusters.postgresql.cnpg.io",
+        "pg",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.status.phase}",
+    ]);
+    assert_eq!(phase.ok(), "Cluster in healthy state");
 }

@@ -18,8 +18,8 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     writes += namespaces(cluster);
     writes += crds(cluster);
+    writes += deployments(cluster);
     for (store_key, kind) in [
-        ("deployments.apps", "Deployment"),
         ("statefulsets.apps", "StatefulSet"),
         ("daemonsets.apps", "DaemonSet"),
         ("replicasets.apps", "ReplicaSet"),
@@ -133,7 +133,11 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         let name = name_of(&workload);
         let uid = workload["metadata"]["uid"].clone();
         let template = workload["spec"]["template"].clone();
-        let hash = template_hash(&template);
+        // A Deployment's ReplicaSet carries its pod-template-hash; keep it.
+        let hash = template["metadata"]["labels"]["pod-template-hash"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| template_hash(&template));
         let desired = if kind == "DaemonSet" {
             1
         } else {
@@ -256,6 +260,119 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
             let mut updated = workload.clone();
             updated["status"] = status;
             writes += write(cluster, store_key, updated);
+        }
+    }
+    writes
+}
+
+/// Deployments run through ReplicaSets, as on a real cluster (helm 3's readiness check and
+/// `kubectl rollout` look for the newest one): one ReplicaSet per pod template, named
+/// `<deployment>-<pod-template-hash>`; older ones go, with their pods, once the new one exists.
+fn deployments(cluster: &mut Cluster) -> usize {
+    let mut writes = 0;
+    for deployment in cluster.all("deployments.apps") {
+        let namespace = namespace_of(&deployment);
+        let name = name_of(&deployment);
+        let uid = deployment["metadata"]["uid"].clone();
+        let template = deployment["spec"]["template"].clone();
+        let hash = template_hash(&template);
+        let desired = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
+        let owned: Vec<Value> = cluster
+            .all("replicasets.apps")
+            .into_iter()
+            .filter(|rs| {
+                namespace_of(rs) == namespace
+                    && rs["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|owners| owners.iter().any(|o| o["uid"] == uid))
+            })
+            .collect();
+        let current_name = format!("{name}-{hash}");
+        for stale in owned.iter().filter(|rs| name_of(rs) != current_name) {
+            cluster.remove_with_dependents("replicasets.apps", &namespace, &name_of(stale));
+            writes += 1;
+        }
+        let mut rs_template = template.clone();
+        if !rs_template["metadata"]["labels"].is_object() {
+            rs_template["metadata"]["labels"] = json!({});
+        }
+        rs_template["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+        let mut selector = deployment["spec"]["selector"].clone();
+        if !selector["matchLabels"].is_object() {
+            selector["matchLabels"] = json!({});
+        }
+        selector["matchLabels"]["pod-template-hash"] = json!(hash);
+        let revision = deployment["metadata"]["generation"].clone();
+        let current = owned.iter().find(|rs| name_of(rs) == current_name).cloned();
+        let wanted_spec =
+            json!({"replicas": desired, "selector": selector, "template": rs_template});
+        match current {
+            Some(rs) if rs["spec"] == wanted_spec => {}
+            Some(mut rs) => {
+                rs["spec"] = wanted_spec;
+                writes += write(cluster, "replicasets.apps", rs);
+            }
+            None => {
+                let mut labels = template["metadata"]["labels"].clone();
+                if !labels.is_object() {
+                    labels = json!({});
+                }
+                labels["pod-template-hash"] = json!(hash);
+                let rs = json!({
+                    "apiVersion": "apps/v1", "kind": "ReplicaSet",
+                    "metadata": {
+                        "name": current_name, "namespace": namespace, "labels": labels,
+                        "annotations": {"deployment.kubernetes.io/revision": revision.to_string(),
+                                        "deployment.kubernetes.io/desired-replicas": desired.to_string()},
+                        "uid": format!("{}-rs-{}", uid.as_str().unwrap_or(""), suffix()),
+                        "creationTimestamp": now_rfc3339(), "generation": 1,
+                        "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]
+                    },
+                    "spec": wanted_spec,
+                    "status": {"replicas": 0}
+                });
+                cluster.commit("replicasets.apps", &namespace, &current_name, Some(rs));
+                writes += 1;
+            }
+        }
+        let rs_status = cluster
+            .lookup("replicasets.apps", &namespace, &current_name)
+            .map(|rs| rs["status"].clone())
+            .unwrap_or(Value::Null);
+        let replicas = rs_status["replicas"].as_u64().unwrap_or(0);
+        let ready = rs_status["readyReplicas"].as_u64().unwrap_or(0);
+        let available = ready >= desired;
+        let now = now_rfc3339();
+        let previous_conditions = deployment["status"]["conditions"].clone();
+        let condition = |kind: &str, status: bool, reason: &str, message: &str| {
+            let status_text = if status { "True" } else { "False" };
+            let since = previous_conditions
+                .as_array()
+                .and_then(|list| {
+                    list.iter()
+                        .find(|c| c["type"] == kind && c["status"] == status_text)
+                })
+                .map(|c| c["lastTransitionTime"].clone())
+                .unwrap_or_else(|| json!(now));
+            json!({"type": kind, "status": status_text, "reason": reason, "message": message,
+                   "lastTransitionTime": since, "lastUpdateTime": since})
+        };
+        let status = json!({
+            "observedGeneration": deployment["metadata"]["generation"],
+            "replicas": replicas, "updatedReplicas": replicas,
+            "readyReplicas": ready, "availableReplicas": ready,
+            "unavailableReplicas": desired.saturating_sub(ready),
+            "conditions": [
+                condition("Available", available, if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
+                          if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }),
+                condition("Progressing", true, if available { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
+                          &format!("ReplicaSet \"{current_name}\" {}", if available { "has successfully progressed." } else { "is progressing." }))
+            ]
+        });
+        if deployment["status"] != status {
+            let mut updated = deployment.clone();
+            updated["status"] = status;
+            writes += write(cluster, "deployments.apps", updated);
         }
     }
     writes
