@@ -743,3 +743,63 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
     ]);
     assert_eq!(phase.ok(), "Cluster in healthy state");
 }
+
+#[test]
+fn kubectl_watches_list_then_follow_from_the_resource_version() {
+    let sim = KubeSim::start(&[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&[
+        "create",
+        "configmap",
+        "before",
+        "-n",
+        "demo",
+        "--from-literal=k=v",
+    ])
+    .ok();
+    // The watch lists first, then follows from the list's resourceVersion until its timeout.
+    let mut watch = Command::new(tool("kubectl"))
+        .args([
+            "--request-timeout=4s",
+            "get",
+            "configmaps",
+            "-n",
+            "demo",
+            "--watch",
+            "--output-watch-events",
+            "--no-headers",
+        ])
+        .env("KUBECONFIG", &sim.kubeconfig)
+        .env("HOME", sim.home.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl get --watch");
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    sim.kubectl(&[
+        "create",
+        "configmap",
+        "after",
+        "-n",
+        "demo",
+        "--from-literal=k=v",
+    ])
+    .ok();
+    sim.kubectl(&["delete", "configmap", "before", "-n", "demo"])
+        .ok();
+    let output = watch.wait_with_output().expect("watch ends at its timeout");
+    let events: Vec<String> = String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .map(|line| {
+            line.split_whitespace()
+                .take(2)
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    assert_eq!(
+        events,
+        ["ADDED before", "ADDED after", "DELETED before"],
+        "{events:?}"
+    );
+}
