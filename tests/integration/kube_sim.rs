@@ -758,7 +758,7 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
     ])
     .ok();
     // The watch lists first, then follows from the list's resourceVersion until its timeout.
-    let mut watch = Command::new(tool("kubectl"))
+    let watch = Command::new(tool("kubectl"))
         .args([
             "--request-timeout=4s",
             "get",
