@@ -141,16 +141,9 @@ pub fn sim_all(state: Option<PathBuf>, pipeline_seconds: f64) -> Result<ExitCode
     eprintln!(
         "set these variables in the shell that runs `bprun scripts/phase3.rhai` or `bprun repl`; Ctrl-C stops the platform"
     );
-    crate::clients::runtime::runtime().block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(|error| usage(error.to_string()))?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
-        Ok::<(), Error>(())
-    })?;
+    crate::clients::runtime::runtime()
+        .block_on(crate::sim::http::shutdown_signal())
+        .map_err(usage)?;
     drop(platform);
     Ok(ExitCode::Success)
 }

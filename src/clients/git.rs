@@ -217,6 +217,7 @@ pub fn clone_or_pull(
                 .map_err(|error| git_error(&format!("clone of {url}"), shown, error))?;
             return Ok(SyncOutcome::Cloned);
         }
+        let _lock = lock_tree(dir, shown)?;
         let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
         let mut remote = repo
             .find_remote("origin")
@@ -271,18 +272,79 @@ pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, NativeError> {
     Ok(!statuses.is_empty())
 }
 
-/// Commits everything on `main` and pushes it, when something changed. Returns the new commit.
+/// True when `main` has a commit the remote-tracking `origin/main` does not point at (a commit
+/// an interrupted run made but did not push).
+pub fn unpushed(dir: &Path) -> bool {
+    let Ok(repo) = git2::Repository::open(dir) else {
+        return false;
+    };
+    let target = |name: &str| repo.find_reference(name).ok().and_then(|r| r.target());
+    match target(&format!("refs/heads/{BRANCH}")) {
+        Some(head) => target(&format!("refs/remotes/origin/{BRANCH}")) != Some(head),
+        None => false,
+    }
+}
+
+/// Holds `.git/bprun.lock` (an OS file lock, released when the process dies) while bprun works
+/// in a tree. Holding it proves no other bprun is inside: an `index.lock` left behind then comes
+/// from a run that was killed, and is removed (git itself would refuse to go on).
+pub struct TreeLock {
+    _file: std::fs::File,
+    /// True when a crashed run's `index.lock` was removed.
+    pub recovered: bool,
+}
+
+pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, NativeError> {
+    let git_dir = dir.join(".git");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(git_dir.join("bprun.lock"))
+        .map_err(|error| {
+            NativeError::new(format!("git: cannot open {shown}/.git/bprun.lock: {error}"))
+        })?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        match file.try_lock() {
+            Ok(()) => break,
+            Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
+            Err(_) => {
+                return Err(NativeError::new(format!(
+                    "git: another bprun has been working in {shown} for over 60 s"
+                ))
+                .with_hint("wait for the other run to finish"));
+            }
+        }
+    }
+    let stale = git_dir.join("index.lock");
+    let recovered = stale.exists() && std::fs::remove_file(&stale).is_ok();
+    Ok(TreeLock {
+        _file: file,
+        recovered,
+    })
+}
+
+/// Commits everything on `main` when the tree changed, and pushes `main` when the remote does
+/// not have it yet (also a commit an interrupted run made but did not push). Returns the
+/// commit pushed, or None when there was nothing to do.
 pub fn commit_push(
     dir: &Path,
     shown: &str,
     message: &str,
     auth: &GitAuth,
 ) -> Result<Option<String>, NativeError> {
-    if !has_changes(dir, shown)? {
-        return Ok(None);
-    }
-    with_auth(auth, || {
-        let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    let _lock = lock_tree(dir, shown)?;
+    let changed = has_changes(dir, shown)?;
+    let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    let local = |repo: &git2::Repository, name: &str| {
+        repo.find_reference(name)
+            .ok()
+            .and_then(|reference| reference.target())
+    };
+    let commit = if changed {
         let mut index = repo
             .index()
             .map_err(|error| git_error("read the index", shown, error))?;
@@ -317,6 +379,17 @@ pub fn commit_push(
             .map_err(|error| git_error("commit", shown, error))?;
         repo.set_head(&format!("refs/heads/{BRANCH}"))
             .map_err(|error| git_error("set HEAD", shown, error))?;
+        commit
+    } else {
+        match local(&repo, &format!("refs/heads/{BRANCH}")) {
+            Some(head) => head,
+            None => return Ok(None),
+        }
+    };
+    if local(&repo, &format!("refs/remotes/origin/{BRANCH}")) == Some(commit) {
+        return Ok(None);
+    }
+    with_auth(auth, || {
         let mut remote = repo
             .find_remote("origin")
             .map_err(|error| git_error("find remote origin", shown, error))?;
@@ -345,6 +418,14 @@ pub fn commit_push(
                     .with_hint(hint),
             );
         }
+        // The remote has it now: remember that, so the next run does not push again.
+        repo.reference(
+            &format!("refs/remotes/origin/{BRANCH}"),
+            commit,
+            true,
+            "bprun: pushed",
+        )
+        .map_err(|error| git_error("record the push", shown, error))?;
         Ok(Some(commit.to_string()))
     })
 }

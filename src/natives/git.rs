@@ -108,7 +108,8 @@ pub mod git_functions {
         if session.state.check() {
             // A tree that does not exist yet would be cloned and filled by earlier calls.
             let changed = !full.join(".git").exists()
-                || git::has_changes(&full, &shown).map_err(native_error)?;
+                || git::has_changes(&full, &shown).map_err(native_error)?
+                || git::unpushed(&full);
             if changed {
                 session.state.record_change("commit and push", &shown);
             }

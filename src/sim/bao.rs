@@ -1525,16 +1525,7 @@ pub fn run(listen: &str, root_token: &str) -> Result<(), String> {
         );
     }
     let runtime = crate::clients::runtime::runtime();
-    runtime.block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(|error| error.to_string())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
-        Ok::<(), String>(())
-    })?;
+    runtime.block_on(super::http::shutdown_signal())?;
     drop(running);
     std::thread::sleep(Duration::from_millis(10));
     Ok(())

@@ -1501,13 +1501,7 @@ pub fn run(config: Config) -> Result<(), String> {
         let _ = writeln!(out, "GITLAB_TOKEN={token}");
         let _ = out.flush();
         let server = tokio::spawn(super::http::serve(listener, sim));
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(|e| e.to_string())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
+        super::http::shutdown_signal().await?;
         server.abort();
         tokio::time::sleep(Duration::from_millis(10)).await;
         if let Some(folder) = &temporary_repos {

@@ -226,6 +226,18 @@ pub async fn serve<H: Handler>(listener: tokio::net::TcpListener, handler: Arc<H
     }
 }
 
+/// Waits until the process is asked to stop (SIGINT or SIGTERM): how every `bprun sim ...`
+/// command serves until stopped.
+pub async fn shutdown_signal() -> Result<(), String> {
+    let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|error| format!("cannot watch for SIGTERM: {error}"))?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = terminate.recv() => {}
+    }
+    Ok(())
+}
+
 /// Resolves a listen address such as `127.0.0.1:0`; only loopback addresses are accepted.
 pub fn loopback(address: &str) -> Result<SocketAddr, String> {
     let parsed: SocketAddr = address

@@ -1031,3 +1031,76 @@ fn health_checks_the_instance_and_the_token() {
         output.stderr
     );
 }
+
+#[test]
+fn a_run_killed_between_commit_and_push_is_finished_by_the_next() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(
+        Test::new().file("apps/demo/a.txt", "a\n").script(
+            r#"
+const TREE = "apps-local/blueprint-apps/demo";
+step("Provision", || {
+    gitlab_ensure_group("blueprint-apps");
+    let project = gitlab_ensure_project("blueprint-apps", "demo");
+    git_clone_or_pull(project.http_url_to_repo, TREE);
+    sync_tree("apps/demo", TREE);
+    git_commit_push(TREE, "bprun: sync demo");
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    // What a kill leaves behind: a commit that was never pushed, and git's index lock.
+    // The source gained b.txt; the killed run synced and committed it but never pushed.
+    let tree = test.join("apps-local/blueprint-apps/demo");
+    std::fs::write(test.join("apps/demo/b.txt"), "b\n").expect("write");
+    std::fs::write(tree.join("b.txt"), "b\n").expect("write");
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(["-c", "user.name=t", "-c", "user.email=t@localhost"])
+            .args(args)
+            .current_dir(&tree)
+            .status()
+            .expect("git");
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["add", "b.txt"]);
+    git(&["commit", "-q", "-m", "killed before the push"]);
+    std::fs::write(tree.join(".git/index.lock"), "").expect("lock");
+    let check = test.run(&["--check", "scripts/test.rhai"]);
+    check.expect_code(0);
+    assert!(
+        check
+            .stdout
+            .contains("    ~ would commit and push apps-local/blueprint-apps/demo\n"),
+        "{}",
+        check.stdout
+    );
+    let rerun = test.run(&["scripts/test.rhai"]);
+    rerun.expect_code(0);
+    assert!(
+        rerun
+            .stdout
+            .contains("    ~ commit and push apps-local/blueprint-apps/demo ("),
+        "{}",
+        rerun.stdout
+    );
+    assert!(!tree.join(".git/index.lock").exists());
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/blueprint-apps%2Fdemo/repository/files/b.txt/raw?ref=main",
+            None
+        )
+        .body,
+        "b\n"
+    );
+    let third = test.run(&["scripts/test.rhai"]);
+    third.expect_code(0);
+    assert!(
+        !third.stdout.contains("commit and push"),
+        "{}",
+        third.stdout
+    );
+}

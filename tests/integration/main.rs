@@ -21,3 +21,4 @@ mod repl;
 mod runner;
 mod scripts;
 mod secrets;
+mod sim_all;

@@ -624,27 +624,7 @@ impl Cluster {
             &now_rfc3339(),
             options.subresource.as_deref(),
         );
-        if spec_of(live) != spec_of(&object) {
-            let generation = live["metadata"]["generation"].as_i64().unwrap_or(1);
-            object["metadata"]["generation"] = json!(generation + 1);
-        }
-        if rt.kind == "CustomResourceDefinition" {
-            resources::from_crd(&object)
-                .map_err(|message| ApiError::invalid(rt, name, &message))?;
-        }
-        if same_ignoring_times(live, &object) {
-            return Ok(Cluster::present(rt, live));
-        }
-        if options.dry_run {
-            return Ok(Cluster::present(rt, &object));
-        }
-        let stored = self
-            .commit(&rt.store_key(), namespace, name, Some(object))
-            .unwrap_or(Value::Null);
-        if rt.kind == "CustomResourceDefinition" {
-            self.register_crd(&stored);
-        }
-        Ok(Cluster::present(rt, &stored))
+        self.store_over(rt, namespace, name, live, object, options.dry_run)
     }
 
     /// PATCH of any type; apply patches create missing objects (the bool says created).
@@ -776,6 +756,21 @@ impl Cluster {
         self.apply_defaults(rt, &mut object);
         object["apiVersion"] = json!(rt.api_version());
         object["kind"] = json!(rt.kind);
+        self.store_over(rt, namespace, name, live, object, options.dry_run)
+    }
+
+    /// The end of every write over a live object: generation bumped when the spec changed, a
+    /// CRD validated and (re-)registered, a no-op left alone (same resourceVersion), a dry run
+    /// answered without storing.
+    fn store_over(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        live: &Value,
+        mut object: Value,
+        dry_run: bool,
+    ) -> Result<Value, ApiError> {
         if spec_of(live) != spec_of(&object) {
             let generation = live["metadata"]["generation"].as_i64().unwrap_or(1);
             object["metadata"]["generation"] = json!(generation + 1);
@@ -787,7 +782,7 @@ impl Cluster {
         if same_ignoring_times(live, &object) {
             return Ok(Cluster::present(rt, live));
         }
-        if options.dry_run {
+        if dry_run {
             return Ok(Cluster::present(rt, &object));
         }
         let stored = self

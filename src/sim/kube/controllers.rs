@@ -172,7 +172,6 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         while (current.len() as u64) < desired {
             let pod_name = match kind {
                 "StatefulSet" => format!("{name}-{index}"),
-                "Deployment" => format!("{name}-{hash}-{}", suffix()),
                 _ => format!("{name}-{}", suffix()),
             };
             index += 1;
@@ -209,36 +208,7 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         }
         let ready = current.iter().filter(|pod| pod_ready(pod)).count() as u64;
         let generation = workload["metadata"]["generation"].clone();
-        let available = ready >= desired;
-        let now = now_rfc3339();
-        let previous_conditions = workload["status"]["conditions"].clone();
-        let condition = |kind: &str, status: bool, reason: &str, message: &str| {
-            // Keep transition times stable while the status does not change.
-            let status_text = if status { "True" } else { "False" };
-            let since = previous_conditions
-                .as_array()
-                .and_then(|list| {
-                    list.iter()
-                        .find(|c| c["type"] == kind && c["status"] == status_text)
-                })
-                .map(|c| c["lastTransitionTime"].clone())
-                .unwrap_or_else(|| json!(now));
-            json!({"type": kind, "status": status_text, "reason": reason, "message": message,
-                   "lastTransitionTime": since, "lastUpdateTime": since})
-        };
         let status = match kind {
-            "Deployment" => json!({
-                "observedGeneration": generation,
-                "replicas": current.len(), "updatedReplicas": current.len(),
-                "readyReplicas": ready, "availableReplicas": ready,
-                "unavailableReplicas": desired.saturating_sub(ready),
-                "conditions": [
-                    condition("Available", available, if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
-                              if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }),
-                    condition("Progressing", true, if available { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
-                              &format!("ReplicaSet \"{name}-{hash}\" {}", if available { "has successfully progressed." } else { "is progressing." }))
-                ]
-            }),
             "StatefulSet" => json!({
                 "observedGeneration": generation, "replicas": current.len(),
                 "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current.len(),

@@ -339,16 +339,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let _ = writeln!(out, "KUBECONFIG={}", path.display());
     let _ = out.flush();
     let runtime = crate::clients::runtime::runtime();
-    runtime.block_on(async {
-        let mut terminate =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-                .map_err(|e| e.to_string())?;
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            _ = terminate.recv() => {}
-        }
-        Ok::<(), String>(())
-    })?;
+    runtime.block_on(crate::sim::http::shutdown_signal())?;
     drop(running);
     Ok(())
 }
