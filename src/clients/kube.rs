@@ -911,6 +911,8 @@ impl KubeClient {
         runtime.spawn(async move {
             loop {
                 let Ok((mut connection, _)) = listener.accept().await else {
+                    // Out of file descriptors or similar: back off rather than spin.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
                     continue;
                 };
                 let pods = pods.clone();

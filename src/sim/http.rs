@@ -210,6 +210,8 @@ pub trait Handler: Send + Sync + 'static {
 pub async fn serve<H: Handler>(listener: tokio::net::TcpListener, handler: Arc<H>) {
     loop {
         let Ok((stream, _peer)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let handler = handler.clone();

@@ -226,6 +226,8 @@ async fn registry(listener: tokio::net::TcpListener) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     loop {
         let Ok((mut connection, _)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         tokio::spawn(async move {

@@ -114,6 +114,8 @@ pub async fn serve(
     });
     loop {
         let Ok((stream, _peer)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off rather than spin.
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             continue;
         };
         let sim = sim.clone();
