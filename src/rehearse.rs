@@ -70,8 +70,11 @@ fn state_dir(given: Option<PathBuf>, purpose: &str) -> Result<StateDir, Error> {
 }
 
 /// Copies the repository at `root` into `destination` (rsync -a --delete semantics).
-fn copy_repository(root: &Path, destination: &Path) -> Result<(), Error> {
-    let exclude: Vec<String> = NOT_COPIED.iter().map(|s| s.to_string()).collect();
+fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) -> Result<(), Error> {
+    let mut exclude: Vec<String> = NOT_COPIED.iter().map(|s| s.to_string()).collect();
+    if let Some(inside) = also_skip {
+        exclude.push(inside.display().to_string());
+    }
     crate::clients::tree::sync_tree(root, destination, &exclude, false).map_err(|error| {
         usage(format!(
             "copying the repository for the rehearsal: {}",
@@ -101,7 +104,13 @@ pub fn rehearse(state: Option<PathBuf>, options: RunOptions) -> Result<ExitCode,
         .map_err(|_| usage("the script is not inside its repository"))?;
     let state = state_dir(state, "rehearse")?;
     let work = state.path.join("work");
-    copy_repository(&location.root, &work)?;
+    // A state folder inside the repository must not copy itself (and its tokens) along.
+    let state_inside = std::path::absolute(&state.path).ok().and_then(|path| {
+        path.strip_prefix(&location.root)
+            .ok()
+            .map(Path::to_path_buf)
+    });
+    copy_repository(&location.root, &work, state_inside.as_deref())?;
     let prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     export(&prepared);

@@ -311,11 +311,16 @@ pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, NativeError> {
             Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
-            Err(_) => {
+            Err(std::fs::TryLockError::WouldBlock) => {
                 return Err(NativeError::new(format!(
                     "git: another bprun has been working in {shown} for over 60 s"
                 ))
                 .with_hint("wait for the other run to finish"));
+            }
+            Err(std::fs::TryLockError::Error(error)) => {
+                return Err(NativeError::new(format!(
+                    "git: cannot lock {shown}/.git/bprun.lock: {error}"
+                )));
             }
         }
     }

@@ -468,6 +468,9 @@ pub struct Helm {
     program: String,
     root: PathBuf,
     cancel: Arc<AtomicBool>,
+    /// The kubeconfig context (`--kube-context`), given to helm as HELM_KUBECONTEXT so helm
+    /// and the Kubernetes natives talk to the same cluster.
+    pub kube_context: Option<String>,
 }
 
 /// One argument as it appears in a shown command line.
@@ -552,6 +555,7 @@ impl Helm {
             program: program(),
             root: root.into(),
             cancel,
+            kube_context: None,
         }
     }
 
@@ -567,6 +571,11 @@ impl Helm {
             args: args.to_vec(),
             cwd: Some(self.root.clone()),
             timeout,
+            env: self
+                .kube_context
+                .iter()
+                .map(|context| ("HELM_KUBECONTEXT".to_string(), context.clone()))
+                .collect(),
             ..ProcessSpec::default()
         };
         let mut output = run(&spec, &self.cancel).map_err(|error| {

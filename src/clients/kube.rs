@@ -5,9 +5,7 @@
 
 use super::kube_conditions::{self, Readiness};
 use crate::error::NativeError;
-use kube::api::{
-    Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
 use serde_json::{Value, json};
@@ -259,7 +257,7 @@ impl KubeClient {
     pub fn apply(&self, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>, NativeError> {
         block_on(async {
             let mut outcomes = Vec::new();
-            for object in objects {
+            'objects: for object in objects {
                 let kind = object["kind"].as_str().unwrap_or_default();
                 let api_version = object["apiVersion"].as_str().unwrap_or_default();
                 let name = name_of(object);
@@ -274,16 +272,31 @@ impl KubeClient {
                     )));
                 }
                 let deadline = Instant::now() + Duration::from_secs(30);
+                let crd_in_batch = |action: &str| {
+                    outcomes.iter().any(|o: &Applied| {
+                        o.kind == "CustomResourceDefinition"
+                            && (action.is_empty() || o.action == action)
+                    })
+                };
                 let (resource, caps) = loop {
                     match self.resolve_async(kind, Some(api_version)).await {
                         Ok(found) => break found,
-                        Err(error)
-                            if Instant::now() < deadline
-                                && outcomes
-                                    .iter()
-                                    .any(|o: &Applied| o.kind == "CustomResourceDefinition") =>
-                        {
-                            let _ = error;
+                        // A dry run does not register the CRD it would create: its objects
+                        // would be created too.
+                        Err(_) if dry_run && crd_in_batch("created") => {
+                            let namespace = object["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string();
+                            outcomes.push(Applied {
+                                kind: kind.to_string(),
+                                namespace,
+                                name: name.clone(),
+                                action: "created",
+                            });
+                            continue 'objects;
+                        }
+                        Err(_) if Instant::now() < deadline && crd_in_batch("") => {
                             tokio::time::sleep(Duration::from_millis(300)).await;
                         }
                         Err(error) => return Err(error),
@@ -334,9 +347,17 @@ impl KubeClient {
                 };
                 let action = match &live {
                     None => "created",
+                    // A write that changed nothing leaves the resourceVersion alone.
+                    Some(live) if !dry_run => {
+                        if live.metadata.resource_version == result.metadata.resource_version {
+                            "unchanged"
+                        } else {
+                            "configured"
+                        }
+                    }
                     Some(live) => {
-                        let before = normalized(&object_json(live));
-                        let after = normalized(&object_json(&result));
+                        let before = without_status(normalized(&object_json(live)));
+                        let after = without_status(normalized(&object_json(&result)));
                         if before == after {
                             "unchanged"
                         } else {
@@ -551,17 +572,15 @@ impl KubeClient {
             let api = self.api(&resource, &caps, namespace);
             let object: DynamicObject = serde_json::from_value(object.clone())
                 .map_err(|error| NativeError::new(format!("{shown}: {error}")))?;
-            let result = match live {
-                None => api.create(&PostParams::default(), &object).await,
-                Some(_) => {
-                    api.patch(
-                        name,
-                        &PatchParams::apply(FIELD_MANAGER).force(),
-                        &Patch::Apply(&object),
-                    )
-                    .await
-                }
-            };
+            // Always server-side apply as `bprun`: bprun then owns every key, so a key the
+            // script stops writing is removed (a POST would leave it to another manager).
+            let result = api
+                .patch(
+                    name,
+                    &PatchParams::apply(FIELD_MANAGER).force(),
+                    &Patch::Apply(&object),
+                )
+                .await;
             result
                 .map(|_| true)
                 .map_err(|error| api_error(&format!("kube_secret_write {shown}"), &error))
@@ -835,7 +854,12 @@ impl KubeClient {
                     })
                     .and_then(|code| code.parse().ok())
                     .unwrap_or(1),
-                None => 0,
+                None => {
+                    return Err(NativeError::new(format!(
+                        "{shown}: the connection closed before the command's exit status arrived"
+                    ))
+                    .with_hint("the pod or the API server may have restarted: run it again"));
+                }
             };
             Ok(ExecResult {
                 code,
@@ -918,7 +942,12 @@ impl KubeClient {
                 let pods = pods.clone();
                 let pod_name = pod_name.clone();
                 tokio::spawn(async move {
-                    let Ok(mut forwarder) = pods.portforward(&pod_name, &[pod_port]).await else {
+                    let ports = [pod_port];
+                    let setup = tokio::time::timeout(
+                        Duration::from_secs(10),
+                        pods.portforward(&pod_name, &ports),
+                    );
+                    let Ok(Ok(mut forwarder)) = setup.await else {
                         return;
                     };
                     if let Some(mut upstream) = forwarder.take_stream(pod_port) {
@@ -979,6 +1008,13 @@ fn find_kind(
         }
     }
     None
+}
+
+fn without_status(mut object: Value) -> Value {
+    if let Some(map) = object.as_object_mut() {
+        map.remove("status");
+    }
+    object
 }
 
 /// An object without the fields every write touches (resourceVersion, managedFields times),

@@ -39,13 +39,34 @@ fn reach_through_cluster(session: &Session, settings: &mut BaoSettings) {
         return;
     };
     let host_port = authority.split('/').next().unwrap_or(authority);
-    let answers = std::net::ToSocketAddrs::to_socket_addrs(host_port)
-        .ok()
-        .and_then(|mut addresses| addresses.next())
-        .is_some_and(|address| {
-            std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(1))
-                .is_ok()
-        });
+    // A port-forward stands in only for an OpenBao expected on this machine (the default
+    // address, a local forward) or when BAO_K8S_SERVICE asks for it: a remote BAO_ADDR that
+    // does not answer is an error, never a silent switch to another server with the token.
+    let explicit = std::env::var_os("BAO_K8S_SERVICE").is_some();
+    let host = host_port
+        .rsplit_once(':')
+        .map(|(h, _)| h)
+        .unwrap_or(host_port);
+    let local = matches!(
+        host.trim_matches(['[', ']']),
+        "127.0.0.1" | "localhost" | "::1"
+    );
+    if !local && !explicit {
+        return;
+    }
+    let with_port = if host_port.contains(':') && !host_port.ends_with(']') {
+        host_port.to_string()
+    } else {
+        format!("{host_port}:{}", if scheme == "https" { 443 } else { 80 })
+    };
+    let answers = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+        .map(|addresses| {
+            addresses.into_iter().any(|address| {
+                std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(2))
+                    .is_ok()
+            })
+        })
+        .unwrap_or(false);
     let cluster = std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("HOME")
             .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").is_file());
@@ -59,7 +80,7 @@ fn reach_through_cluster(session: &Session, settings: &mut BaoSettings) {
     match kube.port_forward(&namespace, &format!("svc/{service}"), port) {
         Ok(local) => {
             session.state.reporter.log(
-                Level::Info,
+                Level::Warn,
                 &format!(
                     "{} does not answer; reaching OpenBao through a port-forward to svc/{service}:{port} in {namespace} ({local})",
                     settings.address

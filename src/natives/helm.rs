@@ -17,10 +17,15 @@ use crate::engine::{Session, native_error, session};
 use crate::error::NativeError;
 
 fn client(session: &Session) -> Helm {
-    Helm::new(
+    let mut helm = Helm::new(
         session.state.root.clone(),
         session.state.cancel_flag().clone(),
-    )
+    );
+    helm.kube_context = crate::engine::lock(&session.kube_context)
+        .clone()
+        .or_else(|| std::env::var("BPRUN_KUBE_CONTEXT").ok())
+        .filter(|context| !context.is_empty());
+    helm
 }
 
 fn error(message: String) -> Box<EvalAltResult> {

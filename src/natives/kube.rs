@@ -104,6 +104,40 @@ fn labels_text(options: &rhai::Map, native: &str) -> NativeResult<String> {
     }
 }
 
+/// True when a kind argument names Secrets (`Secret`, `secrets`, `v1/Secret`).
+fn secret_kind(kind: &str) -> bool {
+    matches!(
+        kind.to_ascii_lowercase().as_str(),
+        "secret" | "secrets" | "v1/secret"
+    )
+}
+
+/// A Kubernetes object as scripts see it: a Secret's `data` and `stringData` values are
+/// `Secret`s (printing the object shows `***`, not base64 credentials).
+fn object_value(object: serde_json::Value, secret: bool) -> Dynamic {
+    let secret = secret || object["kind"] == "Secret";
+    let value = from_json(object);
+    if !secret {
+        return value;
+    }
+    let Some(mut map) = value.clone().try_cast::<rhai::Map>() else {
+        return value;
+    };
+    for field in ["data", "stringData"] {
+        if let Some(inner) = map
+            .get(field)
+            .and_then(|v| v.clone().try_cast::<rhai::Map>())
+        {
+            let hidden: rhai::Map = inner
+                .into_iter()
+                .map(|(key, v)| (key, Dynamic::from(Secret::new(v.to_string()))))
+                .collect();
+            map.insert(field.into(), hidden.into());
+        }
+    }
+    map.into()
+}
+
 #[export_module]
 pub mod kube_functions {
     use super::*;
@@ -170,7 +204,9 @@ pub mod kube_functions {
     ) -> NativeResult<Dynamic> {
         let (_, kube) = remote(&context, "kube_get")?;
         let found = kube.get(kind, ns, name).map_err(native_error)?;
-        Ok(found.map(from_json).unwrap_or(Dynamic::UNIT))
+        Ok(found
+            .map(|object| object_value(object, secret_kind(kind)))
+            .unwrap_or(Dynamic::UNIT))
     }
 
     /// The objects of a kind in `ns` (`""`: all namespaces), as an array of maps.
@@ -207,7 +243,10 @@ pub mod kube_functions {
         let items = kube
             .list(kind, ns, &labels, &fields)
             .map_err(native_error)?;
-        Ok(items.into_iter().map(from_json).collect())
+        Ok(items
+            .into_iter()
+            .map(|object| object_value(object, secret_kind(kind)))
+            .collect())
     }
 
     /// Deletes an object; `#{changed: false}` when it was already gone.
@@ -288,7 +327,7 @@ pub mod kube_functions {
         }
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
-        result.insert("object".into(), from_json(object));
+        result.insert("object".into(), object_value(object, secret_kind(kind)));
         Ok(result)
     }
 
@@ -470,6 +509,33 @@ pub mod kube_functions {
                 condition.type_name()
             ))));
         };
+        if session.state.check() {
+            // Objects a dry run only planned never appear: look once, do not wait.
+            let never = || false;
+            let quiet = |_: &str| {};
+            return match kube.wait(
+                kind,
+                ns,
+                name_or_selector,
+                &*check,
+                until_deleted,
+                Duration::ZERO,
+                &quiet,
+                &never,
+            ) {
+                Ok(objects) => Ok(objects
+                    .into_iter()
+                    .map(|object| object_value(object, secret_kind(kind)))
+                    .collect()),
+                Err(error) => {
+                    session.state.reporter.log(
+                        Level::Info,
+                        &format!("check mode: would wait ({})", error.message),
+                    );
+                    Ok(rhai::Array::new())
+                }
+            };
+        }
         let progress = |line: &str| session.state.reporter.log(Level::Info, line);
         let cancelled = || session.state.is_cancelled();
         let objects = kube
@@ -484,7 +550,10 @@ pub mod kube_functions {
                 &cancelled,
             )
             .map_err(native_error)?;
-        Ok(objects.into_iter().map(from_json).collect())
+        Ok(objects
+            .into_iter()
+            .map(|object| object_value(object, secret_kind(kind)))
+            .collect())
     }
 
     /// Runs a command in a pod (by name, `pod/NAME`, or a label selector such as `app=toolbox`)
@@ -524,6 +593,14 @@ pub mod kube_functions {
                 None => arg.to_string(),
             })
             .collect();
+        // What messages show: Secret arguments as ***.
+        let shown_argv: Vec<String> = command
+            .iter()
+            .map(|arg| match arg.read_lock::<Secret>() {
+                Some(_) => crate::secret::REDACTED.to_string(),
+                None => arg.to_string(),
+            })
+            .collect();
         if argv.is_empty() {
             return Err(native_error(NativeError::new(
                 "kube_exec: the command is empty",
@@ -558,7 +635,7 @@ pub mod kube_functions {
             return Err(native_error(
                 NativeError::new(format!(
                     "kube_exec {} in {ns}/{pod_or_selector}: exit code {}",
-                    argv.join(" "),
+                    shown_argv.join(" "),
                     result.code
                 ))
                 .caused_by(crate::secret::scrub(result.stderr.trim())),

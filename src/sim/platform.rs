@@ -185,8 +185,18 @@ impl Prepared {
     }
 }
 
+/// A child process stopped by its process id when dropped, also when start-up fails half-way.
+struct KillOnDrop(Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 enum Bao {
-    Real(Child),
+    Real(KillOnDrop),
     /// Held for its lifetime: dropping it stops the stand-in.
     #[allow(dead_code)]
     StandIn(crate::sim::bao::Running),
@@ -210,10 +220,6 @@ impl Drop for Platform {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
-        }
-        if let Bao::Real(child) = &mut self.bao {
-            let _ = child.kill();
-            let _ = child.wait();
         }
         if let Some(folder) = &self.gitlab.temporary_repos {
             let _ = std::fs::remove_dir_all(folder);
@@ -275,20 +281,21 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     // OpenBao.
     let bao = match &prepared.bao_kind {
         BaoKind::Real(binary) => {
+            // The root token goes through the environment, not the command line (`ps` shows that).
             let child = Command::new(binary)
                 .args([
                     "server",
                     "-dev",
-                    &format!("-dev-root-token-id={}", prepared.bao_token),
                     &format!("-dev-listen-address={}", prepared.bao_addr),
                 ])
+                .env("BAO_DEV_ROOT_TOKEN_ID", &prepared.bao_token)
                 .env("HOME", &prepared.state_dir)
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
                 .map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
-            Bao::Real(child)
+            Bao::Real(KillOnDrop(child))
         }
         BaoKind::StandIn => {
             let listener = prepared.bao.ok_or("the OpenBao stand-in has no listener")?;
@@ -353,7 +360,7 @@ impl Platform {
         let health = format!("http://{}/v1/sys/health", self.bao_addr);
         loop {
             if let Bao::Real(child) = &mut self.bao
-                && let Ok(Some(status)) = child.try_wait()
+                && let Ok(Some(status)) = child.0.try_wait()
             {
                 return Err(format!("`bao server -dev` exited at start ({status})"));
             }

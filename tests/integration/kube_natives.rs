@@ -206,6 +206,8 @@ step("Secrets", || {
     info(`read ${read.password}`);
     assert_eq(reveal(read.password), "s3cret-value-1");
     assert_eq(kube_secret_read("gitlab", "absent"), ());
+    info(`object ${kube_get("Secret", "gitlab", "registry").data}`);
+    info(`listed ${kube_list("secrets", "gitlab")[0].data}`);
     info(`kubeconfig ${kube_config_b64()}`);
 });
 step("Forward", || {
@@ -218,6 +220,20 @@ step("Forward", || {
     let output = test.run(&["scripts/test.rhai"]);
     output.expect_code(0);
     assert!(output.stdout.contains("read ***"), "{}", output.stdout);
+    assert!(
+        output.stdout.contains("object #{\"password\": ***}"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stdout.contains("listed #{\"password\": ***}"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        !output.raw_stdout.contains("czNjcmV0LXZhbHVlLTE="),
+        "no base64 secret either"
+    );
     assert!(
         output.stdout.contains("kubeconfig ***"),
         "{}",
@@ -326,4 +342,58 @@ step(\"Restart\", || {{
         "{}",
         output.stderr
     );
+}
+
+#[test]
+fn check_mode_plans_a_crd_with_its_objects_and_does_not_wait() {
+    let sim = KubeSim::start(&[]);
+    let root = env!("CARGO_MANIFEST_DIR");
+    let script = format!(
+        r#"
+step("Operator", || {{
+    let planned = kube_apply([read_text("crd.yaml"), read_text("ns.yaml"), read_text("pg.yaml")]);
+    assert_eq(planned.objects.map(|o| o.action), ["created", "created", "created"]);
+    assert_eq(kube_wait("clusters.postgresql.cnpg.io", "demo", "pg", "Ready", #{{timeout: 120}}), []);
+}});
+"#
+    );
+    let test = with_kube(
+        Test::new()
+            .file(
+                "crd.yaml",
+                &std::fs::read_to_string(format!("{root}/tests/fixtures/kube/crd.yaml"))
+                    .expect("crd"),
+            )
+            .file(
+                "ns.yaml",
+                "apiVersion: v1\nkind: Namespace\nmetadata: {name: demo}\n",
+            )
+            .file(
+                "pg.yaml",
+                &std::fs::read_to_string(format!("{root}/tests/fixtures/kube/pg.yaml"))
+                    .expect("pg"),
+            )
+            .script(&script),
+        &sim,
+    );
+    let started = std::time::Instant::now();
+    let output = test.run(&["--check", "scripts/test.rhai"]);
+    output.expect_code(0);
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(20),
+        "no 30 s discovery wait, no 120 s wait"
+    );
+    assert!(
+        output
+            .stdout
+            .contains("    ~ would create Cluster/pg in demo\n"),
+        "{}",
+        output.stdout
+    );
+    assert!(
+        output.stdout.contains("check mode: would wait"),
+        "{}",
+        output.stdout
+    );
+    assert_eq!(sim.kubectl(&["get", "crd", "-o", "name"]).ok(), "");
 }
