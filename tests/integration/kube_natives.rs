@@ -348,15 +348,13 @@ step(\"Restart\", || {{
 fn check_mode_plans_a_crd_with_its_objects_and_does_not_wait() {
     let sim = KubeSim::start(&[]);
     let root = env!("CARGO_MANIFEST_DIR");
-    let script = format!(
-        r#"
-step("Operator", || {{
+    let script = r#"
+step("Operator", || {
     let planned = kube_apply([read_text("crd.yaml"), read_text("ns.yaml"), read_text("pg.yaml")]);
     assert_eq(planned.objects.map(|o| o.action), ["created", "created", "created"]);
-    assert_eq(kube_wait("clusters.postgresql.cnpg.io", "demo", "pg", "Ready", #{{timeout: 120}}), []);
-}});
-"#
-    );
+    assert_eq(kube_wait("clusters.postgresql.cnpg.io", "demo", "pg", "Ready", #{timeout: 120}), []);
+});
+"#;
     let test = with_kube(
         Test::new()
             .file(
@@ -373,7 +371,7 @@ step("Operator", || {{
                 &std::fs::read_to_string(format!("{root}/tests/fixtures/kube/pg.yaml"))
                     .expect("pg"),
             )
-            .script(&script),
+            .script(script),
         &sim,
     );
     let started = std::time::Instant::now();
