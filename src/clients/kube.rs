@@ -962,19 +962,61 @@ impl KubeClient {
 
     /// The kubeconfig text in use (for CI variables), or an error when none is a file.
     pub fn kubeconfig_text(&self) -> Result<String, NativeError> {
+        if std::env::var("KUBECONFIG").is_ok_and(|value| value.contains(':')) {
+            return Err(NativeError::new(
+                "KUBECONFIG lists several files: say which one holds the cluster's credentials",
+            )
+            .with_hint("set KUBECONFIG to a single file for this run"));
+        }
         let path = self.kubeconfig_path.clone().or_else(|| {
             std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".kube/config"))
         });
         let path =
             path.ok_or_else(|| NativeError::new("no kubeconfig file: KUBECONFIG is not set"))?;
-        std::fs::read_to_string(&path).map_err(|error| {
+        let text = std::fs::read_to_string(&path).map_err(|error| {
             NativeError::new(format!(
                 "cannot read the kubeconfig {}: {error}",
                 path.display()
             ))
             .with_hint("set KUBECONFIG to the file the cluster's credentials are in")
+        })?;
+        let context = (self.context != "current").then_some(self.context.as_str());
+        minimal_kubeconfig(&text, context).map_err(|message| {
+            NativeError::new(format!("kubeconfig {}: {message}", path.display()))
         })
     }
+}
+
+/// A kubeconfig with only the context in use (`context`, else the current one), its cluster and
+/// its user: what a CI job needs, and no other cluster's credentials.
+pub fn minimal_kubeconfig(text: &str, context: Option<&str>) -> Result<String, String> {
+    let config: Value = serde_norway::from_str(text).map_err(|error| error.to_string())?;
+    let name = match context {
+        Some(name) => name.to_string(),
+        None => config["current-context"]
+            .as_str()
+            .filter(|name| !name.is_empty())
+            .ok_or("it names no current-context")?
+            .to_string(),
+    };
+    let find = |list: &str, wanted: &str| {
+        config[list]
+            .as_array()
+            .and_then(|items| items.iter().find(|item| item["name"] == wanted).cloned())
+    };
+    let entry = find("contexts", &name).ok_or_else(|| format!("no context {name}"))?;
+    let cluster_name = entry["context"]["cluster"].as_str().unwrap_or("");
+    let user_name = entry["context"]["user"].as_str().unwrap_or("");
+    let cluster = find("clusters", cluster_name)
+        .ok_or_else(|| format!("context {name} names no known cluster"))?;
+    let user =
+        find("users", user_name).ok_or_else(|| format!("context {name} names no known user"))?;
+    let minimal = json!({
+        "apiVersion": "v1", "kind": "Config",
+        "clusters": [cluster], "users": [user], "contexts": [entry],
+        "current-context": name, "preferences": {}
+    });
+    serde_norway::to_string(&minimal).map_err(|error| error.to_string())
 }
 
 /// Finds a kind in discovery: `Deployment`, `deployment`, `deployments`, `deployments.apps`,
@@ -1027,4 +1069,30 @@ fn normalized(object: &Value) -> Value {
         metadata.remove("generation");
     }
     copy
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TWO_CLUSTERS: &str = "apiVersion: v1\nkind: Config\ncurrent-context: dev\nclusters:\n- name: dev\n  cluster: {server: https://127.0.0.1:6443}\n- name: prod\n  cluster: {server: https://prod.example.net}\nusers:\n- name: dev\n  user: {token: dev-token}\n- name: prod\n  user: {token: prod-token}\ncontexts:\n- name: dev\n  context: {cluster: dev, user: dev}\n- name: prod\n  context: {cluster: prod, user: prod}\n";
+
+    #[test]
+    fn minimal_kubeconfig_keeps_only_the_context_in_use() {
+        let current = minimal_kubeconfig(TWO_CLUSTERS, None).expect("current");
+        assert!(
+            current.contains("dev-token") && !current.contains("prod-token"),
+            "{current}"
+        );
+        assert!(current.contains("current-context: dev"), "{current}");
+        let named = minimal_kubeconfig(TWO_CLUSTERS, Some("prod")).expect("prod");
+        assert!(
+            named.contains("prod-token") && !named.contains("dev-token"),
+            "{named}"
+        );
+        assert_eq!(
+            minimal_kubeconfig(TWO_CLUSTERS, Some("nope")).unwrap_err(),
+            "no context nope"
+        );
+    }
 }
