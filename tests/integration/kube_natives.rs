@@ -123,12 +123,13 @@ step("Broken image", || {
 });
 "#;
     let test = with_kube(Test::new().script(script), &sim);
-    let started = std::time::Instant::now();
     let output = test.run(&["scripts/test.rhai"]);
     output.expect_code(1);
+    // Failed on the terminal state, not at the end of the 60 s timeout.
     assert!(
-        started.elapsed() < std::time::Duration::from_secs(30),
-        "failed fast, not after the timeout"
+        !output.stderr.contains("not ready after"),
+        "{}",
+        output.stderr
     );
     assert!(
         output
@@ -374,13 +375,10 @@ step("Operator", || {
             .script(script),
         &sim,
     );
-    let started = std::time::Instant::now();
+    // The planned Cluster is reported without waiting for its CRD (which a dry run never
+    // registers), and kube_wait looks once instead of waiting its 120 s.
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.expect_code(0);
-    assert!(
-        started.elapsed() < std::time::Duration::from_secs(20),
-        "no 30 s discovery wait, no 120 s wait"
-    );
     assert!(
         output
             .stdout
