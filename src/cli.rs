@@ -150,6 +150,9 @@ enum SimCommand {
         /// A GitLab simulator whose tokens the toolbox pod's `gitlab-rails runner` mints
         #[arg(long, value_name = "URL")]
         gitlab_url: Option<String>,
+        /// That simulator's admin token (default: GITLAB_TOKEN)
+        #[arg(long, value_name = "TOKEN")]
+        gitlab_token: Option<String>,
         /// Loopback address svc/openbao port 8200 forwards to (with --platform)
         #[arg(long, value_name = "ADDR")]
         openbao: Option<std::net::SocketAddr>,
@@ -301,6 +304,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             kubeconfig,
             platform,
             gitlab_url,
+            gitlab_token,
             openbao,
             registry,
         })) => {
@@ -308,6 +312,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 listen,
                 kubeconfig: Some(kubeconfig),
                 gitlab_url,
+                gitlab_token: gitlab_token.or_else(|| std::env::var("GITLAB_TOKEN").ok()),
                 platform,
                 openbao,
                 registry,

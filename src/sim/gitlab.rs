@@ -609,7 +609,11 @@ impl GitlabSim {
                     Err(error) => param_error(&format!("invalid faults: {error}")),
                 };
             }
+            // Minting a PAT needs a valid token already (as `gitlab-rails` needs the host).
             ("POST", "/-/sim/tokens") => {
+                if self.authenticate(request).is_none() {
+                    return message(401, "401 Unauthorized");
+                }
                 return SimResponse::json(
                     201,
                     &json!({"token": self.mint_token(), "username": "root"}),

@@ -803,3 +803,48 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
         "{events:?}"
     );
 }
+
+#[test]
+fn the_toolbox_mints_personal_access_tokens_in_the_gitlab_simulator() {
+    let gitlab = crate::gitlab_sim::GitlabSim::start(&[]);
+    let refused = gitlab.raw("POST", "/-/sim/tokens", None, None);
+    assert_eq!(refused.status, 401, "minting needs the admin token");
+    let sim = KubeSim::start(&[
+        "--platform",
+        "--gitlab-url",
+        &gitlab.url,
+        "--gitlab-token",
+        crate::gitlab_sim::TOKEN,
+    ]);
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "pod",
+        "-l",
+        "app=toolbox",
+        "-n",
+        "gitlab",
+        "--timeout=20s",
+    ])
+    .ok();
+    let ruby = "token = User.find_by_username('root').personal_access_tokens.create!(scopes: ['api'], name: 'x'); puts token.token";
+    let minted = sim.kubectl_stdin(
+        &[
+            "exec",
+            "-i",
+            "-n",
+            "gitlab",
+            "deploy/gitlab-toolbox",
+            "--",
+            "gitlab-rails",
+            "runner",
+            "-",
+        ],
+        ruby,
+    );
+    let token = minted.ok().trim().to_string();
+    assert!(token.starts_with("glpat-"), "{token}");
+    let user = gitlab.raw("GET", "/api/v4/user", Some(&token), None);
+    assert_eq!(user.status, 200, "the minted token works: {}", user.body);
+    assert_eq!(user.json()["username"], "root");
+}

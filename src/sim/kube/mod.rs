@@ -94,8 +94,8 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
     })
 }
 
-/// A minter that asks a GitLab simulator over HTTP (`POST /-/sim/tokens`).
-pub fn http_minter(gitlab_url: String) -> TokenMinter {
+/// A minter that asks a GitLab simulator over HTTP (`POST /-/sim/tokens` with its admin token).
+pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
     Arc::new(move || {
         let url = format!("{}/-/sim/tokens", gitlab_url.trim_end_matches('/'));
         let client = crate::clients::runtime::http_client_builder()
@@ -107,9 +107,13 @@ pub fn http_minter(gitlab_url: String) -> TokenMinter {
         handle.block_on(async {
             let response = client
                 .post(&url)
+                .header("PRIVATE-TOKEN", &gitlab_token)
                 .send()
                 .await
                 .map_err(|error| format!("POST {url}: {error}"))?;
+            if !response.status().is_success() {
+                return Err(format!("POST {url}: {}", response.status()));
+            }
             let body: serde_json::Value = response
                 .json()
                 .await
@@ -309,6 +313,8 @@ pub struct Config {
     pub listen: String,
     pub kubeconfig: Option<PathBuf>,
     pub gitlab_url: Option<String>,
+    /// The GitLab simulator's admin token (minting needs it).
+    pub gitlab_token: Option<String>,
     pub platform: bool,
     pub openbao: Option<SocketAddr>,
     pub registry: Option<SocketAddr>,
@@ -316,7 +322,11 @@ pub struct Config {
 
 /// `bprun sim kube`: serves until SIGINT or SIGTERM, printing KUBECONFIG= first.
 pub fn run(config: Config) -> Result<(), String> {
-    let minter = config.gitlab_url.clone().map(http_minter);
+    let token = config.gitlab_token.clone().unwrap_or_default();
+    let minter = config
+        .gitlab_url
+        .clone()
+        .map(|url| http_minter(url, token.clone()));
     let sim = Arc::new(KubeSim::new(random_token(), builtin_exec(minter)));
     if config.platform {
         seed_platform(
