@@ -883,7 +883,7 @@ impl KubeClient {
         target: &str,
         port: u16,
     ) -> Result<std::net::SocketAddr, NativeError> {
-        let (pod, pod_port) = if let Some(service) = target
+        let pod = if let Some(service) = target
             .strip_prefix("svc/")
             .or_else(|| target.strip_prefix("service/"))
         {
@@ -916,10 +916,14 @@ impl KubeClient {
             (
                 self.pick_pod(namespace, &selector.join(","))?,
                 target_port as u16,
+                Some(selector.join(",")),
             )
         } else {
-            (self.pick_pod(namespace, target)?, port)
+            let target = target.strip_prefix("pod/").unwrap_or(target);
+            let selector = target.contains('=').then(|| target.to_string());
+            (self.pick_pod(namespace, target)?, port, selector)
         };
+        let (pod, pod_port, selector) = (pod.0, pod.1, pod.2);
         let pod_name = name_of(&pod);
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), namespace);
@@ -940,8 +944,28 @@ impl KubeClient {
                     continue;
                 };
                 let pods = pods.clone();
-                let pod_name = pod_name.clone();
+                let mut pod_name = pod_name.clone();
+                let selector = selector.clone();
                 tokio::spawn(async move {
+                    // Behind a Service or selector, each connection goes to a running pod
+                    // (the one found at first may have been replaced since).
+                    if let Some(selector) = &selector {
+                        let listed = tokio::time::timeout(
+                            Duration::from_secs(10),
+                            pods.list(&ListParams::default().labels(selector)),
+                        )
+                        .await;
+                        if let Ok(Ok(list)) = listed
+                            && let Some(running) = list.items.iter().find(|pod| {
+                                pod.status.as_ref().and_then(|s| s.phase.as_deref())
+                                    == Some("Running")
+                                    && pod.metadata.deletion_timestamp.is_none()
+                            })
+                            && let Some(name) = running.metadata.name.clone()
+                        {
+                            pod_name = name;
+                        }
+                    }
                     let ports = [pod_port];
                     let setup = tokio::time::timeout(
                         Duration::from_secs(10),

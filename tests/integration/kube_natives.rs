@@ -177,7 +177,7 @@ fn exec_secrets_and_port_forward() {
     let upstream_address = upstream.local_addr().expect("address").to_string();
     std::thread::spawn(move || {
         use std::io::{Read, Write};
-        for connection in upstream.incoming().take(4) {
+        for connection in upstream.incoming().take(8) {
             let Ok(mut connection) = connection else {
                 continue;
             };
@@ -188,7 +188,13 @@ fn exec_secrets_and_port_forward() {
             );
         }
     });
-    let sim = KubeSim::start(&["--platform", "--openbao", &upstream_address]);
+    let sim = KubeSim::start(&[
+        "--platform",
+        "--openbao",
+        &upstream_address,
+        "--registry",
+        &upstream_address,
+    ]);
     let script = r#"
 step("Exec", || {
     kube_wait("pods", "gitlab", "app=toolbox", "Ready", #{timeout: 20});
@@ -215,6 +221,14 @@ step("Forward", || {
     let address = kube_port_forward("openbao", "svc/openbao", 8200);
     assert_eq(http_status(`http://${address}/v1/sys/health`, 10), 418);
     assert_eq(http_status(`http://${address}/again`, 10), 418);
+    // A replaced pod behind the Service: later connections reach the new one.
+    let registry = kube_port_forward("gitlab", "svc/gitlab-registry", 5000);
+    assert_eq(http_status(`http://${registry}/v2/`, 10), 418);
+    let old = kube_list("pods", "gitlab", #{labels: "app=registry"})[0].metadata.name;
+    kube_delete("pods", "gitlab", old, #{wait: true, timeout: 20});
+    kube_wait("Deployment", "gitlab", "gitlab-registry", "Rollout", #{timeout: 20});
+    kube_wait("pods", "gitlab", "app=registry", "Ready", #{timeout: 20});
+    assert_eq(http_status(`http://${registry}/v2/`, 10), 418);
 });
 "#;
     let test = with_kube(Test::new().script(script), &sim);
