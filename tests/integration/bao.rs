@@ -3,25 +3,8 @@
 use crate::bao_server::{BaoServer, free_port};
 use crate::support::Test;
 
-fn with_dev(test: Test, server: &BaoServer) -> Test {
-    test.env("BAO_ADDR", &server.address)
-        .env("BAO_TOKEN", "root")
-}
-
-fn current_version(server: &BaoServer, path: &str) -> u64 {
-    let json = server.cli("root", &["kv", "metadata", "get", "-format=json", path]);
-    let value: serde_json::Value = serde_json::from_str(&json).expect("metadata JSON");
-    value["data"]["current_version"]
-        .as_u64()
-        .expect("current_version")
-}
-
-#[test]
-fn kv_reads_writes_idempotently_and_reports_changes() {
-    let server = BaoServer::dev();
-    let test = with_dev(
-        Test::new().script(
-            r#"
+/// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
+pub const KV_BASICS: &str = r#"
 step("Read missing", || {
     assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
     assert_eq(bao_list("gitlab"), []);
@@ -53,6 +36,27 @@ step("Policy", || {
     assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: true});
     assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: false});
 });
+"#;
+
+fn with_dev(test: Test, server: &BaoServer) -> Test {
+    test.env("BAO_ADDR", &server.address)
+        .env("BAO_TOKEN", "root")
+}
+
+fn current_version(server: &BaoServer, path: &str) -> u64 {
+    let json = server.cli("root", &["kv", "metadata", "get", "-format=json", path]);
+    let value: serde_json::Value = serde_json::from_str(&json).expect("metadata JSON");
+    value["data"]["current_version"]
+        .as_u64()
+        .expect("current_version")
+}
+
+#[test]
+fn kv_reads_writes_idempotently_and_reports_changes() {
+    let server = BaoServer::dev();
+    let test = with_dev(
+        Test::new().script(
+            &format!("{KV_BASICS}{}", r#"
 step("Mounts", || {
     assert_eq(bao_enable_kv(), #{changed: false});
     assert_eq(bao_enable_kv("apps", 2), #{changed: true});
@@ -75,7 +79,7 @@ step("Destroy", || {
     assert_eq(bao_destroy("gitlab/bootstrap/admin_token"), #{changed: false});
     assert_eq(bao_list("gitlab/bootstrap"), []);
 });
-"#,
+"#),
         ),
         &server,
     );
