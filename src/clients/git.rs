@@ -207,6 +207,12 @@ pub fn clone_or_pull(
     auth: &GitAuth,
 ) -> Result<SyncOutcome, NativeError> {
     with_auth(auth, || {
+        // A clone killed half-way leaves a `.git` git cannot open: clone again.
+        if dir.join(".git").exists() && git2::Repository::open(dir).is_err() {
+            std::fs::remove_dir_all(dir).map_err(|e| {
+                NativeError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
+            })?;
+        }
         if !dir.join(".git").exists() {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {

@@ -378,60 +378,47 @@ impl Platform {
     }
 
     /// The end state as an operator wants to see it after a rehearsal: the group, projects
-    /// with ids, CI/CD variables by key (values masked), CI files' hashes, pipelines.
+    /// with ids, CI/CD variables by key (values masked), CI files' hashes, pipelines. Read with
+    /// bprun's own GitLab client (timeouts, retries, pagination).
     pub fn end_state(&self) -> Result<String, String> {
+        use crate::clients::gitlab::{GitlabClient, GitlabSettings};
         use sha2::Digest;
-        let runtime = crate::clients::runtime::runtime();
-        let client = crate::clients::runtime::http_client_builder()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| e.to_string())?;
-        let get = |path: &str| -> Result<reqwest::Response, String> {
-            let url = format!("{}/api/v4/{path}", self.gitlab_url);
-            runtime.block_on(async {
-                client
-                    .get(&url)
-                    .header("PRIVATE-TOKEN", &self.gitlab_admin_token)
-                    .send()
-                    .await
-                    .map_err(|e| format!("GET {url}: {e}"))
-            })
-        };
-        let json = |path: &str| -> Result<serde_json::Value, String> {
-            let response = get(path)?;
-            runtime
-                .block_on(response.json::<serde_json::Value>())
-                .map_err(|e| e.to_string())
-        };
+        let client = GitlabClient::new(GitlabSettings {
+            url: self.gitlab_url.clone(),
+            token: Some(crate::secret::Secret::new(self.gitlab_admin_token.clone())),
+            ca_file: None,
+            timeout: Duration::from_secs(10),
+            base_backoff: Duration::from_millis(200),
+        })
+        .map_err(|error| error.message)?;
+        let never = || false;
+        let all = |path: &str| client.get_all(path, &never).map_err(|error| error.message);
         let mut out = String::new();
-        let groups = json("groups?per_page=100")?;
-        let Some(groups) = groups.as_array().filter(|g| !g.is_empty()) else {
+        let groups = all("groups")?;
+        if groups.is_empty() {
             out.push_str("GitLab: no groups\n");
             return Ok(out);
-        };
-        for group in groups {
+        }
+        for group in &groups {
             out.push_str(&format!(
                 "group {} (id {}, {})\n",
                 group["full_path"].as_str().unwrap_or(""),
                 group["id"],
                 group["visibility"].as_str().unwrap_or("")
             ));
-            let projects = json(&format!(
-                "groups/{}/projects?per_page=100&order_by=id&sort=asc",
+            let projects = all(&format!(
+                "groups/{}/projects?order_by=id&sort=asc",
                 group["id"]
             ))?;
-            for project in projects.as_array().into_iter().flatten() {
+            for project in &projects {
                 let id = &project["id"];
                 out.push_str(&format!(
                     "  project {} (id {})\n",
                     project["path_with_namespace"].as_str().unwrap_or(""),
                     id
                 ));
-                let variables = json(&format!("projects/{id}/variables?per_page=100"))?;
-                let mut keys: Vec<String> = variables
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                let mut keys: Vec<String> = all(&format!("projects/{id}/variables"))?
+                    .iter()
                     .map(|v| {
                         format!(
                             "{}{}",
@@ -445,22 +432,31 @@ impl Platform {
                     "    variables (values hidden): {}\n",
                     keys.join(", ")
                 ));
-                let ci = get(&format!(
-                    "projects/{id}/repository/files/.gitlab-ci.yml/raw?ref=main"
-                ))?;
-                if ci.status().is_success() {
-                    let bytes = runtime.block_on(ci.bytes()).map_err(|e| e.to_string())?;
-                    let digest = sha2::Sha256::digest(&bytes);
-                    let hex: String = digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
-                    out.push_str(&format!("    .gitlab-ci.yml sha256 {hex}…\n"));
-                } else {
-                    out.push_str("    .gitlab-ci.yml: none on main\n");
+                let file = client
+                    .find(
+                        &format!("projects/{id}/repository/files/.gitlab-ci.yml?ref=main"),
+                        &never,
+                    )
+                    .map_err(|error| error.message)?;
+                match file.as_ref().and_then(|f| f["content"].as_str()) {
+                    Some(content) => {
+                        use base64::Engine;
+                        let bytes = base64::engine::general_purpose::STANDARD
+                            .decode(content)
+                            .map_err(|error| format!(".gitlab-ci.yml of project {id}: {error}"))?;
+                        let digest = sha2::Sha256::digest(&bytes);
+                        let hex: String =
+                            digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                        out.push_str(&format!("    .gitlab-ci.yml sha256 {hex}…\n"));
+                    }
+                    None => out.push_str("    .gitlab-ci.yml: none on main\n"),
                 }
-                let pipelines = json(&format!("projects/{id}/pipelines?per_page=5"))?;
+                let pipelines = client
+                    .get(&format!("projects/{id}/pipelines?per_page=5"), &never)
+                    .map_err(|error| error.message)?;
+                let pipelines = pipelines.as_array().cloned().unwrap_or_default();
                 let listed: Vec<String> = pipelines
-                    .as_array()
-                    .into_iter()
-                    .flatten()
+                    .iter()
                     .map(|p| {
                         format!(
                             "#{} {} ({})",
@@ -479,11 +475,13 @@ impl Platform {
                     }
                 ));
                 // A pipeline GitLab could not even start says why (e.g. a missing include).
-                for pipeline in pipelines.as_array().into_iter().flatten() {
-                    if pipeline["status"] != "failed" {
-                        continue;
-                    }
-                    let detail = json(&format!("projects/{id}/pipelines/{}", pipeline["id"]))?;
+                for pipeline in pipelines.iter().filter(|p| p["status"] == "failed") {
+                    let detail = client
+                        .get(
+                            &format!("projects/{id}/pipelines/{}", pipeline["id"]),
+                            &never,
+                        )
+                        .map_err(|error| error.message)?;
                     if let Some(errors) = detail["yaml_errors"].as_str().filter(|e| !e.is_empty()) {
                         out.push_str(&format!(
                             "    pipeline #{} yaml errors: {errors}\n",

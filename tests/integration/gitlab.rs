@@ -1104,3 +1104,36 @@ step("Provision", || {
         third.stdout
     );
 }
+
+#[test]
+fn a_clone_killed_half_way_is_cloned_again() {
+    let sim = GitlabSim::start(&[]);
+    let test = with_sim(
+        Test::new().file("apps/demo/a.txt", "a\n").script(
+            r#"
+const TREE = "apps-local/blueprint-apps/demo";
+step("Provision", || {
+    gitlab_ensure_group("blueprint-apps");
+    let project = gitlab_ensure_project("blueprint-apps", "demo");
+    assert_eq(git_clone_or_pull(project.http_url_to_repo, TREE).action, "cloned");
+    sync_tree("apps/demo", TREE);
+    git_commit_push(TREE, "bprun: sync demo");
+});
+"#,
+        ),
+        &sim,
+    );
+    // What a kill during the clone leaves: a `.git` folder git cannot open.
+    std::fs::create_dir_all(test.join("apps-local/blueprint-apps/demo/.git/objects"))
+        .expect("mkdir");
+    test.run(&["scripts/test.rhai"]).expect_code(0);
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/blueprint-apps%2Fdemo/repository/files/a.txt/raw?ref=main",
+            None
+        )
+        .body,
+        "a\n"
+    );
+}

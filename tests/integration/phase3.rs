@@ -82,6 +82,15 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let cwd = tempfile::tempdir().expect("cwd");
     let state = tempfile::tempdir().expect("state");
     let state_arg = state.path().display().to_string();
+    // The rehearsal works on a copy: the checkout's working trees and journal stay as they were.
+    let untouched = || {
+        let journal = std::fs::read(repository.join(".bprun/journal/phase3.json")).ok();
+        let trees: Option<Vec<_>> = std::fs::read_dir(repository.join("apps-local/blueprint-apps"))
+            .ok()
+            .map(|entries| entries.flatten().map(|e| e.file_name()).collect());
+        (journal, trees)
+    };
+    let before = untouched();
     let first = bprun(
         cwd.path(),
         &[],
@@ -109,7 +118,17 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
         4,
         "{first_state}"
     );
-    assert!(!Path::new(&repository.join("apps-local/blueprint-apps/rehearsal-marker")).exists());
+    assert!(
+        untouched() == before,
+        "the rehearsal wrote into the checkout"
+    );
+    assert!(
+        state
+            .path()
+            .join("work/.bprun/journal/phase3.json")
+            .is_file(),
+        "its journal is in the copy"
+    );
 
     // (a) OpenBao wiped (the dev server starts empty), GitLab kept: the PAT is minted again,
     // everything else unchanged, the same project ids.

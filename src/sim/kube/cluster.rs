@@ -419,6 +419,7 @@ impl Cluster {
             .with_details(rt, &name));
         }
         validate(rt, &name, &object, options.strict)?;
+        let object_has_spec = object.get("spec").is_some();
         let metadata = object["metadata"]
             .as_object_mut()
             .ok_or_else(|| ApiError::bad_request("metadata must be an object"))?;
@@ -435,7 +436,11 @@ impl Cluster {
         }
         metadata.insert("uid".into(), json!(new_uid()));
         metadata.insert("creationTimestamp".into(), json!(now_rfc3339()));
-        metadata.insert("generation".into(), json!(1));
+        // Like the API server: objects with a spec (and custom resources) have a generation;
+        // ConfigMaps, Secrets and the like do not.
+        if object_has_spec || rt.custom {
+            metadata.insert("generation".into(), json!(1));
+        }
         if rt.subresources.iter().any(|s| s == "status") && rt.kind != "Node" {
             // Create ignores status for resources that have a status subresource.
             if let Some(map) = object.as_object_mut() {
@@ -572,6 +577,7 @@ impl Cluster {
         validate(rt, name, &object, options.strict)?;
         let status_write = options.subresource.as_deref() == Some("status");
         if status_write {
+            // Only the status comes from the body of a /status write.
             let status = object.get("status").cloned();
             object = live.clone();
             match status {
@@ -582,38 +588,10 @@ impl Cluster {
                     }
                 }
             }
-        } else if rt.subresources.iter().any(|s| s == "status") {
-            match live.get("status") {
-                Some(status) => object["status"] = status.clone(),
-                None => {
-                    if let Some(map) = object.as_object_mut() {
-                        map.remove("status");
-                    }
-                }
-            }
         }
-        for kept in [
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "deletionTimestamp",
-        ] {
-            match live["metadata"].get(kept) {
-                Some(value) => object["metadata"][kept] = value.clone(),
-                None => {
-                    if let Some(map) = object["metadata"].as_object_mut() {
-                        map.remove(kept);
-                    }
-                }
-            }
-        }
-        object["metadata"]["resourceVersion"] = live["metadata"]["resourceVersion"].clone();
-        self.apply_defaults(rt, &mut object);
-        object["apiVersion"] = json!(rt.api_version());
-        object["kind"] = json!(rt.kind);
-        if object.get("managedFields").is_none()
-            && object["metadata"].get("managedFields").is_none()
-        {
+        let keep_live_status = !status_write && rt.subresources.iter().any(|s| s == "status");
+        self.carry_server_fields(rt, live, &mut object, keep_live_status);
+        if object["metadata"].get("managedFields").is_none() {
             object["metadata"]["managedFields"] = live["metadata"]["managedFields"].clone();
         }
         merge::record_update(
@@ -711,7 +689,12 @@ impl Cluster {
                 merge::strategic_merge_patch(&live, &patch, &rt.kind)
                     .map_err(|error| patch_error(rt, name, error))?
             }
-            PatchType::Apply => unreachable_apply(),
+            // Apply patches returned above; a defined answer keeps the match total.
+            PatchType::Apply => {
+                return Err(ApiError::bad_request(
+                    "apply patches go through server-side apply",
+                ));
+            }
         };
         let mut patched = patched;
         if patched["metadata"]["name"].as_str() != Some(name) {
@@ -732,18 +715,22 @@ impl Cluster {
         mut object: Value,
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
-        for kept in [
-            "uid",
-            "creationTimestamp",
-            "generation",
-            "resourceVersion",
-            "deletionTimestamp",
-        ] {
-            if let Some(value) = live["metadata"].get(kept) {
-                object["metadata"][kept] = value.clone();
-            }
-        }
-        if options.subresource.as_deref() != Some("status") {
+        let keep_live_status = options.subresource.as_deref() != Some("status");
+        self.carry_server_fields(rt, live, &mut object, keep_live_status);
+        self.store_over(rt, namespace, name, live, object, options.dry_run)
+    }
+
+    /// What a client cannot set comes from `live`: uid, creation time, generation, deletion
+    /// time, resourceVersion, and the status unless this write owns it; then defaults, and the
+    /// resource's apiVersion and kind.
+    fn carry_server_fields(
+        &mut self,
+        rt: &ResourceType,
+        live: &Value,
+        object: &mut Value,
+        keep_live_status: bool,
+    ) {
+        if keep_live_status {
             match live.get("status") {
                 Some(status) => object["status"] = status.clone(),
                 None => {
@@ -753,10 +740,25 @@ impl Cluster {
                 }
             }
         }
-        self.apply_defaults(rt, &mut object);
+        for kept in [
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+            "resourceVersion",
+        ] {
+            match live["metadata"].get(kept) {
+                Some(value) => object["metadata"][kept] = value.clone(),
+                None => {
+                    if let Some(map) = object["metadata"].as_object_mut() {
+                        map.remove(kept);
+                    }
+                }
+            }
+        }
+        self.apply_defaults(rt, object);
         object["apiVersion"] = json!(rt.api_version());
         object["kind"] = json!(rt.kind);
-        self.store_over(rt, namespace, name, live, object, options.dry_run)
     }
 
     /// The end of every write over a live object: generation bumped when the spec changed, a
@@ -771,8 +773,9 @@ impl Cluster {
         mut object: Value,
         dry_run: bool,
     ) -> Result<Value, ApiError> {
-        if spec_of(live) != spec_of(&object) {
-            let generation = live["metadata"]["generation"].as_i64().unwrap_or(1);
+        if let Some(generation) = live["metadata"]["generation"].as_i64()
+            && spec_of(live) != spec_of(&object)
+        {
             object["metadata"]["generation"] = json!(generation + 1);
         }
         if rt.kind == "CustomResourceDefinition" {
@@ -958,11 +961,6 @@ impl Cluster {
             _ => {}
         }
     }
-}
-
-fn unreachable_apply() -> Value {
-    // Apply patches return earlier; keep the match total without panicking.
-    Value::Null
 }
 
 fn manager_or_default(manager: &str) -> &str {
