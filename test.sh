@@ -95,6 +95,6 @@ fi
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
-cargo clippy -j2 --all-targets --quiet -- -D warnings
+cargo clippy -j2 --workspace --all-targets --quiet -- -D warnings
 echo "== cargo test"
-cargo test -j2 --quiet "$@"
+cargo test -j2 --workspace --quiet "$@"

@@ -12,7 +12,7 @@ mod bao_server;
 
 use std::time::Instant;
 
-use bprun::clients::bao::{BaoClient, BaoSettings, KvPath};
+use bprun_clients::bao::{BaoClient, BaoSettings, KvPath};
 
 const WRITES: u64 = 100;
 
@@ -21,7 +21,7 @@ fn main() {
     let root = tempfile::tempdir().expect("root");
     let mut settings = BaoSettings::from_env(root.path());
     settings.address = server.address.clone();
-    settings.token = Some(bprun::secret::Secret::new("root"));
+    settings.token = Some(bprun_clients::secret::Secret::new("root"));
     let client = BaoClient::new(settings);
     let path = KvPath::parse("bench/unchanged", None).expect("path");
     let mut data = serde_json::Map::new();

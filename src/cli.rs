@@ -258,7 +258,7 @@ fn report(error: &Error) {
         },
         Error::Io { .. } => format!("error: {error}\n"),
     };
-    eprint!("{}", crate::secret::scrub(&text));
+    eprint!("{}", bprun_clients::secret::scrub(&text));
 }
 
 fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
@@ -291,7 +291,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             crate::rehearse::rehearse(state, options)
         }
         Some(Command::Sim(SimCommand::Bao { listen, token })) => {
-            crate::sim::bao::run(&listen, &token)
+            bprun_sim::bao::run(&listen, &token)
                 .map_err(|message| Error::usage(format!("bprun sim bao: {message}"), None))?;
             Ok(ExitCode::Success)
         }
@@ -308,7 +308,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             openbao,
             registry,
         })) => {
-            crate::sim::kube::run(crate::sim::kube::Config {
+            bprun_sim::kube::run(bprun_sim::kube::Config {
                 listen,
                 kubeconfig: Some(kubeconfig),
                 gitlab_url,
@@ -332,12 +332,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             reset_rate,
             drop_answer_rate,
         })) => {
-            let config = crate::sim::gitlab::Config {
+            let config = bprun_sim::gitlab::Config {
                 listen,
                 state_dir: state,
                 tokens,
                 pipeline_seconds,
-                faults: crate::sim::http::Faults {
+                faults: bprun_sim::http::Faults {
                     latency_ms,
                     error_rate,
                     rate_limit_burst,
@@ -346,7 +346,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     drop_answer_rate,
                 },
             };
-            crate::sim::gitlab::run(config)
+            bprun_sim::gitlab::run(config)
                 .map_err(|message| Error::usage(format!("bprun sim gitlab: {message}"), None))?;
             Ok(ExitCode::Success)
         }

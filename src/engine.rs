@@ -42,11 +42,11 @@ pub struct Session {
     /// Folder that `import` may read from (the script's folder).
     pub import_root: PathBuf,
     /// The OpenBao client, created by the first OpenBao native and shared for the session.
-    pub bao: std::sync::OnceLock<crate::clients::bao::BaoClient>,
+    pub bao: std::sync::OnceLock<bprun_clients::bao::BaoClient>,
     /// The GitLab client, created by the first GitLab native (creation can fail: no GITLAB_URL).
-    pub gitlab: Mutex<Option<Arc<crate::clients::gitlab::GitlabClient>>>,
+    pub gitlab: Mutex<Option<Arc<bprun_clients::gitlab::GitlabClient>>>,
     /// The Kubernetes client, created by the first Kubernetes native.
-    pub kube: Mutex<Option<Arc<crate::clients::kube::KubeClient>>>,
+    pub kube: Mutex<Option<Arc<bprun_clients::kube::KubeClient>>>,
     /// The kubeconfig context to use (`--kube-context`), else the current one.
     pub kube_context: Mutex<Option<String>>,
     /// Set by the runner: what to do when the top level finishes.
@@ -78,7 +78,7 @@ impl Session {
 
     /// A path shown to operators: relative to the root when inside it.
     pub fn display_path(&self, path: &Path) -> String {
-        crate::clients::fs::relative_display(&self.state.root, path)
+        bprun_clients::fs::relative_display(&self.state.root, path)
     }
 }
 
@@ -108,8 +108,8 @@ pub fn session(context: &NativeCallContext) -> Result<Arc<Session>, Box<EvalAltR
 }
 
 /// Raises a [`NativeError`] into the script; Rhai fills in the calling position.
-pub fn native_error(error: NativeError) -> Box<EvalAltResult> {
-    EvalAltResult::ErrorRuntime(Dynamic::from(error), Position::NONE).into()
+pub fn native_error(error: impl Into<NativeError>) -> Box<EvalAltResult> {
+    EvalAltResult::ErrorRuntime(Dynamic::from(error.into()), Position::NONE).into()
 }
 
 /// Builds the engine for `session`.

@@ -3,6 +3,8 @@
 use std::fmt;
 use std::path::PathBuf;
 
+use bprun_clients::error::{ClientError, ErrorKind};
+
 /// Process exit codes. Each has a name that bprun prints next to the number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExitCode {
@@ -124,12 +126,36 @@ impl fmt::Display for Error {
 impl std::error::Error for Error {}
 
 /// The error a native raises into a script: a headline naming the resource, an optional `hint:`
-/// and a chain of causes (innermost last). Scripts can catch it and read `e.message` / `e.hint`.
+/// and a chain of causes (innermost last). Scripts can catch it and read `e.message`, `e.hint`,
+/// and for a client's error `e.kind` ("not-found", "conflict", ...) and `e.status` (HTTP).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NativeError {
     pub message: String,
     pub hint: Option<String>,
     pub causes: Vec<String>,
+    /// The client's classification (`ErrorKind::name`), when a client raised it.
+    pub kind: Option<&'static str>,
+    /// The remote's HTTP status, when there was an answer.
+    pub status: Option<u16>,
+}
+
+impl From<ClientError> for NativeError {
+    fn from(error: ClientError) -> Self {
+        // Clients speak of "the timeout"; a script sets it as an option.
+        let hint = match (error.kind, error.hint) {
+            (ErrorKind::Timeout, Some(hint)) if hint.contains("the timeout") => Some(format!(
+                "{hint} (the `timeout` option, in seconds: #{{timeout: 600}})"
+            )),
+            (_, hint) => hint,
+        };
+        NativeError {
+            message: error.message,
+            hint,
+            causes: error.causes,
+            kind: Some(error.kind.name()),
+            status: error.status,
+        }
+    }
 }
 
 impl NativeError {
@@ -138,6 +164,8 @@ impl NativeError {
             message: message.into(),
             hint: None,
             causes: Vec::new(),
+            kind: None,
+            status: None,
         }
     }
 

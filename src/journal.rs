@@ -146,7 +146,7 @@ impl Journal {
         journal.runs.drain(..excess);
         let text = serde_json::to_string_pretty(&journal)
             .map_err(|e| Error::io("encode", &path, std::io::Error::other(e)))?;
-        let text = crate::secret::scrub(&text);
+        let text = bprun_clients::secret::scrub(&text);
         let temporary = path.with_extension(format!("json.{}.tmp", std::process::id()));
         std::fs::write(&temporary, text + "\n").map_err(|e| Error::io("write", &temporary, e))?;
         std::fs::rename(&temporary, &path).map_err(|e| Error::io("write", &path, e))

@@ -4,7 +4,6 @@
 //! timeouts, named errors, secrets kept out of output).
 
 pub mod cli;
-pub mod clients;
 pub mod diagnostics;
 pub mod engine;
 pub mod error;
@@ -14,6 +13,4 @@ pub mod output;
 pub mod rehearse;
 pub mod repl;
 pub mod runner;
-pub mod secret;
-pub mod sim;
 pub mod state;

@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::journal::{StepRecord, StepStatus};
-use crate::secret::scrub;
+use bprun_clients::secret::scrub;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use crate::error::{Error, ExitCode};
 use crate::runner::{self, RunOptions};
-use crate::sim::platform;
+use bprun_sim::platform;
 
 /// What the repository copy leaves out: build output, tools, the working trees and run state.
 const NOT_COPIED: &[&str] = &[".git", "target", ".tools", "apps-local", ".bprun"];
@@ -75,7 +75,7 @@ fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) ->
     if let Some(inside) = also_skip {
         exclude.push(inside.display().to_string());
     }
-    crate::clients::tree::sync_tree(root, destination, &exclude, false).map_err(|error| {
+    bprun_clients::tree::sync_tree(root, destination, &exclude, false).map_err(|error| {
         usage(format!(
             "copying the repository for the rehearsal: {}",
             error.message
@@ -150,8 +150,8 @@ pub fn sim_all(state: Option<PathBuf>, pipeline_seconds: f64) -> Result<ExitCode
     eprintln!(
         "set these variables in the shell that runs `bprun scripts/phase3.rhai` or `bprun repl`; Ctrl-C stops the platform"
     );
-    crate::clients::runtime::runtime()
-        .block_on(crate::sim::http::shutdown_signal())
+    bprun_clients::runtime::runtime()
+        .block_on(bprun_sim::http::shutdown_signal())
         .map_err(usage)?;
     drop(platform);
     Ok(ExitCode::Success)

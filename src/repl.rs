@@ -17,8 +17,8 @@ use crate::engine::{self, Session, lock};
 use crate::error::{Error, ExitCode};
 use crate::natives::convert::{Secrets, to_json};
 use crate::output::{Format, Reporter};
-use crate::secret::Secret;
 use crate::state::{Phase, RunState};
+use bprun_clients::secret::Secret;
 
 /// Results longer than this many lines are cut, with a note.
 pub const MAX_OUTPUT_LINES: usize = 200;
@@ -70,7 +70,7 @@ const TOKEN_PREFIXES: &[&str] = &[
 
 /// True when a line holds a live secret value or something that looks like a token.
 pub fn holds_secret(line: &str) -> bool {
-    if crate::secret::scrub(line) != line {
+    if bprun_clients::secret::scrub(line) != line {
         return true;
     }
     if TOKEN_PREFIXES.iter().any(|prefix| line.contains(prefix)) {
@@ -214,7 +214,7 @@ pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
     let text = if value.is_string() && !json {
         value.to_string()
     } else if value.is::<Secret>() {
-        crate::secret::REDACTED.to_string()
+        bprun_clients::secret::REDACTED.to_string()
     } else if let (Some(table), false) = (
         value
             .read_lock::<rhai::Array>()
@@ -238,7 +238,7 @@ pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
     } else {
         text
     };
-    Some(crate::secret::scrub(&text))
+    Some(bprun_clients::secret::scrub(&text))
 }
 
 /// An array of maps as a table of their scalar fields (at most 8 columns of 40 characters).
@@ -339,7 +339,7 @@ impl Repl {
     }
 
     fn print(&self, text: &str) {
-        println!("{}", crate::secret::scrub(text));
+        println!("{}", bprun_clients::secret::scrub(text));
     }
 
     /// Runs one input; returns whether it succeeded.
@@ -352,7 +352,7 @@ impl Repl {
             }
             Err(error) => {
                 let report = crate::diagnostics::parse_error(&self.session, &error, SOURCE);
-                eprint!("{}", crate::secret::scrub(&report.text));
+                eprint!("{}", bprun_clients::secret::scrub(&report.text));
                 return false;
             }
         };
@@ -379,7 +379,7 @@ impl Repl {
                 } else {
                     let report =
                         crate::diagnostics::runtime_error(&self.session, &error, SOURCE, false);
-                    eprint!("{}", crate::secret::scrub(&report.text));
+                    eprint!("{}", bprun_clients::secret::scrub(&report.text));
                 }
                 false
             }
@@ -480,7 +480,7 @@ impl Repl {
             eprintln!(":save FILE");
             return;
         }
-        let confinement = crate::clients::fs::Confinement::new(&self.session.state.root);
+        let confinement = bprun_clients::fs::Confinement::new(&self.session.state.root);
         let path = match confinement.resolve(file) {
             Ok(path) => path,
             Err(error) => {
@@ -661,7 +661,7 @@ mod tests {
         assert!(holds_secret("gitlab_login(\"glpat-abcdefghijklmnopqrst\")"));
         assert!(holds_secret("let t = \"s.AbCdEfGhIjKlMnOpQrStUvWx\";"));
         assert!(!holds_secret("let status = bao_status();"));
-        crate::secret::Secret::new("repl-canary-value");
+        bprun_clients::secret::Secret::new("repl-canary-value");
         assert!(holds_secret("print(\"repl-canary-value\")"));
     }
 

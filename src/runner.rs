@@ -555,7 +555,7 @@ fn run_steps(
                         Some(began_at),
                         elapsed,
                         changes,
-                        Some(crate::secret::scrub(&report.headline)),
+                        Some(bprun_clients::secret::scrub(&report.headline)),
                         None,
                     );
                     reporter.step_end(number, total, &failed);
@@ -654,7 +654,7 @@ pub fn timings(script: &Path) -> Result<ExitCode, Error> {
     }
     print!(
         "{}",
-        crate::secret::scrub(&recap_table(
+        bprun_clients::secret::scrub(&recap_table(
             &last.steps,
             false,
             previous.map(|run| run.steps.as_slice())

@@ -4,10 +4,10 @@ use rhai::plugin::*;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{NativeResult, option_str, reject_unknown};
-use crate::clients::apps::{self, AppSpec};
-use crate::clients::fs::Confinement;
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
+use bprun_clients::apps::{self, AppSpec};
+use bprun_clients::fs::Confinement;
 
 /// The default folder of the CI templates, relative to the repository root.
 pub const TEMPLATES: &str = "templates/ci";

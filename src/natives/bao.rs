@@ -8,12 +8,12 @@ use rhai::plugin::*;
 use serde_json::Value;
 
 use super::convert::{Secrets, to_json};
-use crate::clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, InitResponse, KvPath};
-use crate::clients::fs::Confinement;
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
-use crate::secret::Secret;
+use bprun_clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, InitResponse, KvPath};
+use bprun_clients::fs::Confinement;
+use bprun_clients::secret::Secret;
 
 use super::options::{
     NativeResult, option_int, option_str, reject_unknown, remote_session as remote,
@@ -159,7 +159,7 @@ fn data_from_map(
     }
 }
 
-fn status_map(status: &crate::clients::bao::Status) -> rhai::Map {
+fn status_map(status: &bprun_clients::bao::Status) -> rhai::Map {
     let mut map = rhai::Map::new();
     map.insert("address".into(), status.address.clone().into());
     map.insert("initialized".into(), status.initialized.into());
@@ -179,7 +179,7 @@ fn report_write(
     session: &Session,
     action: &str,
     path: &KvPath,
-    written: Result<crate::clients::bao::WriteOutcome, NativeError>,
+    written: Result<bprun_clients::bao::WriteOutcome, NativeError>,
 ) -> NativeResult<rhai::Map> {
     let written = written.map_err(native_error)?;
     if written.changed {
@@ -568,7 +568,9 @@ pub mod bao_functions {
         let session = remote(&context, "bao_write")?;
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
-        let written = bao(&session).kv_write(&path, &data, session.state.check());
+        let written = bao(&session)
+            .kv_write(&path, &data, session.state.check())
+            .map_err(NativeError::from);
         report_write(&session, "write", &path, written)
     }
 
@@ -587,7 +589,9 @@ pub mod bao_functions {
         let session = remote(&context, "bao_patch")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
-        let written = bao(&session).kv_patch(&path, &data, session.state.check());
+        let written = bao(&session)
+            .kv_patch(&path, &data, session.state.check())
+            .map_err(NativeError::from);
         report_write(&session, "patch", &path, written)
     }
 

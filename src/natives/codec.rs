@@ -7,7 +7,7 @@ use serde::Deserialize;
 use super::convert::{Secrets, from_json, to_json};
 use crate::engine::native_error;
 use crate::error::NativeError;
-use crate::secret::Secret;
+use bprun_clients::secret::Secret;
 
 fn bytes_of(value: &Dynamic, native: &str) -> Result<(Vec<u8>, bool), Box<EvalAltResult>> {
     if let Some(secret) = value.read_lock::<Secret>() {
@@ -180,9 +180,7 @@ pub mod codec_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn sha256(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
-        use sha2::Digest;
         let (bytes, _) = bytes_of(&value, "sha256")?;
-        let digest = sha2::Sha256::digest(&bytes);
-        Ok(digest.iter().map(|byte| format!("{byte:02x}")).collect())
+        Ok(bprun_clients::digest::sha256_hex(bytes))
     }
 }

@@ -4,7 +4,7 @@ use rhai::{Array, Dynamic, Map};
 use serde_json::Value;
 
 use crate::error::NativeError;
-use crate::secret::{REDACTED, Secret};
+use bprun_clients::secret::{REDACTED, Secret};
 
 /// What to do with a `Secret` found inside a value being turned into JSON.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

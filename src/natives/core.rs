@@ -85,7 +85,7 @@ pub mod core_functions {
     /// ```
     pub fn env_secret(name: &str) -> Dynamic {
         std::env::var(name)
-            .map(|value| Dynamic::from(crate::secret::Secret::new(value)))
+            .map(|value| Dynamic::from(bprun_clients::secret::Secret::new(value)))
             .unwrap_or(Dynamic::UNIT)
     }
 

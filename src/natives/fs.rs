@@ -2,9 +2,9 @@
 
 use rhai::plugin::*;
 
-use crate::clients::fs::{Confinement, WriteOutcome};
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
+use bprun_clients::fs::{Confinement, WriteOutcome};
 
 #[export_module]
 pub mod fs_functions {
@@ -73,7 +73,7 @@ pub mod fs_functions {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("write_text").map_err(native_error)?;
-        let (content, is_secret) = match text.clone().try_cast::<crate::secret::Secret>() {
+        let (content, is_secret) = match text.clone().try_cast::<bprun_clients::secret::Secret>() {
             Some(secret) => (secret.reveal().as_bytes().to_vec(), true),
             None => match text.into_immutable_string() {
                 Ok(text) => (text.as_bytes().to_vec(), false),
@@ -194,7 +194,7 @@ pub mod fs_functions {
         let files = Confinement::new(&state.root);
         let from = files.resolve(source).map_err(native_error)?;
         let to = files.resolve(destination).map_err(native_error)?;
-        let report = crate::clients::tree::sync_tree(&from, &to, &exclude, state.check())
+        let report = bprun_clients::tree::sync_tree(&from, &to, &exclude, state.check())
             .map_err(native_error)?;
         if report.changed() {
             state.record_change(

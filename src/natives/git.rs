@@ -3,9 +3,9 @@
 use rhai::plugin::*;
 
 use super::options::{NativeResult, remote_session};
-use crate::clients::fs::Confinement;
-use crate::clients::git::{self, GitAuth, SyncOutcome};
 use crate::engine::{Session, lock, native_error};
+use bprun_clients::fs::Confinement;
+use bprun_clients::git::{self, GitAuth, SyncOutcome};
 
 /// The PAT and CA file of the session's GitLab settings (the token never enters a URL).
 fn auth(session: &Session) -> GitAuth {
@@ -14,7 +14,7 @@ fn auth(session: &Session) -> GitAuth {
         .map(|client| (client.token(), client.settings.ca_file.clone()));
     match from_client {
         Some((token, ca_file)) => GitAuth { token, ca_file },
-        None => match crate::clients::gitlab::GitlabSettings::from_env(&session.state.root) {
+        None => match bprun_clients::gitlab::GitlabSettings::from_env(&session.state.root) {
             Ok(settings) => GitAuth {
                 token: settings.token,
                 ca_file: settings.ca_file,

@@ -1,26 +1,24 @@
-//! GitLab natives: raw REST calls for scripts and the REPL, and idempotent "ensure" natives for
-//! groups, projects, CI/CD variables and pipelines.
+//! GitLab natives: thin adapters over `bprun_clients::gitlab`. They convert arguments and
+//! results, record the changes the client reports, log its warnings and add the script's
+//! wording; the reading, comparing and writing happen in the client's typed operations.
 
 use rhai::plugin::*;
-use serde_json::{Value, json};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use super::convert::{Secrets, from_json, to_json};
-use crate::clients::gitlab::{GitlabClient, GitlabSettings, Method, encode};
+use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
 use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
-use crate::secret::Secret;
+use bprun_clients::error::ClientError;
+use bprun_clients::gitlab::pipelines::{DEFAULT_PIPELINE_TIMEOUT, DEFAULT_POLL_INTERVAL};
+use bprun_clients::gitlab::{
+    GitlabClient, GitlabSettings, Group, GroupSpec, Method, Mode, Outcome, Pipeline, PipelineRef,
+    Project, ProjectSpec, Started, Variable, WaitParams,
+};
+use bprun_clients::secret::Secret;
 
-use super::options::{NativeResult, option_bool, reject_unknown, remote_session};
-
-/// Statuses after which a pipeline no longer changes (for a smoke test).
-pub const TERMINAL: &[&str] = &["success", "failed", "canceled", "skipped"];
-/// The default wait for pipelines: GitLab Runner's default job timeout.
-pub const DEFAULT_PIPELINE_TIMEOUT: Duration = Duration::from_secs(600);
-
-fn client(session: &Session) -> Result<Arc<GitlabClient>, NativeError> {
+fn client(session: &Session) -> Result<Arc<GitlabClient>, ClientError> {
     let mut slot = lock(&session.gitlab);
     if let Some(client) = slot.as_ref() {
         return Ok(client.clone());
@@ -46,36 +44,67 @@ fn cancelled(session: &Session) -> impl Fn() -> bool + '_ {
     move || session.state.is_cancelled()
 }
 
-fn map_get_str(map: &rhai::Map, key: &str) -> Option<String> {
-    map.get(key)
-        .and_then(|v| v.clone().into_immutable_string().ok())
-        .map(|s| s.to_string())
+fn mode(session: &Session) -> Mode {
+    Mode::from_check(session.state.check())
 }
 
-fn pick(value: &Value, keys: &[&str]) -> rhai::Map {
-    keys.iter()
-        .map(|key| {
-            (
-                (*key).into(),
-                from_json(value.get(*key).cloned().unwrap_or(Value::Null)),
-            )
-        })
-        .collect()
+/// Records the outcome's changes and logs its warnings; returns its value.
+fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
+    for warning in &outcome.warnings {
+        session.state.reporter.log(Level::Warn, warning);
+    }
+    for change in &outcome.changes {
+        session.state.record_change(change.action, &change.resource);
+    }
+    let changed = outcome.changed();
+    (outcome.value, changed)
 }
 
-/// The desired state of one CI/CD variable.
-#[derive(Debug, Clone, PartialEq)]
-struct DesiredVariable {
-    key: String,
-    value: String,
-    masked: bool,
-    protected: bool,
-    raw: bool,
-    variable_type: String,
-    environment_scope: String,
-    description: Option<String>,
+fn optional<T: Into<Dynamic>>(value: Option<T>) -> Dynamic {
+    value.map(Into::into).unwrap_or(Dynamic::UNIT)
 }
 
+fn group_map(group: Group, changed: bool) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("id".into(), optional(group.id));
+    map.insert("full_path".into(), group.full_path.into());
+    map.insert("visibility".into(), group.visibility.into());
+    map.insert("web_url".into(), optional(group.web_url));
+    map.insert("changed".into(), changed.into());
+    map
+}
+
+fn project_map(project: Project, changed: bool) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("id".into(), optional(project.id));
+    map.insert(
+        "path_with_namespace".into(),
+        project.path_with_namespace.into(),
+    );
+    map.insert(
+        "http_url_to_repo".into(),
+        optional(project.http_url_to_repo),
+    );
+    map.insert("web_url".into(), optional(project.web_url));
+    map.insert("default_branch".into(), optional(project.default_branch));
+    map.insert("visibility".into(), optional(project.visibility));
+    map.insert("changed".into(), changed.into());
+    map
+}
+
+fn pipeline_map(project: &str, pipeline: Pipeline) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("id".into(), optional(pipeline.id));
+    map.insert("iid".into(), optional(pipeline.iid));
+    map.insert("status".into(), pipeline.status.into());
+    map.insert("ref".into(), optional(pipeline.reference));
+    map.insert("sha".into(), optional(pipeline.sha));
+    map.insert("web_url".into(), optional(pipeline.web_url));
+    map.insert("project".into(), project.to_string().into());
+    map
+}
+
+/// A variable's value as text: a string, a `Secret`, or a number or bool written as text.
 fn text_value(value: &Dynamic, key: &str) -> NativeResult<String> {
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok(secret.reveal().to_string());
@@ -89,247 +118,92 @@ fn text_value(value: &Dynamic, key: &str) -> NativeResult<String> {
     ))))
 }
 
-fn desired_variable(key: &str, spec: &Dynamic) -> NativeResult<DesiredVariable> {
-    let mut desired = DesiredVariable {
-        key: key.to_string(),
-        value: String::new(),
-        masked: false,
-        protected: false,
-        raw: false,
-        variable_type: "env_var".into(),
-        environment_scope: "*".into(),
-        description: None,
+/// One entry of `vars`: a value, or an option map with a `value`.
+fn variable_of(key: &str, spec: &Dynamic) -> NativeResult<Variable> {
+    let Some(options) = spec.read_lock::<rhai::Map>() else {
+        return Ok(Variable::new(key, text_value(spec, key)?));
     };
-    match spec.read_lock::<rhai::Map>() {
-        Some(options) => {
-            reject_unknown(
-                &options,
-                &[
-                    "value",
-                    "masked",
-                    "protected",
-                    "raw",
-                    "variable_type",
-                    "environment_scope",
-                    "description",
-                ],
-                &format!("CI variable {key}"),
-            )?;
-            let value = options.get("value").ok_or_else(|| {
-                native_error(NativeError::new(format!(
-                    "CI variable {key}: the option map needs a `value`"
-                )))
-            })?;
-            desired.value = text_value(value, key)?;
-            let native = format!("CI variable {key}");
-            desired.masked = option_bool(&options, "masked", &native)?.unwrap_or(false);
-            desired.protected = option_bool(&options, "protected", &native)?.unwrap_or(false);
-            desired.raw = option_bool(&options, "raw", &native)?.unwrap_or(false);
-            if let Some(kind) = map_get_str(&options, "variable_type") {
-                if kind != "env_var" && kind != "file" {
-                    return Err(native_error(NativeError::new(format!(
-                        "CI variable {key}: variable_type must be env_var or file, not {kind}"
-                    ))));
-                }
-                desired.variable_type = kind;
-            }
-            if let Some(scope) = map_get_str(&options, "environment_scope") {
-                desired.environment_scope = scope;
-            }
-            desired.description = map_get_str(&options, "description");
-        }
-        None => desired.value = text_value(spec, key)?,
-    }
-    if !desired
-        .key
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        || desired.key.is_empty()
-        || desired.key.len() > 255
-    {
-        return Err(native_error(
-            NativeError::new(format!("CI variable key `{key}` is invalid"))
-                .with_hint("keys are 1 to 255 characters of A-Z a-z 0-9 _"),
-        ));
-    }
-    // GitLab rejects these at write time; say so before sending, naming the key, never the value.
-    if desired.masked
-        && (desired.value.contains('\n') || !crate::sim::gitlab::maskable(&desired.value))
-    {
-        return Err(native_error(
-            NativeError::new(format!("CI variable {key} cannot be masked: its value breaks GitLab's masking rules"))
-                .with_hint("a masked value is one line of at least 8 characters from the Base64 alphabet plus @ : . ~ (use masked: false, or encode it with base64_encode)"),
-        ));
-    }
-    Ok(desired)
-}
-
-fn variable_body(desired: &DesiredVariable) -> Value {
-    json!({
-        "key": desired.key, "value": desired.value, "masked": desired.masked, "protected": desired.protected,
-        "raw": desired.raw, "variable_type": desired.variable_type, "environment_scope": desired.environment_scope,
-        "description": desired.description,
-    })
-}
-
-fn matches_existing(desired: &DesiredVariable, existing: &Value) -> bool {
-    existing["value"].as_str() == Some(desired.value.as_str())
-        && existing["masked"].as_bool().unwrap_or(false) == desired.masked
-        && existing["protected"].as_bool().unwrap_or(false) == desired.protected
-        && existing["raw"].as_bool().unwrap_or(false) == desired.raw
-        && existing["variable_type"].as_str().unwrap_or("env_var") == desired.variable_type
-        && existing["description"].as_str().map(str::to_string) == desired.description
-}
-
-fn project_summary(project: &Value, changed: bool) -> rhai::Map {
-    let mut map = pick(
-        project,
+    let native = format!("CI variable {key}");
+    reject_unknown(
+        &options,
         &[
-            "id",
-            "path_with_namespace",
-            "http_url_to_repo",
-            "web_url",
-            "default_branch",
-            "visibility",
+            "value",
+            "masked",
+            "protected",
+            "raw",
+            "variable_type",
+            "environment_scope",
+            "description",
         ],
-    );
-    map.insert("changed".into(), changed.into());
-    map
+        &native,
+    )?;
+    let value = options.get("value").ok_or_else(|| {
+        native_error(NativeError::new(format!(
+            "CI variable {key}: the option map needs a `value`"
+        )))
+    })?;
+    let mut variable = Variable::new(key, text_value(value, key)?);
+    variable.masked = option_bool(&options, "masked", &native)?.unwrap_or(false);
+    variable.protected = option_bool(&options, "protected", &native)?.unwrap_or(false);
+    variable.raw = option_bool(&options, "raw", &native)?.unwrap_or(false);
+    if let Some(kind) = option_str(&options, "variable_type", &native)? {
+        variable.variable_type = kind;
+    }
+    if let Some(scope) = option_str(&options, "environment_scope", &native)? {
+        variable.environment_scope = scope;
+    }
+    variable.description = option_str(&options, "description", &native)?;
+    Ok(variable)
 }
 
-fn pipeline_summary(project: &str, pipeline: &Value) -> rhai::Map {
-    let mut map = pick(pipeline, &["id", "iid", "status", "ref", "sha", "web_url"]);
-    map.insert("project".into(), project.to_string().into());
-    map
-}
-
-/// Polls pipelines until each is terminal or `timeout` passes. Returns the final pipelines.
-fn wait_for(
-    session: &Session,
-    client: &GitlabClient,
-    pipelines: &[(String, i64)],
-    timeout: Duration,
-    interval: Duration,
-) -> Result<Vec<Value>, NativeError> {
-    let started = Instant::now();
-    let mut last: Vec<Option<Value>> = vec![None; pipelines.len()];
-    loop {
-        for (index, (project, id)) in pipelines.iter().enumerate() {
-            if last[index]
-                .as_ref()
-                .and_then(|p| p["status"].as_str())
-                .is_some_and(|s| TERMINAL.contains(&s))
-            {
-                continue;
-            }
-            let pipeline = client.get(
-                &format!("projects/{}/pipelines/{id}", encode(project)),
-                &cancelled(session),
-            )?;
-            let status = pipeline["status"].as_str().unwrap_or("unknown").to_string();
-            let previous = last[index]
-                .as_ref()
-                .and_then(|p| p["status"].as_str())
-                .map(str::to_string);
-            if previous.as_deref() != Some(status.as_str()) {
-                session.state.reporter.log(
-                    Level::Info,
-                    &format!(
-                        "pipeline #{id} of {project}: {status} ({:.0} s)",
-                        started.elapsed().as_secs_f64()
-                    ),
-                );
-            }
-            last[index] = Some(pipeline);
-        }
-        let done = last.iter().all(|p| {
-            p.as_ref()
-                .and_then(|p| p["status"].as_str())
-                .is_some_and(|s| TERMINAL.contains(&s))
-        });
-        if done {
-            return Ok(last.into_iter().flatten().collect());
-        }
-        if started.elapsed() >= timeout {
-            let waiting: Vec<String> = pipelines
-                .iter()
-                .zip(&last)
-                .filter(|(_, p)| {
-                    !p.as_ref()
-                        .and_then(|p| p["status"].as_str())
-                        .is_some_and(|s| TERMINAL.contains(&s))
-                })
-                .map(|((project, id), p)| {
-                    format!(
-                        "#{id} of {project} is {}",
-                        p.as_ref()
-                            .and_then(|p| p["status"].as_str())
-                            .unwrap_or("unknown")
-                    )
-                })
-                .collect();
-            return Err(NativeError::new(format!(
-                "gitlab: pipelines did not finish within {} s: {}",
-                timeout.as_secs(),
-                waiting.join(", ")
+/// One item of `gitlab_wait_pipelines`: `None` for a pipeline check mode only planned.
+fn pipeline_ref(item: &Dynamic) -> NativeResult<Option<PipelineRef>> {
+    let map = item.read_lock::<rhai::Map>().ok_or_else(|| {
+        native_error(NativeError::new(
+            "gitlab_wait_pipelines: each item must be a map with `project` and `id`",
+        ))
+    })?;
+    if map
+        .get("status")
+        .is_some_and(|s| s.to_string() == "would-start")
+    {
+        return Ok(None);
+    }
+    let project = map
+        .get("project")
+        .and_then(|v| v.clone().into_immutable_string().ok())
+        .ok_or_else(|| {
+            native_error(NativeError::new(
+                "gitlab_wait_pipelines: an item has no `project`",
             ))
-            .with_hint("raise #{timeout: seconds}, or look at the runner: are its pods running?"));
-        }
-        session.state.sleep("gitlab_wait_pipeline", interval)?;
-    }
+        })?
+        .to_string();
+    let id = map.get("id").and_then(|v| v.as_int().ok()).ok_or_else(|| {
+        native_error(NativeError::new(format!(
+            "gitlab_wait_pipelines: the item of {project} has no pipeline `id`"
+        )))
+    })?;
+    Ok(Some(PipelineRef { project, id }))
 }
 
-/// The error for a pipeline that ended without success: failed jobs and the end of their traces.
-fn pipeline_failure(
-    session: &Session,
-    client: &GitlabClient,
-    project: &str,
-    pipeline: &Value,
-) -> NativeError {
-    let id = pipeline["id"].as_i64().unwrap_or(0);
-    let status = pipeline["status"].as_str().unwrap_or("unknown");
-    let web_url = pipeline["web_url"].as_str().unwrap_or("").to_string();
-    let mut error = NativeError::new(format!("gitlab: pipeline #{id} of {project} {status}"));
-    if let Some(yaml_errors) = pipeline["yaml_errors"].as_str() {
-        error = error.caused_by(format!("the CI configuration is invalid: {yaml_errors}"));
-    };
-    if let Ok(jobs) = client.get_all(
-        &format!("projects/{}/pipelines/{id}/jobs", encode(project)),
-        &cancelled(session),
-    ) {
-        for job in jobs.iter().filter(|job| job["status"] == "failed") {
-            let name = job["name"].as_str().unwrap_or("?");
-            let trace = client
-                .request(
-                    Method::Get,
-                    &format!("projects/{}/jobs/{}/trace", encode(project), job["id"]),
-                    None,
-                    None,
-                    &cancelled(session),
-                )
-                .map(|answer| {
-                    answer
-                        .body
-                        .as_str()
-                        .map(str::to_string)
-                        .unwrap_or_else(|| answer.body.to_string())
-                })
-                .unwrap_or_default();
-            let tail: Vec<&str> = trace
-                .lines()
-                .rev()
-                .take(10)
-                .collect::<Vec<_>>()
-                .into_iter()
-                .rev()
-                .collect();
-            error = error.caused_by(format!(
-                "job {name} failed; end of its trace:\n{}",
-                tail.join("\n")
-            ));
+/// Several failed pipelines as one error, each listed with its causes and hint.
+fn failures_error(failures: Vec<ClientError>, total: usize) -> NativeError {
+    let mut error = NativeError::new(format!(
+        "gitlab: {} of {total} pipelines did not succeed",
+        failures.len()
+    ));
+    for failure in failures {
+        let mut text = failure.message.clone();
+        for cause in &failure.causes {
+            text.push('\n');
+            text.push_str(cause);
         }
+        if let Some(hint) = &failure.hint {
+            text.push_str(&format!("\n({hint})"));
+        }
+        error = error.caused_by(text);
     }
-    error.with_hint(format!("open {web_url}"))
+    error.with_hint("each failed pipeline is listed above with its URL")
 }
 
 #[export_module]
@@ -484,78 +358,25 @@ pub mod gitlab_functions {
         path: &str,
         options: rhai::Map,
     ) -> NativeResult<rhai::Map> {
-        let (session, client) = remote(&context, "gitlab_ensure_group")?;
+        const NATIVE: &str = "gitlab_ensure_group";
+        let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(
             &options,
             &["name", "visibility", "description", "update"],
-            "gitlab_ensure_group",
+            NATIVE,
         )?;
-        let name = map_get_str(&options, "name").unwrap_or_else(|| path.to_string());
-        let visibility = map_get_str(&options, "visibility").unwrap_or_else(|| "internal".into());
-        let update = option_bool(&options, "update", "gitlab_ensure_group")?.unwrap_or(false);
-        let stop = cancelled(&session);
-        let group_path = format!("groups/{}", encode(path));
-        let summary = |group: &Value, changed: bool| {
-            let mut map = pick(group, &["id", "full_path", "visibility", "web_url"]);
-            map.insert("changed".into(), changed.into());
-            map
+        let spec = GroupSpec {
+            path: path.to_string(),
+            name: option_str(&options, "name", NATIVE)?,
+            visibility: option_str(&options, "visibility", NATIVE)?,
+            description: option_str(&options, "description", NATIVE)?,
+            update: option_bool(&options, "update", NATIVE)?.unwrap_or(false),
         };
-        if let Some(group) = client.find(&group_path, &stop).map_err(native_error)? {
-            let current = group["visibility"].as_str().unwrap_or("").to_string();
-            if current == visibility {
-                return Ok(summary(&group, false));
-            }
-            if !update {
-                session.state.reporter.log(
-                    Level::Warn,
-                    &format!("group {path} is {current}, wanted {visibility}; left as it is (pass #{{update: true}} to change it)"),
-                );
-                return Ok(summary(&group, false));
-            }
-            if session.state.check() {
-                session.state.record_change(
-                    "update",
-                    &format!("visibility of group {path} from {current} to {visibility}"),
-                );
-                return Ok(summary(&group, true));
-            }
-            let updated = client
-                .request(
-                    Method::Put,
-                    &group_path,
-                    Some(&json!({"visibility": visibility})),
-                    None,
-                    &stop,
-                )
-                .map_err(native_error)?;
-            session.state.record_change(
-                "update",
-                &format!("visibility of group {path} from {current} to {visibility}"),
-            );
-            return Ok(summary(&updated.body, true));
-        }
-        if session.state.check() {
-            session
-                .state
-                .record_change("create", &format!("group {path} ({visibility})"));
-            let mut map = rhai::Map::new();
-            map.insert("full_path".into(), path.to_string().into());
-            map.insert("visibility".into(), visibility.into());
-            map.insert("changed".into(), true.into());
-            return Ok(map);
-        }
-        let mut body = json!({"name": name, "path": path, "visibility": visibility});
-        if let Some(description) = map_get_str(&options, "description") {
-            body["description"] = json!(description);
-        }
-        let read_back = || client.find(&group_path, &stop);
-        let created = client
-            .request(Method::Post, "groups", Some(&body), Some(&read_back), &stop)
+        let outcome = client
+            .ensure_group(&spec, mode(&session), &cancelled(&session))
             .map_err(native_error)?;
-        session
-            .state
-            .record_change("create", &format!("group {path} ({visibility})"));
-        Ok(summary(&created.body, true))
+        let (group, changed) = settle(&session, outcome);
+        Ok(group_map(group, changed))
     }
 
     /// `gitlab_ensure_group(path, #{})`.
@@ -585,60 +406,26 @@ pub mod gitlab_functions {
         name: &str,
         options: rhai::Map,
     ) -> NativeResult<rhai::Map> {
-        let (session, client) = remote(&context, "gitlab_ensure_project")?;
+        const NATIVE: &str = "gitlab_ensure_project";
+        let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(
             &options,
             &["path", "visibility", "description", "default_branch"],
-            "gitlab_ensure_project",
+            NATIVE,
         )?;
-        let path = map_get_str(&options, "path").unwrap_or_else(|| name.to_string());
-        let visibility = map_get_str(&options, "visibility").unwrap_or_else(|| "internal".into());
-        let full = format!("{namespace}/{path}");
-        let project_path = format!("projects/{}", encode(&full));
-        let stop = cancelled(&session);
-        if let Some(project) = client.find(&project_path, &stop).map_err(native_error)? {
-            let current = project["visibility"].as_str().unwrap_or("");
-            if current != visibility {
-                session.state.reporter.log(
-                    Level::Warn,
-                    &format!("project {full} is {current}, wanted {visibility}; left as it is"),
-                );
-            }
-            return Ok(project_summary(&project, false));
-        }
-        if session.state.check() {
-            session
-                .state
-                .record_change("create", &format!("project {full}"));
-            let mut map = rhai::Map::new();
-            map.insert("path_with_namespace".into(), full.into());
-            map.insert("changed".into(), true.into());
-            return Ok(map);
-        }
-        let group = client.find(&format!("groups/{}", encode(namespace)), &stop).map_err(native_error)?.ok_or_else(|| {
-            native_error(NativeError::new(format!("gitlab: group {namespace} does not exist, so project {full} cannot be created")).with_hint("ensure the group first: gitlab_ensure_group"))
-        })?;
-        let mut body = json!({"name": name, "path": path, "namespace_id": group["id"], "visibility": visibility});
-        if let Some(description) = map_get_str(&options, "description") {
-            body["description"] = json!(description);
-        }
-        if let Some(branch) = map_get_str(&options, "default_branch") {
-            body["default_branch"] = json!(branch);
-        }
-        let read_back = || client.find(&project_path, &stop);
-        let created = client
-            .request(
-                Method::Post,
-                "projects",
-                Some(&body),
-                Some(&read_back),
-                &stop,
-            )
+        let spec = ProjectSpec {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            path: option_str(&options, "path", NATIVE)?,
+            visibility: option_str(&options, "visibility", NATIVE)?,
+            description: option_str(&options, "description", NATIVE)?,
+            default_branch: option_str(&options, "default_branch", NATIVE)?,
+        };
+        let outcome = client
+            .ensure_project(&spec, mode(&session), &cancelled(&session))
             .map_err(native_error)?;
-        session
-            .state
-            .record_change("create", &format!("project {full}"));
-        Ok(project_summary(&created.body, true))
+        let (project, changed) = settle(&session, outcome);
+        Ok(project_map(project, changed))
     }
 
     /// `gitlab_ensure_project(namespace, name, #{})`.
@@ -676,116 +463,30 @@ pub mod gitlab_functions {
         vars: rhai::Map,
         options: rhai::Map,
     ) -> NativeResult<rhai::Map> {
-        let (session, client) = remote(&context, "gitlab_set_variables")?;
-        reject_unknown(&options, &["remove_unlisted"], "gitlab_set_variables")?;
-        let remove_unlisted =
-            option_bool(&options, "remove_unlisted", "gitlab_set_variables")?.unwrap_or(false);
+        const NATIVE: &str = "gitlab_set_variables";
+        let (session, client) = remote(&context, NATIVE)?;
+        reject_unknown(&options, &["remove_unlisted"], NATIVE)?;
+        let remove_unlisted = option_bool(&options, "remove_unlisted", NATIVE)?.unwrap_or(false);
         let mut desired = Vec::with_capacity(vars.len());
         for (key, spec) in &vars {
-            desired.push(desired_variable(key, spec)?);
+            desired.push(variable_of(key, spec)?);
         }
-        let stop = cancelled(&session);
-        let base = format!("projects/{}/variables", encode(project));
-        let existing = match client.get_all(&base, &stop) {
-            Ok(existing) => existing,
-            // In check mode the project may be one an earlier step would have created.
-            Err(error) if session.state.check() && error.message.contains(" -> 404: ") => {
-                Vec::new()
-            }
-            Err(error) => return Err(native_error(error)),
-        };
-        let (mut created, mut updated, mut unchanged, mut removed) = (0i64, 0i64, 0i64, 0i64);
-        for variable in &desired {
-            let current = existing.iter().find(|e| {
-                e["key"] == variable.key.as_str()
-                    && e["environment_scope"].as_str().unwrap_or("*") == variable.environment_scope
-            });
-            let scoped = format!(
-                "{base}/{}?filter%5Benvironment_scope%5D={}",
-                encode(&variable.key),
-                encode(&variable.environment_scope)
-            );
-            match current {
-                Some(current)
-                    if current["value"].is_null()
-                        && current["hidden"].as_bool().unwrap_or(false) =>
-                {
-                    // GitLab never returns a hidden value, so it cannot be compared: leave it.
-                    session.state.reporter.log(Level::Warn, &format!("CI variable {} of {project} is hidden: its value cannot be compared, left as it is", variable.key));
-                    unchanged += 1;
-                }
-                Some(current) if matches_existing(variable, current) => unchanged += 1,
-                Some(_) => {
-                    if !session.state.check() {
-                        client
-                            .request(
-                                Method::Put,
-                                &scoped,
-                                Some(&variable_body(variable)),
-                                None,
-                                &stop,
-                            )
-                            .map_err(native_error)?;
-                    }
-                    session.state.record_change(
-                        "update",
-                        &format!("CI variable {} of {project}", variable.key),
-                    );
-                    updated += 1;
-                }
-                None => {
-                    if !session.state.check() {
-                        let read_back = || client.find(&scoped, &stop);
-                        client
-                            .request(
-                                Method::Post,
-                                &base,
-                                Some(&variable_body(variable)),
-                                Some(&read_back),
-                                &stop,
-                            )
-                            .map_err(native_error)?;
-                    }
-                    session.state.record_change(
-                        "create",
-                        &format!("CI variable {} of {project}", variable.key),
-                    );
-                    created += 1;
-                }
-            }
-        }
-        if remove_unlisted {
-            for current in &existing {
-                let key = current["key"].as_str().unwrap_or("");
-                let scope = current["environment_scope"].as_str().unwrap_or("*");
-                if desired
-                    .iter()
-                    .any(|d| d.key == key && d.environment_scope == scope)
-                {
-                    continue;
-                }
-                if !session.state.check() {
-                    let scoped = format!(
-                        "{base}/{}?filter%5Benvironment_scope%5D={}",
-                        encode(key),
-                        encode(scope)
-                    );
-                    client
-                        .request(Method::Delete, &scoped, None, None, &stop)
-                        .map_err(native_error)?;
-                }
-                session
-                    .state
-                    .record_change("delete", &format!("CI variable {key} of {project}"));
-                removed += 1;
-            }
-        }
+        let outcome = client
+            .set_variables(
+                project,
+                &desired,
+                remove_unlisted,
+                mode(&session),
+                &cancelled(&session),
+            )
+            .map_err(native_error)?;
+        let (counts, changed) = settle(&session, outcome);
         let mut result = rhai::Map::new();
-        result.insert("created".into(), created.into());
-        result.insert("updated".into(), updated.into());
-        result.insert("unchanged".into(), unchanged.into());
-        result.insert("removed".into(), removed.into());
-        result.insert("changed".into(), (created + updated + removed > 0).into());
+        result.insert("created".into(), counts.created.into());
+        result.insert("updated".into(), counts.updated.into());
+        result.insert("unchanged".into(), counts.unchanged.into());
+        result.insert("removed".into(), counts.removed.into());
+        result.insert("changed".into(), changed.into());
         Ok(result)
     }
 
@@ -832,106 +533,35 @@ pub mod gitlab_functions {
         reference: &str,
         options: rhai::Map,
     ) -> NativeResult<rhai::Map> {
-        let (session, client) = remote(&context, "gitlab_trigger_pipeline")?;
-        reject_unknown(&options, &["reuse"], "gitlab_trigger_pipeline")?;
-        if option_bool(&options, "reuse", "gitlab_trigger_pipeline")?.unwrap_or(false) {
-            let stop = cancelled(&session);
-            let base = format!("projects/{}", encode(project));
-            let branch = client.get(
-                &format!("{base}/repository/branches/{}", encode(reference)),
-                &stop,
-            );
-            // In check mode the project may only be planned: nothing to reuse yet.
-            let branch = match branch {
-                Err(error) if session.state.check() && error.message.contains("404") => Value::Null,
-                other => other.map_err(native_error)?,
-            };
-            let head = branch["commit"]["id"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let pipelines = if head.is_empty() {
-                Value::Null
-            } else {
-                client
-                    .get(
-                        &format!("{base}/pipelines?ref={}&per_page=20", encode(reference)),
-                        &stop,
-                    )
-                    .map_err(native_error)?
-            };
-            let newest = pipelines.as_array().and_then(|items| {
-                items
-                    .iter()
-                    .filter(|p| p["sha"].as_str() == Some(head.as_str()))
-                    .max_by_key(|p| p["id"].as_i64().unwrap_or(0))
-                    .cloned()
-            });
-            if let Some(pipeline) = newest
-                && matches!(
-                    pipeline["status"].as_str(),
-                    Some(
-                        "success"
-                            | "running"
-                            | "pending"
-                            | "created"
-                            | "preparing"
-                            | "waiting_for_resource"
-                    )
-                )
-            {
-                let mut summary = pipeline_summary(project, &pipeline);
-                summary.insert("reused".into(), true.into());
-                return Ok(summary);
-            }
-        }
-        if session.state.check() {
-            session
-                .state
-                .record_change("start", &format!("pipeline of {project} on {reference}"));
-            let mut map = rhai::Map::new();
-            map.insert("project".into(), project.to_string().into());
-            map.insert("ref".into(), reference.to_string().into());
-            map.insert("status".into(), "would-start".into());
-            return Ok(map);
-        }
-        let stop = cancelled(&session);
-        let base = format!("projects/{}", encode(project));
-        let known: Vec<i64> = client
-            .get(
-                &format!("{base}/pipelines?ref={}&per_page=20", encode(reference)),
-                &stop,
-            )
-            .map_err(native_error)?
-            .as_array()
-            .map(|items| items.iter().filter_map(|p| p["id"].as_i64()).collect())
-            .unwrap_or_default();
-        // After an ambiguous failure, a pipeline on this ref that was not there before is ours.
-        let read_back = || -> Result<Option<Value>, NativeError> {
-            let list = client.get(
-                &format!("{base}/pipelines?ref={}&per_page=20", encode(reference)),
-                &stop,
-            )?;
-            Ok(list.as_array().and_then(|items| {
-                items
-                    .iter()
-                    .find(|p| p["id"].as_i64().is_some_and(|id| !known.contains(&id)))
-                    .cloned()
-            }))
-        };
-        let answer = client
-            .request(
-                Method::Post,
-                &format!("{base}/pipeline"),
-                Some(&json!({"ref": reference})),
-                Some(&read_back),
-                &stop,
+        const NATIVE: &str = "gitlab_trigger_pipeline";
+        let (session, client) = remote(&context, NATIVE)?;
+        reject_unknown(&options, &["reuse"], NATIVE)?;
+        let reuse = option_bool(&options, "reuse", NATIVE)?.unwrap_or(false);
+        let outcome = client
+            .trigger_pipeline(
+                project,
+                reference,
+                reuse,
+                mode(&session),
+                &cancelled(&session),
             )
             .map_err(native_error)?;
-        session
-            .state
-            .record_change("start", &format!("pipeline of {project} on {reference}"));
-        Ok(pipeline_summary(project, &answer.body))
+        let (started, _) = settle(&session, outcome);
+        Ok(match started {
+            Started::New(pipeline) => pipeline_map(project, pipeline),
+            Started::Reused(pipeline) => {
+                let mut map = pipeline_map(project, pipeline);
+                map.insert("reused".into(), true.into());
+                map
+            }
+            Started::WouldStart => {
+                let mut map = rhai::Map::new();
+                map.insert("project".into(), project.to_string().into());
+                map.insert("ref".into(), reference.to_string().into());
+                map.insert("status".into(), "would-start".into());
+                map
+            }
+        })
     }
 
     /// Waits until a pipeline ends (`success`, `failed`, `canceled`, `skipped`), logging each
@@ -980,72 +610,37 @@ pub mod gitlab_functions {
     ) -> NativeResult<rhai::Array> {
         let (session, client) = remote(&context, "gitlab_wait_pipelines")?;
         reject_unknown(&options, &["timeout", "interval"], "gitlab_wait_pipelines")?;
-        let timeout = match options.get("timeout") {
-            Some(value) => super::super::seconds(value, "timeout")?,
-            None => DEFAULT_PIPELINE_TIMEOUT,
-        };
-        let interval = match options.get("interval") {
-            Some(value) => super::super::seconds(value, "interval")?,
-            None => Duration::from_secs(2),
+        let params = WaitParams {
+            timeout: match options.get("timeout") {
+                Some(value) => super::super::seconds(value, "timeout")?,
+                None => DEFAULT_PIPELINE_TIMEOUT,
+            },
+            interval: match options.get("interval") {
+                Some(value) => super::super::seconds(value, "interval")?,
+                None => DEFAULT_POLL_INTERVAL,
+            },
         };
         let mut wanted = Vec::new();
         for item in &pipelines {
-            let map = item.read_lock::<rhai::Map>().ok_or_else(|| {
-                native_error(NativeError::new(
-                    "gitlab_wait_pipelines: each item must be a map with `project` and `id`",
-                ))
-            })?;
-            if map
-                .get("status")
-                .is_some_and(|s| s.to_string() == "would-start")
-            {
-                continue;
-            }
-            let project = map_get_str(&map, "project").ok_or_else(|| {
-                native_error(NativeError::new(
-                    "gitlab_wait_pipelines: an item has no `project`",
-                ))
-            })?;
-            let id = map.get("id").and_then(|v| v.as_int().ok()).ok_or_else(|| {
-                native_error(NativeError::new(format!(
-                    "gitlab_wait_pipelines: the item of {project} has no pipeline `id`"
-                )))
-            })?;
-            wanted.push((project, id));
+            wanted.extend(pipeline_ref(item)?);
         }
-        let finals =
-            wait_for(&session, &client, &wanted, timeout, interval).map_err(native_error)?;
-        let mut failures: Vec<NativeError> = Vec::new();
+        let stop = cancelled(&session);
+        let progress = |line: &str| session.state.reporter.log(Level::Info, line);
+        let finals = client
+            .wait_pipelines(&wanted, params, &progress, &stop)
+            .map_err(native_error)?;
+        let mut failures = Vec::new();
         let mut results = rhai::Array::new();
-        for ((project, _), pipeline) in wanted.iter().zip(&finals) {
-            if pipeline["status"] != "success" {
-                failures.push(pipeline_failure(&session, &client, project, pipeline));
+        for (wanted, pipeline) in wanted.iter().zip(finals) {
+            if pipeline.status != "success" {
+                failures.push(client.pipeline_failure(&wanted.project, &pipeline, &stop));
             }
-            results.push(Dynamic::from_map(pipeline_summary(project, pipeline)));
+            results.push(Dynamic::from_map(pipeline_map(&wanted.project, pipeline)));
         }
         match failures.len() {
             0 => Ok(results),
             1 => Err(native_error(failures.remove(0))),
-            count => {
-                let mut error = NativeError::new(format!(
-                    "gitlab: {count} of {} pipelines did not succeed",
-                    wanted.len()
-                ));
-                for failure in failures {
-                    let mut text = failure.message.clone();
-                    for cause in &failure.causes {
-                        text.push('\n');
-                        text.push_str(cause);
-                    }
-                    if let Some(hint) = &failure.hint {
-                        text.push_str(&format!("\n({hint})"));
-                    }
-                    error = error.caused_by(text);
-                }
-                Err(native_error(error.with_hint(
-                    "each failed pipeline is listed above with its URL",
-                )))
-            }
+            _ => Err(native_error(failures_error(failures, wanted.len()))),
         }
     }
 
@@ -1063,29 +658,11 @@ pub mod gitlab_functions {
         path: &str,
         reference: &str,
     ) -> NativeResult<Dynamic> {
-        use base64::Engine as _;
         let (session, client) = remote(&context, "gitlab_file")?;
-        let url = format!(
-            "projects/{}/repository/files/{}?ref={}",
-            encode(project),
-            encode(path),
-            encode(reference)
-        );
-        let Some(file) = client
-            .find(&url, &cancelled(&session))
-            .map_err(native_error)?
-        else {
-            return Ok(Dynamic::UNIT);
-        };
-        let content = file["content"].as_str().unwrap_or("");
-        let bytes = base64::engine::general_purpose::STANDARD
-            .decode(content)
-            .map_err(|error| {
-                native_error(NativeError::new(format!(
-                    "gitlab_file: {project}:{path} is not valid base64: {error}"
-                )))
-            })?;
-        Ok(String::from_utf8_lossy(&bytes).into_owned().into())
+        let content = client
+            .file(project, path, reference, &cancelled(&session))
+            .map_err(native_error)?;
+        Ok(optional(content))
     }
 
     /// Deletes a project if it exists: `#{changed}` (GitLab answers 202 and may finish later).
@@ -1098,13 +675,11 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         path: &str,
     ) -> NativeResult<rhai::Map> {
-        delete_if_present(
-            context,
-            "gitlab_delete_project",
-            "project",
-            &format!("projects/{}", encode(path)),
-            path,
-        )
+        let (session, client) = remote(&context, "gitlab_delete_project")?;
+        let outcome = client
+            .delete_project(path, mode(&session), &cancelled(&session))
+            .map_err(native_error)?;
+        Ok(changed_map(settle(&session, outcome).1))
     }
 
     /// Deletes a group (and its projects) if it exists: `#{changed}`.
@@ -1114,14 +689,18 @@ pub mod gitlab_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn gitlab_delete_group(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
-        delete_if_present(
-            context,
-            "gitlab_delete_group",
-            "group",
-            &format!("groups/{}", encode(path)),
-            path,
-        )
+        let (session, client) = remote(&context, "gitlab_delete_group")?;
+        let outcome = client
+            .delete_group(path, mode(&session), &cancelled(&session))
+            .map_err(native_error)?;
+        Ok(changed_map(settle(&session, outcome).1))
     }
+}
+
+fn changed_map(changed: bool) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("changed".into(), changed.into());
+    map
 }
 
 fn raw_write(
@@ -1148,32 +727,4 @@ fn raw_write(
         &format!("/api/v4/{}", path.trim_start_matches('/')),
     );
     Ok(from_json(answer.body))
-}
-
-fn delete_if_present(
-    context: NativeCallContext,
-    native: &str,
-    kind: &str,
-    api_path: &str,
-    path: &str,
-) -> NativeResult<rhai::Map> {
-    let (session, client) = remote(&context, native)?;
-    let stop = cancelled(&session);
-    let present = client
-        .find(api_path, &stop)
-        .map_err(native_error)?
-        .is_some();
-    if present {
-        if !session.state.check() {
-            client
-                .request(Method::Delete, api_path, None, None, &stop)
-                .map_err(native_error)?;
-        }
-        session
-            .state
-            .record_change("delete", &format!("{kind} {path}"));
-    }
-    let mut map = rhai::Map::new();
-    map.insert("changed".into(), present.into());
-    Ok(map)
 }

@@ -9,12 +9,11 @@ use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
-use crate::clients::fs::Confinement;
-use crate::clients::helm::{
-    self, ChartSource, DigestInput, Helm, InstallSpec, Release, TempValues,
-};
 use crate::engine::{Session, native_error, session};
 use crate::error::NativeError;
+use bprun_clients::error::ClientError;
+use bprun_clients::fs::Confinement;
+use bprun_clients::helm::{self, ChartSource, DigestInput, Helm, InstallSpec, Release, TempValues};
 
 fn client(session: &Session) -> Helm {
     let mut helm = Helm::new(
@@ -26,6 +25,16 @@ fn client(session: &Session) -> Helm {
         .or_else(|| std::env::var("BPRUN_KUBE_CONTEXT").ok())
         .filter(|context| !context.is_empty());
     helm
+}
+
+/// A helm client error headed by the native that ran helm (`helm_install: ...`).
+fn headed(native: &str, mut error: ClientError) -> NativeError {
+    error.message = format!("{native}: {}", error.message);
+    error.into()
+}
+
+fn from_helm(native: &'static str) -> impl Fn(ClientError) -> Box<EvalAltResult> {
+    move |error| native_error(headed(native, error))
 }
 
 fn error(message: String) -> Box<EvalAltResult> {
@@ -168,7 +177,9 @@ fn install_digest(
             Some(version) => (reference.clone(), version.to_string(), Vec::new()),
             // Without a pin, the digest follows the version the repository serves today.
             None => {
-                let (_, latest) = helm.show_chart(native, reference, None)?;
+                let (_, latest) = helm
+                    .show_chart(reference, None)
+                    .map_err(|e| headed(native, e))?;
                 (reference.clone(), latest, Vec::new())
             }
         },
@@ -186,7 +197,7 @@ fn load_versions(
 ) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), NativeError> {
     let files = Confinement::new(&session.state.root);
     let text = files.read_text(helm::VERSIONS_FILE)?;
-    helm::parse_versions(&text, helm::VERSIONS_FILE)
+    Ok(helm::parse_versions(&text, helm::VERSIONS_FILE)?)
 }
 
 fn install(
@@ -212,7 +223,7 @@ fn install(
     require_name(release, "release name", N)?;
     require_name(namespace, "namespace", N)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
     let version = option_str(options, "version", N)?;
     let wait = option_bool(options, "wait", N)?.unwrap_or(false);
     let create_namespace = option_bool(options, "create_namespace", N)?.unwrap_or(false);
@@ -229,7 +240,7 @@ fn install(
         values.as_ref(),
     )
     .map_err(native_error)?;
-    let current = helm.status(N, release, namespace).map_err(native_error)?;
+    let current = helm.status(release, namespace).map_err(from_helm(N))?;
     let reason = match &current {
         None => Some("not installed".to_string()),
         Some(found) if found.status != "deployed" => Some(format!("status {}", found.status)),
@@ -285,21 +296,18 @@ fn install(
         file_args.push(temp.path().display().to_string());
     }
     let installed = helm
-        .upgrade_install(
-            N,
-            &InstallSpec {
-                release: release.to_string(),
-                chart: chart_ref.arg.clone(),
-                namespace: namespace.to_string(),
-                version,
-                values_files: file_args,
-                wait,
-                timeout,
-                create_namespace,
-                digest,
-            },
-        )
-        .map_err(native_error)?;
+        .upgrade_install(&InstallSpec {
+            release: release.to_string(),
+            chart: chart_ref.arg.clone(),
+            namespace: namespace.to_string(),
+            version,
+            values_files: file_args,
+            wait,
+            timeout,
+            create_namespace,
+            digest,
+        })
+        .map_err(from_helm(N))?;
     drop(temp);
     session.state.record_change(action, &resource);
     result.insert("revision".into(), installed.revision.into());
@@ -324,15 +332,15 @@ fn uninstall(
     let mut result = rhai::Map::new();
     result.insert("release".into(), release.into());
     result.insert("namespace".into(), namespace.into());
-    let current = helm.status(N, release, namespace).map_err(native_error)?;
+    let current = helm.status(release, namespace).map_err(from_helm(N))?;
     let Some(found) = current else {
         result.insert("changed".into(), false.into());
         return Ok(result);
     };
     let resource = format!("helm release {namespace}/{release} ({})", found.chart);
     if !session.state.check() {
-        helm.uninstall(N, release, namespace, wait, timeout)
-            .map_err(native_error)?;
+        helm.uninstall(release, namespace, wait, timeout)
+            .map_err(from_helm(N))?;
     }
     session.state.record_change("uninstall", &resource);
     result.insert("changed".into(), true.into());
@@ -351,7 +359,7 @@ fn template(
     require_name(release, "release name", N)?;
     require_name(namespace, "namespace", N)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
     let version = option_str(options, "version", N)?;
     let mut file_args: Vec<String> = values_files(options, &files, N)?
         .into_iter()
@@ -368,21 +376,20 @@ fn template(
     }
     client(&session)
         .template(
-            N,
             release,
             &chart_ref.arg,
             namespace,
             version.as_deref(),
             &file_args,
         )
-        .map_err(native_error)
+        .map_err(from_helm(N))
 }
 
 fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> NativeResult<rhai::Map> {
     const N: &str = "helm_lint";
     reject_unknown(options, &["strict", "values_files"], N)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart, N).map_err(native_error)?;
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
     if matches!(chart_ref.source, ChartSource::Remote(_)) {
         return Err(native_error(
             NativeError::new(format!(
@@ -397,8 +404,8 @@ fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> NativeResult
         .map(|(shown, _)| shown)
         .collect();
     let report = client(&session)
-        .lint(N, &chart_ref.arg, strict, &file_args)
-        .map_err(native_error)?;
+        .lint(&chart_ref.arg, strict, &file_args)
+        .map_err(from_helm(N))?;
     let mut map = rhai::Map::new();
     map.insert("ok".into(), report.ok.into());
     map.insert(
@@ -481,7 +488,7 @@ pub mod helm_functions {
         require_name(release, "release name", N)?;
         require_name(namespace, "namespace", N)?;
         let helm = client(&session);
-        let Some(found) = helm.status(N, release, namespace).map_err(native_error)? else {
+        let Some(found) = helm.status(release, namespace).map_err(from_helm(N))? else {
             return Ok(Dynamic::UNIT);
         };
         let mut map = release_map(&found);
@@ -494,7 +501,7 @@ pub mod helm_functions {
                 .unwrap_or(Dynamic::UNIT),
         );
         let (name, version) = helm
-            .chart_of(N, release, namespace)
+            .chart_of(release, namespace)
             .map(|(name, version)| (Dynamic::from(name), Dynamic::from(version)))
             .unwrap_or((Dynamic::UNIT, Dynamic::UNIT));
         map.insert("chart_name".into(), name);
@@ -519,7 +526,7 @@ pub mod helm_functions {
             "" | "*" => None,
             namespace => Some(namespace),
         };
-        let releases = client(&session).list(N, scope).map_err(native_error)?;
+        let releases = client(&session).list(scope).map_err(from_helm(N))?;
         Ok(releases
             .iter()
             .map(|release| Dynamic::from(release_map(release)))
@@ -673,8 +680,8 @@ pub mod helm_functions {
         let resource = format!("chart {relative} from {}", pin.url);
         if !session.state.check() {
             client(&session)
-                .pull_to(N, pin, &target)
-                .map_err(native_error)?;
+                .pull_to(pin, &target)
+                .map_err(from_helm(N))?;
         }
         session.state.record_change("pull", &resource);
         result.insert("changed".into(), true.into());

@@ -9,12 +9,13 @@ use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
-use crate::clients::kube::{KubeClient, display};
-use crate::clients::kube_conditions::{self, Readiness};
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
-use crate::secret::Secret;
+use bprun_clients::error::ErrorKind;
+use bprun_clients::kube::{KubeClient, PatchKind, PatchOptions, Until, WaitSpec, display};
+use bprun_clients::kube_conditions::{self, Readiness};
+use bprun_clients::secret::Secret;
 
 /// The session's Kubernetes client, created on first use.
 pub(crate) fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> {
@@ -316,10 +317,26 @@ pub mod kube_functions {
         reject_unknown(&options, &["type"], "kube_patch")?;
         let patch_type =
             option_str(&options, "type", "kube_patch")?.unwrap_or_else(|| "merge".into());
+        let patch_kind = PatchKind::from_name(&patch_type).ok_or_else(|| {
+            native_error(
+                NativeError::new(format!("kube_patch: unknown patch type {patch_type}"))
+                    .with_hint(format!("type is one of {}", PatchKind::NAMES.join(", "))),
+            )
+        })?;
         let body = to_json(&patch, Secrets::Reveal).map_err(native_error)?;
+        let options = PatchOptions {
+            kind: patch_kind,
+            dry_run: session.state.check(),
+        };
         let (object, changed) = kube
-            .patch(kind, ns, name, &body, &patch_type, session.state.check())
-            .map_err(native_error)?;
+            .patch(kind, ns, name, &body, options)
+            .map_err(|mut error| {
+                // Invalid without an answer: the patch itself, refused before sending.
+                if error.kind == ErrorKind::Invalid && error.status.is_none() {
+                    error.hint = Some("a JSON patch is an array like [#{op: \"replace\", path: \"/spec/replicas\", value: 2}]".into());
+                }
+                native_error(error)
+            })?;
         if changed {
             session
                 .state
@@ -426,7 +443,16 @@ pub mod kube_functions {
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
         let (_, changed) = kube
-            .patch(kind, ns, name, &patch, "strategic", session.state.check())
+            .patch(
+                kind,
+                ns,
+                name,
+                &patch,
+                PatchOptions {
+                    kind: PatchKind::Strategic,
+                    dry_run: session.state.check(),
+                },
+            )
             .map_err(native_error)?;
         session
             .state
@@ -509,20 +535,23 @@ pub mod kube_functions {
                 condition.type_name()
             ))));
         };
+        let mut spec = WaitSpec {
+            kind,
+            namespace: ns,
+            target: name_or_selector,
+            until: if until_deleted {
+                Until::Deleted
+            } else {
+                Until::Condition(&*check)
+            },
+            timeout: limit,
+        };
         if session.state.check() {
             // Objects a dry run only planned never appear: look once, do not wait.
             let never = || false;
             let quiet = |_: &str| {};
-            return match kube.wait(
-                kind,
-                ns,
-                name_or_selector,
-                &*check,
-                until_deleted,
-                Duration::ZERO,
-                &quiet,
-                &never,
-            ) {
+            spec.timeout = Duration::ZERO;
+            return match kube.wait(&spec, &quiet, &never) {
                 Ok(objects) => Ok(objects
                     .into_iter()
                     .map(|object| object_value(object, secret_kind(kind)))
@@ -539,16 +568,7 @@ pub mod kube_functions {
         let progress = |line: &str| session.state.reporter.log(Level::Info, line);
         let cancelled = || session.state.is_cancelled();
         let objects = kube
-            .wait(
-                kind,
-                ns,
-                name_or_selector,
-                &*check,
-                until_deleted,
-                limit,
-                &progress,
-                &cancelled,
-            )
+            .wait(&spec, &progress, &cancelled)
             .map_err(native_error)?;
         Ok(objects
             .into_iter()
@@ -597,7 +617,7 @@ pub mod kube_functions {
         let shown_argv: Vec<String> = command
             .iter()
             .map(|arg| match arg.read_lock::<Secret>() {
-                Some(_) => crate::secret::REDACTED.to_string(),
+                Some(_) => bprun_clients::secret::REDACTED.to_string(),
                 None => arg.to_string(),
             })
             .collect();
@@ -638,7 +658,7 @@ pub mod kube_functions {
                     shown_argv.join(" "),
                     result.code
                 ))
-                .caused_by(crate::secret::scrub(result.stderr.trim())),
+                .caused_by(bprun_clients::secret::scrub(result.stderr.trim())),
             ));
         }
         let mut map = rhai::Map::new();

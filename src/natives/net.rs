@@ -2,10 +2,10 @@
 
 use rhai::plugin::*;
 
-use crate::clients::net;
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
+use bprun_clients::net;
 
 #[export_module]
 pub mod net_functions {

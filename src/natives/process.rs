@@ -3,12 +3,12 @@
 use rhai::plugin::*;
 use std::time::Duration;
 
-use crate::clients::fs::Confinement;
-use crate::clients::process::{ProcessSpec, run};
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
-use crate::secret::Secret;
+use bprun_clients::fs::Confinement;
+use bprun_clients::process::{ProcessSpec, run};
+use bprun_clients::secret::Secret;
 
 /// The default timeout of `run_command`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
@@ -17,7 +17,7 @@ fn text_arg(value: &Dynamic, what: &str) -> Result<(String, String), Box<EvalAlt
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok((
             secret.reveal().to_string(),
-            crate::secret::REDACTED.to_string(),
+            bprun_clients::secret::REDACTED.to_string(),
         ));
     }
     if value.is_string() || value.is_int() || value.is_float() || value.is_bool() {

@@ -5,7 +5,7 @@ use rhai::plugin::*;
 #[export_module]
 pub mod secret_functions {
     /// A secret value: a token, password or key.
-    pub type Secret = crate::secret::Secret;
+    pub type Secret = bprun_clients::secret::Secret;
     /// The error a bprun native raised; `e.message` and `e.hint` read it in a `catch`.
     pub type NativeError = crate::error::NativeError;
 
@@ -67,7 +67,7 @@ pub mod secret_functions {
     /// Always `***`.
     #[rhai_fn(global, name = "to_string", name = "to_debug", pure)]
     pub fn secret_to_string(_value: &mut Secret) -> String {
-        crate::secret::REDACTED.to_string()
+        bprun_clients::secret::REDACTED.to_string()
     }
 
     /// Secrets compare by value.
@@ -128,6 +128,30 @@ pub mod secret_functions {
             .hint
             .clone()
             .map(Dynamic::from)
+            .unwrap_or(Dynamic::UNIT)
+    }
+
+    /// What kind of failure a client reported (`"not-found"`, `"conflict"`, `"unauthorized"`,
+    /// `"forbidden"`, `"invalid"`, `"timeout"`, `"transport"`, ...), or `()`.
+    ///
+    /// ```rhai
+    /// try { read_text("no/such/file") } catch (e) { print(e.kind) }
+    /// ```
+    #[rhai_fn(get = "kind", pure)]
+    pub fn error_kind(error: &mut NativeError) -> Dynamic {
+        error.kind.map(|kind| kind.into()).unwrap_or(Dynamic::UNIT)
+    }
+
+    /// The remote's HTTP status (`404`), or `()` when there was no answer.
+    ///
+    /// ```rhai
+    /// try { read_text("no/such/file") } catch (e) { print(e.status) }
+    /// ```
+    #[rhai_fn(get = "status", pure)]
+    pub fn error_status(error: &mut NativeError) -> Dynamic {
+        error
+            .status
+            .map(|status| Dynamic::from(status as i64))
             .unwrap_or(Dynamic::UNIT)
     }
 

@@ -3,10 +3,10 @@
 use rhai::plugin::*;
 
 use super::options::{NativeResult, option_int, option_str, reject_unknown, remote_session};
-use crate::clients::fs::Confinement;
-use crate::clients::tls;
 use crate::engine::native_error;
 use crate::error::NativeError;
+use bprun_clients::fs::Confinement;
+use bprun_clients::tls;
 
 fn days(options: &rhai::Map, native: &str) -> NativeResult<u32> {
     let days = option_int(options, "days", native, 3650)?;

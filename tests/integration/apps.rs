@@ -116,7 +116,7 @@ fn the_rendering_code_holds_no_ci_yaml() {
         r#"(?m)(^|"|\\n)\s*(stages|script|include|extends|needs|image|variables):"#,
     )
     .expect("regex");
-    for file in ["src/clients/apps.rs", "src/natives/apps.rs"] {
+    for file in ["crates/clients/src/apps.rs", "src/natives/apps.rs"] {
         let source = repository_file(file);
         if let Some(found) = yaml_key.find(&source) {
             panic!(

@@ -2,6 +2,9 @@
 //! backoff and jitter for 429 (honouring `Retry-After` / `RateLimit-Reset`), 5xx and connection
 //! errors on GET/PUT/DELETE; a POST is never blindly retried: after an ambiguous failure the
 //! caller's read-back decides whether it happened. Pagination and URL-encoding live here too.
+//!
+//! The domain sits in one file per resource (groups, projects, variables, files, pipelines):
+//! typed operations that read, compare and write only what differs, returning what changed.
 
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -10,8 +13,22 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::NativeError;
+use crate::error::{ClientError, ErrorKind};
 use crate::secret::Secret;
+
+mod files;
+mod groups;
+pub mod outcome;
+pub mod pipelines;
+mod projects;
+pub mod rules;
+mod variables;
+
+pub use groups::{Group, GroupSpec};
+pub use outcome::{Change, Mode, Outcome};
+pub use pipelines::{Pipeline, PipelineRef, Started, WaitParams};
+pub use projects::{Project, ProjectSpec};
+pub use variables::{Variable, VariableCounts};
 
 /// The timeout of every request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -48,14 +65,14 @@ pub struct GitlabSettings {
 impl GitlabSettings {
     /// `GITLAB_URL` (or `CI_SERVER_URL`), `GITLAB_TOKEN`, `GITLAB_CACERT` (else the platform CA
     /// `infra/tls/wildcard/ca.pem` when it exists).
-    pub fn from_env(root: &std::path::Path) -> Result<GitlabSettings, NativeError> {
+    pub fn from_env(root: &std::path::Path) -> Result<GitlabSettings, ClientError> {
         let var = |names: &[&str]| {
             names
                 .iter()
                 .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()))
         };
         let url = var(&["GITLAB_URL", "CI_SERVER_URL"]).ok_or_else(|| {
-            NativeError::new("GitLab's address is not set").with_hint("set GITLAB_URL, e.g. https://gitlab.local.example.net (or run against `bprun sim gitlab`)")
+            ClientError::new("GitLab's address is not set").with_hint("set GITLAB_URL, e.g. https://gitlab.local.example.net (or run against `bprun sim gitlab`)")
         })?;
         let platform_ca = root.join("infra/tls/wildcard/ca.pem");
         Ok(GitlabSettings {
@@ -181,20 +198,20 @@ pub struct GitlabClient {
 }
 
 impl GitlabClient {
-    pub fn new(settings: GitlabSettings) -> Result<GitlabClient, NativeError> {
+    pub fn new(settings: GitlabSettings) -> Result<GitlabClient, ClientError> {
         let mut builder = super::runtime::http_client_builder()
             .timeout(settings.timeout)
             .connect_timeout(Duration::from_secs(10));
         if let Some(ca) = &settings.ca_file {
             let pem = std::fs::read(ca).map_err(|error| {
-                NativeError::new(format!(
+                ClientError::new(format!(
                     "cannot read the GitLab CA file {}: {error}",
                     ca.display()
                 ))
                 .with_hint("GITLAB_CACERT must name a PEM file")
             })?;
             let certificate = reqwest::Certificate::from_pem(&pem).map_err(|error| {
-                NativeError::new(format!(
+                ClientError::new(format!(
                     "the GitLab CA file {} is not a PEM certificate: {error}",
                     ca.display()
                 ))
@@ -202,7 +219,7 @@ impl GitlabClient {
             builder = builder.add_root_certificate(certificate);
         }
         let http = builder.build().map_err(|error| {
-            NativeError::new(format!("cannot build the GitLab HTTP client: {error}"))
+            ClientError::new(format!("cannot build the GitLab HTTP client: {error}"))
         })?;
         let token = settings.token.clone();
         Ok(GitlabClient {
@@ -325,7 +342,7 @@ impl GitlabClient {
         path: &str,
         status: Option<u16>,
         message: &str,
-    ) -> NativeError {
+    ) -> ClientError {
         let shown = format!("/{}", path.trim_start_matches('/'));
         let headline = match status {
             Some(status) => format!("gitlab: {} {shown} -> {status}: {message}", method.name()),
@@ -347,7 +364,11 @@ impl GitlabClient {
             },
             None => format!("check that GitLab answers at {}", self.settings.url),
         };
-        NativeError::new(headline)
+        let error = match status {
+            Some(status) => ClientError::new(headline).with_status(status),
+            None => ClientError::new(headline).with_kind(ErrorKind::Transport),
+        };
+        error
             .with_hint(hint)
             .caused_by(format!("at {}", self.api_url(path)))
     }
@@ -359,19 +380,20 @@ impl GitlabClient {
         method: Method,
         path: &str,
         body: Option<&Value>,
-        read_back: Option<&dyn Fn() -> Result<Option<Value>, NativeError>>,
+        read_back: Option<&dyn Fn() -> Result<Option<Value>, ClientError>>,
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<Answer, NativeError> {
+    ) -> Result<Answer, ClientError> {
         let url = self.api_url(path);
         let idempotent = method != Method::Post;
         let mut last = String::new();
         let mut last_status = None;
         for attempt in 0..MAX_ATTEMPTS {
             if cancelled() {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "gitlab: {} /{path}: interrupted",
                     method.name()
-                )));
+                ))
+                .with_kind(ErrorKind::Interrupted));
             }
             let wait = match self.attempt(method, &url, body) {
                 Attempt::Done(answer) => return Ok(answer),
@@ -450,8 +472,8 @@ impl GitlabClient {
 
     fn read_back(
         &self,
-        read_back: Option<&dyn Fn() -> Result<Option<Value>, NativeError>>,
-    ) -> Result<Option<Answer>, NativeError> {
+        read_back: Option<&dyn Fn() -> Result<Option<Value>, ClientError>>,
+    ) -> Result<Option<Answer>, ClientError> {
         match read_back {
             Some(check) => Ok(check()?.map(|body| Answer {
                 status: 201,
@@ -462,7 +484,7 @@ impl GitlabClient {
         }
     }
 
-    pub fn get(&self, path: &str, cancelled: &dyn Fn() -> bool) -> Result<Value, NativeError> {
+    pub fn get(&self, path: &str, cancelled: &dyn Fn() -> bool) -> Result<Value, ClientError> {
         self.request(Method::Get, path, None, None, cancelled)
             .map(|answer| answer.body)
     }
@@ -472,10 +494,10 @@ impl GitlabClient {
         &self,
         path: &str,
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<Option<Value>, NativeError> {
+    ) -> Result<Option<Value>, ClientError> {
         match self.request(Method::Get, path, None, None, cancelled) {
             Ok(answer) => Ok(Some(answer.body)),
-            Err(error) if error.message.contains(" -> 404: ") => Ok(None),
+            Err(error) if error.is_not_found() => Ok(None),
             Err(error) => Err(error),
         }
     }
@@ -485,7 +507,7 @@ impl GitlabClient {
         &self,
         path: &str,
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<Vec<Value>, NativeError> {
+    ) -> Result<Vec<Value>, ClientError> {
         let separator = if path.contains('?') { '&' } else { '?' };
         let mut next = Some(format!("{path}{separator}per_page=100"));
         let mut items = Vec::new();
@@ -497,7 +519,7 @@ impl GitlabClient {
             match answer.body {
                 Value::Array(page) => items.extend(page),
                 other => {
-                    return Err(NativeError::new(format!(
+                    return Err(ClientError::new(format!(
                         "gitlab: GET /{current} did not return a list: {}",
                         other.to_string().chars().take(200).collect::<String>()
                     )));
@@ -506,7 +528,7 @@ impl GitlabClient {
             next = answer.next_page;
         }
         Err(
-            NativeError::new(format!("gitlab: GET /{path}: more than {MAX_PAGES} pages"))
+            ClientError::new(format!("gitlab: GET /{path}: more than {MAX_PAGES} pages"))
                 .with_hint("narrow the query"),
         )
     }

@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use std::path::Path;
 
-use crate::error::NativeError;
+use crate::error::ClientError;
 
 /// The first entry: the others include its CI templates cross-project.
 pub const SHARED_CODE: &str = "shared-code";
@@ -54,10 +54,10 @@ fn entry_lines(text: &str) -> Vec<usize> {
 }
 
 /// Loads and validates the manifest. `shown` names the file in errors.
-pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeError> {
+pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, ClientError> {
     let apps: Vec<AppSpec> = serde_norway::from_str(text).map_err(|error| {
         let at = error.location().map(|l| format!("{shown}:{}:{}", l.line(), l.column())).unwrap_or_else(|| shown.to_string());
-        NativeError::new(format!("{at}: {}", yaml_message(&error))).with_hint(
+        ClientError::new(format!("{at}: {}", yaml_message(&error))).with_hint(
             "each entry needs name, src_path, chart_path, build_image, helm_release, helm_namespace and registry_image; \
              has_unit_tests, dockerfile_path, redis_host and redis_tag are optional",
         )
@@ -66,7 +66,7 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeErro
     let at = |index: usize| format!("{shown}:{}:1", lines.get(index).copied().unwrap_or(1));
     if apps.is_empty() {
         return Err(
-            NativeError::new(format!("{shown}: the manifest lists no apps"))
+            ClientError::new(format!("{shown}: the manifest lists no apps"))
                 .with_hint("list shared-code first, then the apps that include it"),
         );
     }
@@ -75,7 +75,7 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeErro
             .iter()
             .position(|other| other.name == app.name)
         {
-            return Err(NativeError::new(format!(
+            return Err(ClientError::new(format!(
                 "{}: app `{}` is listed twice (first at {})",
                 at(index),
                 app.name,
@@ -89,7 +89,7 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeErro
                 .chars()
                 .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
         if !valid {
-            return Err(NativeError::new(format!(
+            return Err(ClientError::new(format!(
                 "{}: app name `{}` is not a valid project path",
                 at(index),
                 app.name
@@ -103,7 +103,7 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeErro
             Some(index) => format!("it is at {}", at(index)),
             None => "it is missing".to_string(),
         };
-        return Err(NativeError::new(format!("{}: `{SHARED_CODE}` must be the first app ({detail})", at(0))).with_hint(
+        return Err(ClientError::new(format!("{}: `{SHARED_CODE}` must be the first app ({detail})", at(0))).with_hint(
             "the other projects include shared-code's CI templates cross-project, so it must exist before their pipelines run",
         ));
     }
@@ -111,13 +111,13 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, NativeErro
 }
 
 /// The apps whose name is `wanted`, or all of them; an unknown name lists the valid ones.
-pub fn filter_apps(apps: Vec<AppSpec>, wanted: Option<&str>) -> Result<Vec<AppSpec>, NativeError> {
+pub fn filter_apps(apps: Vec<AppSpec>, wanted: Option<&str>) -> Result<Vec<AppSpec>, ClientError> {
     let Some(wanted) = wanted else {
         return Ok(apps);
     };
     if !apps.iter().any(|app| app.name == wanted) {
         let names: Vec<&str> = apps.iter().map(|app| app.name.as_str()).collect();
-        return Err(NativeError::new(format!("unknown app `{wanted}`"))
+        return Err(ClientError::new(format!("unknown app `{wanted}`"))
             .with_hint(format!("valid apps: {}", names.join(", "))));
     }
     Ok(apps.into_iter().filter(|app| app.name == wanted).collect())
@@ -162,11 +162,11 @@ pub fn render_ci(
     app: &AppSpec,
     templates_dir: &Path,
     shown_dir: &str,
-) -> Result<String, NativeError> {
+) -> Result<String, ClientError> {
     let file = template_for(app);
     let shown = format!("{shown_dir}/{file}");
     let text = std::fs::read_to_string(templates_dir.join(file)).map_err(|error| {
-        NativeError::new(format!("cannot read the CI template {shown}: {error}"))
+        ClientError::new(format!("cannot read the CI template {shown}: {error}"))
             .with_hint("templates/ci/ holds one template per kind of app")
     })?;
     let rendered = if file.ends_with(".tpl") {
@@ -186,7 +186,7 @@ pub fn render_ci(
             .location()
             .map(|l| format!(" at line {}, column {}", l.line(), l.column()))
             .unwrap_or_default();
-        NativeError::new(format!(
+        ClientError::new(format!(
             "the CI file rendered from {shown} for {} is not valid YAML{at}: {error}",
             app.name
         ))
@@ -195,7 +195,7 @@ pub fn render_ci(
     Ok(rendered)
 }
 
-fn template_error(shown: &str, error: &tinytemplate::error::Error) -> NativeError {
+fn template_error(shown: &str, error: &tinytemplate::error::Error) -> ClientError {
     use tinytemplate::error::Error as T;
     match error {
         T::RenderError { msg, line, column } | T::ParseError { msg, line, column } => {
@@ -208,10 +208,10 @@ fn template_error(shown: &str, error: &tinytemplate::error::Error) -> NativeErro
                 }
                 None => msg.clone(),
             };
-            NativeError::new(format!("{shown}:{line}:{column}: {msg}"))
+            ClientError::new(format!("{shown}:{line}:{column}: {msg}"))
                 .with_hint("placeholders: name, build, tests, release, namespace, chart_path, registry_image, dockerfile_path, redis_host, redis_tag; write \\{ for a literal brace")
         }
-        other => NativeError::new(format!("{shown}: {other}")),
+        other => ClientError::new(format!("{shown}: {other}")),
     }
 }
 

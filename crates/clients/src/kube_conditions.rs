@@ -887,7 +887,7 @@ mod tests {
     macro_rules! fixture {
         ($name:literal) => {
             fixture(include_str!(concat!(
-                "../../tests/fixtures/kube/conditions/",
+                "../fixtures/conditions/",
                 $name,
                 ".yaml"
             )))

@@ -29,7 +29,7 @@ pub fn load_or_mint(file: &std::path::Path) -> Result<ServingTls, String> {
     }
     let identity = mint_identity()?;
     let text = serde_json::to_string(&identity).map_err(|e| e.to_string())?;
-    crate::clients::fs::write_private(file, text.as_bytes())
+    bprun_clients::fs::write_private(file, text.as_bytes())
         .map_err(|error| format!("cannot write {}: {error}", file.display()))?;
     serve(identity)
 }
@@ -39,7 +39,7 @@ pub fn mint() -> Result<ServingTls, String> {
 }
 
 fn serve(identity: Identity) -> Result<ServingTls, String> {
-    crate::clients::runtime::install_tls_provider();
+    bprun_clients::runtime::install_tls_provider();
     let chain = vec![rustls::pki_types::CertificateDer::from(x509_der(
         &identity.cert_pem,
     )?)];

@@ -11,6 +11,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use bprun_clients::digest::sha256_hex;
+use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
+
 use super::ci;
 use super::http::{Accounting, Faults, Handler, SimRequest, SimResponse, decode};
 
@@ -140,11 +143,7 @@ pub struct GitlabSim {
 
 /// How the simulator keeps tokens: their sha256 digest.
 fn token_digest(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    sha256_hex(token)
 }
 
 fn now_ms() -> u64 {
@@ -176,13 +175,7 @@ fn field_errors(errors: Value) -> SimResponse {
 }
 
 fn sha_of(text: &str) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(text.as_bytes());
-    digest
-        .iter()
-        .take(20)
-        .map(|byte| format!("{byte:02x}"))
-        .collect()
+    sha256_hex(text)[..40].to_string()
 }
 
 fn string_field(body: &Value, key: &str) -> Option<String> {
@@ -204,21 +197,6 @@ fn bool_field(body: &Value, key: &str) -> Option<bool> {
 
 fn valid_visibility(visibility: &str) -> bool {
     matches!(visibility, "private" | "internal" | "public")
-}
-
-/// GitLab's rule for masked values: one line, at least 8 characters, Base64 alphabet plus `@:.~`.
-pub fn maskable(value: &str) -> bool {
-    value.chars().count() >= 8
-        && value.chars().all(|c| {
-            c.is_ascii_alphanumeric()
-                || matches!(c, '+' | '/' | '=' | '@' | ':' | '.' | '~' | '-' | '_')
-        })
-}
-
-fn valid_key(key: &str) -> bool {
-    !key.is_empty()
-        && key.len() <= 255
-        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 impl GitlabSim {
@@ -1149,7 +1127,7 @@ impl GitlabSim {
                     &json!({
                         "file_name": file_path.rsplit('/').next().unwrap_or(&file_path), "file_path": file_path, "size": content.len(),
                         "encoding": "base64", "content": base64::engine::general_purpose::STANDARD.encode(&content),
-                        "content_sha256": crate::natives::codec::codec_functions::sha256(Dynamic::from(content.clone())).unwrap_or_default(),
+                        "content_sha256": sha256_hex(&content),
                         "ref": reference, "blob_id": sha_of(&content), "commit_id": commit, "last_commit_id": commit,
                     }),
                 )
@@ -1422,8 +1400,6 @@ impl GitlabSim {
     }
 }
 
-use rhai::Dynamic;
-
 impl Handler for GitlabSim {
     fn handle(&self, request: SimRequest) -> SimResponse {
         let api = request.path.starts_with("/api/v4");
@@ -1485,7 +1461,7 @@ pub fn run(config: Config) -> Result<(), String> {
     let token = config.tokens[0].clone();
     let sim = Arc::new(GitlabSim::new(config)?);
     let temporary_repos = sim.temporary_repos.clone();
-    let runtime = crate::clients::runtime::runtime();
+    let runtime = bprun_clients::runtime::runtime();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(address)
             .await

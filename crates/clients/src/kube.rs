@@ -4,7 +4,7 @@
 //! explicit timeouts, exec and port-forward over WebSockets. Plain Rust: no rhai here.
 
 use super::kube_conditions::{self, Readiness};
-use crate::error::NativeError;
+use crate::error::{ClientError, ErrorKind};
 use kube::api::{Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
@@ -79,7 +79,7 @@ fn transient(error: &kube::Error) -> bool {
     }
 }
 
-fn api_error(what: &str, error: &kube::Error) -> NativeError {
+fn api_error(what: &str, error: &kube::Error) -> ClientError {
     let hint = match status_code(error) {
         Some(401) => "the cluster refused the credentials: check KUBECONFIG and its user",
         Some(403) => "the kubeconfig's user may not do this: check its RBAC",
@@ -89,7 +89,11 @@ fn api_error(what: &str, error: &kube::Error) -> NativeError {
         Some(_) => "the API server refused the request",
         None => "is the cluster reachable? check KUBECONFIG and that the API server is up",
     };
-    NativeError::new(format!("{what}: {}", describe_error(error))).with_hint(hint)
+    let error_out = ClientError::new(format!("{what}: {}", describe_error(error))).with_hint(hint);
+    match status_code(error) {
+        Some(status) => error_out.with_status(status),
+        None => error_out.with_kind(ErrorKind::Transport),
+    }
 }
 
 /// Runs `call` up to [`ATTEMPTS`] times while it fails transiently (backoff 0.2, 0.4, 0.8 s).
@@ -121,6 +125,56 @@ fn name_of(object: &Value) -> String {
         .to_string()
 }
 
+/// How a patch merges into the live object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PatchKind {
+    /// RFC 7386 JSON merge patch.
+    Merge,
+    /// Kubernetes strategic merge patch (lists merged by their keys).
+    Strategic,
+    /// RFC 6902 JSON patch (a list of operations).
+    Json,
+}
+
+impl PatchKind {
+    pub const NAMES: [&'static str; 3] = ["merge", "strategic", "json"];
+
+    pub fn from_name(name: &str) -> Option<PatchKind> {
+        match name {
+            "merge" => Some(PatchKind::Merge),
+            "strategic" => Some(PatchKind::Strategic),
+            "json" => Some(PatchKind::Json),
+            _ => None,
+        }
+    }
+}
+
+/// How `patch` runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PatchOptions {
+    pub kind: PatchKind,
+    /// The server checks and answers, and stores nothing.
+    pub dry_run: bool,
+}
+
+/// What `wait` waits for.
+pub enum Until<'a> {
+    /// Every object meets the condition.
+    Condition(&'a dyn Fn(&Value) -> Readiness),
+    /// No object is left.
+    Deleted,
+}
+
+/// The objects `wait` watches and how long it may take.
+pub struct WaitSpec<'a> {
+    pub kind: &'a str,
+    pub namespace: &'a str,
+    /// A name, or a label selector (it has `=` in it and must match at least one object).
+    pub target: &'a str,
+    pub until: Until<'a>,
+    pub timeout: Duration,
+}
+
 /// `kind/name in namespace` for messages.
 pub fn display(kind: &str, namespace: &str, name: &str) -> String {
     if namespace.is_empty() {
@@ -132,7 +186,7 @@ pub fn display(kind: &str, namespace: &str, name: &str) -> String {
 
 impl KubeClient {
     /// Connects with KUBECONFIG (or in-cluster config), or a named `context` of the kubeconfig.
-    pub fn connect(context: Option<&str>) -> Result<KubeClient, NativeError> {
+    pub fn connect(context: Option<&str>) -> Result<KubeClient, ClientError> {
         super::runtime::install_tls_provider();
         block_on(async {
             let config = match context {
@@ -142,14 +196,14 @@ impl KubeClient {
                 })
                 .await
                 .map_err(|error| {
-                    NativeError::new(format!(
+                    ClientError::new(format!(
                         "kubeconfig context {name}: {}",
                         super::error_chain(&error)
                     ))
                     .with_hint("list contexts with `kubectl config get-contexts`")
                 })?,
                 None => kube::Config::infer().await.map_err(|error| {
-                    NativeError::new(format!(
+                    ClientError::new(format!(
                         "no Kubernetes configuration: {}",
                         super::error_chain(&error)
                     ))
@@ -163,7 +217,7 @@ impl KubeClient {
             let server = config.cluster_url.to_string();
             let default_namespace = config.default_namespace.clone();
             let client = kube::Client::try_from(config).map_err(|error| {
-                NativeError::new(format!(
+                ClientError::new(format!(
                     "Kubernetes client for {server}: {}",
                     super::error_chain(&error)
                 ))
@@ -182,7 +236,7 @@ impl KubeClient {
         })
     }
 
-    async fn discover(&self) -> Result<Discovery, NativeError> {
+    async fn discover(&self) -> Result<Discovery, ClientError> {
         retry(|| Discovery::new(self.client.clone()).run())
             .await
             .map_err(|error| api_error(&format!("discovery on {}", self.server), &error))
@@ -190,7 +244,7 @@ impl KubeClient {
 
     /// Resolves a kind as scripts write it: `Deployment`, `deployment`, `deployments`,
     /// `deployments.apps`, or `apps/v1/Deployment`; re-discovers once when it is unknown.
-    pub fn resolve(&self, kind: &str) -> Result<(ApiResource, ApiCapabilities), NativeError> {
+    pub fn resolve(&self, kind: &str) -> Result<(ApiResource, ApiCapabilities), ClientError> {
         block_on(self.resolve_async(kind, None))
     }
 
@@ -198,7 +252,7 @@ impl KubeClient {
         &self,
         kind: &str,
         api_version: Option<&str>,
-    ) -> Result<(ApiResource, ApiCapabilities), NativeError> {
+    ) -> Result<(ApiResource, ApiCapabilities), ClientError> {
         for attempt in 0..2 {
             let cached = self
                 .discovery
@@ -219,7 +273,7 @@ impl KubeClient {
             Some(version) => format!("{version} {kind}"),
             None => kind.to_string(),
         };
-        Err(NativeError::new(format!("unknown kind {wanted} on {}", self.server)).with_hint(
+        Err(ClientError::new(format!("unknown kind {wanted} on {}", self.server)).with_hint(
             "the API server does not serve it: is its CRD installed? (`kubectl api-resources` lists kinds)",
         ))
     }
@@ -254,7 +308,7 @@ impl KubeClient {
     /// Server-side applies each object (field manager `bprun`, forced); `dry_run` asks the
     /// server what would change without changing it. Objects whose kind a CRD earlier in the
     /// same batch defines wait (up to 30 s) for it to be served.
-    pub fn apply(&self, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>, NativeError> {
+    pub fn apply(&self, objects: &[Value], dry_run: bool) -> Result<Vec<Applied>, ClientError> {
         block_on(async {
             let mut outcomes = Vec::new();
             'objects: for object in objects {
@@ -262,7 +316,7 @@ impl KubeClient {
                 let api_version = object["apiVersion"].as_str().unwrap_or_default();
                 let name = name_of(object);
                 if kind.is_empty() || api_version.is_empty() || name.is_empty() {
-                    return Err(NativeError::new(format!(
+                    return Err(ClientError::new(format!(
                         "kube_apply: every object needs apiVersion, kind and metadata.name (got {})",
                         display(
                             if kind.is_empty() { "?" } else { kind },
@@ -381,7 +435,7 @@ impl KubeClient {
         kind: &str,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<Value>, NativeError> {
+    ) -> Result<Option<Value>, ClientError> {
         block_on(async {
             let (resource, caps) = self.resolve_async(kind, None).await?;
             let api = self.api(&resource, &caps, namespace);
@@ -403,7 +457,7 @@ impl KubeClient {
         namespace: &str,
         labels: &str,
         fields: &str,
-    ) -> Result<Vec<Value>, NativeError> {
+    ) -> Result<Vec<Value>, ClientError> {
         block_on(async {
             let (resource, caps) = self.resolve_async(kind, None).await?;
             let api = self.list_api(&resource, &caps, namespace);
@@ -442,7 +496,7 @@ impl KubeClient {
         dry_run: bool,
         wait: Option<Duration>,
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<bool, NativeError> {
+    ) -> Result<bool, ClientError> {
         let shown = display(kind, namespace, name);
         block_on(async {
             let (resource, caps) = self.resolve_async(kind, None).await?;
@@ -465,7 +519,7 @@ impl KubeClient {
                 let deadline = Instant::now() + timeout;
                 loop {
                     if cancelled() {
-                        return Err(NativeError::new(format!(
+                        return Err(ClientError::new(format!(
                             "kube_delete {shown}: interrupted"
                         )));
                     }
@@ -476,7 +530,7 @@ impl KubeClient {
                         break;
                     }
                     if Instant::now() >= deadline {
-                        return Err(NativeError::new(format!(
+                        return Err(ClientError::new(format!(
                             "kube_delete {shown}: still present after {}s",
                             timeout.as_secs()
                         ))
@@ -496,9 +550,8 @@ impl KubeClient {
         namespace: &str,
         name: &str,
         patch: &Value,
-        patch_type: &str,
-        dry_run: bool,
-    ) -> Result<(Value, bool), NativeError> {
+        options: PatchOptions,
+    ) -> Result<(Value, bool), ClientError> {
         let shown = display(kind, namespace, name);
         block_on(async {
             let (resource, caps) = self.resolve_async(kind, None).await?;
@@ -507,28 +560,25 @@ impl KubeClient {
                 .await
                 .map_err(|error| api_error(&format!("kube_patch {shown}"), &error))?
                 .ok_or_else(|| {
-                    NativeError::new(format!("kube_patch {shown}: not found"))
+                    ClientError::new(format!("kube_patch {shown}: not found"))
                         .with_hint("kube_patch changes existing objects; kube_apply creates them")
                 })?;
             let mut params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
             };
-            params.dry_run = dry_run;
-            let result = match patch_type {
-                "merge" => api.patch(name, &params, &Patch::Merge(patch)).await,
-                "strategic" => api.patch(name, &params, &Patch::Strategic(patch)).await,
-                "json" => {
+            params.dry_run = options.dry_run;
+            let result = match options.kind {
+                PatchKind::Merge => api.patch(name, &params, &Patch::Merge(patch)).await,
+                PatchKind::Strategic => api.patch(name, &params, &Patch::Strategic(patch)).await,
+                PatchKind::Json => {
                     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
                         .map_err(|error| {
-                            NativeError::new(format!("kube_patch {shown}: not a JSON patch: {error}"))
-                                .with_hint("a JSON patch is an array like [#{op: \"replace\", path: \"/spec/replicas\", value: 2}]")
+                            ClientError::new(format!("kube_patch {shown}: not a JSON patch: {error}"))
+                                .with_kind(ErrorKind::Invalid)
+                                .with_hint("a JSON patch is an array of operations like {\"op\": \"replace\", \"path\": \"/spec/replicas\", \"value\": 2}")
                         })?;
                     api.patch(name, &params, &Patch::<Value>::Json(operations)).await
-                }
-                other => {
-                    return Err(NativeError::new(format!("kube_patch: unknown patch type {other}"))
-                        .with_hint("type is one of merge, strategic, json"));
                 }
             }
             .map_err(|error| api_error(&format!("kube_patch {shown}"), &error))?;
@@ -544,7 +594,7 @@ impl KubeClient {
         name: &str,
         data: &std::collections::BTreeMap<String, String>,
         dry_run: bool,
-    ) -> Result<bool, NativeError> {
+    ) -> Result<bool, ClientError> {
         use base64::Engine;
         let shown = display("Secret", namespace, name);
         let encoded: serde_json::Map<String, Value> = data
@@ -571,7 +621,7 @@ impl KubeClient {
             let (resource, caps) = self.resolve_async("Secret", Some("v1")).await?;
             let api = self.api(&resource, &caps, namespace);
             let object: DynamicObject = serde_json::from_value(object.clone())
-                .map_err(|error| NativeError::new(format!("{shown}: {error}")))?;
+                .map_err(|error| ClientError::new(format!("{shown}: {error}")))?;
             // Always server-side apply as `bprun`: bprun then owns every key, so a key the
             // script stops writing is removed (a POST would leave it to another manager).
             let result = api
@@ -587,20 +637,26 @@ impl KubeClient {
         })
     }
 
-    /// Waits until every object that `name_or_selector` names meets `condition` (a selector has
-    /// `=` in it, and must match at least one object). Fails fast on terminal states.
-    #[allow(clippy::too_many_arguments)]
+    /// Waits until every object the spec names meets its condition, or is gone. Fails fast on
+    /// terminal states; a timeout names every unready object with its conditions and events.
     pub fn wait(
         &self,
-        kind: &str,
-        namespace: &str,
-        name_or_selector: &str,
-        condition: &dyn Fn(&Value) -> Readiness,
-        until_deleted: bool,
-        timeout: Duration,
+        spec: &WaitSpec,
         progress: &dyn Fn(&str),
         cancelled: &dyn Fn() -> bool,
-    ) -> Result<Vec<Value>, NativeError> {
+    ) -> Result<Vec<Value>, ClientError> {
+        let WaitSpec {
+            kind,
+            namespace,
+            target: name_or_selector,
+            timeout,
+            ..
+        } = *spec;
+        let until_deleted = matches!(spec.until, Until::Deleted);
+        let condition: &dyn Fn(&Value) -> Readiness = match spec.until {
+            Until::Condition(condition) => condition,
+            Until::Deleted => &|_| Readiness::Ready,
+        };
         let selector = name_or_selector.contains('=');
         let what = if selector {
             format!(
@@ -619,7 +675,8 @@ impl KubeClient {
         let mut last_report = started;
         loop {
             if cancelled() {
-                return Err(NativeError::new(format!("kube_wait {what}: interrupted")));
+                return Err(ClientError::new(format!("kube_wait {what}: interrupted"))
+                    .with_kind(ErrorKind::Interrupted));
             }
             let objects = if selector {
                 self.list(kind, namespace, name_or_selector, "")?
@@ -669,12 +726,13 @@ impl KubeClient {
             }
             let now = Instant::now();
             if now >= deadline {
-                let mut error = NativeError::new(format!(
+                let mut error = ClientError::new(format!(
                     "kube_wait {what}: not ready after {}s",
                     timeout.as_secs()
                 ))
+                .with_kind(ErrorKind::Timeout)
                 .with_hint(
-                    "raise #{timeout: ...} if it is only slow; the causes show each unready object",
+                    "raise the timeout if it is only slow; the causes show each unready object",
                 );
                 for object in &objects {
                     error = error.caused_by(kube_conditions::describe(object));
@@ -701,8 +759,8 @@ impl KubeClient {
         }
     }
 
-    fn wait_failure(&self, what: &str, object: &Value, why: &str, namespace: &str) -> NativeError {
-        let mut error = NativeError::new(format!("kube_wait {what}: {why}")).with_hint(
+    fn wait_failure(&self, what: &str, object: &Value, why: &str, namespace: &str) -> ClientError {
+        let mut error = ClientError::new(format!("kube_wait {what}: {why}")).with_hint(
             "this state does not resolve by waiting: fix the image, command or configuration",
         );
         error = error.caused_by(kube_conditions::describe(object));
@@ -764,7 +822,7 @@ impl KubeClient {
     }
 
     /// A running pod by name, `pod/NAME`, or label selector (`app=toolbox`).
-    pub fn pick_pod(&self, namespace: &str, target: &str) -> Result<Value, NativeError> {
+    pub fn pick_pod(&self, namespace: &str, target: &str) -> Result<Value, ClientError> {
         let target = target.strip_prefix("pod/").unwrap_or(target);
         if target.contains('=') {
             let pods = self.list("pods", namespace, target, "")?;
@@ -775,14 +833,12 @@ impl KubeClient {
                         && pod["metadata"]["deletionTimestamp"].is_null()
                 })
                 .ok_or_else(|| {
-                    NativeError::new(format!("no running pod matches {target} in {namespace}"))
-                        .with_hint(
-                            "check the selector with kube_list(\"pods\", ns, #{labels: ...})",
-                        )
+                    ClientError::new(format!("no running pod matches {target} in {namespace}"))
+                        .with_hint("list the pods with that label selector to check it")
                 });
         }
         self.get("pods", namespace, target)?
-            .ok_or_else(|| NativeError::new(format!("pod {target} not found in {namespace}")))
+            .ok_or_else(|| ClientError::new(format!("pod {target} not found in {namespace}")))
     }
 
     /// Runs `command` in a pod (WebSocket exec); a non-zero exit is a result, not an error.
@@ -794,7 +850,7 @@ impl KubeClient {
         container: Option<&str>,
         stdin: Option<&[u8]>,
         timeout: Duration,
-    ) -> Result<ExecResult, NativeError> {
+    ) -> Result<ExecResult, ClientError> {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let pod = self.pick_pod(namespace, target)?;
         let pod_name = name_of(&pod);
@@ -815,7 +871,7 @@ impl KubeClient {
                 .map_err(|error| api_error(&shown, &error))?;
             if let (Some(bytes), Some(mut writer)) = (stdin, process.stdin()) {
                 writer.write_all(bytes).await.map_err(|error| {
-                    NativeError::new(format!("{shown}: writing stdin: {error}"))
+                    ClientError::new(format!("{shown}: writing stdin: {error}"))
                 })?;
                 let _ = writer.shutdown().await;
                 drop(writer);
@@ -855,7 +911,7 @@ impl KubeClient {
                     .and_then(|code| code.parse().ok())
                     .unwrap_or(1),
                 None => {
-                    return Err(NativeError::new(format!(
+                    return Err(ClientError::new(format!(
                         "{shown}: the connection closed before the command's exit status arrived"
                     ))
                     .with_hint("the pod or the API server may have restarted: run it again"));
@@ -869,8 +925,9 @@ impl KubeClient {
         };
         block_on(async {
             tokio::time::timeout(timeout, session).await.map_err(|_| {
-                NativeError::new(format!("{shown}: no answer within {}s", timeout.as_secs()))
-                    .with_hint("raise #{timeout: ...} for long commands")
+                ClientError::new(format!("{shown}: no answer within {}s", timeout.as_secs()))
+                    .with_kind(ErrorKind::Timeout)
+                    .with_hint("raise the timeout for long commands")
             })?
         })
     }
@@ -882,13 +939,13 @@ impl KubeClient {
         namespace: &str,
         target: &str,
         port: u16,
-    ) -> Result<std::net::SocketAddr, NativeError> {
+    ) -> Result<std::net::SocketAddr, ClientError> {
         let pod = if let Some(service) = target
             .strip_prefix("svc/")
             .or_else(|| target.strip_prefix("service/"))
         {
             let svc = self.get("services", namespace, service)?.ok_or_else(|| {
-                NativeError::new(format!("service {service} not found in {namespace}"))
+                ClientError::new(format!("service {service} not found in {namespace}"))
             })?;
             let selector: Vec<String> = svc["spec"]["selector"]
                 .as_object()
@@ -900,7 +957,7 @@ impl KubeClient {
                 })
                 .unwrap_or_default();
             if selector.is_empty() {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "service {service} in {namespace} has no selector to find a pod by"
                 )));
             }
@@ -909,7 +966,7 @@ impl KubeClient {
                 .and_then(|ports| ports.iter().find(|p| p["port"] == port))
                 .map(|p| p["targetPort"].as_u64().unwrap_or(u64::from(port)))
                 .ok_or_else(|| {
-                    NativeError::new(format!(
+                    ClientError::new(format!(
                         "service {service} in {namespace} has no port {port}"
                     ))
                 })?;
@@ -931,11 +988,11 @@ impl KubeClient {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .map_err(|error| {
-                NativeError::new(format!("port-forward: cannot listen on 127.0.0.1: {error}"))
+                ClientError::new(format!("port-forward: cannot listen on 127.0.0.1: {error}"))
             })?;
         let local = listener
             .local_addr()
-            .map_err(|error| NativeError::new(format!("port-forward: {error}")))?;
+            .map_err(|error| ClientError::new(format!("port-forward: {error}")))?;
         runtime.spawn(async move {
             loop {
                 let Ok((mut connection, _)) = listener.accept().await else {
@@ -985,9 +1042,9 @@ impl KubeClient {
     }
 
     /// The kubeconfig text in use (for CI variables), or an error when none is a file.
-    pub fn kubeconfig_text(&self) -> Result<String, NativeError> {
+    pub fn kubeconfig_text(&self) -> Result<String, ClientError> {
         if std::env::var("KUBECONFIG").is_ok_and(|value| value.contains(':')) {
-            return Err(NativeError::new(
+            return Err(ClientError::new(
                 "KUBECONFIG lists several files: say which one holds the cluster's credentials",
             )
             .with_hint("set KUBECONFIG to a single file for this run"));
@@ -996,9 +1053,9 @@ impl KubeClient {
             std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".kube/config"))
         });
         let path =
-            path.ok_or_else(|| NativeError::new("no kubeconfig file: KUBECONFIG is not set"))?;
+            path.ok_or_else(|| ClientError::new("no kubeconfig file: KUBECONFIG is not set"))?;
         let text = std::fs::read_to_string(&path).map_err(|error| {
-            NativeError::new(format!(
+            ClientError::new(format!(
                 "cannot read the kubeconfig {}: {error}",
                 path.display()
             ))
@@ -1006,7 +1063,7 @@ impl KubeClient {
         })?;
         let context = (self.context != "current").then_some(self.context.as_str());
         minimal_kubeconfig(&text, context).map_err(|message| {
-            NativeError::new(format!("kubeconfig {}: {message}", path.display()))
+            ClientError::new(format!("kubeconfig {}: {message}", path.display()))
         })
     }
 }

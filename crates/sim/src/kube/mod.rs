@@ -98,7 +98,7 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
 pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
     Arc::new(move || {
         let url = format!("{}/-/sim/tokens", gitlab_url.trim_end_matches('/'));
-        let client = crate::clients::runtime::http_client_builder()
+        let client = bprun_clients::runtime::http_client_builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
             .map_err(|error| error.to_string())?;
@@ -227,7 +227,7 @@ pub fn write_kubeconfig(path: &Path, url: &str, token: &str, ca_pem: &str) -> Re
         std::fs::create_dir_all(parent)
             .map_err(|error| format!("cannot create {}: {error}", parent.display()))?;
     }
-    crate::clients::fs::write_private(path, kubeconfig(url, token, ca_pem).as_bytes())
+    bprun_clients::fs::write_private(path, kubeconfig(url, token, ca_pem).as_bytes())
         .map_err(|error| format!("cannot write {}: {error}", path.display()))
 }
 
@@ -258,7 +258,7 @@ pub fn random_token() -> String {
 
 /// Starts a simulator on `listen` (loopback only) inside the shared runtime.
 pub fn start(listen: &str, sim: Arc<KubeSim>) -> Result<Running, String> {
-    let address = crate::sim::http::loopback(listen)?;
+    let address = crate::http::loopback(listen)?;
     let listener = std::net::TcpListener::bind(address)
         .map_err(|error| format!("cannot listen on {address}: {error}"))?;
     start_on(listener, sim)
@@ -275,7 +275,7 @@ pub fn start_with(
     sim: Arc<KubeSim>,
     tls: tls::ServingTls,
 ) -> Result<Running, String> {
-    let runtime = crate::clients::runtime::runtime();
+    let runtime = bprun_clients::runtime::runtime();
     let local = listener.local_addr().map_err(|error| error.to_string())?;
     if !local.ip().is_loopback() {
         return Err(format!(
@@ -348,8 +348,8 @@ pub fn run(config: Config) -> Result<(), String> {
     let _ = writeln!(out, "KUBE_URL={}", running.url);
     let _ = writeln!(out, "KUBECONFIG={}", path.display());
     let _ = out.flush();
-    let runtime = crate::clients::runtime::runtime();
-    runtime.block_on(crate::sim::http::shutdown_signal())?;
+    let runtime = bprun_clients::runtime::runtime();
+    runtime.block_on(crate::http::shutdown_signal())?;
     drop(running);
     Ok(())
 }

@@ -137,7 +137,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         }
     };
     let gitlab_admin_token = keep(&saved.gitlab_admin_token, random("glpat-sim-", 20));
-    let kube_token = keep(&saved.kube_token, crate::sim::kube::random_token());
+    let kube_token = keep(&saved.kube_token, crate::kube::random_token());
     let port = |listener: &TcpListener| listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let record = Saved {
         gitlab_port: port(&gitlab),
@@ -148,7 +148,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         kube_token: kube_token.clone(),
     };
     let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
-    crate::clients::fs::write_private(&saved_file, text.as_bytes())
+    bprun_clients::fs::write_private(&saved_file, text.as_bytes())
         .map_err(|error| format!("cannot write {}: {error}", saved_file.display()))?;
     Ok(Prepared {
         state_dir: state_dir.to_path_buf(),
@@ -199,16 +199,16 @@ enum Bao {
     Real(KillOnDrop),
     /// Held for its lifetime: dropping it stops the stand-in.
     #[allow(dead_code)]
-    StandIn(crate::sim::bao::Running),
+    StandIn(crate::bao::Running),
 }
 
 /// The running platform; dropping it stops everything it started (the OpenBao process by its
 /// process id).
 pub struct Platform {
-    pub gitlab: Arc<crate::sim::gitlab::GitlabSim>,
+    pub gitlab: Arc<crate::gitlab::GitlabSim>,
     pub gitlab_url: String,
     pub gitlab_admin_token: String,
-    pub kube: crate::sim::kube::Running,
+    pub kube: crate::kube::Running,
     pub bao_kind: BaoKind,
     pub bao_addr: SocketAddr,
     bao: Bao,
@@ -253,25 +253,25 @@ fn to_tokio(listener: TcpListener) -> Result<tokio::net::TcpListener, String> {
     listener
         .set_nonblocking(true)
         .map_err(|error| error.to_string())?;
-    let _guard = crate::clients::runtime::runtime().enter();
+    let _guard = bprun_clients::runtime::runtime().enter();
     tokio::net::TcpListener::from_std(listener).map_err(|error| error.to_string())
 }
 
 /// Serves what `prepare` bound and waits until every part answers (bounded: 30 s).
 pub fn start(prepared: Prepared) -> Result<Platform, String> {
-    let runtime = crate::clients::runtime::runtime();
+    let runtime = bprun_clients::runtime::runtime();
     let env = prepared.env();
     // GitLab.
-    let gitlab_config = crate::sim::gitlab::Config {
+    let gitlab_config = crate::gitlab::Config {
         listen: "127.0.0.1:0".into(),
         state_dir: Some(prepared.state_dir.join("gitlab")),
         tokens: vec![prepared.gitlab_admin_token.clone()],
         pipeline_seconds: prepared.pipeline_seconds,
         faults: Default::default(),
     };
-    let gitlab = Arc::new(crate::sim::gitlab::GitlabSim::new(gitlab_config)?);
+    let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);
     *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
-    let mut tasks = vec![runtime.spawn(crate::sim::http::serve(
+    let mut tasks = vec![runtime.spawn(crate::http::serve(
         to_tokio(prepared.gitlab)?,
         gitlab.clone(),
     ))];
@@ -299,26 +299,26 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         }
         BaoKind::StandIn => {
             let listener = prepared.bao.ok_or("the OpenBao stand-in has no listener")?;
-            Bao::StandIn(crate::sim::bao::start_on(listener, &prepared.bao_token)?)
+            Bao::StandIn(crate::bao::start_on(listener, &prepared.bao_token)?)
         }
     };
     // Kubernetes, seeded with what phase 2 leaves behind.
     let minter_sim = gitlab.clone();
-    let minter: crate::sim::kube::TokenMinter = Arc::new(move || Ok(minter_sim.mint_token()));
-    let kube_sim = Arc::new(crate::sim::kube::KubeSim::new(
+    let minter: crate::kube::TokenMinter = Arc::new(move || Ok(minter_sim.mint_token()));
+    let kube_sim = Arc::new(crate::kube::KubeSim::new(
         prepared.kube_token.clone(),
-        crate::sim::kube::builtin_exec(Some(minter)),
+        crate::kube::builtin_exec(Some(minter)),
     ));
-    crate::sim::kube::seed_platform(
+    crate::kube::seed_platform(
         &kube_sim,
-        &crate::sim::kube::PlatformTargets {
+        &crate::kube::PlatformTargets {
             openbao: Some(prepared.bao_addr),
             registry: Some(registry_addr),
         },
     )?;
-    let identity = crate::sim::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
-    let kube = crate::sim::kube::start_with(prepared.kube, kube_sim, identity)?;
-    crate::sim::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
+    let identity = crate::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
+    let kube = crate::kube::start_with(prepared.kube, kube_sim, identity)?;
+    crate::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
     std::fs::write(prepared.state_dir.join("kube-ca.pem"), &kube.ca_pem)
         .map_err(|error| format!("cannot write the CA file: {error}"))?;
     let mut platform = Platform {
@@ -365,7 +365,7 @@ impl Platform {
                 return Err(format!("`bao server -dev` exited at start ({status})"));
             }
             if matches!(
-                crate::clients::net::http_status(&health, Duration::from_secs(2)),
+                bprun_clients::net::http_status(&health, Duration::from_secs(2)),
                 Ok(Ok(200))
             ) {
                 return Ok(());
@@ -381,11 +381,12 @@ impl Platform {
     /// with ids, CI/CD variables by key (values masked), CI files' hashes, pipelines. Read with
     /// bprun's own GitLab client (timeouts, retries, pagination).
     pub fn end_state(&self) -> Result<String, String> {
-        use crate::clients::gitlab::{GitlabClient, GitlabSettings};
-        use sha2::Digest;
+        use bprun_clients::gitlab::{GitlabClient, GitlabSettings};
         let client = GitlabClient::new(GitlabSettings {
             url: self.gitlab_url.clone(),
-            token: Some(crate::secret::Secret::new(self.gitlab_admin_token.clone())),
+            token: Some(bprun_clients::secret::Secret::new(
+                self.gitlab_admin_token.clone(),
+            )),
             ca_file: None,
             timeout: Duration::from_secs(10),
             base_backoff: Duration::from_millis(200),
@@ -444,9 +445,7 @@ impl Platform {
                         let bytes = base64::engine::general_purpose::STANDARD
                             .decode(content)
                             .map_err(|error| format!(".gitlab-ci.yml of project {id}: {error}"))?;
-                        let digest = sha2::Sha256::digest(&bytes);
-                        let hex: String =
-                            digest.iter().take(8).map(|b| format!("{b:02x}")).collect();
+                        let hex = &bprun_clients::digest::sha256_hex(&bytes)[..16];
                         out.push_str(&format!("    .gitlab-ci.yml sha256 {hex}…\n"));
                     }
                     None => out.push_str("    .gitlab-ci.yml: none on main\n"),

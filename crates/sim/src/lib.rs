@@ -1,4 +1,4 @@
-//! Simulators shipped in the binary (`bprun sim ...`) for tests, benchmarks and the rehearsal:
+//! bprun's simulators, shipped in the binary (`bprun sim ...`) for tests, benchmarks and the rehearsal:
 //! systems that cannot run on the build machines, behaving as their documentation and real
 //! clients show.
 

@@ -5,7 +5,7 @@ use super::cluster::{ApiError, Cluster, PatchType, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, protobuf, table};
-use crate::sim::http::{Accounting, decode};
+use crate::http::{Accounting, decode};
 use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Full, combinators::BoxBody};
 use hyper::body::{Bytes, Frame, Incoming};
@@ -141,7 +141,7 @@ pub async fn serve(
 
 /// The query as ordered pairs (exec repeats `command`).
 fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    query.map(crate::sim::http::url_form).unwrap_or_default()
+    query.map(crate::http::url_form).unwrap_or_default()
 }
 
 fn query_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {

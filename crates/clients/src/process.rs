@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::NativeError;
+use crate::error::{ClientError, ErrorKind};
 
 #[derive(Debug, Clone, Default)]
 pub struct ProcessSpec {
@@ -24,7 +24,7 @@ pub struct ProcessOutput {
     pub stderr: String,
 }
 
-pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, NativeError> {
+pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, ClientError> {
     let mut command = Command::new(&spec.program);
     command
         .args(&spec.args)
@@ -42,12 +42,20 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Nat
         command.env(key, value);
     }
     let mut child = command.spawn().map_err(|error| {
-        let hint = if error.kind() == std::io::ErrorKind::NotFound {
-            format!("is {} installed and on PATH?", spec.program)
+        let (hint, kind) = if error.kind() == std::io::ErrorKind::NotFound {
+            (
+                format!("is {} installed and on PATH?", spec.program),
+                ErrorKind::ProgramMissing,
+            )
         } else {
-            "check the program's permissions".to_string()
+            (
+                "check the program's permissions".to_string(),
+                ErrorKind::Local,
+            )
         };
-        NativeError::new(format!("cannot start {}: {error}", spec.program)).with_hint(hint)
+        ClientError::new(format!("cannot start {}: {error}", spec.program))
+            .with_hint(hint)
+            .with_kind(kind)
     })?;
 
     // Feed stdin and drain stdout/stderr on threads so a chatty child never blocks on a full pipe.
@@ -85,7 +93,7 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Nat
             Ok(Some(status)) => break status,
             Ok(None) => {}
             Err(error) => {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "cannot wait for {}: {error}",
                     spec.program
                 )));
@@ -105,9 +113,9 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Nat
         if let Some(message) = stop {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(NativeError::new(message).with_hint(
-                "raise the timeout with #{timeout: seconds} if the command is just slow",
-            ));
+            return Err(ClientError::new(message)
+                .with_kind(ErrorKind::Timeout)
+                .with_hint("raise the timeout if the command is just slow"));
         }
         std::thread::sleep(Duration::from_millis(10));
     };

@@ -981,24 +981,21 @@ mod tests {
 
     // Real request bodies captured from the real clients against a throw-away
     // loopback capture server (see each test for the command).
-    const NAMESPACE_CREATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/namespace-create.bin");
-    const SECRET_CREATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/secret-create.bin");
+    const NAMESPACE_CREATE: &[u8] = include_bytes!("../../fixtures/protobuf/namespace-create.bin");
+    const SECRET_CREATE: &[u8] = include_bytes!("../../fixtures/protobuf/secret-create.bin");
     const SECRET_CREATE_BINARY: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/secret-create-binary.bin");
-    const CONFIGMAP_CREATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/configmap-create.bin");
+        include_bytes!("../../fixtures/protobuf/secret-create-binary.bin");
+    const CONFIGMAP_CREATE: &[u8] = include_bytes!("../../fixtures/protobuf/configmap-create.bin");
     const CONFIGMAP_CREATE_BINARY: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/configmap-create-binary.bin");
+        include_bytes!("../../fixtures/protobuf/configmap-create-binary.bin");
     const SERVICEACCOUNT_CREATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/serviceaccount-create.bin");
+        include_bytes!("../../fixtures/protobuf/serviceaccount-create.bin");
     const HELM_RELEASE_CREATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/helm-release-secret-create.bin");
+        include_bytes!("../../fixtures/protobuf/helm-release-secret-create.bin");
     const HELM_RELEASE_UPDATE: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/helm-release-secret-update.bin");
+        include_bytes!("../../fixtures/protobuf/helm-release-secret-update.bin");
     const DELETE_OPTIONS_HELM: &[u8] =
-        include_bytes!("../../../tests/fixtures/protobuf/delete-options-helm-uninstall.bin");
+        include_bytes!("../../fixtures/protobuf/delete-options-helm-uninstall.bin");
 
     const ALL_FIXTURES: [&[u8]; 9] = [
         NAMESPACE_CREATE,

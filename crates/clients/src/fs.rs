@@ -4,7 +4,7 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
 
-use crate::error::NativeError;
+use crate::error::ClientError;
 
 /// Resolves paths against a root and refuses any that lead outside it (`..`, absolute paths
 /// elsewhere, symlinks that point out).
@@ -32,10 +32,10 @@ impl Confinement {
     }
 
     /// The absolute path of `path` (relative paths are taken from the root), if it stays inside.
-    pub fn resolve(&self, path: &str) -> Result<PathBuf, NativeError> {
+    pub fn resolve(&self, path: &str) -> Result<PathBuf, ClientError> {
         if path.is_empty() {
             return Err(
-                NativeError::new("empty path").with_hint("name a file under the repository root")
+                ClientError::new("empty path").with_hint("name a file under the repository root")
             );
         }
         let candidate = Path::new(path);
@@ -59,7 +59,7 @@ impl Confinement {
         if real.starts_with(&self.root) {
             Ok(real)
         } else {
-            Err(NativeError::new(format!(
+            Err(ClientError::new(format!(
                 "path {path} is outside the repository root {}",
                 self.root.display()
             ))
@@ -72,7 +72,7 @@ impl Confinement {
         relative_display(&self.root, path)
     }
 
-    pub fn read_text(&self, path: &str) -> Result<String, NativeError> {
+    pub fn read_text(&self, path: &str) -> Result<String, ClientError> {
         let full = self.resolve(path)?;
         std::fs::read_to_string(&full).map_err(|error| {
             let hint = match error.kind() {
@@ -82,12 +82,12 @@ impl Confinement {
                 std::io::ErrorKind::InvalidData => "read_text reads UTF-8 text only",
                 _ => "check the file's permissions",
             };
-            NativeError::new(format!("cannot read {}: {error}", self.display(&full)))
+            ClientError::new(format!("cannot read {}: {error}", self.display(&full)))
                 .with_hint(hint)
         })
     }
 
-    pub fn exists(&self, path: &str) -> Result<bool, NativeError> {
+    pub fn exists(&self, path: &str) -> Result<bool, ClientError> {
         Ok(self.resolve(path)?.exists())
     }
 
@@ -97,7 +97,7 @@ impl Confinement {
         path: &str,
         content: &[u8],
         mode: Option<u32>,
-    ) -> Result<(PathBuf, WriteOutcome), NativeError> {
+    ) -> Result<(PathBuf, WriteOutcome), ClientError> {
         let full = self.resolve(path)?;
         let outcome = match std::fs::read(&full) {
             Ok(existing) => {
@@ -113,7 +113,7 @@ impl Confinement {
             }
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => WriteOutcome::Created,
             Err(error) => {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "cannot read {}: {error}",
                     self.display(&full)
                 ))
@@ -130,14 +130,14 @@ impl Confinement {
         path: &str,
         content: &[u8],
         mode: Option<u32>,
-    ) -> Result<WriteOutcome, NativeError> {
+    ) -> Result<WriteOutcome, ClientError> {
         let (full, outcome) = self.plan_write(path, content, mode)?;
         if outcome == WriteOutcome::Unchanged {
             return Ok(outcome);
         }
         let shown = self.display(&full);
         let fail = |error: std::io::Error| {
-            NativeError::new(format!("cannot write {shown}: {error}"))
+            ClientError::new(format!("cannot write {shown}: {error}"))
                 .with_hint("check the folder's permissions")
         };
         if let Some(parent) = full.parent() {

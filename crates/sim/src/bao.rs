@@ -1487,7 +1487,7 @@ pub fn start_on(listener: std::net::TcpListener, root_token: &str) -> Result<Run
         root_token.to_string()
     };
     let sim = Arc::new(BaoSim::new(&token));
-    let runtime = crate::clients::runtime::runtime();
+    let runtime = bprun_clients::runtime::runtime();
     let listener = {
         let _context = runtime.enter();
         tokio::net::TcpListener::from_std(listener)
@@ -1524,7 +1524,7 @@ pub fn run(listen: &str, root_token: &str) -> Result<(), String> {
             "bprun's in-process OpenBao stand-in (API of OpenBao {VERSION} -dev: KV v1/v2, sys, policies), not a real OpenBao server"
         );
     }
-    let runtime = crate::clients::runtime::runtime();
+    let runtime = bprun_clients::runtime::runtime();
     runtime.block_on(super::http::shutdown_signal())?;
     drop(running);
     std::thread::sleep(Duration::from_millis(10));
@@ -1534,14 +1534,14 @@ pub fn run(listen: &str, root_token: &str) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::clients::bao::{BaoClient, BaoSettings, InitResponse, KvPath};
+    use bprun_clients::bao::{BaoClient, BaoSettings, InitResponse, KvPath};
 
     const TOKEN: &str = "root-test-token";
 
     fn client(running: &Running, token: &str) -> BaoClient {
         BaoClient::new(BaoSettings {
             address: running.url.clone(),
-            token: Some(crate::secret::Secret::new(token)),
+            token: Some(bprun_clients::secret::Secret::new(token)),
             ca_cert: None,
             skip_verify: false,
             timeout: Duration::from_secs(10),
@@ -1575,8 +1575,8 @@ mod tests {
             .map(|(name, value)| (name.to_string(), value.to_string()))
             .collect();
         let body = body.map(str::to_string);
-        crate::clients::runtime::runtime().block_on(async move {
-            let client = crate::clients::runtime::http_client_builder()
+        bprun_clients::runtime::runtime().block_on(async move {
+            let client = bprun_clients::runtime::http_client_builder()
                 .build()
                 .expect("client");
             let mut request = client.request(method, url);
@@ -1737,7 +1737,7 @@ mod tests {
                 .expect("settings"),
         )
         .expect("vault client");
-        let result = crate::clients::runtime::runtime().block_on(vaultrs::kv2::set_with_options(
+        let result = bprun_clients::runtime::runtime().block_on(vaultrs::kv2::set_with_options(
             &vault,
             "secret",
             "app/x",

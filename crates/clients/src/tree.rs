@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::error::NativeError;
+use crate::error::ClientError;
 
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SyncReport {
@@ -21,12 +21,12 @@ impl SyncReport {
     }
 }
 
-fn io(action: &str, path: &Path, error: std::io::Error) -> NativeError {
-    NativeError::new(format!("cannot {action} {}: {error}", path.display()))
+fn io(action: &str, path: &Path, error: std::io::Error) -> ClientError {
+    ClientError::new(format!("cannot {action} {}: {error}", path.display()))
 }
 
 /// Every file and symlink under `root` (relative paths), and every folder, skipping `.git`.
-fn walk(root: &Path) -> Result<(BTreeSet<PathBuf>, BTreeSet<PathBuf>), NativeError> {
+fn walk(root: &Path) -> Result<(BTreeSet<PathBuf>, BTreeSet<PathBuf>), ClientError> {
     let mut files = BTreeSet::new();
     let mut folders = BTreeSet::new();
     let mut pending = vec![PathBuf::new()];
@@ -63,7 +63,7 @@ fn walk(root: &Path) -> Result<(BTreeSet<PathBuf>, BTreeSet<PathBuf>), NativeErr
     Ok((files, folders))
 }
 
-fn same_file(source: &Path, destination: &Path) -> Result<bool, NativeError> {
+fn same_file(source: &Path, destination: &Path) -> Result<bool, ClientError> {
     let (Ok(from), Ok(to)) = (
         std::fs::symlink_metadata(source),
         std::fs::symlink_metadata(destination),
@@ -85,7 +85,7 @@ fn same_file(source: &Path, destination: &Path) -> Result<bool, NativeError> {
     Ok(a == b)
 }
 
-fn copy(source: &Path, destination: &Path) -> Result<(), NativeError> {
+fn copy(source: &Path, destination: &Path) -> Result<(), ClientError> {
     if let Some(parent) = destination.parent() {
         std::fs::create_dir_all(parent).map_err(|error| io("create", parent, error))?;
     }
@@ -109,7 +109,7 @@ fn copy(source: &Path, destination: &Path) -> Result<(), NativeError> {
     .map_err(|error| io("set the mode of", destination, error))
 }
 
-fn remove(path: &Path) -> Result<(), NativeError> {
+fn remove(path: &Path) -> Result<(), ClientError> {
     let meta = std::fs::symlink_metadata(path).map_err(|error| io("read", path, error))?;
     if meta.is_dir() {
         std::fs::remove_dir_all(path)
@@ -127,9 +127,9 @@ pub fn sync_tree(
     destination: &Path,
     exclude: &[String],
     check: bool,
-) -> Result<SyncReport, NativeError> {
+) -> Result<SyncReport, ClientError> {
     if !source.is_dir() {
-        return Err(NativeError::new(format!(
+        return Err(ClientError::new(format!(
             "sync_tree: the source {} is not a folder",
             source.display()
         ))

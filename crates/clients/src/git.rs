@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream, Transport};
 
-use crate::error::NativeError;
+use crate::error::ClientError;
 use crate::secret::Secret;
 
 /// Credentials and TLS settings for the git operations of the current thread.
@@ -27,7 +27,7 @@ thread_local! {
 /// How long one git HTTP request may take (a large clone included).
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn register_transport() -> Result<(), NativeError> {
+fn register_transport() -> Result<(), ClientError> {
     static REGISTERED: OnceLock<Result<(), String>> = OnceLock::new();
     REGISTERED
         .get_or_init(|| {
@@ -45,7 +45,7 @@ fn register_transport() -> Result<(), NativeError> {
         })
         .clone()
         .map_err(|error| {
-            NativeError::new(format!("cannot register the git HTTP transport: {error}"))
+            ClientError::new(format!("cannot register the git HTTP transport: {error}"))
         })
 }
 
@@ -173,8 +173,8 @@ impl Write for HttpStream {
 /// Runs `operation` with `auth` as this thread's git credentials.
 fn with_auth<T>(
     auth: &GitAuth,
-    operation: impl FnOnce() -> Result<T, NativeError>,
-) -> Result<T, NativeError> {
+    operation: impl FnOnce() -> Result<T, ClientError>,
+) -> Result<T, ClientError> {
     register_transport()?;
     AUTH.with(|current| *current.borrow_mut() = auth.clone());
     let result = operation();
@@ -182,8 +182,8 @@ fn with_auth<T>(
     result
 }
 
-fn git_error(what: &str, dir: &str, error: git2::Error) -> NativeError {
-    NativeError::new(format!(
+fn git_error(what: &str, dir: &str, error: git2::Error) -> ClientError {
+    ClientError::new(format!(
         "git: {what} in {dir}: {}",
         crate::secret::scrub(error.message())
     ))
@@ -205,18 +205,18 @@ pub fn clone_or_pull(
     dir: &Path,
     shown: &str,
     auth: &GitAuth,
-) -> Result<SyncOutcome, NativeError> {
+) -> Result<SyncOutcome, ClientError> {
     with_auth(auth, || {
         // A clone killed half-way leaves a `.git` git cannot open: clone again.
         if dir.join(".git").exists() && git2::Repository::open(dir).is_err() {
             std::fs::remove_dir_all(dir).map_err(|e| {
-                NativeError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
+                ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
             })?;
         }
         if !dir.join(".git").exists() {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
-                    NativeError::new(format!("cannot create {}: {e}", parent.display()))
+                    ClientError::new(format!("cannot create {}: {e}", parent.display()))
                 })?;
             }
             git2::Repository::clone(url, dir)
@@ -249,7 +249,7 @@ pub fn clone_or_pull(
         match ours {
             Some(ours) if ours.id() == theirs.id() => Ok(SyncOutcome::UpToDate),
             Some(ours) if repo.graph_descendant_of(ours.id(), theirs.id()).unwrap_or(false) => Ok(SyncOutcome::UpToDate),
-            Some(ours) if !repo.graph_descendant_of(theirs.id(), ours.id()).unwrap_or(false) => Err(NativeError::new(format!(
+            Some(ours) if !repo.graph_descendant_of(theirs.id(), ours.id()).unwrap_or(false) => Err(ClientError::new(format!(
                 "git: the working tree {shown} has diverged from {url} (local {}, remote {})",
                 &ours.id().to_string()[..8],
                 &theirs.id().to_string()[..8]
@@ -268,7 +268,7 @@ pub fn clone_or_pull(
 }
 
 /// True when the working tree differs from its last commit (or has files but no commit).
-pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, NativeError> {
+pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, ClientError> {
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
     let mut options = git2::StatusOptions::new();
     options.include_untracked(true).recurse_untracked_dirs(true);
@@ -300,7 +300,7 @@ pub struct TreeLock {
     pub recovered: bool,
 }
 
-pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, NativeError> {
+pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, ClientError> {
     let git_dir = dir.join(".git");
     let file = std::fs::OpenOptions::new()
         .create(true)
@@ -308,7 +308,7 @@ pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, NativeError> {
         .write(true)
         .open(git_dir.join("bprun.lock"))
         .map_err(|error| {
-            NativeError::new(format!("git: cannot open {shown}/.git/bprun.lock: {error}"))
+            ClientError::new(format!("git: cannot open {shown}/.git/bprun.lock: {error}"))
         })?;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     loop {
@@ -318,13 +318,13 @@ pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, NativeError> {
                 std::thread::sleep(std::time::Duration::from_millis(100));
             }
             Err(std::fs::TryLockError::WouldBlock) => {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "git: another bprun has been working in {shown} for over 60 s"
                 ))
                 .with_hint("wait for the other run to finish"));
             }
             Err(std::fs::TryLockError::Error(error)) => {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "git: cannot lock {shown}/.git/bprun.lock: {error}"
                 )));
             }
@@ -346,7 +346,7 @@ pub fn commit_push(
     shown: &str,
     message: &str,
     auth: &GitAuth,
-) -> Result<Option<String>, NativeError> {
+) -> Result<Option<String>, ClientError> {
     let _lock = lock_tree(dir, shown)?;
     let changed = has_changes(dir, shown)?;
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
@@ -425,7 +425,7 @@ pub fn commit_push(
         drop(options);
         if let Some(reason) = refused.into_inner() {
             return Err(
-                NativeError::new(format!("git: push from {shown} refused: {reason}"))
+                ClientError::new(format!("git: push from {shown} refused: {reason}"))
                     .with_hint(hint),
             );
         }

@@ -4,8 +4,8 @@
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
-use crate::clients::fs::{Confinement, WriteOutcome};
-use crate::error::NativeError;
+use crate::error::ClientError;
+use crate::fs::{Confinement, WriteOutcome};
 
 /// Certificates expiring within this many days are re-minted.
 pub const RENEW_MARGIN_DAYS: i64 = 30;
@@ -18,8 +18,8 @@ pub struct Outcome {
     pub reason: Option<String>,
 }
 
-fn tls_error(what: &str, error: impl std::fmt::Display) -> NativeError {
-    NativeError::new(format!("tls: {what}: {error}"))
+fn tls_error(what: &str, error: impl std::fmt::Display) -> ClientError {
+    ClientError::new(format!("tls: {what}: {error}"))
 }
 
 struct Parsed {
@@ -70,7 +70,7 @@ fn write(
     path: &str,
     content: &str,
     mode: u32,
-) -> Result<WriteOutcome, NativeError> {
+) -> Result<WriteOutcome, ClientError> {
     files.write_text(path, content.as_bytes(), Some(mode))
 }
 
@@ -81,7 +81,7 @@ pub fn ensure_ca(
     cn: &str,
     days: u32,
     check: bool,
-) -> Result<Outcome, NativeError> {
+) -> Result<Outcome, ClientError> {
     let root = files.resolve(dir)?;
     let (ca_path, key_path) = (root.join("ca.pem"), root.join("ca-key.pem"));
     let reason = match (std::fs::read(&ca_path), key_path.exists()) {
@@ -136,7 +136,7 @@ pub fn ensure_cert(
     dns_names: &[String],
     days: u32,
     check: bool,
-) -> Result<Outcome, NativeError> {
+) -> Result<Outcome, ClientError> {
     let ca_root = files.resolve(ca_dir)?;
     let ca_pem = std::fs::read_to_string(ca_root.join("ca.pem")).map_err(|error| {
         tls_error(&format!("read {}/ca.pem", files.display(&ca_root)), error)

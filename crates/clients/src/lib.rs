@@ -1,8 +1,11 @@
-//! Plain Rust clients that do the work. They never import rhai: the adapters in `natives/` convert
-//! arguments and results and register functions.
+//! bprun's clients: plain Rust that does the work as typed operations (GitLab, Kubernetes, Helm,
+//! OpenBao, git, TLS, files). No Rhai here: the adapters in the `bprun` crate's `natives/`
+//! convert arguments and results, add the script-facing wording and register functions.
 
 pub mod apps;
 pub mod bao;
+pub mod digest;
+pub mod error;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
@@ -12,6 +15,7 @@ pub mod kube_conditions;
 pub mod net;
 pub mod process;
 pub mod runtime;
+pub mod secret;
 pub mod tls;
 pub mod tree;
 

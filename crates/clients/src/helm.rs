@@ -19,9 +19,9 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use crate::clients::fs::Confinement;
-use crate::clients::process::{ProcessOutput, ProcessSpec, run};
-use crate::error::NativeError;
+use crate::error::{ClientError, ErrorKind};
+use crate::fs::Confinement;
+use crate::process::{ProcessOutput, ProcessSpec, run};
 use crate::secret::scrub;
 
 /// Timeout of the calls that only read (status, list, template, lint, show).
@@ -128,11 +128,7 @@ pub struct ChartRef {
 
 /// Resolves `chart`: a path that exists under the root is local, `repo/chart`, `oci://` and URLs
 /// are remote, anything else is an error naming the chart.
-pub fn resolve_chart(
-    files: &Confinement,
-    chart: &str,
-    native: &str,
-) -> Result<ChartRef, NativeError> {
+pub fn resolve_chart(files: &Confinement, chart: &str) -> Result<ChartRef, ClientError> {
     let remote_scheme = ["oci://", "http://", "https://"]
         .iter()
         .any(|scheme| chart.starts_with(scheme));
@@ -162,11 +158,11 @@ pub fn resolve_chart(
             })
         }
         Err(error) => Err(
-            NativeError::new(format!("{native}: chart {chart}: {}", error.message))
+            ClientError::new(format!("chart {chart}: {}", error.message))
                 .with_hint(error.hint.unwrap_or_default()),
         ),
-        Ok(_) => Err(NativeError::new(format!(
-            "{native}: chart {chart} is neither a folder nor a file under the repository root"
+        Ok(_) => Err(ClientError::new(format!(
+            "chart {chart} is neither a folder nor a file under the repository root"
         ))
         .with_hint(
             "give a chart folder (apps/redis/helm-chart), a cached archive \
@@ -182,30 +178,30 @@ struct ChartYaml {
 }
 
 /// `name` and `version` of a chart folder's Chart.yaml.
-pub fn chart_yaml(dir: &Path, shown: &str) -> Result<(String, String), NativeError> {
+pub fn chart_yaml(dir: &Path, shown: &str) -> Result<(String, String), ClientError> {
     let path = dir.join("Chart.yaml");
     let shown = format!("{shown}/Chart.yaml");
     let text = std::fs::read_to_string(&path).map_err(|error| {
-        NativeError::new(format!("cannot read {shown}: {error}"))
+        ClientError::new(format!("cannot read {shown}: {error}"))
             .with_hint("a chart folder holds a Chart.yaml with name and version")
     })?;
     parse_chart_yaml(&text, &shown)
 }
 
-fn parse_chart_yaml(text: &str, shown: &str) -> Result<(String, String), NativeError> {
+fn parse_chart_yaml(text: &str, shown: &str) -> Result<(String, String), ClientError> {
     let chart: ChartYaml = serde_norway::from_str(text).map_err(|error| {
         let at = error
             .location()
             .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
             .unwrap_or_else(|| shown.to_string());
-        NativeError::new(format!("{at}: {}", strip_location(&error.to_string())))
+        ClientError::new(format!("{at}: {}", strip_location(&error.to_string())))
             .with_hint("Chart.yaml needs at least name and version")
     })?;
     Ok((chart.name, chart.version))
 }
 
 /// Every file of a chart folder, by path relative to it, sorted (`.git` left out).
-pub fn chart_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, NativeError> {
+pub fn chart_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, ClientError> {
     fn walk(base: &Path, dir: &Path, out: &mut Vec<(String, Vec<u8>)>) -> std::io::Result<()> {
         for entry in std::fs::read_dir(dir)? {
             let entry = entry?;
@@ -228,7 +224,7 @@ pub fn chart_files(dir: &Path) -> Result<Vec<(String, Vec<u8>)>, NativeError> {
     }
     let mut files = Vec::new();
     walk(dir, dir, &mut files).map_err(|error| {
-        NativeError::new(format!("cannot read chart {}: {error}", dir.display()))
+        ClientError::new(format!("cannot read chart {}: {error}", dir.display()))
             .with_hint("check the chart folder's permissions")
     })?;
     files.sort_by(|a, b| a.0.cmp(&b.0));
@@ -244,9 +240,9 @@ fn strip_location(message: &str) -> String {
 }
 
 /// A values file (YAML) as JSON; an empty file is `{}`.
-pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, NativeError> {
+pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, ClientError> {
     let text = std::fs::read_to_string(path).map_err(|error| {
-        NativeError::new(format!("cannot read values file {shown}: {error}"))
+        ClientError::new(format!("cannot read values file {shown}: {error}"))
             .with_hint("values_files are paths under the repository root")
     })?;
     if text.trim().is_empty() {
@@ -257,14 +253,14 @@ pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, NativeError> 
             .location()
             .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
             .unwrap_or_else(|| shown.to_string());
-        NativeError::new(format!("{at}: {}", strip_location(&error.to_string())))
+        ClientError::new(format!("{at}: {}", strip_location(&error.to_string())))
             .with_hint("a values file is a YAML map with string keys")
     })?;
     match value {
         Value::Object(_) => Ok(value),
         Value::Null => Ok(Value::Object(serde_json::Map::new())),
         _ => Err(
-            NativeError::new(format!("{shown}: a values file must be a map"))
+            ClientError::new(format!("{shown}: a values file must be a map"))
                 .with_hint("write `key: value` pairs at the top level"),
         ),
     }
@@ -377,7 +373,7 @@ pub struct TempValues {
 }
 
 impl TempValues {
-    pub fn write(values: &Value) -> Result<TempValues, NativeError> {
+    pub fn write(values: &Value) -> Result<TempValues, ClientError> {
         use std::io::Write;
         use std::os::unix::fs::OpenOptionsExt;
         let dir = std::env::temp_dir();
@@ -397,12 +393,12 @@ impl TempValues {
                 Ok(mut file) => {
                     let temp = TempValues { path };
                     let text = serde_json::to_string(values).map_err(|error| {
-                        NativeError::new(format!("cannot write helm values: {error}"))
+                        ClientError::new(format!("cannot write helm values: {error}"))
                     })?;
                     file.write_all(text.as_bytes())
                         .and_then(|()| file.sync_all())
                         .map_err(|error| {
-                            NativeError::new(format!(
+                            ClientError::new(format!(
                                 "cannot write {}: {error}",
                                 temp.path.display()
                             ))
@@ -421,7 +417,7 @@ impl TempValues {
                 }
             }
         }
-        Err(NativeError::new(format!(
+        Err(ClientError::new(format!(
             "cannot create a temporary values file in {}: {}",
             dir.display(),
             last_error.map(|e| e.to_string()).unwrap_or_default()
@@ -508,6 +504,12 @@ fn helm_message(output: &ProcessOutput) -> String {
     lines[start..].join("\n")
 }
 
+/// Whether helm's own words say it ran out of time (helm reports nothing but text).
+fn helm_timed_out(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    lower.contains("timed out") || lower.contains("context deadline exceeded")
+}
+
 fn hint_for(message: &str) -> String {
     let lower = message.to_lowercase();
     if lower.contains("another operation") {
@@ -526,9 +528,9 @@ fn hint_for(message: &str) -> String {
         "the chart does not render; run `helm lint` and `helm template` on it to see the failing \
          template"
             .to_string()
-    } else if lower.contains("timed out") || lower.contains("context deadline exceeded") {
-        "the release's resources did not become ready in time; raise #{timeout: seconds} or look \
-         at the pods of the namespace"
+    } else if helm_timed_out(message) {
+        "the release's resources did not become ready in time; raise the timeout or look at the \
+         pods of the namespace"
             .to_string()
     } else if lower.contains("not found") && lower.contains("chart") {
         "check the chart reference and version (infra/VERSIONS.json), or pull it with helm_pull"
@@ -560,12 +562,7 @@ impl Helm {
     }
 
     /// Runs helm; output is scrubbed. A non-zero exit is returned, not an error.
-    pub fn run(
-        &self,
-        native: &str,
-        args: &[String],
-        timeout: Duration,
-    ) -> Result<ProcessOutput, NativeError> {
+    pub fn run(&self, args: &[String], timeout: Duration) -> Result<ProcessOutput, ClientError> {
         let spec = ProcessSpec {
             program: self.program.clone(),
             args: args.to_vec(),
@@ -580,17 +577,14 @@ impl Helm {
         };
         let mut output = run(&spec, &self.cancel).map_err(|error| {
             let command = command_line(args);
-            let not_installed = error.message.starts_with("cannot start");
-            let hint = if not_installed {
+            let hint = if error.kind == ErrorKind::ProgramMissing {
                 "install helm (v3 or v4) on PATH, or set HELM_BIN to its path".to_string()
             } else {
                 error.hint.clone().unwrap_or_default()
             };
-            NativeError::new(format!(
-                "{native}: {} (running `{command}`)",
-                scrub(&error.message)
-            ))
-            .with_hint(hint)
+            ClientError::new(format!("{} (running `{command}`)", scrub(&error.message)))
+                .with_hint(hint)
+                .with_kind(error.kind)
         })?;
         output.stdout = scrub(&output.stdout);
         output.stderr = scrub(&output.stderr);
@@ -598,14 +592,17 @@ impl Helm {
     }
 
     /// The error for a helm command that exited non-zero.
-    pub fn failure(native: &str, args: &[String], output: &ProcessOutput) -> NativeError {
+    pub fn failure(args: &[String], output: &ProcessOutput) -> ClientError {
         let message = helm_message(output);
         let hint = hint_for(&message);
-        let mut error = NativeError::new(format!(
-            "{native}: `{}` exited with code {}",
+        let mut error = ClientError::new(format!(
+            "`{}` exited with code {}",
             command_line(args),
             output.code
         ));
+        if helm_timed_out(&message) {
+            error = error.with_kind(ErrorKind::Timeout);
+        }
         if !message.is_empty() {
             error = error.caused_by(message);
         }
@@ -613,39 +610,29 @@ impl Helm {
     }
 
     /// Runs helm and returns stdout, or the failure.
-    fn run_ok(
-        &self,
-        native: &str,
-        args: &[String],
-        timeout: Duration,
-    ) -> Result<String, NativeError> {
-        let output = self.run(native, args, timeout)?;
+    fn run_ok(&self, args: &[String], timeout: Duration) -> Result<String, ClientError> {
+        let output = self.run(args, timeout)?;
         if output.code != 0 {
-            return Err(Self::failure(native, args, &output));
+            return Err(Self::failure(args, &output));
         }
         Ok(output.stdout)
     }
 
     /// The latest revision of `release` in `namespace`, or `None` when there is no such release.
-    pub fn status(
-        &self,
-        native: &str,
-        release: &str,
-        namespace: &str,
-    ) -> Result<Option<Release>, NativeError> {
+    pub fn status(&self, release: &str, namespace: &str) -> Result<Option<Release>, ClientError> {
         let args = strings(&[
             "history", release, "-n", namespace, "--max", "1", "-o", "json",
         ]);
-        let output = self.run(native, &args, READ_TIMEOUT)?;
+        let output = self.run(&args, READ_TIMEOUT)?;
         if output.code != 0 {
             if is_not_found(&output) {
                 return Ok(None);
             }
-            return Err(Self::failure(native, &args, &output));
+            return Err(Self::failure(&args, &output));
         }
         let entries: Vec<HistoryEntry> = serde_json::from_str(&output.stdout).map_err(|error| {
-            NativeError::new(format!(
-                "{native}: cannot read the output of `{}`: {error}",
+            ClientError::new(format!(
+                "cannot read the output of `{}`: {error}",
                 command_line(&args)
             ))
             .with_hint("is this helm v3 or v4?")
@@ -666,14 +653,9 @@ impl Helm {
     }
 
     /// The chart name and version of a release (`helm get metadata`), when helm can tell.
-    pub fn chart_of(
-        &self,
-        native: &str,
-        release: &str,
-        namespace: &str,
-    ) -> Option<(String, String)> {
+    pub fn chart_of(&self, release: &str, namespace: &str) -> Option<(String, String)> {
         let args = strings(&["get", "metadata", release, "-n", namespace, "-o", "json"]);
-        let output = self.run(native, &args, READ_TIMEOUT).ok()?;
+        let output = self.run(&args, READ_TIMEOUT).ok()?;
         if output.code != 0 {
             return None;
         }
@@ -686,7 +668,7 @@ impl Helm {
 
     /// Releases of one namespace, or of all when `namespace` is `None`: deployed, failed, pending
     /// or uninstalling (flags both helm v3 and v4 know).
-    pub fn list(&self, native: &str, namespace: Option<&str>) -> Result<Vec<Release>, NativeError> {
+    pub fn list(&self, namespace: Option<&str>) -> Result<Vec<Release>, ClientError> {
         let mut args = strings(&[
             "list",
             "-o",
@@ -700,10 +682,10 @@ impl Helm {
             Some(namespace) => args.extend(strings(&["-n", namespace])),
             None => args.push("-A".to_string()),
         }
-        let stdout = self.run_ok(native, &args, READ_TIMEOUT)?;
+        let stdout = self.run_ok(&args, READ_TIMEOUT)?;
         let entries: Vec<ListEntry> = serde_json::from_str(&stdout).map_err(|error| {
-            NativeError::new(format!(
-                "{native}: cannot read the output of `{}`: {error}",
+            ClientError::new(format!(
+                "cannot read the output of `{}`: {error}",
                 command_line(&args)
             ))
         })?;
@@ -727,11 +709,7 @@ impl Helm {
     }
 
     /// `helm upgrade --install`, stamped with the digest.
-    pub fn upgrade_install(
-        &self,
-        native: &str,
-        spec: &InstallSpec,
-    ) -> Result<Installed, NativeError> {
+    pub fn upgrade_install(&self, spec: &InstallSpec) -> Result<Installed, ClientError> {
         let mut args = strings(&[
             "upgrade",
             "--install",
@@ -758,7 +736,7 @@ impl Helm {
         if spec.create_namespace {
             args.push("--create-namespace".to_string());
         }
-        let stdout = self.run_ok(native, &args, spec.timeout + MARGIN)?;
+        let stdout = self.run_ok(&args, spec.timeout + MARGIN)?;
         // helm may print notes or warnings before the JSON document.
         let json = stdout.find('{').map(|start| &stdout[start..]).unwrap_or("");
         match serde_json::from_str::<Value>(json) {
@@ -774,7 +752,7 @@ impl Helm {
                 },
             }),
             Err(_) => {
-                let release = self.status(native, &spec.release, &spec.namespace)?;
+                let release = self.status(&spec.release, &spec.namespace)?;
                 let release = release.unwrap_or_default();
                 Ok(Installed {
                     revision: release.revision,
@@ -788,12 +766,11 @@ impl Helm {
     /// `helm uninstall`.
     pub fn uninstall(
         &self,
-        native: &str,
         release: &str,
         namespace: &str,
         wait: bool,
         timeout: Duration,
-    ) -> Result<(), NativeError> {
+    ) -> Result<(), ClientError> {
         let mut args = strings(&[
             "uninstall",
             release,
@@ -805,19 +782,18 @@ impl Helm {
         if wait {
             args.push("--wait".to_string());
         }
-        self.run_ok(native, &args, timeout + MARGIN).map(|_| ())
+        self.run_ok(&args, timeout + MARGIN).map(|_| ())
     }
 
     /// `helm template`: the rendered manifests.
     pub fn template(
         &self,
-        native: &str,
         release: &str,
         chart: &str,
         namespace: &str,
         version: Option<&str>,
         values_files: &[String],
-    ) -> Result<String, NativeError> {
+    ) -> Result<String, ClientError> {
         let mut args = strings(&["template", release, chart, "-n", namespace]);
         if let Some(version) = version {
             args.extend(strings(&["--version", version]));
@@ -825,17 +801,16 @@ impl Helm {
         for file in values_files {
             args.extend(strings(&["-f", file]));
         }
-        self.run_ok(native, &args, READ_TIMEOUT)
+        self.run_ok(&args, READ_TIMEOUT)
     }
 
     /// `helm lint`: a failing lint is a result, not an error.
     pub fn lint(
         &self,
-        native: &str,
         chart: &str,
         strict: bool,
         values_files: &[String],
-    ) -> Result<Lint, NativeError> {
+    ) -> Result<Lint, ClientError> {
         let mut args = strings(&["lint", chart]);
         if strict {
             args.push("--strict".to_string());
@@ -843,7 +818,7 @@ impl Helm {
         for file in values_files {
             args.extend(strings(&["-f", file]));
         }
-        let output = self.run(native, &args, READ_TIMEOUT)?;
+        let output = self.run(&args, READ_TIMEOUT)?;
         let messages = output
             .stdout
             .lines()
@@ -862,27 +837,25 @@ impl Helm {
     /// `name` and `version` of a remote chart (`helm show chart`), for charts given without a version.
     pub fn show_chart(
         &self,
-        native: &str,
         chart: &str,
         version: Option<&str>,
-    ) -> Result<(String, String), NativeError> {
+    ) -> Result<(String, String), ClientError> {
         let mut args = strings(&["show", "chart", chart]);
         if let Some(version) = version {
             args.extend(strings(&["--version", version]));
         }
-        let stdout = self.run_ok(native, &args, READ_TIMEOUT)?;
+        let stdout = self.run_ok(&args, READ_TIMEOUT)?;
         parse_chart_yaml(&stdout, &format!("`{}`", command_line(&args)))
     }
 
     /// `helm pull` of `chart` at `version` from `url` into `destination` (a folder).
     pub fn pull(
         &self,
-        native: &str,
         url: &str,
         chart: &str,
         version: &str,
         destination: &str,
-    ) -> Result<(), NativeError> {
+    ) -> Result<(), ClientError> {
         let args = if url.starts_with("oci://") {
             strings(&[
                 "pull",
@@ -904,7 +877,7 @@ impl Helm {
                 destination,
             ])
         };
-        self.run_ok(native, &args, DEFAULT_HELM_TIMEOUT).map(|_| ())
+        self.run_ok(&args, DEFAULT_HELM_TIMEOUT).map(|_| ())
     }
 }
 
@@ -912,14 +885,11 @@ impl Helm {
     /// Pulls a pinned chart into `target` (`infra/helm-charts/<chart>-<version>.tgz`): helm
     /// downloads into a private folder next to it, and the archive is renamed into place, so an
     /// interrupted pull never leaves a partial file in the cache.
-    pub fn pull_to(&self, native: &str, pin: &ChartPin, target: &Path) -> Result<(), NativeError> {
+    pub fn pull_to(&self, pin: &ChartPin, target: &Path) -> Result<(), ClientError> {
         let dir = target.parent().unwrap_or(&self.root).to_path_buf();
         std::fs::create_dir_all(&dir).map_err(|error| {
-            NativeError::new(format!(
-                "{native}: cannot create {}: {error}",
-                dir.display()
-            ))
-            .with_hint("check the permissions of infra/")
+            ClientError::new(format!("cannot create {}: {error}", dir.display()))
+                .with_hint("check the permissions of infra/")
         })?;
         let staging = dir.join(format!(
             ".pull-{}-{:08x}",
@@ -933,14 +903,11 @@ impl Helm {
             }
         }
         std::fs::create_dir(&staging).map_err(|error| {
-            NativeError::new(format!(
-                "{native}: cannot create {}: {error}",
-                staging.display()
-            ))
+            ClientError::new(format!("cannot create {}: {error}", staging.display()))
         })?;
         let _cleanup = Cleanup(&staging);
-        let shown = crate::clients::fs::relative_display(&self.root, &staging);
-        self.pull(native, &pin.url, &pin.chart, &pin.chart_version, &shown)?;
+        let shown = crate::fs::relative_display(&self.root, &staging);
+        self.pull(&pin.url, &pin.chart, &pin.chart_version, &shown)?;
         let archives: Vec<PathBuf> = std::fs::read_dir(&staging)
             .map(|entries| {
                 entries
@@ -951,8 +918,8 @@ impl Helm {
             })
             .unwrap_or_default();
         let [archive] = archives.as_slice() else {
-            return Err(NativeError::new(format!(
-                "{native}: helm pull of {} {} left {} archives instead of one",
+            return Err(ClientError::new(format!(
+                "helm pull of {} {} left {} archives instead of one",
                 pin.chart,
                 pin.chart_version,
                 archives.len()
@@ -960,8 +927,8 @@ impl Helm {
             .with_hint("check the chart name and version in infra/VERSIONS.json"));
         };
         std::fs::rename(archive, target).map_err(|error| {
-            NativeError::new(format!(
-                "{native}: cannot move the pulled chart to {}: {error}",
+            ClientError::new(format!(
+                "cannot move the pulled chart to {}: {error}",
                 target.display()
             ))
         })
@@ -1008,9 +975,9 @@ struct VersionsShape {
 pub fn parse_versions(
     text: &str,
     shown: &str,
-) -> Result<(Value, BTreeMap<String, ChartPin>), NativeError> {
+) -> Result<(Value, BTreeMap<String, ChartPin>), ClientError> {
     let located = |error: serde_json::Error, hint: &str| {
-        NativeError::new(format!(
+        ClientError::new(format!(
             "{shown}:{}:{}: {}",
             error.line(),
             error.column(),
@@ -1038,7 +1005,7 @@ pub fn parse_versions(
             ("chart_version", &pin.chart_version),
         ] {
             if value.trim().is_empty() {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "{shown}: helm_repositories.{key}.{field} is empty"
                 ))
                 .with_hint("every chart pin names its repository url, chart and exact version"));

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
-use vaultrs::error::ClientError;
+use vaultrs::error::ClientError as VaultError;
 
 use super::error_chain;
-use crate::error::NativeError;
+use crate::error::ClientError;
 use crate::secret::Secret;
 
 /// The default file `bao_init` writes and `bao_unseal` reads, relative to the repository root.
@@ -123,7 +123,7 @@ pub struct KvPath {
 impl KvPath {
     /// `gitlab/bootstrap/admin_token` is mount `secret`, path `gitlab/bootstrap/admin_token`;
     /// `kv:apps/x` is mount `kv`, path `apps/x`; an explicit `mount` wins over both.
-    pub fn parse(text: &str, mount: Option<&str>) -> Result<KvPath, NativeError> {
+    pub fn parse(text: &str, mount: Option<&str>) -> Result<KvPath, ClientError> {
         let (parsed_mount, path) = match text.split_once(':') {
             Some((mount, path)) => (mount, path),
             None => (DEFAULT_MOUNT, text),
@@ -134,7 +134,7 @@ impl KvPath {
             || path.is_empty()
             || path.split('/').any(|part| part.is_empty() || part == "..")
         {
-            return Err(NativeError::new(format!("invalid OpenBao path `{text}`")).with_hint(
+            return Err(ClientError::new(format!("invalid OpenBao path `{text}`")).with_hint(
                 "write a KV path such as gitlab/bootstrap/admin_token (mount secret), or kv:apps/x for another mount",
             ));
         }
@@ -233,10 +233,10 @@ fn innermost(error: &dyn std::error::Error) -> String {
 }
 
 /// The status code and body of a server response, from either of vaultrs's error shapes.
-fn server_response(error: &ClientError) -> Option<(u16, String)> {
+fn server_response(error: &VaultError) -> Option<(u16, String)> {
     match error {
-        ClientError::APIError { code, errors } => Some((*code, errors.join("; "))),
-        ClientError::RestClientError {
+        VaultError::APIError { code, errors } => Some((*code, errors.join("; "))),
+        VaultError::RestClientError {
             source: rustify::errors::ClientError::ServerResponseError { code, content },
         } => Some((*code, content.clone().unwrap_or_default())),
         _ => None,
@@ -249,7 +249,7 @@ const NOT_ACTIVE: &str = "local node not active";
 
 /// Failures that go away by themselves within seconds: a dropped packet on a port-forward, a
 /// raft node becoming active after unseal, a fresh KV v2 mount upgrading its storage.
-fn is_transient(error: &ClientError) -> bool {
+fn is_transient(error: &VaultError) -> bool {
     match server_response(error) {
         Some((_, message)) => {
             message.contains(NOT_ACTIVE)
@@ -259,7 +259,7 @@ fn is_transient(error: &ClientError) -> bool {
         None => {
             matches!(
                 error,
-                ClientError::RestClientError {
+                VaultError::RestClientError {
                     source: rustify::errors::ClientError::RequestError { .. }
                 }
             ) && !error_chain(error).contains("refused")
@@ -303,7 +303,7 @@ impl BaoClient {
         file_token.clone()
     }
 
-    fn client(&self) -> Result<std::sync::Arc<VaultClient>, NativeError> {
+    fn client(&self) -> Result<std::sync::Arc<VaultClient>, ClientError> {
         let token = self.token().unwrap_or_default();
         let mut cached = self
             .cached
@@ -323,7 +323,7 @@ impl BaoClient {
             .verify(!self.settings.skip_verify);
         if let Some(ca) = &self.settings.ca_cert {
             if !ca.exists() {
-                return Err(NativeError::new(format!(
+                return Err(ClientError::new(format!(
                     "the OpenBao CA file {} does not exist",
                     ca.display()
                 ))
@@ -332,7 +332,7 @@ impl BaoClient {
             builder.ca_certs(vec![ca.display().to_string()]);
         }
         let settings = builder.build().map_err(|error| {
-            NativeError::new(format!(
+            ClientError::new(format!(
                 "invalid OpenBao settings for {}: {error}",
                 self.settings.address
             ))
@@ -345,7 +345,7 @@ impl BaoClient {
     }
 
     /// Turns a vaultrs error into one that names the address, what was being done and a hint.
-    pub fn describe(&self, error: ClientError, what: &str) -> NativeError {
+    pub fn describe(&self, error: VaultError, what: &str) -> ClientError {
         let address = &self.settings.address;
         if let Some((code, message)) = server_response(&error) {
             let message = message.trim().to_string();
@@ -362,7 +362,7 @@ impl BaoClient {
                 501 => "OpenBao is not initialised: run bao_init()".to_string(),
                 _ => "see the OpenBao server log for details".to_string(),
             };
-            return NativeError::new(headline).with_hint(hint);
+            return ClientError::new(headline).with_hint(hint);
         }
         let detail = error_chain(&error);
         let lower = detail.to_ascii_lowercase();
@@ -404,7 +404,7 @@ impl BaoClient {
                 "check BAO_ADDR and that OpenBao is reachable".to_string(),
             )
         };
-        NativeError::new(headline).with_hint(hint)
+        ClientError::new(headline).with_hint(hint)
     }
 
     fn permission_hint(&self) -> String {
@@ -423,10 +423,10 @@ impl BaoClient {
     /// active after unseal, a KV v2 mount upgrading). Bounded by [`TRANSIENT_WAIT`]. The outer
     /// error is a set-up failure; the inner result is the server's answer, for callers that
     /// treat some statuses (404) as data.
-    fn read_with_retry<T, F, Fut>(&self, call: F) -> Result<Result<T, ClientError>, NativeError>
+    fn read_with_retry<T, F, Fut>(&self, call: F) -> Result<Result<T, VaultError>, ClientError>
     where
         F: Fn(std::sync::Arc<VaultClient>) -> Fut,
-        Fut: std::future::Future<Output = Result<T, ClientError>>,
+        Fut: std::future::Future<Output = Result<T, VaultError>>,
     {
         let client = self.client()?;
         let deadline = std::time::Instant::now() + TRANSIENT_WAIT;
@@ -446,7 +446,7 @@ impl BaoClient {
     }
 
     /// Waits (bounded) until the server answers `sys/health` with 200: unsealed and active.
-    pub fn wait_active(&self) -> Result<(), NativeError> {
+    pub fn wait_active(&self) -> Result<(), ClientError> {
         let answer = self.read_with_retry(|client| async move {
             match vaultrs::api::exec_with_no_result(
                 client.as_ref(),
@@ -456,7 +456,7 @@ impl BaoClient {
             {
                 // Standby (429) and "not yet active" are transient after an unseal.
                 Err(error) if matches!(server_response(&error), Some((429, _))) => {
-                    Err(ClientError::RestClientError {
+                    Err(VaultError::RestClientError {
                         source: rustify::errors::ClientError::ServerResponseError {
                             code: 503,
                             content: Some(NOT_ACTIVE.to_string()),
@@ -471,13 +471,13 @@ impl BaoClient {
             .map_err(|error| self.describe(error, "GET sys/health"))
     }
 
-    fn vault(&self) -> Result<std::sync::Arc<VaultClient>, NativeError> {
+    fn vault(&self) -> Result<std::sync::Arc<VaultClient>, ClientError> {
         self.client()
     }
 
     /// `GET sys/seal-status`: answers 200 on sealed and uninitialised servers too (vaultrs's
     /// health response expects fields that only Vault sends, so bprun reads this instead).
-    pub fn status(&self) -> Result<Status, NativeError> {
+    pub fn status(&self) -> Result<Status, ClientError> {
         let status = self
             .read_with_retry(|client| async move {
                 vaultrs::api::exec_with_no_result(
@@ -495,14 +495,14 @@ impl BaoClient {
         })
     }
 
-    pub fn read_init_file(&self) -> Result<InitResponse, NativeError> {
+    pub fn read_init_file(&self) -> Result<InitResponse, ClientError> {
         let file = &self.settings.init_file;
         let text = std::fs::read_to_string(file).map_err(|error| {
-            NativeError::new(format!("cannot read the OpenBao init file {}: {error}", file.display()))
+            ClientError::new(format!("cannot read the OpenBao init file {}: {error}", file.display()))
                 .with_hint("bao_init() writes it when it initialises OpenBao; restore it from your backup if OpenBao was initialised elsewhere")
         })?;
         let init: InitResponse = serde_json::from_str(&text).map_err(|error| {
-            NativeError::new(format!(
+            ClientError::new(format!(
                 "the OpenBao init file {} is not valid: {error}",
                 file.display()
             ))
@@ -514,7 +514,7 @@ impl BaoClient {
 
     /// Initialises OpenBao. The caller has checked that the server is uninitialised and the file
     /// does not exist; the file is created (mode 0600) before anything else can fail.
-    pub fn initialize(&self, shares: u64, threshold: u64) -> Result<InitResponse, NativeError> {
+    pub fn initialize(&self, shares: u64, threshold: u64) -> Result<InitResponse, ClientError> {
         let client = self.vault()?;
         self.count();
         let response = run(vaultrs::sys::start_initialization(
@@ -536,7 +536,7 @@ impl BaoClient {
     }
 
     /// Submits unseal keys until the server is unsealed. Returns how many keys were used.
-    pub fn unseal(&self, init: &InitResponse) -> Result<usize, NativeError> {
+    pub fn unseal(&self, init: &InitResponse) -> Result<usize, ClientError> {
         let client = self.vault()?;
         for (used, key) in init.keys.iter().enumerate() {
             self.count();
@@ -553,7 +553,7 @@ impl BaoClient {
                 return Ok(used + 1);
             }
         }
-        Err(NativeError::new(format!(
+        Err(ClientError::new(format!(
             "openbao {}: still sealed after all {} keys of the init file",
             self.settings.address,
             init.keys.len()
@@ -561,7 +561,7 @@ impl BaoClient {
         .with_hint("the init file does not belong to this OpenBao (was it re-initialised?)"))
     }
 
-    pub fn seal(&self) -> Result<(), NativeError> {
+    pub fn seal(&self) -> Result<(), ClientError> {
         let client = self.vault()?;
         self.count();
         run(vaultrs::sys::seal(client.as_ref()))
@@ -569,7 +569,7 @@ impl BaoClient {
     }
 
     /// The mount at `path` as `(type, kv version)`, or `None`.
-    pub fn mount(&self, path: &str) -> Result<Option<(String, String)>, NativeError> {
+    pub fn mount(&self, path: &str) -> Result<Option<(String, String)>, ClientError> {
         let mounts = self
             .read_with_retry(
                 |client| async move { vaultrs::sys::mount::list(client.as_ref()).await },
@@ -586,7 +586,7 @@ impl BaoClient {
         }))
     }
 
-    pub fn enable_kv(&self, path: &str, version: u8) -> Result<(), NativeError> {
+    pub fn enable_kv(&self, path: &str, version: u8) -> Result<(), ClientError> {
         let client = self.vault()?;
         self.count();
         let mut options = vaultrs::api::sys::requests::EnableEngineRequest::builder();
@@ -621,7 +621,7 @@ impl BaoClient {
 
     /// Reads a KV v2 secret with its version. A path without a secret (never written, deleted
     /// or destroyed) has no data; its version is the metadata's current version (0 when none).
-    pub fn kv_read(&self, path: &KvPath) -> Result<KvSecret, NativeError> {
+    pub fn kv_read(&self, path: &KvPath) -> Result<KvSecret, ClientError> {
         let what = format!("GET {}/data/{}", path.mount, path.path);
         let result = self.read_with_retry(|client| {
             let path = path.clone();
@@ -656,8 +656,8 @@ impl BaoClient {
         }
     }
 
-    fn missing_mount(&self, path: &KvPath) -> NativeError {
-        NativeError::new(format!(
+    fn missing_mount(&self, path: &KvPath) -> ClientError {
+        ClientError::new(format!(
             "openbao {}: no KV mount `{}` (reading {path})",
             self.settings.address, path.mount
         ))
@@ -667,7 +667,7 @@ impl BaoClient {
         ))
     }
 
-    fn kv_current_version(&self, path: &KvPath) -> Result<u64, NativeError> {
+    fn kv_current_version(&self, path: &KvPath) -> Result<u64, ClientError> {
         let result =
             self.read_with_retry(|client| {
                 let path = path.clone();
@@ -691,7 +691,7 @@ impl BaoClient {
         path: &KvPath,
         data: &Map<String, Value>,
         check: bool,
-    ) -> Result<WriteOutcome, NativeError> {
+    ) -> Result<WriteOutcome, ClientError> {
         self.kv_update(path, check, |_| Ok(data.clone()))
     }
 
@@ -701,7 +701,7 @@ impl BaoClient {
         path: &KvPath,
         changes: &Map<String, Value>,
         check: bool,
-    ) -> Result<WriteOutcome, NativeError> {
+    ) -> Result<WriteOutcome, ClientError> {
         self.kv_update(path, check, |current| match current {
             Some(current) => {
                 let mut merged = current.clone();
@@ -710,7 +710,7 @@ impl BaoClient {
                 }
                 Ok(merged)
             }
-            None => Err(NativeError::new(format!(
+            None => Err(ClientError::new(format!(
                 "openbao {}: nothing to patch at {path}",
                 self.settings.address
             ))
@@ -722,8 +722,8 @@ impl BaoClient {
         &self,
         path: &KvPath,
         check: bool,
-        wanted: impl Fn(Option<&Map<String, Value>>) -> Result<Map<String, Value>, NativeError>,
-    ) -> Result<WriteOutcome, NativeError> {
+        wanted: impl Fn(Option<&Map<String, Value>>) -> Result<Map<String, Value>, ClientError>,
+    ) -> Result<WriteOutcome, ClientError> {
         let lock = self
             .write_locks
             .lock()
@@ -777,7 +777,7 @@ impl BaoClient {
                 }
             }
         }
-        Err(NativeError::new(format!(
+        Err(ClientError::new(format!(
             "openbao {}: {path} kept changing under us ({CAS_ATTEMPTS} check-and-set attempts)",
             self.settings.address
         ))
@@ -786,7 +786,7 @@ impl BaoClient {
         ))
     }
 
-    pub fn kv_list(&self, path: &KvPath) -> Result<Vec<String>, NativeError> {
+    pub fn kv_list(&self, path: &KvPath) -> Result<Vec<String>, ClientError> {
         let result = self.read_with_retry(|client| {
             let path = path.clone();
             async move { vaultrs::kv2::list(client.as_ref(), &path.mount, &path.path).await }
@@ -807,7 +807,7 @@ impl BaoClient {
     }
 
     /// Soft-deletes the latest version. Unchanged when there is no live version.
-    pub fn kv_delete(&self, path: &KvPath, check: bool) -> Result<bool, NativeError> {
+    pub fn kv_delete(&self, path: &KvPath, check: bool) -> Result<bool, ClientError> {
         if self.kv_read(path)?.data.is_none() {
             return Ok(false);
         }
@@ -827,7 +827,7 @@ impl BaoClient {
     }
 
     /// Destroys every version and the metadata. Unchanged when there is no metadata.
-    pub fn kv_destroy(&self, path: &KvPath, check: bool) -> Result<bool, NativeError> {
+    pub fn kv_destroy(&self, path: &KvPath, check: bool) -> Result<bool, ClientError> {
         if self.kv_read(path)?.version == 0 {
             return Ok(false);
         }
@@ -850,7 +850,7 @@ impl BaoClient {
     }
 
     /// Writes a policy unless it already has exactly this text. Returns whether it changed.
-    pub fn policy_write(&self, name: &str, rules: &str, check: bool) -> Result<bool, NativeError> {
+    pub fn policy_write(&self, name: &str, rules: &str, check: bool) -> Result<bool, ClientError> {
         let current = self.read_with_retry(|client| {
             let name = name.to_string();
             async move { vaultrs::sys::policy::read(client.as_ref(), &name).await }

@@ -1,0 +1,146 @@
+//! The error every client returns: a headline naming the resource, an optional hint, a chain of
+//! causes, and (for decisions) a kind and the remote status. Callers branch on `kind`, never on
+//! the message text; `natives/` turn it into the Rhai-facing error.
+
+use std::fmt;
+
+/// What went wrong, as far as a caller needs to decide what to do next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The remote says the resource does not exist (HTTP 404, Kubernetes `NotFound`).
+    NotFound,
+    /// The remote refused a write that conflicts with its state (409, "already taken").
+    Conflict,
+    /// Credentials missing or refused (401).
+    Unauthorized,
+    /// Credentials valid but not allowed (403).
+    Forbidden,
+    /// The remote rejected the request as invalid (400, 422 and other 4xx).
+    Invalid,
+    /// The remote kept rate-limiting (429) until the retries ran out.
+    RateLimited,
+    /// The remote answered with a server error (5xx) until the retries ran out.
+    Unavailable,
+    /// No answer: connection refused or reset, DNS, TLS.
+    Transport,
+    /// A wait or request ran out of time.
+    Timeout,
+    /// Ctrl-C or SIGTERM stopped the operation.
+    Interrupted,
+    /// A program the client runs (helm, git, bao) is not installed.
+    ProgramMissing,
+    /// Everything local: bad input, a file that cannot be read, a failed program.
+    Local,
+}
+
+impl ErrorKind {
+    /// The kind an HTTP status stands for.
+    pub fn from_status(status: u16) -> ErrorKind {
+        match status {
+            404 | 410 => ErrorKind::NotFound,
+            409 => ErrorKind::Conflict,
+            401 => ErrorKind::Unauthorized,
+            403 => ErrorKind::Forbidden,
+            429 => ErrorKind::RateLimited,
+            408 | 504 => ErrorKind::Timeout,
+            500..=599 => ErrorKind::Unavailable,
+            _ => ErrorKind::Invalid,
+        }
+    }
+
+    /// A short name scripts can compare (`e.kind == "not-found"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not-found",
+            ErrorKind::Conflict => "conflict",
+            ErrorKind::Unauthorized => "unauthorized",
+            ErrorKind::Forbidden => "forbidden",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::RateLimited => "rate-limited",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Transport => "transport",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Interrupted => "interrupted",
+            ErrorKind::ProgramMissing => "program-missing",
+            ErrorKind::Local => "local",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClientError {
+    pub kind: ErrorKind,
+    /// The remote's HTTP status, when there was an answer.
+    pub status: Option<u16>,
+    pub message: String,
+    pub hint: Option<String>,
+    pub causes: Vec<String>,
+}
+
+impl ClientError {
+    /// A local error (`ErrorKind::Local`); set another kind with `with_kind` or `with_status`.
+    pub fn new(message: impl Into<String>) -> Self {
+        ClientError {
+            kind: ErrorKind::Local,
+            status: None,
+            message: message.into(),
+            hint: None,
+            causes: Vec::new(),
+        }
+    }
+
+    pub fn with_kind(mut self, kind: ErrorKind) -> Self {
+        self.kind = kind;
+        self
+    }
+
+    /// Records the remote's status and the kind it stands for.
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self.kind = ErrorKind::from_status(status);
+        self
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    pub fn caused_by(mut self, cause: impl fmt::Display) -> Self {
+        self.causes.push(cause.to_string());
+        self
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ClientError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_map_to_kinds() {
+        assert_eq!(ErrorKind::from_status(404), ErrorKind::NotFound);
+        assert_eq!(ErrorKind::from_status(409), ErrorKind::Conflict);
+        assert_eq!(ErrorKind::from_status(401), ErrorKind::Unauthorized);
+        assert_eq!(ErrorKind::from_status(403), ErrorKind::Forbidden);
+        assert_eq!(ErrorKind::from_status(400), ErrorKind::Invalid);
+        assert_eq!(ErrorKind::from_status(429), ErrorKind::RateLimited);
+        assert_eq!(ErrorKind::from_status(503), ErrorKind::Unavailable);
+        let error = ClientError::new("gitlab: GET /projects/x -> 404: 404 Project Not Found")
+            .with_status(404);
+        assert!(error.is_not_found());
+        assert_eq!(error.status, Some(404));
+        assert!(!ClientError::new("a 404 in the text is not a status").is_not_found());
+    }
+}

@@ -1,0 +1,67 @@
+//! What a reconciling operation did: its result, the changes it made (or, in check mode, would
+//! make) and the warnings worth telling the operator. Callers record the changes; the client
+//! never prints.
+
+/// Whether an operation may write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Read, then write what differs.
+    Apply,
+    /// Read only; report what `Apply` would change.
+    Check,
+}
+
+impl Mode {
+    pub fn from_check(check: bool) -> Mode {
+        if check { Mode::Check } else { Mode::Apply }
+    }
+
+    pub fn writes(self) -> bool {
+        self == Mode::Apply
+    }
+}
+
+/// One change, as the journal and the recap show it (`create` `group blueprint-apps (internal)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub action: &'static str,
+    pub resource: String,
+}
+
+/// The result of a reconciling operation.
+#[derive(Debug, Clone)]
+pub struct Outcome<T> {
+    pub value: T,
+    pub changes: Vec<Change>,
+    pub warnings: Vec<String>,
+}
+
+impl<T> Outcome<T> {
+    pub fn unchanged(value: T) -> Outcome<T> {
+        Outcome {
+            value,
+            changes: Vec::new(),
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn changed_by(value: T, action: &'static str, resource: impl Into<String>) -> Outcome<T> {
+        Outcome {
+            value,
+            changes: vec![Change {
+                action,
+                resource: resource.into(),
+            }],
+            warnings: Vec::new(),
+        }
+    }
+
+    pub fn warn(mut self, warning: impl Into<String>) -> Outcome<T> {
+        self.warnings.push(warning.into());
+        self
+    }
+
+    pub fn changed(&self) -> bool {
+        !self.changes.is_empty()
+    }
+}

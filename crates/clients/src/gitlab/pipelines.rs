@@ -1,0 +1,325 @@
+//! Pipelines: start one (or reuse the head commit's), wait for many, and explain a failure with
+//! the failed jobs and the end of their traces.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::time::{Duration, Instant};
+
+use super::outcome::{Mode, Outcome};
+use super::{GitlabClient, Method, encode};
+use crate::error::{ClientError, ErrorKind};
+
+/// Statuses after which a pipeline no longer changes.
+pub const TERMINAL: &[&str] = &["success", "failed", "canceled", "skipped"];
+/// Statuses of a pipeline that `reuse` takes instead of starting another.
+const REUSABLE: &[&str] = &[
+    "success",
+    "running",
+    "pending",
+    "created",
+    "preparing",
+    "waiting_for_resource",
+];
+/// The default wait: GitLab Runner's default job timeout.
+pub const DEFAULT_PIPELINE_TIMEOUT: Duration = Duration::from_secs(600);
+/// The default pause between polls.
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_secs(2);
+
+/// A pipeline as GitLab returns it (the fields bprun reads).
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct Pipeline {
+    pub id: Option<i64>,
+    pub iid: Option<i64>,
+    #[serde(default)]
+    pub status: String,
+    #[serde(rename = "ref")]
+    pub reference: Option<String>,
+    pub sha: Option<String>,
+    pub web_url: Option<String>,
+    pub yaml_errors: Option<String>,
+}
+
+impl Pipeline {
+    pub fn is_terminal(&self) -> bool {
+        TERMINAL.contains(&self.status.as_str())
+    }
+}
+
+/// What `trigger_pipeline` did.
+#[derive(Debug, Clone)]
+pub enum Started {
+    /// A new pipeline.
+    New(Pipeline),
+    /// The head commit's pipeline, green or still running.
+    Reused(Pipeline),
+    /// Check mode: one would be started.
+    WouldStart,
+}
+
+/// A pipeline to wait for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PipelineRef {
+    pub project: String,
+    pub id: i64,
+}
+
+/// How long and how often to poll.
+#[derive(Debug, Clone, Copy)]
+pub struct WaitParams {
+    pub timeout: Duration,
+    pub interval: Duration,
+}
+
+impl Default for WaitParams {
+    fn default() -> Self {
+        WaitParams {
+            timeout: DEFAULT_PIPELINE_TIMEOUT,
+            interval: DEFAULT_POLL_INTERVAL,
+        }
+    }
+}
+
+fn pipeline_of(value: Value, what: &str) -> Result<Pipeline, ClientError> {
+    serde_json::from_value(value)
+        .map_err(|error| ClientError::new(format!("gitlab: {what}: unexpected answer: {error}")))
+}
+
+/// Sleeps `wait`, waking every 50 ms to honour `cancelled`.
+fn pause(wait: Duration, cancelled: &dyn Fn() -> bool, what: &str) -> Result<(), ClientError> {
+    let deadline = Instant::now() + wait;
+    while Instant::now() < deadline {
+        if cancelled() {
+            return Err(
+                ClientError::new(format!("{what}: interrupted")).with_kind(ErrorKind::Interrupted)
+            );
+        }
+        std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(50)));
+    }
+    Ok(())
+}
+
+impl GitlabClient {
+    fn recent_pipelines(
+        &self,
+        project: &str,
+        reference: &str,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<Value>, ClientError> {
+        let list = self.get(
+            &format!(
+                "projects/{}/pipelines?ref={}&per_page=20",
+                encode(project),
+                encode(reference)
+            ),
+            cancelled,
+        )?;
+        Ok(list.as_array().cloned().unwrap_or_default())
+    }
+
+    /// The newest pipeline of the branch's head commit when it succeeded or is still going.
+    /// In check mode a project that is only planned has nothing to reuse.
+    fn reusable_pipeline(
+        &self,
+        project: &str,
+        reference: &str,
+        mode: Mode,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<Pipeline>, ClientError> {
+        let branch = self.get(
+            &format!(
+                "projects/{}/repository/branches/{}",
+                encode(project),
+                encode(reference)
+            ),
+            cancelled,
+        );
+        let branch = match branch {
+            Err(error) if !mode.writes() && error.is_not_found() => Value::Null,
+            other => other?,
+        };
+        let head = branch["commit"]["id"].as_str().unwrap_or_default();
+        if head.is_empty() {
+            return Ok(None);
+        }
+        let newest = self
+            .recent_pipelines(project, reference, cancelled)?
+            .into_iter()
+            .filter(|p| p["sha"].as_str() == Some(head))
+            .max_by_key(|p| p["id"].as_i64().unwrap_or(0));
+        match newest {
+            Some(pipeline) if REUSABLE.contains(&pipeline["status"].as_str().unwrap_or("")) => Ok(
+                Some(pipeline_of(pipeline, &format!("pipeline of {project}"))?),
+            ),
+            _ => Ok(None),
+        }
+    }
+
+    /// Starts a pipeline on `reference`. With `reuse`, the head commit's pipeline (green or
+    /// still running) is returned instead, so a re-run starts nothing. A POST that fails
+    /// ambiguously is read back: a pipeline on the ref that was not there before is ours.
+    pub fn trigger_pipeline(
+        &self,
+        project: &str,
+        reference: &str,
+        reuse: bool,
+        mode: Mode,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Outcome<Started>, ClientError> {
+        if reuse
+            && let Some(pipeline) = self.reusable_pipeline(project, reference, mode, cancelled)?
+        {
+            return Ok(Outcome::unchanged(Started::Reused(pipeline)));
+        }
+        let change = format!("pipeline of {project} on {reference}");
+        if !mode.writes() {
+            return Ok(Outcome::changed_by(Started::WouldStart, "start", change));
+        }
+        let known: Vec<i64> = self
+            .recent_pipelines(project, reference, cancelled)?
+            .iter()
+            .filter_map(|p| p["id"].as_i64())
+            .collect();
+        let read_back = || -> Result<Option<Value>, ClientError> {
+            Ok(self
+                .recent_pipelines(project, reference, cancelled)?
+                .into_iter()
+                .find(|p| p["id"].as_i64().is_some_and(|id| !known.contains(&id))))
+        };
+        let answer = self.request(
+            Method::Post,
+            &format!("projects/{}/pipeline", encode(project)),
+            Some(&json!({"ref": reference})),
+            Some(&read_back),
+            cancelled,
+        )?;
+        Ok(Outcome::changed_by(
+            Started::New(pipeline_of(answer.body, &change)?),
+            "start",
+            change,
+        ))
+    }
+
+    /// Polls `pipelines` until each is terminal or the timeout passes; `progress` hears every
+    /// status change. Returns the final pipelines in the order given.
+    pub fn wait_pipelines(
+        &self,
+        pipelines: &[PipelineRef],
+        params: WaitParams,
+        progress: &dyn Fn(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<Pipeline>, ClientError> {
+        let started = Instant::now();
+        let mut last: Vec<Option<Pipeline>> = vec![None; pipelines.len()];
+        loop {
+            for (index, wanted) in pipelines.iter().enumerate() {
+                if last[index].as_ref().is_some_and(Pipeline::is_terminal) {
+                    continue;
+                }
+                let PipelineRef { project, id } = wanted;
+                let pipeline = pipeline_of(
+                    self.get(
+                        &format!("projects/{}/pipelines/{id}", encode(project)),
+                        cancelled,
+                    )?,
+                    &format!("pipeline #{id} of {project}"),
+                )?;
+                let previous = last[index].as_ref().map(|p| p.status.as_str());
+                if previous != Some(pipeline.status.as_str()) {
+                    progress(&format!(
+                        "pipeline #{id} of {project}: {} ({:.0} s)",
+                        pipeline.status,
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+                last[index] = Some(pipeline);
+            }
+            if last
+                .iter()
+                .all(|p| p.as_ref().is_some_and(Pipeline::is_terminal))
+            {
+                return Ok(last.into_iter().flatten().collect());
+            }
+            if started.elapsed() >= params.timeout {
+                let waiting: Vec<String> = pipelines
+                    .iter()
+                    .zip(&last)
+                    .filter(|(_, p)| !p.as_ref().is_some_and(Pipeline::is_terminal))
+                    .map(|(wanted, p)| {
+                        format!(
+                            "#{} of {} is {}",
+                            wanted.id,
+                            wanted.project,
+                            p.as_ref().map_or("unknown", |p| p.status.as_str())
+                        )
+                    })
+                    .collect();
+                return Err(ClientError::new(format!(
+                    "gitlab: pipelines did not finish within {} s: {}",
+                    params.timeout.as_secs(),
+                    waiting.join(", ")
+                ))
+                .with_kind(ErrorKind::Timeout)
+                .with_hint(
+                    "raise #{timeout: seconds}, or look at the runner: are its pods running?",
+                ));
+            }
+            pause(params.interval, cancelled, "gitlab_wait_pipeline")?;
+        }
+    }
+
+    /// The error for a pipeline that ended without success: its YAML errors, its failed jobs
+    /// and the end of their traces, and its URL.
+    pub fn pipeline_failure(
+        &self,
+        project: &str,
+        pipeline: &Pipeline,
+        cancelled: &dyn Fn() -> bool,
+    ) -> ClientError {
+        let id = pipeline.id.unwrap_or(0);
+        let mut error = ClientError::new(format!(
+            "gitlab: pipeline #{id} of {project} {}",
+            if pipeline.status.is_empty() {
+                "unknown"
+            } else {
+                &pipeline.status
+            }
+        ));
+        if let Some(yaml_errors) = &pipeline.yaml_errors {
+            error = error.caused_by(format!("the CI configuration is invalid: {yaml_errors}"));
+        }
+        if let Ok(jobs) = self.get_all(
+            &format!("projects/{}/pipelines/{id}/jobs", encode(project)),
+            cancelled,
+        ) {
+            for job in jobs.iter().filter(|job| job["status"] == "failed") {
+                let name = job["name"].as_str().unwrap_or("?");
+                let trace = self
+                    .request(
+                        Method::Get,
+                        &format!("projects/{}/jobs/{}/trace", encode(project), job["id"]),
+                        None,
+                        None,
+                        cancelled,
+                    )
+                    .map(|answer| {
+                        answer
+                            .body
+                            .as_str()
+                            .map(str::to_string)
+                            .unwrap_or_else(|| answer.body.to_string())
+                    })
+                    .unwrap_or_default();
+                let lines: Vec<&str> = trace.lines().collect();
+                let tail = &lines[lines.len().saturating_sub(10)..];
+                error = error.caused_by(format!(
+                    "job {name} failed; end of its trace:\n{}",
+                    tail.join("\n")
+                ));
+            }
+        }
+        error.with_hint(format!(
+            "open {}",
+            pipeline.web_url.as_deref().unwrap_or_default()
+        ))
+    }
+}

@@ -1,0 +1,213 @@
+//! Project CI/CD variables: validated before sending, compared with what GitLab holds, and only
+//! the differences written.
+
+use serde_json::{Value, json};
+
+use super::outcome::{Change, Mode, Outcome};
+use super::rules::{maskable, valid_variable_key};
+use super::{GitlabClient, Method, encode};
+use crate::error::ClientError;
+
+/// The desired state of one CI/CD variable. `value` is the plain text (the caller keeps it out of
+/// output; errors name the key, never the value).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Variable {
+    pub key: String,
+    pub value: String,
+    pub masked: bool,
+    pub protected: bool,
+    pub raw: bool,
+    pub variable_type: String,
+    pub environment_scope: String,
+    pub description: Option<String>,
+}
+
+impl Variable {
+    /// A plain, unmasked `env_var` for every environment.
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Variable {
+        Variable {
+            key: key.into(),
+            value: value.into(),
+            masked: false,
+            protected: false,
+            raw: false,
+            variable_type: "env_var".into(),
+            environment_scope: "*".into(),
+            description: None,
+        }
+    }
+
+    /// GitLab's rules, checked before sending so the error names the key and never the value.
+    pub fn validate(&self) -> Result<(), ClientError> {
+        let key = &self.key;
+        if self.variable_type != "env_var" && self.variable_type != "file" {
+            return Err(ClientError::new(format!(
+                "CI variable {key}: variable_type must be env_var or file, not {}",
+                self.variable_type
+            )));
+        }
+        if !valid_variable_key(key) {
+            return Err(
+                ClientError::new(format!("CI variable key `{key}` is invalid"))
+                    .with_hint("keys are 1 to 255 characters of A-Z a-z 0-9 _"),
+            );
+        }
+        if self.masked && (self.value.contains('\n') || !maskable(&self.value)) {
+            return Err(ClientError::new(format!(
+                "CI variable {key} cannot be masked: its value breaks GitLab's masking rules"
+            ))
+            .with_hint("a masked value is one line of at least 8 characters from the Base64 alphabet plus @ : . ~ (use masked: false, or encode it with base64_encode)"));
+        }
+        Ok(())
+    }
+
+    fn body(&self) -> Value {
+        json!({
+            "key": self.key, "value": self.value, "masked": self.masked, "protected": self.protected,
+            "raw": self.raw, "variable_type": self.variable_type, "environment_scope": self.environment_scope,
+            "description": self.description,
+        })
+    }
+
+    fn matches(&self, existing: &Value) -> bool {
+        existing["value"].as_str() == Some(self.value.as_str())
+            && existing["masked"].as_bool().unwrap_or(false) == self.masked
+            && existing["protected"].as_bool().unwrap_or(false) == self.protected
+            && existing["raw"].as_bool().unwrap_or(false) == self.raw
+            && existing["variable_type"].as_str().unwrap_or("env_var") == self.variable_type
+            && existing["description"].as_str().map(str::to_string) == self.description
+    }
+}
+
+/// A failed write, naming the changes that took effect before it (they are not rolled back;
+/// a re-run converges).
+fn after(error: ClientError, done: &[Change]) -> ClientError {
+    if done.is_empty() {
+        return error;
+    }
+    let list: Vec<String> = done
+        .iter()
+        .map(|change| format!("{} {}", change.action, change.resource))
+        .collect();
+    error.caused_by(format!("done before the failure: {}", list.join(", ")))
+}
+
+/// How many variables each action touched.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct VariableCounts {
+    pub created: i64,
+    pub updated: i64,
+    pub unchanged: i64,
+    pub removed: i64,
+}
+
+impl GitlabClient {
+    /// Creates missing variables, updates differing ones and leaves equal ones alone (no
+    /// request). With `remove_unlisted`, deletes variables not in `desired`. In check mode a
+    /// project that does not exist yet (one an earlier step would create) has no variables.
+    pub fn set_variables(
+        &self,
+        project: &str,
+        desired: &[Variable],
+        remove_unlisted: bool,
+        mode: Mode,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Outcome<VariableCounts>, ClientError> {
+        for variable in desired {
+            variable.validate()?;
+        }
+        let base = format!("projects/{}/variables", encode(project));
+        let existing = match self.get_all(&base, cancelled) {
+            Ok(existing) => existing,
+            Err(error) if !mode.writes() && error.is_not_found() => Vec::new(),
+            Err(error) => return Err(error),
+        };
+        let scoped = |key: &str, scope: &str| {
+            format!(
+                "{base}/{}?filter%5Benvironment_scope%5D={}",
+                encode(key),
+                encode(scope)
+            )
+        };
+        let mut counts = VariableCounts::default();
+        let mut changes = Vec::new();
+        let mut warnings = Vec::new();
+        let resource = |key: &str| format!("CI variable {key} of {project}");
+        for variable in desired {
+            let current = existing.iter().find(|e| {
+                e["key"] == variable.key.as_str()
+                    && e["environment_scope"].as_str().unwrap_or("*") == variable.environment_scope
+            });
+            let url = scoped(&variable.key, &variable.environment_scope);
+            match current {
+                Some(current)
+                    if current["value"].is_null()
+                        && current["hidden"].as_bool().unwrap_or(false) =>
+                {
+                    // GitLab never returns a hidden value, so it cannot be compared: leave it.
+                    warnings.push(format!(
+                        "CI variable {} of {project} is hidden: its value cannot be compared, left as it is",
+                        variable.key
+                    ));
+                    counts.unchanged += 1;
+                }
+                Some(current) if variable.matches(current) => counts.unchanged += 1,
+                Some(_) => {
+                    if mode.writes() {
+                        self.request(Method::Put, &url, Some(&variable.body()), None, cancelled)
+                            .map_err(|error| after(error, &changes))?;
+                    }
+                    changes.push(Change {
+                        action: "update",
+                        resource: resource(&variable.key),
+                    });
+                    counts.updated += 1;
+                }
+                None => {
+                    if mode.writes() {
+                        let read_back = || self.find(&url, cancelled);
+                        self.request(
+                            Method::Post,
+                            &base,
+                            Some(&variable.body()),
+                            Some(&read_back),
+                            cancelled,
+                        )
+                        .map_err(|error| after(error, &changes))?;
+                    }
+                    changes.push(Change {
+                        action: "create",
+                        resource: resource(&variable.key),
+                    });
+                    counts.created += 1;
+                }
+            }
+        }
+        if remove_unlisted {
+            for current in &existing {
+                let key = current["key"].as_str().unwrap_or("");
+                let scope = current["environment_scope"].as_str().unwrap_or("*");
+                if desired
+                    .iter()
+                    .any(|d| d.key == key && d.environment_scope == scope)
+                {
+                    continue;
+                }
+                if mode.writes() {
+                    self.request(Method::Delete, &scoped(key, scope), None, None, cancelled)
+                        .map_err(|error| after(error, &changes))?;
+                }
+                changes.push(Change {
+                    action: "delete",
+                    resource: resource(key),
+                });
+                counts.removed += 1;
+            }
+        }
+        Ok(Outcome {
+            value: counts,
+            changes,
+            warnings,
+        })
+    }
+}
