@@ -7,8 +7,7 @@ use rhai::{EvalAltResult, ParseError, Position};
 use std::sync::Arc;
 
 use crate::engine::Session;
-use crate::error::NativeError;
-use crate::natives::core::StepSkip;
+use crate::error::{NativeError, StepSkip};
 
 /// A rendered report plus its one-line headline (for the journal and JSON events).
 #[derive(Debug, Clone)]
@@ -56,7 +55,8 @@ fn function_label(name: &str) -> String {
     }
 }
 
-fn describe(error: &EvalAltResult) -> Cause {
+/// `functions` are the names the engine knows, for did-you-mean suggestions.
+fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
     let plain = |headline: String, label: &str, hint: Option<&str>| Cause {
         headline,
         label: label.to_string(),
@@ -86,7 +86,7 @@ fn describe(error: &EvalAltResult) -> Cause {
         EvalAltResult::ErrorFunctionNotFound(signature, _) => plain(
             format!("unknown function: {}", signature.replace("&str | ImmutableString | String", "string")),
             "no such function",
-            Some(&match suggest(signature) {
+            Some(&match suggest(signature, functions) {
                 Some(name) => format!("did you mean `{name}`? `bprun functions` lists every native with its arguments"),
                 None => "`bprun functions` lists every native with its arguments; check the spelling and argument types".to_string(),
             }),
@@ -127,18 +127,16 @@ fn describe(error: &EvalAltResult) -> Cause {
     }
 }
 
-fn suggest(signature: &str) -> Option<String> {
+fn suggest(signature: &str, functions: &[String]) -> Option<String> {
     let wanted = signature.split(['(', ' ']).next().unwrap_or(signature);
-    let module = crate::natives::native_module();
-    let mut best: Option<(usize, String)> = None;
-    for signature in module.gen_fn_signatures_with_mapper(|name| name.into()) {
-        let name = signature.split('(').next().unwrap_or_default().to_string();
-        let distance = edit_distance(wanted, &name);
-        if distance <= 2 && name != wanted && best.as_ref().is_none_or(|(d, _)| distance < *d) {
+    let mut best: Option<(usize, &String)> = None;
+    for name in functions {
+        let distance = edit_distance(wanted, name);
+        if distance <= 2 && name != wanted && best.is_none_or(|(d, _)| distance < d) {
             best = Some((distance, name));
         }
     }
-    best.map(|(_, name)| name)
+    best.map(|(_, name)| name.clone())
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -297,7 +295,7 @@ pub fn runtime_error(
         }
         outermost = false;
     }
-    let cause = describe(inner);
+    let cause = describe(inner, session.function_names());
     let at = Location {
         source: current.clone(),
         position: inner.position(),
@@ -355,7 +353,7 @@ pub fn headline(error: &EvalAltResult) -> String {
     {
         inner = next;
     }
-    describe(inner).headline
+    describe(inner, &[]).headline
 }
 
 #[cfg(test)]

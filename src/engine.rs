@@ -51,6 +51,8 @@ pub struct Session {
     pub kube_context: Mutex<Option<String>>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
+    /// The names of the natives the engine registered (did-you-mean in diagnostics).
+    function_names: std::sync::OnceLock<Vec<String>>,
 }
 
 impl Session {
@@ -65,7 +67,13 @@ impl Session {
             kube: Mutex::new(None),
             kube_context: Mutex::new(None),
             run_hook: Mutex::new(None),
+            function_names: std::sync::OnceLock::new(),
         }
+    }
+
+    /// The natives' names, once an engine was built for this session.
+    pub fn function_names(&self) -> &[String] {
+        self.function_names.get().map_or(&[], Vec::as_slice)
     }
 
     pub fn add_source(&self, name: &str, text: &str) {
@@ -155,10 +163,53 @@ pub fn build(session: Arc<Session>) -> Engine {
         }
     });
 
-    crate::natives::register_all(&mut engine);
-    crate::runner::register_run_steps(&mut engine);
+    let natives = crate::natives::native_module();
+    let mut names: Vec<String> = natives
+        .gen_fn_signatures_with_mapper(|name| name.into())
+        .filter_map(|signature| signature.split('(').next().map(str::to_string))
+        .collect();
+    names.sort();
+    names.dedup();
+    let _ = session.function_names.set(names);
+    engine.register_global_module(natives.into());
+    register_run_steps(&mut engine);
     engine.set_default_tag(Dynamic::from(SessionHandle(session)));
     engine
+}
+
+/// A native's call context, kept so another thread can call script closures with it
+/// (`parallel`). Rhai marks this API volatile (see reference/rhai-notes.md): these two
+/// functions are the only place bprun uses it.
+#[allow(deprecated)]
+pub fn detach_context(context: &NativeCallContext) -> rhai::NativeCallContextStore {
+    context.store_data()
+}
+
+/// The call context [`detach_context`] kept, for `engine` on this thread.
+#[allow(deprecated)]
+pub fn attach_context<'a>(
+    store: &'a rhai::NativeCallContextStore,
+    engine: &'a Engine,
+) -> NativeCallContext<'a> {
+    store.create_context(engine)
+}
+
+/// The native the runner appends to every script; it runs the declared steps.
+pub const RUN_STEPS_NATIVE: &str = "bprun_run_declared_steps";
+
+/// Registers [`RUN_STEPS_NATIVE`]; part of every engine so the REPL can share the builder.
+pub fn register_run_steps(engine: &mut Engine) {
+    engine.register_fn(
+        RUN_STEPS_NATIVE,
+        |context: NativeCallContext| -> Result<(), Box<EvalAltResult>> {
+            let session = session(&context)?;
+            let hook = lock(&session.run_hook).take();
+            if let Some(mut hook) = hook {
+                hook(&context, &session);
+            }
+            Ok(())
+        },
+    );
 }
 
 /// `import "lib/common" as common;` resolves under the script's folder only, so a script cannot

@@ -187,3 +187,7 @@ impl fmt::Display for NativeError {
 }
 
 impl std::error::Error for NativeError {}
+
+/// The signal `skip(reason)` raises; the runner turns it into a `skipped` step.
+#[derive(Debug, Clone)]
+pub struct StepSkip(pub String);

@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod diagnostics;
+pub mod docs;
 pub mod engine;
 pub mod error;
 pub mod journal;

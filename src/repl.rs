@@ -401,7 +401,7 @@ impl Repl {
                 ));
             }
             ":help" => {
-                let docs: Vec<_> = crate::cli::function_docs()
+                let docs: Vec<_> = crate::docs::function_docs()
                     .into_iter()
                     .filter(|doc| doc.name == argument)
                     .collect();
@@ -415,7 +415,7 @@ impl Repl {
                 }
             }
             ":functions" => {
-                for doc in crate::cli::function_docs() {
+                for doc in crate::docs::function_docs() {
                     if doc.name.contains(&argument) {
                         self.print(&format!("{}\n    {}", doc.signature, doc.summary()));
                     }
@@ -536,7 +536,7 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
     };
     let session = Arc::new(Session::new(state, import_root));
     let engine = engine::build(session.clone());
-    let natives: Vec<String> = crate::cli::function_docs()
+    let natives: Vec<String> = crate::docs::function_docs()
         .into_iter()
         .map(|doc| doc.name)
         .collect();

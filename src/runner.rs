@@ -1,7 +1,7 @@
 //! Runs a script: compile, run the top level (which declares the plan), select steps, run them
 //! in order, report, and keep the journal.
 
-use rhai::{Dynamic, Engine, EvalAltResult, NativeCallContext, Scope};
+use rhai::{Dynamic, EvalAltResult, NativeCallContext, Scope};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use crate::diagnostics;
 use crate::engine::{self, Session, StepDecl, lock};
+use crate::error::StepSkip;
 use crate::error::{Error, ExitCode};
 use crate::journal::{Journal, RunRecord, StepRecord, StepStatus};
-use crate::natives::core::StepSkip;
 use crate::output::{Format, Reporter, recap_summary, recap_table};
 use crate::state::{Phase, RunState};
 
@@ -354,7 +354,7 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     // The steps run when the top level has finished, inside the same evaluation, so that
     // imports and functions declared at the top level are visible in step bodies.
     let tail = engine
-        .compile(format!("{RUN_STEPS_NATIVE}();"))
+        .compile(format!("{}();", engine::RUN_STEPS_NATIVE))
         .map_err(|error| Error::usage(format!("internal: {error}"), None))?;
     ast = ast.merge(&tail);
     ast.set_source(location.display.as_str());
@@ -384,24 +384,6 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         Ok(()) => Ok(ExitCode::Success),
         Err(error) => Err(top_level_failure(&session, &error, &location.display)),
     }
-}
-
-/// The native the runner appends to every script; it runs the declared steps.
-pub const RUN_STEPS_NATIVE: &str = "bprun_run_declared_steps";
-
-/// Registers [`RUN_STEPS_NATIVE`]; part of every engine so the REPL can share the builder.
-pub fn register_run_steps(engine: &mut Engine) {
-    engine.register_fn(
-        RUN_STEPS_NATIVE,
-        |context: NativeCallContext| -> Result<(), Box<EvalAltResult>> {
-            let session = engine::session(&context)?;
-            let hook = lock(&session.run_hook).take();
-            if let Some(mut hook) = hook {
-                hook(&context, &session);
-            }
-            Ok(())
-        },
-    );
 }
 
 fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) -> Error {
@@ -508,7 +490,6 @@ fn run_steps(
         session.state.take_changes();
         let began = Instant::now();
         let began_at = crate::natives::core::core_functions::now();
-        #[allow(deprecated)]
         let result = step.body.call_within_context::<Dynamic>(context, ());
         let elapsed = began.elapsed();
         let changes = session.state.take_changes().len() as u32;

@@ -19,7 +19,6 @@ use super::options::{
     NativeResult, option_int, option_str, reject_unknown, remote_session as remote,
 };
 
-/// The session's OpenBao client, created on first use from the environment.
 /// Where OpenBao runs in the cluster (`BAO_K8S_SERVICE`, default `openbao/openbao:8200`).
 fn bao_service() -> (String, String, u16) {
     let text = std::env::var("BAO_K8S_SERVICE").unwrap_or_else(|_| "openbao/openbao:8200".into());

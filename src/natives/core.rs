@@ -3,7 +3,7 @@
 use rhai::plugin::*;
 
 use crate::engine::{native_error, session};
-use crate::error::NativeError;
+use crate::error::{NativeError, StepSkip};
 use crate::output::Level;
 
 #[export_module]
@@ -233,10 +233,6 @@ fn sleep_for(context: &NativeCallContext, seconds: Dynamic) -> Result<(), Box<Ev
         .sleep("sleep", duration)
         .map_err(native_error)
 }
-
-/// The signal `skip(reason)` raises; the runner turns it into a `skipped` step.
-#[derive(Debug, Clone)]
-pub struct StepSkip(pub String);
 
 fn show(context: &NativeCallContext, value: &Dynamic) -> String {
     context

@@ -207,7 +207,7 @@ fn install(
     namespace: &str,
     options: &rhai::Map,
 ) -> NativeResult<rhai::Map> {
-    const N: &str = "helm_install";
+    const NATIVE: &str = "helm_install";
     reject_unknown(
         options,
         &[
@@ -218,29 +218,29 @@ fn install(
             "timeout",
             "create_namespace",
         ],
-        N,
+        NATIVE,
     )?;
-    require_name(release, "release name", N)?;
-    require_name(namespace, "namespace", N)?;
+    require_name(release, "release name", NATIVE)?;
+    require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
-    let version = option_str(options, "version", N)?;
-    let wait = option_bool(options, "wait", N)?.unwrap_or(false);
-    let create_namespace = option_bool(options, "create_namespace", N)?.unwrap_or(false);
-    let timeout = helm_timeout(options, N)?;
-    let value_files = values_files(options, &files, N)?;
-    let values = script_values(options, N)?;
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
+    let version = option_str(options, "version", NATIVE)?;
+    let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
+    let create_namespace = option_bool(options, "create_namespace", NATIVE)?.unwrap_or(false);
+    let timeout = helm_timeout(options, NATIVE)?;
+    let value_files = values_files(options, &files, NATIVE)?;
+    let values = script_values(options, NATIVE)?;
     let helm = client(&session);
     let digest = install_digest(
         &helm,
-        N,
+        NATIVE,
         &chart_ref,
         version.as_deref(),
         &value_files,
         values.as_ref(),
     )
     .map_err(native_error)?;
-    let current = helm.status(release, namespace).map_err(from_helm(N))?;
+    let current = helm.status(release, namespace).map_err(from_helm(NATIVE))?;
     let reason = match &current {
         None => Some("not installed".to_string()),
         Some(found) if found.status != "deployed" => Some(format!("status {}", found.status)),
@@ -307,7 +307,7 @@ fn install(
             create_namespace,
             digest,
         })
-        .map_err(from_helm(N))?;
+        .map_err(from_helm(NATIVE))?;
     drop(temp);
     session.state.record_change(action, &resource);
     result.insert("revision".into(), installed.revision.into());
@@ -322,17 +322,17 @@ fn uninstall(
     namespace: &str,
     options: &rhai::Map,
 ) -> NativeResult<rhai::Map> {
-    const N: &str = "helm_uninstall";
-    reject_unknown(options, &["wait", "timeout"], N)?;
-    require_name(release, "release name", N)?;
-    require_name(namespace, "namespace", N)?;
-    let wait = option_bool(options, "wait", N)?.unwrap_or(false);
-    let timeout = helm_timeout(options, N)?;
+    const NATIVE: &str = "helm_uninstall";
+    reject_unknown(options, &["wait", "timeout"], NATIVE)?;
+    require_name(release, "release name", NATIVE)?;
+    require_name(namespace, "namespace", NATIVE)?;
+    let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
+    let timeout = helm_timeout(options, NATIVE)?;
     let helm = client(&session);
     let mut result = rhai::Map::new();
     result.insert("release".into(), release.into());
     result.insert("namespace".into(), namespace.into());
-    let current = helm.status(release, namespace).map_err(from_helm(N))?;
+    let current = helm.status(release, namespace).map_err(from_helm(NATIVE))?;
     let Some(found) = current else {
         result.insert("changed".into(), false.into());
         return Ok(result);
@@ -340,7 +340,7 @@ fn uninstall(
     let resource = format!("helm release {namespace}/{release} ({})", found.chart);
     if !session.state.check() {
         helm.uninstall(release, namespace, wait, timeout)
-            .map_err(from_helm(N))?;
+            .map_err(from_helm(NATIVE))?;
     }
     session.state.record_change("uninstall", &resource);
     result.insert("changed".into(), true.into());
@@ -354,18 +354,18 @@ fn template(
     namespace: &str,
     options: &rhai::Map,
 ) -> NativeResult<String> {
-    const N: &str = "helm_template";
-    reject_unknown(options, &["values_files", "values", "version"], N)?;
-    require_name(release, "release name", N)?;
-    require_name(namespace, "namespace", N)?;
+    const NATIVE: &str = "helm_template";
+    reject_unknown(options, &["values_files", "values", "version"], NATIVE)?;
+    require_name(release, "release name", NATIVE)?;
+    require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
-    let version = option_str(options, "version", N)?;
-    let mut file_args: Vec<String> = values_files(options, &files, N)?
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
+    let version = option_str(options, "version", NATIVE)?;
+    let mut file_args: Vec<String> = values_files(options, &files, NATIVE)?
         .into_iter()
         .map(|(shown, _)| shown)
         .collect();
-    let values = script_values(options, N)?;
+    let values = script_values(options, NATIVE)?;
     let temp = values
         .as_ref()
         .map(TempValues::write)
@@ -382,30 +382,30 @@ fn template(
             version.as_deref(),
             &file_args,
         )
-        .map_err(from_helm(N))
+        .map_err(from_helm(NATIVE))
 }
 
 fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> NativeResult<rhai::Map> {
-    const N: &str = "helm_lint";
-    reject_unknown(options, &["strict", "values_files"], N)?;
+    const NATIVE: &str = "helm_lint";
+    reject_unknown(options, &["strict", "values_files"], NATIVE)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(N))?;
+    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
     if matches!(chart_ref.source, ChartSource::Remote(_)) {
         return Err(native_error(
             NativeError::new(format!(
-                "{N}: {chart} is not a chart under the repository root"
+                "{NATIVE}: {chart} is not a chart under the repository root"
             ))
             .with_hint("helm lint checks a local chart folder or archive"),
         ));
     }
-    let strict = option_bool(options, "strict", N)?.unwrap_or(false);
-    let file_args: Vec<String> = values_files(options, &files, N)?
+    let strict = option_bool(options, "strict", NATIVE)?.unwrap_or(false);
+    let file_args: Vec<String> = values_files(options, &files, NATIVE)?
         .into_iter()
         .map(|(shown, _)| shown)
         .collect();
     let report = client(&session)
         .lint(&chart_ref.arg, strict, &file_args)
-        .map_err(from_helm(N))?;
+        .map_err(from_helm(NATIVE))?;
     let mut map = rhai::Map::new();
     map.insert("ok".into(), report.ok.into());
     map.insert(
@@ -483,12 +483,12 @@ pub mod helm_functions {
         release: &str,
         namespace: &str,
     ) -> NativeResult<Dynamic> {
-        const N: &str = "helm_status";
-        let session = remote_session(&context, N)?;
-        require_name(release, "release name", N)?;
-        require_name(namespace, "namespace", N)?;
+        const NATIVE: &str = "helm_status";
+        let session = remote_session(&context, NATIVE)?;
+        require_name(release, "release name", NATIVE)?;
+        require_name(namespace, "namespace", NATIVE)?;
         let helm = client(&session);
-        let Some(found) = helm.status(release, namespace).map_err(from_helm(N))? else {
+        let Some(found) = helm.status(release, namespace).map_err(from_helm(NATIVE))? else {
             return Ok(Dynamic::UNIT);
         };
         let mut map = release_map(&found);
@@ -520,13 +520,13 @@ pub mod helm_functions {
     /// ```
     #[rhai_fn(name = "helm_list", return_raw)]
     pub fn helm_list_in(context: NativeCallContext, namespace: &str) -> NativeResult<rhai::Array> {
-        const N: &str = "helm_list";
-        let session = remote_session(&context, N)?;
+        const NATIVE: &str = "helm_list";
+        let session = remote_session(&context, NATIVE)?;
         let scope = match namespace.trim() {
             "" | "*" => None,
             namespace => Some(namespace),
         };
-        let releases = client(&session).list(scope).map_err(from_helm(N))?;
+        let releases = client(&session).list(scope).map_err(from_helm(NATIVE))?;
         Ok(releases
             .iter()
             .map(|release| Dynamic::from(release_map(release)))
@@ -653,14 +653,14 @@ pub mod helm_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn helm_pull(context: NativeCallContext, key: &str) -> NativeResult<rhai::Map> {
-        const N: &str = "helm_pull";
-        let session = remote_session(&context, N)?;
+        const NATIVE: &str = "helm_pull";
+        let session = remote_session(&context, NATIVE)?;
         let (_, pins) = load_versions(&session).map_err(native_error)?;
         let Some(pin) = pins.get(key) else {
             let known: Vec<&str> = pins.keys().map(String::as_str).collect();
             return Err(native_error(
                 NativeError::new(format!(
-                    "{N}: {} has no helm_repositories.{key}",
+                    "{NATIVE}: {} has no helm_repositories.{key}",
                     helm::VERSIONS_FILE
                 ))
                 .with_hint(format!("known keys: {}", known.join(", "))),
@@ -681,7 +681,7 @@ pub mod helm_functions {
         if !session.state.check() {
             client(&session)
                 .pull_to(pin, &target)
-                .map_err(from_helm(N))?;
+                .map_err(from_helm(NATIVE))?;
         }
         session.state.record_change("pull", &resource);
         result.insert("changed".into(), true.into());

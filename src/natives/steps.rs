@@ -106,14 +106,11 @@ pub mod step_functions {
         let engine = context.engine();
         std::thread::scope(|scope| {
             for _ in 0..workers {
-                // Volatile Rhai API (see reference/rhai-notes.md): kept in this one place.
-                #[allow(deprecated)]
-                let store = context.store_data();
+                let store = crate::engine::detach_context(&context);
                 let (items, body, next, results, session) =
                     (&items, &body, &next, &results, &session);
                 scope.spawn(move || {
-                    #[allow(deprecated)]
-                    let worker_context = store.create_context(engine);
+                    let worker_context = crate::engine::attach_context(&store, engine);
                     loop {
                         let index = next.fetch_add(1, Ordering::SeqCst);
                         if index >= items.len() {
@@ -122,7 +119,6 @@ pub mod step_functions {
                         let outcome = if session.state.is_cancelled() {
                             Err(native_error(NativeError::new("parallel: interrupted")))
                         } else {
-                            #[allow(deprecated)]
                             body.call_within_context::<Dynamic>(
                                 &worker_context,
                                 (items[index].clone(),),

@@ -1,0 +1,150 @@
+//! The natives' documentation, read from the engine's metadata (the `///` comments of every
+//! `#[export_module]`): `bprun functions`, `bprun defs` and the REPL's completion and `:help`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An engine with every native, for documentation commands (no script, no run).
+pub fn documentation_engine() -> rhai::Engine {
+    let reporter = crate::output::Reporter::new(crate::output::Format::Human, 0);
+    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    let state =
+        crate::state::RunState::new(false, root.clone(), reporter, crate::runner::cancel_flag());
+    crate::engine::build(Arc::new(crate::engine::Session::new(state, root)))
+}
+
+/// One documented native, from the engine's metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FunctionDoc {
+    pub name: String,
+    pub signature: String,
+    /// The `///` doc text, without the slashes.
+    pub doc: String,
+}
+
+impl FunctionDoc {
+    /// The first non-empty doc line.
+    pub fn summary(&self) -> &str {
+        self.doc
+            .lines()
+            .map(str::trim)
+            .find(|line| !line.is_empty())
+            .unwrap_or("")
+    }
+
+    /// The ```rhai examples in the docs.
+    pub fn examples(&self) -> Vec<String> {
+        let mut examples = Vec::new();
+        let mut current: Option<String> = None;
+        for line in self.doc.lines() {
+            let trimmed = line.trim();
+            match &mut current {
+                None if trimmed == "```rhai" => current = Some(String::new()),
+                Some(_) if trimmed == "```" => examples.extend(current.take()),
+                Some(text) => {
+                    text.push_str(line.strip_prefix(' ').unwrap_or(line));
+                    text.push('\n');
+                }
+                None => {}
+            }
+        }
+        examples
+    }
+}
+
+/// A Rust type as scripts know it: `Result<Map, Box<EvalAltResult>>` is `map`.
+fn script_type(rust: &str) -> String {
+    let rust = rust.trim();
+    if let Some(inner) = rust
+        .strip_prefix("NativeResult<")
+        .and_then(|rest| rest.strip_suffix('>'))
+    {
+        return script_type(inner);
+    }
+    if let Some(inner) = rust
+        .strip_prefix("Result<")
+        .and_then(|rest| rest.strip_suffix(", Box<EvalAltResult>>"))
+    {
+        return script_type(inner);
+    }
+    let rust = rust.trim_start_matches("&mut ").trim_start_matches('&');
+    match rust {
+        "str" | "String" | "ImmutableString" => "string",
+        "i64" | "INT" => "int",
+        "f64" | "FLOAT" => "float",
+        "bool" => "bool",
+        "Map" | "rhai::Map" => "map",
+        "Array" | "rhai::Array" => "array",
+        "FnPtr" => "Fn",
+        "Dynamic" => "?",
+        "()" => "()",
+        other => other.rsplit("::").next().unwrap_or(other),
+    }
+    .to_string()
+}
+
+/// The documented natives (operators and display helpers left out), sorted by name.
+pub fn function_docs() -> Vec<FunctionDoc> {
+    let engine = documentation_engine();
+    let json = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
+    let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+    let functions = value["functions"].as_array().cloned().unwrap_or_default();
+    let mut docs: Vec<FunctionDoc> = functions
+        .iter()
+        .filter_map(|function| {
+            let name = function["name"].as_str()?.to_string();
+            let is_identifier = name.chars().all(|c| c.is_alphanumeric() || c == '_');
+            let hidden = !is_identifier
+                || name.starts_with("get$")
+                || name.starts_with("set$")
+                || matches!(
+                    name.as_str(),
+                    "to_string" | "to_debug" | crate::engine::RUN_STEPS_NATIVE
+                );
+            if hidden {
+                return None;
+            }
+            let doc = function["docComments"]
+                .as_array()
+                .map(|blocks| {
+                    blocks
+                        .iter()
+                        .filter_map(|block| block.as_str())
+                        .flat_map(str::lines)
+                        .map(|line| line.trim_start().trim_start_matches("///"))
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                })
+                .unwrap_or_default();
+            let params: Vec<String> = function["params"]
+                .as_array()
+                .map(|params| {
+                    params
+                        .iter()
+                        .map(|param| {
+                            let ty = script_type(param["type"].as_str().unwrap_or("?"));
+                            match param["name"].as_str() {
+                                Some(name) => format!("{name}: {ty}"),
+                                None => ty,
+                            }
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            let returns = script_type(function["returnType"].as_str().unwrap_or("()"));
+            let signature = if returns == "()" {
+                format!("{name}({})", params.join(", "))
+            } else {
+                format!("{name}({}) -> {returns}", params.join(", "))
+            };
+            Some(FunctionDoc {
+                name,
+                signature,
+                doc,
+            })
+        })
+        .collect();
+    docs.sort_by(|a, b| a.name.cmp(&b.name).then(a.signature.cmp(&b.signature)));
+    docs.dedup();
+    docs
+}
