@@ -5,7 +5,10 @@
 
 use super::kube_conditions::{self, Readiness};
 use crate::error::{ClientError, ErrorKind};
-use kube::api::{Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use futures::StreamExt;
+use kube::api::{
+    Api, AttachParams, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, WatchParams,
+};
 use kube::core::GroupVersionKind;
 use kube::discovery::{ApiCapabilities, ApiResource, Discovery, Scope};
 use serde_json::{Value, json};
@@ -123,6 +126,20 @@ fn name_of(object: &Value) -> String {
         .as_str()
         .unwrap_or("")
         .to_string()
+}
+
+/// The longest a wait sleeps on a watch before it looks again.
+const WATCH_SLICE: Duration = Duration::from_secs(2);
+/// The pause between looks when no watch can be opened.
+const POLL_INTERVAL: Duration = Duration::from_millis(300);
+
+/// A wait's target as list parameters: a label selector (it has `=`), else a name.
+fn target_params(target: &str) -> ListParams {
+    if target.contains('=') {
+        ListParams::default().labels(target)
+    } else {
+        ListParams::default().fields(&format!("metadata.name={target}"))
+    }
 }
 
 /// How a patch merges into the live object.
@@ -678,13 +695,7 @@ impl KubeClient {
                 return Err(ClientError::new(format!("kube_wait {what}: interrupted"))
                     .with_kind(ErrorKind::Interrupted));
             }
-            let objects = if selector {
-                self.list(kind, namespace, name_or_selector, "")?
-            } else {
-                self.get(kind, namespace, name_or_selector)?
-                    .into_iter()
-                    .collect()
-            };
+            let (objects, version) = self.snapshot(kind, namespace, name_or_selector)?;
             let mut waiting = Vec::new();
             if until_deleted {
                 if objects.is_empty() {
@@ -753,10 +764,86 @@ impl KubeClient {
                 ));
                 last_report = now;
             }
-            std::thread::sleep(
-                Duration::from_millis(300).min(deadline.saturating_duration_since(now)),
-            );
+            // Sleep until the API server reports a change to these objects (a watch from the
+            // list's version), but look again at least every WATCH_SLICE: readiness can also
+            // turn on objects the watch does not cover (a Deployment's pods).
+            let slice = WATCH_SLICE.min(deadline.saturating_duration_since(now));
+            let woke = Instant::now();
+            let watched = self.await_change(kind, namespace, name_or_selector, &version, slice);
+            if !watched {
+                // No watch (an error, or a server without watches): poll instead of spinning.
+                std::thread::sleep(
+                    POLL_INTERVAL
+                        .saturating_sub(woke.elapsed())
+                        .min(deadline.saturating_duration_since(Instant::now())),
+                );
+            }
         }
+    }
+
+    /// The objects a wait looks at (a name is a `metadata.name` field selector, so one watch
+    /// serves both) and the list's resourceVersion to watch from.
+    fn snapshot(
+        &self,
+        kind: &str,
+        namespace: &str,
+        target: &str,
+    ) -> Result<(Vec<Value>, String), ClientError> {
+        block_on(async {
+            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let api = self.list_api(&resource, &caps, namespace);
+            let params = target_params(target);
+            let list = retry(|| api.list(&params)).await.map_err(|error| {
+                api_error(
+                    &format!("kube_wait {}", display(kind, namespace, target)),
+                    &error,
+                )
+            })?;
+            Ok((
+                list.items.iter().map(object_json).collect(),
+                list.metadata.resource_version.unwrap_or_default(),
+            ))
+        })
+    }
+
+    /// Waits up to `limit` for a watch event on the target's objects after `version`. True when
+    /// the watch did its job (an event came, or `limit` passed quietly); false when no watch
+    /// could be opened or it ended without an event, so the caller polls.
+    fn await_change(
+        &self,
+        kind: &str,
+        namespace: &str,
+        target: &str,
+        version: &str,
+        limit: Duration,
+    ) -> bool {
+        if version.is_empty() || limit.is_zero() {
+            return false;
+        }
+        block_on(async {
+            let Ok((resource, caps)) = self.resolve_async(kind, None).await else {
+                return false;
+            };
+            let api = self.list_api(&resource, &caps, namespace);
+            let base = target_params(target);
+            let mut params = WatchParams::default().timeout(limit.as_secs().max(1) as u32);
+            if let Some(labels) = &base.label_selector {
+                params = params.labels(labels);
+            }
+            if let Some(fields) = &base.field_selector {
+                params = params.fields(fields);
+            }
+            let watch = tokio::time::timeout(limit, async {
+                match api.watch(&params, version).await {
+                    // An event (even an error event such as 410 Expired) means: look again.
+                    Ok(stream) => stream.boxed().next().await.is_some(),
+                    Err(_) => false,
+                }
+            })
+            .await;
+            // Quiet until the limit: the watch did its job. Ended without an event: poll.
+            watch.unwrap_or(true)
+        })
     }
 
     fn wait_failure(&self, what: &str, object: &Value, why: &str, namespace: &str) -> ClientError {
