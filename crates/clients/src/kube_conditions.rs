@@ -20,7 +20,7 @@ pub enum Readiness {
     /// "condition Ready is False (reason: Pending)".
     Waiting(String),
     /// A terminal state: waiting longer cannot help (ImagePullBackOff, ErrImagePull,
-    /// CrashLoopBackOff, InvalidImageName, CreateContainerConfigError, a failed Job (condition
+    /// CrashLoopBackOff, InvalidImageName, a failed Job (condition
     /// Failed True), a Deployment whose Progressing condition has reason ProgressDeadlineExceeded,
     /// a Pod in phase Failed).
     Failed(String),
@@ -37,14 +37,16 @@ pub const BUILTIN_NAMES: &[&str] = &[
     "Running",
 ];
 
-/// Container waiting reasons that [`terminal_failure`] treats as final.
+/// Container waiting reasons that [`terminal_failure`] treats as final. Not
+/// `CreateContainerConfigError` (a Secret or ConfigMap the container reads is missing): the
+/// kubelet retries it, and it clears by itself when the object appears, as when an operator
+/// creates the Secret moments after the pod; a wait reports it as the reason it is waiting.
 pub const TERMINAL_WAITING_REASONS: &[&str] = &[
     "ImagePullBackOff",
     "ErrImagePull",
     "ErrImageNeverPull",
     "InvalidImageName",
     "CrashLoopBackOff",
-    "CreateContainerConfigError",
 ];
 
 /// The kinds [`rollout`] understands.
@@ -997,6 +999,16 @@ mod tests {
         assert_eq!(
             failed(condition_is(&pod, "ContainersReady", "True")),
             expected
+        );
+    }
+
+    #[test]
+    fn a_missing_secret_keeps_a_pod_waiting_with_the_kubelets_reason() {
+        let pod = fixture!("pod-config-error");
+        assert_eq!(terminal_failure(&pod), None);
+        assert_eq!(
+            waiting(check("Ready", &pod)),
+            r#"phase Pending: container webservice waiting (CreateContainerConfigError: secret "gitlab-rails-storage" not found)"#
         );
     }
 

@@ -137,6 +137,16 @@ pub struct Cluster {
     history: VecDeque<Arc<WatchEvent>>,
     events: tokio::sync::broadcast::Sender<Arc<WatchEvent>>,
     next_ip: u32,
+    /// Which images the simulated node can pull.
+    pub images: super::kubelet::ImagePolicy,
+    /// The cluster CA in PEM, published in every namespace's `kube-root-ca.crt` ConfigMap.
+    pub root_ca_pem: String,
+}
+
+impl super::kubelet::ClusterView for Cluster {
+    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.lookup(store_key, namespace, name).cloned()
+    }
 }
 
 impl Default for Cluster {
@@ -155,6 +165,8 @@ impl Cluster {
             history: VecDeque::new(),
             events,
             next_ip: 10,
+            images: Default::default(),
+            root_ca_pem: String::new(),
         };
         let namespaces = cluster.resource("", "v1", "namespaces");
         for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {

@@ -8,7 +8,9 @@
 //! (CrashLoopBackOff), `fail` (a Job fails), `not-ready` (a custom resource stays unready).
 
 use super::cluster::{Cluster, now_rfc3339};
+use super::kubelet;
 use super::selectors::LabelSelector;
+use super::storage::{self, Decision, StorageView};
 use serde_json::{Value, json};
 
 pub const BEHAVIOUR: &str = "sim.bprun.dev/behaviour";
@@ -18,6 +20,7 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     writes += namespaces(cluster);
     writes += crds(cluster);
+    writes += claims(cluster);
     writes += deployments(cluster);
     for (store_key, kind) in [
         ("statefulsets.apps", "StatefulSet"),
@@ -63,13 +66,48 @@ fn write(cluster: &mut Cluster, store_key: &str, object: Value) -> usize {
     1
 }
 
+/// The namespace controller's sweep of Terminating namespaces, and what every Active namespace
+/// holds on a real cluster: the `default` ServiceAccount (pods without `serviceAccountName`
+/// use it) and the `kube-root-ca.crt` ConfigMap (the cluster CA, mounted by every pod's API
+/// access volume).
 fn namespaces(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     for namespace in cluster.all("namespaces") {
+        let name = name_of(&namespace);
         if namespace["status"]["phase"] == "Terminating" {
-            let name = name_of(&namespace);
             cluster.empty_namespace(&name);
             cluster.commit("namespaces", "", &name, None);
+            writes += 1;
+            continue;
+        }
+        if cluster
+            .lookup("serviceaccounts", &name, "default")
+            .is_none()
+        {
+            let account = json!({
+                "apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "default", "namespace": name, "uid": format!("sa-{}", suffix()),
+                             "creationTimestamp": now_rfc3339()}
+            });
+            cluster.commit("serviceaccounts", &name, "default", Some(account));
+            writes += 1;
+        }
+        let ca = cluster.root_ca_pem.clone();
+        let current = cluster
+            .lookup("configmaps", &name, "kube-root-ca.crt")
+            .cloned();
+        if current
+            .as_ref()
+            .is_none_or(|map| map["data"]["ca.crt"] != ca.as_str())
+        {
+            let mut map = current.unwrap_or_else(|| json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "kube-root-ca.crt", "namespace": name, "uid": format!("cm-{}", suffix()),
+                             "creationTimestamp": now_rfc3339(),
+                             "annotations": {"kubernetes.io/description": "Contains a CA bundle that can be used to verify the kube-apiserver when using internal endpoints such as the internal service IP or kubernetes.default.svc. No other usage is guaranteed across distributions of Kubernetes clusters."}}
+            }));
+            map["data"] = json!({"ca.crt": ca});
+            cluster.commit("configmaps", &name, "kube-root-ca.crt", Some(map));
             writes += 1;
         }
     }
@@ -168,14 +206,41 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 writes += 1;
             }
         }
+        // The ServiceAccount admission plugin refuses pods whose account does not exist.
+        let account = template["spec"]["serviceAccountName"]
+            .as_str()
+            .or(template["spec"]["serviceAccount"].as_str())
+            .unwrap_or("default")
+            .to_string();
+        let refused = (current.len() as u64) < desired
+            && cluster
+                .lookup("serviceaccounts", &namespace, &account)
+                .is_none();
+        writes += replica_failure(
+            cluster,
+            &workload,
+            store_key,
+            refused.then(|| {
+                format!(
+                    "pods \"{name}-{}\" is forbidden: error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found",
+                    if kind == "StatefulSet" { "0".to_string() } else { suffix() }
+                )
+            }),
+        );
+        // A StatefulSet (OrderedReady, the default) starts pod N+1 once pod N is Ready.
+        let ordered = kind == "StatefulSet"
+            && workload["spec"]["podManagementPolicy"].as_str() != Some("Parallel");
         let mut index = 0u64;
-        while (current.len() as u64) < desired {
+        while !refused && (current.len() as u64) < desired {
             let pod_name = match kind {
                 "StatefulSet" => format!("{name}-{index}"),
                 _ => format!("{name}-{}", suffix()),
             };
             index += 1;
-            if cluster.lookup("pods", &namespace, &pod_name).is_some() {
+            if let Some(existing) = cluster.lookup("pods", &namespace, &pod_name) {
+                if ordered && !pod_ready(existing) {
+                    break;
+                }
                 continue;
             }
             let mut labels = template["metadata"]["labels"].clone();
@@ -205,6 +270,9 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
             cluster.commit("pods", &namespace, &pod_name, Some(pod.clone()));
             current.push(pod);
             writes += 1;
+            if ordered {
+                break;
+            }
         }
         let ready = current.iter().filter(|pod| pod_ready(pod)).count() as u64;
         let generation = workload["metadata"]["generation"].clone();
@@ -225,12 +293,75 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 "fullyLabeledReplicas": current.len(), "readyReplicas": ready, "availableReplicas": ready
             }),
         };
-        // Readiness needs a fresh look at the pods: re-read so unchanged status writes nothing.
-        if workload["status"] != status {
-            let mut updated = workload.clone();
+        // Readiness needs a fresh look at the pods: re-read so unchanged status writes nothing,
+        // and keep the conditions `replica_failure` manages.
+        let latest = cluster
+            .lookup(store_key, &namespace, &name)
+            .cloned()
+            .unwrap_or(workload);
+        let mut status = status;
+        if let Some(conditions) = latest["status"]["conditions"].as_array()
+            && !conditions.is_empty()
+        {
+            status["conditions"] = json!(conditions);
+        }
+        if latest["status"] != status {
+            let mut updated = latest;
             updated["status"] = status;
             writes += write(cluster, store_key, updated);
         }
+    }
+    writes
+}
+
+/// Sets or clears a workload's `ReplicaFailure` condition (`FailedCreate`, with the API
+/// server's refusal as the message) and records the event once.
+fn replica_failure(
+    cluster: &mut Cluster,
+    workload: &Value,
+    store_key: &str,
+    refusal: Option<String>,
+) -> usize {
+    let current = workload["status"]["conditions"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["type"] == "ReplicaFailure"))
+        .cloned();
+    let mut writes = 0;
+    let updated = match (&refusal, &current) {
+        (Some(message), Some(condition)) if condition["message"] == message.as_str() => None,
+        (Some(message), _) => {
+            writes += ensure_event(
+                cluster,
+                workload,
+                "Warning",
+                "FailedCreate",
+                &format!("Error creating: {message}"),
+                "replicaset-controller",
+            );
+            let mut updated = workload.clone();
+            let mut conditions: Vec<Value> = updated["status"]["conditions"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            conditions.retain(|c| c["type"] != "ReplicaFailure");
+            conditions.push(
+                json!({"type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+                                   "message": message, "lastTransitionTime": now_rfc3339()}),
+            );
+            updated["status"]["conditions"] = json!(conditions);
+            Some(updated)
+        }
+        (None, Some(_)) => {
+            let mut updated = workload.clone();
+            if let Some(list) = updated["status"]["conditions"].as_array_mut() {
+                list.retain(|c| c["type"] != "ReplicaFailure");
+            }
+            Some(updated)
+        }
+        (None, None) => None,
+    };
+    if let Some(updated) = updated {
+        writes += write(cluster, store_key, updated);
     }
     writes
 }
@@ -327,17 +458,52 @@ fn deployments(cluster: &mut Cluster) -> usize {
             json!({"type": kind, "status": status_text, "reason": reason, "message": message,
                    "lastTransitionTime": since, "lastUpdateTime": since})
         };
+        let mut conditions = vec![
+            condition(
+                "Available",
+                available,
+                if available {
+                    "MinimumReplicasAvailable"
+                } else {
+                    "MinimumReplicasUnavailable"
+                },
+                if available {
+                    "Deployment has minimum availability."
+                } else {
+                    "Deployment does not have minimum availability."
+                },
+            ),
+            condition(
+                "Progressing",
+                true,
+                if available {
+                    "NewReplicaSetAvailable"
+                } else {
+                    "ReplicaSetUpdated"
+                },
+                &format!(
+                    "ReplicaSet \"{current_name}\" {}",
+                    if available {
+                        "has successfully progressed."
+                    } else {
+                        "is progressing."
+                    }
+                ),
+            ),
+        ];
+        // The ReplicaSet's refusal (a missing ServiceAccount) shows on the Deployment too.
+        if let Some(failure) = rs_status["conditions"]
+            .as_array()
+            .and_then(|list| list.iter().find(|c| c["type"] == "ReplicaFailure"))
+        {
+            conditions.push(failure.clone());
+        }
         let status = json!({
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas, "updatedReplicas": replicas,
             "readyReplicas": ready, "availableReplicas": ready,
             "unavailableReplicas": desired.saturating_sub(ready),
-            "conditions": [
-                condition("Available", available, if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" },
-                          if available { "Deployment has minimum availability." } else { "Deployment does not have minimum availability." }),
-                condition("Progressing", true, if available { "NewReplicaSetAvailable" } else { "ReplicaSetUpdated" },
-                          &format!("ReplicaSet \"{current_name}\" {}", if available { "has successfully progressed." } else { "is progressing." }))
-            ]
+            "conditions": conditions
         });
         if deployment["status"] != status {
             let mut updated = deployment.clone();
@@ -355,113 +521,304 @@ fn suffix() -> String {
         .collect()
 }
 
+/// Records a Warning or Normal event about `object` once: an event with the same reason and
+/// message for the same object is not repeated (a real cluster counts repeats instead).
+fn ensure_event(
+    cluster: &mut Cluster,
+    object: &Value,
+    event_type: &str,
+    reason: &str,
+    message: &str,
+    component: &str,
+) -> usize {
+    let namespace = namespace_of(object);
+    let uid = object["metadata"]["uid"].clone();
+    let seen = cluster.all("events").iter().any(|event| {
+        event["involvedObject"]["uid"] == uid
+            && event["reason"] == reason
+            && event["message"] == message
+    });
+    if seen {
+        return 0;
+    }
+    let now = now_rfc3339();
+    let event_name = format!("{}.{}", name_of(object), suffix());
+    let event_namespace = if namespace.is_empty() {
+        "default".to_string()
+    } else {
+        namespace.clone()
+    };
+    cluster.commit(
+        "events",
+        &event_namespace,
+        &event_name,
+        Some(json!({
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": event_name, "namespace": event_namespace, "uid": suffix(), "creationTimestamp": now},
+            "involvedObject": {"kind": object["kind"], "namespace": namespace, "name": object["metadata"]["name"],
+                               "uid": uid, "apiVersion": object["apiVersion"]},
+            "reason": reason, "message": message, "type": event_type, "count": 1,
+            "firstTimestamp": now, "lastTimestamp": now, "source": {"component": component}
+        })),
+    );
+    1
+}
+
+/// What decides whether a pod's status changed: phase, conditions and container states,
+/// without timestamps (so an unchanged verdict writes nothing).
+fn status_signature(status: &Value) -> Value {
+    let conditions: Vec<Value> = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| json!([c["type"], c["status"], c["reason"], c["message"]]))
+        .collect();
+    let containers: Vec<Value> = status["containerStatuses"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!([
+                c["name"],
+                c["ready"],
+                c["state"]["waiting"],
+                c["state"]["running"].is_object()
+            ])
+        })
+        .collect();
+    json!([status["phase"], conditions, containers])
+}
+
+fn running_status(pod: &Value, index: usize, now: &str) -> Value {
+    let statuses: Vec<Value> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
+                   "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}})
+        })
+        .collect();
+    json!({
+        "phase": "Running", "qosClass": "BestEffort", "hostIP": "172.18.0.2",
+        "podIP": format!("10.244.0.{}", index % 250 + 2), "startTime": now,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
+            {"type": "Ready", "status": "True", "lastTransitionTime": now}
+        ],
+        "containerStatuses": statuses
+    })
+}
+
+/// The status a failure behaviour annotation asks for (`image-pull-backoff`, `crash-loop`),
+/// and its event.
+fn behaviour_status(pod: &Value, mode: &str, now: &str) -> Option<(Value, &'static str, String)> {
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let image = containers
+        .first()
+        .and_then(|c| c["image"].as_str())
+        .unwrap_or("")
+        .to_string();
+    let waiting = |reason: &str, message: String| {
+        containers
+            .iter()
+            .map(|c| {
+                json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": false, "started": false,
+                       "restartCount": if reason == "CrashLoopBackOff" { 3 } else { 0 },
+                       "state": {"waiting": {"reason": reason, "message": message}}})
+            })
+            .collect::<Vec<_>>()
+    };
+    let (statuses, phase, reason, message) = match mode {
+        "image-pull-backoff" => (
+            waiting(
+                "ImagePullBackOff",
+                format!(
+                    "Back-off pulling image \"{image}\": ErrImagePull: failed to pull and unpack image \"{image}\": not found"
+                ),
+            ),
+            "Pending",
+            "Failed",
+            format!("Failed to pull image \"{image}\": not found"),
+        ),
+        "crash-loop" => (
+            waiting(
+                "CrashLoopBackOff",
+                "back-off 40s restarting failed container".to_string(),
+            ),
+            "Running",
+            "BackOff",
+            "Back-off restarting failed container".to_string(),
+        ),
+        _ => return None,
+    };
+    let status = json!({
+        "phase": phase, "qosClass": "BestEffort", "hostIP": "172.18.0.2", "startTime": now,
+        "conditions": [
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
+            {"type": "ContainersReady", "status": "False", "lastTransitionTime": now},
+            {"type": "Ready", "status": "False", "lastTransitionTime": now}
+        ],
+        "containerStatuses": statuses
+    });
+    Some((status, reason, message))
+}
+
+/// The scheduler's and kubelet's part: a pod runs once everything it needs exists (see
+/// `kubelet`), and until then shows the real reason in its status and events. A running,
+/// Ready pod stays so (a kubelet does not stop a container whose Secret went away).
 fn pods(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     for (index, pod) in cluster.all("pods").into_iter().enumerate() {
-        if pod["status"]["phase"] != "Pending" {
+        let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+        if pod["metadata"]["deletionTimestamp"].is_string()
+            || matches!(phase, "Succeeded" | "Failed")
+            || pod_ready(&pod)
+        {
             continue;
         }
         let now = now_rfc3339();
         let mode = behaviour(&pod["metadata"]).to_string();
-        let containers = pod["spec"]["containers"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        let waiting = |reason: &str, message: String| {
-            containers
-                .iter()
-                .map(|c| {
-                    json!({"name": c["name"], "image": c["image"], "imageID": "", "ready": false, "started": false,
-                           "restartCount": if reason == "CrashLoopBackOff" { 3 } else { 0 },
-                           "state": {"waiting": {"reason": reason, "message": message}}})
-                })
-                .collect::<Vec<_>>()
-        };
-        let image = containers
-            .first()
-            .and_then(|c| c["image"].as_str())
-            .unwrap_or("")
-            .to_string();
-        let (ready, statuses, phase) = match mode.as_str() {
-            "image-pull-backoff" => {
-                if pod["status"]["containerStatuses"].is_array() {
-                    continue;
-                }
-                (
-                    false,
-                    waiting(
-                        "ImagePullBackOff",
-                        format!("Back-off pulling image \"{image}\": ErrImagePull: failed to pull and unpack image \"{image}\": not found"),
-                    ),
-                    "Pending",
-                )
+        if let Some((status, reason, message)) = behaviour_status(&pod, &mode, &now) {
+            if pod["status"]["containerStatuses"].is_array() {
+                continue;
             }
-            "crash-loop" => {
-                if pod["status"]["containerStatuses"].is_array() {
-                    continue;
-                }
-                (
-                    false,
-                    waiting(
-                        "CrashLoopBackOff",
-                        "back-off 40s restarting failed container".to_string(),
-                    ),
-                    "Running",
-                )
-            }
-            _ => (
-                true,
-                containers
-                    .iter()
-                    .map(|c| {
-                        json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
-                               "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}})
-                    })
-                    .collect(),
-                "Running",
-            ),
-        };
-        let flag = if ready { "True" } else { "False" };
-        let mut updated = pod.clone();
-        updated["status"] = json!({
-            "phase": phase, "qosClass": "BestEffort", "hostIP": "172.18.0.2",
-            "podIP": format!("10.244.0.{}", index % 250 + 2), "startTime": now,
-            "conditions": [
-                {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-                {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-                {"type": "ContainersReady", "status": flag, "lastTransitionTime": now},
-                {"type": "Ready", "status": flag, "lastTransitionTime": now}
-            ],
-            "containerStatuses": statuses
-        });
-        if !ready {
-            let namespace = namespace_of(&pod);
-            let name = name_of(&pod);
-            let reason = if mode == "crash-loop" {
-                "BackOff"
-            } else {
-                "Failed"
-            };
-            let message = if mode == "crash-loop" {
-                "Back-off restarting failed container".to_string()
-            } else {
-                format!("Failed to pull image \"{image}\": not found")
-            };
-            let event_name = format!("{name}.{}", suffix());
-            cluster.commit(
-                "events",
-                &namespace,
-                &event_name,
-                Some(json!({
-                    "apiVersion": "v1", "kind": "Event",
-                    "metadata": {"name": event_name, "namespace": namespace, "uid": suffix(), "creationTimestamp": now},
-                    "involvedObject": {"kind": "Pod", "namespace": namespace, "name": name, "uid": pod["metadata"]["uid"]},
-                    "reason": reason, "message": message, "type": "Warning", "count": 1,
-                    "firstTimestamp": now, "lastTimestamp": now, "source": {"component": "kubelet"}
-                })),
-            );
+            writes += ensure_event(cluster, &pod, "Warning", reason, &message, "kubelet");
+            let mut updated = pod.clone();
+            updated["status"] = status;
+            writes += write(cluster, "pods", updated);
+            continue;
         }
+        let verdict = kubelet::verdict(&pod, &*cluster, &cluster.images);
+        let status = kubelet::waiting_status(&pod, &verdict, &now)
+            .unwrap_or_else(|| running_status(&pod, index, &now));
+        if status_signature(&status) == status_signature(&pod["status"]) {
+            continue;
+        }
+        if let Some((reason, message, component)) = kubelet::event(&verdict) {
+            writes += ensure_event(cluster, &pod, "Warning", reason, &message, component);
+        }
+        let mut updated = pod.clone();
+        updated["status"] = status;
         writes += write(cluster, "pods", updated);
+    }
+    writes
+}
+
+/// Whether the pod of an external provisioner runs (`rancher.io/local-path`: the
+/// local-path-provisioner pod is Ready). In-tree provisioners always run; an unknown external
+/// one is not running (nothing in the cluster would provision).
+fn provisioner_running(pods: &[Value], provisioner: &str) -> bool {
+    match provisioner {
+        "rancher.io/local-path" => pods.iter().any(|pod| {
+            pod["metadata"]["labels"]["app"] == "local-path-provisioner" && pod_ready(pod)
+        }),
+        other => other.starts_with("kubernetes.io/"),
+    }
+}
+
+/// The PersistentVolume controller: binds or provisions claims (see `storage`), records why a
+/// claim stays Pending, and marks bound volumes and claims.
+fn claims(cluster: &mut Cluster) -> usize {
+    let mut writes = 0;
+    let pods = cluster.all("pods");
+    for claim in cluster.all("persistentvolumeclaims") {
+        if claim["status"]["phase"] == "Bound" || claim["metadata"]["deletionTimestamp"].is_string()
+        {
+            continue;
+        }
+        let namespace = namespace_of(&claim);
+        let name = name_of(&claim);
+        let volumes = cluster.all("persistentvolumes");
+        let classes = cluster.all("storageclasses.storage.k8s.io");
+        let has_consumer = pods.iter().any(|pod| {
+            namespace_of(pod) == namespace
+                && pod["spec"]["volumes"].as_array().is_some_and(|volumes| {
+                    volumes
+                        .iter()
+                        .any(|v| v["persistentVolumeClaim"]["claimName"] == name.as_str())
+                })
+        });
+        let running = |provisioner: &str| provisioner_running(&pods, provisioner);
+        let decision = storage::decide(
+            &claim,
+            &StorageView {
+                volumes: &volumes,
+                classes: &classes,
+                has_consumer,
+                provisioner_running: &running,
+            },
+        );
+        let volume_name = match decision {
+            Decision::Pending {
+                event: (event_type, reason, message),
+            } => {
+                writes += ensure_event(
+                    cluster,
+                    &claim,
+                    event_type,
+                    reason,
+                    &message,
+                    "persistentvolume-controller",
+                );
+                if claim["status"]["phase"] != "Pending" {
+                    let mut updated = claim.clone();
+                    updated["status"]["phase"] = json!("Pending");
+                    writes += write(cluster, "persistentvolumeclaims", updated);
+                }
+                continue;
+            }
+            Decision::AssignDefaultClass { class } => {
+                let mut updated = claim.clone();
+                updated["spec"]["storageClassName"] = json!(class);
+                writes += write(cluster, "persistentvolumeclaims", updated);
+                continue;
+            }
+            Decision::Bind { volume } => volume,
+            Decision::Provision { mut volume } => {
+                let volume_name = name_of(&volume);
+                volume["metadata"]["uid"] = json!(format!("{volume_name}-{}", suffix()));
+                volume["metadata"]["creationTimestamp"] = json!(now_rfc3339());
+                let provisioner =
+                    volume["metadata"]["annotations"]["pv.kubernetes.io/provisioned-by"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string();
+                cluster.commit("persistentvolumes", "", &volume_name, Some(volume));
+                writes += 1 + ensure_event(
+                    cluster,
+                    &claim,
+                    "Normal",
+                    "ProvisioningSucceeded",
+                    &format!("Successfully provisioned volume {volume_name}"),
+                    &provisioner,
+                );
+                volume_name
+            }
+        };
+        let Some(mut volume) = cluster
+            .lookup("persistentvolumes", "", &volume_name)
+            .cloned()
+        else {
+            continue;
+        };
+        volume["spec"]["claimRef"] = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "namespace": namespace, "name": name, "uid": claim["metadata"]["uid"]});
+        volume["status"]["phase"] = json!("Bound");
+        writes += write(cluster, "persistentvolumes", volume.clone());
+        let mut bound = claim.clone();
+        bound["spec"]["volumeName"] = json!(volume_name);
+        bound["metadata"]["annotations"]["pv.kubernetes.io/bind-completed"] = json!("yes");
+        bound["metadata"]["annotations"]["pv.kubernetes.io/bound-by-controller"] = json!("yes");
+        bound["status"] = json!({"phase": "Bound", "accessModes": volume["spec"]["accessModes"],
+                                 "capacity": volume["spec"]["capacity"]});
+        writes += write(cluster, "persistentvolumeclaims", bound);
     }
     writes
 }

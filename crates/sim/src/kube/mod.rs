@@ -9,11 +9,13 @@
 
 pub mod cluster;
 pub mod controllers;
+pub mod kubelet;
 pub mod merge;
 pub mod protobuf;
 pub mod resources;
 pub mod selectors;
 pub mod server;
+pub mod storage;
 pub mod table;
 pub mod tls;
 
@@ -299,6 +301,7 @@ pub fn start_with(
     let url = format!("https://{host}:{}", bound.port());
     let token = sim.token.clone();
     let ca_pem = tls.ca_pem.clone();
+    sim.cluster().root_ca_pem = ca_pem.clone();
     let task = runtime.spawn(server::serve(listener, sim.clone(), tls.acceptor));
     Ok(Running {
         sim,
