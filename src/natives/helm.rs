@@ -192,6 +192,24 @@ fn install_digest(
     }))
 }
 
+/// A chart archive from the cache that `infra/VERSIONS.json` pins is installed only when its
+/// SHA-256 is the pinned one (a repository without VERSIONS.json pins nothing).
+fn verify_cached_archive(session: &Session, chart: &helm::ChartRef) -> Result<(), ClientError> {
+    let ChartSource::Archive(path) = &chart.source else {
+        return Ok(());
+    };
+    if !session.state.root.join(helm::VERSIONS_FILE).is_file() {
+        return Ok(());
+    }
+    let files = Confinement::new(&session.state.root);
+    let text = files.read_text(helm::VERSIONS_FILE)?;
+    let (_, pins) = helm::parse_versions(&text, helm::VERSIONS_FILE)?;
+    match helm::pin_for_archive(&pins, &chart.arg) {
+        Some(pin) => pin.verify(path),
+        None => Ok(()),
+    }
+}
+
 fn load_versions(
     session: &Session,
 ) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), NativeError> {
@@ -224,6 +242,8 @@ fn install(
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
     let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
+    verify_cached_archive(&session, &chart_ref)
+        .map_err(|error| native_error(headed(NATIVE, error)))?;
     let version = option_str(options, "version", NATIVE)?;
     let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
     let create_namespace = option_bool(options, "create_namespace", NATIVE)?.unwrap_or(false);
@@ -674,6 +694,7 @@ pub mod helm_functions {
         result.insert("chart".into(), pin.chart.clone().into());
         result.insert("version".into(), pin.chart_version.clone().into());
         if target.is_file() {
+            pin.verify(&target).map_err(from_helm(NATIVE))?;
             result.insert("changed".into(), false.into());
             return Ok(result);
         }
@@ -682,6 +703,11 @@ pub mod helm_functions {
             client(&session)
                 .pull_to(pin, &target)
                 .map_err(from_helm(NATIVE))?;
+            if let Err(error) = pin.verify(&target) {
+                // Never leave an archive that is not the pinned one in the cache.
+                let _ = std::fs::remove_file(&target);
+                return Err(from_helm(NATIVE)(error));
+            }
         }
         session.state.record_change("pull", &resource);
         result.insert("changed".into(), true.into());

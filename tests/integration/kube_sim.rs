@@ -338,8 +338,8 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
     assert_eq!(
         sim.kubectl(&["get", "configmap", "-n", "demo", "-o", "name"])
             .ok(),
-        "",
-        "nothing was created"
+        "configmap/kube-root-ca.crt\n",
+        "nothing was created (the namespace's CA bundle is the cluster's own)"
     );
 }
 
@@ -387,8 +387,9 @@ fn namespaces_pass_through_terminating_and_take_their_objects() {
         gone.stderr.trim(),
         "Error from server (NotFound): namespaces \"demo\" not found"
     );
+    // Only the CA bundles of the four system namespaces are left.
     let configmaps = sim.kubectl(&["get", "configmaps", "-A", "-o", "name"]);
-    assert_eq!(configmaps.ok(), "");
+    assert_eq!(configmaps.ok(), "configmap/kube-root-ca.crt\n".repeat(4));
 }
 
 #[test]
@@ -799,7 +800,13 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
         .collect();
     assert_eq!(
         events,
-        ["ADDED before", "ADDED after", "DELETED before"],
+        // kube-root-ca.crt: every namespace holds the cluster CA.
+        [
+            "ADDED before",
+            "ADDED kube-root-ca.crt",
+            "ADDED after",
+            "DELETED before"
+        ],
         "{events:?}"
     );
 }

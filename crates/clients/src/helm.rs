@@ -957,6 +957,9 @@ pub struct ChartPin {
     pub values_overrides: Option<serde_json::Map<String, Value>>,
     #[serde(default)]
     pub note: Option<String>,
+    /// The SHA-256 of the archive in the chart cache (vendored charts are pinned by it).
+    #[serde(default)]
+    pub sha256: Option<String>,
 }
 
 impl ChartPin {
@@ -964,6 +967,40 @@ impl ChartPin {
     pub fn cache_path(&self) -> String {
         format!("{CHART_CACHE}/{}-{}.tgz", self.chart, self.chart_version)
     }
+
+    /// Checks the cached archive at `path` against the pinned SHA-256 (no pin: nothing to
+    /// check). A mismatch names both digests.
+    pub fn verify(&self, path: &Path) -> Result<(), ClientError> {
+        let Some(pinned) = &self.sha256 else {
+            return Ok(());
+        };
+        let bytes = std::fs::read(path).map_err(|error| {
+            ClientError::new(format!("cannot read {}: {error}", self.cache_path()))
+        })?;
+        let actual = crate::digest::sha256_hex(&bytes);
+        if actual.eq_ignore_ascii_case(pinned) {
+            return Ok(());
+        }
+        Err(ClientError::new(format!(
+            "{} has SHA-256 {actual}, but {VERSIONS_FILE} pins {pinned}",
+            self.cache_path()
+        ))
+        .with_kind(ErrorKind::Invalid)
+        .with_hint(format!(
+            "the archive is not the pinned {} {}: restore it (git checkout -- {}) or delete it so helm_pull fetches it again",
+            self.chart,
+            self.chart_version,
+            self.cache_path()
+        )))
+    }
+}
+
+/// The pin whose cache archive is `relative` (`infra/helm-charts/redis-19.6.4.tgz`), if any.
+pub fn pin_for_archive<'a>(
+    pins: &'a std::collections::BTreeMap<String, ChartPin>,
+    relative: &str,
+) -> Option<&'a ChartPin> {
+    pins.values().find(|pin| pin.cache_path() == relative)
 }
 
 #[derive(Debug, Clone, Deserialize)]

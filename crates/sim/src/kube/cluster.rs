@@ -3,6 +3,7 @@
 //! apply, status only through `/status`, namespaces that pass through Terminating, CRDs that
 //! (re-)register in discovery, and a bounded event history for watches.
 
+use super::admission;
 use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -368,6 +369,57 @@ impl Cluster {
         }
     }
 
+    /// The admission webhooks' verdict on a write (see `admission`).
+    fn admit(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        object: &Value,
+        operation: &str,
+    ) -> Result<(), ApiError> {
+        let mut configurations =
+            self.all("mutatingwebhookconfigurations.admissionregistration.k8s.io");
+        configurations
+            .extend(self.all("validatingwebhookconfigurations.admissionregistration.k8s.io"));
+        if configurations.is_empty() {
+            return Ok(());
+        }
+        let namespace_labels = self
+            .lookup("namespaces", "", namespace)
+            .map(|ns| ns["metadata"]["labels"].clone())
+            .unwrap_or(Value::Null);
+        let write = admission::Write {
+            resource: rt,
+            operation,
+            namespace_labels: &namespace_labels,
+            object_labels: &object["metadata"]["labels"],
+        };
+        let service = |service_namespace: &str, name: &str| {
+            if self.lookup("services", service_namespace, name).is_none() {
+                return admission::ServiceState::Missing;
+            }
+            let ready = self
+                .lookup("endpoints", service_namespace, name)
+                .and_then(|endpoints| endpoints["subsets"].as_array())
+                .is_some_and(|subsets| {
+                    subsets.iter().any(|subset| {
+                        subset["addresses"]
+                            .as_array()
+                            .is_some_and(|addresses| !addresses.is_empty())
+                    })
+                });
+            if ready {
+                admission::ServiceState::Ready
+            } else {
+                admission::ServiceState::NoEndpoints
+            }
+        };
+        match admission::refusal(&configurations, &write, &service) {
+            Some(message) => Err(ApiError::new(500, "InternalError", message)),
+            None => Ok(()),
+        }
+    }
+
     pub fn create(
         &mut self,
         rt: &ResourceType,
@@ -431,6 +483,7 @@ impl Cluster {
             .with_details(rt, &name));
         }
         validate(rt, &name, &object, options.strict)?;
+        self.admit(rt, &namespace, &object, "CREATE")?;
         let object_has_spec = object.get("spec").is_some();
         let metadata = object["metadata"]
             .as_object_mut()
@@ -614,7 +667,7 @@ impl Cluster {
             &now_rfc3339(),
             options.subresource.as_deref(),
         );
-        self.store_over(rt, namespace, name, live, object, options.dry_run)
+        self.store_over(rt, namespace, name, live, object, options)
     }
 
     /// PATCH of any type; apply patches create missing objects (the bool says created).
@@ -729,7 +782,7 @@ impl Cluster {
     ) -> Result<Value, ApiError> {
         let keep_live_status = options.subresource.as_deref() != Some("status");
         self.carry_server_fields(rt, live, &mut object, keep_live_status);
-        self.store_over(rt, namespace, name, live, object, options.dry_run)
+        self.store_over(rt, namespace, name, live, object, options)
     }
 
     /// What a client cannot set comes from `live`: uid, creation time, generation, deletion
@@ -783,8 +836,13 @@ impl Cluster {
         name: &str,
         live: &Value,
         mut object: Value,
-        dry_run: bool,
+        options: &WriteOptions,
     ) -> Result<Value, ApiError> {
+        let dry_run = options.dry_run;
+        // Status writes go to a subresource that webhooks on the resource do not intercept.
+        if options.subresource.is_none() {
+            self.admit(rt, namespace, &object, "UPDATE")?;
+        }
         if let Some(generation) = live["metadata"]["generation"].as_i64()
             && spec_of(live) != spec_of(&object)
         {
@@ -1097,6 +1155,31 @@ fn top_level_fields(kind: &str) -> Option<&'static [&'static str]> {
             &["apiVersion", "kind", "metadata", "subjects", "roleRef"]
         }
         "Endpoints" => &["apiVersion", "kind", "metadata", "subsets"],
+        "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => {
+            &["apiVersion", "kind", "metadata", "webhooks"]
+        }
+        "StorageClass" => &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "provisioner",
+            "parameters",
+            "reclaimPolicy",
+            "mountOptions",
+            "allowVolumeExpansion",
+            "volumeBindingMode",
+            "allowedTopologies",
+        ],
+        "PriorityClass" => &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "value",
+            "globalDefault",
+            "description",
+            "preemptionPolicy",
+        ],
+        "ControllerRevision" => &["apiVersion", "kind", "metadata", "data", "revision"],
         "Event" => return None,
         "CustomResourceDefinition" => &["apiVersion", "kind", "metadata", "spec", "status"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
@@ -1217,7 +1300,7 @@ fn same_ignoring_times(a: &Value, b: &Value) -> bool {
     normalise(a) == normalise(b)
 }
 
-fn new_uid() -> String {
+pub fn new_uid() -> String {
     let hex: String = (0..32)
         .map(|_| char::from_digit(fastrand::u32(..16), 16).unwrap_or('0'))
         .collect();

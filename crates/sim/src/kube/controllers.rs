@@ -7,7 +7,7 @@
 //! `image-pull-backoff` (containers wait in ErrImagePull / ImagePullBackOff), `crash-loop`
 //! (CrashLoopBackOff), `fail` (a Job fails), `not-ready` (a custom resource stays unready).
 
-use super::cluster::{Cluster, now_rfc3339};
+use super::cluster::{Cluster, new_uid, now_rfc3339};
 use super::kubelet;
 use super::selectors::LabelSelector;
 use super::storage::{self, Decision, StorageView};
@@ -267,6 +267,9 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 metadata.remove("annotations");
             }
             pod["spec"]["nodeName"] = json!("sim-control-plane");
+            if kind == "StatefulSet" {
+                writes += claim_templates(cluster, &workload, &pod_name, &mut pod);
+            }
             cluster.commit("pods", &namespace, &pod_name, Some(pod.clone()));
             current.push(pod);
             writes += 1;
@@ -309,6 +312,61 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
             let mut updated = latest;
             updated["status"] = status;
             writes += write(cluster, store_key, updated);
+        }
+    }
+    writes
+}
+
+/// A StatefulSet pod's claims from `volumeClaimTemplates`: `<template>-<pod>` is created when
+/// missing (and kept when the pod goes, as the default retention policy does) and mounted as
+/// the template's volume.
+fn claim_templates(cluster: &mut Cluster, set: &Value, pod_name: &str, pod: &mut Value) -> usize {
+    let mut writes = 0;
+    let namespace = namespace_of(set);
+    for template in set["spec"]["volumeClaimTemplates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let volume = template["metadata"]["name"].as_str().unwrap_or("data");
+        let claim_name = format!("{volume}-{pod_name}");
+        if cluster
+            .lookup("persistentvolumeclaims", &namespace, &claim_name)
+            .is_none()
+        {
+            let mut labels = template["metadata"]["labels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            if let Some(selector) = set["spec"]["selector"]["matchLabels"].as_object() {
+                for (key, value) in selector {
+                    labels[key] = value.clone();
+                }
+            }
+            let claim = json!({
+                "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+                "metadata": {"name": claim_name, "namespace": namespace, "labels": labels,
+                             "uid": new_uid(), "creationTimestamp": now_rfc3339()},
+                "spec": template["spec"].clone(),
+                "status": {"phase": "Pending"}
+            });
+            cluster.commit(
+                "persistentvolumeclaims",
+                &namespace,
+                &claim_name,
+                Some(claim),
+            );
+            writes += 1;
+        }
+        let mounts = pod["spec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if !mounts.iter().any(|v| v["name"] == volume) {
+            let mut volumes = mounts;
+            volumes
+                .push(json!({"name": volume, "persistentVolumeClaim": {"claimName": claim_name}}));
+            pod["spec"]["volumes"] = json!(volumes);
         }
     }
     writes

@@ -7,6 +7,7 @@
 //! toolbox pod (its `gitlab-rails runner` mints personal access tokens in the GitLab
 //! simulator), the in-cluster registry and OpenBao, whose ports forward to real listeners.
 
+pub mod admission;
 pub mod cluster;
 pub mod controllers;
 pub mod kubelet;
