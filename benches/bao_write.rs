@@ -6,18 +6,17 @@
 //! Measures the client directly (time and request count) and the same work through the real
 //! binary (a script with a loop of 100 writes).
 
-#[path = "../tests/integration/bao_server.rs"]
-#[allow(dead_code)]
-mod bao_server;
-
 use std::time::Instant;
 
 use bprun_clients::bao::{BaoClient, BaoSettings, KvPath};
+use bprun_testkit::{BaoServer, Bprun};
+
+const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
 
 const WRITES: u64 = 100;
 
 fn main() {
-    let server = bao_server::BaoServer::dev();
+    let server = BaoServer::dev();
     let root = tempfile::tempdir().expect("root");
     let mut settings = BaoSettings::from_env(root.path());
     settings.address = server.address.clone();
@@ -47,24 +46,16 @@ fn main() {
     );
 
     // The same through the binary and a script.
-    let dir = tempfile::tempdir().expect("repo");
-    std::fs::create_dir_all(dir.path().join(".git")).expect(".git");
-    std::fs::create_dir_all(dir.path().join("scripts")).expect("scripts");
-    std::fs::write(
-        dir.path().join("scripts/bench.rhai"),
-        format!("step(\"Writes\", || {{ for i in 0..{WRITES} {{ bao_write(\"bench/unchanged\", #{{token: \"glpat-benchmark-value\"}}); }} }});\n"),
-    )
-    .expect("script");
-    let started = Instant::now();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_bprun"))
-        .args(["-q", "scripts/bench.rhai"])
-        .current_dir(dir.path())
+    let test = BPRUN
+        .test()
+        .file(
+            "scripts/bench.rhai",
+            &format!("step(\"Writes\", || {{ for i in 0..{WRITES} {{ bao_write(\"bench/unchanged\", #{{token: \"glpat-benchmark-value\"}}); }} }});\n"),
+        )
         .env("BAO_ADDR", &server.address)
-        .env("BAO_TOKEN", "root")
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("bprun");
-    assert!(status.success());
+        .env("BAO_TOKEN", "root");
+    let started = Instant::now();
+    test.run(&["-q", "scripts/bench.rhai"]).success();
     println!(
         "binary: bprun running {WRITES} unchanged bao_write calls took {:.1} ms in all (start-up included)",
         started.elapsed().as_secs_f64() * 1000.0

@@ -4,27 +4,15 @@
 //!
 //!     cargo bench --bench gitlab
 
-#[path = "../tests/integration/gitlab_sim.rs"]
-#[allow(dead_code)]
-mod gitlab_sim;
+use bprun_testkit::{Bprun, Sim, SimKind, Test};
 
-use gitlab_sim::{GitlabSim, TOKEN};
+const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
 
-fn run_script(dir: &std::path::Path, sim: &GitlabSim, script: &str) -> Vec<serde_json::Value> {
-    std::fs::write(dir.join("scripts/bench.rhai"), script).expect("script");
-    let output = std::process::Command::new(env!("CARGO_BIN_EXE_bprun"))
-        .args(["--json", "scripts/bench.rhai"])
-        .current_dir(dir)
-        .env("GITLAB_URL", &sim.url)
-        .env("GITLAB_TOKEN", TOKEN)
-        .output()
-        .expect("bprun");
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8_lossy(&output.stdout)
+fn run_script(test: &Test, script: &str) -> Vec<serde_json::Value> {
+    test.write("scripts/bench.rhai", script);
+    test.run(&["--json", "scripts/bench.rhai"])
+        .success()
+        .raw_stdout
         .lines()
         .filter_map(|line| serde_json::from_str(line).ok())
         .collect()
@@ -39,10 +27,8 @@ fn step_seconds(events: &[serde_json::Value], name: &str) -> f64 {
 }
 
 fn main() {
-    let sim = GitlabSim::start(&[]);
-    let dir = tempfile::tempdir().expect("repo");
-    std::fs::create_dir_all(dir.path().join(".git")).expect(".git");
-    std::fs::create_dir_all(dir.path().join("scripts")).expect("scripts");
+    let sim: Sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = BPRUN.test().envs(sim.vars());
     sim.api(
         "POST",
         "groups",
@@ -65,9 +51,9 @@ fn main() {
     });
 });
 "#;
-    run_script(dir.path(), &sim, variables);
+    run_script(&test, variables);
     sim.clear_requests();
-    let events = run_script(dir.path(), &sim, variables);
+    let events = run_script(&test, variables);
     let log = sim.requests();
     println!(
         "gitlab_set_variables, 4 unchanged variables: {} request(s), {} mutating, step {:.1} ms",
@@ -85,7 +71,7 @@ fn main() {
 "#;
     sim.clear_requests();
     let started = std::time::Instant::now();
-    let events = run_script(dir.path(), &sim, ensure);
+    let events = run_script(&test, ensure);
     let wall = started.elapsed();
     println!(
         "ensure 100 existing projects with parallel(16): step {:.1} ms, whole run {:.1} ms, {} requests",

@@ -6,21 +6,17 @@
 //!
 //!     cargo bench --bench phase3
 
-#[path = "../tests/integration/sim_all.rs"]
-#[allow(dead_code)]
-mod sim_all;
-
-use sim_all::{BPRUN, SimAll};
-use std::path::Path;
-use std::process::{Command, Stdio};
+use bprun_testkit::{Bprun, Sim, SimKind, Test};
 use std::time::{Duration, Instant};
 
-fn repository_copy(apps: usize) -> tempfile::TempDir {
-    let dir = sim_all::repository_copy();
+const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
+
+/// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
+fn repository_copy(sim: &Sim, apps: usize) -> Test {
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
     if apps > 4 {
         // shared-code, then synthetic apps built like redis (no image build).
-        let manifest = dir.path().join("apps/apps_manifest.yaml");
-        let text = std::fs::read_to_string(&manifest).expect("manifest");
+        let text = test.read("apps/apps_manifest.yaml");
         let shared_end = text.find("- name: guestbook").expect("guestbook");
         let mut synthetic = text[..shared_end].to_string();
         for index in 1..apps {
@@ -28,40 +24,28 @@ fn repository_copy(apps: usize) -> tempfile::TempDir {
                 "- name: app-{index:03}\n  src_path: apps/redis\n  chart_path: helm-chart\n  build_image: false\n  helm_release: app-{index:03}\n  helm_namespace: app-{index:03}\n  registry_image: gitlab-registry.gitlab.svc:5000/blueprint-apps/app-{index:03}\n  redis_host: redis-master.app-{index:03}.svc.cluster.local\n  redis_tag: \"7.4.1\"\n\n"
             ));
         }
-        std::fs::write(&manifest, synthetic).expect("write manifest");
+        test.write("apps/apps_manifest.yaml", &synthetic);
     }
-    dir
+    test
 }
 
-fn run(dir: &Path, sim: &SimAll, args: &[&str]) -> Duration {
+fn run(test: &Test, args: &[&str]) -> Duration {
     let started = Instant::now();
-    let output = Command::new(BPRUN)
-        .args(args)
-        .current_dir(dir)
-        .envs(sim.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .stdin(Stdio::null())
-        .output()
-        .expect("bprun");
+    let output = test.run(args);
     let elapsed = started.elapsed();
-    assert!(
-        output.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
+    output.success();
     elapsed
 }
 
 fn measure(apps: usize) {
-    let sim = SimAll::start();
-    let copy = repository_copy(apps);
-    let provision = run(copy.path(), &sim, &["-q", "scripts/phase3.rhai"]);
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = repository_copy(&sim, apps);
+    let provision = run(&copy, &["-q", "scripts/phase3.rhai"]);
     let no_op = ["-q", "--skip", "Smoke test", "scripts/phase3.rhai"];
-    run(copy.path(), &sim, &no_op);
-    sim.gitlab("DELETE", "/-/sim/requests");
-    let mut times: Vec<Duration> = (0..7).map(|_| run(copy.path(), &sim, &no_op)).collect();
-    let log: serde_json::Value =
-        serde_json::from_str(&sim.gitlab("GET", "/-/sim/requests").1).unwrap_or_default();
+    run(&copy, &no_op);
+    sim.clear_requests();
+    let mut times: Vec<Duration> = (0..7).map(|_| run(&copy, &no_op)).collect();
+    let log = sim.requests();
     times.sort();
     let per_run = log["total"].as_u64().unwrap_or(0) / 7;
     println!(

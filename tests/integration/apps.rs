@@ -1,6 +1,6 @@
 //! The apps manifest and CI rendering, on the repository's own manifest and templates.
 
-use crate::support::Test;
+use crate::support::{Test, repo};
 
 fn repository_file(path: &str) -> String {
     std::fs::read_to_string(format!("{}/{path}", env!("CARGO_MANIFEST_DIR")))
@@ -28,7 +28,7 @@ fn with_repository_content(test: Test) -> Test {
 
 #[test]
 fn the_manifest_lists_the_four_apps_shared_code_first() {
-    let test = with_repository_content(Test::new()).script(
+    let test = with_repository_content(repo()).script(
         r#"let apps = load_manifest("apps/apps_manifest.yaml");
 assert_eq(apps.map(|a| a.name), ["shared-code", "guestbook", "redis", "redis-slave"]);
 assert_eq(apps[1].dockerfile_path, "guestbook-go/Dockerfile");
@@ -43,7 +43,7 @@ print("ok");
 
 #[test]
 fn every_app_renders_to_valid_yaml_from_its_template() {
-    let test = with_repository_content(Test::new()).script(
+    let test = with_repository_content(repo()).script(
         r#"let apps = load_manifest("apps/apps_manifest.yaml");
 let literal = render_ci(apps[0]);
 assert_eq(literal, read_text("templates/ci/shared-code.gitlab-ci.yml"));
@@ -64,14 +64,14 @@ print("ok");
 
 #[test]
 fn a_placeholder_the_app_lacks_is_an_error_naming_it_and_its_line() {
-    let test = with_repository_content(Test::new())
+    let test = with_repository_content(repo())
         .file(
             "templates/ci/redis.gitlab-ci.yml.tpl",
             "variables:\n  APP: \"{name}\"\n  TAG: \"{redis_tga}\"\n",
         )
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\nrender_ci(apps[2]);\n");
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -94,11 +94,11 @@ fn a_broken_manifest_stops_the_plan_with_its_location() {
         "  build_image: true\n",
         "  build_image: true\n  buildd: 1\n",
     );
-    let test = Test::new()
+    let test = repo()
         .file("apps/apps_manifest.yaml", &manifest)
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\n");
     let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -146,12 +146,12 @@ fn check_jsonschema(files: &[std::path::PathBuf]) -> std::process::Output {
 
 #[test]
 fn rendered_ci_files_validate_against_gitlabs_ci_schema() {
-    let test = with_repository_content(Test::new()).script(
+    let test = with_repository_content(repo()).script(
         r#"let apps = load_manifest("apps/apps_manifest.yaml");
 step("Render", || { for app in apps { write_text(`out/${app.name}.gitlab-ci.yml`, render_ci(app)); } });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     let mut files: Vec<std::path::PathBuf> = ["shared-code", "guestbook", "redis", "redis-slave"]
         .iter()
         .map(|name| test.join(&format!("out/{name}.gitlab-ci.yml")))

@@ -1,7 +1,6 @@
 //! The OpenBao natives against real OpenBao servers (dev mode and one-node raft).
 
-use crate::bao_server::{BaoServer, free_port};
-use crate::support::Test;
+use crate::support::{BaoServer, Test, free_port, repo};
 
 /// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
 pub const KV_BASICS: &str = r#"
@@ -55,7 +54,7 @@ fn current_version(server: &BaoServer, path: &str) -> u64 {
 fn kv_reads_writes_idempotently_and_reports_changes() {
     let server = BaoServer::dev();
     let test = with_dev(
-        Test::new().script(
+        repo().script(
             &format!("{KV_BASICS}{}", r#"
 step("Mounts", || {
     assert_eq(bao_enable_kv(), #{changed: false});
@@ -84,7 +83,7 @@ step("Destroy", || {
         &server,
     );
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -116,7 +115,7 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
     let server = BaoServer::dev();
     server.cli("root", &["kv", "put", "secret/app/config", "key=old"]);
     let test = with_dev(
-        Test::new().script(
+        repo().script(
             r#"step("Write", || {
     assert_eq(bao_write("app/config", #{key: "new"}), #{changed: true, version: 2});
     assert_eq(bao_write("app/config", #{key: "old"}), #{changed: false, version: 1});
@@ -130,7 +129,7 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
         &server,
     );
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -162,7 +161,7 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
 fn concurrent_writers_of_the_same_content_make_one_version() {
     let server = BaoServer::dev();
     let test = with_dev(
-        Test::new().script(
+        repo().script(
             r#"step("Race", || {
     let results = parallel([1, 2, 3, 4, 5, 6, 7, 8], |n| bao_write("race/same", #{token: "identical"}), 8);
     let changed = results.filter(|r| r.changed);
@@ -172,7 +171,7 @@ fn concurrent_writers_of_the_same_content_make_one_version() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     assert_eq!(current_version(&server, "secret/race/same"), 1);
 }
 
@@ -180,7 +179,7 @@ fn concurrent_writers_of_the_same_content_make_one_version() {
 fn concurrent_writers_of_different_content_lose_no_update() {
     let server = BaoServer::dev();
     let test = with_dev(
-        Test::new().script(
+        repo().script(
             r#"step("Race", || {
     let results = parallel(["alpha", "beta"], |value| bao_write("race/different", #{value: value}), 2);
     assert_eq(results.filter(|r| r.changed).len(), 2);
@@ -189,7 +188,7 @@ fn concurrent_writers_of_different_content_lose_no_update() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     assert_eq!(current_version(&server, "secret/race/different"), 2);
     let mut values: Vec<String> = (1..=2)
         .map(|version| {
@@ -220,7 +219,7 @@ fn concurrent_writers_of_different_content_lose_no_update() {
 fn the_life_cycle_init_unseal_seal_restart_keeps_the_data() {
     let data = tempfile::tempdir().expect("raft data");
     let mut server = BaoServer::raft(data.path());
-    let test = Test::new()
+    let test = repo()
         .script(
             r#"
 step("Status", || {
@@ -265,7 +264,7 @@ step("Seal", || {
         "--written",
         "no",
     ]);
-    first.expect_code(0);
+    first.code(0);
     let file = test.join("infra/secrets/openbao-init.json");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(
@@ -304,7 +303,7 @@ step("Seal", || {
         "yes",
         "--seal",
     ])
-    .expect_code(0);
+    .code(0);
     test.run(&[
         "-q",
         "scripts/test.rhai",
@@ -315,7 +314,7 @@ step("Seal", || {
         "--written",
         "yes",
     ])
-    .expect_code(0);
+    .code(0);
 
     // Restart the process: it comes back sealed and the data is still there after unsealing.
     server.stop();
@@ -330,7 +329,7 @@ step("Seal", || {
         "--written",
         "yes",
     ]);
-    restarted.expect_code(0);
+    restarted.code(0);
     assert_eq!(
         test.read("infra/secrets/openbao-init.json"),
         init_text,
@@ -358,7 +357,7 @@ step("Seal", || {
 fn bao_init_never_overwrites_an_existing_file() {
     let data = tempfile::tempdir().expect("raft data");
     let server = BaoServer::raft(data.path());
-    let test = Test::new()
+    let test = repo()
         .script("step(\"Init\", || { bao_init(); });\n")
         .file(
             "infra/secrets/openbao-init.json",
@@ -366,7 +365,7 @@ fn bao_init_never_overwrites_an_existing_file() {
         )
         .env("BAO_ADDR", &server.address);
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(output.stderr.contains(&format!(
         "× bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at {} is uninitialised but the file exists",
         server.address
@@ -386,11 +385,11 @@ fn bao_init_never_overwrites_an_existing_file() {
 fn check_mode_neither_initialises_nor_writes_the_file() {
     let data = tempfile::tempdir().expect("raft data");
     let server = BaoServer::raft(data.path());
-    let test = Test::new()
+    let test = repo()
         .script("step(\"Init\", || { assert_eq(bao_init().changed, true); });\n")
         .env("BAO_ADDR", &server.address);
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.contains(&format!(
         "    ~ would initialise openbao {} (1 shares, threshold 1) and write infra/secrets/openbao-init.json\n",
         server.address
@@ -402,7 +401,7 @@ fn failing_read(test: Test) -> String {
     let test =
         test.script("step(\"Read\", || {\n    bao_read(\"gitlab/bootstrap/admin_token\");\n});\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     output.stderr
 }
 
@@ -411,7 +410,7 @@ fn errors_name_the_address_and_carry_a_hint() {
     let server = BaoServer::dev();
     // A wrong token.
     let stderr = failing_read(
-        Test::new()
+        repo()
             .env("BAO_ADDR", &server.address)
             .env("BAO_TOKEN", "not-a-real-token"),
     );
@@ -429,7 +428,7 @@ fn errors_name_the_address_and_carry_a_hint() {
         &["token", "create", "-policy=default", "-field=token"],
     );
     let stderr = failing_read(
-        Test::new()
+        repo()
             .env("BAO_ADDR", &server.address)
             .env("BAO_TOKEN", limited.trim()),
     );
@@ -438,8 +437,8 @@ fn errors_name_the_address_and_carry_a_hint() {
         "{stderr}"
     );
     // An unknown mount.
-    let test = with_dev(Test::new(), &server)
-        .script("step(\"Read\", || { bao_read(\"nomount:x/y\"); });\n");
+    let test =
+        with_dev(repo(), &server).script("step(\"Read\", || { bao_read(\"nomount:x/y\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
     assert!(
         output.stderr.contains(&format!(
@@ -452,11 +451,7 @@ fn errors_name_the_address_and_carry_a_hint() {
     assert!(output.stderr.contains("hint: enable it with bao_enable_kv(\"nomount\", 2), or address another mount as `mount:path`"), "{}", output.stderr);
     // Nothing listening.
     let closed = format!("http://127.0.0.1:{}", free_port());
-    let stderr = failing_read(
-        Test::new()
-            .env("BAO_ADDR", &closed)
-            .env("BAO_TOKEN", "root"),
-    );
+    let stderr = failing_read(repo().env("BAO_ADDR", &closed).env("BAO_TOKEN", "root"));
     assert!(stderr.contains(&format!("× openbao {closed}: GET secret/data/gitlab/bootstrap/admin_token failed: connection refused")), "{stderr}");
     assert!(stderr.contains(&format!("hint: is OpenBao running and port-forwarded (kubectl -n openbao port-forward svc/openbao 8200)? BAO_ADDR is {closed}")), "{stderr}");
 }
@@ -478,7 +473,7 @@ fn a_sealed_server_says_to_unseal() {
     let init: serde_json::Value = serde_json::from_str(&init).expect("init JSON");
     let token = init["root_token"].as_str().expect("root token").to_string();
     let stderr = failing_read(
-        Test::new()
+        repo()
             .env("BAO_ADDR", &server.address)
             .env("BAO_TOKEN", &token),
     );
@@ -499,7 +494,7 @@ fn tls_needs_the_ca_file_and_names_it() {
     let home = tempfile::tempdir().expect("home");
     let certs = home.path().join("certs");
     std::fs::create_dir_all(&certs).expect("certs");
-    let mut child = std::process::Command::new(crate::bao_server::bao_binary())
+    let mut child = std::process::Command::new(crate::support::bao_binary())
         .args([
             "server",
             "-dev",
@@ -518,7 +513,7 @@ fn tls_needs_the_ca_file_and_names_it() {
     let script = "step(\"Status\", || { assert_eq(bao_status().initialized, true); });\n";
     // Wait (bounded) for the TLS listener, using bprun itself with the right CA.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    let good = Test::new()
+    let good = repo()
         .script(script)
         .env("BAO_ADDR", &address)
         .env("BAO_CACERT", ca.to_str().expect("utf-8"));
@@ -532,11 +527,11 @@ fn tls_needs_the_ca_file_and_names_it() {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
-    let bad = Test::new().script(script).env("BAO_ADDR", &address);
+    let bad = repo().script(script).env("BAO_ADDR", &address);
     let output = bad.run(&["-q", "scripts/test.rhai"]);
     let _ = child.kill();
     let _ = child.wait();
-    output.expect_code(1);
+    output.code(1);
     assert!(output.stderr.contains(&format!("× openbao {address}: GET sys/seal-status failed: TLS failure: invalid peer certificate: UnknownIssuer")), "{}", output.stderr);
     assert!(
         output.stderr.contains(
@@ -552,7 +547,7 @@ fn writers_in_separate_processes_are_kept_apart_by_check_and_set() {
     let server = BaoServer::dev();
     server.cli("root", &["kv", "put", "secret/race/processes", "token=old"]);
     let test = with_dev(
-        Test::new()
+        repo()
             .script("step(\"Write\", || { bao_write(\"race/processes\", #{token: \"new\"}); });\n"),
         &server,
     );

@@ -4,10 +4,10 @@
 //! Response shapes are unit-tested in src/sim/bao.rs.
 
 use crate::bao::KV_BASICS;
-use crate::support::{Output, Test};
+use crate::support::{BPRUN, Output, SimKind, repo};
 
 fn rehearse(script: &str, extra: &[&str]) -> Output {
-    let test = Test::new().script(script).env("BPRUN_SIM_BAO", "stand-in");
+    let test = repo().script(script).env("BPRUN_SIM_BAO", "stand-in");
     let mut args = vec!["rehearse"];
     args.extend_from_slice(extra);
     args.push("scripts/test.rhai");
@@ -60,7 +60,7 @@ step("Destroy", || {
         .concat(),
         &[],
     );
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -97,7 +97,7 @@ step("Read", || {
 "#,
         &["-q"],
     );
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr
@@ -125,7 +125,7 @@ step("Write", || {
 "#,
         &["--check"],
     );
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.contains("apps/x (version 1)"),
         "{}",
@@ -136,38 +136,12 @@ step("Write", || {
 /// `bprun sim bao --listen ADDR --token TOKEN` serves the stand-in and prints its environment.
 #[test]
 fn sim_bao_prints_its_address_and_token() {
-    use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(crate::support::BPRUN)
-        .args([
-            "sim",
-            "bao",
-            "--listen",
-            "127.0.0.1:0",
-            "--token",
-            "root-of-test",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("start bprun sim bao");
-    let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
-    let mut lines = Vec::new();
-    for _ in 0..2 {
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("read a line");
-        lines.push(line.trim().to_string());
-    }
-    let address = lines[0]
-        .strip_prefix("BAO_ADDR=")
-        .unwrap_or_else(|| panic!("unexpected first line: {}", lines[0]))
-        .to_string();
-    assert_eq!(lines[1], "BAO_TOKEN=root-of-test");
-    let output = Test::new()
+    let sim = BPRUN.sim(SimKind::Bao, &["--token", "root-of-test"]);
+    assert_eq!(sim.keys(), ["BAO_ADDR", "BAO_TOKEN"]);
+    assert_eq!(sim.var("BAO_TOKEN"), "root-of-test");
+    repo()
         .script("step(\"W\", || { assert_eq(bao_write(\"a/b\", #{k: \"v\"}).version, 1); });\n")
-        .env("BAO_ADDR", &address)
-        .env("BAO_TOKEN", "root-of-test")
-        .run(&["scripts/test.rhai"]);
-    let _ = child.kill();
-    let _ = child.wait();
-    output.expect_code(0);
+        .envs(sim.vars())
+        .run(&["scripts/test.rhai"])
+        .success();
 }

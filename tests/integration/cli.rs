@@ -1,10 +1,10 @@
 //! The helper commands and the documentation the natives carry.
 
-use crate::support::Test;
+use crate::support::{BPRUN, Output, repo};
 
 #[test]
 fn functions_lists_signatures_and_first_doc_lines() {
-    let test = Test::new();
+    let test = repo();
     let output = test.run(&["functions", "write_text"]);
     output.expect(
         0,
@@ -15,7 +15,7 @@ fn functions_lists_signatures_and_first_doc_lines() {
         "",
     );
     let all = test.run(&["functions"]);
-    all.expect_code(0);
+    all.code(0);
     for name in [
         "step(",
         "parallel(",
@@ -71,7 +71,7 @@ fn every_native_has_docs_with_a_rhai_example_that_compiles() {
 
 #[test]
 fn defs_writes_editor_definition_files() {
-    let test = Test::new();
+    let test = repo();
     test.run(&["defs", "defs-out"])
         .expect(0, "wrote Rhai definitions to defs-out\n", "");
     let mut text = String::new();
@@ -90,9 +90,9 @@ fn defs_writes_editor_definition_files() {
 
 #[test]
 fn completions_are_generated_for_a_shell() {
-    let test = Test::new();
+    let test = repo();
     let output = test.run(&["completions", "bash"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.contains("_bprun()"),
         "{}",
@@ -103,17 +103,17 @@ fn completions_are_generated_for_a_shell() {
 
 #[test]
 fn rehearse_needs_a_script() {
-    let test = Test::new();
+    let test = repo();
     let output = test.run(&["rehearse"]);
-    output.expect_code(2);
+    output.code(2);
     assert!(output.stderr.contains("<SCRIPT>"), "{}", output.stderr);
 }
 
 #[test]
 fn an_unknown_runner_option_is_a_usage_error() {
-    let test = Test::new().script("print(1);\n");
+    let test = repo().script("print(1);\n");
     let output = test.run(&["--chek", "scripts/test.rhai"]);
-    output.expect_code(2);
+    output.code(2);
     assert!(
         output.stderr.contains("unexpected argument '--chek'"),
         "{}",
@@ -123,17 +123,23 @@ fn an_unknown_runner_option_is_a_usage_error() {
 
 #[test]
 fn the_phase3_script_lists_its_six_steps() {
-    let repository = env!("CARGO_MANIFEST_DIR");
-    let output = std::process::Command::new(crate::support::BPRUN)
+    let output = BPRUN
+        .command()
         .args(["--list", "scripts/phase3.rhai"])
-        .current_dir(repository)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
         .expect("run bprun");
-    assert_eq!(
-        String::from_utf8_lossy(&output.stdout),
-        "scripts/phase3.rhai: 6 steps\n[1/6] Pre-flight\n[2/6] Mint PAT\n[3/6] Seed glab auth\n[4/6] Ensure group\n[5/6] Provision projects\n[6/6] Smoke test\n"
+    Output::raw(output).code(0).stdout(
+        "
+        scripts/phase3.rhai: 6 steps
+        [1/6] Pre-flight
+        [2/6] Mint PAT
+        [3/6] Seed glab auth
+        [4/6] Ensure group
+        [5/6] Provision projects
+        [6/6] Smoke test
+        ",
     );
-    assert_eq!(output.status.code(), Some(0));
 }
 
 #[test]

@@ -1,11 +1,11 @@
 //! Bad input gives a clear error with a location, a hint and a named exit code, and changes nothing.
 
-use crate::support::Test;
+use crate::support::repo;
 
 #[test]
 fn a_syntax_error_shows_the_line_with_a_caret_and_exits_3() {
-    let test = Test::new()
-        .script("step(\"A\", || {\n    let x = 1\n    write_text(\"out\", \"x\");\n});\n");
+    let test =
+        repo().script("step(\"A\", || {\n    let x = 1\n    write_text(\"out\", \"x\");\n});\n");
     test.run(&["scripts/test.rhai"]).expect(
         3,
         "",
@@ -25,8 +25,8 @@ fn a_syntax_error_shows_the_line_with_a_caret_and_exits_3() {
 
 #[test]
 fn an_undeclared_variable_is_caught_before_anything_runs() {
-    let test = Test::new()
-        .script("step(\"A\", || { write_text(\"out\", \"x\"); });\nprint(undeclared);\n");
+    let test =
+        repo().script("step(\"A\", || { write_text(\"out\", \"x\"); });\nprint(undeclared);\n");
     test.run(&["scripts/test.rhai"]).expect(
         3,
         "",
@@ -45,9 +45,9 @@ fn an_undeclared_variable_is_caught_before_anything_runs() {
 
 #[test]
 fn an_unknown_function_names_the_closest_native() {
-    let test = Test::new().script("step(\"Write\", || {\n    writ_text(\"out\", \"x\");\n});\n");
+    let test = repo().script("step(\"Write\", || {\n    writ_text(\"out\", \"x\");\n});\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert_eq!(
         output.stderr,
         "error: step \"Write\" failed\n\
@@ -66,11 +66,11 @@ fn an_unknown_function_names_the_closest_native() {
 
 #[test]
 fn an_error_inside_a_module_function_shows_the_call_chain() {
-    let test = Test::new()
+    let test = repo()
         .file("scripts/lib/helpers.rhai", "fn write_outside() {\n    write_text(\"/etc/bprun-test\", \"x\")\n}\nfn outer() { write_outside() }\n")
         .script("import \"lib/helpers\" as helpers;\nstep(\"Escape\", || {\n    helpers::outer();\n});\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     let root = test.path().canonicalize().expect("root");
     assert_eq!(
         output.stderr,
@@ -95,7 +95,7 @@ fn an_error_inside_a_module_function_shows_the_call_chain() {
 
 #[test]
 fn exceeding_the_operation_limit_stops_the_script() {
-    let test = Test::new()
+    let test = repo()
         .script("let n = 0;\nloop { n += 1; }\n")
         .env("BPRUN_MAX_OPERATIONS", "10000");
     test.run(&["scripts/test.rhai"]).expect(
@@ -115,13 +115,13 @@ fn exceeding_the_operation_limit_stops_the_script() {
 
 #[test]
 fn the_default_operation_limit_stops_an_endless_loop() {
-    let test = Test::new().script("loop { }\n");
-    test.run(&["scripts/test.rhai"]).expect_code(3);
+    let test = repo().script("loop { }\n");
+    test.run(&["scripts/test.rhai"]).code(3);
 }
 
 #[test]
 fn imports_outside_the_script_folder_are_refused() {
-    let test = Test::new()
+    let test = repo()
         .file("secrets.rhai", "fn leak() { 1 }\n")
         .script("import \"../secrets\" as s;\n");
     test.run(&["scripts/test.rhai"]).expect(
@@ -140,7 +140,7 @@ fn imports_outside_the_script_folder_are_refused() {
 
 #[test]
 fn a_symlink_cannot_smuggle_an_import_out() {
-    let test = Test::new()
+    let test = repo()
         .file("outside/evil.rhai", "fn x() { 1 }\n")
         .script("import \"lib/evil\" as e;\n");
     std::fs::create_dir_all(test.join("scripts/lib")).expect("mkdir");
@@ -150,7 +150,7 @@ fn a_symlink_cannot_smuggle_an_import_out() {
     )
     .expect("symlink");
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -162,9 +162,9 @@ fn a_symlink_cannot_smuggle_an_import_out() {
 
 #[test]
 fn eval_is_disabled() {
-    let test = Test::new().script("eval(\"1 + 1\");\n");
+    let test = repo().script("eval(\"1 + 1\");\n");
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output.stderr.contains("does not compile"),
         "{}",
@@ -174,9 +174,9 @@ fn eval_is_disabled() {
 
 #[test]
 fn remote_and_mutating_natives_are_refused_at_the_top_level() {
-    let test = Test::new().script("write_text(\"out\", \"x\");\n");
+    let test = repo().script("write_text(\"out\", \"x\");\n");
     let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -191,9 +191,9 @@ fn remote_and_mutating_natives_are_refused_at_the_top_level() {
         "http_status(\"http://127.0.0.1:9/\", 1)",
         "run_command([\"true\"])",
     ] {
-        let test = Test::new().script(&format!("{call};\n"));
+        let test = repo().script(&format!("{call};\n"));
         let output = test.run(&["--list", "scripts/test.rhai"]);
-        output.expect_code(3);
+        output.code(3);
         assert!(
             output
                 .stderr
@@ -206,7 +206,7 @@ fn remote_and_mutating_natives_are_refused_at_the_top_level() {
 
 #[test]
 fn a_missing_script_is_a_usage_error() {
-    let test = Test::new();
+    let test = repo();
     test.run(&["scripts/nope.rhai"]).expect(
         2,
         "",
@@ -216,7 +216,7 @@ fn a_missing_script_is_a_usage_error() {
 
 #[test]
 fn a_bad_script_argument_is_a_usage_error() {
-    let test = Test::new().script("print(1);\n");
+    let test = repo().script("print(1);\n");
     test.run(&["scripts/test.rhai", "--=x"]).expect(
         2,
         "",
@@ -226,11 +226,11 @@ fn a_bad_script_argument_is_a_usage_error() {
 
 #[test]
 fn a_corrupt_journal_is_reported_with_a_hint() {
-    let test = Test::new()
+    let test = repo()
         .script("step(\"A\", || {});\n")
         .file(".bprun/journal/test.json", "{not json");
     let output = test.run(&["--resume", "scripts/test.rhai"]);
-    output.expect_code(2);
+    output.code(2);
     assert!(
         output.stderr.contains("the journal") && output.stderr.contains("hint: delete"),
         "{}",

@@ -1,11 +1,12 @@
 //! The GitLab natives and client against the GitLab simulator over real HTTP, and contract
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
-use crate::gitlab_sim::{GitlabSim, TOKEN};
-use crate::support::Test;
+use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
+use crate::support::{Test, repo};
 
-fn with_sim(test: Test, sim: &GitlabSim) -> Test {
-    test.env("GITLAB_URL", &sim.url).env("GITLAB_TOKEN", TOKEN)
+fn with_sim(test: Test, sim: &Sim) -> Test {
+    test.env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", GITLAB_TOKEN)
 }
 
 const ENSURE: &str = r#"
@@ -31,10 +32,10 @@ const KUBECONFIG_B64: &str = "YXBpVmVyc2lvbjogdjEKa2luZDogQ29uZmlnCg==";
 
 #[test]
 fn ensure_natives_create_once_then_report_unchanged() {
-    let sim = GitlabSim::start(&[]);
-    let test = with_sim(Test::new().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(repo().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
     let first = test.run(&["scripts/test.rhai"]);
-    first.expect_code(0);
+    first.code(0);
     assert!(
         first
             .stdout
@@ -63,7 +64,7 @@ fn ensure_natives_create_once_then_report_unchanged() {
 
     sim.clear_requests();
     let second = test.run(&["-q", "scripts/test.rhai"]);
-    second.expect_code(0);
+    second.code(0);
     assert!(
         second.stdout.contains("3 steps: 3 ok, 0 changed"),
         "{}",
@@ -81,10 +82,10 @@ fn ensure_natives_create_once_then_report_unchanged() {
 
 #[test]
 fn check_mode_sends_no_write() {
-    let sim = GitlabSim::start(&[]);
-    let test = with_sim(Test::new().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(repo().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -98,9 +99,9 @@ fn check_mode_sends_no_write() {
 
 #[test]
 fn set_variables_updates_differing_and_removes_unlisted() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        Test::new().script(
+        repo().script(
             r#"step("Vars", || {
     gitlab_ensure_group("g");
     gitlab_ensure_project("g", "p");
@@ -109,10 +110,10 @@ fn set_variables_updates_differing_and_removes_unlisted() {
     assert_eq(gitlab_set_variables("g/p", #{A: "1", B: "20"}), #{created: 0, updated: 0, unchanged: 2, removed: 0, changed: false});
     assert_eq(gitlab_set_variables("g/p", #{A: #{value: "1", environment_scope: "production"}}), #{created: 1, updated: 0, unchanged: 0, removed: 0, changed: true});
     try {
-        gitlab_set_variables("g/p", #{TOKEN: #{value: "has spaces in it", masked: true}});
+        gitlab_set_variables("g/p", #{GITLAB_TOKEN: #{value: "has spaces in it", masked: true}});
         throw "no error";
     } catch (e) {
-        assert_eq(e.message, "CI variable TOKEN cannot be masked: its value breaks GitLab's masking rules");
+        assert_eq(e.message, "CI variable GITLAB_TOKEN cannot be masked: its value breaks GitLab's masking rules");
     }
 });
 "#,
@@ -120,7 +121,7 @@ fn set_variables_updates_differing_and_removes_unlisted() {
         &sim,
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(!output.raw_stderr.contains("has spaces in it"));
     let variables = sim.api("GET", "projects/g%2Fp/variables", None).json();
     let mut keys: Vec<String> = variables
@@ -142,9 +143,9 @@ fn set_variables_updates_differing_and_removes_unlisted() {
 
 #[test]
 fn pipelines_succeed_and_failures_name_the_job_and_trace() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        Test::new().script(
+        repo().script(
             r#"
 fn commit(project, file, content) {
     gitlab_post(`projects/${project}/repository/files/${file}`, #{branch: "main", content: content, commit_message: "test"});
@@ -179,7 +180,7 @@ step("Red", || {
         &sim,
     );
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output.stdout.contains("[2/4] Green ... changed"),
         "{}",
@@ -210,7 +211,7 @@ step("Red", || {
     assert!(
         output.stderr.contains(&format!(
             "  hint: open {}/blueprint-apps/broken/-/pipelines/",
-            sim.url
+            sim.gitlab_url()
         )),
         "{}",
         output.stderr
@@ -219,13 +220,13 @@ step("Red", || {
 
 #[test]
 fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.set_faults(r#"{"error_rate": 0.2, "reset_rate": 0.05}"#);
-    let test = with_sim(Test::new().script(ENSURE), &sim)
+    let test = with_sim(repo().script(ENSURE), &sim)
         .env("KUBECONFIG_B64", KUBECONFIG_B64)
         .env("BPRUN_GITLAB_BACKOFF_MS", "5");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     sim.set_faults("{}");
     let faults: usize = sim.requests()["requests"]
         .as_array()
@@ -273,14 +274,14 @@ fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates
 
 #[test]
 fn a_dropped_post_answer_does_not_create_a_duplicate() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.set_faults(r#"{"drop_answer_rate": 1.0}"#);
     let test = with_sim(
-        Test::new().script("step(\"Create\", || { let group = gitlab_ensure_group(\"blueprint-apps\"); assert_eq(group.changed, true); });\n"),
+        repo().script("step(\"Create\", || { let group = gitlab_ensure_group(\"blueprint-apps\"); assert_eq(group.changed, true); });\n"),
         &sim,
     )
     .env("BPRUN_GITLAB_BACKOFF_MS", "5");
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     sim.set_faults("{}");
     let log = sim.requests();
     assert_eq!(
@@ -299,13 +300,13 @@ fn a_dropped_post_answer_does_not_create_a_duplicate() {
 
 #[test]
 fn rate_limits_are_waited_out() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.set_faults(r#"{"rate_limit_burst": 2, "retry_after_s": 1}"#);
     let test = with_sim(
-        Test::new().script("step(\"Create\", || { gitlab_ensure_group(\"blueprint-apps\"); });\n"),
+        repo().script("step(\"Create\", || { gitlab_ensure_group(\"blueprint-apps\"); });\n"),
         &sim,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     let log = sim.requests();
     let limited = log["requests"]
         .as_array()
@@ -325,13 +326,13 @@ fn rate_limits_are_waited_out() {
 
 #[test]
 fn errors_show_method_path_status_and_gitlab_message() {
-    let sim = GitlabSim::start(&[]);
-    let test = Test::new()
-        .env("GITLAB_URL", &sim.url)
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = repo()
+        .env("GITLAB_URL", sim.gitlab_url())
         .env("GITLAB_TOKEN", "wrong-token")
         .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr
@@ -340,23 +341,24 @@ fn errors_show_method_path_status_and_gitlab_message() {
         output.stderr
     );
     assert!(
-        output
-            .stderr
-            .contains(&format!("  caused by: at {}/api/v4/user\n", sim.url)),
+        output.stderr.contains(&format!(
+            "  caused by: at {}/api/v4/user\n",
+            sim.gitlab_url()
+        )),
         "{}",
         output.stderr
     );
     assert!(output.stderr.contains("  hint: the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)\n"), "{}", output.stderr);
     assert!(!output.raw_stderr.contains("wrong-token"));
 
-    let test = with_sim(Test::new().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
+    let test = with_sim(repo().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
     let output = test.run(&["-q", "scripts/test.rhai"]);
     assert!(output.stderr.contains("  × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n"), "{}", output.stderr);
 
-    let closed = format!("http://127.0.0.1:{}", crate::bao_server::free_port());
-    let test = Test::new()
+    let closed = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let test = repo()
         .env("GITLAB_URL", &closed)
-        .env("GITLAB_TOKEN", TOKEN)
+        .env("GITLAB_TOKEN", GITLAB_TOKEN)
         .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
     assert!(
@@ -375,7 +377,7 @@ fn errors_show_method_path_status_and_gitlab_message() {
 
 #[test]
 fn the_simulator_answers_as_gitlab_documents() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     // Auth.
     let reply = sim.raw("GET", "/api/v4/user", None, None);
     assert_eq!(
@@ -551,7 +553,7 @@ fn the_simulator_answers_as_gitlab_documents() {
 
 #[test]
 fn get_all_follows_pagination() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
     for index in 0..130 {
         sim.api(
@@ -561,7 +563,7 @@ fn get_all_follows_pagination() {
         );
     }
     let test = with_sim(
-        Test::new().script(
+        repo().script(
             r#"step("All", || {
     assert_eq(gitlab_get_all("groups/g/projects").len(), 130);
     let keyset = gitlab_get_all("projects?pagination=keyset&order_by=id&sort=asc");
@@ -574,7 +576,7 @@ fn get_all_follows_pagination() {
         &sim,
     );
     sim.clear_requests();
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     let counters = &sim.requests()["counters"];
     assert_eq!(counters["GET /api/v4/groups/:id/projects"], 2, "{counters}");
     assert_eq!(counters["GET /api/v4/projects"], 2, "{counters}");
@@ -594,14 +596,14 @@ fn get_all_follows_pagination() {
 fn state_persists_across_restarts() {
     let state = tempfile::tempdir().expect("state");
     let dir = state.path().to_str().expect("utf-8");
-    let first = GitlabSim::start(&["--state", dir]);
+    let first = BPRUN.sim(SimKind::Gitlab, &["--state", dir]);
     first.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
     let id = first
         .api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#))
         .json()["id"]
         .clone();
     drop(first);
-    let second = GitlabSim::start(&["--state", dir]);
+    let second = BPRUN.sim(SimKind::Gitlab, &["--state", dir]);
     assert_eq!(second.api("GET", "projects/g%2Fp", None).json()["id"], id);
 }
 
@@ -628,7 +630,7 @@ fn git(dir: &std::path::Path, home: &std::path::Path, args: &[&str]) -> String {
 
 #[test]
 fn git_push_and_clone_round_trip_over_smart_http() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.api(
         "POST",
         "groups",
@@ -644,14 +646,14 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     assert_eq!(project["default_branch"], serde_json::Value::Null);
     let work = tempfile::tempdir().expect("work");
     let home = work.path();
-    let remote = format!("{}/blueprint-apps/guestbook.git", sim.url)
-        .replace("http://", &format!("http://oauth2:{TOKEN}@"));
+    let remote = format!("{}/blueprint-apps/guestbook.git", sim.gitlab_url())
+        .replace("http://", &format!("http://oauth2:{GITLAB_TOKEN}@"));
 
     // Without credentials git is refused.
     let refused = std::process::Command::new("git")
         .args([
             "ls-remote",
-            &format!("{}/blueprint-apps/guestbook.git", sim.url),
+            &format!("{}/blueprint-apps/guestbook.git", sim.gitlab_url()),
         ])
         .env("HOME", home)
         .env("GIT_TERMINAL_PROMPT", "0")
@@ -754,9 +756,9 @@ fn git_push_and_clone_round_trip_over_smart_http() {
         broken["yaml_errors"],
         "jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post"
     );
-    let test = with_sim(Test::new().script(&format!("step(\"Wait\", || {{ gitlab_wait_pipeline(\"blueprint-apps/guestbook\", {}, #{{timeout: 10, interval: 0.2}}); }});\n", broken["id"])), &sim);
+    let test = with_sim(repo().script(&format!("step(\"Wait\", || {{ gitlab_wait_pipeline(\"blueprint-apps/guestbook\", {}, #{{timeout: 10, interval: 0.2}}); }});\n", broken["id"])), &sim);
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(output.stderr.contains("  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist;"), "{}", output.stderr);
 }
 
@@ -801,7 +803,7 @@ fn assert_documented(entity: &str, value: &serde_json::Value, must_have: &[&str]
 
 #[test]
 fn answers_match_the_entities_of_the_openapi_description() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let group = sim
         .api(
             "POST",
@@ -902,7 +904,7 @@ fn answers_match_the_entities_of_the_openapi_description() {
 
 #[test]
 fn pipeline_lists_filter_by_ref() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
     sim.api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#));
     for branch in ["main", "other"] {
@@ -926,9 +928,9 @@ fn pipeline_lists_filter_by_ref() {
 
 #[test]
 fn working_trees_clone_push_pull_and_refuse_to_diverge() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        Test::new()
+        repo()
             .file("apps/demo/main.go", "package main\n")
             .file("apps/demo/helm-chart/Chart.yaml", "name: demo\n")
             .script(
@@ -966,7 +968,7 @@ step("Pull again", || {
         &sim,
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output.stdout.contains("[1/4] Provision ... changed")
             && output.stdout.contains("[2/4] Pull ... changed"),
@@ -980,8 +982,8 @@ step("Pull again", || {
     );
     // The PAT is never written into the working tree's configuration.
     let config = test.read("apps-local/blueprint-apps/demo/.git/config");
-    assert!(!config.contains(TOKEN), "{config}");
-    assert!(!output.raw_stderr.contains(TOKEN) && !output.raw_stdout.contains(TOKEN));
+    assert!(!config.contains(GITLAB_TOKEN), "{config}");
+    assert!(!output.raw_stderr.contains(GITLAB_TOKEN) && !output.raw_stdout.contains(GITLAB_TOKEN));
     // The push made main the default branch and started a pipeline, as on GitLab.
     assert_eq!(
         sim.api("GET", "projects/blueprint-apps%2Fdemo", None)
@@ -991,7 +993,7 @@ step("Pull again", || {
 
     // The diverged tree: pulling says how to recover.
     let again = test.run(&["-q", "--only", "Pull again", "scripts/test.rhai"]);
-    again.expect_code(1);
+    again.code(1);
     assert!(
         again.stderr.contains("has diverged from"),
         "{}",
@@ -1008,16 +1010,16 @@ step("Pull again", || {
 
 #[test]
 fn health_checks_the_instance_and_the_token() {
-    let sim = GitlabSim::start(&[]);
-    let test = with_sim(Test::new().script("step(\"Health\", || { let health = gitlab_health(); assert_eq(health.ok, true); assert_eq(health.version, \"17.9.0\"); });\n"), &sim);
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
-    let closed = format!("http://127.0.0.1:{}", crate::bao_server::free_port());
-    let test = Test::new()
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(repo().script("step(\"Health\", || { let health = gitlab_health(); assert_eq(health.ok, true); assert_eq(health.version, \"17.9.0\"); });\n"), &sim);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    let closed = format!("http://127.0.0.1:{}", crate::support::free_port());
+    let test = repo()
         .env("GITLAB_URL", &closed)
-        .env("GITLAB_TOKEN", TOKEN)
+        .env("GITLAB_TOKEN", GITLAB_TOKEN)
         .script("step(\"Health\", || { gitlab_health(); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output.stderr.contains("  × gitlab: GET /-/health failed: "),
         "{}",
@@ -1034,9 +1036,9 @@ fn health_checks_the_instance_and_the_token() {
 
 #[test]
 fn a_run_killed_between_commit_and_push_is_finished_by_the_next() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        Test::new().file("apps/demo/a.txt", "a\n").script(
+        repo().file("apps/demo/a.txt", "a\n").script(
             r#"
 const TREE = "apps-local/blueprint-apps/demo";
 step("Provision", || {
@@ -1050,7 +1052,7 @@ step("Provision", || {
         ),
         &sim,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     // What a kill leaves behind: a commit that was never pushed, and git's index lock.
     // The source gained b.txt; the killed run synced and committed it but never pushed.
     let tree = test.join("apps-local/blueprint-apps/demo");
@@ -1069,7 +1071,7 @@ step("Provision", || {
     git(&["commit", "-q", "-m", "killed before the push"]);
     std::fs::write(tree.join(".git/index.lock"), "").expect("lock");
     let check = test.run(&["--check", "scripts/test.rhai"]);
-    check.expect_code(0);
+    check.code(0);
     assert!(
         check
             .stdout
@@ -1078,7 +1080,7 @@ step("Provision", || {
         check.stdout
     );
     let rerun = test.run(&["scripts/test.rhai"]);
-    rerun.expect_code(0);
+    rerun.code(0);
     assert!(
         rerun
             .stdout
@@ -1097,7 +1099,7 @@ step("Provision", || {
         "b\n"
     );
     let third = test.run(&["scripts/test.rhai"]);
-    third.expect_code(0);
+    third.code(0);
     assert!(
         !third.stdout.contains("commit and push"),
         "{}",
@@ -1107,9 +1109,9 @@ step("Provision", || {
 
 #[test]
 fn a_clone_killed_half_way_is_cloned_again() {
-    let sim = GitlabSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        Test::new().file("apps/demo/a.txt", "a\n").script(
+        repo().file("apps/demo/a.txt", "a\n").script(
             r#"
 const TREE = "apps-local/blueprint-apps/demo";
 step("Provision", || {
@@ -1126,7 +1128,7 @@ step("Provision", || {
     // What a kill during the clone leaves: a `.git` folder git cannot open.
     std::fs::create_dir_all(test.join("apps-local/blueprint-apps/demo/.git/objects"))
         .expect("mkdir");
-    test.run(&["scripts/test.rhai"]).expect_code(0);
+    test.run(&["scripts/test.rhai"]).code(0);
     assert_eq!(
         sim.api(
             "GET",

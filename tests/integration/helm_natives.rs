@@ -2,8 +2,8 @@
 //! the real bprun binary. A wrapper logs every helm command line, so the tests can tell which
 //! helm commands ran and that no secret ever reached one.
 
-use crate::kube_sim::KubeSim;
-use crate::support::{Test, tool};
+use crate::support::Sim;
+use crate::support::{BPRUN, SimKind, Test, repo, tool};
 use std::path::Path;
 
 const CHART: &str = "apps/redis/helm-chart";
@@ -11,8 +11,8 @@ const CANARY: &str = "redis-pass-CANARY-5e4d3c2b1a";
 
 /// A test repository holding the redis chart, wired to the simulator, with `helm` behind a
 /// wrapper that logs its arguments (one command per line) and the mode of every values file.
-fn helm_test(sim: &KubeSim) -> Test {
-    let mut test = Test::new();
+fn helm_test(sim: &Sim) -> Test {
+    let mut test = repo();
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join(CHART);
     for relative in [
         "Chart.yaml",
@@ -38,11 +38,11 @@ fn helm_test(sim: &KubeSim) -> Test {
         std::fs::Permissions::from_mode(0o755),
     )
     .expect("chmod wrapper");
-    let kubeconfig = std::fs::read_to_string(&sim.kubeconfig).expect("kubeconfig");
-    assert!(kubeconfig.contains(&sim.url), "{kubeconfig}");
-    let home = sim.home.path();
+    let kubeconfig = std::fs::read_to_string(&sim.kubeconfig()).expect("kubeconfig");
+    assert!(kubeconfig.contains(sim.var("KUBE_URL")), "{kubeconfig}");
+    let home = sim.home();
     let helm_bin = test.join("helm-wrapper.sh").display().to_string();
-    test.env("KUBECONFIG", &sim.kubeconfig.display().to_string())
+    test.env("KUBECONFIG", &sim.kubeconfig().display().to_string())
         .env("HOME", &home.display().to_string())
         .env(
             "HELM_CACHE_HOME",
@@ -80,7 +80,7 @@ fn script(test: Test) -> Test {
 
 #[test]
 fn helm_install_changes_only_when_chart_or_values_change() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let test = script(helm_test(&sim));
     let install = r#"step("Redis", || {
     let r = helm_install("redis", "apps/redis/helm-chart", "redis", #{create_namespace: true, wait: true, timeout: 60});
@@ -88,7 +88,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 });
 "#;
     let first = run_script(&test, &[], install);
-    first.expect_code(0);
+    first.code(0);
     assert!(
         first
             .stdout
@@ -108,7 +108,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 
     // The same chart and values: no upgrade, no new revision.
     let second = run_script(&test, &[], install);
-    second.expect_code(0);
+    second.code(0);
     assert!(
         second
             .stdout
@@ -139,7 +139,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 });
 "#;
     let third = run_script(&test, &[], changed);
-    third.expect_code(0);
+    third.code(0);
     assert!(
         third
             .stdout
@@ -159,7 +159,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     );
     assert!(third.stdout.contains("absent: true"), "{}", third.stdout);
     let again = run_script(&test, &[], changed);
-    again.expect_code(0);
+    again.code(0);
     assert!(
         again.stdout.contains("result: false 2 \n"),
         "{}",
@@ -183,7 +183,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     )
     .expect("edit chart");
     let edited = run_script(&test, &[], changed);
-    edited.expect_code(0);
+    edited.code(0);
     assert!(
         edited
             .stdout
@@ -195,7 +195,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 
 #[test]
 fn secret_values_reach_helm_through_a_private_file_only() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let test = script(helm_test(&sim)).env("REDIS_PASSWORD", CANARY);
     let output = run_script(
         &test,
@@ -209,7 +209,7 @@ fn secret_values_reach_helm_through_a_private_file_only() {
 });
 "#,
     );
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.contains("changed: true"), "{}", output.stdout);
     for (name, text) in [
         ("stdout", &output.raw_stdout),
@@ -255,7 +255,7 @@ fn secret_values_reach_helm_through_a_private_file_only() {
 });
 "#,
     );
-    again.expect_code(0);
+    again.code(0);
     assert!(
         again.stdout.contains("changed: false 1"),
         "{}",
@@ -265,7 +265,7 @@ fn secret_values_reach_helm_through_a_private_file_only() {
 
 #[test]
 fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let test = script(helm_test(&sim));
     let install = r#"step("Redis", || {
     let r = helm_install("redis", "apps/redis/helm-chart", "redis", #{create_namespace: true});
@@ -273,7 +273,7 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 });
 "#;
     let check = run_script(&test, &["--check"], install);
-    check.expect_code(0);
+    check.code(0);
     assert!(
         check.stdout.contains(
             "    ~ would install helm release redis/redis from apps/redis/helm-chart (not installed)\n"
@@ -294,7 +294,7 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
     let calls = helm_calls(&test);
     assert!(calls.iter().all(|c| !c.starts_with("upgrade")), "{calls:?}");
 
-    run_script(&test, &[], install).expect_code(0);
+    run_script(&test, &[], install).code(0);
     let upgrade = r#"step("Redis", || {
     let r = helm_install("redis", "apps/redis/helm-chart", "redis", #{values: #{image: #{tag: "7.4.2"}}});
     print(`result: ${r.changed} ${r.revision} ${r.reason}`);
@@ -302,7 +302,7 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 "#;
     helm_calls(&test);
     let check = run_script(&test, &["--check"], upgrade);
-    check.expect_code(0);
+    check.code(0);
     assert!(
         check.stdout.contains("~ would upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)"),
         "{}",
@@ -323,7 +323,7 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 
 #[test]
 fn helm_uninstall_is_idempotent() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.helm(&[
         "install",
         "redis",
@@ -344,7 +344,7 @@ fn helm_uninstall_is_idempotent() {
 });
 "#,
     );
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -362,7 +362,7 @@ fn helm_uninstall_is_idempotent() {
 
 #[test]
 fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let test = script(helm_test(&sim))
         .file(
             "charts/broken/Chart.yaml",
@@ -378,7 +378,7 @@ fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
         r#"step("Broken", || { helm_install("broken", "charts/broken", "demo", #{create_namespace: true}); });
 "#,
     );
-    output.expect_code(1);
+    output.code(1);
     let stderr = output.stderr.replace('\n', " ");
     let stderr = stderr.split_whitespace().collect::<Vec<_>>().join(" ");
     for expected in [
@@ -406,14 +406,14 @@ fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
 });
 "#,
     );
-    lint.expect_code(0);
+    lint.code(0);
     assert!(lint.stdout.contains("bad: false 1"), "{}", lint.stdout);
     assert!(lint.stdout.contains("good: true"), "{}", lint.stdout);
 }
 
 #[test]
 fn helm_template_renders_with_values() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let test =
         script(helm_test(&sim)).file("infra/values/redis.yaml", "image:\n  tag: \"7.0.0\"\n");
     let output = run_script(
@@ -426,7 +426,7 @@ fn helm_template_renders_with_values() {
 });
 "#,
     );
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.contains("kind: Deployment"),
         "{}",
@@ -456,7 +456,7 @@ fn versions_reads_the_pins_and_locates_a_malformed_file() {
     let pins =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("infra/VERSIONS.json"))
             .expect("infra/VERSIONS.json");
-    let test = Test::new().file("infra/VERSIONS.json", &pins).script(
+    let test = repo().file("infra/VERSIONS.json", &pins).script(
         r#"let v = versions();
 for key in ["cloudnative-pg", "redis", "minio", "openbao", "gitlab", "gitlab-runner"] {
     let pin = v.helm_repositories[key];
@@ -466,7 +466,7 @@ print(v.helm_repositories.redis.values_overrides.architecture);
 "#,
     );
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -491,14 +491,14 @@ print(v.helm_repositories.redis.values_overrides.architecture);
     assert!(output.stdout.contains("standalone\n"), "{}", output.stdout);
 
     // A trailing comma on line 3.
-    let broken = Test::new()
+    let broken = repo()
         .file(
             "infra/VERSIONS.json",
             "{\n  \"helm_repositories\": {\n    \"redis\": {\"url\": \"u\", \"chart\": \"redis\", \"chart_version\": \"1\",},\n  }\n}\n",
         )
         .script("let v = versions();\n");
     let output = broken.run(&["scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -507,14 +507,14 @@ print(v.helm_repositories.redis.values_overrides.architecture);
         output.stderr
     );
     // A typo in a field name is located too.
-    let typo = Test::new()
+    let typo = repo()
         .file(
             "infra/VERSIONS.json",
             "{\"helm_repositories\": {\n  \"redis\": {\"url\": \"u\", \"chart\": \"redis\", \"chart_verison\": \"1\"}}}\n",
         )
         .script("let v = versions();\n");
     let output = typo.run(&["scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output
             .stderr
@@ -526,7 +526,7 @@ print(v.helm_repositories.redis.values_overrides.architecture);
 
 #[test]
 fn helm_pull_uses_the_cached_archive_without_helm() {
-    let test = Test::new()
+    let test = repo()
         .file(
             "infra/VERSIONS.json",
             r#"{"helm_repositories": {"redis": {"url": "https://charts.invalid/never", "chart": "redis", "chart_version": "19.6.4"}}}"#,
@@ -543,7 +543,7 @@ fn helm_pull_uses_the_cached_archive_without_helm() {
 "#,
         );
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -561,14 +561,14 @@ fn helm_pull_uses_the_cached_archive_without_helm() {
 #[test]
 fn helm_pull_fetches_a_missing_chart_from_its_repository() {
     // A chart repository served from a folder over HTTP on loopback.
-    let repo = tempfile::tempdir().expect("repo dir");
+    let charts = tempfile::tempdir().expect("repo dir");
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join(CHART);
     let helm = tool("helm");
     let packaged = std::process::Command::new(&helm)
         .args(["package"])
         .arg(&chart)
         .arg("--destination")
-        .arg(repo.path())
+        .arg(charts.path())
         .output()
         .expect("helm package");
     assert!(
@@ -581,7 +581,7 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
     drop(listener);
     let indexed = std::process::Command::new(&helm)
         .args(["repo", "index"])
-        .arg(repo.path())
+        .arg(charts.path())
         .args(["--url", &format!("http://127.0.0.1:{port}")])
         .output()
         .expect("helm repo index");
@@ -599,7 +599,7 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
             "127.0.0.1",
             "--directory",
         ])
-        .arg(repo.path())
+        .arg(charts.path())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -613,7 +613,7 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     let home = tempfile::tempdir().expect("helm home");
-    let test = Test::new()
+    let test = repo()
         .file(
             "infra/VERSIONS.json",
             &format!(
@@ -644,7 +644,7 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
     let output = test.run(&["scripts/test.rhai"]);
     let _ = server.kill();
     let _ = server.wait();
-    check.expect_code(0);
+    check.code(0);
     assert!(
         check.stdout.contains(&format!(
             "~ would pull chart infra/helm-charts/redis-0.1.0.tgz from http://127.0.0.1:{port}"
@@ -653,7 +653,7 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
         check.stdout
     );
     assert!(!pulled_in_check, "check mode pulled");
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout

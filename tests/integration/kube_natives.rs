@@ -1,11 +1,11 @@
 //! The Kubernetes natives (kube-rs) through the real binary against `bprun sim kube`,
 //! cross-checked with the real kubectl.
 
-use crate::kube_sim::KubeSim;
-use crate::support::Test;
+use crate::support::{BPRUN, Sim, SimKind};
+use crate::support::{Test, repo};
 
-fn with_kube(test: Test, sim: &KubeSim) -> Test {
-    test.env("KUBECONFIG", &sim.kubeconfig.display().to_string())
+fn with_kube(test: Test, sim: &Sim) -> Test {
+    test.env("KUBECONFIG", &sim.kubeconfig().display().to_string())
 }
 
 const MANIFEST: &str = r#"
@@ -29,7 +29,7 @@ spec:
 
 #[test]
 fn apply_is_idempotent_and_waits_see_the_rollout() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let script = format!(
         "{MANIFEST}
 step(\"Apply\", || {{
@@ -59,9 +59,9 @@ step(\"Change\", || {{
 }});
 "
     );
-    let test = with_kube(Test::new().script(&script), &sim);
+    let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.contains("    ~ create Namespace/demo\n"),
         "{}",
@@ -87,7 +87,7 @@ step(\"Change\", || {{
 
 #[test]
 fn check_mode_dry_runs_and_changes_nothing() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let script = format!(
         "{MANIFEST}
 step(\"Apply\", || {{
@@ -96,9 +96,9 @@ step(\"Apply\", || {{
 }});
 "
     );
-    let test = with_kube(Test::new().script(&script), &sim);
+    let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -111,7 +111,7 @@ step(\"Apply\", || {{
 
 #[test]
 fn terminal_states_fail_fast_and_timeouts_say_why() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let script = r#"
 step("Broken image", || {
@@ -122,9 +122,9 @@ step("Broken image", || {
     kube_wait("Deployment", "demo", "broken", "Rollout", #{timeout: 60});
 });
 "#;
-    let test = with_kube(Test::new().script(script), &sim);
+    let test = with_kube(repo().script(script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     // Failed on the terminal state, not at the end of the 60 s timeout.
     assert!(
         !output.stderr.contains("not ready after"),
@@ -152,9 +152,9 @@ step("Broken image", || {
     let timeout = r#"
 step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{timeout: 1}); });
 "#;
-    let test = with_kube(Test::new().script(timeout), &sim);
+    let test = with_kube(repo().script(timeout), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr
@@ -188,13 +188,16 @@ fn exec_secrets_and_port_forward() {
             );
         }
     });
-    let sim = KubeSim::start(&[
-        "--platform",
-        "--openbao",
-        &upstream_address,
-        "--registry",
-        &upstream_address,
-    ]);
+    let sim = BPRUN.sim(
+        SimKind::Kube,
+        &[
+            "--platform",
+            "--openbao",
+            &upstream_address,
+            "--registry",
+            &upstream_address,
+        ],
+    );
     let script = r#"
 step("Exec", || {
     kube_wait("pods", "gitlab", "app=toolbox", "Ready", #{timeout: 20});
@@ -231,9 +234,9 @@ step("Forward", || {
     assert_eq(http_status(`http://${registry}/v2/`, 10), 418);
 });
 "#;
-    let test = with_kube(Test::new().script(script), &sim);
+    let test = with_kube(repo().script(script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.contains("read ***"), "{}", output.stdout);
     assert!(
         output.stdout.contains("object #{\"password\": ***}"),
@@ -272,14 +275,14 @@ step("Forward", || {
 
 #[test]
 fn kube_context_picks_the_kubeconfig_context() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let script = "step(\"Look\", || { info(`${kube_get(\"Namespace\", \"\", \"default\").metadata.name}`); });\n";
-    let test = with_kube(Test::new().script(script), &sim);
+    let test = with_kube(repo().script(script), &sim);
     let named = test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"]);
-    named.expect_code(0);
+    named.code(0);
     assert!(named.stdout.contains("    default\n"), "{}", named.stdout);
     let unknown = test.run(&["--kube-context", "nope", "scripts/test.rhai"]);
-    unknown.expect_code(1);
+    unknown.code(1);
     assert!(
         unknown.stderr.contains("kubeconfig context nope: "),
         "{}",
@@ -294,21 +297,21 @@ fn kube_context_picks_the_kubeconfig_context() {
 
 #[test]
 fn openbao_is_reached_through_a_port_forward_when_bao_addr_does_not_answer() {
-    let server = crate::bao_server::BaoServer::dev();
+    let server = crate::support::BaoServer::dev();
     let upstream = server.address.trim_start_matches("http://").to_string();
-    let sim = KubeSim::start(&["--platform", "--openbao", &upstream]);
-    let closed = crate::bao_server::free_port();
+    let sim = BPRUN.sim(SimKind::Kube, &["--platform", "--openbao", &upstream]);
+    let closed = crate::support::free_port();
     let script = r#"
 step("Write", || {
     bao_write("apps/demo", #{answer: "42"});
     assert_eq(reveal(bao_read("apps/demo").answer), "42");
 });
 "#;
-    let test = with_kube(Test::new().script(script), &sim)
+    let test = with_kube(repo().script(script), &sim)
         .env("BAO_ADDR", &format!("http://127.0.0.1:{closed}"))
         .env("BAO_TOKEN", "root");
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.contains(&format!(
             "http://127.0.0.1:{closed} does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao"
@@ -322,7 +325,7 @@ step("Write", || {
 
 #[test]
 fn rollout_restart_replaces_the_pods() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let script = format!(
         "{MANIFEST}
 step(\"Restart\", || {{
@@ -340,9 +343,9 @@ step(\"Restart\", || {{
 }});
 "
     );
-    let test = with_kube(Test::new().script(&script), &sim);
+    let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stdout
@@ -361,7 +364,7 @@ step(\"Restart\", || {{
 
 #[test]
 fn check_mode_plans_a_crd_with_its_objects_and_does_not_wait() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let root = env!("CARGO_MANIFEST_DIR");
     let script = r#"
 step("Operator", || {
@@ -371,7 +374,7 @@ step("Operator", || {
 });
 "#;
     let test = with_kube(
-        Test::new()
+        repo()
             .file(
                 "crd.yaml",
                 &std::fs::read_to_string(format!("{root}/tests/fixtures/kube/crd.yaml"))
@@ -392,7 +395,7 @@ step("Operator", || {
     // The planned Cluster is reported without waiting for its CRD (which a dry run never
     // registers), and kube_wait looks once instead of waiting its 120 s.
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout

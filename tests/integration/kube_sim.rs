@@ -1,125 +1,9 @@
 //! The Kubernetes simulator driven by the real kubectl and helm (from ./test.sh's .tools/bin):
 //! when they cannot use it, the simulator is wrong.
 
-use crate::support::tool;
-use std::io::BufRead;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-
-pub struct KubeSim {
-    child: Child,
-    pub url: String,
-    pub kubeconfig: PathBuf,
-    /// HOME for kubectl and helm (their caches), removed with the simulator.
-    pub home: tempfile::TempDir,
-}
-
-impl Drop for KubeSim {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-pub struct Run {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    #[track_caller]
-    pub fn ok(&self) -> &str {
-        assert_eq!(
-            self.code, 0,
-            "stdout:\n{}\nstderr:\n{}",
-            self.stdout, self.stderr
-        );
-        &self.stdout
-    }
-}
-
-impl KubeSim {
-    /// `bprun sim kube` on a free loopback port; `extra` goes on its command line.
-    pub fn start(extra: &[&str]) -> KubeSim {
-        let home = tempfile::tempdir().expect("home");
-        let kubeconfig = home.path().join("kubeconfig");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_bprun"))
-            .args(["sim", "kube", "--listen", "127.0.0.1:0", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(extra)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start bprun sim kube");
-        let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
-        let mut line = String::new();
-        reader.read_line(&mut line).expect("read KUBE_URL");
-        let url = line
-            .trim()
-            .strip_prefix("KUBE_URL=")
-            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
-            .to_string();
-        assert!(url.starts_with("https://127.0.0.1:"), "{url}");
-        let mut second = String::new();
-        reader.read_line(&mut second).expect("read KUBECONFIG");
-        assert_eq!(
-            second.trim(),
-            format!("KUBECONFIG={}", kubeconfig.display())
-        );
-        KubeSim {
-            child,
-            url,
-            kubeconfig,
-            home,
-        }
-    }
-
-    pub fn run(&self, program: &str, args: &[&str], stdin: Option<&str>) -> Run {
-        let mut command = Command::new(tool(program));
-        command
-            .args(args)
-            .env("KUBECONFIG", &self.kubeconfig)
-            .env("HOME", self.home.path())
-            .env("HELM_CACHE_HOME", self.home.path().join("helm-cache"))
-            .env("HELM_CONFIG_HOME", self.home.path().join("helm-config"))
-            .env("HELM_DATA_HOME", self.home.path().join("helm-data"))
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = command.spawn().expect("spawn");
-        if let Some(text) = stdin {
-            use std::io::Write;
-            let mut pipe = child.stdin.take().expect("stdin");
-            pipe.write_all(text.as_bytes()).expect("write stdin");
-        }
-        let output = child.wait_with_output().expect("wait");
-        Run {
-            code: output.status.code().unwrap_or(-1),
-            stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
-        }
-    }
-
-    pub fn kubectl(&self, args: &[&str]) -> Run {
-        let mut all = vec!["--request-timeout=20s"];
-        all.extend_from_slice(args);
-        self.run("kubectl", &all, None)
-    }
-
-    pub fn kubectl_stdin(&self, args: &[&str], stdin: &str) -> Run {
-        self.run("kubectl", args, Some(stdin))
-    }
-
-    pub fn helm(&self, args: &[&str]) -> Run {
-        self.run("helm", args, None)
-    }
-}
+use crate::support::{BPRUN, Sim, SimKind, tool};
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 fn fixture(name: &str) -> String {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -132,8 +16,8 @@ fn fixture(name: &str) -> String {
 #[test]
 fn kubeconfig_is_private_and_tokens_are_required() {
     use std::os::unix::fs::PermissionsExt;
-    let sim = KubeSim::start(&[]);
-    let mode = std::fs::metadata(&sim.kubeconfig)
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let mode = std::fs::metadata(&sim.kubeconfig())
         .expect("kubeconfig")
         .permissions()
         .mode();
@@ -154,7 +38,7 @@ fn kubeconfig_is_private_and_tokens_are_required() {
 
 #[test]
 fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     assert_eq!(
         sim.kubectl(&["create", "ns", "demo"]).ok(),
         "namespace/demo created\n"
@@ -223,7 +107,7 @@ fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
     ]);
     assert_eq!(endpoints.ok().split(' ').count(), 2);
     // A change bumps generation once; the rollout replaces the pods.
-    let generation = |sim: &KubeSim| {
+    let generation = |sim: &Sim| {
         sim.kubectl(&[
             "get",
             "deployment",
@@ -271,7 +155,7 @@ fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
 
 #[test]
 fn server_side_apply_owns_fields_and_reports_conflicts() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let web = fixture("web.yaml");
     assert_eq!(
@@ -345,7 +229,7 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
 
 #[test]
 fn namespaces_pass_through_terminating_and_take_their_objects() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     sim.kubectl(&[
         "create",
@@ -394,7 +278,7 @@ fn namespaces_pass_through_terminating_and_take_their_objects() {
 
 #[test]
 fn crds_register_in_discovery_and_custom_resources_become_ready() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let missing = sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]);
     assert_eq!(missing.code, 1);
@@ -437,7 +321,7 @@ fn crds_register_in_discovery_and_custom_resources_become_ready() {
 
 #[test]
 fn kubectl_exec_runs_commands_in_simulated_containers() {
-    let sim = KubeSim::start(&["--platform"]);
+    let sim = BPRUN.sim(SimKind::Kube, &["--platform"]);
     sim.kubectl(&[
         "wait",
         "--for=condition=Ready",
@@ -532,7 +416,7 @@ fn helm_v3_installs_upgrades_and_uninstalls_releases() {
 }
 
 fn helm_life_cycle(helm: &str) {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     let version = sim.run(helm, &["version", "--short"], None);
     assert!(
         version
@@ -620,7 +504,7 @@ fn helm_life_cycle(helm: &str) {
 
 #[test]
 fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     sim.kubectl(&[
         "create",
@@ -747,7 +631,7 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
 
 #[test]
 fn kubectl_watches_list_then_follow_from_the_resource_version() {
-    let sim = KubeSim::start(&[]);
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     sim.kubectl(&[
         "create",
@@ -770,8 +654,8 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
             "--output-watch-events",
             "--no-headers",
         ])
-        .env("KUBECONFIG", &sim.kubeconfig)
-        .env("HOME", sim.home.path())
+        .env("KUBECONFIG", &sim.kubeconfig())
+        .env("HOME", sim.home())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -813,16 +697,19 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
 
 #[test]
 fn the_toolbox_mints_personal_access_tokens_in_the_gitlab_simulator() {
-    let gitlab = crate::gitlab_sim::GitlabSim::start(&[]);
+    let gitlab = BPRUN.sim(SimKind::Gitlab, &[]);
     let refused = gitlab.raw("POST", "/-/sim/tokens", None, None);
     assert_eq!(refused.status, 401, "minting needs the admin token");
-    let sim = KubeSim::start(&[
-        "--platform",
-        "--gitlab-url",
-        &gitlab.url,
-        "--gitlab-token",
-        crate::gitlab_sim::TOKEN,
-    ]);
+    let sim = BPRUN.sim(
+        SimKind::Kube,
+        &[
+            "--platform",
+            "--gitlab-url",
+            &gitlab.gitlab_url(),
+            "--gitlab-token",
+            crate::support::GITLAB_TOKEN,
+        ],
+    );
     sim.kubectl(&[
         "wait",
         "--for=condition=Ready",

@@ -5,13 +5,11 @@ mod tls;
 
 mod apps;
 mod bao;
-mod bao_server;
 mod bao_sim;
 mod charts;
 mod cli;
 mod diagnostics;
 mod gitlab;
-mod gitlab_sim;
 mod helm_natives;
 mod kube_natives;
 mod kube_sim;
@@ -21,4 +19,3 @@ mod repl;
 mod runner;
 mod scripts;
 mod secrets;
-mod sim_all;

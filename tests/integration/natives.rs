@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use crate::support::Test;
+use crate::support::repo;
 
 /// A one-shot HTTP server on a free loopback port: answers `requests` connections, then stops.
 fn http_server(status_line: &'static str, requests: usize) -> (u16, std::thread::JoinHandle<()>) {
@@ -37,22 +37,22 @@ fn closed_port() -> u16 {
 fn http_status_returns_the_status_or_unit_when_nothing_answers() {
     let (port, server) = http_server("503 Service Unavailable", 1);
     let dead = closed_port();
-    let test = Test::new().script(&format!(
+    let test = repo().script(&format!(
         r#"step("Probe", || {{
     assert_eq(http_status("http://127.0.0.1:{port}/-/health", 5), 503);
     assert_eq(http_status("http://127.0.0.1:{dead}/-/health", 2), ());
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     server.join().expect("server thread");
 }
 
 #[test]
 fn http_status_rejects_a_malformed_url_with_a_hint() {
-    let test = Test::new().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
+    let test = repo().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr
@@ -74,20 +74,20 @@ fn tcp_probe_tells_an_open_port_from_a_closed_one() {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
     let open = listener.local_addr().expect("addr").port();
     let closed = closed_port();
-    let test = Test::new().script(&format!(
+    let test = repo().script(&format!(
         r#"step("Probe", || {{
     assert_eq(tcp_probe("127.0.0.1", {open}, 2), true);
     assert_eq(tcp_probe("127.0.0.1", {closed}, 2), false);
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     drop(listener);
 }
 
 #[test]
 fn run_command_returns_a_result_instead_of_throwing() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"step("Run", || {
     let ok = run_command(["sh", "-c", "echo out; echo err >&2"], #{read_only: true});
     assert_eq(ok, #{ok: true, code: 0, stdout: "out\n", stderr: "err\n"});
@@ -118,14 +118,14 @@ fn run_command_returns_a_result_instead_of_throwing() {
 });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
 }
 
 #[test]
 fn a_command_that_is_not_read_only_counts_as_a_change() {
-    let test = Test::new().script("step(\"Touch\", || { run_command([\"touch\", \"made\"]); });\n");
+    let test = repo().script("step(\"Touch\", || { run_command([\"touch\", \"made\"]); });\n");
     let output = test.run(&["scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.starts_with(
             "[1/1] Touch ...\n    ~ run `touch made`\n[1/1] Touch ... changed (#.## s)\n"
@@ -137,7 +137,7 @@ fn a_command_that_is_not_read_only_counts_as_a_change() {
 
 #[test]
 fn ctrl_c_stops_a_wait_and_leaves_the_journal_consistent() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"step("Wait", || {
     info("waiting");
     sleep(30);

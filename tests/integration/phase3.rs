@@ -1,32 +1,69 @@
 //! Issue #6's acceptance: phase 3 on the embedded platform (`bprun rehearse` and `bprun sim
 //! all`), run through the real binary on a copy of this repository.
 
-use crate::sim_all::{BPRUN, PROJECTS, SimAll, repository_copy};
+use crate::support::{BPRUN, Sim, SimKind, Test};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::Duration;
 
-struct Run {
-    code: i32,
-    stdout: String,
-    stderr: String,
+/// The projects phase 3 provisions.
+const PROJECTS: [&str; 4] = ["shared-code", "guestbook", "redis", "redis-slave"];
+
+/// A copy of this repository's scripts and content, wired to `sim` when given.
+fn phase3_copy(sim: Option<&Sim>) -> Test {
+    let test = BPRUN.test_in_repository_copy();
+    match sim {
+        Some(sim) => test.envs(sim.vars()),
+        None => test,
+    }
 }
 
-fn bprun(cwd: &Path, env: &[(String, String)], args: &[&str]) -> Run {
-    let output = Command::new(BPRUN)
-        .args(args)
-        .current_dir(cwd)
-        .envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .output()
-        .expect("run bprun");
-    Run {
-        code: output.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&output.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&output.stderr).into_owned(),
+/// Per project: variable keys (sorted, duplicates kept) and the CI file's content.
+fn summary(sim: &Sim) -> BTreeMap<String, (Vec<String>, String)> {
+    let groups = sim.api_json("groups?search=blueprint-apps");
+    let Some(group) = groups.as_array().and_then(|g| g.first()) else {
+        return BTreeMap::new();
+    };
+    let projects = sim.api_json(&format!("groups/{}/projects?per_page=100", group["id"]));
+    let mut summary = BTreeMap::new();
+    for project in projects.as_array().expect("projects") {
+        let id = &project["id"];
+        let variables = sim.api_json(&format!("projects/{id}/variables?per_page=100"));
+        let mut keys: Vec<String> = variables
+            .as_array()
+            .expect("variables")
+            .iter()
+            .map(|v| v["key"].as_str().unwrap_or("").to_string())
+            .collect();
+        keys.sort();
+        let ci = sim
+            .api(
+                "GET",
+                &format!("projects/{id}/repository/files/.gitlab-ci.yml/raw?ref=main"),
+                None,
+            )
+            .body;
+        let name = project["path"].as_str().unwrap_or("").to_string();
+        assert!(
+            summary.insert(name.clone(), (keys, ci)).is_none(),
+            "duplicate project {name}"
+        );
     }
+    summary
+}
+
+/// The head commit of each project's main branch.
+fn project_heads(sim: &Sim) -> Vec<String> {
+    PROJECTS
+        .iter()
+        .map(|name| {
+            let branch = sim.api_json(&format!(
+                "projects/blueprint-apps%2F{name}/repository/branches/main"
+            ));
+            branch["commit"]["id"].as_str().unwrap_or("").to_string()
+        })
+        .collect()
 }
 
 fn end_state(stdout: &str) -> String {
@@ -79,7 +116,7 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
 fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
     let script = repository.join("scripts/phase3.rhai").display().to_string();
-    let cwd = tempfile::tempdir().expect("cwd");
+    let cwd = Test::in_dir(BPRUN, tempfile::tempdir().expect("cwd"));
     let state = tempfile::tempdir().expect("state");
     let state_arg = state.path().display().to_string();
     // The rehearsal works on a copy: the checkout's working trees and journal stay as they were.
@@ -91,13 +128,9 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
         (journal, trees)
     };
     let before = untouched();
-    let first = bprun(
-        cwd.path(),
-        &[],
-        &["rehearse", "--state", &state_arg, &script],
-    );
-    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
-    let first_state = end_state(&first.stdout);
+    let first = cwd.run(&["rehearse", "--state", &state_arg, &script]);
+    first.success();
+    let first_state = end_state(&first.raw_stdout);
     for name in PROJECTS {
         assert!(
             first_state.contains(&format!("  project blueprint-apps/{name} (id ")),
@@ -132,13 +165,9 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
 
     // (a) OpenBao wiped (the dev server starts empty), GitLab kept: the PAT is minted again,
     // everything else unchanged, the same project ids.
-    let again = bprun(
-        cwd.path(),
-        &[],
-        &["rehearse", "--state", &state_arg, &script],
-    );
-    assert_eq!(again.code, 0, "{}\n{}", again.stdout, again.stderr);
-    let steps = recap(&again.stdout);
+    let again = cwd.run(&["rehearse", "--state", &state_arg, &script]);
+    again.success();
+    let steps = recap(&again.raw_stdout);
     assert_eq!(
         steps.get("Mint PAT").map(String::as_str),
         Some("changed"),
@@ -157,21 +186,17 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
             again.stdout
         );
     }
-    assert_eq!(end_state(&again.stdout), first_state);
+    assert_eq!(end_state(&again.raw_stdout), first_state);
 
     // (b) Everything wiped: the same group, projects, variables and CI files come back.
     let fresh = tempfile::tempdir().expect("fresh state");
-    let rebuilt = bprun(
-        cwd.path(),
-        &[],
-        &[
-            "rehearse",
-            "--state",
-            &fresh.path().display().to_string(),
-            &script,
-        ],
-    );
-    assert_eq!(rebuilt.code, 0, "{}\n{}", rebuilt.stdout, rebuilt.stderr);
+    let rebuilt = cwd.run(&[
+        "rehearse",
+        "--state",
+        &fresh.path().display().to_string(),
+        &script,
+    ]);
+    rebuilt.success();
     // Projects are created in parallel after shared-code, so ids and their order may differ.
     let shape = |text: &str| -> Vec<String> {
         let mut blocks: Vec<String> = text
@@ -188,31 +213,32 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
         blocks.sort();
         blocks
     };
-    assert_eq!(shape(&end_state(&rebuilt.stdout)), shape(&first_state));
+    assert_eq!(shape(&end_state(&rebuilt.raw_stdout)), shape(&first_state));
 }
 
 #[test]
 fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
-    let sim = SimAll::start();
-    let copy = repository_copy();
-    let first = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai"]);
-    assert_eq!(first.code, 0, "{}\n{}", first.stdout, first.stderr);
-    let heads = sim.heads();
-    let (status, metadata) = sim.bao("secret/metadata/gitlab/bootstrap/admin_token");
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    let first = copy.run(&["scripts/phase3.rhai"]);
+    first.success();
+    let heads = project_heads(&sim);
+    let (status, metadata) = sim.bao_get("secret/metadata/gitlab/bootstrap/admin_token");
     assert_eq!(status, 200, "{metadata}");
     let version = metadata["data"]["current_version"].clone();
     assert_eq!(version, 1);
-    sim.gitlab("DELETE", "/-/sim/requests");
+    sim.clear_requests();
 
-    let second = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai"]);
-    assert_eq!(second.code, 0, "{}\n{}", second.stdout, second.stderr);
+    let second = copy.run(&["scripts/phase3.rhai"]);
+    second.success();
     assert_eq!(sim.mutating_requests(), 0, "no mutating GitLab request");
-    assert_eq!(sim.heads(), heads, "no new commits");
+    assert_eq!(project_heads(&sim), heads, "no new commits");
     assert_eq!(
-        sim.bao("secret/metadata/gitlab/bootstrap/admin_token").1["data"]["current_version"],
+        sim.bao_get("secret/metadata/gitlab/bootstrap/admin_token")
+            .1["data"]["current_version"],
         version
     );
-    let steps = recap(&second.stdout);
+    let steps = recap(&second.raw_stdout);
     assert_eq!(steps.len(), 6, "{}", second.stdout);
     for (step, status) in &steps {
         let expected = if step == "Seed glab auth" {
@@ -224,12 +250,12 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     }
 
     // --check against the provisioned platform: nothing to do, nothing sent.
-    let check = bprun(copy.path(), &sim.env, &["--check", "scripts/phase3.rhai"]);
-    assert_eq!(check.code, 0, "{}\n{}", check.stdout, check.stderr);
+    let check = copy.run(&["--check", "scripts/phase3.rhai"]);
+    check.success();
     assert_eq!(sim.mutating_requests(), 0);
 
     // The PAT and the OpenBao root token appear in no output, journal or file (but infra/secrets/).
-    let (_, secret) = sim.bao("secret/data/gitlab/bootstrap/admin_token");
+    let (_, secret) = sim.bao_get("secret/data/gitlab/bootstrap/admin_token");
     let pat = secret["data"]["data"]["token"]
         .as_str()
         .expect("PAT")
@@ -237,16 +263,16 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     assert!(pat.starts_with("glpat-"), "{pat}");
     let root_token = sim.var("BAO_TOKEN").to_string();
     for run in [&first, &second, &check] {
-        for text in [&run.stdout, &run.stderr] {
+        for text in [&run.raw_stdout, &run.raw_stderr] {
             assert!(
                 !text.contains(&pat) && !text.contains(&root_token),
                 "a secret leaked:\n{text}"
             );
         }
     }
-    let json = bprun(copy.path(), &sim.env, &["--json", "scripts/phase3.rhai"]);
+    let json = copy.run(&["--json", "scripts/phase3.rhai"]);
     assert_eq!(json.code, 0, "{}", json.stderr);
-    assert!(!json.stdout.contains(&pat) && !json.stdout.contains(&root_token));
+    json.stdout_lacks(&pat).stdout_lacks(&root_token);
     let files = files_outside_secrets(copy.path());
     assert!(
         files
@@ -267,10 +293,10 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
 
 #[test]
 fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
-    let sim = SimAll::start();
-    let copy = repository_copy();
-    let check = bprun(copy.path(), &sim.env, &["--check", "scripts/phase3.rhai"]);
-    assert_eq!(check.code, 0, "{}\n{}", check.stdout, check.stderr);
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    let check = copy.run(&["--check", "scripts/phase3.rhai"]);
+    check.success();
     assert!(
         check.stdout.contains(
             "    ~ would mint admin PAT through gitlab-rails runner in the toolbox pod\n"
@@ -303,7 +329,8 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
     }
     assert_eq!(sim.mutating_requests(), 0);
     assert_eq!(
-        sim.bao("secret/metadata/gitlab/bootstrap/admin_token").0,
+        sim.bao_get("secret/metadata/gitlab/bootstrap/admin_token")
+            .0,
         404
     );
     assert!(
@@ -314,7 +341,7 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
 
 #[test]
 fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
-    let copy = repository_copy();
+    let copy = phase3_copy(None);
     let manifest = copy.path().join("apps/apps_manifest.yaml");
     let text = std::fs::read_to_string(&manifest).expect("manifest");
     // Swap the first two entries (each starts at "- name: ").
@@ -329,7 +356,7 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
         &text[redis_at..]
     );
     std::fs::write(&manifest, reordered).expect("write");
-    let refused = bprun(copy.path(), &[], &["--list", "scripts/phase3.rhai"]);
+    let refused = copy.run(&["--list", "scripts/phase3.rhai"]);
     assert_eq!(refused.code, 3, "{}", refused.stdout);
     assert!(
         refused.stderr.contains("apps/apps_manifest.yaml:5:1: `shared-code` must be the first app (it is at apps/apps_manifest.yaml:15:1)"),
@@ -348,8 +375,8 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
         &format!("{anchor}apps = [apps[1], apps[0], apps[2], apps[3]];\n"),
     );
     std::fs::write(&script, forced).expect("write");
-    let run = bprun(copy.path(), &[], &["rehearse", "scripts/phase3.rhai"]);
-    let state = end_state(&run.stdout);
+    let run = copy.run(&["rehearse", "scripts/phase3.rhai"]);
+    let state = end_state(&run.raw_stdout);
     let guestbook = state
         .split("  project blueprint-apps/guestbook")
         .nth(1)
@@ -372,15 +399,15 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
 #[test]
 fn runs_killed_at_random_points_converge_to_the_clean_end_state() {
     let reference = {
-        let sim = SimAll::start();
-        let copy = repository_copy();
-        let clean = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai"]);
-        assert_eq!(clean.code, 0, "{}\n{}", clean.stdout, clean.stderr);
-        sim.summary()
+        let sim = BPRUN.sim(SimKind::All, &[]);
+        let copy = phase3_copy(Some(&sim));
+        let clean = copy.run(&["scripts/phase3.rhai"]);
+        clean.success();
+        summary(&sim)
     };
     assert_eq!(reference.len(), 4);
-    let sim = SimAll::start();
-    let copy = repository_copy();
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -394,10 +421,8 @@ fn runs_killed_at_random_points_converge_to_the_clean_end_state() {
         random ^= random << 17;
         let delay = Duration::from_millis(random % 1500);
         delays.push(delay.as_millis());
-        let mut child = Command::new(BPRUN)
-            .arg("scripts/phase3.rhai")
-            .current_dir(copy.path())
-            .envs(sim.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        let mut child = copy
+            .command(&["scripts/phase3.rhai"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -407,14 +432,14 @@ fn runs_killed_at_random_points_converge_to_the_clean_end_state() {
         let _ = child.kill();
         let _ = child.wait();
     }
-    let last = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai"]);
+    let last = copy.run(&["scripts/phase3.rhai"]);
     assert_eq!(
         last.code, 0,
         "seed {seed}, kills after {delays:?} ms:\n{}\n{}",
         last.stdout, last.stderr
     );
     assert_eq!(
-        sim.summary(),
+        summary(&sim),
         reference,
         "seed {seed}, kills after {delays:?} ms"
     );
@@ -422,25 +447,17 @@ fn runs_killed_at_random_points_converge_to_the_clean_end_state() {
 
 #[test]
 fn app_filter_destroy_and_rebuild() {
-    let sim = SimAll::start();
-    let copy = repository_copy();
-    let one = bprun(
-        copy.path(),
-        &sim.env,
-        &["scripts/phase3.rhai", "--app", "guestbook"],
-    );
-    assert_eq!(one.code, 0, "{}\n{}", one.stdout, one.stderr);
-    let names: Vec<String> = sim.summary().into_keys().collect();
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    let one = copy.run(&["scripts/phase3.rhai", "--app", "guestbook"]);
+    one.success();
+    let names: Vec<String> = summary(&sim).into_keys().collect();
     assert_eq!(
         names,
         ["guestbook", "shared-code"],
         "shared-code comes along with any app"
     );
-    let unknown = bprun(
-        copy.path(),
-        &sim.env,
-        &["scripts/phase3.rhai", "--app", "nope"],
-    );
+    let unknown = copy.run(&["scripts/phase3.rhai", "--app", "nope"]);
     assert_eq!(unknown.code, 3);
     assert!(
         unknown.stderr.contains("guestbook"),
@@ -448,20 +465,21 @@ fn app_filter_destroy_and_rebuild() {
         unknown.stderr
     );
 
-    let destroy = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai", "--destroy"]);
-    assert_eq!(destroy.code, 0, "{}\n{}", destroy.stdout, destroy.stderr);
-    assert!(sim.summary().is_empty(), "projects and group deleted");
+    let destroy = copy.run(&["scripts/phase3.rhai", "--destroy"]);
+    destroy.success();
+    assert!(summary(&sim).is_empty(), "projects and group deleted");
     assert!(
         !copy.path().join("apps-local/blueprint-apps").exists(),
         "working trees wiped"
     );
     assert_eq!(
-        sim.bao("secret/metadata/gitlab/bootstrap/admin_token").0,
+        sim.bao_get("secret/metadata/gitlab/bootstrap/admin_token")
+            .0,
         200,
         "the PAT stays in OpenBao"
     );
 
-    let rebuilt = bprun(copy.path(), &sim.env, &["scripts/phase3.rhai"]);
-    assert_eq!(rebuilt.code, 0, "{}\n{}", rebuilt.stdout, rebuilt.stderr);
-    assert_eq!(sim.summary().len(), 4);
+    let rebuilt = copy.run(&["scripts/phase3.rhai"]);
+    rebuilt.success();
+    assert_eq!(summary(&sim).len(), 4);
 }

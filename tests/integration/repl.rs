@@ -3,7 +3,7 @@
 use rexpect::reader::Options;
 use rexpect::session::{PtySession, spawn_with_options};
 
-use crate::support::Test;
+use crate::support::{Test, repo};
 
 fn repl(test: &Test, extra: &[&str], env: &[(&str, &str)]) -> PtySession {
     let mut command = test.command(&[&["repl"], extra].concat());
@@ -32,7 +32,7 @@ fn input(session: &mut PtySession, line: &str) {
 
 #[test]
 fn functions_multi_line_input_and_errors_keep_the_session() {
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(&test, &[], &[]);
     input(&mut session, "fn double(x) { x * 2 }");
     input(&mut session, "double(21)");
@@ -62,7 +62,7 @@ fn functions_multi_line_input_and_errors_keep_the_session() {
 
 #[test]
 fn tab_completes_native_names() {
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(&test, &[], &[]);
     session.exp_string("> ").expect("a prompt");
     session.send("gitlab_ensure_g").expect("send");
@@ -79,7 +79,7 @@ fn tab_completes_native_names() {
 
 #[test]
 fn ctrl_c_interrupts_a_running_call() {
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(&test, &[], &[]);
     input(&mut session, "sleep(30)");
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -96,7 +96,7 @@ fn ctrl_c_interrupts_a_running_call() {
 
 #[test]
 fn secrets_print_as_stars_and_stay_out_of_the_history() {
-    let server = crate::bao_server::BaoServer::dev();
+    let server = crate::support::BaoServer::dev();
     server.cli(
         "root",
         &[
@@ -106,7 +106,7 @@ fn secrets_print_as_stars_and_stay_out_of_the_history() {
             "token=glpat-repl-canary-000000",
         ],
     );
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(
         &test,
         &[],
@@ -146,7 +146,7 @@ fn secrets_print_as_stars_and_stay_out_of_the_history() {
 
 #[test]
 fn save_writes_a_line_that_runs_as_a_script() {
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(&test, &[], &[]);
     input(&mut session, "print(`saved ${40 + 2}`)");
     session.exp_string("saved 42").expect("run");
@@ -162,7 +162,7 @@ fn save_writes_a_line_that_runs_as_a_script() {
 
 #[test]
 fn load_makes_a_scripts_functions_available_without_running_its_steps() {
-    let test = Test::new().script("fn greeting() { \"hello from the script\" }\nstep(\"Never\", || { write_text(\"ran\", \"x\"); });\n");
+    let test = repo().script("fn greeting() { \"hello from the script\" }\nstep(\"Never\", || { write_text(\"ran\", \"x\"); });\n");
     let mut session = repl(&test, &["--load", "scripts/test.rhai"], &[]);
     input(&mut session, "greeting()");
     session
@@ -180,7 +180,7 @@ fn load_makes_a_scripts_functions_available_without_running_its_steps() {
 
 #[test]
 fn rehearse_points_the_session_at_the_embedded_platform() {
-    let test = Test::new();
+    let test = repo();
     let mut session = repl(&test, &["--rehearse"], &[]);
     input(
         &mut session,

@@ -1,6 +1,6 @@
 //! Steps, selection, resume, check mode, the journal, timings and JSON events.
 
-use crate::support::Test;
+use crate::support::repo;
 
 const THREE_STEPS: &str = r#"
 step("Write config", || {
@@ -16,7 +16,7 @@ step("Maybe fail", || {
 
 #[test]
 fn list_prints_the_plan_without_running_any_step() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&["--list", "scripts/test.rhai"]).expect(
         0,
         "scripts/test.rhai: 3 steps\n[1/3] Write config\n[2/3] Say hello\n[3/3] Maybe fail\n",
@@ -28,7 +28,7 @@ fn list_prints_the_plan_without_running_any_step() {
 
 #[test]
 fn list_in_json_is_one_plan_event() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&[
         "--list",
         "--json",
@@ -48,7 +48,7 @@ fn list_in_json_is_one_plan_event() {
 
 #[test]
 fn list_marks_the_steps_a_selection_leaves_out() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&[
         "--list",
         "--skip",
@@ -69,7 +69,7 @@ fn list_marks_the_steps_a_selection_leaves_out() {
 
 #[test]
 fn a_run_reports_each_step_and_a_recap() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&["scripts/test.rhai"]).expect(
         0,
         "[1/3] Write config ...\n    ~ create file out/config.txt\n\
@@ -89,7 +89,7 @@ fn a_run_reports_each_step_and_a_recap() {
     assert_eq!(test.read("out/config.txt"), "v1\n");
     // The second run changes nothing and says so.
     let second = test.run(&["-q", "scripts/test.rhai"]);
-    second.expect_code(0);
+    second.code(0);
     assert!(
         second.stdout.contains("[1/3] Write config ... ok (#.## s)"),
         "{}",
@@ -104,7 +104,7 @@ fn a_run_reports_each_step_and_a_recap() {
 
 #[test]
 fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     for flag in ["--only", "--skip", "--from"] {
         test.run(&[flag, "Ensure grup", "scripts/test.rhai"]).expect(
             2,
@@ -119,7 +119,7 @@ fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
 
 #[test]
 fn only_and_skip_select_steps() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     let output = test.run(&[
         "-q",
         "--only",
@@ -128,7 +128,7 @@ fn only_and_skip_select_steps() {
         "Maybe fail",
         "scripts/test.rhai",
     ]);
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.starts_with(
         "[1/3] Write config ... skipped (not selected by --only)\n[2/3] Say hello ... ok (#.## s)\n[3/3] Maybe fail ... ok (#.## s)\n"
     ), "{}", output.stdout);
@@ -146,7 +146,7 @@ fn only_and_skip_select_steps() {
 
 #[test]
 fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&["-q", "scripts/test.rhai", "--fail"]).expect(
         1,
         "[1/3] Write config ... changed (#.## s)\n\
@@ -194,7 +194,7 @@ fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
     );
     // Nothing is left to resume.
     let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output
             .stdout
@@ -206,15 +206,15 @@ fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
 
 #[test]
 fn resume_without_a_journal_starts_at_the_first_step() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.starts_with("no previous run to resume; starting from the first step\n[1/3] Write config ... changed"), "{}", output.stdout);
 }
 
 #[test]
 fn from_and_resume_together_are_refused() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&["--from", "Say hello", "--resume", "scripts/test.rhai"])
         .expect(
             2,
@@ -225,9 +225,9 @@ fn from_and_resume_together_are_refused() {
 
 #[test]
 fn check_mode_reports_would_change_and_mutates_nothing() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(output.stdout.starts_with(
         "check mode: nothing will be changed\n[1/3] Write config ...\n    ~ would create file out/config.txt\n[1/3] Write config ... changed (#.## s)\n"
     ), "{}", output.stdout);
@@ -244,7 +244,7 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
 
 #[test]
 fn a_native_that_cannot_honour_check_mode_refuses() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"step("Touch", || {
     run_command(["touch", "out.txt"]);
 });
@@ -272,19 +272,19 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
          re-run with --resume to continue from here\n",
     );
     assert!(!test.join("out.txt").exists());
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     assert!(test.join("out.txt").exists());
 }
 
 #[test]
 fn skip_ends_a_step_as_skipped_and_counts_as_done() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"step("Nothing to do", || { skip("already there"); throw "not reached"; });
 step("Next", || {});
 "#,
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert!(
         output.stdout.starts_with(
             "[1/2] Nothing to do ... skipped: already there (#.## s)\n[2/2] Next ... ok (#.## s)\n"
@@ -296,9 +296,9 @@ step("Next", || {});
 
 #[test]
 fn json_events_describe_the_run_one_object_per_line() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     let output = test.run(&["--json", "scripts/test.rhai", "--fail"]);
-    output.expect_code(1);
+    output.code(1);
     let events: Vec<serde_json::Value> = output
         .raw_stdout
         .lines()
@@ -334,14 +334,14 @@ fn json_events_describe_the_run_one_object_per_line() {
 
 #[test]
 fn timings_print_the_last_run_compared_with_the_one_before() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     test.run(&["--timings", "scripts/test.rhai"]).expect(
         0,
         "no recorded run of scripts/test.rhai yet\n",
         "",
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
     test.run(&["--timings", "scripts/test.rhai"]).expect(
         0,
         "Last run of scripts/test.rhai: <time> (success, #.## s)\n\
@@ -356,10 +356,10 @@ fn timings_print_the_last_run_compared_with_the_one_before() {
 
 #[test]
 fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
-    let test = Test::new().script(THREE_STEPS);
+    let test = repo().script(THREE_STEPS);
     for _ in 0..22 {
         test.run(&["-q", "--only", "Say hello", "scripts/test.rhai"])
-            .expect_code(0);
+            .code(0);
     }
     let journal: serde_json::Value =
         serde_json::from_str(&test.read(".bprun/journal/test.json")).expect("journal JSON");
@@ -369,9 +369,9 @@ fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
 
 #[test]
 fn step_names_must_be_unique() {
-    let test = Test::new().script("step(\"A\", || {});\nstep(\"A\", || {});\n");
+    let test = repo().script("step(\"A\", || {});\nstep(\"A\", || {});\n");
     let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.expect_code(3);
+    output.code(3);
     assert!(
         output.stderr.contains("× step \"A\" is declared twice"),
         "{}",
@@ -386,7 +386,7 @@ fn step_names_must_be_unique() {
 
 #[test]
 fn script_arguments_reach_the_script_as_args() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"assert_eq(args.app, "guestbook");
 assert_eq(args.destroy, true);
 assert_eq(args.tag, ["a", "b"]);
@@ -446,15 +446,15 @@ step("Meet", || {
 
 #[test]
 fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
-    let test = Test::new().script(RENDEZVOUS);
-    test.run(&["-q", "scripts/test.rhai"]).expect_code(0);
+    let test = repo().script(RENDEZVOUS);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
 }
 
 #[test]
 fn parallel_honours_its_bound() {
-    let test = Test::new().script(RENDEZVOUS);
+    let test = repo().script(RENDEZVOUS);
     let output = test.run(&["-q", "scripts/test.rhai", "--limit", "1"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr
@@ -473,7 +473,7 @@ fn parallel_honours_its_bound() {
 
 #[test]
 fn parallel_reports_every_failure() {
-    let test = Test::new().script(
+    let test = repo().script(
         r#"step("Fan out", || {
     parallel([#{name: "shared-code"}, #{name: "guestbook"}, #{name: "redis"}], |app| {
         if app.name != "shared-code" { throw `${app.name} broke` }
@@ -482,7 +482,7 @@ fn parallel_reports_every_failure() {
 "#,
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stderr

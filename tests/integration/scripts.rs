@@ -1,7 +1,7 @@
 //! Script tests: every `tests/scripts/*.rhai` runs through the real binary (in a temporary
 //! repository) and must exit 0; its `assert`/`assert_eq` calls are the checks.
 
-use crate::support::Test;
+use crate::support::repo;
 
 fn run_script_test(name: &str) {
     let source = std::fs::read_to_string(format!(
@@ -9,7 +9,7 @@ fn run_script_test(name: &str) {
         env!("CARGO_MANIFEST_DIR")
     ))
     .unwrap_or_else(|error| panic!("tests/scripts/{name}.rhai: {error}"));
-    let mut test = Test::new()
+    let mut test = repo()
         .file(&format!("scripts/{name}.rhai"), &source)
         .file("fixtures/apps.yaml", FIXTURE_YAML);
     let lib = format!("{}/tests/scripts/lib", env!("CARGO_MANIFEST_DIR"));

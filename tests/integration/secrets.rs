@@ -1,6 +1,6 @@
 //! A canary secret never reaches stdout, stderr, the journal or JSON events.
 
-use crate::support::Test;
+use crate::support::{Test, repo};
 
 const CANARY: &str = "glpat-CANARY-9f8e7d6c5b4a";
 
@@ -47,14 +47,14 @@ step("Fail with it", || {
 
 #[test]
 fn a_canary_secret_never_appears_in_any_output() {
-    let test = Test::new().script(LEAKY).env("CANARY_TOKEN", CANARY);
+    let test = repo().script(LEAKY).env("CANARY_TOKEN", CANARY);
     for args in [
         &["-v", "scripts/test.rhai"][..],
         &["-v", "--json", "scripts/test.rhai"][..],
         &["--check", "scripts/test.rhai"][..],
     ] {
         let output = test.run(args);
-        output.expect_code(1);
+        output.code(1);
         assert!(output.raw_stdout.contains("***"), "{}", output.raw_stdout);
         assert_no_canary(&test, &output);
     }
@@ -62,7 +62,7 @@ fn a_canary_secret_never_appears_in_any_output() {
 
 #[test]
 fn secrets_print_as_stars_and_compare_by_value() {
-    let test = Test::new()
+    let test = repo()
         .script(
             r#"let token = env_secret("CANARY_TOKEN");
 print(token);
@@ -84,11 +84,11 @@ print(type_of("Bearer " + token));
 #[test]
 fn a_secret_written_to_a_file_gets_mode_0600() {
     use std::os::unix::fs::PermissionsExt;
-    let test = Test::new()
+    let test = repo()
         .script("step(\"Persist\", || { write_text(\"infra/secrets/token.txt\", env_secret(\"CANARY_TOKEN\")); });\n")
         .env("CANARY_TOKEN", CANARY);
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.expect_code(0);
+    output.code(0);
     assert_no_canary(&test, &output);
     assert_eq!(test.read("infra/secrets/token.txt"), CANARY);
     let mode = std::fs::metadata(test.join("infra/secrets/token.txt"))

@@ -1,7 +1,7 @@
 //! The TLS natives: a CA and a wildcard certificate that `openssl verify` accepts, minted only
 //! when needed.
 
-use crate::support::Test;
+use crate::support::repo;
 
 const SCRIPT: &str = r#"
 step("TLS", || {
@@ -14,9 +14,9 @@ step("TLS", || {
 #[test]
 fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     use std::os::unix::fs::PermissionsExt;
-    let test = Test::new().script(SCRIPT);
+    let test = repo().script(SCRIPT);
     let first = test.run(&["scripts/test.rhai"]);
-    first.expect_code(0);
+    first.code(0);
     assert!(
         first
             .stdout
@@ -76,10 +76,10 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
 
 #[test]
 fn check_mode_mints_nothing() {
-    let test = Test::new().script(SCRIPT);
+    let test = repo().script(SCRIPT);
     let output = test.run(&["--check", "scripts/test.rhai"]);
     // The certificate needs a CA that check mode did not write: it says so.
-    output.expect_code(1);
+    output.code(1);
     assert!(
         output
             .stdout

@@ -2,43 +2,18 @@
 //! survives a restart. Each listens on free loopback ports and is killed by its process id when
 //! dropped.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::free_port;
 
 /// The `bao` binary: `BPRUN_TEST_BAO`, else `.tools/bin/bao` (installed by ./test.sh), else PATH.
 pub fn bao_binary() -> PathBuf {
     if let Some(path) = std::env::var_os("BPRUN_TEST_BAO") {
         return PathBuf::from(path);
     }
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/bao");
-    if local.exists() {
-        return local;
-    }
-    let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("bao"))
-            .find(|p| p.exists())
-    });
-    on_path.unwrap_or_else(|| {
-        panic!(
-            "the OpenBao binary `bao` is missing: run ./test.sh, which installs it into .tools/bin"
-        )
-    })
-}
-
-/// A free loopback port below Linux's ephemeral range (32768-60999), so that no outgoing
-/// connection of another test can take it while a server restarts on it.
-pub fn free_port() -> u16 {
-    for _ in 0..1000 {
-        let port = fastrand::u16(20_000..32_000);
-        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    panic!("no free loopback port between 20000 and 32000")
+    crate::tool("bao")
 }
 
 pub struct BaoServer {
@@ -138,7 +113,6 @@ impl BaoServer {
 
     /// Waits (at most 30 s) until `GET /v1/sys/seal-status` answers 200.
     fn wait_ready(&mut self) {
-        let host = self.address.trim_start_matches("http://").to_string();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Some(child) = self.child.as_mut()
@@ -146,16 +120,12 @@ impl BaoServer {
             {
                 panic!("bao exited early ({status}):\n{}", self.log());
             }
-            if let Ok(mut stream) = TcpStream::connect(&host) {
-                stream.set_read_timeout(Some(Duration::from_secs(2))).ok();
-                let request = format!("GET /v1/sys/seal-status HTTP/1.0\r\nHost: {host}\r\n\r\n");
-                let mut response = String::new();
-                if stream.write_all(request.as_bytes()).is_ok()
-                    && stream.read_to_string(&mut response).is_ok()
-                    && response.starts_with("HTTP/1.0 200")
-                {
-                    return;
-                }
+            let url = format!("{}/v1/sys/seal-status", self.address);
+            if let Ok(reply) =
+                crate::http::try_request("GET", &url, &[], None, Duration::from_secs(2))
+                && reply.status == 200
+            {
+                return;
             }
             std::thread::sleep(Duration::from_millis(100));
         }

@@ -1,0 +1,272 @@
+//! The `Test` builder: a temporary repository (a folder with `.git`) holding files, in which the
+//! real `bprun` binary runs; and its `Output`, with chainable expectations that print both
+//! streams on failure. Output is normalised only where it must vary (durations, times).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+use crate::{Bprun, unindent};
+
+pub struct Test {
+    bprun: Bprun,
+    dir: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    args: Vec<String>,
+}
+
+impl Test {
+    /// An empty temporary repository.
+    pub fn new(bprun: Bprun) -> Test {
+        let dir = tempfile::tempdir().expect("temp dir");
+        std::fs::create_dir(dir.path().join(".git")).expect(".git marker");
+        Test::in_dir(bprun, dir)
+    }
+
+    /// A test in a prepared folder (which it owns and removes).
+    pub fn in_dir(bprun: Bprun, dir: tempfile::TempDir) -> Test {
+        Test {
+            bprun,
+            dir,
+            env: Vec::new(),
+            args: Vec::new(),
+        }
+    }
+
+    /// Writes `scripts/test.rhai`.
+    pub fn script(self, text: &str) -> Test {
+        self.file("scripts/test.rhai", text)
+    }
+
+    /// Writes `scripts/test.rhai` from `tests/scripts/NAME` of this repository.
+    pub fn script_file(self, name: &str) -> Test {
+        let path = crate::root().join("tests/scripts").join(name);
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        self.script(&text)
+    }
+
+    /// Writes a file (creating its folders).
+    pub fn file(self, path: &str, text: &str) -> Test {
+        self.write(path, text);
+        self
+    }
+
+    /// Writes a file (creating its folders) of a test already built.
+    pub fn write(&self, path: &str, text: &str) {
+        let full = self.dir.path().join(path);
+        std::fs::create_dir_all(full.parent().expect("parent")).expect("mkdir");
+        std::fs::write(full, text).expect("write fixture");
+    }
+
+    pub fn env(mut self, key: &str, value: impl AsRef<std::ffi::OsStr>) -> Test {
+        let value = value.as_ref().to_string_lossy().into_owned();
+        self.env.push((key.to_string(), value));
+        self
+    }
+
+    /// Every `KEY=value` pair a simulator printed.
+    pub fn envs(mut self, pairs: &[(String, String)]) -> Test {
+        self.env.extend(pairs.iter().cloned());
+        self
+    }
+
+    /// Arguments for every `run` of this test, before the `run`'s own.
+    pub fn args(mut self, args: &[&str]) -> Test {
+        self.args.extend(args.iter().map(|a| a.to_string()));
+        self
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn join(&self, path: &str) -> PathBuf {
+        self.dir.path().join(path)
+    }
+
+    pub fn read(&self, path: &str) -> String {
+        std::fs::read_to_string(self.join(path)).unwrap_or_else(|e| panic!("read {path}: {e}"))
+    }
+
+    /// The command `run` runs: the binary in the repository, without colour, with this test's
+    /// environment and arguments followed by `args`.
+    pub fn command(&self, args: &[&str]) -> Command {
+        let mut command = self.bprun.command();
+        command
+            .args(&self.args)
+            .args(args)
+            .current_dir(self.dir.path())
+            .env("NO_COLOR", "1")
+            .env_remove("BPRUN_ROOT")
+            .env_remove("BPRUN_MAX_OPERATIONS");
+        for (key, value) in &self.env {
+            command.env(key, value);
+        }
+        command
+    }
+
+    /// Runs the binary to its end (stdin closed).
+    pub fn run(&self, args: &[&str]) -> Output {
+        Output::normalized(self.command(args).output().expect("run bprun"))
+    }
+}
+
+/// What a process printed, and its exit code (-1 when killed by a signal).
+#[derive(Debug)]
+pub struct Output {
+    pub code: i32,
+    /// Normalised (see [`normalize`]) for `bprun` runs, as printed for other programs.
+    pub stdout: String,
+    pub stderr: String,
+    /// As printed, for secret checks.
+    pub raw_stdout: String,
+    pub raw_stderr: String,
+}
+
+impl Output {
+    /// A `bprun` run's output, with durations and times normalised.
+    pub fn normalized(output: std::process::Output) -> Output {
+        let mut out = Output::raw(output);
+        out.stdout = normalize(&out.raw_stdout);
+        out.stderr = normalize(&out.raw_stderr);
+        out
+    }
+
+    /// Any program's output, as printed.
+    pub fn raw(output: std::process::Output) -> Output {
+        let raw_stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        let raw_stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+        Output {
+            code: output.status.code().unwrap_or(-1),
+            stdout: raw_stdout.clone(),
+            stderr: raw_stderr.clone(),
+            raw_stdout,
+            raw_stderr,
+        }
+    }
+
+    #[track_caller]
+    fn fail(&self, what: String) -> ! {
+        panic!(
+            "{what}\n--- exit code {} ---\n--- stdout ---\n{}\n--- stderr ---\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+
+    /// The exit code is `code`.
+    #[track_caller]
+    pub fn code(&self, code: i32) -> &Output {
+        if self.code != code {
+            self.fail(format!("exit code {} (expected {code})", self.code));
+        }
+        self
+    }
+
+    /// Exit code 0.
+    #[track_caller]
+    pub fn success(&self) -> &Output {
+        self.code(0)
+    }
+
+    /// Exit code 0; returns stdout.
+    #[track_caller]
+    pub fn ok(&self) -> &str {
+        self.code(0);
+        &self.stdout
+    }
+
+    /// Exit code, stdout and stderr, each exactly (stdout and stderr unindented, see
+    /// [`unindent`]).
+    #[track_caller]
+    pub fn expect(&self, code: i32, stdout: &str, stderr: &str) -> &Output {
+        self.code(code).stdout(stdout).stderr(stderr)
+    }
+
+    /// Stdout is exactly `expected` (unindented, see [`unindent`]).
+    #[track_caller]
+    pub fn stdout(&self, expected: &str) -> &Output {
+        let expected = unindent(expected);
+        if self.stdout != expected {
+            self.fail(format!(
+                "stdout differs\n--- expected stdout ---\n{expected}\n--- diff (expected, actual) ---\n{}",
+                first_difference(&expected, &self.stdout)
+            ));
+        }
+        self
+    }
+
+    /// Stderr is exactly `expected` (unindented, see [`unindent`]).
+    #[track_caller]
+    pub fn stderr(&self, expected: &str) -> &Output {
+        let expected = unindent(expected);
+        if self.stderr != expected {
+            self.fail(format!(
+                "stderr differs\n--- expected stderr ---\n{expected}\n--- diff (expected, actual) ---\n{}",
+                first_difference(&expected, &self.stderr)
+            ));
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stdout_contains(&self, part: &str) -> &Output {
+        if !self.stdout.contains(part) {
+            self.fail(format!("stdout lacks {part:?}"));
+        }
+        self
+    }
+
+    #[track_caller]
+    pub fn stderr_contains(&self, part: &str) -> &Output {
+        if !self.stderr.contains(part) {
+            self.fail(format!("stderr lacks {part:?}"));
+        }
+        self
+    }
+
+    /// Neither the printed nor the normalised stdout holds `part`.
+    #[track_caller]
+    pub fn stdout_lacks(&self, part: &str) -> &Output {
+        if self.stdout.contains(part) || self.raw_stdout.contains(part) {
+            self.fail(format!("stdout holds {part:?}"));
+        }
+        self
+    }
+
+    /// Neither the printed nor the normalised stderr holds `part`.
+    #[track_caller]
+    pub fn stderr_lacks(&self, part: &str) -> &Output {
+        if self.stderr.contains(part) || self.raw_stderr.contains(part) {
+            self.fail(format!("stderr holds {part:?}"));
+        }
+        self
+    }
+}
+
+/// The first line where two texts differ, for failure messages.
+fn first_difference(expected: &str, actual: &str) -> String {
+    let mut expected_lines = expected.split('\n');
+    let mut actual_lines = actual.split('\n');
+    let mut line = 1;
+    loop {
+        match (expected_lines.next(), actual_lines.next()) {
+            (Some(e), Some(a)) if e == a => line += 1,
+            (None, None) => return "(none)".into(),
+            (e, a) => return format!("line {line}:\n  expected {e:?}\n  actual   {a:?}"),
+        }
+    }
+}
+
+/// Durations become `#.## s`, timestamps `<time>`.
+pub fn normalize(text: &str) -> String {
+    static PATTERNS: OnceLock<(regex::Regex, regex::Regex)> = OnceLock::new();
+    let (durations, times) = PATTERNS.get_or_init(|| {
+        (
+            regex::Regex::new(r"\d+\.\d\d s").expect("regex"),
+            regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ").expect("regex"),
+        )
+    });
+    let text = durations.replace_all(text, "#.## s");
+    times.replace_all(&text, "<time>").into_owned()
+}
