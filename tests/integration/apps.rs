@@ -72,20 +72,8 @@ fn a_placeholder_the_app_lacks_is_an_error_naming_it_and_its_line() {
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\nrender_ci(apps[2]);\n");
     let output = test.run(&["scripts/test.rhai"]);
     output.code(3);
-    assert!(
-        output
-            .stderr
-            .contains("× templates/ci/redis.gitlab-ci.yml.tpl:3:"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output
-            .stderr
-            .contains("unknown placeholder {redis_tga}: the app provides no `redis_tga`"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("× templates/ci/redis.gitlab-ci.yml.tpl:3:");
+    output.stderr_contains("unknown placeholder {redis_tga}: the app provides no `redis_tga`");
 }
 
 #[test]
@@ -99,13 +87,8 @@ fn a_broken_manifest_stops_the_plan_with_its_location() {
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\n");
     let output = test.run(&["--list", "scripts/test.rhai"]);
     output.code(3);
-    assert!(
-        output
-            .stderr
-            .contains("× apps/apps_manifest.yaml:18:3: unknown field `buildd`, expected one of"),
-        "{}",
-        output.stderr
-    );
+    output
+        .stderr_contains("× apps/apps_manifest.yaml:18:3: unknown field `buildd`, expected one of");
 }
 
 /// Rule 0 of the seed: CI YAML lives in templates/ci/, never in the rendering code.

@@ -84,20 +84,8 @@ step("Destroy", || {
     );
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stdout
-            .contains("[3/9] Write again ... ok (#.## s)\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n");
+    output.stdout_contains("[3/9] Write again ... ok (#.## s)\n");
     assert!(
         !output.raw_stdout.contains("glpat-kv-test-000000000"),
         "a secret value leaked"
@@ -130,13 +118,7 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
     );
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ would write secret secret/app/config (version 2)\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ would write secret secret/app/config (version 2)\n");
     assert_eq!(
         current_version(&server, "secret/app/config"),
         1,
@@ -366,10 +348,10 @@ fn bao_init_never_overwrites_an_existing_file() {
         .env("BAO_ADDR", &server.address);
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(output.stderr.contains(&format!(
+    output.stderr_contains(&format!(
         "× bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at {} is uninitialised but the file exists",
         server.address
-    )), "{}", output.stderr);
+    ));
     assert_eq!(
         test.read("infra/secrets/openbao-init.json"),
         "{\"keys\": [\"from an earlier cluster\"]}\n"
@@ -390,10 +372,10 @@ fn check_mode_neither_initialises_nor_writes_the_file() {
         .env("BAO_ADDR", &server.address);
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.code(0);
-    assert!(output.stdout.contains(&format!(
+    output.stdout_contains(&format!(
         "    ~ would initialise openbao {} (1 shares, threshold 1) and write infra/secrets/openbao-init.json\n",
         server.address
-    )), "{}", output.stdout);
+    ));
     assert!(!test.join("infra/secrets/openbao-init.json").exists());
 }
 
@@ -440,15 +422,11 @@ fn errors_name_the_address_and_carry_a_hint() {
     let test =
         with_dev(repo(), &server).script("step(\"Read\", || { bao_read(\"nomount:x/y\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    assert!(
-        output.stderr.contains(&format!(
-            "× openbao {}: no KV mount `nomount` (reading nomount/x/y)",
-            server.address
-        )),
-        "{}",
-        output.stderr
-    );
-    assert!(output.stderr.contains("hint: enable it with bao_enable_kv(\"nomount\", 2), or address another mount as `mount:path`"), "{}", output.stderr);
+    output.stderr_contains(&format!(
+        "× openbao {}: no KV mount `nomount` (reading nomount/x/y)",
+        server.address
+    ));
+    output.stderr_contains("hint: enable it with bao_enable_kv(\"nomount\", 2), or address another mount as `mount:path`");
     // Nothing listening.
     let closed = format!("http://127.0.0.1:{}", free_port());
     let stderr = failing_read(repo().env("BAO_ADDR", &closed).env("BAO_TOKEN", "root"));
@@ -532,13 +510,9 @@ fn tls_needs_the_ca_file_and_names_it() {
     let _ = child.kill();
     let _ = child.wait();
     output.code(1);
-    assert!(output.stderr.contains(&format!("× openbao {address}: GET sys/seal-status failed: TLS failure: invalid peer certificate: UnknownIssuer")), "{}", output.stderr);
-    assert!(
-        output.stderr.contains(
-            "hint: no CA file was set: BAO_CACERT names the platform CA (infra/tls/wildcard/ca.pem)"
-        ),
-        "{}",
-        output.stderr
+    output.stderr_contains(&format!("× openbao {address}: GET sys/seal-status failed: TLS failure: invalid peer certificate: UnknownIssuer"));
+    output.stderr_contains(
+        "hint: no CA file was set: BAO_CACERT names the platform CA (infra/tls/wildcard/ca.pem)",
     );
 }
 

@@ -61,13 +61,7 @@ step("Destroy", || {
         &[],
     );
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ write secret secret/gitlab/bootstrap/admin_token (version 1)\n");
     // The platform says which OpenBao runs.
     assert!(
         format!("{}{}", output.stdout, output.stderr).contains("stand-in"),
@@ -98,20 +92,8 @@ step("Read", || {
         &["-q"],
     );
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("GET secret/data/a/b -> 503: Vault is sealed"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output
-            .stderr
-            .contains("hint: OpenBao is sealed: run bao_unseal()"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("GET secret/data/a/b -> 503: Vault is sealed");
+    output.stderr_contains("hint: OpenBao is sealed: run bao_unseal()");
 }
 
 #[test]
@@ -126,11 +108,7 @@ step("Write", || {
         &["--check"],
     );
     output.code(0);
-    assert!(
-        output.stdout.contains("apps/x (version 1)"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("apps/x (version 1)");
 }
 
 /// `bprun sim bao --listen ADDR --token TOKEN` serves the stand-in and prints its environment.

@@ -106,7 +106,7 @@ fn rehearse_needs_a_script() {
     let test = repo();
     let output = test.run(&["rehearse"]);
     output.code(2);
-    assert!(output.stderr.contains("<SCRIPT>"), "{}", output.stderr);
+    output.stderr_contains("<SCRIPT>");
 }
 
 #[test]
@@ -114,11 +114,7 @@ fn an_unknown_runner_option_is_a_usage_error() {
     let test = repo().script("print(1);\n");
     let output = test.run(&["--chek", "scripts/test.rhai"]);
     output.code(2);
-    assert!(
-        output.stderr.contains("unexpected argument '--chek'"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("unexpected argument '--chek'");
 }
 
 #[test]

@@ -36,26 +36,10 @@ fn ensure_natives_create_once_then_report_unchanged() {
     let test = with_sim(repo().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
     let first = test.run(&["scripts/test.rhai"]);
     first.code(0);
-    assert!(
-        first
-            .stdout
-            .contains("    ~ create group blueprint-apps (internal)\n"),
-        "{}",
-        first.stdout
-    );
-    assert!(
-        first
-            .stdout
-            .contains("    ~ create project blueprint-apps/redis-slave\n"),
-        "{}",
-        first.stdout
-    );
-    assert!(
-        first
-            .stdout
-            .contains("    ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n"),
-        "{}",
-        first.stdout
+    first.stdout_contains("    ~ create group blueprint-apps (internal)\n");
+    first.stdout_contains("    ~ create project blueprint-apps/redis-slave\n");
+    first.stdout_contains(
+        "    ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n",
     );
     assert!(
         !first.raw_stdout.contains(KUBECONFIG_B64),
@@ -65,11 +49,7 @@ fn ensure_natives_create_once_then_report_unchanged() {
     sim.clear_requests();
     let second = test.run(&["-q", "scripts/test.rhai"]);
     second.code(0);
-    assert!(
-        second.stdout.contains("3 steps: 3 ok, 0 changed"),
-        "{}",
-        second.stdout
-    );
+    second.stdout_contains("3 steps: 3 ok, 0 changed");
     let log = sim.requests();
     assert_eq!(
         log["mutating"], 0,
@@ -86,13 +66,7 @@ fn check_mode_sends_no_write() {
     let test = with_sim(repo().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ would create group blueprint-apps (internal)\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ would create group blueprint-apps (internal)\n");
     assert_eq!(sim.requests()["mutating"], 0);
     assert_eq!(sim.api("GET", "groups", None).json(), serde_json::json!([]));
 }
@@ -181,41 +155,22 @@ step("Red", || {
     );
     let output = test.run(&["scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output.stdout.contains("[2/4] Green ... changed"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("[2/4] Green ... changed");
     assert!(
         // The refused trigger started nothing, so the step changed nothing.
         output.stdout.contains("[3/4] Missing include ... ok"),
         "{}",
         output.stdout
     );
-    assert!(
-        output.stdout.contains("pipeline #"),
-        "no live status lines: {}",
-        output.stdout
-    );
-    assert!(
-        output.stderr.contains("  × gitlab: pipeline #"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains(" of blueprint-apps/broken failed\n"),
-        "{}",
-        output.stderr
-    );
-    assert!(output.stderr.contains("  caused by: job build failed; end of its trace:\n    Running with bprun-sim\n    Job build (stage build)\n    $ make\n    $ exit 2\n    ERROR: Job failed: exit code 2\n"), "{}", output.stderr);
-    assert!(
-        output.stderr.contains(&format!(
-            "  hint: open {}/blueprint-apps/broken/-/pipelines/",
-            sim.gitlab_url()
-        )),
-        "{}",
-        output.stderr
-    );
+    // no live status lines
+    output.stdout_contains("pipeline #");
+    output.stderr_contains("  × gitlab: pipeline #");
+    output.stderr_contains(" of blueprint-apps/broken failed\n");
+    output.stderr_contains("  caused by: job build failed; end of its trace:\n    Running with bprun-sim\n    Job build (stage build)\n    $ make\n    $ exit 2\n    ERROR: Job failed: exit code 2\n");
+    output.stderr_contains(&format!(
+        "  hint: open {}/blueprint-apps/broken/-/pipelines/",
+        sim.gitlab_url()
+    ));
 }
 
 #[test]
@@ -265,11 +220,7 @@ fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates
     }
     // A second run converges to "nothing to do".
     let again = test.run(&["-q", "scripts/test.rhai"]);
-    assert!(
-        again.stdout.contains("3 steps: 3 ok, 0 changed"),
-        "{}",
-        again.stdout
-    );
+    again.stdout_contains("3 steps: 3 ok, 0 changed");
 }
 
 #[test]
@@ -333,27 +284,19 @@ fn errors_show_method_path_status_and_gitlab_message() {
         .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("  × gitlab: GET /user -> 401: 401 Unauthorized\n"),
-        "{}",
-        output.stderr
+    output.stderr_contains("  × gitlab: GET /user -> 401: 401 Unauthorized\n");
+    output.stderr_contains(&format!(
+        "  caused by: at {}/api/v4/user\n",
+        sim.gitlab_url()
+    ));
+    output.stderr_contains(
+        "  hint: the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)\n",
     );
-    assert!(
-        output.stderr.contains(&format!(
-            "  caused by: at {}/api/v4/user\n",
-            sim.gitlab_url()
-        )),
-        "{}",
-        output.stderr
-    );
-    assert!(output.stderr.contains("  hint: the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)\n"), "{}", output.stderr);
     assert!(!output.raw_stderr.contains("wrong-token"));
 
     let test = with_sim(repo().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    assert!(output.stderr.contains("  × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n"), "{}", output.stderr);
+    output.stderr_contains("  × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n");
 
     let closed = format!("http://127.0.0.1:{}", crate::support::free_port());
     let test = repo()
@@ -361,18 +304,10 @@ fn errors_show_method_path_status_and_gitlab_message() {
         .env("GITLAB_TOKEN", GITLAB_TOKEN)
         .script("step(\"Look\", || { gitlab_get(\"user\"); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    assert!(
-        output.stderr.contains("  × gitlab: GET /user failed: "),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains(&format!(
-            "  hint: is GitLab running and reachable at {closed}? (GITLAB_URL)"
-        )),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("  × gitlab: GET /user failed: ");
+    output.stderr_contains(&format!(
+        "  hint: is GitLab running and reachable at {closed}? (GITLAB_URL)"
+    ));
 }
 
 #[test]
@@ -759,7 +694,7 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     let test = with_sim(repo().script(&format!("step(\"Wait\", || {{ gitlab_wait_pipeline(\"blueprint-apps/guestbook\", {}, #{{timeout: 10, interval: 0.2}}); }});\n", broken["id"])), &sim);
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(output.stderr.contains("  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist;"), "{}", output.stderr);
+    output.stderr_contains("  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist;");
 }
 
 /// Every field the simulator answers with is a property of GitLab's entity in the OpenAPI
@@ -975,11 +910,7 @@ step("Pull again", || {
         "{}",
         output.stdout
     );
-    assert!(
-        output.stderr.contains("× git: push in apps-local/blueprint-apps/demo: cannot push because a reference that you are trying to update on the remote contains commits that are not present locally."),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("× git: push in apps-local/blueprint-apps/demo: cannot push because a reference that you are trying to update on the remote contains commits that are not present locally.");
     // The PAT is never written into the working tree's configuration.
     let config = test.read("apps-local/blueprint-apps/demo/.git/config");
     assert!(!config.contains(GITLAB_TOKEN), "{config}");
@@ -994,18 +925,8 @@ step("Pull again", || {
     // The diverged tree: pulling says how to recover.
     let again = test.run(&["-q", "--only", "Pull again", "scripts/test.rhai"]);
     again.code(1);
-    assert!(
-        again.stderr.contains("has diverged from"),
-        "{}",
-        again.stderr
-    );
-    assert!(
-        again
-            .stderr
-            .contains("hint: re-run with --reset-clones to wipe apps-local/ and clone again"),
-        "{}",
-        again.stderr
-    );
+    again.stderr_contains("has diverged from");
+    again.stderr_contains("hint: re-run with --reset-clones to wipe apps-local/ and clone again");
 }
 
 #[test]
@@ -1020,18 +941,10 @@ fn health_checks_the_instance_and_the_token() {
         .script("step(\"Health\", || { gitlab_health(); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output.stderr.contains("  × gitlab: GET /-/health failed: "),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains(&format!(
-            "  hint: is GitLab reachable at {closed}? (GITLAB_URL)"
-        )),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("  × gitlab: GET /-/health failed: ");
+    output.stderr_contains(&format!(
+        "  hint: is GitLab reachable at {closed}? (GITLAB_URL)"
+    ));
 }
 
 #[test]
@@ -1072,22 +985,10 @@ step("Provision", || {
     std::fs::write(tree.join(".git/index.lock"), "").expect("lock");
     let check = test.run(&["--check", "scripts/test.rhai"]);
     check.code(0);
-    assert!(
-        check
-            .stdout
-            .contains("    ~ would commit and push apps-local/blueprint-apps/demo\n"),
-        "{}",
-        check.stdout
-    );
+    check.stdout_contains("    ~ would commit and push apps-local/blueprint-apps/demo\n");
     let rerun = test.run(&["scripts/test.rhai"]);
     rerun.code(0);
-    assert!(
-        rerun
-            .stdout
-            .contains("    ~ commit and push apps-local/blueprint-apps/demo ("),
-        "{}",
-        rerun.stdout
-    );
+    rerun.stdout_contains("    ~ commit and push apps-local/blueprint-apps/demo (");
     assert!(!tree.join(".git/index.lock").exists());
     assert_eq!(
         sim.api(
@@ -1100,11 +1001,7 @@ step("Provision", || {
     );
     let third = test.run(&["scripts/test.rhai"]);
     third.code(0);
-    assert!(
-        !third.stdout.contains("commit and push"),
-        "{}",
-        third.stdout
-    );
+    third.stdout_lacks("commit and push");
 }
 
 #[test]

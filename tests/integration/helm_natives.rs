@@ -38,23 +38,23 @@ fn helm_test(sim: &Sim) -> Test {
         std::fs::Permissions::from_mode(0o755),
     )
     .expect("chmod wrapper");
-    let kubeconfig = std::fs::read_to_string(&sim.kubeconfig()).expect("kubeconfig");
+    let kubeconfig = std::fs::read_to_string(sim.kubeconfig()).expect("kubeconfig");
     assert!(kubeconfig.contains(sim.var("KUBE_URL")), "{kubeconfig}");
     let home = sim.home();
     let helm_bin = test.join("helm-wrapper.sh").display().to_string();
-    test.env("KUBECONFIG", &sim.kubeconfig().display().to_string())
-        .env("HOME", &home.display().to_string())
+    test.env("KUBECONFIG", sim.kubeconfig().display().to_string())
+        .env("HOME", home.display().to_string())
         .env(
             "HELM_CACHE_HOME",
-            &home.join("helm-cache").display().to_string(),
+            home.join("helm-cache").display().to_string(),
         )
         .env(
             "HELM_CONFIG_HOME",
-            &home.join("helm-config").display().to_string(),
+            home.join("helm-config").display().to_string(),
         )
         .env(
             "HELM_DATA_HOME",
-            &home.join("helm-data").display().to_string(),
+            home.join("helm-data").display().to_string(),
         )
         .env("HELM_BIN", &helm_bin)
 }
@@ -89,13 +89,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 "#;
     let first = run_script(&test, &[], install);
     first.code(0);
-    assert!(
-        first
-            .stdout
-            .contains("result: true 1 deployed redis-0.1.0 redis redis"),
-        "{}",
-        first.stdout
-    );
+    first.stdout_contains("result: true 1 deployed redis-0.1.0 redis redis");
     let calls = helm_calls(&test);
     assert_eq!(
         calls
@@ -109,18 +103,8 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     // The same chart and values: no upgrade, no new revision.
     let second = run_script(&test, &[], install);
     second.code(0);
-    assert!(
-        second
-            .stdout
-            .contains("result: false 1 deployed redis-0.1.0"),
-        "{}",
-        second.stdout
-    );
-    assert!(
-        second.stdout.contains("[1/1] Redis ... ok"),
-        "{}",
-        second.stdout
-    );
+    second.stdout_contains("result: false 1 deployed redis-0.1.0");
+    second.stdout_contains("[1/1] Redis ... ok");
     let calls = helm_calls(&test);
     assert!(calls.iter().all(|c| !c.starts_with("upgrade")), "{calls:?}");
     let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
@@ -140,31 +124,13 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 "#;
     let third = run_script(&test, &[], changed);
     third.code(0);
-    assert!(
-        third
-            .stdout
-            .contains("result: true 2 chart or values changed"),
-        "{}",
-        third.stdout
-    );
-    assert!(
-        third.stdout.contains("status: 2 deployed redis 0.1.0 64"),
-        "{}",
-        third.stdout
-    );
-    assert!(
-        third.stdout.contains("list: 1 redis redis 2"),
-        "{}",
-        third.stdout
-    );
-    assert!(third.stdout.contains("absent: true"), "{}", third.stdout);
+    third.stdout_contains("result: true 2 chart or values changed");
+    third.stdout_contains("status: 2 deployed redis 0.1.0 64");
+    third.stdout_contains("list: 1 redis redis 2");
+    third.stdout_contains("absent: true");
     let again = run_script(&test, &[], changed);
     again.code(0);
-    assert!(
-        again.stdout.contains("result: false 2 \n"),
-        "{}",
-        again.stdout
-    );
+    again.stdout_contains("result: false 2 \n");
     let image = sim.kubectl(&[
         "get",
         "deployment",
@@ -184,13 +150,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     .expect("edit chart");
     let edited = run_script(&test, &[], changed);
     edited.code(0);
-    assert!(
-        edited
-            .stdout
-            .contains("result: true 3 chart or values changed"),
-        "{}",
-        edited.stdout
-    );
+    edited.stdout_contains("result: true 3 chart or values changed");
 }
 
 #[test]
@@ -210,7 +170,7 @@ fn secret_values_reach_helm_through_a_private_file_only() {
 "#,
     );
     output.code(0);
-    assert!(output.stdout.contains("changed: true"), "{}", output.stdout);
+    output.stdout_contains("changed: true");
     for (name, text) in [
         ("stdout", &output.raw_stdout),
         ("stderr", &output.raw_stderr),
@@ -256,11 +216,7 @@ fn secret_values_reach_helm_through_a_private_file_only() {
 "#,
     );
     again.code(0);
-    assert!(
-        again.stdout.contains("changed: false 1"),
-        "{}",
-        again.stdout
-    );
+    again.stdout_contains("changed: false 1");
 }
 
 #[test]
@@ -274,18 +230,10 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 "#;
     let check = run_script(&test, &["--check"], install);
     check.code(0);
-    assert!(
-        check.stdout.contains(
-            "    ~ would install helm release redis/redis from apps/redis/helm-chart (not installed)\n"
-        ),
-        "{}",
-        check.stdout
+    check.stdout_contains(
+        "    ~ would install helm release redis/redis from apps/redis/helm-chart (not installed)\n",
     );
-    assert!(
-        check.stdout.contains("result: true  not installed"),
-        "{}",
-        check.stdout
-    );
+    check.stdout_contains("result: true  not installed");
     assert_eq!(
         sim.helm(&["list", "-A", "-q"]).ok(),
         "",
@@ -303,18 +251,8 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
     helm_calls(&test);
     let check = run_script(&test, &["--check"], upgrade);
     check.code(0);
-    assert!(
-        check.stdout.contains("~ would upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)"),
-        "{}",
-        check.stdout
-    );
-    assert!(
-        check
-            .stdout
-            .contains("result: true 1 chart or values changed"),
-        "{}",
-        check.stdout
-    );
+    check.stdout_contains("~ would upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)");
+    check.stdout_contains("result: true 1 chart or values changed");
     assert!(helm_calls(&test).iter().all(|c| !c.starts_with("upgrade")));
     let status = sim.helm(&["status", "redis", "-n", "redis", "-o", "json"]);
     let status: serde_json::Value = serde_json::from_str(status.ok()).expect("status json");
@@ -345,18 +283,8 @@ fn helm_uninstall_is_idempotent() {
 "#,
     );
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ uninstall helm release redis/redis (redis-0.1.0)\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("uninstall: true false"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ uninstall helm release redis/redis (redis-0.1.0)\n");
+    output.stdout_contains("uninstall: true false");
     assert_eq!(sim.helm(&["list", "-A", "-q"]).ok(), "");
 }
 
@@ -407,8 +335,8 @@ fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
 "#,
     );
     lint.code(0);
-    assert!(lint.stdout.contains("bad: false 1"), "{}", lint.stdout);
-    assert!(lint.stdout.contains("good: true"), "{}", lint.stdout);
+    lint.stdout_contains("bad: false 1");
+    lint.stdout_contains("good: true");
 }
 
 #[test]
@@ -427,27 +355,15 @@ fn helm_template_renders_with_values() {
 "#,
     );
     output.code(0);
-    assert!(
-        output.stdout.contains("kind: Deployment"),
-        "{}",
-        output.stdout
-    );
-    assert!(output.stdout.contains("name: cache"), "{}", output.stdout);
+    output.stdout_contains("kind: Deployment");
+    output.stdout_contains("name: cache");
     assert!(
         output.stdout.contains("namespace: redis") || output.stdout.contains("name: redis-master"),
         "{}",
         output.stdout
     );
-    assert!(
-        output.stdout.contains("image: \"redis:7.0.0\""),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("image: \"redis:7.9.9\""),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("image: \"redis:7.0.0\"");
+    output.stdout_contains("image: \"redis:7.9.9\"");
     assert!(helm_calls(&test).iter().all(|c| c.starts_with("template")));
 }
 
@@ -467,28 +383,10 @@ print(v.helm_repositories.redis.values_overrides.architecture);
     );
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("redis redis 19.6.4 https://charts.bitnami.com/bitnami\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stdout
-            .contains("gitlab gitlab 10.1.1 https://charts.gitlab.io\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stdout
-            .contains("gitlab-runner gitlab-runner 0.71.0 https://charts.gitlab.io\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(output.stdout.contains("standalone\n"), "{}", output.stdout);
+    output.stdout_contains("redis redis 19.6.4 https://charts.bitnami.com/bitnami\n");
+    output.stdout_contains("gitlab gitlab 10.1.1 https://charts.gitlab.io\n");
+    output.stdout_contains("gitlab-runner gitlab-runner 0.71.0 https://charts.gitlab.io\n");
+    output.stdout_contains("standalone\n");
 
     // A trailing comma on line 3.
     let broken = repo()
@@ -499,13 +397,7 @@ print(v.helm_repositories.redis.values_overrides.architecture);
         .script("let v = versions();\n");
     let output = broken.run(&["scripts/test.rhai"]);
     output.code(3);
-    assert!(
-        output
-            .stderr
-            .contains("infra/VERSIONS.json:3:66: trailing comma"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("infra/VERSIONS.json:3:66: trailing comma");
     // A typo in a field name is located too.
     let typo = repo()
         .file(
@@ -515,13 +407,7 @@ print(v.helm_repositories.redis.values_overrides.architecture);
         .script("let v = versions();\n");
     let output = typo.run(&["scripts/test.rhai"]);
     output.code(3);
-    assert!(
-        output
-            .stderr
-            .contains("infra/VERSIONS.json:2:57: unknown field `chart_verison`"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("infra/VERSIONS.json:2:57: unknown field `chart_verison`");
 }
 
 #[test]
@@ -544,17 +430,9 @@ fn helm_pull_uses_the_cached_archive_without_helm() {
         );
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("cached: false infra/helm-charts/redis-19.6.4.tgz redis 19.6.4"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("unknown: helm_pull: infra/VERSIONS.json has no helm_repositories.nope / known keys: redis"),
-        "{}",
-        output.stdout
+    output.stdout_contains("cached: false infra/helm-charts/redis-19.6.4.tgz redis 19.6.4");
+    output.stdout_contains(
+        "unknown: helm_pull: infra/VERSIONS.json has no helm_repositories.nope / known keys: redis",
     );
 }
 
@@ -620,11 +498,11 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
                 r#"{{"helm_repositories": {{"redis": {{"url": "http://127.0.0.1:{port}", "chart": "redis", "chart_version": "0.1.0"}}}}}}"#
             ),
         )
-        .env("HELM_BIN", &helm.display().to_string())
-        .env("HOME", &home.path().display().to_string())
-        .env("HELM_CACHE_HOME", &home.path().join("cache").display().to_string())
-        .env("HELM_CONFIG_HOME", &home.path().join("config").display().to_string())
-        .env("HELM_DATA_HOME", &home.path().join("data").display().to_string())
+        .env("HELM_BIN", helm.display().to_string())
+        .env("HOME", home.path().display().to_string())
+        .env("HELM_CACHE_HOME", home.path().join("cache").display().to_string())
+        .env("HELM_CONFIG_HOME", home.path().join("config").display().to_string())
+        .env("HELM_DATA_HOME", home.path().join("data").display().to_string())
         .script(
             r#"step("Cache", || {
     let first = helm_pull("redis");
@@ -645,23 +523,13 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
     let _ = server.kill();
     let _ = server.wait();
     check.code(0);
-    assert!(
-        check.stdout.contains(&format!(
-            "~ would pull chart infra/helm-charts/redis-0.1.0.tgz from http://127.0.0.1:{port}"
-        )),
-        "{}",
-        check.stdout
-    );
+    check.stdout_contains(&format!(
+        "~ would pull chart infra/helm-charts/redis-0.1.0.tgz from http://127.0.0.1:{port}"
+    ));
     assert!(!pulled_in_check, "check mode pulled");
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("pull: true false infra/helm-charts/redis-0.1.0.tgz"),
-        "{}",
-        output.stdout
-    );
-    assert!(output.stdout.contains("lint: true"), "{}", output.stdout);
+    output.stdout_contains("pull: true false infra/helm-charts/redis-0.1.0.tgz");
+    output.stdout_contains("lint: true");
     let left: Vec<_> = std::fs::read_dir(test.join("infra/helm-charts"))
         .expect("cache dir")
         .flatten()

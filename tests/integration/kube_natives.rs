@@ -5,7 +5,7 @@ use crate::support::{BPRUN, Sim, SimKind};
 use crate::support::{Test, repo};
 
 fn with_kube(test: Test, sim: &Sim) -> Test {
-    test.env("KUBECONFIG", &sim.kubeconfig().display().to_string())
+    test.env("KUBECONFIG", sim.kubeconfig().display().to_string())
 }
 
 const MANIFEST: &str = r#"
@@ -62,27 +62,11 @@ step(\"Change\", || {{
     let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output.stdout.contains("    ~ create Namespace/demo\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stdout
-            .contains("    ~ create Deployment/web in demo\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stdout
-            .contains("    ~ patch Deployment/web in demo\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ create Namespace/demo\n");
+    output.stdout_contains("    ~ create Deployment/web in demo\n");
+    output.stdout_contains("    ~ patch Deployment/web in demo\n");
     let gone = sim.kubectl(&["get", "ns", "demo"]);
-    assert_eq!(gone.code, 1, "{}", gone.stdout);
+    gone.code(1);
 }
 
 #[test]
@@ -99,13 +83,7 @@ step(\"Apply\", || {{
     let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ would create Namespace/demo\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ would create Namespace/demo\n");
     assert_eq!(sim.kubectl(&["get", "ns", "demo", "-o", "name"]).code, 1);
 }
 
@@ -126,28 +104,11 @@ step("Broken image", || {
     let output = test.run(&["scripts/test.rhai"]);
     output.code(1);
     // Failed on the terminal state, not at the end of the 60 s timeout.
-    assert!(
-        !output.stderr.contains("not ready after"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output
-            .stderr
-            .contains("kube_wait Deployment/broken in demo: "),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains("ImagePullBackOff"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains("scripts/test.rhai:7"),
-        "the script line: {}",
-        output.stderr
-    );
+    output.stderr_lacks("not ready after");
+    output.stderr_contains("kube_wait Deployment/broken in demo: ");
+    output.stderr_contains("ImagePullBackOff");
+    // the script line
+    output.stderr_contains("scripts/test.rhai:7");
 
     let timeout = r#"
 step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{timeout: 1}); });
@@ -155,18 +116,8 @@ step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{tim
     let test = with_kube(repo().script(timeout), &sim);
     let output = test.run(&["scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("kube_wait pods matching app=nothing in demo: not ready after 1s"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains("no objects match yet"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("kube_wait pods matching app=nothing in demo: not ready after 1s");
+    output.stderr_contains("no objects match yet");
 }
 
 #[test]
@@ -237,26 +188,14 @@ step("Forward", || {
     let test = with_kube(repo().script(script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(output.stdout.contains("read ***"), "{}", output.stdout);
-    assert!(
-        output.stdout.contains("object #{\"password\": ***}"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("listed #{\"password\": ***}"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("read ***");
+    output.stdout_contains("object #{\"password\": ***}");
+    output.stdout_contains("listed #{\"password\": ***}");
     assert!(
         !output.raw_stdout.contains("czNjcmV0LXZhbHVlLTE="),
         "no base64 secret either"
     );
-    assert!(
-        output.stdout.contains("kubeconfig ***"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("kubeconfig ***");
     assert!(
         !output.raw_stdout.contains("s3cret-value-1")
             && !output.raw_stderr.contains("s3cret-value-1")
@@ -280,19 +219,11 @@ fn kube_context_picks_the_kubeconfig_context() {
     let test = with_kube(repo().script(script), &sim);
     let named = test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"]);
     named.code(0);
-    assert!(named.stdout.contains("    default\n"), "{}", named.stdout);
+    named.stdout_contains("    default\n");
     let unknown = test.run(&["--kube-context", "nope", "scripts/test.rhai"]);
     unknown.code(1);
-    assert!(
-        unknown.stderr.contains("kubeconfig context nope: "),
-        "{}",
-        unknown.stderr
-    );
-    assert!(
-        unknown.stderr.contains("kubectl config get-contexts"),
-        "{}",
-        unknown.stderr
-    );
+    unknown.stderr_contains("kubeconfig context nope: ");
+    unknown.stderr_contains("kubectl config get-contexts");
 }
 
 #[test]
@@ -308,17 +239,13 @@ step("Write", || {
 });
 "#;
     let test = with_kube(repo().script(script), &sim)
-        .env("BAO_ADDR", &format!("http://127.0.0.1:{closed}"))
+        .env("BAO_ADDR", format!("http://127.0.0.1:{closed}"))
         .env("BAO_TOKEN", "root");
     let output = test.run(&["scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output.stdout.contains(&format!(
+    output.stdout_contains(&format!(
             "http://127.0.0.1:{closed} does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao"
-        )),
-        "{}",
-        output.stdout
-    );
+        ));
     let stored = server.cli("root", &["kv", "get", "-field=answer", "secret/apps/demo"]);
     assert_eq!(stored.trim(), "42");
 }
@@ -346,20 +273,8 @@ step(\"Restart\", || {{
     let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ restart Deployment/web in demo\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stderr
-            .contains("kube_exec false in demo/app=web: exit code 1"),
-        "{}",
-        output.stderr
-    );
+    output.stdout_contains("    ~ restart Deployment/web in demo\n");
+    output.stderr_contains("kube_exec false in demo/app=web: exit code 1");
 }
 
 #[test]
@@ -396,17 +311,7 @@ step("Operator", || {
     // registers), and kube_wait looks once instead of waiting its 120 s.
     let output = test.run(&["--check", "scripts/test.rhai"]);
     output.code(0);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ would create Cluster/pg in demo\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output.stdout.contains("check mode: would wait"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("    ~ would create Cluster/pg in demo\n");
+    output.stdout_contains("check mode: would wait");
     assert_eq!(sim.kubectl(&["get", "crd", "-o", "name"]).ok(), "");
 }

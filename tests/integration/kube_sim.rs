@@ -17,7 +17,7 @@ fn fixture(name: &str) -> String {
 fn kubeconfig_is_private_and_tokens_are_required() {
     use std::os::unix::fs::PermissionsExt;
     let sim = BPRUN.sim(SimKind::Kube, &[]);
-    let mode = std::fs::metadata(&sim.kubeconfig())
+    let mode = std::fs::metadata(sim.kubeconfig())
         .expect("kubeconfig")
         .permissions()
         .mode();
@@ -28,7 +28,7 @@ fn kubeconfig_is_private_and_tokens_are_required() {
         "namespace/default\nnamespace/kube-node-lease\nnamespace/kube-public\nnamespace/kube-system\n"
     );
     let wrong = sim.kubectl(&["--token", "not-the-token", "get", "ns"]);
-    assert_eq!(wrong.code, 1);
+    wrong.code(1);
     assert!(
         wrong.stderr.contains("Unauthorized") || wrong.stderr.contains("provide credentials"),
         "{}",
@@ -180,7 +180,7 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
         &["apply", "--server-side", "--field-manager=other", "-f", "-"],
         &scaled,
     );
-    assert_eq!(conflict.code, 1, "{}", conflict.stdout);
+    conflict.code(1);
     assert!(
         conflict.stderr.contains("conflict with \"kubectl\"")
             && conflict.stderr.contains(".spec.replicas"),
@@ -213,12 +213,8 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
     let typo =
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: demo}\ndat: {a: b}\n";
     let refused = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], typo);
-    assert_eq!(refused.code, 1);
-    assert!(
-        refused.stderr.contains("unknown field \"dat\""),
-        "{}",
-        refused.stderr
-    );
+    refused.code(1);
+    refused.stderr_contains("unknown field \"dat\"");
     assert_eq!(
         sim.kubectl(&["get", "configmap", "-n", "demo", "-o", "name"])
             .ok(),
@@ -266,7 +262,7 @@ fn namespaces_pass_through_terminating_and_take_their_objects() {
         "namespace \"demo\" deleted\n"
     );
     let gone = sim.kubectl(&["get", "ns", "demo"]);
-    assert_eq!(gone.code, 1);
+    gone.code(1);
     assert_eq!(
         gone.stderr.trim(),
         "Error from server (NotFound): namespaces \"demo\" not found"
@@ -281,12 +277,8 @@ fn crds_register_in_discovery_and_custom_resources_become_ready() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let missing = sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]);
-    assert_eq!(missing.code, 1);
-    assert!(
-        missing.stderr.contains("no matches for kind \"Cluster\""),
-        "{}",
-        missing.stderr
-    );
+    missing.code(1);
+    missing.stderr_contains("no matches for kind \"Cluster\"");
     sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
     sim.kubectl(&[
         "wait",
@@ -316,7 +308,7 @@ fn crds_register_in_discovery_and_custom_resources_become_ready() {
     sim.kubectl(&["delete", "crd", "clusters.postgresql.cnpg.io"])
         .ok();
     let after = sim.kubectl(&["get", "clusters.postgresql.cnpg.io", "-A"]);
-    assert_eq!(after.code, 1, "{}", after.stdout);
+    after.code(1);
 }
 
 #[test]
@@ -369,7 +361,7 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "-c",
         "exit 3",
     ]);
-    assert_eq!(failed.code, 3);
+    failed.code(3);
     assert_eq!(failed.stderr, "command terminated with exit code 3\n");
     let unknown = sim.kubectl(&[
         "exec",
@@ -379,14 +371,8 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "--",
         "nosuch",
     ]);
-    assert_eq!(unknown.code, 127);
-    assert!(
-        unknown
-            .stderr
-            .contains("\"nosuch\": executable file not found in $PATH"),
-        "{}",
-        unknown.stderr
-    );
+    unknown.code(127);
+    unknown.stderr_contains("\"nosuch\": executable file not found in $PATH");
     let no_gitlab = sim.kubectl(&[
         "exec",
         "-n",
@@ -397,12 +383,8 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "runner",
         "puts User.first.personal_access_tokens.create!(name: 'x').token",
     ]);
-    assert_eq!(no_gitlab.code, 1);
-    assert!(
-        no_gitlab.stderr.contains("no GitLab is attached"),
-        "{}",
-        no_gitlab.stderr
-    );
+    no_gitlab.code(1);
+    no_gitlab.stderr_contains("no GitLab is attached");
 }
 
 #[test]
@@ -523,7 +505,7 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
         "demo",
         "--from-literal=k=v",
     ]);
-    assert_eq!(again.code, 1);
+    again.code(1);
     assert_eq!(
         again.stderr.trim(),
         "error: failed to create configmap: configmaps \"c\" already exists"
@@ -571,7 +553,7 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
         "-p",
         r#"[{"op":"test","path":"/data/m","value":"9"}]"#,
     ]);
-    assert_eq!(failed_test.code, 1, "{}", failed_test.stdout);
+    failed_test.code(1);
     // A PUT with a stale resourceVersion is a conflict.
     let current = sim.kubectl(&["get", "configmap", "c", "-n", "demo", "-o", "json"]);
     let mut object: serde_json::Value = serde_json::from_str(current.ok()).expect("json");
@@ -579,8 +561,8 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
         .ok();
     object["data"]["m"] = serde_json::json!("stale");
     let stale = sim.kubectl_stdin(&["replace", "-f", "-"], &object.to_string());
-    assert_eq!(stale.code, 1, "{}", stale.stdout);
-    assert!(stale.stderr.contains("the object has been modified; please apply your changes to the latest version and try again"), "{}", stale.stderr);
+    stale.code(1);
+    stale.stderr_contains("the object has been modified; please apply your changes to the latest version and try again");
     // Status goes through /status only.
     sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
     sim.kubectl(&[
@@ -654,7 +636,7 @@ fn kubectl_watches_list_then_follow_from_the_resource_version() {
             "--output-watch-events",
             "--no-headers",
         ])
-        .env("KUBECONFIG", &sim.kubeconfig())
+        .env("KUBECONFIG", sim.kubeconfig())
         .env("HOME", sim.home())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -705,7 +687,7 @@ fn the_toolbox_mints_personal_access_tokens_in_the_gitlab_simulator() {
         &[
             "--platform",
             "--gitlab-url",
-            &gitlab.gitlab_url(),
+            gitlab.gitlab_url(),
             "--gitlab-token",
             crate::support::GITLAB_TOKEN,
         ],

@@ -53,20 +53,8 @@ fn http_status_rejects_a_malformed_url_with_a_hint() {
     let test = repo().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("× invalid URL not a url: relative URL without a base"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output
-            .stderr
-            .contains("hint: write a full URL such as http://127.0.0.1:8200/v1/sys/health"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("× invalid URL not a url: relative URL without a base");
+    output.stderr_contains("hint: write a full URL such as http://127.0.0.1:8200/v1/sys/health");
 }
 
 #[test]
@@ -200,9 +188,5 @@ step("After", || {});
     assert_eq!(steps[1]["status"], "not-run");
     // --resume starts again at the interrupted step.
     let output = test.run(&["--list", "--resume", "scripts/test.rhai"]);
-    assert!(
-        output.stdout.contains("resuming at step 1 \"Wait\""),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("resuming at step 1 \"Wait\"");
 }

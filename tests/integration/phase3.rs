@@ -271,7 +271,7 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
         }
     }
     let json = copy.run(&["--json", "scripts/phase3.rhai"]);
-    assert_eq!(json.code, 0, "{}", json.stderr);
+    json.code(0);
     json.stdout_lacks(&pat).stdout_lacks(&root_token);
     let files = files_outside_secrets(copy.path());
     assert!(
@@ -297,35 +297,17 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
     let copy = phase3_copy(Some(&sim));
     let check = copy.run(&["--check", "scripts/phase3.rhai"]);
     check.success();
-    assert!(
-        check.stdout.contains(
-            "    ~ would mint admin PAT through gitlab-rails runner in the toolbox pod\n"
-        ),
-        "{}",
-        check.stdout
+    check.stdout_contains(
+        "    ~ would mint admin PAT through gitlab-rails runner in the toolbox pod\n",
     );
-    assert!(
-        check
-            .stdout
-            .contains("    ~ would create group blueprint-apps (internal)\n"),
-        "{}",
-        check.stdout
-    );
+    check.stdout_contains("    ~ would create group blueprint-apps (internal)\n");
     for name in PROJECTS {
-        assert!(
-            check.stdout.contains(&format!(
-                "    ~ would create project blueprint-apps/{name}\n"
-            )),
-            "{}",
-            check.stdout
-        );
-        assert!(
-            check.stdout.contains(&format!(
-                "    ~ would start pipeline of blueprint-apps/{name} on main\n"
-            )),
-            "{}",
-            check.stdout
-        );
+        check.stdout_contains(&format!(
+            "    ~ would create project blueprint-apps/{name}\n"
+        ));
+        check.stdout_contains(&format!(
+            "    ~ would start pipeline of blueprint-apps/{name} on main\n"
+        ));
     }
     assert_eq!(sim.mutating_requests(), 0);
     assert_eq!(
@@ -357,12 +339,8 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
     );
     std::fs::write(&manifest, reordered).expect("write");
     let refused = copy.run(&["--list", "scripts/phase3.rhai"]);
-    assert_eq!(refused.code, 3, "{}", refused.stdout);
-    assert!(
-        refused.stderr.contains("apps/apps_manifest.yaml:5:1: `shared-code` must be the first app (it is at apps/apps_manifest.yaml:15:1)"),
-        "{}",
-        refused.stderr
-    );
+    refused.code(3);
+    refused.stderr_contains("apps/apps_manifest.yaml:5:1: `shared-code` must be the first app (it is at apps/apps_manifest.yaml:15:1)");
     std::fs::write(&manifest, text).expect("restore");
 
     // Forcing the order in the script: guestbook is pushed before shared-code exists.
@@ -389,11 +367,8 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_fails_the_include() {
         ),
         "{state}"
     );
-    assert_eq!(
-        run.code, 0,
-        "the smoke test's fresh pipeline passes once shared-code exists: {}",
-        run.stderr
-    );
+    // The smoke test's fresh pipeline passes once shared-code exists.
+    run.code(0);
 }
 
 #[test]
@@ -458,12 +433,9 @@ fn app_filter_destroy_and_rebuild() {
         "shared-code comes along with any app"
     );
     let unknown = copy.run(&["scripts/phase3.rhai", "--app", "nope"]);
-    assert_eq!(unknown.code, 3);
-    assert!(
-        unknown.stderr.contains("guestbook"),
-        "lists the valid names: {}",
-        unknown.stderr
-    );
+    unknown.code(3);
+    // lists the valid names
+    unknown.stderr_contains("guestbook");
 
     let destroy = copy.run(&["scripts/phase3.rhai", "--destroy"]);
     destroy.success();

@@ -90,16 +90,8 @@ fn a_run_reports_each_step_and_a_recap() {
     // The second run changes nothing and says so.
     let second = test.run(&["-q", "scripts/test.rhai"]);
     second.code(0);
-    assert!(
-        second.stdout.contains("[1/3] Write config ... ok (#.## s)"),
-        "{}",
-        second.stdout
-    );
-    assert!(
-        second.stdout.contains("3 steps: 3 ok, 0 changed"),
-        "{}",
-        second.stdout
-    );
+    second.stdout_contains("[1/3] Write config ... ok (#.## s)");
+    second.stdout_contains("3 steps: 3 ok, 0 changed");
 }
 
 #[test]
@@ -134,13 +126,7 @@ fn only_and_skip_select_steps() {
     ), "{}", output.stdout);
     assert!(!test.join("out").exists());
     let output = test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"]);
-    assert!(
-        output
-            .stdout
-            .contains("[2/3] Say hello ... skipped (--skip)\n"),
-        "{}",
-        output.stdout
-    );
+    output.stdout_contains("[2/3] Say hello ... skipped (--skip)\n");
     assert!(test.join("out/config.txt").exists());
 }
 
@@ -231,7 +217,7 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
     assert!(output.stdout.starts_with(
         "check mode: nothing will be changed\n[1/3] Write config ...\n    ~ would create file out/config.txt\n[1/3] Write config ... changed (#.## s)\n"
     ), "{}", output.stdout);
-    assert!(output.stdout.contains("Recap of scripts/test.rhai (check mode)\n  #  step          status       would change       time\n"), "{}", output.stdout);
+    output.stdout_contains("Recap of scripts/test.rhai (check mode)\n  #  step          status       would change       time\n");
     assert!(!test.join("out").exists(), "check mode wrote a file");
     // A check run does not count for --resume.
     let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
@@ -372,16 +358,8 @@ fn step_names_must_be_unique() {
     let test = repo().script("step(\"A\", || {});\nstep(\"A\", || {});\n");
     let output = test.run(&["--list", "scripts/test.rhai"]);
     output.code(3);
-    assert!(
-        output.stderr.contains("× step \"A\" is declared twice"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output.stderr.contains("scripts/test.rhai:2:1"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("× step \"A\" is declared twice");
+    output.stderr_contains("scripts/test.rhai:2:1");
 }
 
 #[test]
@@ -455,20 +433,8 @@ fn parallel_honours_its_bound() {
     let test = repo().script(RENDEZVOUS);
     let output = test.run(&["-q", "scripts/test.rhai", "--limit", "1"]);
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("  × parallel: 1 of 2 items failed\n"),
-        "{}",
-        output.stderr
-    );
-    assert!(
-        output
-            .stderr
-            .contains("  caused by: item 1 ([\"out/a\", \"out/b\"]): out/b never appeared\n"),
-        "{}",
-        output.stderr
-    );
+    output.stderr_contains("  × parallel: 1 of 2 items failed\n");
+    output.stderr_contains("  caused by: item 1 ([\"out/a\", \"out/b\"]): out/b never appeared\n");
 }
 
 #[test]
@@ -483,12 +449,6 @@ fn parallel_reports_every_failure() {
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(1);
-    assert!(
-        output
-            .stderr
-            .contains("  × parallel: 2 of 3 items failed\n"),
-        "{}",
-        output.stderr
-    );
-    assert!(output.stderr.contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n"), "{}", output.stderr);
+    output.stderr_contains("  × parallel: 2 of 3 items failed\n");
+    output.stderr_contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n");
 }

@@ -24,11 +24,7 @@ fn run_script_test(name: &str) {
         );
     }
     let output = test.run(&["-q", &format!("scripts/{name}.rhai")]);
-    assert_eq!(
-        output.code, 0,
-        "tests/scripts/{name}.rhai failed\n--- stdout ---\n{}\n--- stderr ---\n{}",
-        output.stdout, output.stderr
-    );
+    output.code(0);
 }
 
 const FIXTURE_YAML: &str =

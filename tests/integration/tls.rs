@@ -17,14 +17,8 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     let test = repo().script(SCRIPT);
     let first = test.run(&["scripts/test.rhai"]);
     first.code(0);
-    assert!(
-        first
-            .stdout
-            .contains("    ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)\n"),
-        "{}",
-        first.stdout
-    );
-    assert!(first.stdout.contains("    true true\n"), "{}", first.stdout);
+    first.stdout_contains("    ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)\n");
+    first.stdout_contains("    true true\n");
     for key in ["ca-key.pem", "key.pem"] {
         let mode = std::fs::metadata(test.join(&format!("infra/tls/wildcard/{key}")))
             .expect("key")
@@ -65,13 +59,13 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     // Nothing to do the second time; the files stay byte for byte.
     let cert_before = test.read("infra/tls/wildcard/cert.pem");
     let second = test.run(&["scripts/test.rhai"]);
-    assert!(second.stdout.contains("false false"), "{}", second.stdout);
+    second.stdout_contains("false false");
     assert_eq!(test.read("infra/tls/wildcard/cert.pem"), cert_before);
 
     // Another CA means a new certificate.
     std::fs::remove_file(test.join("infra/tls/wildcard/ca.pem")).expect("remove CA");
     let new_ca = test.run(&["scripts/test.rhai"]);
-    assert!(new_ca.stdout.contains("    ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)\n"), "{}", new_ca.stdout);
+    new_ca.stdout_contains("    ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)\n");
 }
 
 #[test]
@@ -80,19 +74,7 @@ fn check_mode_mints_nothing() {
     let output = test.run(&["--check", "scripts/test.rhai"]);
     // The certificate needs a CA that check mode did not write: it says so.
     output.code(1);
-    assert!(
-        output
-            .stdout
-            .contains("    ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)\n"),
-        "{}",
-        output.stdout
-    );
-    assert!(
-        output
-            .stderr
-            .contains("hint: create the CA first: tls_ensure_ca"),
-        "{}",
-        output.stderr
-    );
+    output.stdout_contains("    ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)\n");
+    output.stderr_contains("hint: create the CA first: tls_ensure_ca");
     assert!(!test.join("infra/tls/wildcard/ca.pem").exists());
 }
