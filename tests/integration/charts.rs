@@ -1,28 +1,12 @@
 //! The apps' Helm charts pass the real `helm lint` and `helm template` (helm v4 from
 //! ./test.sh's .tools/bin).
 
-use std::path::{Path, PathBuf};
+use crate::support::tool;
 use std::process::Command;
-
-fn helm() -> PathBuf {
-    let local = Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/bin/helm");
-    if local.exists() {
-        return local;
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join("helm"))
-                .find(|p| p.exists())
-        })
-        .unwrap_or_else(|| {
-            panic!("the helm binary is missing: run ./test.sh, which installs it into .tools/bin")
-        })
-}
 
 fn run_helm(args: &[&str]) -> String {
     let home = tempfile::tempdir().expect("helm home");
-    let output = Command::new(helm())
+    let output = Command::new(tool("helm"))
         .args(args)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("HELM_CACHE_HOME", home.path().join("cache"))

@@ -186,24 +186,22 @@ impl Output {
     /// Stdout is exactly `expected` (unindented, see [`unindent`]).
     #[track_caller]
     pub fn stdout(&self, expected: &str) -> &Output {
-        let expected = unindent(expected);
-        if self.stdout != expected {
-            self.fail(format!(
-                "stdout differs\n--- expected stdout ---\n{expected}\n--- diff (expected, actual) ---\n{}",
-                first_difference(&expected, &self.stdout)
-            ));
-        }
-        self
+        self.exact("stdout", &self.stdout, expected)
     }
 
     /// Stderr is exactly `expected` (unindented, see [`unindent`]).
     #[track_caller]
     pub fn stderr(&self, expected: &str) -> &Output {
+        self.exact("stderr", &self.stderr, expected)
+    }
+
+    #[track_caller]
+    fn exact(&self, stream: &str, actual: &str, expected: &str) -> &Output {
         let expected = unindent(expected);
-        if self.stderr != expected {
+        if actual != expected {
             self.fail(format!(
-                "stderr differs\n--- expected stderr ---\n{expected}\n--- diff (expected, actual) ---\n{}",
-                first_difference(&expected, &self.stderr)
+                "{stream} differs\n--- expected {stream} ---\n{expected}\n--- first difference ---\n{}",
+                first_difference(&expected, actual)
             ));
         }
         self
