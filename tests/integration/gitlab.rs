@@ -966,7 +966,8 @@ step("Provision", || {
         &sim,
     );
     test.run(&["-q", "scripts/test.rhai"]).code(0);
-    // What a kill leaves behind: a commit that was never pushed, and git's index lock.
+    // What a kill leaves behind: a commit that was never pushed, git's index lock, and the ref
+    // lock of a fetch killed half-way (a later fetch fails on it otherwise).
     // The source gained b.txt; the killed run synced and committed it but never pushed.
     let tree = test.join("apps-local/blueprint-apps/demo");
     std::fs::write(test.join("apps/demo/b.txt"), "b\n").expect("write");
@@ -983,6 +984,7 @@ step("Provision", || {
     git(&["add", "b.txt"]);
     git(&["commit", "-q", "-m", "killed before the push"]);
     std::fs::write(tree.join(".git/index.lock"), "").expect("lock");
+    std::fs::write(tree.join(".git/refs/remotes/origin/main.lock"), "").expect("ref lock");
     let check = test.run(&["--check", "scripts/test.rhai"]);
     check.code(0);
     check.stdout_contains("    ~ would commit and push apps-local/blueprint-apps/demo\n");
@@ -990,6 +992,7 @@ step("Provision", || {
     rerun.code(0);
     rerun.stdout_contains("    ~ commit and push apps-local/blueprint-apps/demo (");
     assert!(!tree.join(".git/index.lock").exists());
+    assert!(!tree.join(".git/refs/remotes/origin/main.lock").exists());
     assert_eq!(
         sim.api(
             "GET",

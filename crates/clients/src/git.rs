@@ -292,12 +292,51 @@ pub fn unpushed(dir: &Path) -> bool {
 }
 
 /// Holds `.git/bprun.lock` (an OS file lock, released when the process dies) while bprun works
-/// in a tree. Holding it proves no other bprun is inside: an `index.lock` left behind then comes
-/// from a run that was killed, and is removed (git itself would refuse to go on).
+/// in a tree. Holding it proves no other bprun is inside: git's own lock files left behind
+/// (`index.lock`, `HEAD.lock`, `config.lock`, `packed-refs.lock`, `refs/**/*.lock`, as a fetch
+/// or commit killed half-way leaves them) then come from a run that was killed, and are removed
+/// (git itself would refuse to go on).
 pub struct TreeLock {
     _file: std::fs::File,
-    /// True when a crashed run's `index.lock` was removed.
+    /// True when a crashed run's lock files were removed.
     pub recovered: bool,
+}
+
+/// Git's lock files in `git_dir` that a killed git operation leaves behind.
+fn stale_git_locks(git_dir: &Path) -> Vec<PathBuf> {
+    let mut found: Vec<PathBuf> = [
+        "index.lock",
+        "HEAD.lock",
+        "config.lock",
+        "packed-refs.lock",
+        "shallow.lock",
+    ]
+    .iter()
+    .map(|name| git_dir.join(name))
+    .filter(|path| path.exists())
+    .collect();
+    // refs/heads/main.lock, refs/remotes/origin/main.lock, ... (bounded: a tree bprun manages
+    // has a handful of refs).
+    let mut folders = vec![git_dir.join("refs")];
+    let mut visited = 0;
+    while let Some(folder) = folders.pop() {
+        visited += 1;
+        if visited > 1000 {
+            break;
+        }
+        let Ok(entries) = std::fs::read_dir(&folder) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "lock") {
+                found.push(path);
+            }
+        }
+    }
+    found
 }
 
 pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, ClientError> {
@@ -330,8 +369,10 @@ pub fn lock_tree(dir: &Path, shown: &str) -> Result<TreeLock, ClientError> {
             }
         }
     }
-    let stale = git_dir.join("index.lock");
-    let recovered = stale.exists() && std::fs::remove_file(&stale).is_ok();
+    let mut recovered = false;
+    for stale in stale_git_locks(&git_dir) {
+        recovered |= std::fs::remove_file(&stale).is_ok();
+    }
     Ok(TreeLock {
         _file: file,
         recovered,
