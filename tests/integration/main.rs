@@ -12,6 +12,7 @@ mod diagnostics;
 mod gitlab;
 mod helm_natives;
 mod kube_natives;
+mod kube_realism;
 mod kube_sim;
 mod natives;
 mod phase3;

@@ -1017,8 +1017,14 @@ impl Cluster {
                     }
                 }
             }
-            "Deployment" | "StatefulSet" | "ReplicaSet" if object["spec"]["replicas"].is_null() => {
-                object["spec"]["replicas"] = json!(1);
+            "Deployment" | "StatefulSet" | "ReplicaSet" => workload_defaults(&rt.kind, object),
+            "PersistentVolumeClaim" => {
+                if object["spec"]["volumeMode"].is_null() {
+                    object["spec"]["volumeMode"] = json!("Filesystem");
+                }
+                if object["status"]["phase"].is_null() {
+                    object["status"]["phase"] = json!("Pending");
+                }
             }
             "Pod" => {
                 if object["status"]["phase"].is_null() {
@@ -1197,6 +1203,40 @@ fn is_dns_subdomain(name: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// The API server's defaults for workloads (kubectl's rollout commands read them).
+fn workload_defaults(kind: &str, object: &mut Value) {
+    let spec = &mut object["spec"];
+    let mut default = |key: &str, value: Value| {
+        if spec[key].is_null() {
+            spec[key] = value;
+        }
+    };
+    default("replicas", json!(1));
+    match kind {
+        "Deployment" => {
+            default(
+                "strategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
+            );
+            default("revisionHistoryLimit", json!(10));
+            default("progressDeadlineSeconds", json!(600));
+        }
+        "StatefulSet" => {
+            default(
+                "updateStrategy",
+                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
+            );
+            default("podManagementPolicy", json!("OrderedReady"));
+            default("revisionHistoryLimit", json!(10));
+            default(
+                "persistentVolumeClaimRetentionPolicy",
+                json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
+            );
+        }
+        _ => {}
+    }
 }
 
 /// What the API server rejects before storing: bad names, malformed Secret data, and with

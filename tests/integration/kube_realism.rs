@@ -1,0 +1,507 @@
+//! The Kubernetes simulator fails where a real cluster fails, for the same reason and in the same
+//! words, and recovers by itself once the missing piece appears: driven by the real kubectl and
+//! helm 4, with the real upstream charts from infra/helm-charts.
+
+use crate::support::{BPRUN, SimKind};
+
+fn root(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+const WEB_WITH_SECRET: &str = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web, namespace: demo}
+spec:
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          env:
+            - name: STORAGE
+              valueFrom: {secretKeyRef: {name: web-storage, key: connection}}
+"#;
+
+#[test]
+fn a_pod_waits_for_its_secret_with_the_kubelets_reason_and_runs_once_it_exists() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl_stdin(&["apply", "-f", "-"], WEB_WITH_SECRET)
+        .code(0);
+    let waiting = sim.kubectl(&[
+        "wait",
+        "pods",
+        "-l",
+        "app=web",
+        "-n",
+        "demo",
+        "--for=condition=Ready",
+        "--timeout=2s",
+    ]);
+    waiting.code(1);
+    let reason = sim.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "demo",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={.items[0].status.containerStatuses[0].state.waiting.reason}: {.items[0].status.containerStatuses[0].state.waiting.message}",
+    ]);
+    assert_eq!(
+        reason.ok(),
+        "CreateContainerConfigError: secret \"web-storage\" not found"
+    );
+    let events = sim.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ]);
+    events.stdout_contains("Error: secret \"web-storage\" not found");
+    // A key the Secret lacks is named too.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "web-storage",
+        "-n",
+        "demo",
+        "--from-literal=other=x",
+    ])
+    .ok();
+    let key = sim.kubectl(&[
+        "wait", "pods", "-l", "app=web", "-n", "demo",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.message}=couldn't find key connection in Secret demo/web-storage",
+        "--timeout=10s",
+    ]);
+    key.code(0);
+    sim.kubectl(&["delete", "secret", "web-storage", "-n", "demo"])
+        .ok();
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "web-storage",
+        "-n",
+        "demo",
+        "--from-literal=connection=s3://x",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-l",
+        "app=web",
+        "-n",
+        "demo",
+        "--for=condition=Ready",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/web",
+        "-n",
+        "demo",
+        "--timeout=10s",
+    ])
+    .ok();
+}
+
+#[test]
+fn kube_wait_names_the_missing_secret() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl_stdin(&["apply", "-f", "-"], WEB_WITH_SECRET)
+        .code(0);
+    let test = BPRUN.test().envs(sim.vars()).script(
+        r#"step("Wait", || { kube_wait("pods", "demo", "app=web", "Ready", #{timeout: 2}); });"#,
+    );
+    let out = test.run(&["scripts/test.rhai"]);
+    out.code(1);
+    out.stderr_contains("kube_wait pods matching app=web in demo: not ready after 2s");
+    out.stderr_contains(
+        "container web waiting (CreateContainerConfigError: secret \"web-storage\" not found)",
+    );
+}
+
+#[test]
+fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data, namespace: demo}\n\
+                 spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], claim).code(0);
+    let pod = "apiVersion: v1\nkind: Pod\nmetadata: {name: app, namespace: demo}\nspec:\n  containers: [{name: app, image: busybox:1.36}]\n\
+               \x20 volumes:\n  - {name: data, persistentVolumeClaim: {claimName: data}}\n  - {name: certs, secret: {secretName: tls}}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], pod).code(0);
+    // No StorageClass and no volume: the claim stays Pending, the pod unschedulable.
+    sim.kubectl(&[
+        "wait",
+        "pod/app",
+        "-n",
+        "demo",
+        "--timeout=10s",
+        "--for=jsonpath={.status.conditions[0].reason}=Unschedulable",
+    ])
+    .ok();
+    let message = sim.kubectl(&[
+        "get",
+        "pod/app",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.status.conditions[0].message}",
+    ]);
+    assert_eq!(
+        message.ok(),
+        "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
+    );
+    assert_eq!(
+        sim.kubectl(&[
+            "get",
+            "pvc/data",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.status.phase}"
+        ])
+        .ok(),
+        "Pending"
+    );
+    sim.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])
+    .stdout_contains("no persistent volumes available for this claim and no storage class is set");
+    // A matching pre-created volume binds it; then the missing Secret volume is the reason.
+    let volume = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: manual-1}\n\
+                  spec: {capacity: {storage: 5Gi}, accessModes: [ReadWriteOnce], storageClassName: \"\", hostPath: {path: /data/manual-1}}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], volume).code(0);
+    sim.kubectl(&[
+        "wait",
+        "pvc/data",
+        "-n",
+        "demo",
+        "--for=jsonpath={.status.phase}=Bound",
+        "--timeout=10s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&[
+            "get",
+            "pvc/data",
+            "-n",
+            "demo",
+            "-o",
+            "jsonpath={.spec.volumeName}"
+        ])
+        .ok(),
+        "manual-1"
+    );
+    sim.kubectl(&[
+        "wait",
+        "pod/app",
+        "-n",
+        "demo",
+        "--timeout=10s",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=ContainerCreating",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "get",
+        "events",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.items[*].message}",
+    ])
+    .stdout_contains("MountVolume.SetUp failed for volume \"certs\" : secret \"tls\" not found");
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "tls",
+        "-n",
+        "demo",
+        "--from-literal=tls.crt=x",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pod/app",
+        "-n",
+        "demo",
+        "--for=condition=Ready",
+        "--timeout=10s",
+    ])
+    .ok();
+}
+
+#[test]
+fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.helm(&[
+        "install",
+        "openbao",
+        &root("infra/helm-charts/openbao-0.11.0.tgz"),
+        "-n",
+        "openbao",
+        "--create-namespace",
+    ])
+    .code(0);
+    // The StatefulSet's claim exists but nothing can bind it yet.
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        "--for=create",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        "--timeout=10s",
+        "--for=jsonpath={.status.conditions[0].reason}=Unschedulable",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&["get", "pvc", "-n", "openbao", "-o", "name"])
+            .ok(),
+        "persistentvolumeclaim/data-openbao-0\n"
+    );
+    // The real local-path manifest: its class is not the default, so nothing changes yet.
+    sim.kubectl(&[
+        "apply",
+        "-f",
+        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/local-path-provisioner",
+        "-n",
+        "local-path-storage",
+        "--timeout=10s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&[
+            "get",
+            "pvc/data-openbao-0",
+            "-n",
+            "openbao",
+            "-o",
+            "jsonpath={.status.phase}"
+        ])
+        .ok(),
+        "Pending"
+    );
+    sim.kubectl(&[
+        "patch",
+        "storageclass",
+        "local-path",
+        "-p",
+        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pvc/data-openbao-0",
+        "-n",
+        "openbao",
+        "--for=jsonpath={.status.phase}=Bound",
+        "--timeout=10s",
+    ])
+    .ok();
+    let path = sim.kubectl(&["get", "pv", "-o", "jsonpath={.items[0].spec.hostPath.path}"]);
+    assert!(
+        path.ok().starts_with("/opt/local-path-provisioner/pvc-")
+            && path.stdout.ends_with("_openbao_data-openbao-0"),
+        "{}",
+        path.stdout
+    );
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        "--for=condition=Ready",
+        "--timeout=10s",
+    ])
+    .ok();
+}
+
+#[test]
+fn a_webhook_without_endpoints_refuses_writes_until_its_operator_runs() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    // The real CNPG chart, without waiting: its operator pod is not up when the Cluster comes.
+    sim.helm(&[
+        "install",
+        "cnpg",
+        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
+        "-n",
+        "cnpg-system",
+        "--create-namespace",
+        "--set",
+        "replicaCount=0",
+    ])
+    .code(0);
+    let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: default}\n\
+                   spec: {instances: 1, storage: {size: 1Gi}}\n";
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], cluster);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error from server (InternalError): error when creating \"STDIN\": Internal error occurred: failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"",
+    );
+    sim.helm(&[
+        "upgrade",
+        "cnpg",
+        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
+        "-n",
+        "cnpg-system",
+        "--set",
+        "replicaCount=1",
+        "--wait",
+        "--timeout",
+        "20s",
+    ])
+    .code(0);
+    // Its pod is Ready, so its Service has endpoints: the same write is admitted.
+    sim.kubectl_stdin(&["apply", "-f", "-"], cluster).code(0);
+}
+
+#[test]
+fn namespaces_hold_their_service_account_and_ca_and_a_missing_account_refuses_pods() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&[
+        "wait",
+        "serviceaccount/default",
+        "-n",
+        "demo",
+        "--for=create",
+        "--timeout=10s",
+    ])
+    .ok();
+    let ca = sim.kubectl(&[
+        "get",
+        "configmap/kube-root-ca.crt",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.data.ca\\.crt}",
+    ]);
+    ca.stdout_contains("-----BEGIN CERTIFICATE-----");
+    let runner = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: runner, namespace: demo}\n\
+                  spec:\n  selector: {matchLabels: {app: runner}}\n  template:\n    metadata: {labels: {app: runner}}\n\
+                  \x20   spec: {serviceAccountName: gitlab-runner, containers: [{name: runner, image: gitlab/gitlab-runner:v17.5.0}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], runner).code(0);
+    sim.kubectl(&[
+        "wait",
+        "deployment/runner",
+        "-n",
+        "demo",
+        "--timeout=10s",
+        "--for=condition=ReplicaFailure",
+    ])
+    .ok();
+    let message = sim.kubectl(&[
+        "get",
+        "deployment/runner",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.status.conditions[?(@.type==\"ReplicaFailure\")].message}",
+    ]);
+    message.stdout_contains(
+        "is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
+    );
+    assert_eq!(
+        sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
+            .ok(),
+        ""
+    );
+    sim.kubectl(&["create", "serviceaccount", "gitlab-runner", "-n", "demo"])
+        .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/runner",
+        "-n",
+        "demo",
+        "--timeout=10s",
+    ])
+    .ok();
+}
+
+#[test]
+fn stateful_set_pods_come_up_in_order() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let set = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: gitaly, namespace: demo}\n\
+               spec:\n  replicas: 2\n  serviceName: gitaly\n  selector: {matchLabels: {app: gitaly}}\n  template:\n\
+               \x20   metadata: {labels: {app: gitaly}}\n    spec:\n      containers:\n      - name: gitaly\n        image: gitaly:18\n\
+               \x20       envFrom: [{secretRef: {name: gitaly-secret}}]\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], set).code(0);
+    sim.kubectl(&[
+        "wait",
+        "pod/gitaly-0",
+        "-n",
+        "demo",
+        "--for=create",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait", "pod/gitaly-0", "-n", "demo", "--timeout=10s",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=CreateContainerConfigError",
+    ])
+    .ok();
+    // Pod 1 waits for pod 0 to be Ready (OrderedReady).
+    assert_eq!(
+        sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
+            .ok(),
+        "pod/gitaly-0\n"
+    );
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitaly-secret",
+        "-n",
+        "demo",
+        "--from-literal=token=t",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "statefulset/gitaly",
+        "-n",
+        "demo",
+        "--timeout=10s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
+            .ok(),
+        "pod/gitaly-0\npod/gitaly-1\n"
+    );
+}
