@@ -505,3 +505,85 @@ fn stateful_set_pods_come_up_in_order() {
         "pod/gitaly-0\npod/gitaly-1\n"
     );
 }
+
+#[test]
+fn a_finalizer_holds_an_object_and_its_namespace_until_it_is_removed() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let held = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: held, namespace: demo, finalizers: [example.com/hold]}\ndata: {a: b}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], held).code(0);
+    sim.kubectl(&["delete", "configmap/held", "-n", "demo", "--wait=false"])
+        .ok();
+    let marked = sim.kubectl(&[
+        "get",
+        "configmap/held",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.metadata.deletionTimestamp}",
+    ]);
+    assert!(
+        !marked.ok().is_empty(),
+        "the object stays, marked for deletion"
+    );
+    sim.kubectl(&["delete", "ns", "demo", "--wait=false"]).ok();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert_eq!(
+        sim.kubectl(&["get", "ns", "demo", "-o", "jsonpath={.status.phase}"])
+            .ok(),
+        "Terminating"
+    );
+    sim.kubectl(&[
+        "patch",
+        "configmap/held",
+        "-n",
+        "demo",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"finalizers":null}}"#,
+    ])
+    .ok();
+    sim.kubectl(&["wait", "ns/demo", "--for=delete", "--timeout=10s"])
+        .ok();
+}
+
+#[test]
+fn custom_resources_go_with_their_definition() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &root("infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gatewayclasses.yaml"),
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "crd/gatewayclasses.gateway.networking.k8s.io",
+        "--for=condition=Established",
+        "--timeout=10s",
+    ])
+    .ok();
+    let class = "apiVersion: gateway.networking.k8s.io/v1\nkind: GatewayClass\nmetadata: {name: envoy}\nspec: {controllerName: gateway.envoyproxy.io/gatewayclass-controller}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], class).code(0);
+    sim.kubectl(&["delete", "crd", "gatewayclasses.gateway.networking.k8s.io"])
+        .ok();
+    sim.kubectl(&[
+        "apply",
+        "--server-side",
+        "-f",
+        &root("infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gatewayclasses.yaml"),
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "crd/gatewayclasses.gateway.networking.k8s.io",
+        "--for=condition=Established",
+        "--timeout=10s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.kubectl(&["get", "gatewayclasses", "-o", "name"]).ok(),
+        ""
+    );
+}

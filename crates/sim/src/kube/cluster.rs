@@ -858,6 +858,11 @@ impl Cluster {
         if dry_run {
             return Ok(Cluster::present(rt, &object));
         }
+        // The last finalizer of an object being deleted is gone: now it goes.
+        if object["metadata"]["deletionTimestamp"].is_string() && !has_finalizers(&object) {
+            self.remove_now(&rt.store_key(), namespace, name);
+            return Ok(Cluster::present(rt, &object));
+        }
         let stored = self
             .commit(&rt.store_key(), namespace, name, Some(object))
             .unwrap_or(Value::Null);
@@ -867,14 +872,28 @@ impl Cluster {
         Ok(Cluster::present(rt, &stored))
     }
 
-    /// DELETE: namespaces turn Terminating (the namespace controller empties and removes them);
-    /// other objects go at once, with the objects they own (background propagation).
+    /// DELETE with background propagation (see [`Cluster::delete_with`]).
     pub fn delete(
         &mut self,
         rt: &ResourceType,
         namespace: &str,
         name: &str,
         dry_run: bool,
+    ) -> Result<Value, ApiError> {
+        self.delete_with(rt, namespace, name, dry_run, Propagation::Background)
+    }
+
+    /// DELETE: namespaces turn Terminating (the namespace controller empties and removes them);
+    /// an object with finalizers gets its deletionTimestamp and stays until the last finalizer
+    /// is removed; other objects go at once. Their dependents (ownerReferences) go with them,
+    /// or with `Orphan` lose the reference and stay.
+    pub fn delete_with(
+        &mut self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        dry_run: bool,
+        propagation: Propagation,
     ) -> Result<Value, ApiError> {
         let namespace = if rt.namespaced { namespace } else { "" };
         let Some(live) = self.lookup(&rt.store_key(), namespace, name).cloned() else {
@@ -895,6 +914,24 @@ impl Cluster {
                 .unwrap_or(Value::Null);
             return Ok(Cluster::present(rt, &stored));
         }
+        if has_finalizers(&live) {
+            if live["metadata"]["deletionTimestamp"].is_null() {
+                let mut marked = live.clone();
+                marked["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+                marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                if propagation == Propagation::Orphan {
+                    self.orphan_dependents(&live);
+                }
+                let stored = self
+                    .commit(&rt.store_key(), namespace, name, Some(marked))
+                    .unwrap_or(Value::Null);
+                return Ok(Cluster::present(rt, &stored));
+            }
+            return Ok(Cluster::present(rt, &live));
+        }
+        if propagation == Propagation::Orphan {
+            self.orphan_dependents(&live);
+        }
         self.remove_with_dependents(&rt.store_key(), namespace, name);
         if rt.kind == "CustomResourceDefinition" {
             self.unregister_crd(&live);
@@ -905,8 +942,53 @@ impl Cluster {
         }))
     }
 
-    /// Removes an object and, recursively, every object whose ownerReferences name it.
+    /// Drops the ownerReferences that name `owner` from every object (orphan propagation).
+    fn orphan_dependents(&mut self, owner: &Value) {
+        let uid = owner["metadata"]["uid"].clone();
+        let mut orphans = Vec::new();
+        for (key, objects) in &self.objects {
+            for ((ns, name), object) in objects {
+                if let Some(owners) = object["metadata"]["ownerReferences"].as_array()
+                    && owners.iter().any(|o| o["uid"] == uid)
+                {
+                    let mut orphan = object.clone();
+                    let kept: Vec<Value> =
+                        owners.iter().filter(|o| o["uid"] != uid).cloned().collect();
+                    match orphan["metadata"].as_object_mut() {
+                        Some(metadata) if kept.is_empty() => {
+                            metadata.remove("ownerReferences");
+                        }
+                        _ => orphan["metadata"]["ownerReferences"] = json!(kept),
+                    }
+                    orphans.push((key.clone(), ns.clone(), name.clone(), orphan));
+                }
+            }
+        }
+        for (key, ns, name, orphan) in orphans {
+            self.commit(&key, &ns, &name, Some(orphan));
+        }
+    }
+
+    /// Removes an object and, recursively, every object whose ownerReferences name it (the
+    /// garbage collector's background propagation). An object with finalizers is only marked
+    /// with a deletionTimestamp: it goes when they are removed.
     pub fn remove_with_dependents(&mut self, store_key: &str, namespace: &str, name: &str) {
+        if let Some(live) = self.lookup(store_key, namespace, name)
+            && has_finalizers(live)
+        {
+            if live["metadata"]["deletionTimestamp"].is_null() {
+                let mut marked = live.clone();
+                marked["metadata"]["deletionTimestamp"] = json!(now_rfc3339());
+                marked["metadata"]["deletionGracePeriodSeconds"] = json!(0);
+                self.commit(store_key, namespace, name, Some(marked));
+            }
+            return;
+        }
+        self.remove_now(store_key, namespace, name);
+    }
+
+    /// Removes an object whatever its finalizers say, then its dependents.
+    fn remove_now(&mut self, store_key: &str, namespace: &str, name: &str) {
         let Some(removed) = self.commit(store_key, namespace, name, None) else {
             return;
         };
@@ -934,7 +1016,9 @@ impl Cluster {
     }
 
     /// Removes every object of a namespace (the namespace controller's sweep).
-    pub fn empty_namespace(&mut self, namespace: &str) {
+    /// Deletes every object of a namespace; true when none is left (objects with finalizers
+    /// stay, marked, until their finalizers are removed: the namespace stays Terminating).
+    pub fn empty_namespace(&mut self, namespace: &str) -> bool {
         let mut doomed = Vec::new();
         for (key, objects) in &self.objects {
             for (ns, name) in objects.keys() {
@@ -943,9 +1027,13 @@ impl Cluster {
                 }
             }
         }
-        for (key, ns, name) in doomed {
-            self.commit(&key, &ns, &name, None);
+        for (key, ns, name) in &doomed {
+            self.remove_with_dependents(key, ns, name);
         }
+        !self
+            .objects
+            .values()
+            .any(|objects| objects.keys().any(|(ns, _)| ns == namespace))
     }
 
     fn register_crd(&mut self, crd: &Value) {
@@ -955,9 +1043,19 @@ impl Cluster {
         }
     }
 
+    /// A deleted CRD takes its custom resources with it, as the API server does.
     fn unregister_crd(&mut self, crd: &Value) {
         let group = crd["spec"]["group"].as_str().unwrap_or("");
         let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("");
+        let store_key = format!("{plural}.{group}");
+        let doomed: Vec<(String, String)> = self
+            .objects
+            .get(&store_key)
+            .map(|objects| objects.keys().cloned().collect())
+            .unwrap_or_default();
+        for (namespace, name) in doomed {
+            self.commit(&store_key, &namespace, &name, None);
+        }
         self.resources
             .retain(|r| !(r.custom && r.group == group && r.plural == plural));
     }
@@ -1203,6 +1301,34 @@ fn is_dns_subdomain(name: &str) -> bool {
                 && !label.starts_with('-')
                 && !label.ends_with('-')
         })
+}
+
+/// How a DELETE treats the deleted object's dependents (`propagationPolicy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Propagation {
+    /// The object goes now, its dependents after it (the default for most kinds).
+    Background,
+    /// Dependents first (the simulator's end state is the same as Background).
+    Foreground,
+    /// Dependents stay, without the ownerReference.
+    Orphan,
+}
+
+impl Propagation {
+    pub fn from_name(name: &str) -> Option<Propagation> {
+        match name {
+            "Background" => Some(Propagation::Background),
+            "Foreground" => Some(Propagation::Foreground),
+            "Orphan" => Some(Propagation::Orphan),
+            _ => None,
+        }
+    }
+}
+
+fn has_finalizers(object: &Value) -> bool {
+    object["metadata"]["finalizers"]
+        .as_array()
+        .is_some_and(|list| !list.is_empty())
 }
 
 /// The API server's defaults for workloads (kubectl's rollout commands read them).
