@@ -268,6 +268,10 @@ pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, ClientError> 
 
 /// Merges `over` into `base` the way helm merges values: maps merge key by key, anything else
 /// replaces, and `null` deletes the key.
+///
+/// Not RFC 7386 (`json_patch::merge`): a value that is new to `base` is taken as it is, nulls
+/// inside it included, because the merged values go to helm in a file and a null there is how a
+/// chart default gets removed; a merge patch would drop those nulls on the way.
 pub fn merge_values(base: &mut Value, over: Value) {
     match (base, over) {
         (Value::Object(base), Value::Object(over)) => {
