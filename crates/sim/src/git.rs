@@ -241,9 +241,8 @@ fn parse_cgi(raw: &[u8]) -> SimResponse {
     };
     let head = String::from_utf8_lossy(&raw[..end]);
     let mut response = SimResponse {
-        status: 200,
-        headers: Vec::new(),
         body: raw[end + gap..].to_vec(),
+        ..SimResponse::empty(200)
     };
     for line in head.lines() {
         let Some((name, value)) = line.split_once(':') else {

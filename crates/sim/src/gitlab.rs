@@ -15,7 +15,7 @@ use bprun_clients::digest::sha256_hex;
 use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
 
 use super::ci;
-use super::http::{Accounting, Faults, Handler, SimRequest, SimResponse, decode};
+use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
 
 /// Simulator settings (`bprun sim gitlab` flags).
 #[derive(Debug, Clone)]
@@ -136,8 +136,7 @@ pub struct GitlabSim {
     /// Where the simulator is reachable, for URLs in answers.
     pub url: Mutex<String>,
     state: Mutex<State>,
-    faults: Mutex<Faults>,
-    rate_limit_left: Mutex<u32>,
+    faults: FaultState,
     accounting: Accounting,
 }
 
@@ -222,8 +221,7 @@ impl GitlabSim {
         for token in &config.tokens {
             state.tokens.insert(token_digest(token), root);
         }
-        let faults = config.faults.clone();
-        let burst = faults.rate_limit_burst;
+        let faults = FaultState::new(config.faults.clone());
         let (repos_root, temporary_repos) = match &config.state_dir {
             Some(dir) => (dir.join("repos"), None),
             None => {
@@ -245,8 +243,7 @@ impl GitlabSim {
             temporary_repos,
             url: Mutex::new(String::new()),
             state: Mutex::new(state),
-            faults: Mutex::new(faults),
-            rate_limit_left: Mutex::new(burst),
+            faults,
             accounting: Accounting::default(),
         })
     }
@@ -466,16 +463,8 @@ impl GitlabSim {
     }
 
     fn authenticate(&self, request: &SimRequest) -> Option<u64> {
-        let token = request
-            .header("private-token")
-            .map(str::to_string)
-            .or_else(|| {
-                request
-                    .header("authorization")
-                    .and_then(|h| h.strip_prefix("Bearer "))
-                    .map(str::to_string)
-            })?;
-        self.lock().tokens.get(&token_digest(&token)).copied()
+        let token = request.token("private-token")?;
+        self.lock().tokens.get(&token_digest(token)).copied()
     }
 
     fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
@@ -569,19 +558,12 @@ impl GitlabSim {
                 return SimResponse::json(200, &json!({"cleared": true}));
             }
             ("GET", "/-/sim/faults") => {
-                return SimResponse::json(
-                    200,
-                    &json!(*self.faults.lock().unwrap_or_else(|p| p.into_inner())),
-                );
+                return SimResponse::json(200, &json!(self.faults.get()));
             }
             ("PUT", "/-/sim/faults") => {
                 return match serde_json::from_slice::<Faults>(&request.body) {
                     Ok(faults) => {
-                        *self
-                            .rate_limit_left
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner()) = faults.rate_limit_burst;
-                        *self.faults.lock().unwrap_or_else(|p| p.into_inner()) = faults.clone();
+                        self.faults.set(faults.clone());
                         SimResponse::json(200, &json!(faults))
                     }
                     Err(error) => param_error(&format!("invalid faults: {error}")),
@@ -1018,11 +1000,7 @@ impl GitlabSim {
                         list.remove(index);
                         drop(state);
                         self.persist();
-                        SimResponse {
-                            status: 204,
-                            headers: Vec::new(),
-                            body: Vec::new(),
-                        }
+                        SimResponse::empty(204)
                     }
                     _ => message(405, "405 Method Not Allowed"),
                 }
@@ -1417,24 +1395,8 @@ impl Handler for GitlabSim {
         response
     }
 
-    fn faults(&self) -> Faults {
-        self.faults
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-    }
-
-    fn take_rate_limit(&self) -> bool {
-        let mut left = self
-            .rate_limit_left
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if *left > 0 {
-            *left -= 1;
-            true
-        } else {
-            false
-        }
+    fn faults(&self) -> &FaultState {
+        &self.faults
     }
 
     fn accounting(&self) -> &Accounting {
@@ -1467,12 +1429,7 @@ pub fn run(config: Config) -> Result<(), String> {
             .await
             .map_err(|error| format!("cannot listen on {address}: {error}"))?;
         let bound = listener.local_addr().map_err(|error| error.to_string())?;
-        let host = if bound.is_ipv6() {
-            format!("[{}]", bound.ip())
-        } else {
-            bound.ip().to_string()
-        };
-        let url = format!("http://{host}:{}", bound.port());
+        let url = format!("http://{bound}");
         *sim.url.lock().unwrap_or_else(|p| p.into_inner()) = url.clone();
         // Whoever started us may stop reading stdout; a closed pipe must not stop the server.
         use std::io::Write;

@@ -1,28 +1,76 @@
-//! A small HTTP/1.1 server for the simulators (hyper underneath), with the fault injection and
-//! request accounting the tests and benchmarks use.
+//! The one HTTP/1.1 stack of the simulators (hyper underneath): an accept loop over plain TCP
+//! or TLS with connection upgrades ([`accept_loop`]), the request and response types every
+//! simulator handles ([`SimRequest`], [`SimResponse`], whole or streamed bodies), and for the
+//! GitLab simulator and the OpenBao stand-in the fault injection and request accounting the
+//! tests and benchmarks use ([`serve`] over a [`Handler`]).
 
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Bytes, Incoming};
+use http_body_util::{BodyExt, Full, combinators::BoxBody};
+use hyper::body::{Bytes, Frame, Incoming};
 use hyper::{Request, Response, StatusCode};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite};
 
 /// A request as a simulator handler sees it.
 pub struct SimRequest {
     pub method: String,
     /// The raw (still percent-encoded) path, without the query.
     pub path: String,
+    /// The query by key (the last of repeated keys).
     pub query: BTreeMap<String, String>,
+    /// The query in order, repeated keys kept (exec repeats `command`).
+    pub query_pairs: Vec<(String, String)>,
     pub headers: hyper::HeaderMap,
     pub body: Bytes,
+    /// The connection once upgraded, when the request asks for an upgrade (WebSocket).
+    pub upgrade: Option<hyper::upgrade::OnUpgrade>,
 }
 
 impl SimRequest {
+    /// Reads a request whole (the body collected; an unreadable body is empty).
+    pub async fn read(mut request: Request<Incoming>) -> SimRequest {
+        let query_pairs = request.uri().query().map(url_form).unwrap_or_default();
+        let upgrade = request
+            .headers()
+            .contains_key(hyper::header::UPGRADE)
+            .then(|| hyper::upgrade::on(&mut request));
+        let method = request.method().to_string();
+        let path = request.uri().path().to_string();
+        let headers = request.headers().clone();
+        let body = request
+            .into_body()
+            .collect()
+            .await
+            .map(|collected| collected.to_bytes())
+            .unwrap_or_default();
+        SimRequest {
+            method,
+            path,
+            query: query_pairs.iter().cloned().collect(),
+            query_pairs,
+            headers,
+            body,
+            upgrade,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|value| value.to_str().ok())
+    }
+
+    /// The token in header `name`, else in `Authorization: Bearer`.
+    pub fn token(&self, name: &str) -> Option<&str> {
+        self.header(name).or_else(|| {
+            self.header("authorization")
+                .and_then(|value| value.strip_prefix("Bearer "))
+        })
     }
 
     /// The body as JSON, or form fields as a JSON object (GitLab accepts both).
@@ -47,22 +95,50 @@ pub struct SimResponse {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
+    /// A body sent chunk by chunk as the channel yields them (watches); `body` is then unused.
+    pub stream: Option<tokio::sync::mpsc::Receiver<Bytes>>,
 }
 
 impl SimResponse {
-    pub fn json(status: u16, value: &serde_json::Value) -> SimResponse {
+    /// No headers and no body.
+    pub fn empty(status: u16) -> SimResponse {
         SimResponse {
             status,
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: value.to_string().into_bytes(),
+            headers: Vec::new(),
+            body: Vec::new(),
+            stream: None,
         }
     }
 
-    pub fn text(status: u16, text: &str) -> SimResponse {
+    /// `body` as `content_type`.
+    pub fn bytes(status: u16, content_type: &str, body: Vec<u8>) -> SimResponse {
         SimResponse {
+            body,
+            ..SimResponse::empty(status).with_header("content-type", content_type)
+        }
+    }
+
+    pub fn json(status: u16, value: &serde_json::Value) -> SimResponse {
+        SimResponse::bytes(status, "application/json", value.to_string().into_bytes())
+    }
+
+    pub fn text(status: u16, text: &str) -> SimResponse {
+        SimResponse::bytes(
             status,
-            headers: vec![("content-type".into(), "text/plain; charset=utf-8".into())],
-            body: text.as_bytes().to_vec(),
+            "text/plain; charset=utf-8",
+            text.as_bytes().to_vec(),
+        )
+    }
+
+    /// A body streamed from `chunks` until the sender goes away.
+    pub fn stream(
+        status: u16,
+        content_type: &str,
+        chunks: tokio::sync::mpsc::Receiver<Bytes>,
+    ) -> SimResponse {
+        SimResponse {
+            stream: Some(chunks),
+            ..SimResponse::empty(status).with_header("content-type", content_type)
         }
     }
 
@@ -107,6 +183,48 @@ pub struct Faults {
     pub reset_rate: f64,
     /// Share of mutating requests that are processed but whose answer is dropped.
     pub drop_answer_rate: f64,
+}
+
+/// The faults a simulator injects now, and what is left of the current 429 burst.
+#[derive(Default)]
+pub struct FaultState {
+    faults: Mutex<Faults>,
+    rate_limit_left: Mutex<u32>,
+}
+
+impl FaultState {
+    pub fn new(faults: Faults) -> FaultState {
+        let state = FaultState::default();
+        state.set(faults);
+        state
+    }
+
+    pub fn get(&self) -> Faults {
+        lock(&self.faults).clone()
+    }
+
+    /// Replaces the faults; a new 429 burst starts.
+    pub fn set(&self, faults: Faults) {
+        *lock(&self.rate_limit_left) = faults.rate_limit_burst;
+        *lock(&self.faults) = faults;
+    }
+
+    /// Consumes one request of a 429 burst, if any is left.
+    pub fn take_rate_limit(&self) -> bool {
+        let mut left = lock(&self.rate_limit_left);
+        if *left > 0 {
+            *left -= 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -198,34 +316,95 @@ pub fn route_of(path: &str) -> String {
 /// What a simulator provides to the server loop.
 pub trait Handler: Send + Sync + 'static {
     fn handle(&self, request: SimRequest) -> SimResponse;
-    fn faults(&self) -> Faults;
-    /// Consumes one request of a 429 burst, if any is left.
-    fn take_rate_limit(&self) -> bool;
+    fn faults(&self) -> &FaultState;
     fn accounting(&self) -> &Accounting;
     /// Routes exempt from faults (health, admin).
     fn exempt(&self, path: &str) -> bool;
 }
 
-/// Serves `handler` on `listener` until the process ends.
-pub async fn serve<H: Handler>(listener: tokio::net::TcpListener, handler: Arc<H>) {
+/// The body of every answer: whole, or streamed from a channel.
+pub type Body = BoxBody<Bytes, Infallible>;
+
+/// A streamed body fed through a channel (watches).
+struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
+
+impl hyper::body::Body for ChannelBody {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        self.0
+            .poll_recv(cx)
+            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
+    }
+}
+
+/// Accepts connections on `listener` until the process ends (over TLS when `tls` is given; a
+/// handshake gets 10 seconds) and answers each request with `answer`. `None` closes the
+/// connection without an answer (an injected reset). Connections may be upgraded (WebSocket).
+pub async fn accept_loop<A, F>(
+    listener: tokio::net::TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    answer: A,
+) where
+    A: Fn(SimRequest) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Option<SimResponse>> + Send + 'static,
+{
     loop {
         let Ok((stream, _peer)) = listener.accept().await else {
             // Out of file descriptors or similar: back off rather than spin.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let handler = handler.clone();
+        let answer = answer.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |request| {
-                let handler = handler.clone();
-                async move { answer(handler, request).await }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .await;
+            match tls {
+                None => serve_connection(stream, answer).await,
+                Some(tls) => {
+                    if let Ok(Ok(stream)) =
+                        tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await
+                    {
+                        serve_connection(stream, answer).await;
+                    }
+                }
+            }
         });
     }
+}
+
+async fn serve_connection<S, A, F>(stream: S, answer: A)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    A: Fn(SimRequest) -> F + Clone + Send + Sync + 'static,
+    F: Future<Output = Option<SimResponse>> + Send + 'static,
+{
+    let io = hyper_util::rt::TokioIo::new(stream);
+    let service = hyper::service::service_fn(move |request| {
+        let answer = answer.clone();
+        async move {
+            match answer(SimRequest::read(request).await).await {
+                Some(response) => Ok(to_hyper(response)),
+                None => Err(InjectedReset),
+            }
+        }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(io, service)
+        .with_upgrades()
+        .await;
+}
+
+/// Serves `handler` on `listener` (plain HTTP) until the process ends, with its faults and
+/// request accounting.
+pub async fn serve<H: Handler>(listener: tokio::net::TcpListener, handler: Arc<H>) {
+    accept_loop(listener, None, move |request| {
+        answer(handler.clone(), request)
+    })
+    .await;
 }
 
 /// Waits until the process is asked to stop (SIGINT or SIGTERM): how every `bprun sim ...`
@@ -266,45 +445,22 @@ impl std::fmt::Display for InjectedReset {
 
 impl std::error::Error for InjectedReset {}
 
-async fn answer<H: Handler>(
-    handler: Arc<H>,
-    request: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, InjectedReset> {
-    let method = request.method().to_string();
-    let path = request.uri().path().to_string();
-    let query: BTreeMap<String, String> = request
-        .uri()
-        .query()
-        .map(url_form)
-        .unwrap_or_default()
-        .into_iter()
-        .collect();
-    let headers = request.headers().clone();
-    let body = request
-        .into_body()
-        .collect()
-        .await
-        .map(|collected| collected.to_bytes())
-        .unwrap_or_default();
-    let sim_request = SimRequest {
-        method: method.clone(),
-        path: path.clone(),
-        query,
-        headers,
-        body,
-    };
-
+/// Faults first (latency, rate limits, resets, errors), then the handler on a blocking thread;
+/// every request is logged. `None` drops the connection.
+async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimResponse> {
+    let method = request.method.clone();
+    let path = request.path.clone();
     let exempt = handler.exempt(&path);
     let faults = if exempt {
         Faults::default()
     } else {
-        handler.faults()
+        handler.faults().get()
     };
     if faults.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
     }
     let accounting = handler.accounting();
-    if !exempt && handler.take_rate_limit() {
+    if !exempt && handler.faults().take_rate_limit() {
         accounting.record(&method, &path, 429, Some("rate-limit"));
         let retry_after = faults.retry_after_s.max(1);
         let reset = std::time::SystemTime::now()
@@ -322,25 +478,25 @@ async fn answer<H: Handler>(
                 )
                 .to_string(),
             );
-        return Ok(to_hyper(response));
+        return Some(response);
     }
     if faults.reset_rate > 0.0 && fastrand::f64() < faults.reset_rate {
         accounting.record(&method, &path, 0, Some("reset"));
-        return Err(InjectedReset);
+        return None;
     }
     if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
         let status = [500, 502, 503][fastrand::usize(0..3)];
         accounting.record(&method, &path, status, Some("error"));
-        return Ok(to_hyper(SimResponse::json(
+        return Some(SimResponse::json(
             status,
             &serde_json::json!({"message": format!("{status} injected fault")}),
-        )));
+        ));
     }
     let mutating = method != "GET" && method != "HEAD";
     let drop_answer =
         mutating && faults.drop_answer_rate > 0.0 && fastrand::f64() < faults.drop_answer_rate;
     let handler_for_call = handler.clone();
-    let response = tokio::task::spawn_blocking(move || handler_for_call.handle(sim_request))
+    let response = tokio::task::spawn_blocking(move || handler_for_call.handle(request))
         .await
         .unwrap_or_else(|_| {
             SimResponse::json(
@@ -350,21 +506,25 @@ async fn answer<H: Handler>(
         });
     if drop_answer {
         accounting.record(&method, &path, 0, Some("dropped-answer"));
-        return Err(InjectedReset);
+        return None;
     }
     accounting.record(&method, &path, response.status, None);
-    Ok(to_hyper(response))
+    Some(response)
 }
 
-fn to_hyper(response: SimResponse) -> Response<Full<Bytes>> {
+fn to_hyper(response: SimResponse) -> Response<Body> {
     let mut builder = Response::builder()
         .status(StatusCode::from_u16(response.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR));
     for (name, value) in &response.headers {
         builder = builder.header(name.as_str(), value.as_str());
     }
+    let body = match response.stream {
+        Some(chunks) => ChannelBody(chunks).boxed(),
+        None => Full::new(Bytes::from(response.body)).boxed(),
+    };
     builder
-        .body(Full::new(Bytes::from(response.body)))
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new())))
+        .body(body)
+        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
 #[cfg(test)]

@@ -342,11 +342,7 @@ fn kv2_patch(
     };
     let Some(secret) = store.get_mut(path) else {
         // The real server answers an empty 404 here.
-        return SimResponse {
-            status: 404,
-            headers: vec![("content-type".into(), "application/json".into())],
-            body: Vec::new(),
-        };
+        return SimResponse::bytes(404, "application/json", Vec::new());
     };
     if !cas_matches(cas, secret.current_version) {
         return errors(400, &[CAS_MISMATCH]);

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime};
 
-use super::http::{Accounting, Faults, Handler, SimRequest, SimResponse, decode};
+use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
 
 mod kv1;
 mod kv2;
@@ -54,8 +54,7 @@ pub struct BaoSim {
     cluster_id: String,
     started: SystemTime,
     state: Mutex<State>,
-    faults: Mutex<Faults>,
-    rate_limit_left: Mutex<u32>,
+    faults: FaultState,
     accounting: Accounting,
 }
 
@@ -117,11 +116,7 @@ fn not_found() -> SimResponse {
 }
 
 fn no_content() -> SimResponse {
-    SimResponse {
-        status: 204,
-        headers: vec![("content-type".into(), "application/json".into())],
-        body: Vec::new(),
-    }
+    SimResponse::bytes(204, "application/json", Vec::new())
 }
 
 fn not_implemented(what: &str) -> SimResponse {
@@ -297,8 +292,7 @@ impl BaoSim {
                 mounts: dev_mounts(),
                 policies: builtin_policies(),
             }),
-            faults: Mutex::new(Faults::default()),
-            rate_limit_left: Mutex::new(0),
+            faults: FaultState::default(),
             accounting: Accounting::default(),
         }
     }
@@ -313,21 +307,13 @@ impl BaoSim {
     }
 
     pub fn set_faults(&self, faults: Faults) {
-        *lock(&self.rate_limit_left) = faults.rate_limit_burst;
-        *lock(&self.faults) = faults;
+        self.faults.set(faults);
     }
 
     fn authorised(&self, request: &SimRequest) -> bool {
-        let token = request
-            .header("x-vault-token")
-            .map(str::to_string)
-            .or_else(|| {
-                request
-                    .header("authorization")
-                    .and_then(|value| value.strip_prefix("Bearer "))
-                    .map(str::to_string)
-            });
-        token.is_some_and(|token| !token.is_empty() && token == self.root_token)
+        request
+            .token("x-vault-token")
+            .is_some_and(|token| !token.is_empty() && token == self.root_token)
     }
 
     fn route(&self, request: &SimRequest) -> SimResponse {
@@ -409,7 +395,7 @@ impl BaoSim {
                 self.accounting.clear();
                 SimResponse::json(200, &json!({"cleared": true}))
             }
-            ("GET", "/-/sim/faults") => SimResponse::json(200, &json!(*lock(&self.faults))),
+            ("GET", "/-/sim/faults") => SimResponse::json(200, &json!(self.faults.get())),
             ("PUT", "/-/sim/faults") => match serde_json::from_slice::<Faults>(&request.body) {
                 Ok(faults) => {
                     self.set_faults(faults.clone());
@@ -439,11 +425,7 @@ fn redirect(request: &SimRequest, cleaned: &str) -> SimResponse {
         answer.headers = vec![("content-type".into(), "text/html; charset=utf-8".into())];
         answer
     } else {
-        SimResponse {
-            status: 307,
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
+        SimResponse::empty(307)
     };
     answer.headers.push(("location".into(), location));
     answer
@@ -454,18 +436,8 @@ impl Handler for BaoSim {
         self.route(&request)
     }
 
-    fn faults(&self) -> Faults {
-        lock(&self.faults).clone()
-    }
-
-    fn take_rate_limit(&self) -> bool {
-        let mut left = lock(&self.rate_limit_left);
-        if *left > 0 {
-            *left -= 1;
-            true
-        } else {
-            false
-        }
+    fn faults(&self) -> &FaultState {
+        &self.faults
     }
 
     fn accounting(&self) -> &Accounting {
@@ -535,13 +507,8 @@ pub fn start_on(listener: std::net::TcpListener, root_token: &str) -> Result<Run
             .map_err(|error| format!("cannot use the listener on {bound}: {error}"))?
     };
     let server = runtime.spawn(super::http::serve(listener, sim.clone()));
-    let host = if bound.is_ipv6() {
-        format!("[{}]", bound.ip())
-    } else {
-        bound.ip().to_string()
-    };
     Ok(Running {
-        url: format!("http://{host}:{}", bound.port()),
+        url: format!("http://{bound}"),
         token,
         sim,
         server,

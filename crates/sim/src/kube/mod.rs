@@ -188,28 +188,42 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
         "registry.gitlab.com/gitlab-org/build/cng/gitlab-toolbox-ee:v17.9.0",
         json!({}),
     ))?;
-    apply(workload(
-        "Deployment",
-        "gitlab",
-        "gitlab-registry",
-        json!({"app": "registry", "release": "gitlab"}),
-        "registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry:v4.15.2-gitlab",
-        forward(5000, targets.registry),
-    ))?;
-    apply(json!({"apiVersion": "v1", "kind": "Service",
-                 "metadata": {"name": "gitlab-registry", "namespace": "gitlab"},
-                 "spec": {"selector": {"app": "registry"}, "ports": [{"name": "http", "port": 5000}]}}))?;
-    apply(workload(
-        "StatefulSet",
-        "openbao",
-        "openbao",
-        json!({"app.kubernetes.io/name": "openbao"}),
-        "quay.io/openbao/openbao:2.2.0",
-        forward(8200, targets.openbao),
-    ))?;
-    apply(json!({"apiVersion": "v1", "kind": "Service",
-                 "metadata": {"name": "openbao", "namespace": "openbao"},
-                 "spec": {"selector": {"app.kubernetes.io/name": "openbao"}, "ports": [{"name": "http", "port": 8200}]}}))?;
+    // Workloads whose port forwards reach a real listener, each behind a Service.
+    let forwarded = [
+        (
+            "Deployment",
+            "gitlab",
+            "gitlab-registry",
+            json!({"app": "registry", "release": "gitlab"}),
+            json!({"app": "registry"}),
+            "registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry:v4.15.2-gitlab",
+            5000,
+            targets.registry,
+        ),
+        (
+            "StatefulSet",
+            "openbao",
+            "openbao",
+            json!({"app.kubernetes.io/name": "openbao"}),
+            json!({"app.kubernetes.io/name": "openbao"}),
+            "quay.io/openbao/openbao:2.2.0",
+            8200,
+            targets.openbao,
+        ),
+    ];
+    for (kind, namespace, name, labels, selector, image, port, target) in forwarded {
+        apply(workload(
+            kind,
+            namespace,
+            name,
+            labels,
+            image,
+            forward(port, target),
+        ))?;
+        apply(json!({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": name, "namespace": namespace},
+                     "spec": {"selector": selector, "ports": [{"name": "http", "port": port}]}}))?;
+    }
     Ok(())
 }
 
@@ -294,12 +308,7 @@ pub fn start_with(
         tokio::net::TcpListener::from_std(listener).map_err(|error| error.to_string())?
     };
     let bound = listener.local_addr().map_err(|error| error.to_string())?;
-    let host = if bound.is_ipv6() {
-        format!("[{}]", bound.ip())
-    } else {
-        bound.ip().to_string()
-    };
-    let url = format!("https://{host}:{}", bound.port());
+    let url = format!("https://{bound}");
     let token = sim.token.clone();
     let ca_pem = tls.ca_pem.clone();
     sim.cluster().root_ca_pem = ca_pem.clone();

@@ -5,20 +5,13 @@ use super::cluster::{ApiError, Cluster, PatchType, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, protobuf, table};
-use crate::http::{Accounting, decode};
+use crate::http::{Accounting, SimRequest, SimResponse, decode};
 use futures::{SinkExt, StreamExt};
-use http_body_util::{BodyExt, Full, combinators::BoxBody};
-use hyper::body::{Bytes, Frame, Incoming};
-use hyper::{Request, Response};
+use hyper::body::Bytes;
 use serde_json::{Value, json};
-use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
-
-type Body = BoxBody<Bytes, Infallible>;
 
 /// What an exec into a pod runs.
 #[derive(Debug, Clone)]
@@ -65,36 +58,15 @@ impl KubeSim {
     }
 }
 
-/// A streamed body fed through a channel (watches).
-struct ChannelBody(tokio::sync::mpsc::Receiver<Bytes>);
-
-impl hyper::body::Body for ChannelBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        self.0
-            .poll_recv(cx)
-            .map(|chunk| chunk.map(|bytes| Ok(Frame::data(bytes))))
-    }
+fn full(status: u16, content_type: &str, body: Vec<u8>) -> SimResponse {
+    SimResponse::bytes(status, content_type, body)
 }
 
-fn full(status: u16, content_type: &str, body: Vec<u8>) -> Response<Body> {
-    Response::builder()
-        .status(status)
-        .header("content-type", content_type)
-        .body(Full::new(Bytes::from(body)).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+fn json_response(status: u16, value: &Value) -> SimResponse {
+    SimResponse::json(status, value)
 }
 
-fn json_response(status: u16, value: &Value) -> Response<Body> {
-    full(status, "application/json", value.to_string().into_bytes())
-}
-
-fn error_response(error: &ApiError) -> Response<Body> {
+fn error_response(error: &ApiError) -> SimResponse {
     json_response(error.code, &error.status())
 }
 
@@ -112,36 +84,11 @@ pub async fn serve(
             controllers::reconcile(&mut controller.cluster());
         }
     });
-    loop {
-        let Ok((stream, _peer)) = listener.accept().await else {
-            // Out of file descriptors or similar: back off rather than spin.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
+    crate::http::accept_loop(listener, Some(tls), move |request| {
         let sim = sim.clone();
-        let tls = tls.clone();
-        tokio::spawn(async move {
-            let Ok(Ok(stream)) =
-                tokio::time::timeout(Duration::from_secs(10), tls.accept(stream)).await
-            else {
-                return;
-            };
-            let io = hyper_util::rt::TokioIo::new(stream);
-            let service = hyper::service::service_fn(move |request| {
-                let sim = sim.clone();
-                async move { Ok::<_, Infallible>(answer(sim, request).await) }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .serve_connection(io, service)
-                .with_upgrades()
-                .await;
-        });
-    }
-}
-
-/// The query as ordered pairs (exec repeats `command`).
-fn query_pairs(query: Option<&str>) -> Vec<(String, String)> {
-    query.map(crate::http::url_form).unwrap_or_default()
+        async move { Some(answer(sim, request).await) }
+    })
+    .await;
 }
 
 fn query_value<'a>(pairs: &'a [(String, String)], key: &str) -> Option<&'a str> {
@@ -256,18 +203,11 @@ fn manager_of(pairs: &[(String, String)], user_agent: &str) -> String {
         })
 }
 
-async fn answer(sim: Arc<KubeSim>, mut request: Request<Incoming>) -> Response<Body> {
-    let method = request.method().to_string();
-    let path = request.uri().path().to_string();
-    let pairs = query_pairs(request.uri().query());
-    let header = |name: &str| {
-        request
-            .headers()
-            .get(name)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("")
-            .to_string()
-    };
+async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
+    let method = request.method.clone();
+    let path = request.path.clone();
+    let on_upgrade = request.upgrade.take();
+    let header = |name: &str| request.header(name).unwrap_or("").to_string();
     if !sim.token.is_empty() {
         let expected = format!("Bearer {}", sim.token);
         if header("authorization") != expected {
@@ -291,45 +231,43 @@ async fn answer(sim: Arc<KubeSim>, mut request: Request<Incoming>) -> Response<B
     }
     if path.ends_with("/exec") || path.ends_with("/portforward") {
         let upgrade = header("upgrade").to_ascii_lowercase();
-        let response = if upgrade == "websocket" {
-            let protocols = header("sec-websocket-protocol");
-            let key = header("sec-websocket-key");
-            let on_upgrade = hyper::upgrade::on(&mut request);
-            stream_session(&sim, &path, &pairs, &protocols, &key, on_upgrade)
-        } else {
-            error_response(&ApiError::bad_request(format!(
+        let response = match on_upgrade {
+            Some(on_upgrade) if upgrade == "websocket" => {
+                let protocols = header("sec-websocket-protocol");
+                let key = header("sec-websocket-key");
+                stream_session(
+                    &sim,
+                    &path,
+                    &request.query_pairs,
+                    &protocols,
+                    &key,
+                    on_upgrade,
+                )
+            }
+            _ => error_response(&ApiError::bad_request(format!(
                 "the simulator speaks the WebSocket exec and port-forward protocols (v5.channel.k8s.io, v4.channel.k8s.io), not {}",
                 if upgrade.is_empty() {
                     "plain HTTP".into()
                 } else {
                     upgrade
                 }
-            )))
+            ))),
         };
-        sim.accounting
-            .record(&method, &path, response.status().as_u16(), None);
+        sim.accounting.record(&method, &path, response.status, None);
         return response;
     }
-    let content_type = header("content-type");
-    let accept = header("accept");
-    let user_agent = header("user-agent");
-    let body = match request.into_body().collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(_) => Bytes::new(),
-    };
     let response = route(
         &sim,
         &method,
         &path,
-        &pairs,
-        &content_type,
-        &accept,
-        &user_agent,
-        &body,
+        &request.query_pairs,
+        &header("content-type"),
+        &header("accept"),
+        &header("user-agent"),
+        &request.body,
     )
     .await;
-    sim.accounting
-        .record(&method, &path, response.status().as_u16(), None);
+    sim.accounting.record(&method, &path, response.status, None);
     response
 }
 
@@ -343,7 +281,7 @@ async fn route(
     accept: &str,
     user_agent: &str,
     body: &[u8],
-) -> Response<Body> {
+) -> SimResponse {
     let trimmed = path.trim_end_matches('/');
     if method == "GET" {
         match trimmed {
@@ -595,11 +533,7 @@ fn resource_call(
 
 /// A watch: initial events (when asked or from version 0), a bookmark marking their end,
 /// then live events, until `timeoutSeconds` (at most 30 minutes) or the client goes away.
-fn watch_response(
-    sim: &Arc<KubeSim>,
-    target: &Target,
-    pairs: &[(String, String)],
-) -> Response<Body> {
+fn watch_response(sim: &Arc<KubeSim>, target: &Target, pairs: &[(String, String)]) -> SimResponse {
     let rt = target.rt.clone();
     let labels = match LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or("")) {
         Ok(selector) => selector,
@@ -709,12 +643,8 @@ fn watch_response(
             }
         }
     });
-    Response::builder()
-        .status(200)
-        .header("content-type", "application/json")
-        .header("transfer-encoding", "chunked")
-        .body(ChannelBody(channel).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+    SimResponse::stream(200, "application/json", channel)
+        .with_header("transfer-encoding", "chunked")
 }
 
 /// Answers the WebSocket upgrade of an exec or port-forward and runs the session.
@@ -725,7 +655,7 @@ fn stream_session(
     protocols: &str,
     key: &str,
     on_upgrade: hyper::upgrade::OnUpgrade,
-) -> Response<Body> {
+) -> SimResponse {
     let Some((group, version, rest)) = split_api_path(path) else {
         return error_response(&ApiError::new(404, "NotFound", "not found"));
     };
@@ -782,14 +712,11 @@ fn stream_session(
             port_forward_session(socket, pod, pairs).await;
         }
     });
-    Response::builder()
-        .status(101)
-        .header("upgrade", "websocket")
-        .header("connection", "Upgrade")
-        .header("sec-websocket-accept", accept)
-        .header("sec-websocket-protocol", protocol)
-        .body(Full::new(Bytes::new()).boxed())
-        .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
+    SimResponse::empty(101)
+        .with_header("upgrade", "websocket")
+        .with_header("connection", "Upgrade")
+        .with_header("sec-websocket-accept", accept)
+        .with_header("sec-websocket-protocol", protocol)
 }
 
 type Socket = tokio_tungstenite::WebSocketStream<hyper_util::rt::TokioIo<hyper::upgrade::Upgraded>>;
