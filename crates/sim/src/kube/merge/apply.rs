@@ -10,7 +10,7 @@ use super::fields_v1::{
 };
 use super::managed_fields::{Entry, managed_fields_of, read_entries, write_entries};
 use super::schema::{SCALAR_SET, is_atomic_map, list_merge_key, str_refs};
-use super::{MergeError, invalid, opt_json_eq};
+use super::{MergeError, invalid, object_member, opt_json_eq};
 
 /// Server-side apply (Content-Type application/apply-patch+yaml), as in <https://kubernetes.io/docs/reference/using-api/server-side-apply/>:
 /// `live` is the stored object (None when it does not exist: create), `applied` the manager's full intent (already parsed from YAML to JSON).
@@ -158,15 +158,7 @@ fn ssa_merge_root(obj: &mut Value, applied: &Map<String, Value>, kind: &str) {
                 let Value::Object(applied_meta) = value else {
                     continue;
                 };
-                let meta = root
-                    .entry("metadata")
-                    .or_insert_with(|| Value::Object(Map::new()));
-                if !meta.is_object() {
-                    *meta = Value::Object(Map::new());
-                }
-                let Value::Object(meta) = meta else {
-                    continue;
-                };
+                let meta = object_member(root, "metadata");
                 names.push("metadata".to_string());
                 for (mk, mv) in applied_meta {
                     // name/namespace are needed on create; the rest is the server's.

@@ -52,111 +52,121 @@ pub(super) fn object_fields(
     scope: Scope,
     strict: bool,
 ) -> Result<FieldSet, MergeError> {
-    let mut out = FieldSet::new();
-    let Value::Object(root) = obj else {
-        return Ok(out);
+    let mut collector = FieldCollector {
+        kind,
+        strict,
+        names: Vec::new(),
+        path: Vec::new(),
+        out: FieldSet::new(),
     };
-    let mut names = Vec::new();
-    let mut path = Vec::new();
+    let Value::Object(root) = obj else {
+        return Ok(collector.out);
+    };
     for (key, value) in root {
         let wanted = match scope {
             Scope::Status => key == "status",
             Scope::Main => !matches!(key.as_str(), "apiVersion" | "kind" | "status"),
         };
-        if !wanted {
-            continue;
-        }
-        names.push(key.clone());
-        path.push(PathStep::Field(key.clone()));
         match (key.as_str(), value) {
-            ("metadata", Value::Object(meta)) => {
-                for (mk, mv) in meta {
-                    if IGNORED_METADATA.contains(&mk.as_str()) {
-                        continue;
-                    }
-                    names.push(mk.clone());
-                    path.push(PathStep::Field(mk.clone()));
-                    collect_fields(mv, kind, &mut names, &mut path, &mut out, strict)?;
-                    names.pop();
-                    path.pop();
+            _ if !wanted => {}
+            ("metadata", Value::Object(meta)) => collector.within(key, |collector| {
+                let owned = meta
+                    .iter()
+                    .filter(|(name, _)| !IGNORED_METADATA.contains(&name.as_str()));
+                for (name, field) in owned {
+                    collector.field(name, field)?;
                 }
-            }
+                Ok(())
+            })?,
             ("metadata", _) => {}
-            _ => collect_fields(value, kind, &mut names, &mut path, &mut out, strict)?,
+            _ => collector.field(key, value)?,
         }
-        names.pop();
-        path.pop();
     }
-    Ok(out)
+    Ok(collector.out)
 }
 
-fn collect_fields(
-    value: &Value,
-    kind: &str,
-    names: &mut Vec<String>,
-    path: &mut FieldPath,
-    out: &mut FieldSet,
+/// Walks a value depth first, adding the paths it owns to `out`.
+struct FieldCollector<'a> {
+    kind: &'a str,
     strict: bool,
-) -> Result<(), MergeError> {
-    match value {
-        // A null is "not set": nobody owns it.
-        Value::Null => {}
-        Value::Object(m) if !m.is_empty() && !is_atomic_map(kind, &str_refs(names)) => {
-            collect_children(m, kind, names, path, out, strict)?;
+    /// Field names from the root (list items skipped): the schema lookups' path.
+    names: Vec<String>,
+    path: FieldPath,
+    out: FieldSet,
+}
+
+impl FieldCollector<'_> {
+    /// Runs `inside` with `key` pushed onto the current path.
+    fn within(
+        &mut self,
+        key: &str,
+        inside: impl FnOnce(&mut Self) -> Result<(), MergeError>,
+    ) -> Result<(), MergeError> {
+        self.names.push(key.to_string());
+        self.path.push(PathStep::Field(key.to_string()));
+        let result = inside(self);
+        self.names.pop();
+        self.path.pop();
+        result
+    }
+
+    fn field(&mut self, key: &str, value: &Value) -> Result<(), MergeError> {
+        self.within(key, |collector| collector.value(value))
+    }
+
+    fn children(&mut self, map: &Map<String, Value>) -> Result<(), MergeError> {
+        for (key, child) in map {
+            self.field(key, child)?;
         }
-        Value::Array(items) if !items.is_empty() => match list_merge_key(kind, &str_refs(names)) {
-            None => {
-                out.insert(path.clone());
+        Ok(())
+    }
+
+    fn value(&mut self, value: &Value) -> Result<(), MergeError> {
+        let names = str_refs(&self.names);
+        match value {
+            // A null is "not set": nobody owns it.
+            Value::Null => {}
+            Value::Object(m) if !m.is_empty() && !is_atomic_map(self.kind, &names) => {
+                self.children(m)?;
             }
-            Some(SCALAR_SET) => {
-                for item in items {
-                    path.push(PathStep::Value(item.to_string()));
-                    out.insert(path.clone());
-                    path.pop();
+            Value::Array(items) if !items.is_empty() => match list_merge_key(self.kind, &names) {
+                None => {
+                    self.out.insert(self.path.clone());
                 }
-            }
-            Some(key) => match item_keys(items, key) {
-                Ok(keys) => {
-                    for (item, item_key) in items.iter().zip(keys) {
-                        path.push(PathStep::Key(item_key));
-                        out.insert(path.clone());
-                        if let Value::Object(m) = item {
-                            collect_children(m, kind, names, path, out, strict)?;
-                        }
-                        path.pop();
+                Some(SCALAR_SET) => {
+                    for item in items {
+                        self.path.push(PathStep::Value(item.to_string()));
+                        self.out.insert(self.path.clone());
+                        self.path.pop();
                     }
                 }
-                Err(msg) if strict => {
-                    return Err(invalid(format!("{}: {msg}", path_string(path))));
-                }
-                Err(_) => {
-                    out.insert(path.clone());
-                }
+                Some(key) => match item_keys(items, key) {
+                    Ok(keys) => {
+                        for (item, item_key) in items.iter().zip(keys) {
+                            self.path.push(PathStep::Key(item_key));
+                            self.out.insert(self.path.clone());
+                            let result = match item {
+                                Value::Object(m) => self.children(m),
+                                _ => Ok(()),
+                            };
+                            self.path.pop();
+                            result?;
+                        }
+                    }
+                    Err(msg) if self.strict => {
+                        return Err(invalid(format!("{}: {msg}", path_string(&self.path))));
+                    }
+                    Err(_) => {
+                        self.out.insert(self.path.clone());
+                    }
+                },
             },
-        },
-        _ => {
-            out.insert(path.clone());
+            _ => {
+                self.out.insert(self.path.clone());
+            }
         }
+        Ok(())
     }
-    Ok(())
-}
-
-fn collect_children(
-    map: &Map<String, Value>,
-    kind: &str,
-    names: &mut Vec<String>,
-    path: &mut FieldPath,
-    out: &mut FieldSet,
-    strict: bool,
-) -> Result<(), MergeError> {
-    for (key, child) in map {
-        names.push(key.clone());
-        path.push(PathStep::Field(key.clone()));
-        collect_fields(child, kind, names, path, out, strict)?;
-        names.pop();
-        path.pop();
-    }
-    Ok(())
 }
 
 /// The `k:` identity of each item of an associative list, or why the list is not one.
@@ -209,42 +219,53 @@ fn key_matches(item: &Value, key: &Map<String, Value>) -> bool {
     key.iter().all(|(k, v)| item.get(k) == Some(v))
 }
 
-pub(super) fn value_at<'a>(value: &'a Value, path: &[PathStep]) -> Option<&'a Value> {
-    let mut cur = value;
-    for step in path {
-        cur = match step {
-            PathStep::Field(name) => cur.as_object()?.get(name)?,
-            PathStep::Key(json) => {
-                let key = parse_key(json)?;
-                cur.as_array()?.iter().find(|e| key_matches(e, &key))?
-            }
-            PathStep::Value(json) => {
-                let wanted: Value = serde_json::from_str(json).ok()?;
-                cur.as_array()?.iter().find(|e| **e == wanted)?
-            }
-        };
+/// Which items of a list a `k:` or `v:` step names.
+enum ItemMatch {
+    Key(Map<String, Value>),
+    Value(Value),
+}
+
+impl ItemMatch {
+    /// None for a field step, or a key that does not parse.
+    fn of(step: &PathStep) -> Option<ItemMatch> {
+        match step {
+            PathStep::Field(_) => None,
+            PathStep::Key(json) => parse_key(json).map(ItemMatch::Key),
+            PathStep::Value(json) => serde_json::from_str(json).ok().map(ItemMatch::Value),
+        }
     }
-    Some(cur)
+
+    fn matches(&self, item: &Value) -> bool {
+        match self {
+            ItemMatch::Key(key) => key_matches(item, key),
+            ItemMatch::Value(wanted) => item == wanted,
+        }
+    }
+}
+
+pub(super) fn value_at<'a>(value: &'a Value, path: &[PathStep]) -> Option<&'a Value> {
+    path.iter().try_fold(value, |cur, step| match step {
+        PathStep::Field(name) => cur.get(name),
+        _ => cur.get(item_index(cur, step)?),
+    })
 }
 
 fn value_at_mut<'a>(value: &'a mut Value, path: &[PathStep]) -> Option<&'a mut Value> {
-    let mut cur = value;
-    for step in path {
-        cur = match step {
-            PathStep::Field(name) => cur.as_object_mut()?.get_mut(name)?,
-            PathStep::Key(json) => {
-                let key = parse_key(json)?;
-                cur.as_array_mut()?
-                    .iter_mut()
-                    .find(|e| key_matches(e, &key))?
-            }
-            PathStep::Value(json) => {
-                let wanted: Value = serde_json::from_str(json).ok()?;
-                cur.as_array_mut()?.iter_mut().find(|e| **e == wanted)?
-            }
-        };
-    }
-    Some(cur)
+    path.iter().try_fold(value, |cur, step| match step {
+        PathStep::Field(name) => cur.get_mut(name),
+        _ => {
+            let index = item_index(cur, step)?;
+            cur.get_mut(index)
+        }
+    })
+}
+
+/// The index of the first item of the list `list` that the `k:` or `v:` step names.
+fn item_index(list: &Value, step: &PathStep) -> Option<usize> {
+    let wanted = ItemMatch::of(step)?;
+    list.as_array()?
+        .iter()
+        .position(|item| wanted.matches(item))
 }
 
 /// Removes the field or list item at `path`; false when it was not there.
@@ -255,29 +276,17 @@ pub(super) fn remove_at(value: &mut Value, path: &[PathStep]) -> bool {
     let Some(parent) = value_at_mut(value, parent_path) else {
         return false;
     };
-    match last {
-        PathStep::Field(name) => parent
+    if let PathStep::Field(name) = last {
+        return parent
             .as_object_mut()
-            .is_some_and(|m| m.remove(name).is_some()),
-        PathStep::Key(json) => {
-            let (Some(key), Some(items)) = (parse_key(json), parent.as_array_mut()) else {
-                return false;
-            };
-            let before = items.len();
-            items.retain(|e| !key_matches(e, &key));
-            items.len() != before
-        }
-        PathStep::Value(json) => {
-            let (Ok(wanted), Some(items)) =
-                (serde_json::from_str::<Value>(json), parent.as_array_mut())
-            else {
-                return false;
-            };
-            let before = items.len();
-            items.retain(|e| *e != wanted);
-            items.len() != before
-        }
+            .is_some_and(|m| m.remove(name).is_some());
     }
+    let (Some(wanted), Some(items)) = (ItemMatch::of(last), parent.as_array_mut()) else {
+        return false;
+    };
+    let before = items.len();
+    items.retain(|e| !wanted.matches(e));
+    items.len() != before
 }
 
 /// Whether `set` holds `path` or anything below it.

@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 use super::fields_v1::{
     FieldSet, PathStep, Scope, decode_fields, encode_fields, object_fields, value_at,
 };
-use super::opt_json_eq;
+use super::{object_member, opt_json_eq};
 
 /// One `metadata.managedFields` entry: its JSON (other members kept as they were) and its set.
 pub(super) struct Entry {
@@ -81,19 +81,12 @@ pub(super) fn write_entries(obj: &mut Value, entries: &[Entry]) {
     let Value::Object(root) = obj else {
         return;
     };
-    let meta = root
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    if let Value::Object(meta) = meta {
-        if entries.is_empty() {
-            meta.remove("managedFields");
-        } else {
-            let list = entries.iter().map(Entry::to_json).collect();
-            meta.insert("managedFields".into(), Value::Array(list));
-        }
+    let meta = object_member(root, "metadata");
+    if entries.is_empty() {
+        meta.remove("managedFields");
+    } else {
+        let list = entries.iter().map(Entry::to_json).collect();
+        meta.insert("managedFields".into(), Value::Array(list));
     }
 }
 

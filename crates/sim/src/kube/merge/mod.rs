@@ -13,7 +13,7 @@
 
 use std::fmt;
 
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 mod apply;
 mod fields_v1;
@@ -77,6 +77,18 @@ pub fn json_merge_patch(target: &Value, patch: &Value) -> Value {
 }
 
 /// JSON equality where numbers compare by value (1 == 1.0), as RFC 6902 `test` requires.
+/// The object at `map[key]`, made an empty object first when it is missing or not an object.
+fn object_member<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let member = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
+    if !member.is_object() {
+        *member = Value::Object(Map::new());
+    }
+    match member {
+        Value::Object(object) => object,
+        _ => unreachable!("made an object above"),
+    }
+}
+
 pub(super) fn json_eq(a: &Value, b: &Value) -> bool {
     match (a, b) {
         (Value::Number(x), Value::Number(y)) => {

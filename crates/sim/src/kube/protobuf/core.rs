@@ -2,7 +2,9 @@
 
 use serde_json::{Map, Value};
 
-use super::json::{child, default_str, push, put_map_entry, put_str, time_value};
+use super::json::{
+    child, default_str, push, put_bool_field, put_map_entry, put_str, put_string_field, time_value,
+};
 use super::meta::decode_object_meta;
 use super::wire::{Field, Reader};
 
@@ -25,12 +27,9 @@ pub(super) fn decode_secret(
         match f.num {
             1 => metadata_field(&f, "Secret.metadata", out)?,
             2 => put_map_entry(out, "data", &f, "Secret.data", true)?,
-            3 => put_str(out, "type", f.string("Secret.type")?, true),
+            3 => put_string_field(out, &f, "Secret", "type", true)?,
             4 => put_map_entry(out, "stringData", &f, "Secret.stringData", false)?,
-            5 => {
-                let v = f.boolean("Secret.immutable")?;
-                out.insert("immutable".into(), Value::Bool(v));
-            }
+            5 => put_bool_field(out, &f, "Secret", "immutable")?,
             _ => {}
         }
     }
@@ -49,10 +48,7 @@ pub(super) fn decode_config_map(
             1 => metadata_field(&f, "ConfigMap.metadata", out)?,
             2 => put_map_entry(out, "data", &f, "ConfigMap.data", false)?,
             3 => put_map_entry(out, "binaryData", &f, "ConfigMap.binaryData", true)?,
-            4 => {
-                let v = f.boolean("ConfigMap.immutable")?;
-                out.insert("immutable".into(), Value::Bool(v));
-            }
+            4 => put_bool_field(out, &f, "ConfigMap", "immutable")?,
             _ => {}
         }
     }
@@ -86,7 +82,7 @@ pub(super) fn decode_namespace(
                 let mut s = Reader::new(b, off, "NamespaceStatus");
                 while let Some(g) = s.next_field()? {
                     match g.num {
-                        1 => put_str(status, "phase", g.string("NamespaceStatus.phase")?, true),
+                        1 => put_string_field(status, &g, "NamespaceStatus", "phase", true)?,
                         2 => {
                             let (cb, coff) = g.bytes("NamespaceStatus.conditions")?;
                             push(status, "conditions", decode_namespace_condition(cb, coff)?);
@@ -110,35 +106,15 @@ fn decode_namespace_condition(buf: &[u8], base: usize) -> Result<Value, String> 
     let mut r = Reader::new(buf, base, "NamespaceCondition");
     while let Some(f) = r.next_field()? {
         match f.num {
-            1 => put_str(
-                &mut out,
-                "type",
-                f.string("NamespaceCondition.type")?,
-                false,
-            ),
-            2 => put_str(
-                &mut out,
-                "status",
-                f.string("NamespaceCondition.status")?,
-                false,
-            ),
+            1 => put_string_field(&mut out, &f, "NamespaceCondition", "type", false)?,
+            2 => put_string_field(&mut out, &f, "NamespaceCondition", "status", false)?,
             // Non-pointer Time with plain omitempty: zero serializes as null.
             4 => {
                 let v = time_value(&f, "NamespaceCondition.lastTransitionTime")?;
                 out.insert("lastTransitionTime".into(), v);
             }
-            5 => put_str(
-                &mut out,
-                "reason",
-                f.string("NamespaceCondition.reason")?,
-                true,
-            ),
-            6 => put_str(
-                &mut out,
-                "message",
-                f.string("NamespaceCondition.message")?,
-                true,
-            ),
+            5 => put_string_field(&mut out, &f, "NamespaceCondition", "reason", true)?,
+            6 => put_string_field(&mut out, &f, "NamespaceCondition", "message", true)?,
             _ => {}
         }
     }
@@ -177,10 +153,7 @@ pub(super) fn decode_service_account(
                 }
                 push(out, "imagePullSecrets", Value::Object(item));
             }
-            4 => {
-                let v = f.boolean("ServiceAccount.automountServiceAccountToken")?;
-                out.insert("automountServiceAccountToken".into(), Value::Bool(v));
-            }
+            4 => put_bool_field(out, &f, "ServiceAccount", "automountServiceAccountToken")?,
             _ => {}
         }
     }

@@ -19,6 +19,32 @@ pub(super) fn put_str(out: &mut Map<String, Value>, key: &str, v: String, omitem
     }
 }
 
+/// Sets the string `key` of `message` from field `f` (see [`put_str`]); errors name
+/// `message.key`.
+pub(super) fn put_string_field(
+    out: &mut Map<String, Value>,
+    f: &Field<'_>,
+    message: &str,
+    key: &str,
+    omitempty: bool,
+) -> Result<(), String> {
+    let value = f.string(&format!("{message}.{key}"))?;
+    put_str(out, key, value, omitempty);
+    Ok(())
+}
+
+/// Sets the boolean `key` of `message` from field `f` (pointer fields: kept even when false).
+pub(super) fn put_bool_field(
+    out: &mut Map<String, Value>,
+    f: &Field<'_>,
+    message: &str,
+    key: &str,
+) -> Result<(), String> {
+    let value = f.boolean(&format!("{message}.{key}"))?;
+    out.insert(key.into(), Value::Bool(value));
+    Ok(())
+}
+
 pub(super) fn put_int_omitempty(out: &mut Map<String, Value>, key: &str, v: i64) {
     if v == 0 {
         out.remove(key);

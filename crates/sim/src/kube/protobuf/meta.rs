@@ -3,8 +3,8 @@
 use serde_json::{Map, Value};
 
 use super::json::{
-    child, decode_time, default_str, push, put_int_omitempty, put_map_entry, put_str, rfc3339,
-    time_value,
+    child, decode_time, default_str, push, put_bool_field, put_int_omitempty, put_map_entry,
+    put_string_field, rfc3339, time_value,
 };
 use super::wire::Reader;
 
@@ -17,22 +17,12 @@ pub(super) fn decode_object_meta(
     let mut r = Reader::new(buf, base, CTX);
     while let Some(f) = r.next_field()? {
         match f.num {
-            1 => put_str(out, "name", f.string("ObjectMeta.name")?, true),
-            2 => put_str(
-                out,
-                "generateName",
-                f.string("ObjectMeta.generateName")?,
-                true,
-            ),
-            3 => put_str(out, "namespace", f.string("ObjectMeta.namespace")?, true),
-            4 => put_str(out, "selfLink", f.string("ObjectMeta.selfLink")?, true),
-            5 => put_str(out, "uid", f.string("ObjectMeta.uid")?, true),
-            6 => put_str(
-                out,
-                "resourceVersion",
-                f.string("ObjectMeta.resourceVersion")?,
-                true,
-            ),
+            1 => put_string_field(out, &f, "ObjectMeta", "name", true)?,
+            2 => put_string_field(out, &f, "ObjectMeta", "generateName", true)?,
+            3 => put_string_field(out, &f, "ObjectMeta", "namespace", true)?,
+            4 => put_string_field(out, &f, "ObjectMeta", "selfLink", true)?,
+            5 => put_string_field(out, &f, "ObjectMeta", "uid", true)?,
+            6 => put_string_field(out, &f, "ObjectMeta", "resourceVersion", true)?,
             7 => put_int_omitempty(out, "generation", f.int64("ObjectMeta.generation")?),
             // `json:"creationTimestamp,omitempty,omitzero"`: zero is omitted.
             8 => match decode_time(&f, "ObjectMeta.creationTimestamp")? {
@@ -79,23 +69,12 @@ fn decode_owner_reference(buf: &[u8], base: usize) -> Result<Value, String> {
     let mut r = Reader::new(buf, base, "OwnerReference");
     while let Some(f) = r.next_field()? {
         match f.num {
-            1 => put_str(&mut out, "kind", f.string("OwnerReference.kind")?, false),
-            3 => put_str(&mut out, "name", f.string("OwnerReference.name")?, false),
-            4 => put_str(&mut out, "uid", f.string("OwnerReference.uid")?, false),
-            5 => put_str(
-                &mut out,
-                "apiVersion",
-                f.string("OwnerReference.apiVersion")?,
-                false,
-            ),
-            6 => {
-                let v = f.boolean("OwnerReference.controller")?;
-                out.insert("controller".into(), Value::Bool(v));
-            }
-            7 => {
-                let v = f.boolean("OwnerReference.blockOwnerDeletion")?;
-                out.insert("blockOwnerDeletion".into(), Value::Bool(v));
-            }
+            1 => put_string_field(&mut out, &f, "OwnerReference", "kind", false)?,
+            3 => put_string_field(&mut out, &f, "OwnerReference", "name", false)?,
+            4 => put_string_field(&mut out, &f, "OwnerReference", "uid", false)?,
+            5 => put_string_field(&mut out, &f, "OwnerReference", "apiVersion", false)?,
+            6 => put_bool_field(&mut out, &f, "OwnerReference", "controller")?,
+            7 => put_bool_field(&mut out, &f, "OwnerReference", "blockOwnerDeletion")?,
             _ => {}
         }
     }
@@ -112,44 +91,19 @@ fn decode_managed_fields_entry(buf: &[u8], base: usize) -> Result<Value, String>
     let mut r = Reader::new(buf, base, CTX);
     while let Some(f) = r.next_field()? {
         match f.num {
-            1 => put_str(
-                &mut out,
-                "manager",
-                f.string("ManagedFieldsEntry.manager")?,
-                true,
-            ),
-            2 => put_str(
-                &mut out,
-                "operation",
-                f.string("ManagedFieldsEntry.operation")?,
-                true,
-            ),
-            3 => put_str(
-                &mut out,
-                "apiVersion",
-                f.string("ManagedFieldsEntry.apiVersion")?,
-                true,
-            ),
+            1 => put_string_field(&mut out, &f, "ManagedFieldsEntry", "manager", true)?,
+            2 => put_string_field(&mut out, &f, "ManagedFieldsEntry", "operation", true)?,
+            3 => put_string_field(&mut out, &f, "ManagedFieldsEntry", "apiVersion", true)?,
             4 => {
                 let v = time_value(&f, "ManagedFieldsEntry.time")?;
                 out.insert("time".into(), v);
             }
-            6 => put_str(
-                &mut out,
-                "fieldsType",
-                f.string("ManagedFieldsEntry.fieldsType")?,
-                true,
-            ),
+            6 => put_string_field(&mut out, &f, "ManagedFieldsEntry", "fieldsType", true)?,
             7 => {
                 let (b, off) = f.bytes("ManagedFieldsEntry.fieldsV1")?;
                 out.insert("fieldsV1".into(), decode_fields_v1(b, off)?);
             }
-            8 => put_str(
-                &mut out,
-                "subresource",
-                f.string("ManagedFieldsEntry.subresource")?,
-                true,
-            ),
+            8 => put_string_field(&mut out, &f, "ManagedFieldsEntry", "subresource", true)?,
             _ => {}
         }
     }
@@ -191,27 +145,14 @@ pub(super) fn decode_delete_options(
                 while let Some(g) = p.next_field()? {
                     // Both are pointers upstream: kept when present.
                     match g.num {
-                        1 => put_str(pre, "uid", g.string("Preconditions.uid")?, false),
-                        2 => put_str(
-                            pre,
-                            "resourceVersion",
-                            g.string("Preconditions.resourceVersion")?,
-                            false,
-                        ),
+                        1 => put_string_field(pre, &g, "Preconditions", "uid", false)?,
+                        2 => put_string_field(pre, &g, "Preconditions", "resourceVersion", false)?,
                         _ => {}
                     }
                 }
             }
-            3 => {
-                let v = f.boolean("DeleteOptions.orphanDependents")?;
-                out.insert("orphanDependents".into(), Value::Bool(v));
-            }
-            4 => put_str(
-                out,
-                "propagationPolicy",
-                f.string("DeleteOptions.propagationPolicy")?,
-                false,
-            ),
+            3 => put_bool_field(out, &f, "DeleteOptions", "orphanDependents")?,
+            4 => put_string_field(out, &f, "DeleteOptions", "propagationPolicy", false)?,
             5 => push(
                 out,
                 "dryRun",

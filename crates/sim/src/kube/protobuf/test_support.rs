@@ -2,26 +2,24 @@
 
 use super::decode;
 
+/// A captured body in `crates/sim/fixtures/protobuf/`.
+macro_rules! captured {
+    ($name:literal) => {
+        include_bytes!(concat!("../../../fixtures/protobuf/", $name, ".bin"))
+    };
+}
+
 // Real request bodies captured from the real clients against a throw-away
 // loopback capture server (see each test for the command).
-pub(super) const NAMESPACE_CREATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/namespace-create.bin");
-pub(super) const SECRET_CREATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/secret-create.bin");
-pub(super) const SECRET_CREATE_BINARY: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/secret-create-binary.bin");
-pub(super) const CONFIGMAP_CREATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/configmap-create.bin");
-pub(super) const CONFIGMAP_CREATE_BINARY: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/configmap-create-binary.bin");
-pub(super) const SERVICEACCOUNT_CREATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/serviceaccount-create.bin");
-pub(super) const HELM_RELEASE_CREATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/helm-release-secret-create.bin");
-pub(super) const HELM_RELEASE_UPDATE: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/helm-release-secret-update.bin");
-pub(super) const DELETE_OPTIONS_HELM: &[u8] =
-    include_bytes!("../../../fixtures/protobuf/delete-options-helm-uninstall.bin");
+pub(super) const NAMESPACE_CREATE: &[u8] = captured!("namespace-create");
+pub(super) const SECRET_CREATE: &[u8] = captured!("secret-create");
+pub(super) const SECRET_CREATE_BINARY: &[u8] = captured!("secret-create-binary");
+pub(super) const CONFIGMAP_CREATE: &[u8] = captured!("configmap-create");
+pub(super) const CONFIGMAP_CREATE_BINARY: &[u8] = captured!("configmap-create-binary");
+pub(super) const SERVICEACCOUNT_CREATE: &[u8] = captured!("serviceaccount-create");
+pub(super) const HELM_RELEASE_CREATE: &[u8] = captured!("helm-release-secret-create");
+pub(super) const HELM_RELEASE_UPDATE: &[u8] = captured!("helm-release-secret-update");
+pub(super) const DELETE_OPTIONS_HELM: &[u8] = captured!("delete-options-helm-uninstall");
 
 pub(super) const ALL_FIXTURES: [&[u8]; 9] = [
     NAMESPACE_CREATE,

@@ -117,6 +117,24 @@ impl<'a> Reader<'a> {
         }
         let (num, wire, offset) = self.tag()?;
         let wire = match wire {
+            3 => {
+                self.skip_group(num, offset)?;
+                Wire::Group
+            }
+            4 => {
+                return Err(format!(
+                    "protobuf: {}: unexpected end-group for field {num} at offset {offset}",
+                    self.msg
+                ));
+            }
+            wire => self.payload(wire, num, offset)?,
+        };
+        Ok(Some(Field { num, wire, offset }))
+    }
+
+    /// Reads the payload of a field of wire type 0, 1, 2 or 5 (groups are the caller's).
+    fn payload(&mut self, wire: u8, num: u64, offset: usize) -> Result<Wire<'a>, String> {
+        Ok(match wire {
             0 => Wire::Varint(self.varint()?),
             1 => {
                 self.skip(8, "64-bit field")?;
@@ -138,16 +156,6 @@ impl<'a> Reader<'a> {
                 let start = self.skip(len, "length-delimited field")?;
                 Wire::Len(&self.buf[start..start + len], self.base + start)
             }
-            3 => {
-                self.skip_group(num, offset)?;
-                Wire::Group
-            }
-            4 => {
-                return Err(format!(
-                    "protobuf: {}: unexpected end-group for field {num} at offset {offset}",
-                    self.msg
-                ));
-            }
             5 => {
                 self.skip(4, "32-bit field")?;
                 Wire::Fixed32
@@ -158,8 +166,7 @@ impl<'a> Reader<'a> {
                     self.msg
                 ));
             }
-        };
-        Ok(Some(Field { num, wire, offset }))
+        })
     }
 
     /// Skips the body of a group started by field `num` (iteratively, so
@@ -175,17 +182,6 @@ impl<'a> Reader<'a> {
             }
             let (n, wire, at) = self.tag()?;
             match wire {
-                0 => {
-                    self.varint()?;
-                }
-                1 => {
-                    self.skip(8, "64-bit field")?;
-                }
-                2 => {
-                    let len = self.varint()?;
-                    let len = usize::try_from(len).unwrap_or(usize::MAX);
-                    self.skip(len, "length-delimited field")?;
-                }
                 3 => open.push(n),
                 4 if n == current => {
                     open.pop();
@@ -196,14 +192,8 @@ impl<'a> Reader<'a> {
                         self.msg
                     ));
                 }
-                5 => {
-                    self.skip(4, "32-bit field")?;
-                }
-                w => {
-                    return Err(format!(
-                        "protobuf: {}: invalid wire type {w} for field {n} at offset {at}",
-                        self.msg
-                    ));
+                wire => {
+                    self.payload(wire, n, at)?;
                 }
             }
         }
