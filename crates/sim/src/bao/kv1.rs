@@ -4,8 +4,8 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 use super::{
-    Op, SimRequest, SimResponse, TRAILING_SLASH, UNSUPPORTED_OPERATION, body_of, envelope, errors,
-    list_answer, list_keys, no_content, not_found,
+    Operation, SimRequest, SimResponse, TRAILING_SLASH, UNSUPPORTED_OPERATION, body_of, envelope,
+    errors, list_answer, list_keys, no_content, not_found,
 };
 
 /// The lease a KV v1 read reports (the system default TTL, 32 days).
@@ -14,12 +14,12 @@ pub(super) const KV1_LEASE_SECONDS: u64 = 2_764_800;
 /// A KV v1 mount: plain keys, no versions.
 pub(super) fn kv1(
     store: &mut BTreeMap<String, Map<String, Value>>,
-    op: Op,
+    op: Operation,
     path: &str,
     request: &SimRequest,
 ) -> SimResponse {
     match op {
-        Op::Read => match store.get(path) {
+        Operation::Read => match store.get(path) {
             Some(data) => {
                 let mut answer = envelope(Value::Object(data.clone()));
                 answer["lease_duration"] = json!(KV1_LEASE_SECONDS);
@@ -27,8 +27,8 @@ pub(super) fn kv1(
             }
             None => not_found(),
         },
-        Op::List => list_answer(list_keys(store.keys(), path)),
-        Op::Write => {
+        Operation::List => list_answer(list_keys(store.keys(), path)),
+        Operation::Write => {
             let data = match body_of(request) {
                 Ok(Value::Object(data)) => data,
                 Ok(_) => return errors(400, &["no data provided"]),
@@ -40,10 +40,10 @@ pub(super) fn kv1(
             store.insert(path.to_string(), data);
             no_content()
         }
-        Op::Delete => {
+        Operation::Delete => {
             store.remove(path);
             no_content()
         }
-        Op::Patch => errors(405, &[UNSUPPORTED_OPERATION]),
+        Operation::Patch => errors(405, &[UNSUPPORTED_OPERATION]),
     }
 }

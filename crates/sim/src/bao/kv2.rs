@@ -5,7 +5,7 @@ use serde_json::{Map, Value, json};
 use std::collections::BTreeMap;
 
 use super::{
-    Op, SimRequest, SimResponse, TRAILING_SLASH, UNSUPPORTED_OPERATION, body_of, data_field,
+    Operation, SimRequest, SimResponse, TRAILING_SLASH, UNSUPPORTED_OPERATION, body_of, data_field,
     envelope, errors, json_error, list_answer, list_keys, no_content, not_found, not_implemented,
     number, ok, timestamp,
 };
@@ -157,25 +157,25 @@ fn versions_field(body: &Value) -> Result<Vec<u64>, SimResponse> {
 /// The KV v2 routes of one mount (`sub` is the path after the mount).
 pub(super) fn kv2(
     store: &mut BTreeMap<String, Secret>,
-    op: Op,
+    op: Operation,
     sub: &str,
     request: &SimRequest,
 ) -> SimResponse {
     let (head, path) = sub.split_once('/').unwrap_or((sub, ""));
     match (head, op) {
-        ("config", Op::Read) if path.is_empty() => ok(json!({
+        ("config", Operation::Read) if path.is_empty() => ok(json!({
             "cas_required": false,
             "delete_version_after": "0s",
             "max_versions": 0,
             "metadata_cas_required": false,
         })),
-        ("config", Op::Write) if path.is_empty() => {
+        ("config", Operation::Write) if path.is_empty() => {
             not_implemented("writing a KV v2 mount's config")
         }
-        ("data", Op::Read) => kv2_read(store, path, request),
-        ("data", Op::Write) => kv2_write(store, path, request),
-        ("data", Op::Patch) => kv2_patch(store, path, request),
-        ("data", Op::Delete) => {
+        ("data", Operation::Read) => kv2_read(store, path, request),
+        ("data", Operation::Write) => kv2_write(store, path, request),
+        ("data", Operation::Patch) => kv2_patch(store, path, request),
+        ("data", Operation::Delete) => {
             if let Some(secret) = store.get_mut(path) {
                 let current = secret.current_version;
                 if let Some(version) = secret.versions.get_mut(&current)
@@ -187,19 +187,19 @@ pub(super) fn kv2(
             }
             no_content()
         }
-        ("metadata", Op::Read) => match store.get(path) {
+        ("metadata", Operation::Read) => match store.get(path) {
             Some(secret) => ok(secret.metadata()),
             None => not_found(),
         },
-        ("metadata", Op::List) => list_answer(list_keys(store.keys(), path)),
-        ("metadata", Op::Delete) => {
+        ("metadata", Operation::List) => list_answer(list_keys(store.keys(), path)),
+        ("metadata", Operation::Delete) => {
             store.remove(path);
             no_content()
         }
-        ("metadata", Op::Write | Op::Patch) => {
+        ("metadata", Operation::Write | Operation::Patch) => {
             not_implemented("KV v2 metadata writes (max_versions, custom_metadata)")
         }
-        ("delete" | "undelete" | "destroy", Op::Write) => {
+        ("delete" | "undelete" | "destroy", Operation::Write) => {
             let versions = match body_of(request).and_then(|body| versions_field(&body)) {
                 Ok(versions) => versions,
                 Err(answer) => return answer,
@@ -231,11 +231,11 @@ pub(super) fn kv2(
         // Anything else under a KV v2 mount: a 404 with a warning (and no `errors`).
         _ => {
             let verb = match op {
-                Op::Read => "get",
-                Op::List => "list",
-                Op::Write => "put",
-                Op::Patch => "patch",
-                Op::Delete => "delete",
+                Operation::Read => "get",
+                Operation::List => "list",
+                Operation::Write => "put",
+                Operation::Patch => "patch",
+                Operation::Delete => "delete",
             };
             let mut answer = envelope(Value::Null);
             answer["warnings"] = json!([format!(

@@ -130,7 +130,7 @@ fn not_implemented(what: &str) -> SimResponse {
 
 /// What a request does, as OpenBao sees it (`GET ?list=true` is a LIST; PUT and POST are one).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Op {
+enum Operation {
     Read,
     List,
     Write,
@@ -138,14 +138,16 @@ enum Op {
     Delete,
 }
 
-fn operation(request: &SimRequest) -> Option<Op> {
+fn operation(request: &SimRequest) -> Option<Operation> {
     match request.method.as_str() {
-        "LIST" => Some(Op::List),
-        "GET" | "HEAD" if request.query.get("list").is_some_and(|v| v == "true") => Some(Op::List),
-        "GET" | "HEAD" => Some(Op::Read),
-        "POST" | "PUT" => Some(Op::Write),
-        "PATCH" => Some(Op::Patch),
-        "DELETE" => Some(Op::Delete),
+        "LIST" => Some(Operation::List),
+        "GET" | "HEAD" if request.query.get("list").is_some_and(|v| v == "true") => {
+            Some(Operation::List)
+        }
+        "GET" | "HEAD" => Some(Operation::Read),
+        "POST" | "PUT" => Some(Operation::Write),
+        "PATCH" => Some(Operation::Patch),
+        "DELETE" => Some(Operation::Delete),
         _ => None,
     }
 }
@@ -334,11 +336,15 @@ impl BaoSim {
         let mut state = lock(&self.state);
         // The endpoints that answer without a token, and on a sealed server.
         match (op, path.as_str()) {
-            (Op::Read, "sys/health") => return self.health(&state, request),
-            (Op::Read, "sys/seal-status") => return self.seal_status(&state),
-            (Op::Read, "sys/init") => return SimResponse::json(200, &json!({"initialized": true})),
-            (Op::Write, "sys/init") => return errors(400, &["Vault is already initialized"]),
-            (Op::Write, "sys/unseal") => return self.unseal(&mut state, request),
+            (Operation::Read, "sys/health") => return self.health(&state, request),
+            (Operation::Read, "sys/seal-status") => return self.seal_status(&state),
+            (Operation::Read, "sys/init") => {
+                return SimResponse::json(200, &json!({"initialized": true}));
+            }
+            (Operation::Write, "sys/init") => {
+                return errors(400, &["Vault is already initialized"]);
+            }
+            (Operation::Write, "sys/unseal") => return self.unseal(&mut state, request),
             _ => {}
         }
         if state.sealed {
@@ -350,7 +356,7 @@ impl BaoSim {
         if path == "sys" || path.starts_with("sys/") {
             return self.sys(&mut state, op, &path, request);
         }
-        if path == "auth/token/lookup-self" && op == Op::Read {
+        if path == "auth/token/lookup-self" && op == Operation::Read {
             return ok(self.token_info());
         }
         if path.starts_with("auth/token/") {
@@ -368,7 +374,11 @@ impl BaoSim {
             .max_by_key(|mount| mount.len())
             .cloned();
         let Some(mount_path) = mount_path else {
-            let route = if op == Op::List { candidate } else { path };
+            let route = if op == Operation::List {
+                candidate
+            } else {
+                path
+            };
             return errors(
                 404,
                 &[&format!(

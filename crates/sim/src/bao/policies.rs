@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 use super::{
-    Op, SimRequest, SimResponse, State, UNSUPPORTED_OPERATION, body_of, errors, legacy, no_content,
-    not_found, ok, timestamp,
+    Operation, SimRequest, SimResponse, State, UNSUPPORTED_OPERATION, body_of, errors, legacy,
+    no_content, not_found, ok, timestamp,
 };
 
 pub(super) struct Policy {
@@ -127,14 +127,14 @@ pub(super) fn builtin_policies() -> BTreeMap<String, Policy> {
 /// `sys/policy/{name}` (`legacy`) and `sys/policies/acl/{name}`.
 pub(super) fn policy(
     state: &mut State,
-    op: Op,
+    op: Operation,
     name: &str,
     request: &SimRequest,
     legacy_api: bool,
 ) -> SimResponse {
     let name = name.to_lowercase();
     match op {
-        Op::Read => {
+        Operation::Read => {
             let Some(found) = state.policies.get(&name) else {
                 return not_found();
             };
@@ -156,7 +156,7 @@ pub(super) fn policy(
                 ok(data)
             }
         }
-        Op::Write => {
+        Operation::Write => {
             let body = match body_of(request) {
                 Ok(body) => body,
                 Err(answer) => return answer,
@@ -188,7 +188,7 @@ pub(super) fn policy(
             );
             no_content()
         }
-        Op::Delete => match name.as_str() {
+        Operation::Delete => match name.as_str() {
             "root" => errors(400, &["cannot delete \"root\" policy"]),
             "default" => errors(400, &["cannot delete default policy"]),
             _ => {

@@ -11,8 +11,8 @@ use base64::Engine as _;
 use super::kv2::Secret;
 use super::policies::policy;
 use super::{
-    BaoSim, Op, SimRequest, SimResponse, State, UNSUPPORTED_OPERATION, UNSUPPORTED_PATH, VERSION,
-    body_of, errors, hex, legacy, no_content, number, ok, uuid,
+    BaoSim, Operation, SimRequest, SimResponse, State, UNSUPPORTED_OPERATION, UNSUPPORTED_PATH,
+    VERSION, body_of, errors, hex, legacy, no_content, number, ok, uuid,
 };
 
 const COMMIT_DATE: &str = "2026-10-26T20:32:27Z";
@@ -292,17 +292,17 @@ impl BaoSim {
     pub(super) fn sys(
         &self,
         state: &mut State,
-        op: Op,
+        op: Operation,
         path: &str,
         request: &SimRequest,
     ) -> SimResponse {
         let segments: Vec<&str> = path.trim_end_matches('/').split('/').collect();
         match (op, segments.as_slice()) {
-            (Op::Write, ["sys", "seal"]) => {
+            (Operation::Write, ["sys", "seal"]) => {
                 state.sealed = true;
                 no_content()
             }
-            (Op::Read, ["sys", "mounts"]) => {
+            (Operation::Read, ["sys", "mounts"]) => {
                 let mounts: Map<String, Value> = state
                     .mounts
                     .iter()
@@ -313,12 +313,12 @@ impl BaoSim {
             (_, ["sys", "mounts", rest @ ..]) if !rest.is_empty() => {
                 let mount = format!("{}/", rest.join("/"));
                 match op {
-                    Op::Read => match state.mounts.get(&mount) {
+                    Operation::Read => match state.mounts.get(&mount) {
                         Some(found) => legacy(found.to_json()),
                         None => errors(400, &[&format!("No secret engine mount at {mount}")]),
                     },
-                    Op::Write => enable(state, &mount, request),
-                    Op::Delete => {
+                    Operation::Write => enable(state, &mount, request),
+                    Operation::Delete => {
                         if matches!(mount.as_str(), "sys/" | "cubbyhole/" | "identity/") {
                             return errors(400, &[&format!("cannot unmount \"{mount}\"")]);
                         }
@@ -328,11 +328,11 @@ impl BaoSim {
                     _ => errors(405, &[UNSUPPORTED_OPERATION]),
                 }
             }
-            (Op::Read | Op::List, ["sys", "policy"]) => {
+            (Operation::Read | Operation::List, ["sys", "policy"]) => {
                 let names: Vec<&String> = state.policies.keys().collect();
                 legacy(json!({"keys": names, "policies": names}))
             }
-            (Op::List, ["sys", "policies", "acl"]) => {
+            (Operation::List, ["sys", "policies", "acl"]) => {
                 let names: Vec<&String> = state.policies.keys().collect();
                 ok(json!({ "keys": names }))
             }

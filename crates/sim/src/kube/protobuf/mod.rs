@@ -136,9 +136,9 @@ fn decode_unknown(buf: &[u8], base: usize) -> Result<Unknown<'_>, String> {
     while let Some(f) = r.next_field()? {
         match f.num {
             1 => {
-                const TM: &str = "runtime.TypeMeta";
+                const TYPE_META: &str = "runtime.TypeMeta";
                 let (b, off) = f.bytes("runtime.Unknown.typeMeta")?;
-                let mut t = Reader::new(b, off, TM);
+                let mut t = Reader::new(b, off, TYPE_META);
                 while let Some(g) = t.next_field()? {
                     match g.num {
                         1 => u.api_version = g.string("runtime.TypeMeta.apiVersion")?,
