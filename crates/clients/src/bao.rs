@@ -232,6 +232,43 @@ fn innermost(error: &dyn std::error::Error) -> String {
     deepest
 }
 
+/// What an OpenBao error answer says. OpenBao tells these failures apart only in the words of
+/// its `errors` list (the status codes are shared), so this is the one place that reads them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Said {
+    /// No mount serves the path (404 "no handler for route").
+    NoRoute,
+    /// A check-and-set write lost (400 "check-and-set parameter did not match").
+    CasMismatch,
+    /// Sealed (503 "Vault is sealed", or an empty 503).
+    Sealed,
+    /// Goes away by itself: a raft node becoming active, a KV v2 mount upgrading.
+    Transient,
+    Other,
+}
+
+fn said(code: u16, message: &str) -> Said {
+    if message.contains("no handler for route") {
+        Said::NoRoute
+    } else if code == 400 && message.contains("check-and-set") {
+        Said::CasMismatch
+    } else if code == 503 && (message.contains("sealed") || message.trim().is_empty()) {
+        Said::Sealed
+    } else if message.contains(NOT_ACTIVE)
+        || message.contains("Upgrading from non-versioned to versioned data")
+        || message.contains("active cluster node not found")
+    {
+        Said::Transient
+    } else {
+        Said::Other
+    }
+}
+
+/// The status code and what the answer said, from either of vaultrs's error shapes.
+fn answer(error: &VaultError) -> Option<(u16, Said)> {
+    server_response(error).map(|(code, message)| (code, said(code, &message)))
+}
+
 /// The status code and body of a server response, from either of vaultrs's error shapes.
 fn server_response(error: &VaultError) -> Option<(u16, String)> {
     match error {
@@ -250,12 +287,8 @@ const NOT_ACTIVE: &str = "local node not active";
 /// Failures that go away by themselves within seconds: a dropped packet on a port-forward, a
 /// raft node becoming active after unseal, a fresh KV v2 mount upgrading its storage.
 fn is_transient(error: &VaultError) -> bool {
-    match server_response(error) {
-        Some((_, message)) => {
-            message.contains(NOT_ACTIVE)
-                || message.contains("Upgrading from non-versioned to versioned data")
-                || message.contains("active cluster node not found")
-        }
+    match answer(error) {
+        Some((_, said)) => said == Said::Transient,
         None => {
             matches!(
                 error,
@@ -350,19 +383,19 @@ impl BaoClient {
         if let Some((code, message)) = server_response(&error) {
             let message = message.trim().to_string();
             let headline = format!("openbao {address}: {what} -> {code}: {message}");
-            let hint = match code {
-                503 if message.contains("sealed") || message.is_empty() => {
+            let hint = match (code, said(code, &message)) {
+                (_, Said::Sealed) => {
                     "OpenBao is sealed: run bao_unseal() (it reads the unseal keys from infra/secrets/openbao-init.json)".to_string()
                 }
-                403 => self.permission_hint(),
-                404 if message.contains("no handler for route") => {
+                (403, _) => self.permission_hint(),
+                (_, Said::NoRoute) => {
                     "the mount does not exist: enable it with bao_enable_kv(\"secret\", 2)".to_string()
                 }
-                400 if message.contains("check-and-set") => "another writer changed the secret; re-read and try again".to_string(),
-                501 => "OpenBao is not initialised: run bao_init()".to_string(),
+                (_, Said::CasMismatch) => "another writer changed the secret; re-read and try again".to_string(),
+                (501, _) => "OpenBao is not initialised: run bao_init()".to_string(),
                 _ => "see the OpenBao server log for details".to_string(),
             };
-            return ClientError::new(headline).with_hint(hint);
+            return ClientError::new(headline).with_status(code).with_hint(hint);
         }
         let detail = error_chain(&error);
         let lower = detail.to_ascii_lowercase();
@@ -643,14 +676,12 @@ impl BaoClient {
                 },
                 version: response.metadata.version,
             }),
-            Err(error) => match server_response(&error) {
-                Some((404, message)) if !message.contains("no handler for route") => Ok(KvSecret {
+            Err(error) => match answer(&error) {
+                Some((_, Said::NoRoute)) => Err(self.missing_mount(path)),
+                Some((404, _)) => Ok(KvSecret {
                     data: None,
                     version: self.kv_current_version(path)?,
                 }),
-                Some((_, message)) if message.contains("no handler for route") => {
-                    Err(self.missing_mount(path))
-                }
                 _ => Err(self.describe(error, &what)),
             },
         }
@@ -766,8 +797,7 @@ impl BaoClient {
                     });
                 }
                 // Lost a race: another writer created a version since our read. Read again.
-                Err(error) if matches!(server_response(&error), Some((400, ref m)) if m.contains("check-and-set")) =>
-                {
+                Err(error) if matches!(answer(&error), Some((_, Said::CasMismatch))) => {
                     continue;
                 }
                 Err(error) => {
@@ -793,10 +823,8 @@ impl BaoClient {
         })?;
         match result {
             Ok(keys) => Ok(keys),
-            Err(error) => match server_response(&error) {
-                Some((_, message)) if message.contains("no handler for route") => {
-                    Err(self.missing_mount(path))
-                }
+            Err(error) => match answer(&error) {
+                Some((_, Said::NoRoute)) => Err(self.missing_mount(path)),
                 Some((404, _)) => Ok(Vec::new()),
                 _ => Err(self.describe(
                     error,
