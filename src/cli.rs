@@ -228,6 +228,8 @@ impl RunArgs {
 
 /// Parses the command line, runs it, renders any error, and returns the process exit code.
 pub fn main() -> i32 {
+    // Before anything can print: every credential in the environment is scrubbed from output.
+    bprun_clients::secret::register_environment();
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         Err(error) => {

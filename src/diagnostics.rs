@@ -80,7 +80,7 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
                     Some("skip() ends the running step; call it inside a step body"),
                 );
             }
-            let text = if value.is_unit() { "error thrown".to_string() } else { value.to_string() };
+            let text = if value.is_unit() { "error thrown".to_string() } else { crate::values::display(value) };
             plain(text, "thrown here", None)
         }
         EvalAltResult::ErrorFunctionNotFound(signature, _) => plain(

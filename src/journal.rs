@@ -113,6 +113,23 @@ impl Journal {
         }
     }
 
+    /// Fails before the first step when the journal cannot be written (`.bprun` a file, a
+    /// read-only folder): a run must not change things and then fail to record them.
+    pub fn check_writable(root: &Path, script: &str) -> Result<(), Error> {
+        let path = Self::path(root, script);
+        let folder = path.parent().unwrap_or(root);
+        std::fs::create_dir_all(folder)
+            .map_err(|e| Error::io("create the journal folder", folder, e))?;
+        let lock_path = path.with_extension("lock");
+        std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map(drop)
+            .map_err(|e| Error::io("write the journal", &lock_path, e))
+    }
+
     /// The last run that was not a check run: the one `--resume` continues and `--timings` shows.
     pub fn last_real_run(&self) -> Option<&RunRecord> {
         self.runs.iter().rev().find(|run| !run.check)
@@ -160,5 +177,89 @@ fn ensure_gitignored(root: &Path) {
     if !ignore.exists() {
         // Best effort: a missing .gitignore inside .bprun only matters to git hygiene.
         let _ = std::fs::write(ignore, "*\n");
+    }
+}
+
+/// How long a run waits for another run of the same repository.
+pub const RUN_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// One run at a time per repository: `.bprun/run.lock`, an OS lock held for the whole run (the
+/// system releases it when the process dies, so a killed run never blocks the next one). The
+/// file names the holder: a second run says whom it waits for, waits up to
+/// [`RUN_LOCK_WAIT`], and then gives up naming the holder.
+pub struct RunLock {
+    _file: std::fs::File,
+}
+
+impl RunLock {
+    pub fn acquire(
+        root: &Path,
+        script: &str,
+        notify: &dyn Fn(&str),
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<RunLock, Error> {
+        use std::io::{Read, Seek, Write};
+        let path = root.join(".bprun").join("run.lock");
+        if let Some(folder) = path.parent() {
+            std::fs::create_dir_all(folder)
+                .map_err(|e| Error::io("create the state folder", folder, e))?;
+        }
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&path)
+            .map_err(|e| Error::io("open the run lock", &path, e))?;
+        // BPRUN_RUN_LOCK_WAIT_MS shortens the wait (tests).
+        let wait = std::env::var("BPRUN_RUN_LOCK_WAIT_MS")
+            .ok()
+            .and_then(|ms| ms.parse().ok())
+            .map(std::time::Duration::from_millis)
+            .unwrap_or(RUN_LOCK_WAIT);
+        let deadline = std::time::Instant::now() + wait;
+        let mut told = false;
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    let mut holder = String::new();
+                    let _ = file.rewind();
+                    let _ = file.read_to_string(&mut holder);
+                    let holder = holder.trim().to_string();
+                    let holder = if holder.is_empty() {
+                        "(unknown)".to_string()
+                    } else {
+                        holder
+                    };
+                    if std::time::Instant::now() >= deadline || cancelled() {
+                        return Err(Error::usage(
+                            format!("another bprun run is working in this repository: {holder}"),
+                            Some("wait for it to finish (bprun runs one script per repository at a time; --check runs do not lock)".to_string()),
+                        ));
+                    }
+                    if !told {
+                        notify(&format!(
+                            "waiting for the other bprun run in this repository: {holder}"
+                        ));
+                        told = true;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                Err(std::fs::TryLockError::Error(error)) => {
+                    return Err(Error::io("lock", &path, error));
+                }
+            }
+        }
+        let started = humantime::format_rfc3339_seconds(std::time::SystemTime::now());
+        let _ = file.set_len(0);
+        let _ = file.rewind();
+        let _ = write!(
+            file,
+            "pid {} running {script} since {started}",
+            std::process::id()
+        );
+        let _ = file.flush();
+        Ok(RunLock { _file: file })
     }
 }

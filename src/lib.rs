@@ -15,3 +15,4 @@ pub mod rehearse;
 pub mod repl;
 pub mod runner;
 pub mod state;
+pub mod values;

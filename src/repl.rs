@@ -213,8 +213,8 @@ pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
     }
     let text = if value.is_string() && !json {
         value.to_string()
-    } else if value.is::<Secret>() {
-        bprun_clients::secret::REDACTED.to_string()
+    } else if let Some(secret) = value.read_lock::<Secret>() {
+        crate::values::secret_text(&secret)
     } else if let (Some(table), false) = (
         value
             .read_lock::<rhai::Array>()
@@ -271,7 +271,7 @@ fn table(items: &rhai::Array) -> Option<String> {
         let text = match row.get(column) {
             None => String::new(),
             Some(value) if value.is_unit() => String::new(),
-            Some(value) => value.to_string(),
+            Some(value) => crate::values::display(value),
         };
         if text.chars().count() > 40 {
             format!("{}...", text.chars().take(37).collect::<String>())

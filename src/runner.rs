@@ -446,6 +446,17 @@ fn run_steps(
     if total == 0 {
         return Ok(ExitCode::Success);
     }
+    // Before the first step: the journal can be written, and no other run is working here.
+    Journal::check_writable(root, display)?;
+    let _run_lock = if options.check {
+        None
+    } else {
+        let notify = |line: &str| reporter.line(line);
+        let cancelled = || session.state.is_cancelled();
+        Some(crate::journal::RunLock::acquire(
+            root, display, &notify, &cancelled,
+        )?)
+    };
 
     let run_started = Instant::now();
     let started_at = crate::natives::core::core_functions::now();

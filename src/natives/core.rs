@@ -20,7 +20,7 @@ pub mod core_functions {
         session(&context)?
             .state
             .reporter
-            .log(Level::Info, &message.to_string());
+            .log(Level::Info, &crate::values::display(&message));
         Ok(())
     }
 
@@ -34,7 +34,7 @@ pub mod core_functions {
         session(&context)?
             .state
             .reporter
-            .log(Level::Warn, &message.to_string());
+            .log(Level::Warn, &crate::values::display(&message));
         Ok(())
     }
 
@@ -51,7 +51,7 @@ pub mod core_functions {
         session(&context)?
             .state
             .reporter
-            .log(Level::Debug, &message.to_string());
+            .log(Level::Debug, &crate::values::display(&message));
         Ok(())
     }
 

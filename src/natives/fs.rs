@@ -194,6 +194,8 @@ pub mod fs_functions {
         let files = Confinement::new(&state.root);
         let from = files.resolve(source).map_err(native_error)?;
         let to = files.resolve(destination).map_err(native_error)?;
+        bprun_clients::tree::check_destination(&state.root, &to, destination)
+            .map_err(native_error)?;
         let report = bprun_clients::tree::sync_tree(&from, &to, &exclude, state.check())
             .map_err(native_error)?;
         if report.changed() {

@@ -3,6 +3,7 @@
 //! wording; the reading, comparing and writing happen in the client's typed operations.
 
 use rhai::plugin::*;
+use serde_json::Value;
 use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
@@ -58,6 +59,32 @@ fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
     }
     let changed = outcome.changed();
     (outcome.value, changed)
+}
+
+/// GitLab's answer for scripts: the `value` of a masked or hidden CI/CD variable is a `Secret`
+/// (it prints as `***`), wherever it appears in the answer.
+fn masked_as_secrets(value: Value) -> Dynamic {
+    match value {
+        Value::Object(map) => {
+            let masked = map.get("masked") == Some(&Value::Bool(true))
+                || map.get("hidden") == Some(&Value::Bool(true));
+            let converted: rhai::Map = map
+                .into_iter()
+                .map(|(key, item)| {
+                    let item = match (masked && key == "value", item) {
+                        (true, Value::String(text)) => Dynamic::from(Secret::new(text)),
+                        (_, other) => masked_as_secrets(other),
+                    };
+                    (key.into(), item)
+                })
+                .collect();
+            Dynamic::from_map(converted)
+        }
+        Value::Array(items) => {
+            Dynamic::from_array(items.into_iter().map(masked_as_secrets).collect())
+        }
+        other => from_json(other),
+    }
 }
 
 fn optional<T: Into<Dynamic>>(value: Option<T>) -> Dynamic {
@@ -220,7 +247,7 @@ pub mod gitlab_functions {
         let (session, client) = remote(&context, "gitlab_get")?;
         client
             .get(path, &cancelled(&session))
-            .map(from_json)
+            .map(masked_as_secrets)
             .map_err(native_error)
     }
 
@@ -234,7 +261,7 @@ pub mod gitlab_functions {
         let (session, client) = remote(&context, "gitlab_get_all")?;
         client
             .get_all(path, &cancelled(&session))
-            .map(|items| items.into_iter().map(from_json).collect())
+            .map(|items| items.into_iter().map(masked_as_secrets).collect())
             .map_err(native_error)
     }
 

@@ -64,10 +64,10 @@ pub mod secret_functions {
         value.is_empty()
     }
 
-    /// Always `***`.
+    /// `***`; a secret joined with text keeps the text (`"t=" + token` reads `t=***`).
     #[rhai_fn(global, name = "to_string", name = "to_debug", pure)]
-    pub fn secret_to_string(_value: &mut Secret) -> String {
-        bprun_clients::secret::REDACTED.to_string()
+    pub fn secret_to_string(value: &mut Secret) -> String {
+        crate::values::secret_text(value)
     }
 
     /// Secrets compare by value.
@@ -94,17 +94,17 @@ pub mod secret_functions {
     /// Joining a secret with text gives a secret: `"Bearer " + token` stays hidden.
     #[rhai_fn(name = "+")]
     pub fn secret_plus_str(left: Secret, right: &str) -> Secret {
-        Secret::new(format!("{}{right}", left.reveal()))
+        Secret::derived(format!("{}{right}", left.reveal()))
     }
     /// Joining text with a secret gives a secret.
     #[rhai_fn(name = "+")]
     pub fn str_plus_secret(left: &str, right: Secret) -> Secret {
-        Secret::new(format!("{left}{}", right.reveal()))
+        Secret::derived(format!("{left}{}", right.reveal()))
     }
     /// Joining two secrets gives a secret.
     #[rhai_fn(name = "+")]
     pub fn secret_plus_secret(left: Secret, right: Secret) -> Secret {
-        Secret::new(format!("{}{}", left.reveal(), right.reveal()))
+        Secret::derived(format!("{}{}", left.reveal(), right.reveal()))
     }
 
     /// The error's headline.

@@ -16,6 +16,7 @@ mod kube_realism;
 mod kube_sim;
 mod natives;
 mod phase3;
+mod recovery;
 mod repl;
 mod runner;
 mod scripts;

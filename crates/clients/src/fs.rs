@@ -144,48 +144,65 @@ impl Confinement {
             std::fs::create_dir_all(parent).map_err(fail)?;
         }
         // Write to a temporary file beside it and rename, so a reader never sees half a file.
-        let temporary = full.with_file_name(format!(
-            ".{}.bprun-tmp",
-            full.file_name()
-                .map(|name| name.to_string_lossy())
-                .unwrap_or_default()
-        ));
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        if let Some(mode) = mode {
-            options.mode(mode);
-        }
-        let mut file = options.open(&temporary).map_err(fail)?;
+        let (temporary, mut file) = create_temporary(&full, mode.unwrap_or(0o644)).map_err(fail)?;
         if let Some(mode) = mode {
             // The umask may have narrowed the mode; set it exactly.
             file.set_permissions(std::fs::Permissions::from_mode(mode))
                 .map_err(fail)?;
         }
-        file.write_all(content).map_err(fail)?;
-        file.sync_all().map_err(fail)?;
-        std::fs::rename(&temporary, &full).map_err(fail)?;
+        let written = file
+            .write_all(content)
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::rename(&temporary, &full));
+        if let Err(error) = written {
+            let _ = std::fs::remove_file(&temporary);
+            return Err(fail(error));
+        }
         Ok(outcome)
     }
 }
 
-/// `path` relative to `root` when inside it, else as it is: how paths appear in messages.
+/// A new temporary file beside `path`, created exclusively (`O_CREAT|O_EXCL`: it never opens an
+/// existing file, and never follows a symbolic link planted at its name) with a random name and
+/// `mode` from the start.
+fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(PathBuf, std::fs::File)> {
+    let name = path
+        .file_name()
+        .map(|name| name.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let mut last = None;
+    for _ in 0..16 {
+        let temporary =
+            path.with_file_name(format!(".{name}.{:016x}.bprun-tmp", fastrand::u64(..)));
+        match std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&temporary)
+        {
+            Ok(file) => return Ok((temporary, file)),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => last = Some(error),
+            Err(error) => return Err(error),
+        }
+    }
+    Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
+
 /// Writes a file only its owner can read (mode 0600 from creation, atomically replaced): for
 /// files that hold secrets, such as kubeconfigs and unseal keys.
 pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let temporary = path.with_extension(format!("tmp-{}", std::process::id()));
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&temporary)?;
-    file.write_all(bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, path)
+    let (temporary, mut file) = create_temporary(path, 0o600)?;
+    let written = file
+        .write_all(bytes)
+        .and_then(|()| file.sync_all())
+        .and_then(|()| std::fs::rename(&temporary, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temporary);
+    }
+    written
 }
 
+/// `path` relative to `root` when inside it, else as it is: how paths appear in messages.
 pub fn relative_display(root: &Path, path: &Path) -> String {
     path.strip_prefix(root)
         .map(|relative| relative.display().to_string())

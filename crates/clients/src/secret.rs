@@ -27,6 +27,12 @@ impl Secret {
         Secret(Arc::from(value))
     }
 
+    /// A secret built from parts that are already registered (a secret joined with text): not
+    /// registered itself, so that its text around the secret parts can still be shown.
+    pub fn derived(value: String) -> Self {
+        Secret(Arc::from(value))
+    }
+
     /// The plain value, for handing to a client or process. Never print it.
     pub fn reveal(&self) -> &str {
         &self.0
@@ -74,6 +80,51 @@ pub fn register(value: &str) {
     values.sort_by_key(|known| std::cmp::Reverse(known.len()));
 }
 
+/// The environment variables that carry credentials bprun knows of.
+pub const TOKEN_VARIABLES: &[&str] = &[
+    "GITLAB_TOKEN",
+    "BAO_TOKEN",
+    "VAULT_TOKEN",
+    "CI_JOB_TOKEN",
+    "GITLAB_ROOT_PASSWORD",
+];
+
+/// Registers, at start-up, every credential bprun can see before any script runs: the token
+/// variables and the kubeconfig's user credentials (`token`, `client-key-data`, `password`),
+/// so that printing `env("GITLAB_TOKEN")` or a kubeconfig shows `***`.
+pub fn register_environment() {
+    for name in TOKEN_VARIABLES {
+        if let Ok(value) = std::env::var(name) {
+            register(&value);
+        }
+    }
+    let files: Vec<std::path::PathBuf> = match std::env::var_os("KUBECONFIG") {
+        Some(list) => std::env::split_paths(&list).collect(),
+        None => std::env::var_os("HOME")
+            .map(|home| vec![std::path::Path::new(&home).join(".kube/config")])
+            .unwrap_or_default(),
+    };
+    for file in files {
+        if let Ok(text) = std::fs::read_to_string(&file) {
+            register_kubeconfig(&text);
+        }
+    }
+}
+
+/// Registers the user credentials of a kubeconfig's text.
+pub fn register_kubeconfig(text: &str) {
+    let Ok(config) = serde_norway::from_str::<serde_json::Value>(text) else {
+        return;
+    };
+    for user in config["users"].as_array().into_iter().flatten() {
+        for key in ["token", "client-key-data", "password"] {
+            if let Some(value) = user["user"][key].as_str() {
+                register(value);
+            }
+        }
+    }
+}
+
 /// Replaces every registered secret value in `text` with `***`.
 pub fn scrub(text: &str) -> String {
     let values = registry()
@@ -108,6 +159,12 @@ mod tests {
             scrub("a scrub-canary-longer and scrub-canary b"),
             "a *** and *** b"
         );
+    }
+
+    #[test]
+    fn kubeconfig_credentials_are_registered() {
+        register_kubeconfig("users:\n- name: admin\n  user:\n    token: kubeconfig-canary-token\n");
+        assert_eq!(scrub("Bearer kubeconfig-canary-token"), "Bearer ***");
     }
 
     #[test]

@@ -122,6 +122,32 @@ fn remove(path: &Path) -> Result<(), ClientError> {
 /// Makes `destination` hold exactly what `source` holds (besides `.git`). `check` only reports.
 /// Paths in `exclude` (relative, like `.gitlab-ci.yml`) are neither copied nor deleted, as
 /// with rsync's `--exclude`: the working tree keeps its own version.
+/// What a sync must never delete into: the repository itself and what holds its code, history
+/// and secrets. A destination that is one of them, or an ancestor of one, is refused.
+pub const PROTECTED: &[&str] = &["", ".git", "scripts", "infra/secrets", "src", "crates"];
+
+/// Refuses a sync destination that is the repository root, an ancestor of it, or holds one of
+/// [`PROTECTED`]: a sync deletes what the source lacks.
+pub fn check_destination(root: &Path, destination: &Path, shown: &str) -> Result<(), ClientError> {
+    let hit = PROTECTED
+        .iter()
+        .map(|relative| root.join(relative))
+        .find(|protected| protected.starts_with(destination));
+    match hit {
+        Some(protected) => Err(ClientError::new(format!(
+            "sync_tree: refusing to sync into {shown}: it holds {}",
+            if protected == root {
+                "the repository itself".to_string()
+            } else {
+                crate::fs::relative_display(root, &protected)
+            }
+        ))
+        .with_kind(crate::error::ErrorKind::Invalid)
+        .with_hint("a sync deletes what the source lacks; sync into a working tree such as apps-local/blueprint-apps/<app>")),
+        None => Ok(()),
+    }
+}
+
 pub fn sync_tree(
     source: &Path,
     destination: &Path,
