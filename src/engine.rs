@@ -28,6 +28,9 @@ pub struct StepDecl {
     pub body: FnPtr,
     pub position: Position,
     pub source: Option<String>,
+    /// Runs whatever `--only`, `--from` or `--resume` select (only `--skip NAME` leaves it
+    /// out): for steps later steps depend on, such as logging in.
+    pub always: bool,
 }
 
 /// What runs when the script's top level has finished (the runner runs the steps).

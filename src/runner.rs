@@ -280,7 +280,14 @@ impl Selection {
 
     /// Why the step will not run, and whether it still counts as done (it finished in the run
     /// being resumed, so the next `--resume` must not run it either).
-    fn reason_to_skip(&self, index: usize, name: &str) -> Option<(String, bool)> {
+    fn reason_to_skip(&self, index: usize, step: &StepDecl) -> Option<(String, bool)> {
+        let name = step.name.as_str();
+        if self.skip.iter().any(|n| n == name) {
+            return Some(("--skip".to_string(), false));
+        }
+        if step.always {
+            return None;
+        }
         if !self.only.is_empty() && !self.only.iter().any(|n| n == name) {
             return Some(("not selected by --only".to_string(), false));
         }
@@ -428,7 +435,7 @@ fn run_steps(
             .iter()
             .enumerate()
             .map(|(index, step)| {
-                let skip = selection.reason_to_skip(index, &step.name);
+                let skip = selection.reason_to_skip(index, step);
                 (step.name.clone(), skip.map(|(reason, _)| reason))
             })
             .collect();
@@ -486,7 +493,7 @@ fn run_steps(
             ));
             continue;
         }
-        if let Some((reason, done)) = selection.reason_to_skip(index, &step.name) {
+        if let Some((reason, done)) = selection.reason_to_skip(index, step) {
             let status = if done {
                 StepStatus::Skipped
             } else {

@@ -304,8 +304,9 @@ pub mod gitlab_functions {
         raw_write(context, "gitlab_delete", Method::Delete, path, None)
     }
 
-    /// `#{ok, url, version}`: `/-/health` answers `GitLab OK` and the API answers with the token.
-    /// Fails with a hint when GitLab is not healthy or the token is refused.
+    /// `#{ok, url, version}`: `/-/health` answers `GitLab OK` and, when a token is set, the API
+    /// answers with it (`version`; `()` without a token, as right after phase 2). Fails with a
+    /// hint when GitLab is not healthy or the token is refused.
     ///
     /// ```rhai
     /// step("Pre-flight", || { info(`GitLab ${gitlab_health().version}`); });
@@ -334,13 +335,21 @@ pub mod gitlab_functions {
                 ));
             }
         }
-        let version = client
-            .get("version", &cancelled(&session))
-            .map_err(native_error)?;
+        // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
+        // it): without one, health is `/-/health` alone and the version is `()`.
+        let version = match client.token() {
+            Some(_) => from_json(
+                client
+                    .get("version", &cancelled(&session))
+                    .map_err(native_error)?["version"]
+                    .clone(),
+            ),
+            None => Dynamic::UNIT,
+        };
         let mut map = rhai::Map::new();
         map.insert("ok".into(), true.into());
         map.insert("url".into(), client.settings.url.clone().into());
-        map.insert("version".into(), from_json(version["version"].clone()));
+        map.insert("version".into(), version);
         Ok(map)
     }
 

@@ -48,34 +48,29 @@ pub mod step_functions {
         name: &str,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        let session = session(&context)?;
-        if session.state.phase() == Phase::Running {
-            return Err(native_error(
-                NativeError::new(format!("step(\"{name}\") was declared inside another step"))
-                    .with_hint("declare every step at the top level of the script; use functions to share code between steps"),
-            ));
-        }
-        if name.trim().is_empty() {
-            return Err(native_error(
-                NativeError::new("a step needs a name")
-                    .with_hint("step(\"Ensure group\", || { ... })"),
-            ));
-        }
-        let mut steps = lock(&session.steps);
-        if steps.iter().any(|existing| existing.name == name) {
-            return Err(native_error(
-                NativeError::new(format!("step \"{name}\" is declared twice")).with_hint(
-                    "step names select steps on the command line, so each must be unique",
-                ),
-            ));
-        }
-        steps.push(StepDecl {
-            name: name.to_string(),
-            body,
-            position: context.call_position(),
-            source: context.call_source().map(str::to_string),
-        });
-        Ok(())
+        declare(&context, name, body, false)
+    }
+
+    /// Declares a step with options: `always` (true: the step runs whatever `--only`, `--from`
+    /// or `--resume` select, as Ansible's `always` tag; only `--skip NAME` leaves it out). For
+    /// steps every later step needs, such as logging in.
+    ///
+    /// ```rhai
+    /// step("Login", #{always: true}, || {
+    ///     info("logging in");
+    /// });
+    /// ```
+    #[rhai_fn(name = "step", return_raw)]
+    pub fn step_with(
+        context: NativeCallContext,
+        name: &str,
+        options: rhai::Map,
+        body: FnPtr,
+    ) -> Result<(), Box<EvalAltResult>> {
+        crate::natives::options::reject_unknown(&options, &["always"], "step")?;
+        let always =
+            crate::natives::options::option_bool(&options, "always", "step")?.unwrap_or(false);
+        declare(&context, name, body, always)
     }
 
     /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
@@ -184,4 +179,40 @@ pub mod step_functions {
     ) -> Result<rhai::Array, Box<EvalAltResult>> {
         parallel_with_limit(context, items, body, DEFAULT_PARALLEL_LIMIT)
     }
+}
+
+/// Records a step the top level declares.
+fn declare(
+    context: &NativeCallContext,
+    name: &str,
+    body: FnPtr,
+    always: bool,
+) -> Result<(), Box<EvalAltResult>> {
+    let session = session(context)?;
+    if session.state.phase() == Phase::Running {
+        return Err(native_error(
+                NativeError::new(format!("step(\"{name}\") was declared inside another step"))
+                    .with_hint("declare every step at the top level of the script; use functions to share code between steps"),
+            ));
+    }
+    if name.trim().is_empty() {
+        return Err(native_error(
+            NativeError::new("a step needs a name").with_hint("step(\"Ensure group\", || { ... })"),
+        ));
+    }
+    let mut steps = lock(&session.steps);
+    if steps.iter().any(|existing| existing.name == name) {
+        return Err(native_error(
+            NativeError::new(format!("step \"{name}\" is declared twice"))
+                .with_hint("step names select steps on the command line, so each must be unique"),
+        ));
+    }
+    steps.push(StepDecl {
+        name: name.to_string(),
+        body,
+        position: context.call_position(),
+        source: context.call_source().map(str::to_string),
+        always,
+    });
+    Ok(())
 }

@@ -129,3 +129,28 @@ fn secrets_read_as_stars_however_a_script_prints_them() {
     out.stdout_lacks("bprun_clients::secret::Secret");
     out.stderr_lacks("bprun_clients::secret::Secret");
 }
+
+#[test]
+fn always_steps_run_whatever_the_selection_unless_skipped_by_name() {
+    let test = repo().script(
+        r#"step("Login", #{always: true}, || { info("logged in"); });
+step("Work", || { info("worked"); });
+step("Smoke", || { info("smoked"); });"#,
+    );
+    let only = test.run(&["--only", "Smoke", "scripts/test.rhai"]);
+    only.code(0);
+    only.stdout_contains("[1/3] Login ...\n    logged in\n");
+    only.stdout_contains("[2/3] Work ... skipped (not selected by --only)");
+    only.stdout_contains("    smoked\n");
+    let from = test.run(&["--from", "Smoke", "scripts/test.rhai"]);
+    from.stdout_contains("    logged in\n");
+    from.stdout_lacks("    worked\n");
+    let skipped = test.run(&["--skip", "Login", "scripts/test.rhai"]);
+    skipped.stdout_lacks("logged in");
+    skipped.stdout_contains("    worked\n");
+    let bad = repo()
+        .script(r#"step("X", #{allways: true}, || {});"#)
+        .run(&["scripts/test.rhai"]);
+    bad.code(3);
+    bad.stderr_contains("allways");
+}
