@@ -9,6 +9,7 @@ pub mod docs;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod lint;
 pub mod natives;
 pub mod output;
 pub mod rehearse;

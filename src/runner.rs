@@ -358,6 +358,22 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
             return Err(Error::Reported(ExitCode::ScriptError));
         }
     };
+    // A call to a function nothing provides is reported now, before any step changes things.
+    let unknown = crate::lint::unknown_calls(&engine, &ast);
+    if !unknown.is_empty() {
+        for (name, _, position) in &unknown {
+            let error = EvalAltResult::ErrorFunctionNotFound(name.clone(), *position);
+            let report = diagnostics::runtime_error(&session, &error, &location.display, false);
+            session.state.reporter.error(
+                &format!(
+                    "error: {} calls a function that does not exist\n{}",
+                    location.display, report.text
+                ),
+                &report.headline,
+            );
+        }
+        return Err(Error::Reported(ExitCode::ScriptError));
+    }
     // The steps run when the top level has finished, inside the same evaluation, so that
     // imports and functions declared at the top level are visible in step bodies.
     let tail = engine

@@ -45,23 +45,26 @@ fn an_undeclared_variable_is_caught_before_anything_runs() {
 
 #[test]
 fn an_unknown_function_names_the_closest_native() {
-    let test = repo().script("step(\"Write\", || {\n    writ_text(\"out\", \"x\");\n});\n");
+    // Found before the first step runs (a typo in a later step must not cost earlier changes).
+    let test = repo().script(
+        "step(\"Before\", || { write_text(\"before\", \"x\"); });\nstep(\"Write\", || {\n    writ_text(\"out\", \"x\");\n});\n",
+    );
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
+    output.code(3);
     assert_eq!(
         output.stderr,
-        "error: step \"Write\" failed\n\
-         \x20 × unknown function: writ_text (string, string)\n\
-         \x20  ╭─[scripts/test.rhai:2:5]\n\
-         \x201 │ step(\"Write\", || {\n\
-         \x202 │     writ_text(\"out\", \"x\");\n\
+        "error: scripts/test.rhai calls a function that does not exist\n\
+         \x20 × unknown function: writ_text\n\
+         \x20  ╭─[scripts/test.rhai:3:5]\n\
+         \x202 │ step(\"Write\", || {\n\
+         \x203 │     writ_text(\"out\", \"x\");\n\
          \x20  ·     ────┬────\n\
          \x20  ·         ╰── no such function\n\
-         \x203 │ });\n\
+         \x204 │ });\n\
          \x20  ╰────\n\
-         \x20 hint: did you mean `write_text`? `bprun functions` lists every native with its arguments\n\
-         re-run with --resume to continue from here\n"
+         \x20 hint: did you mean `write_text`? `bprun functions` lists every native with its arguments\n"
     );
+    assert!(!test.join("before").exists(), "no step ran");
 }
 
 #[test]
