@@ -13,8 +13,11 @@ pub const SHARED_CODE: &str = "shared-code";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AppSpec {
+    #[serde(deserialize_with = "text")]
     pub name: String,
+    #[serde(deserialize_with = "text")]
     pub src_path: String,
+    #[serde(deserialize_with = "text")]
     pub chart_path: String,
     pub build_image: bool,
     #[serde(default)]
@@ -28,6 +31,38 @@ pub struct AppSpec {
     pub redis_host: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub redis_tag: Option<String>,
+}
+
+/// A YAML string, and only a string: `name: 42` is a number the author did not mean as a path.
+fn text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    match serde_norway::Value::deserialize(deserializer)? {
+        serde_norway::Value::String(text) => Ok(text),
+        other => Err(serde::de::Error::custom(format!(
+            "expected a string, found {} (quote it if it is meant as text)",
+            match other {
+                serde_norway::Value::Number(number) => format!("the number {number}"),
+                serde_norway::Value::Bool(flag) => format!("the boolean {flag}"),
+                serde_norway::Value::Null => "nothing".to_string(),
+                _ => "a list or map".to_string(),
+            }
+        ))),
+    }
+}
+
+/// Why `path` cannot be a path inside the repository (absolute, or climbing out with `..`);
+/// empty is allowed (shared-code has no chart).
+fn path_problem(path: &str) -> Option<&'static str> {
+    let path = Path::new(path);
+    if path.is_absolute() {
+        Some("is absolute")
+    } else if path
+        .components()
+        .any(|part| part == std::path::Component::ParentDir)
+    {
+        Some("climbs out with `..`")
+    } else {
+        None
+    }
 }
 
 /// serde_norway's message without the `.[1]: ` path prefix and the ` at line L column C` suffix
@@ -83,7 +118,10 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, ClientErro
             ))
             .with_hint("app names are project paths in GitLab: each must be unique"));
         }
+        // GitLab's path rules, narrowed to what the platform's names use.
         let valid = !app.name.is_empty()
+            && !app.name.starts_with('-')
+            && !app.name.ends_with('-')
             && app
                 .name
                 .chars()
@@ -94,7 +132,36 @@ pub fn load_manifest(text: &str, shown: &str) -> Result<Vec<AppSpec>, ClientErro
                 at(index),
                 app.name
             ))
-            .with_hint("use lower-case letters, digits and dashes"));
+            .with_hint(
+                "use lower-case letters, digits and dashes, not starting or ending with a dash",
+            ));
+        }
+        if app.src_path.trim().is_empty() {
+            return Err(ClientError::new(format!(
+                "{}: app `{}` has an empty src_path",
+                at(index),
+                app.name
+            ))
+            .with_hint("src_path names the app's folder, e.g. apps/guestbook"));
+        }
+        let paths = [
+            ("src_path", Some(&app.src_path)),
+            ("chart_path", Some(&app.chart_path)),
+            ("dockerfile_path", app.dockerfile_path.as_ref()),
+        ];
+        for (field, path) in paths {
+            if let Some(path) = path
+                && let Some(problem) = path_problem(path)
+            {
+                return Err(ClientError::new(format!(
+                    "{}: {field} `{path}` of app `{}` {problem}",
+                    at(index),
+                    app.name
+                ))
+                .with_hint(
+                    "paths in the manifest are relative to the repository root, under apps/",
+                ));
+            }
         }
     }
     if apps[0].name != SHARED_CODE {
@@ -226,6 +293,35 @@ mod tests {
         let apps = load_manifest(MANIFEST, "m.yaml").expect("valid");
         assert_eq!(apps.len(), 2);
         assert!(!apps[1].has_unit_tests);
+    }
+
+    #[test]
+    fn numbers_and_escaping_paths_are_refused_at_their_entry() {
+        let number = MANIFEST.replace("- name: guestbook", "- name: 42");
+        let error = load_manifest(&number, "m.yaml").expect_err("number");
+        assert!(
+            error
+                .message
+                .starts_with("m.yaml:8:3: expected a string, found the number 42"),
+            "{}",
+            error.message
+        );
+        let climbing = MANIFEST.replace("chart_path: helm-chart", "chart_path: ../../etc");
+        assert_eq!(
+            load_manifest(&climbing, "m.yaml")
+                .expect_err("climb")
+                .message,
+            "m.yaml:8:1: chart_path `../../etc` of app `guestbook` climbs out with `..`"
+        );
+        let absolute = MANIFEST.replace("src_path: apps/guestbook", "src_path: /etc");
+        assert_eq!(
+            load_manifest(&absolute, "m.yaml")
+                .expect_err("absolute")
+                .message,
+            "m.yaml:8:1: src_path `/etc` of app `guestbook` is absolute"
+        );
+        let dash = MANIFEST.replace("- name: guestbook", "- name: -lead");
+        assert!(load_manifest(&dash, "m.yaml").is_err());
     }
 
     #[test]
