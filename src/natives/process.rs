@@ -170,6 +170,18 @@ pub mod process_functions {
         Ok(result)
     }
 
+    /// The path of a program found on `PATH` (an executable file), or `()`: a check without
+    /// spawning a shell. Reads the environment only, so it also works at the top level.
+    ///
+    /// ```rhai
+    /// if which("glab") == () { info("glab is not installed") }
+    /// ```
+    pub fn which(name: &str) -> Dynamic {
+        bprun_clients::process::find_program(name)
+            .map(|path| Dynamic::from(path.display().to_string()))
+            .unwrap_or(Dynamic::UNIT)
+    }
+
     /// `run_command(argv, #{})`: runs a program with the default options.
     ///
     /// ```rhai

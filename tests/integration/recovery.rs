@@ -154,3 +154,17 @@ step("Smoke", || { info("smoked"); });"#,
     bad.code(3);
     bad.stderr_contains("allways");
 }
+
+#[test]
+fn which_finds_programs_on_path_without_a_shell() {
+    let test = repo().script(
+        r#"step("Find", || {
+    info(which("git") != ());
+    info(which("surely-no-such-program-here") == ());
+    info(which("") == ());
+});"#,
+    );
+    let out = test.run(&["scripts/test.rhai"]);
+    out.code(0);
+    out.stdout_contains("    true\n    true\n    true\n");
+}

@@ -134,3 +134,24 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     })
 }
+
+/// The program `name` found on `PATH` as the shell would find it (an executable file), without
+/// spawning anything. A name with a `/` is checked as it is.
+pub fn find_program(name: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let executable = |path: &std::path::Path| {
+        std::fs::metadata(path)
+            .is_ok_and(|meta| meta.is_file() && meta.permissions().mode() & 0o111 != 0)
+    };
+    if name.is_empty() {
+        return None;
+    }
+    if name.contains('/') {
+        let path = std::path::PathBuf::from(name);
+        return executable(&path).then_some(path);
+    }
+    let paths = std::env::var_os("PATH")?;
+    std::env::split_paths(&paths)
+        .map(|dir| dir.join(name))
+        .find(|candidate| executable(candidate))
+}
