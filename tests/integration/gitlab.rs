@@ -1039,3 +1039,30 @@ step("Provision", || {
         "a\n"
     );
 }
+
+#[test]
+fn git_reads_are_retried_through_rate_limits_and_server_errors() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script(
+            r#"
+const TREE = "apps-local/blueprint-apps/demo";
+step("Project", || {
+    gitlab_ensure_group("blueprint-apps");
+    gitlab_ensure_project("blueprint-apps", "demo");
+});
+step("Clone", || {
+    let url = `${env("GITLAB_URL")}/blueprint-apps/demo.git`;
+    assert_eq(git_clone_or_pull(url, TREE).action, "cloned");
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["--only", "Project", "scripts/test.rhai"])
+        .code(0);
+    // The next three requests (the clone's ref advertisement and its retries) are refused.
+    sim.set_faults(r#"{"rate_limit_burst": 3, "retry_after_s": 0}"#);
+    test.run(&["--only", "Clone", "scripts/test.rhai"]).code(0);
+    assert!(test.join("apps-local/blueprint-apps/demo/.git").is_dir());
+}

@@ -72,6 +72,40 @@ impl SmartSubtransport for ReqwestTransport {
     }
 }
 
+/// Attempts for a read over smart HTTP (the first included).
+const GIT_READ_ATTEMPTS: u32 = 4;
+
+/// One HTTP client per CA file for the whole process: building one loads the system CA store
+/// (about 150 files), and a shared client keeps its connections alive between requests.
+fn shared_client(ca_file: Option<&Path>) -> std::io::Result<reqwest::Client> {
+    static CLIENTS: std::sync::OnceLock<
+        std::sync::Mutex<std::collections::HashMap<Option<PathBuf>, reqwest::Client>>,
+    > = std::sync::OnceLock::new();
+    let clients = CLIENTS.get_or_init(Default::default);
+    let key = ca_file.map(Path::to_path_buf);
+    if let Some(client) = clients
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .get(&key)
+    {
+        return Ok(client.clone());
+    }
+    let mut builder = super::runtime::http_client_builder()
+        .timeout(GIT_TIMEOUT)
+        .connect_timeout(Duration::from_secs(10));
+    if let Some(ca) = ca_file {
+        let pem = std::fs::read(ca)?;
+        let certificate = reqwest::Certificate::from_pem(&pem).map_err(std::io::Error::other)?;
+        builder = builder.add_root_certificate(certificate);
+    }
+    let client = builder.build().map_err(std::io::Error::other)?;
+    clients
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .insert(key, client.clone());
+    Ok(client)
+}
+
 struct HttpStream {
     url: String,
     service: Service,
@@ -97,34 +131,44 @@ impl HttpStream {
             ),
         };
         let url = format!("{}{path}", self.url);
-        let mut builder = super::runtime::http_client_builder()
-            .timeout(GIT_TIMEOUT)
-            .connect_timeout(Duration::from_secs(10));
-        if let Some(ca) = &self.auth.ca_file {
-            let pem = std::fs::read(ca)?;
-            let certificate =
-                reqwest::Certificate::from_pem(&pem).map_err(std::io::Error::other)?;
-            builder = builder.add_root_certificate(certificate);
-        }
-        let client = builder.build().map_err(std::io::Error::other)?;
-        let mut request = if method == "GET" {
-            client.get(&url)
-        } else {
-            client.post(&url).body(std::mem::take(&mut self.request))
-        };
-        if let Some(content_type) = content_type {
-            request = request.header("Content-Type", content_type);
-        }
-        if let Some(token) = &self.auth.token {
-            request = request.basic_auth("oauth2", Some(token.reveal()));
-        }
+        let client = shared_client(self.auth.ca_file.as_deref())?;
+        let body = std::mem::take(&mut self.request);
         let shown = url.split('?').next().unwrap_or(&url).to_string();
-        let result = super::runtime::runtime().block_on(async move {
-            let response = request.send().await?;
-            let status = response.status().as_u16();
-            let body = response.bytes().await?;
-            Ok::<_, reqwest::Error>((status, body.to_vec()))
-        });
+        // Reads (the ref advertisements and upload-pack, which only sends objects) are retried
+        // on 5xx and broken connections; a push (receive-pack) is sent once: git2 reports the
+        // failure and the next run compares the remote ref before pushing again.
+        let retriable = !matches!(self.service, Service::ReceivePack);
+        let attempts = if retriable { GIT_READ_ATTEMPTS } else { 1 };
+        let mut result = Err(std::io::Error::other("no attempt made"));
+        for attempt in 0..attempts {
+            let mut request = if method == "GET" {
+                client.get(&url)
+            } else {
+                client.post(&url).body(body.clone())
+            };
+            if let Some(content_type) = content_type {
+                request = request.header("Content-Type", content_type);
+            }
+            if let Some(token) = &self.auth.token {
+                request = request.basic_auth("oauth2", Some(token.reveal()));
+            }
+            let answer = super::runtime::runtime().block_on(async move {
+                let response = request.send().await?;
+                let status = response.status().as_u16();
+                let body = response.bytes().await?;
+                Ok::<_, reqwest::Error>((status, body.to_vec()))
+            });
+            let transient = match &answer {
+                Ok((status, _)) => (500..=599).contains(status) || *status == 429,
+                Err(_) => true,
+            };
+            result = Ok(answer);
+            if !transient || attempt + 1 == attempts {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(200 << attempt));
+        }
+        let result = result?;
         match result {
             Ok((200, body)) => Ok(body),
             Ok((401, _)) => Err(std::io::Error::other(format!(
