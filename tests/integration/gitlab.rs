@@ -1029,6 +1029,17 @@ step("Provision", || {
     std::fs::create_dir_all(test.join("apps-local/blueprint-apps/demo/.git/objects"))
         .expect("mkdir");
     test.run(&["scripts/test.rhai"]).code(0);
+    // Killed right after `git init`: a repository without its origin.
+    let tree = test.join("apps-local/blueprint-apps/demo");
+    std::fs::remove_dir_all(&tree).expect("remove the clone");
+    let init = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .arg(&tree)
+        .status()
+        .expect("git init");
+    assert!(init.success());
+    test.run(&["scripts/test.rhai"]).code(0);
+    assert!(tree.join("a.txt").is_file(), "cloned again");
     assert_eq!(
         sim.api(
             "GET",

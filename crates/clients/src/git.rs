@@ -251,8 +251,13 @@ pub fn clone_or_pull(
     auth: &GitAuth,
 ) -> Result<SyncOutcome, ClientError> {
     with_auth(auth, || {
-        // A clone killed half-way leaves a `.git` git cannot open: clone again.
-        if dir.join(".git").exists() && git2::Repository::open(dir).is_err() {
+        // A clone killed half-way leaves a `.git` git cannot open, or one without its `origin`
+        // (killed right after `git init`): clone again.
+        let unfinished = dir.join(".git").exists()
+            && git2::Repository::open(dir)
+                .map(|repo| repo.find_remote("origin").is_err())
+                .unwrap_or(true);
+        if unfinished {
             std::fs::remove_dir_all(dir).map_err(|e| {
                 ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
             })?;
