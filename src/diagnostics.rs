@@ -338,11 +338,118 @@ pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> 
         source: Some(source_name.to_string()),
         position: error.position(),
     };
-    let footer = vec![format!("hint: {hint}")];
+    let mut footer = vec![format!("hint: {hint}")];
+    // An unbalanced brace makes Rhai report a later symptom (an "unknown variable" the extra
+    // block hides) at the wrong place: name the brace that looks wrong.
+    if let Some(braces) = session
+        .source(source_name)
+        .and_then(|text| brace_mismatch(&text))
+    {
+        footer.push(format!("note: {braces}"));
+    }
     Report {
         text: render(&headline, "here", &at, session.source(source_name), &footer),
         headline,
     }
+}
+
+/// Where the braces of a script look wrong, skipping strings and comments: the first `{` whose
+/// `}` is indented differently from the line that opened it (the usual sign of an extra or a
+/// missing brace), or a brace that is never closed or never opened.
+pub fn brace_mismatch(text: &str) -> Option<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let indent = |line: usize| {
+        lines
+            .get(line)
+            .map(|l| l.len() - l.trim_start().len())
+            .unwrap_or(0)
+    };
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    let mut suspect: Option<String> = None;
+    let (mut line, mut column) = (0usize, 0usize);
+    let mut chars = text.chars().peekable();
+    let mut quote: Option<char> = None;
+    while let Some(c) = chars.next() {
+        let at = (line, column);
+        if c == '\n' {
+            line += 1;
+            column = 0;
+        } else {
+            column += 1;
+        }
+        if let Some(q) = quote {
+            if c == '\\' {
+                if chars.next() == Some('\n') {
+                    line += 1;
+                    column = 0;
+                } else {
+                    column += 1;
+                }
+            } else if c == q {
+                quote = None;
+            }
+            continue;
+        }
+        match c {
+            '"' | '`' | '\'' => quote = Some(c),
+            '/' if chars.peek() == Some(&'/') => {
+                for next in chars.by_ref() {
+                    if next == '\n' {
+                        line += 1;
+                        column = 0;
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                let mut previous = ' ';
+                for next in chars.by_ref() {
+                    if next == '\n' {
+                        line += 1;
+                        column = 0;
+                    } else {
+                        column += 1;
+                    }
+                    if previous == '*' && next == '/' {
+                        break;
+                    }
+                    previous = next;
+                }
+            }
+            '{' => stack.push(at),
+            '}' => match stack.pop() {
+                Some((open_line, open_column)) => {
+                    if suspect.is_none() && open_line != at.0 && indent(open_line) != indent(at.0) {
+                        suspect = Some(format!(
+                            "the `{{` at line {}:{} is closed by the `}}` at line {}:{}, which is indented differently: is a brace missing or extra there?",
+                            open_line + 1,
+                            open_column + 1,
+                            at.0 + 1,
+                            at.1 + 1
+                        ));
+                    }
+                }
+                None => {
+                    return Some(format!(
+                        "the `}}` at line {}:{} closes nothing: the braces do not balance",
+                        at.0 + 1,
+                        at.1 + 1
+                    ));
+                }
+            },
+            _ => {}
+        }
+    }
+    if let Some((open_line, open_column)) = stack.last() {
+        return Some(suspect.unwrap_or_else(|| {
+            format!(
+                "the `{{` at line {}:{} is never closed: the braces do not balance",
+                open_line + 1,
+                open_column + 1
+            )
+        }));
+    }
+    None
 }
 
 /// The innermost message of an error, for one-line summaries (e.g. a failed `parallel` item).
@@ -365,6 +472,22 @@ mod tests {
         let text = "let a = 1;\n  foo(a);\n";
         assert_eq!(span_at(text, Position::new(2, 3)), Some((13, 3)));
         assert_eq!(span_at(text, Position::new(1, 9)), Some((8, 1)));
+    }
+
+    #[test]
+    fn an_extra_brace_is_found_by_its_indentation() {
+        let text = "let apps = [1];\nstep(\"A\", || {\n    {\n    info(\"{\");\n});\nstep(\"B\", || { info(apps) });\n";
+        assert_eq!(
+            brace_mismatch(text).as_deref(),
+            Some(
+                "the `{` at line 3:5 is closed by the `}` at line 5:1, which is indented differently: is a brace missing or extra there?"
+            )
+        );
+        assert_eq!(brace_mismatch("fn a() { // }\n}\n"), None);
+        assert_eq!(
+            brace_mismatch("}\n").as_deref(),
+            Some("the `}` at line 1:1 closes nothing: the braces do not balance")
+        );
     }
 
     #[test]

@@ -219,3 +219,15 @@ fn a_corrupt_journal_is_reported_with_a_hint() {
         output.stderr
     );
 }
+
+#[test]
+fn an_extra_brace_is_named_where_it_is() {
+    let test = repo().script(
+        "let apps = [1];\nstep(\"A\", || {\n    {\n    info(\"a\");\n});\nstep(\"B\", || { info(apps) });\n",
+    );
+    let out = test.run(&["--list", "scripts/test.rhai"]);
+    out.code(3);
+    out.stderr_contains(
+        "note: the `{` at line 3:5 is closed by the `}` at line 5:1, which is indented differently: is a brace missing or extra there?",
+    );
+}
