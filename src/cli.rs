@@ -267,7 +267,25 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         None => run(cli.run),
         Some(Command::Run(args)) => run(args),
         Some(Command::Functions { filter }) => {
-            print!("{}", functions_listing(filter.as_deref()));
+            let listing = functions_listing(filter.as_deref());
+            if listing.is_empty() {
+                let wanted = filter.unwrap_or_default();
+                let names: Vec<String> = crate::docs::function_docs()
+                    .into_iter()
+                    .map(|doc| doc.name)
+                    .collect();
+                let hint = match crate::diagnostics::closest(&wanted, &names) {
+                    Some(name) => {
+                        format!("did you mean `{name}`? `bprun functions` lists them all")
+                    }
+                    None => "`bprun functions` lists them all".to_string(),
+                };
+                return Err(Error::usage(
+                    format!("no native matches `{wanted}`"),
+                    Some(hint),
+                ));
+            }
+            print!("{listing}");
             Ok(ExitCode::Success)
         }
         Some(Command::Defs { dir }) => {
@@ -276,7 +294,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             Ok(ExitCode::Success)
         }
         Some(Command::Completions { shell }) => {
-            clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut std::io::stdout());
+            // Generated into memory, then written: a reader that stops early (`| head`) ends
+            // the output quietly instead of a panic on the broken pipe.
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut script);
+            write_stdout(&script)?;
             Ok(ExitCode::Success)
         }
         Some(Command::Repl {
@@ -362,17 +384,43 @@ fn run(args: RunArgs) -> Result<ExitCode, Error> {
     runner::run(options)
 }
 
+/// Writes to stdout; a closed pipe is not an error (the reader had enough).
+fn write_stdout(bytes: &[u8]) -> Result<(), Error> {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(bytes).and_then(|()| stdout.flush()) {
+        Err(error) if error.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Error::io("write to", "standard output", error))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Every native whose name contains `filter` with its signature and first sentence; a filter
+/// that names a native exactly shows its whole documentation.
 fn functions_listing(filter: Option<&str>) -> String {
+    let docs = crate::docs::function_docs();
+    let exact = filter.is_some_and(|wanted| docs.iter().any(|doc| doc.name == wanted));
     let mut out = String::new();
-    for doc in crate::docs::function_docs() {
-        if filter.is_some_and(|wanted| !doc.name.contains(wanted)) {
+    for doc in &docs {
+        let selected = match filter {
+            Some(wanted) if exact => doc.name == wanted,
+            Some(wanted) => doc.name.contains(wanted),
+            None => true,
+        };
+        if !selected {
             continue;
         }
         out.push_str(&doc.signature);
         out.push('\n');
-        if !doc.summary().is_empty() {
-            out.push_str("    ");
-            out.push_str(doc.summary());
+        let text = if exact {
+            doc.full_text()
+        } else {
+            doc.summary()
+        };
+        for line in text.lines() {
+            out.push_str(if line.is_empty() { "" } else { "    " });
+            out.push_str(line);
             out.push('\n');
         }
     }

@@ -127,6 +127,11 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
     }
 }
 
+/// The name in `names` closest to `wanted` (at most two edits away), for did-you-mean hints.
+pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
+    suggest(wanted, names)
+}
+
 fn suggest(signature: &str, functions: &[String]) -> Option<String> {
     let wanted = signature.split(['(', ' ']).next().unwrap_or(signature);
     let mut best: Option<(usize, &String)> = None;

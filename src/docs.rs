@@ -24,12 +24,43 @@ pub struct FunctionDoc {
 
 impl FunctionDoc {
     /// The first non-empty doc line.
-    pub fn summary(&self) -> &str {
-        self.doc
+    /// The first sentence of the docs (it may span lines), never cut mid-sentence.
+    pub fn summary(&self) -> String {
+        let paragraph: Vec<&str> = self
+            .doc
             .lines()
             .map(str::trim)
-            .find(|line| !line.is_empty())
-            .unwrap_or("")
+            .skip_while(|line| line.is_empty())
+            .take_while(|line| !line.is_empty() && !line.starts_with("```"))
+            .collect();
+        let text = paragraph.join(" ");
+        // A sentence ends at ". " outside backticks (`#{a: 1}. ` and `e.g. ` stay inside).
+        let mut in_code = false;
+        let bytes: Vec<char> = text.chars().collect();
+        for (index, c) in bytes.iter().enumerate() {
+            match c {
+                '`' => in_code = !in_code,
+                '.' if !in_code && bytes.get(index + 1) == Some(&' ') => {
+                    let sentence: String = bytes[..=index].iter().collect();
+                    if !sentence.ends_with("e.g.") && !sentence.ends_with("i.e.") {
+                        return sentence;
+                    }
+                }
+                _ => {}
+            }
+        }
+        text
+    }
+
+    /// The whole docs without the examples' fences, for `bprun functions NAME`.
+    pub fn full_text(&self) -> String {
+        self.doc
+            .lines()
+            .map(|line| line.strip_prefix(' ').unwrap_or(line))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .trim()
+            .to_string()
     }
 
     /// The ```rhai examples in the docs.

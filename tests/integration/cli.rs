@@ -5,14 +5,28 @@ use crate::support::{BPRUN, Output, repo};
 #[test]
 fn functions_lists_signatures_and_first_doc_lines() {
     let test = repo();
+    // A name that matches exactly shows the whole documentation.
     let output = test.run(&["functions", "write_text"]);
-    output.expect(
-        0,
+    output.code(0);
+    output.stdout_contains(
         "write_text(path: string, text: ?) -> map\n\
          \x20   Writes `text` (a string or a `Secret`) to a file under the repository root, only when the\n\
+         \x20   content differs; returns `#{changed, path}`. A `Secret` is written with mode 0600.\n",
+    );
+    output.stdout_contains("write_text(path: string, text: ?, options: map) -> map\n");
+    // A part of a name lists every match with its first sentence, never cut in the middle.
+    test.run(&["functions", "write_te"]).expect(
+        0,
+        "write_text(path: string, text: ?) -> map\n\
+         \x20   Writes `text` (a string or a `Secret`) to a file under the repository root, only when the content differs; returns `#{changed, path}`.\n\
          write_text(path: string, text: ?, options: map) -> map\n\
          \x20   Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).\n",
         "",
+    );
+    test.run(&["functions", "writ_txt"]).expect(
+        2,
+        "",
+        "error: no native matches `writ_txt`\n  hint: did you mean `write_text`? `bprun functions` lists them all\n",
     );
     let all = test.run(&["functions"]);
     all.code(0);
@@ -149,4 +163,20 @@ fn the_readme_lists_every_exit_code() {
             "README.md lacks the exit code row: {row}"
         );
     }
+}
+
+#[test]
+fn completions_end_quietly_when_the_reader_stops_early() {
+    let mut child = repo()
+        .command(&["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("bprun completions");
+    // Close the pipe before bprun writes (it is still starting), as a reader that quit does.
+    drop(child.stdout.take().expect("stdout"));
+    let output = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
