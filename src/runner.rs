@@ -183,6 +183,51 @@ struct Selection {
     resume: Option<(usize, String)>,
 }
 
+/// A step's lower-case words joined by dashes (`Ensure group` -> `ensure-group`).
+fn slug(name: &str) -> String {
+    name.to_lowercase()
+        .split(|c: char| !c.is_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .collect::<Vec<_>>()
+        .join("-")
+}
+
+/// The step a command-line argument names: its exact name, its number (1-based, as `--list`
+/// shows), or its slug (`ensure-group`, any case). An unknown one is a usage error with the
+/// closest step and the valid ones.
+fn resolve_step(arg: &str, names: &[&str], flag: &str) -> Result<String, Error> {
+    if let Some(name) = names.iter().find(|name| **name == arg) {
+        return Ok(name.to_string());
+    }
+    if let Ok(number) = arg.parse::<usize>()
+        && (1..=names.len()).contains(&number)
+    {
+        return Ok(names[number - 1].to_string());
+    }
+    let wanted = slug(arg);
+    if let Some(name) = names.iter().find(|name| slug(name) == wanted) {
+        return Ok(name.to_string());
+    }
+    let slugs: Vec<String> = names.iter().map(|name| slug(name)).collect();
+    let closest = crate::diagnostics::closest(&wanted, &slugs)
+        .and_then(|found| names.iter().find(|name| slug(name) == found));
+    let valid = names
+        .iter()
+        .enumerate()
+        .map(|(index, n)| format!("{} \"{n}\"", index + 1))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let hint = match (names.is_empty(), closest) {
+        (true, _) => "the script declares no steps".to_string(),
+        (false, Some(name)) => format!("did you mean \"{name}\"? valid steps: {valid}"),
+        (false, None) => format!("valid steps: {valid}"),
+    };
+    Err(Error::usage(
+        format!("unknown step \"{arg}\" in {flag}"),
+        Some(hint),
+    ))
+}
+
 impl Selection {
     fn new(
         options: &RunOptions,
@@ -190,38 +235,21 @@ impl Selection {
         journal: Option<&Journal>,
     ) -> Result<(Selection, Option<String>), Error> {
         let names: Vec<&str> = steps.iter().map(|step| step.name.as_str()).collect();
-        let unknown = |flag: &str, name: &str| {
-            let valid = names
-                .iter()
-                .map(|n| format!("\"{n}\""))
-                .collect::<Vec<_>>()
-                .join(", ");
-            Error::usage(
-                format!("unknown step \"{name}\" in {flag}"),
-                Some(if names.is_empty() {
-                    "the script declares no steps".to_string()
-                } else {
-                    format!("valid steps: {valid}")
-                }),
-            )
-        };
-        for name in &options.only {
-            if !names.contains(&name.as_str()) {
-                return Err(unknown("--only", name));
-            }
-        }
-        for name in &options.skip {
-            if !names.contains(&name.as_str()) {
-                return Err(unknown("--skip", name));
-            }
-        }
+        let only = options
+            .only
+            .iter()
+            .map(|arg| resolve_step(arg, &names, "--only"))
+            .collect::<Result<Vec<_>, _>>()?;
+        let skip = options
+            .skip
+            .iter()
+            .map(|arg| resolve_step(arg, &names, "--skip"))
+            .collect::<Result<Vec<_>, _>>()?;
         let from = match &options.from {
-            Some(name) => Some(
-                names
-                    .iter()
-                    .position(|n| n == name)
-                    .ok_or_else(|| unknown("--from", name))?,
-            ),
+            Some(arg) => {
+                let name = resolve_step(arg, &names, "--from")?;
+                names.iter().position(|n| *n == name)
+            }
             None => None,
         };
         if options.from.is_some() && options.resume {
@@ -239,10 +267,14 @@ impl Selection {
                     None
                 }
                 Some(last) => {
+                    // Left out on purpose with --skip is not unfinished work.
                     let done = |name: &str| {
-                        last.steps
-                            .iter()
-                            .any(|record| record.name == name && record.status.is_done())
+                        last.steps.iter().any(|record| {
+                            record.name == name
+                                && (record.status.is_done()
+                                    || (record.status == StepStatus::Deselected
+                                        && record.note.as_deref() == Some("--skip")))
+                        })
                     };
                     match names.iter().position(|name| !done(name)) {
                         Some(index) => {
@@ -267,15 +299,27 @@ impl Selection {
         } else {
             None
         };
-        Ok((
-            Selection {
-                only: options.only.clone(),
-                skip: options.skip.clone(),
-                from,
-                resume,
-            },
-            note,
-        ))
+        let selection = Selection {
+            only,
+            skip,
+            from,
+            resume,
+        };
+        let runs_a_step = steps
+            .iter()
+            .enumerate()
+            .any(|(index, step)| !step.always && selection.reason_to_skip(index, step).is_none());
+        let chose = !options.only.is_empty() || !options.skip.is_empty() || options.from.is_some();
+        if chose && !steps.is_empty() && !runs_a_step {
+            return Err(Error::usage(
+                "the selection runs no step",
+                Some(
+                    "--only, --skip and --from combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)"
+                        .to_string(),
+                ),
+            ));
+        }
+        Ok((selection, note))
     }
 
     /// Why the step will not run, and whether it still counts as done (it finished in the run
@@ -290,9 +334,6 @@ impl Selection {
         }
         if !self.only.is_empty() && !self.only.iter().any(|n| n == name) {
             return Some(("not selected by --only".to_string(), false));
-        }
-        if self.skip.iter().any(|n| n == name) {
-            return Some(("--skip".to_string(), false));
         }
         if let Some(from) = self.from
             && index < from

@@ -7,7 +7,10 @@ use std::process::Stdio;
 
 #[test]
 fn a_second_run_waits_for_the_first_and_names_it() {
-    let test = repo().script(r#"step("Hold", || { sleep(30); });"#);
+    let test = repo().script(
+        r#"step("Hold", || { sleep(30); });
+step("Other", || { info("other"); });"#,
+    );
     let mut first = test
         .command(&["scripts/test.rhai"])
         .stdout(Stdio::null())

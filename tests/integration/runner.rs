@@ -102,11 +102,47 @@ fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
             2,
             "",
             &format!(
-                "error: unknown step \"Ensure grup\" in {flag}\n  hint: valid steps: \"Write config\", \"Say hello\", \"Maybe fail\"\n"
+                "error: unknown step \"Ensure grup\" in {flag}\n  hint: valid steps: 1 \"Write config\", 2 \"Say hello\", 3 \"Maybe fail\"\n"
             ),
         );
     }
     assert!(!test.join("out").exists(), "a usage error ran a step");
+    // A near miss is named.
+    test.run(&["--only", "say-helo", "scripts/test.rhai"]).expect(
+        2,
+        "",
+        "error: unknown step \"say-helo\" in --only\n  hint: did you mean \"Say hello\"? valid steps: 1 \"Write config\", 2 \"Say hello\", 3 \"Maybe fail\"\n",
+    );
+}
+
+#[test]
+fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
+    let test = repo().script(THREE_STEPS);
+    let by_number = test.run(&["-q", "--only", "2", "scripts/test.rhai"]);
+    by_number.code(0);
+    by_number.stdout_contains("[2/3] Say hello ... ok");
+    by_number.stdout_contains("[1/3] Write config ... skipped (not selected by --only)");
+    let by_slug = test.run(&[
+        "-q",
+        "--only",
+        "say-hello",
+        "--only",
+        "MAYBE-FAIL",
+        "scripts/test.rhai",
+    ]);
+    by_slug.code(0);
+    by_slug.stdout_contains("[3/3] Maybe fail ... ok");
+    test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
+        2,
+        "",
+        "error: the selection runs no step\n  hint: --only, --skip and --from combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)\n",
+    );
+    // Steps left out with --skip are not unfinished work for --resume.
+    test.run(&["-q", "--skip", "1", "scripts/test.rhai"])
+        .code(0);
+    let resumed = test.run(&["-q", "--resume", "scripts/test.rhai"]);
+    resumed.code(0);
+    resumed.stdout_contains("nothing to resume: every step finished in the run of");
 }
 
 #[test]
