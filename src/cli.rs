@@ -173,6 +173,13 @@ enum SimCommand {
         /// Seconds a pipeline takes from creation to success
         #[arg(long, default_value_t = 2.0)]
         pipeline_seconds: f64,
+        /// Register an online instance runner (a stand-in that polls for jobs as GitLab Runner
+        /// does); without it, jobs stay pending as on a GitLab without runners
+        #[arg(long)]
+        runner: bool,
+        /// A tag of that runner (repeatable; it also takes untagged jobs)
+        #[arg(long = "runner-tag", value_name = "TAG", requires = "runner")]
+        runner_tags: Vec<String>,
         /// Latency added to every answer, in milliseconds
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
@@ -348,6 +355,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             state,
             tokens,
             pipeline_seconds,
+            runner,
+            runner_tags,
             latency_ms,
             error_rate,
             rate_limit_burst,
@@ -360,6 +369,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 state_dir: state,
                 tokens,
                 pipeline_seconds,
+                runner: runner.then_some(runner_tags),
                 faults: bprun_sim::http::Faults {
                     latency_ms,
                     error_rate,

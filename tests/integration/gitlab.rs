@@ -117,7 +117,8 @@ fn set_variables_updates_differing_and_removes_unlisted() {
 
 #[test]
 fn pipelines_succeed_and_failures_name_the_job_and_trace() {
-    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    // Jobs run only when an online runner takes them: this simulator has one.
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--runner"]);
     let test = with_sim(
         repo().script(
             r#"

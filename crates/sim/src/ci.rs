@@ -27,6 +27,8 @@ pub struct CiJob {
     pub stage: String,
     /// The job's `script` lines (empty when it comes from `extends`).
     pub script: Vec<String>,
+    /// The job's `tags:` (a runner must carry all of them).
+    pub tags: Vec<String>,
 }
 
 /// Where included files come from: `(project path or None for this project, ref, file path)`.
@@ -86,11 +88,20 @@ pub fn resolve(text: &str, reference: &str, fetch: &Fetch) -> Result<Vec<CiJob>,
                 .collect(),
             _ => Vec::new(),
         };
+        let tags = match job.get("tags") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            Some(Value::String(tag)) => vec![tag.clone()],
+            _ => Vec::new(),
+        };
         jobs.push((
             CiJob {
                 name: name.clone(),
                 stage,
                 script,
+                tags,
             },
             job.clone(),
         ));

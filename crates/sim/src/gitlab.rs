@@ -26,6 +26,9 @@ pub struct Config {
     /// How long a pipeline takes from creation to its end.
     pub pipeline_seconds: f64,
     pub faults: Faults,
+    /// Start the runner stand-in (an online instance runner) with these tags; `None`: no
+    /// runner, so jobs stay pending until one is registered and polls.
+    pub runner: Option<Vec<String>>,
 }
 
 impl Default for Config {
@@ -36,6 +39,7 @@ impl Default for Config {
             tokens: Vec::new(),
             pipeline_seconds: 2.0,
             faults: Faults::default(),
+            runner: None,
         }
     }
 }
@@ -81,6 +85,77 @@ struct Job {
     name: String,
     stage: String,
     script: Vec<String>,
+    /// The job's `tags:`: only a runner carrying all of them may take it.
+    #[serde(default)]
+    tags: Vec<String>,
+    /// When a runner took the job (its `POST /jobs/request`), and which one.
+    #[serde(default)]
+    picked_ms: Option<u64>,
+    #[serde(default)]
+    runner_id: Option<u64>,
+}
+
+/// A runner as GitLab 17/18 keeps it: created with `POST /user/runners` (an authentication
+/// token `glrt-...`, kept as a digest), online while it polls `POST /jobs/request`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Runner {
+    id: u64,
+    token_digest: String,
+    description: String,
+    /// `instance_type`, `group_type` or `project_type`.
+    runner_type: String,
+    group_id: Option<u64>,
+    project_id: Option<u64>,
+    tag_list: Vec<String>,
+    run_untagged: bool,
+    paused: bool,
+    locked: bool,
+    created_at: String,
+    /// Last contact (a job request); not persisted across restarts of the simulator.
+    #[serde(skip)]
+    contacted_ms: Option<u64>,
+    #[serde(skip)]
+    contacted_at: Option<String>,
+}
+
+/// GitLab's `Ci::Runner::ONLINE_CONTACT_TIMEOUT`: a runner is online when it asked for a job
+/// within the last two hours.
+const ONLINE_CONTACT_MS: u64 = 2 * 60 * 60 * 1000;
+/// GitLab's `STALE_TIMEOUT`: a runner not seen for a week is stale.
+const STALE_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+/// The description of the runner stand-in `--runner` and the embedded platform register.
+pub const STANDIN_RUNNER: &str = "bprun-sim runner stand-in";
+
+impl Runner {
+    fn online(&self, now: u64) -> bool {
+        self.contacted_ms
+            .is_some_and(|at| now.saturating_sub(at) < ONLINE_CONTACT_MS)
+    }
+
+    fn status(&self, now: u64) -> &'static str {
+        match self.contacted_ms {
+            None => "never_contacted",
+            Some(_) if self.online(now) => "online",
+            Some(at) if now.saturating_sub(at) >= STALE_MS => "stale",
+            Some(_) => "offline",
+        }
+    }
+
+    /// GitLab's matching: the runner serves the project (its scope), is not paused, carries
+    /// every tag of the job, and takes untagged jobs only with `run_untagged`.
+    fn can_take(&self, project: &Project, job: &Job) -> bool {
+        let scope = match self.runner_type.as_str() {
+            "instance_type" => true,
+            "group_type" => self.group_id == Some(project.namespace_id),
+            _ => self.project_id == Some(project.id),
+        };
+        let tags = if job.tags.is_empty() {
+            self.run_untagged
+        } else {
+            job.tags.iter().all(|tag| self.tag_list.contains(tag))
+        };
+        !self.paused && scope && tags
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -118,6 +193,8 @@ struct State {
     projects: BTreeMap<u64, Project>,
     variables: BTreeMap<u64, Vec<Variable>>,
     pipelines: BTreeMap<u64, Pipeline>,
+    #[serde(default)]
+    runners: BTreeMap<u64, Runner>,
 }
 
 impl State {
@@ -192,6 +269,32 @@ fn bool_field(body: &Value, key: &str) -> Option<bool> {
         Some(Value::String(text)) => Some(text == "true"),
         _ => None,
     }
+}
+
+/// A runner authentication token, as GitLab 17 mints them.
+fn runner_token() -> String {
+    format!(
+        "glrt-{}",
+        (0..20)
+            .map(|_| fastrand::alphanumeric())
+            .collect::<String>()
+    )
+}
+
+/// `tag_list` as an array or a comma-separated string.
+fn tag_list(body: &Value) -> Vec<String> {
+    let tags: Vec<String> = match body.get("tag_list") {
+        Some(Value::Array(items)) => items
+            .iter()
+            .filter_map(|item| item.as_str().map(str::to_string))
+            .collect(),
+        Some(Value::String(list)) => list.split(',').map(str::to_string).collect(),
+        _ => Vec::new(),
+    };
+    tags.into_iter()
+        .map(|tag| tag.trim().to_string())
+        .filter(|tag| !tag.is_empty())
+        .collect()
 }
 
 fn valid_visibility(visibility: &str) -> bool {
@@ -467,42 +570,70 @@ impl GitlabSim {
         self.lock().tokens.get(&token_digest(token)).copied()
     }
 
+    /// A job fails when its script has `exit N` with N other than 0 (the tests' convention).
+    fn fails(job: &Job) -> bool {
+        job.script
+            .iter()
+            .any(|line| line.trim().starts_with("exit ") && line.trim() != "exit 0")
+    }
+
+    /// Each job's status at `now`. Stages run in order; a job runs once a runner took it (its
+    /// `POST /jobs/request`) and ends after its share of `pipeline_seconds`. A job no runner
+    /// took is `pending` when its stage is reached, `created` before; after a failed stage the
+    /// remaining jobs are `skipped`.
+    fn job_statuses(&self, pipeline: &Pipeline, now: u64) -> Vec<String> {
+        let jobs = &pipeline.jobs;
+        let mut stages: Vec<&str> = jobs.iter().map(|job| job.stage.as_str()).collect();
+        stages.dedup();
+        let run_ms = (self.config.pipeline_seconds.max(0.0) * 1000.0 * 2.0
+            / 3.0
+            / stages.len().max(1) as f64) as u64;
+        let mut statuses = vec![String::new(); jobs.len()];
+        let (mut blocked, mut failed) = (false, false);
+        let mut index = 0;
+        while index < jobs.len() {
+            let stage = &jobs[index].stage;
+            let end = index
+                + jobs[index..]
+                    .iter()
+                    .take_while(|job| job.stage == *stage)
+                    .count();
+            let (mut all_success, mut stage_failed) = (true, false);
+            for (offset, job) in jobs[index..end].iter().enumerate() {
+                let status = match job.picked_ms {
+                    Some(at) if now.saturating_sub(at) < run_ms => "running",
+                    Some(_) if Self::fails(job) => "failed",
+                    Some(_) => "success",
+                    None if failed => "skipped",
+                    None if blocked => "created",
+                    None => "pending",
+                };
+                stage_failed |= status == "failed";
+                all_success &= status == "success";
+                statuses[index + offset] = status.to_string();
+            }
+            failed |= stage_failed;
+            blocked |= !all_success;
+            index = end;
+        }
+        statuses
+    }
+
+    /// The pipeline's status (GitLab's composite of its jobs' statuses) and its jobs' statuses.
     fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
         if pipeline.yaml_errors.is_some() {
             return ("failed".to_string(), Vec::new());
         }
-        let elapsed = now_ms().saturating_sub(pipeline.created_ms) as f64 / 1000.0;
-        let phase = (self.config.pipeline_seconds / 3.0).max(0.001);
-        let failing = pipeline.jobs.iter().position(|job| {
-            job.script
-                .iter()
-                .any(|line| line.trim().starts_with("exit ") && line.trim() != "exit 0")
-        });
-        let finished = elapsed >= 3.0 * phase;
-        let job_status = |index: usize| -> String {
-            if elapsed < phase {
-                "pending".into()
-            } else if !finished {
-                if index == 0 {
-                    "running".into()
-                } else {
-                    "pending".into()
-                }
-            } else {
-                match failing {
-                    Some(bad) if index == bad => "failed".into(),
-                    Some(bad) if index > bad => "skipped".into(),
-                    _ => "success".into(),
-                }
-            }
-        };
-        let jobs: Vec<String> = (0..pipeline.jobs.len()).map(job_status).collect();
-        let status = if elapsed < phase {
-            "pending"
-        } else if !finished {
+        let jobs = self.job_statuses(pipeline, now_ms());
+        let any = |wanted: &str| jobs.iter().any(|status| status == wanted);
+        let status = if any("running") || (any("pending") && (any("success") || any("failed"))) {
             "running"
-        } else if failing.is_some() {
+        } else if any("pending") {
+            "pending"
+        } else if any("failed") {
             "failed"
+        } else if any("created") {
+            "created"
         } else {
             "success"
         };
@@ -587,6 +718,13 @@ impl GitlabSim {
         let Some(api) = path.strip_prefix("/api/v4") else {
             return message(404, "404 Not Found");
         };
+        // The runner API authenticates with the runner's own token, not a user's.
+        match (request.method.as_str(), api) {
+            ("POST", "/jobs/request") => return self.request_job(request),
+            ("POST", "/runners/verify") => return self.verify_runner(request),
+            ("DELETE", "/runners") => return self.unregister_runner(request),
+            _ => {}
+        }
         let Some(user) = self.authenticate(request) else {
             return message(401, "401 Unauthorized");
         };
@@ -604,6 +742,62 @@ impl GitlabSim {
                     200,
                     &json!({"id": found.id, "username": found.username, "name": found.name, "state": "active", "is_admin": true}),
                 )
+            }
+            ("POST", ["user", "runners"]) => self.create_runner(request),
+            ("GET", ["runners", "all"]) => self.list_runners(request, |_| true),
+            ("GET", ["runners"]) => {
+                self.list_runners(request, |runner| runner.runner_type != "instance_type")
+            }
+            ("GET", ["runners", id]) => {
+                let state = self.lock();
+                match id.parse::<u64>().ok().and_then(|id| state.runners.get(&id)) {
+                    Some(runner) => SimResponse::json(200, &self.runner_detail(&state, runner)),
+                    None => not_found("Runner"),
+                }
+            }
+            ("PUT", ["runners", id]) => self.update_runner(request, id),
+            ("DELETE", ["runners", id]) => {
+                let mut state = self.lock();
+                let removed = id
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|id| state.runners.remove(&id));
+                drop(state);
+                match removed {
+                    Some(_) => {
+                        self.persist();
+                        SimResponse::empty(204)
+                    }
+                    None => not_found("Runner"),
+                }
+            }
+            ("POST", ["runners", id, "reset_authentication_token"]) => {
+                let token = runner_token();
+                let mut state = self.lock();
+                let Some(runner) = id
+                    .parse::<u64>()
+                    .ok()
+                    .and_then(|id| state.runners.get_mut(&id))
+                else {
+                    return not_found("Runner");
+                };
+                runner.token_digest = token_digest(&token);
+                drop(state);
+                self.persist();
+                SimResponse::json(201, &json!({"token": token, "token_expires_at": null}))
+            }
+            ("GET", ["projects", id, "runners"]) => {
+                let state = self.lock();
+                let Some(project) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                let project = state.projects[&project].clone();
+                drop(state);
+                self.list_runners(request, |runner| match runner.runner_type.as_str() {
+                    "instance_type" => true,
+                    "group_type" => runner.group_id == Some(project.namespace_id),
+                    _ => runner.project_id == Some(project.id),
+                })
             }
             ("POST", ["groups"]) => self.create_group(request),
             ("GET", ["groups"]) => {
@@ -724,7 +918,15 @@ impl GitlabSim {
                     .jobs
                     .iter()
                     .zip(statuses)
-                    .map(|(job, status)| json!({"id": job.id, "name": job.name, "stage": job.stage, "status": status, "pipeline": {"id": found.id}, "web_url": format!("{}/-/jobs/{}", self.base_url(), job.id)}))
+                    .map(|(job, status)| {
+                        let runner = job
+                            .runner_id
+                            .and_then(|id| state.runners.get(&id))
+                            .map(|runner| self.runner_json(runner, false));
+                        json!({"id": job.id, "name": job.name, "stage": job.stage, "status": status,
+                               "tag_list": job.tags, "runner": runner,
+                               "pipeline": {"id": found.id}, "web_url": format!("{}/-/jobs/{}", self.base_url(), job.id)})
+                    })
                     .collect();
                 drop(state);
                 self.paginate(request, items)
@@ -748,6 +950,311 @@ impl GitlabSim {
             }
             _ => message(404, "404 Not Found"),
         }
+    }
+
+    fn runner_json(&self, runner: &Runner, _detail: bool) -> Value {
+        let now = now_ms();
+        json!({
+            "id": runner.id, "description": runner.description, "ip_address": runner.contacted_ms.map(|_| "127.0.0.1"),
+            "active": !runner.paused, "paused": runner.paused, "is_shared": runner.runner_type == "instance_type",
+            "runner_type": runner.runner_type, "name": runner.contacted_ms.map(|_| "gitlab-runner"),
+            "online": runner.online(now), "status": runner.status(now),
+        })
+    }
+
+    fn runner_detail(&self, state: &State, runner: &Runner) -> Value {
+        let mut value = self.runner_json(runner, true);
+        let projects: Vec<Value> = runner
+            .project_id
+            .and_then(|id| state.projects.get(&id))
+            .map(|project| {
+                json!({"id": project.id, "name": project.name, "path": project.path,
+                       "path_with_namespace": Self::project_path(state, project)})
+            })
+            .into_iter()
+            .collect();
+        let groups: Vec<Value> = runner
+            .group_id
+            .and_then(|id| state.groups.get(&id))
+            .map(|group| json!({"id": group.id, "name": group.name, "web_url": format!("{}/groups/{}", self.base_url(), group.path)}))
+            .into_iter()
+            .collect();
+        if let Value::Object(map) = &mut value {
+            for (key, field) in [
+                ("tag_list", json!(runner.tag_list)),
+                ("run_untagged", json!(runner.run_untagged)),
+                ("locked", json!(runner.locked)),
+                ("access_level", json!("not_protected")),
+                ("maximum_timeout", Value::Null),
+                ("contacted_at", json!(runner.contacted_at)),
+                ("created_at", json!(runner.created_at)),
+                ("version", json!(runner.contacted_ms.map(|_| "17.9.0"))),
+                ("projects", json!(projects)),
+                ("groups", json!(groups)),
+            ] {
+                map.insert(key.to_string(), field);
+            }
+        }
+        value
+    }
+
+    /// `GET /runners/all`, `/runners`, `/projects/:id/runners`: filtered by `type`, `status`,
+    /// `paused` and `tag_list` as GitLab does.
+    fn list_runners(&self, request: &SimRequest, keep: impl Fn(&Runner) -> bool) -> SimResponse {
+        let now = now_ms();
+        let state = self.lock();
+        let query = &request.query;
+        let tags: Vec<String> = query
+            .get("tag_list")
+            .map(|list| {
+                list.split(',')
+                    .map(|tag| tag.trim().to_string())
+                    .filter(|tag| !tag.is_empty())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let items = state
+            .runners
+            .values()
+            .filter(|runner| keep(runner))
+            .filter(|runner| query.get("type").is_none_or(|t| *t == runner.runner_type))
+            .filter(|runner| {
+                query
+                    .get("status")
+                    .is_none_or(|status| match status.as_str() {
+                        "active" => !runner.paused,
+                        "paused" => runner.paused,
+                        other => runner.status(now) == other,
+                    })
+            })
+            .filter(|runner| {
+                query
+                    .get("paused")
+                    .is_none_or(|paused| (paused == "true") == runner.paused)
+            })
+            .filter(|runner| tags.iter().all(|tag| runner.tag_list.contains(tag)))
+            .map(|runner| self.runner_json(runner, false))
+            .collect();
+        drop(state);
+        self.paginate(request, items)
+    }
+
+    /// `POST /user/runners` (GitLab 16+): a runner and its authentication token.
+    fn create_runner(&self, request: &SimRequest) -> SimResponse {
+        let body = request.json();
+        let Some(runner_type) = string_field(&body, "runner_type") else {
+            return param_error("runner_type is missing");
+        };
+        if !matches!(
+            runner_type.as_str(),
+            "instance_type" | "group_type" | "project_type"
+        ) {
+            return param_error("runner_type does not have a valid value");
+        }
+        let mut state = self.lock();
+        let (group_id, project_id) = match runner_type.as_str() {
+            "group_type" => match string_field(&body, "group_id") {
+                None => return param_error("group_id is missing"),
+                Some(id) => match Self::find_group(&state, &id) {
+                    Some(group) => (Some(group), None),
+                    None => return not_found("Group"),
+                },
+            },
+            "project_type" => match string_field(&body, "project_id") {
+                None => return param_error("project_id is missing"),
+                Some(id) => match Self::find_project(&state, &id) {
+                    Some(project) => (None, Some(project)),
+                    None => return not_found("Project"),
+                },
+            },
+            _ => (None, None),
+        };
+        let token = runner_token();
+        let id = state.id();
+        state.runners.insert(
+            id,
+            Runner {
+                id,
+                token_digest: token_digest(&token),
+                description: string_field(&body, "description").unwrap_or_default(),
+                runner_type,
+                group_id,
+                project_id,
+                tag_list: tag_list(&body),
+                run_untagged: bool_field(&body, "run_untagged").unwrap_or(true),
+                paused: bool_field(&body, "paused").unwrap_or(false),
+                locked: bool_field(&body, "locked").unwrap_or(false),
+                created_at: timestamp(),
+                contacted_ms: None,
+                contacted_at: None,
+            },
+        );
+        drop(state);
+        self.persist();
+        SimResponse::json(
+            201,
+            &json!({"id": id, "token": token, "token_expires_at": null}),
+        )
+    }
+
+    fn update_runner(&self, request: &SimRequest, id: &str) -> SimResponse {
+        let body = request.json();
+        let mut state = self.lock();
+        let Some(runner) = id
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| state.runners.get_mut(&id))
+        else {
+            return not_found("Runner");
+        };
+        if let Some(description) = string_field(&body, "description") {
+            runner.description = description;
+        }
+        if let Some(paused) = bool_field(&body, "paused") {
+            runner.paused = paused;
+        }
+        if let Some(active) = bool_field(&body, "active") {
+            runner.paused = !active;
+        }
+        if let Some(run_untagged) = bool_field(&body, "run_untagged") {
+            runner.run_untagged = run_untagged;
+        }
+        if let Some(locked) = bool_field(&body, "locked") {
+            runner.locked = locked;
+        }
+        if body.get("tag_list").is_some() {
+            runner.tag_list = tag_list(&body);
+        }
+        let runner = runner.clone();
+        let answer = self.runner_detail(&state, &runner);
+        drop(state);
+        self.persist();
+        SimResponse::json(200, &answer)
+    }
+
+    /// The runner a runner-API request authenticates as (its `token` field).
+    fn runner_of(&self, request: &SimRequest) -> Result<u64, SimResponse> {
+        let Some(token) = string_field(&request.json(), "token") else {
+            return Err(param_error("token is missing"));
+        };
+        let digest = token_digest(&token);
+        self.lock()
+            .runners
+            .values()
+            .find(|runner| runner.token_digest == digest)
+            .map(|runner| runner.id)
+            .ok_or_else(|| message(403, "403 Forbidden"))
+    }
+
+    /// `POST /runners/verify`: the token is a runner's (as `gitlab-runner register` checks).
+    fn verify_runner(&self, request: &SimRequest) -> SimResponse {
+        match self.runner_of(request) {
+            Ok(id) => SimResponse::json(
+                200,
+                &json!({"id": id, "token": string_field(&request.json(), "token"), "token_expires_at": null}),
+            ),
+            Err(response) => response,
+        }
+    }
+
+    /// `DELETE /runners` with the runner's token (`gitlab-runner unregister`).
+    fn unregister_runner(&self, request: &SimRequest) -> SimResponse {
+        match self.runner_of(request) {
+            Ok(id) => {
+                self.lock().runners.remove(&id);
+                self.persist();
+                SimResponse::empty(204)
+            }
+            Err(response) => response,
+        }
+    }
+
+    /// `POST /jobs/request`, the runner's poll: the runner is online from now on, and takes
+    /// every job it can run whose stage is reached (GitLab hands out one job per request and
+    /// the runner runs it; here the simulator plays the job's run, so the answer is always
+    /// 204 "no job for you", and the jobs it took run and end on their own).
+    fn request_job(&self, request: &SimRequest) -> SimResponse {
+        let runner_id = match self.runner_of(request) {
+            Ok(id) => id,
+            Err(response) => return response,
+        };
+        let now = now_ms();
+        let mut state = self.lock();
+        let Some(runner) = state.runners.get_mut(&runner_id) else {
+            return message(403, "403 Forbidden");
+        };
+        runner.contacted_ms = Some(now);
+        runner.contacted_at = Some(timestamp());
+        let runner = runner.clone();
+        let mut taken: Vec<(u64, usize)> = Vec::new();
+        for pipeline in state.pipelines.values() {
+            if pipeline.yaml_errors.is_some() {
+                continue;
+            }
+            let Some(project) = state.projects.get(&pipeline.project_id) else {
+                continue;
+            };
+            let statuses = self.job_statuses(pipeline, now);
+            for (index, job) in pipeline.jobs.iter().enumerate() {
+                if statuses[index] == "pending" && runner.can_take(project, job) {
+                    taken.push((pipeline.id, index));
+                }
+            }
+        }
+        for (pipeline, index) in &taken {
+            if let Some(job) = state
+                .pipelines
+                .get_mut(pipeline)
+                .and_then(|pipeline| pipeline.jobs.get_mut(*index))
+            {
+                job.picked_ms = Some(now);
+                job.runner_id = Some(runner_id);
+            }
+        }
+        drop(state);
+        if !taken.is_empty() {
+            self.persist();
+        }
+        SimResponse::empty(204).with_header("x-gitlab-last-update", now.to_string())
+    }
+
+    /// Registers the runner stand-in (an instance runner, untagged jobs and `tags`), or gives
+    /// the one a previous start registered a fresh token; returns its authentication token.
+    pub fn register_standin_runner(&self, tags: &[String]) -> String {
+        let token = runner_token();
+        let mut state = self.lock();
+        let existing = state
+            .runners
+            .values()
+            .find(|runner| {
+                runner.description == STANDIN_RUNNER && runner.runner_type == "instance_type"
+            })
+            .map(|runner| runner.id);
+        let id = match existing {
+            Some(id) => id,
+            None => state.id(),
+        };
+        state.runners.insert(
+            id,
+            Runner {
+                id,
+                token_digest: token_digest(&token),
+                description: STANDIN_RUNNER.to_string(),
+                runner_type: "instance_type".to_string(),
+                group_id: None,
+                project_id: None,
+                tag_list: tags.to_vec(),
+                run_untagged: true,
+                paused: false,
+                locked: false,
+                created_at: timestamp(),
+                contacted_ms: None,
+                contacted_at: None,
+            },
+        );
+        drop(state);
+        self.persist();
+        token
     }
 
     /// All projects, or those of one group, paginated.
@@ -1359,6 +1866,9 @@ impl GitlabSim {
                 name: job.name,
                 stage: job.stage,
                 script: job.script,
+                tags: job.tags,
+                picked_ms: None,
+                runner_id: None,
             });
         }
         let pipeline = Pipeline {
@@ -1408,6 +1918,49 @@ impl Handler for GitlabSim {
     }
 }
 
+/// How often the runner stand-in asks for jobs: GitLab Runner's `check_interval` is 3 s; the
+/// stand-in asks more often so short simulated pipelines are not dominated by the wait.
+pub fn standin_interval(pipeline_seconds: f64) -> Duration {
+    Duration::from_secs_f64((pipeline_seconds / 6.0).clamp(0.05, 3.0))
+}
+
+/// The runner stand-in: with the token of a registered runner (`register_standin_runner`),
+/// polls `POST /api/v4/jobs/request` as GitLab Runner does, so it is online because it polls. Its requests go to
+/// the simulator's handler directly (not through the HTTP stack: the request log and fault
+/// injection concern the clients under test, not the runner).
+pub async fn runner_standin(sim: Arc<GitlabSim>, token: String, interval: Duration) {
+    loop {
+        let polling = sim.clone();
+        let token_now = token.clone();
+        let _ = tokio::task::spawn_blocking(move || standin_poll(&polling, &token_now)).await;
+        tokio::time::sleep(interval).await;
+    }
+}
+
+/// One job request of the runner stand-in (also made once before the simulator serves, so
+/// the runner is online from the first answer on).
+pub fn standin_poll(sim: &GitlabSim, token: &str) {
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    let body = json!({
+        "token": token,
+        "info": {"name": "gitlab-runner", "version": "17.9.0", "executor": "kubernetes", "features": {}},
+    });
+    let request = SimRequest {
+        method: "POST".to_string(),
+        path: "/api/v4/jobs/request".to_string(),
+        query: BTreeMap::new(),
+        query_pairs: Vec::new(),
+        headers,
+        body: serde_json::to_vec(&body).unwrap_or_default().into(),
+        upgrade: None,
+    };
+    let _ = sim.handle(request);
+}
+
 /// Runs the simulator until Ctrl-C or SIGTERM; prints `GITLAB_URL=...` and `GITLAB_TOKEN=...`.
 pub fn run(config: Config) -> Result<(), String> {
     let address = super::http::loopback(&config.listen)?;
@@ -1423,6 +1976,12 @@ pub fn run(config: Config) -> Result<(), String> {
     let token = config.tokens[0].clone();
     let sim = Arc::new(GitlabSim::new(config)?);
     let temporary_repos = sim.temporary_repos.clone();
+    // Registered before the URL is printed, so whoever reads it finds the runner.
+    let runner_token = sim.config.runner.as_ref().map(|tags| {
+        let token = sim.register_standin_runner(tags);
+        standin_poll(&sim, &token);
+        token
+    });
     let runtime = bprun_clients::runtime::runtime();
     runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(address)
@@ -1437,9 +1996,16 @@ pub fn run(config: Config) -> Result<(), String> {
         let _ = writeln!(out, "GITLAB_URL={url}");
         let _ = writeln!(out, "GITLAB_TOKEN={token}");
         let _ = out.flush();
+        let runner = runner_token.map(|token| {
+            let interval = standin_interval(sim.config.pipeline_seconds);
+            tokio::spawn(runner_standin(sim.clone(), token, interval))
+        });
         let server = tokio::spawn(super::http::serve(listener, sim));
         super::http::shutdown_signal().await?;
         server.abort();
+        if let Some(runner) = runner {
+            runner.abort();
+        }
         tokio::time::sleep(Duration::from_millis(10)).await;
         if let Some(folder) = &temporary_repos {
             let _ = std::fs::remove_dir_all(folder);

@@ -268,6 +268,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         tokens: vec![prepared.gitlab_admin_token.clone()],
         pipeline_seconds: prepared.pipeline_seconds,
         faults: Default::default(),
+        runner: None,
     };
     let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);
     *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
@@ -275,6 +276,15 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         to_tokio(prepared.gitlab)?,
         gitlab.clone(),
     ))];
+    // Phase 2 ends by registering GitLab Runner: the platform has an online instance runner,
+    // online because its stand-in polls for jobs.
+    let runner_token = gitlab.register_standin_runner(&[]);
+    crate::gitlab::standin_poll(&gitlab, &runner_token);
+    tasks.push(runtime.spawn(crate::gitlab::runner_standin(
+        gitlab.clone(),
+        runner_token,
+        crate::gitlab::standin_interval(prepared.pipeline_seconds),
+    )));
     // The registry.
     let registry_addr = prepared.registry.local_addr().map_err(|e| e.to_string())?;
     tasks.push(runtime.spawn(registry(to_tokio(prepared.registry)?)));

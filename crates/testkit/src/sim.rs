@@ -17,13 +17,15 @@ pub const GITLAB_TOKEN: &str = "glpat-test-admin-token-0001";
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SimKind {
     /// `sim gitlab --listen 127.0.0.1:0 --token GITLAB_TOKEN --pipeline-seconds 0.6`:
-    /// prints GITLAB_URL, GITLAB_TOKEN.
+    /// prints GITLAB_URL, GITLAB_TOKEN. It has no runner, so jobs stay pending: a test that
+    /// wants pipelines to run passes `--runner` (and `--runner-tag TAG` for tagged jobs).
     Gitlab,
     /// `sim kube --listen 127.0.0.1:0 --kubeconfig HOME/kubeconfig`: prints KUBE_URL, KUBECONFIG.
     Kube,
     /// `sim bao --listen 127.0.0.1:0`: prints BAO_ADDR, BAO_TOKEN.
     Bao,
-    /// `sim all --pipeline-seconds 0.3 --state HOME/state`: prints six variables.
+    /// `sim all --pipeline-seconds 0.3 --state HOME/state`: prints six variables. The platform
+    /// has an online instance runner, as phase 2 leaves it.
     All,
 }
 

@@ -240,16 +240,23 @@ impl GitlabClient {
                 return Ok(last.into_iter().flatten().collect());
             }
             if started.elapsed() >= params.timeout {
+                let mut stuck_anywhere = false;
                 let waiting: Vec<String> = pipelines
                     .iter()
                     .zip(&last)
                     .filter(|(_, p)| !p.as_ref().is_some_and(Pipeline::is_terminal))
                     .map(|(wanted, p)| {
+                        let stuck = self.stuck_jobs(wanted, cancelled);
+                        stuck_anywhere |= !stuck.is_empty();
                         format!(
-                            "#{} of {} is {}",
+                            "#{} of {} is {}{}",
                             wanted.id,
                             wanted.project,
-                            p.as_ref().map_or("unknown", |p| p.status.as_str())
+                            p.as_ref().map_or("unknown", |p| p.status.as_str()),
+                            stuck
+                                .iter()
+                                .map(|job| format!("; no online runner can take job {job}"))
+                                .collect::<String>()
                         )
                     })
                     .collect();
@@ -259,12 +266,72 @@ impl GitlabClient {
                     waiting.join(", ")
                 ))
                 .with_kind(ErrorKind::Timeout)
-                .with_hint(
-                    "raise #{timeout: seconds}, or look at the runner: are its pods running?",
-                ));
+                .with_hint(if stuck_anywhere {
+                    "register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`"
+                } else {
+                    "raise #{timeout: seconds}, or look at the runner: are its pods running?"
+                }));
             }
             pause(params.interval, cancelled, "gitlab_wait_pipeline")?;
         }
+    }
+
+    /// The pending jobs of a pipeline that no online, unpaused runner available to the project
+    /// can take (GitLab's "stuck" jobs: no runner, or none whose tags cover the job's), each as
+    /// `name` or `name (tags: a, b)`. Empty when that cannot be read (e.g. no permission to
+    /// list the project's runners).
+    pub fn stuck_jobs(&self, pipeline: &PipelineRef, cancelled: &dyn Fn() -> bool) -> Vec<String> {
+        let project = encode(&pipeline.project);
+        let Ok(jobs) = self.get_all(
+            &format!("projects/{project}/pipelines/{}/jobs", pipeline.id),
+            cancelled,
+        ) else {
+            return Vec::new();
+        };
+        let pending: Vec<&Value> = jobs
+            .iter()
+            .filter(|job| job["status"] == "pending")
+            .collect();
+        if pending.is_empty() {
+            return Vec::new();
+        }
+        let Ok(runners) = self.get_all(
+            &format!("projects/{project}/runners?status=online&paused=false"),
+            cancelled,
+        ) else {
+            return Vec::new();
+        };
+        let mut capabilities: Vec<(Vec<String>, bool)> = Vec::new();
+        for runner in &runners {
+            let Ok(detail) = self.get(&format!("runners/{}", runner["id"]), cancelled) else {
+                return Vec::new();
+            };
+            capabilities.push((
+                strings(&detail["tag_list"]),
+                detail["run_untagged"] != false,
+            ));
+        }
+        pending
+            .into_iter()
+            .filter_map(|job| {
+                let tags = strings(&job["tag_list"]);
+                let takeable = capabilities.iter().any(|(runner_tags, untagged)| {
+                    if tags.is_empty() {
+                        *untagged
+                    } else {
+                        tags.iter().all(|tag| runner_tags.contains(tag))
+                    }
+                });
+                let name = job["name"].as_str().unwrap_or("?");
+                (!takeable).then(|| {
+                    if tags.is_empty() {
+                        name.to_string()
+                    } else {
+                        format!("{name} (tags: {})", tags.join(", "))
+                    }
+                })
+            })
+            .collect()
     }
 
     /// The error for a pipeline that ended without success: its YAML errors, its failed jobs
@@ -322,4 +389,17 @@ impl GitlabClient {
             pipeline.web_url.as_deref().unwrap_or_default()
         ))
     }
+}
+
+/// A JSON array of strings (anything else: empty).
+fn strings(value: &Value) -> Vec<String> {
+    value
+        .as_array()
+        .map(|items| {
+            items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
 }
