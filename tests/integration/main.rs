@@ -10,6 +10,7 @@ mod charts;
 mod cli;
 mod diagnostics;
 mod gitlab;
+mod gitlab_ci;
 mod gitlab_runners;
 mod helm_natives;
 mod kube_natives;

@@ -1,5 +1,7 @@
 //! The part of GitLab CI that pipeline creation checks: YAML, `include:` (local and
-//! cross-project), stages and `needs:`. Messages follow GitLab's.
+//! cross-project), `extends:`, stages, `script:`, `needs:`, and which jobs a pipeline gets:
+//! `workflow:rules`, `rules:` (`if`, `changes`, `exists`, `when`) and `only`/`except`.
+//! Messages follow GitLab's.
 
 use serde_json::Value;
 
@@ -29,18 +31,121 @@ pub struct CiJob {
     pub script: Vec<String>,
     /// The job's `tags:` (a runner must carry all of them).
     pub tags: Vec<String>,
+    /// `on_success`, `always`, `manual` or `delayed` (from `rules:` or the job's `when`).
+    pub when: String,
 }
 
 /// Where included files come from: `(project path or None for this project, ref, file path)`.
 /// `Err` carries GitLab's message (project not found, ref missing).
 pub type Fetch<'a> = dyn Fn(Option<&str>, &str, &str) -> Result<Option<String>, String> + 'a;
 
-/// Checks a pipeline configuration and returns its jobs in stage order, or GitLab's messages.
-pub fn resolve(text: &str, reference: &str, fetch: &Fetch) -> Result<Vec<CiJob>, Vec<String>> {
+/// What a pipeline is created for: the predefined variables and the repository facts `rules:`
+/// and `only`/`except` read.
+pub struct Context<'a> {
+    /// `CI_PIPELINE_SOURCE`: `push`, `api`, `web`, ...
+    pub source: &'a str,
+    /// The branch (`CI_COMMIT_BRANCH`, `CI_COMMIT_REF_NAME`).
+    pub reference: &'a str,
+    pub default_branch: Option<&'a str>,
+    /// `group/project`.
+    pub project_path: &'a str,
+    /// The project's CI/CD variables.
+    pub variables: Vec<(String, String)>,
+    /// The files of the tree at `reference` (`rules:exists`).
+    pub files: Vec<String>,
+    /// For a push that updated a branch: the files it changed. `None` (a new branch, an API
+    /// pipeline): `changes` is always true, as GitLab evaluates it.
+    pub changed: Option<Vec<String>>,
+}
+
+impl Context<'_> {
+    /// A context for tests: an API pipeline on `main` of `group/project`.
+    pub fn api(reference: &str) -> Context<'_> {
+        Context {
+            source: "api",
+            reference,
+            default_branch: Some("main"),
+            project_path: "group/project",
+            variables: Vec::new(),
+            files: Vec::new(),
+            changed: None,
+        }
+    }
+
+    fn predefined(&self) -> Vec<(String, String)> {
+        let (namespace, name) = self
+            .project_path
+            .rsplit_once('/')
+            .unwrap_or(("", self.project_path));
+        let slug: String = self
+            .reference
+            .to_lowercase()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let mut variables = vec![
+            ("CI".to_string(), "true".to_string()),
+            ("GITLAB_CI".to_string(), "true".to_string()),
+            ("CI_PIPELINE_SOURCE".to_string(), self.source.to_string()),
+            ("CI_COMMIT_BRANCH".to_string(), self.reference.to_string()),
+            ("CI_COMMIT_REF_NAME".to_string(), self.reference.to_string()),
+            (
+                "CI_COMMIT_REF_SLUG".to_string(),
+                slug.trim_matches('-').chars().take(63).collect(),
+            ),
+            ("CI_PROJECT_PATH".to_string(), self.project_path.to_string()),
+            ("CI_PROJECT_NAME".to_string(), name.to_string()),
+            ("CI_PROJECT_NAMESPACE".to_string(), namespace.to_string()),
+        ];
+        if let Some(default) = self.default_branch {
+            variables.push(("CI_DEFAULT_BRANCH".to_string(), default.to_string()));
+        }
+        variables
+    }
+}
+
+/// Why no pipeline was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CiError {
+    /// The configuration is invalid (GitLab's messages): an API request is refused with them;
+    /// a push gets a failed pipeline carrying them as `yaml_errors`.
+    Invalid(Vec<String>),
+    /// Valid, but `workflow:rules` or the jobs' rules leave nothing to run: an API request is
+    /// refused with this message; a push creates no pipeline.
+    Filtered(String),
+}
+
+impl CiError {
+    pub fn messages(&self) -> Vec<String> {
+        match self {
+            CiError::Invalid(messages) => messages.clone(),
+            CiError::Filtered(message) => vec![message.clone()],
+        }
+    }
+}
+
+/// GitLab's words when `workflow:rules` exclude the pipeline.
+pub const FILTERED_BY_WORKFLOW: &str = "Pipeline filtered out by workflow rules.";
+/// GitLab's words when the jobs' rules leave no job.
+pub const FILTERED_BY_RULES: &str = "Pipeline will not run for the selected trigger. The rules configuration prevented any jobs from being added to the pipeline.";
+/// How deep `extends` may nest (GitLab's limit).
+const MAX_EXTENDS_DEPTH: usize = 11;
+
+/// Checks a pipeline configuration, evaluates `workflow:rules`, `rules:` and `only`/`except`
+/// for `context`, and returns the jobs in stage order, or why there is no pipeline.
+pub fn resolve(text: &str, context: &Context, fetch: &Fetch) -> Result<Vec<CiJob>, CiError> {
     let mut config = serde_json::Map::new();
     let mut includes = 0;
-    merge_document(text, None, reference, fetch, &mut config, &mut includes)
-        .map_err(|message| vec![message])?;
+    merge_document(
+        text,
+        None,
+        context.reference,
+        fetch,
+        &mut config,
+        &mut includes,
+    )
+    .map_err(|message| CiError::Invalid(vec![message]))?;
+    let config = expand_extends(&config).map_err(|message| CiError::Invalid(vec![message]))?;
 
     let stages: Vec<String> = match config.get("stages") {
         Some(Value::Array(items)) => {
@@ -76,6 +181,21 @@ pub fn resolve(text: &str, reference: &str, fetch: &Fetch) -> Result<Vec<CiJob>,
                 stages.join(", ")
             ));
         }
+        if !job.contains_key("script") && !job.contains_key("run") && !job.contains_key("trigger") {
+            errors.push(format!(
+                "jobs:{name} config should implement the script:, run:, or trigger: keyword"
+            ));
+        }
+        let legacy: Vec<&str> = ["only", "except"]
+            .into_iter()
+            .filter(|key| job.contains_key(*key))
+            .collect();
+        if job.contains_key("rules") && !legacy.is_empty() {
+            errors.push(format!(
+                "jobs:{name} config key may not be used with `rules`: {}",
+                legacy.join(", ")
+            ));
+        }
         let script = match job.get("script") {
             Some(Value::String(line)) => vec![line.clone()],
             Some(Value::Array(lines)) => lines
@@ -102,17 +222,87 @@ pub fn resolve(text: &str, reference: &str, fetch: &Fetch) -> Result<Vec<CiJob>,
                 stage,
                 script,
                 tags,
+                when: "on_success".to_string(),
             },
             job.clone(),
         ));
     }
-    for (job, body) in &jobs {
+    errors.extend(needs_errors(&jobs));
+    if jobs.is_empty() {
+        errors.push("jobs config should contain at least one visible job".to_string());
+    }
+    if !errors.is_empty() {
+        return Err(CiError::Invalid(errors));
+    }
+
+    // The variables `if:` sees: predefined, the project's, the file's, then the job's.
+    let mut variables = context.predefined();
+    variables.extend(context.variables.iter().cloned());
+    if let Some(Value::Object(global)) = config.get("variables") {
+        variables.extend(variable_pairs(global));
+    }
+    if let Some(rules) = config.get("workflow").and_then(|w| w.get("rules")) {
+        match evaluate_rules(rules, &variables, context, None, "workflow:rules")
+            .map_err(|message| CiError::Invalid(vec![message]))?
+        {
+            Some(when) if when != "never" => {}
+            _ => return Err(CiError::Filtered(FILTERED_BY_WORKFLOW.to_string())),
+        }
+    }
+    let mut kept = Vec::new();
+    for (mut job, body) in jobs {
+        let mut own = variables.clone();
+        if let Some(Value::Object(local)) = body.get("variables") {
+            own.extend(variable_pairs(local));
+        }
+        let job_when = body.get("when").and_then(Value::as_str);
+        let when = match body.get("rules") {
+            Some(rules) => evaluate_rules(
+                rules,
+                &own,
+                context,
+                job_when,
+                &format!("jobs:{}:rules", job.name),
+            )
+            .map_err(|message| CiError::Invalid(vec![message]))?,
+            None => only_except(&body, &own, context)
+                .then(|| job_when.unwrap_or("on_success").to_string()),
+        };
+        match when {
+            Some(when) if when != "never" => {
+                job.when = when;
+                kept.push((job, body));
+            }
+            _ => {}
+        }
+    }
+    if kept.is_empty() {
+        return Err(CiError::Filtered(FILTERED_BY_RULES.to_string()));
+    }
+    let errors = needs_errors(&kept);
+    if !errors.is_empty() {
+        return Err(CiError::Invalid(errors));
+    }
+    let mut ordered: Vec<CiJob> = kept.into_iter().map(|(job, _)| job).collect();
+    ordered.sort_by_key(|job| {
+        stages
+            .iter()
+            .position(|stage| *stage == job.stage)
+            .unwrap_or(usize::MAX)
+    });
+    Ok(ordered)
+}
+
+/// `needs:` naming a job that is not in `jobs` (optional needs excepted).
+fn needs_errors(jobs: &[(CiJob, serde_json::Map<String, Value>)]) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (job, body) in jobs {
         let needs: Vec<String> = match body.get("needs") {
             Some(Value::Array(items)) => items
                 .iter()
                 .filter_map(|item| match item {
                     Value::String(name) => Some(name.clone()),
-                    Value::Object(map) => {
+                    Value::Object(map) if map.get("optional") != Some(&Value::Bool(true)) => {
                         map.get("job").and_then(Value::as_str).map(str::to_string)
                     }
                     _ => None,
@@ -129,20 +319,508 @@ pub fn resolve(text: &str, reference: &str, fetch: &Fetch) -> Result<Vec<CiJob>,
             }
         }
     }
-    if jobs.is_empty() {
-        errors.push("jobs config should contain at least one visible job".to_string());
-    }
-    if !errors.is_empty() {
-        return Err(errors);
-    }
-    let mut ordered: Vec<CiJob> = jobs.into_iter().map(|(job, _)| job).collect();
-    ordered.sort_by_key(|job| {
-        stages
+    errors
+}
+
+fn variable_pairs(map: &serde_json::Map<String, Value>) -> Vec<(String, String)> {
+    map.iter()
+        .map(|(key, value)| {
+            let value = match value {
+                Value::String(text) => text.clone(),
+                Value::Object(spec) => spec
+                    .get("value")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string(),
+                other => other.to_string(),
+            };
+            (key.clone(), value)
+        })
+        .collect()
+}
+
+/// `extends:` resolved as GitLab does: hashes merged deeply (the job's keys win), anything
+/// else replaced; several bases apply in order; at most 11 levels.
+fn expand_extends(
+    config: &serde_json::Map<String, Value>,
+) -> Result<serde_json::Map<String, Value>, String> {
+    fn expand(
+        name: &str,
+        config: &serde_json::Map<String, Value>,
+        depth: usize,
+    ) -> Result<Value, String> {
+        let body = &config[name];
+        let Value::Object(job) = body else {
+            return Ok(body.clone());
+        };
+        let bases: Vec<String> = match job.get("extends") {
+            None => return Ok(body.clone()),
+            Some(Value::String(base)) => vec![base.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            Some(_) => return Err(format!("{name}: invalid `extends`")),
+        };
+        if depth >= MAX_EXTENDS_DEPTH {
+            return Err(format!("{name}: nesting too deep in `extends`"));
+        }
+        let unknown: Vec<&str> = bases
             .iter()
-            .position(|stage| *stage == job.stage)
-            .unwrap_or(usize::MAX)
-    });
-    Ok(ordered)
+            .filter(|base| !config.contains_key(base.as_str()))
+            .map(String::as_str)
+            .collect();
+        if !unknown.is_empty() {
+            return Err(format!(
+                "{name}: unknown keys in `extends` ({})",
+                unknown.join(", ")
+            ));
+        }
+        let mut merged = Value::Object(serde_json::Map::new());
+        for base in &bases {
+            if base == name {
+                return Err(format!("{name}: circular dependency detected in `extends`"));
+            }
+            deep_merge(&mut merged, expand(base, config, depth + 1)?);
+        }
+        let mut own = job.clone();
+        own.remove("extends");
+        deep_merge(&mut merged, Value::Object(own));
+        Ok(merged)
+    }
+    fn deep_merge(into: &mut Value, from: Value) {
+        match (into, from) {
+            (Value::Object(into), Value::Object(from)) => {
+                for (key, value) in from {
+                    match into.get_mut(&key) {
+                        Some(existing @ Value::Object(_)) if value.is_object() => {
+                            deep_merge(existing, value)
+                        }
+                        _ => {
+                            into.insert(key, value);
+                        }
+                    }
+                }
+            }
+            (into, from) => *into = from,
+        }
+    }
+    let mut expanded = serde_json::Map::new();
+    for name in config.keys() {
+        let value = if RESERVED.contains(&name.as_str()) {
+            config[name].clone()
+        } else {
+            expand(name, config, 0)?
+        };
+        expanded.insert(name.clone(), value);
+    }
+    Ok(expanded)
+}
+
+/// `rules:` (of a job or of `workflow`): the first rule whose `if`, `changes` and `exists` all
+/// hold decides; its `when` (else the job's, else `on_success`, `always` for workflow).
+/// `None`: no rule matched (the job is not added).
+fn evaluate_rules(
+    rules: &Value,
+    variables: &[(String, String)],
+    context: &Context,
+    job_when: Option<&str>,
+    location: &str,
+) -> Result<Option<String>, String> {
+    let Value::Array(rules) = rules else {
+        return Err(format!("{location} config should be an array of hashes"));
+    };
+    for rule in rules {
+        let Value::Object(rule) = rule else {
+            return Err(format!("{location}:rule config should be a hash"));
+        };
+        if let Some(condition) = rule.get("if") {
+            let text = condition.as_str().unwrap_or_default();
+            let holds = expression::evaluate(text, variables)
+                .map_err(|_| format!("{location}:rule if invalid expression syntax"))?;
+            if !holds {
+                continue;
+            }
+        }
+        if let Some(changes) = rule.get("changes")
+            && let Some(changed) = &context.changed
+            && !globs(changes)
+                .iter()
+                .any(|glob| changed.iter().any(|file| glob_match(glob, file)))
+        {
+            continue;
+        }
+        if let Some(exists) = rule.get("exists")
+            && !globs(exists)
+                .iter()
+                .any(|glob| context.files.iter().any(|file| glob_match(glob, file)))
+        {
+            continue;
+        }
+        let when = rule
+            .get("when")
+            .and_then(Value::as_str)
+            .or(job_when)
+            .unwrap_or("on_success");
+        return Ok(Some(when.to_string()));
+    }
+    Ok(None)
+}
+
+/// The patterns of `changes:`/`exists:` (a list, or `paths:` in a hash).
+fn globs(value: &Value) -> Vec<String> {
+    let list = match value {
+        Value::Object(map) => map.get("paths").cloned().unwrap_or(Value::Null),
+        other => other.clone(),
+    };
+    match list {
+        Value::Array(items) => items
+            .iter()
+            .filter_map(|item| {
+                item.as_str()
+                    .map(|s| s.trim_start_matches("./").to_string())
+            })
+            .collect(),
+        Value::String(one) => vec![one],
+        _ => Vec::new(),
+    }
+}
+
+/// Ruby's `File.fnmatch?` with `File::FNM_PATHNAME | File::FNM_DOTMATCH | File::FNM_EXTGLOB`,
+/// enough of it: `*` within a segment, `**/` across segments, `?`, `{a,b}`.
+pub fn glob_match(pattern: &str, path: &str) -> bool {
+    if let Some(open) = pattern.find('{')
+        && let Some(close) = pattern[open..].find('}')
+    {
+        let close = open + close;
+        return pattern[open + 1..close].split(',').any(|choice| {
+            glob_match(
+                &format!("{}{choice}{}", &pattern[..open], &pattern[close + 1..]),
+                path,
+            )
+        });
+    }
+    let mut regex = String::from("^");
+    let mut chars = pattern.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '*' if chars.peek() == Some(&'*') => {
+                chars.next();
+                if chars.peek() == Some(&'/') {
+                    chars.next();
+                    regex.push_str("(?:.*/)?");
+                } else {
+                    regex.push_str(".*");
+                }
+            }
+            '*' => regex.push_str("[^/]*"),
+            '?' => regex.push_str("[^/]"),
+            other => regex.push_str(&regex::escape(&other.to_string())),
+        }
+    }
+    regex.push('$');
+    regex::Regex::new(&regex).is_ok_and(|re| re.is_match(path))
+}
+
+/// `only`/`except` (refs, variables, changes): `only` needs every key it has to match (refs
+/// default to `branches` and `tags`); `except` excludes when any of its keys matches.
+fn only_except(
+    job: &serde_json::Map<String, Value>,
+    variables: &[(String, String)],
+    context: &Context,
+) -> bool {
+    let parts = |value: Option<&Value>| -> Option<(Vec<String>, Vec<String>, Option<Value>)> {
+        match value? {
+            Value::Array(refs) => Some((
+                refs.iter()
+                    .filter_map(|r| r.as_str().map(str::to_string))
+                    .collect(),
+                Vec::new(),
+                None,
+            )),
+            Value::String(one) => Some((vec![one.clone()], Vec::new(), None)),
+            Value::Object(map) => Some((
+                match map.get("refs") {
+                    Some(Value::Array(refs)) => refs
+                        .iter()
+                        .filter_map(|r| r.as_str().map(str::to_string))
+                        .collect(),
+                    _ => Vec::new(),
+                },
+                match map.get("variables") {
+                    Some(Value::Array(list)) => list
+                        .iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect(),
+                    _ => Vec::new(),
+                },
+                map.get("changes").cloned(),
+            )),
+            _ => None,
+        }
+    };
+    let ref_matches = |entry: &str| -> bool {
+        match entry {
+            "branches" => true,
+            "tags" | "external_pull_requests" => false,
+            "api" => context.source == "api",
+            "pushes" => context.source == "push",
+            "web" => context.source == "web",
+            "schedules" => context.source == "schedule",
+            "triggers" => context.source == "trigger",
+            "pipelines" => context.source == "pipeline",
+            "merge_requests" => context.source == "merge_request_event",
+            "chat" => context.source == "chat",
+            pattern if pattern.len() > 1 && pattern.starts_with('/') => {
+                expression::regex_of(pattern).is_some_and(|re| re.is_match(context.reference))
+            }
+            name => name == context.reference,
+        }
+    };
+    let variables_match = |list: &[String]| {
+        list.iter()
+            .any(|text| expression::evaluate(text, variables).unwrap_or(false))
+    };
+    let changes_match = |changes: &Value| match &context.changed {
+        None => true,
+        Some(changed) => globs(changes)
+            .iter()
+            .any(|glob| changed.iter().any(|file| glob_match(glob, file))),
+    };
+    let included = match parts(job.get("only")) {
+        None => true,
+        Some((refs, vars, changes)) => {
+            (refs.is_empty() && (!vars.is_empty() || changes.is_some())
+                || refs.iter().any(|r| ref_matches(r)))
+                && (vars.is_empty() || variables_match(&vars))
+                && changes.as_ref().is_none_or(changes_match)
+        }
+    };
+    let excluded = match parts(job.get("except")) {
+        None => false,
+        Some((refs, vars, changes)) => {
+            refs.iter().any(|r| ref_matches(r))
+                || (!vars.is_empty() && variables_match(&vars))
+                || changes.as_ref().is_some_and(changes_match)
+        }
+    };
+    included && !excluded
+}
+
+/// GitLab's CI/CD variable expressions (`rules:if`, `only:variables`): `$VAR`, `"string"`,
+/// `'string'`, `/regex/flags`, `null`, `==`, `!=`, `=~`, `!~`, `&&`, `||`, parentheses.
+mod expression {
+    #[derive(Debug, Clone, PartialEq)]
+    enum Token {
+        Variable(String),
+        Text(String),
+        Pattern(String),
+        Null,
+        Op(&'static str),
+        Open,
+        Close,
+    }
+
+    #[derive(Debug, Clone, PartialEq)]
+    enum Operand {
+        Value(Option<String>),
+        Pattern(String),
+    }
+
+    pub fn regex_of(pattern: &str) -> Option<regex::Regex> {
+        let body = pattern.strip_prefix('/')?;
+        let end = body.rfind('/')?;
+        let (expression, flags) = (&body[..end], &body[end + 1..]);
+        let prefix = if flags.contains('i') { "(?i)" } else { "" };
+        regex::Regex::new(&format!("{prefix}{expression}")).ok()
+    }
+
+    fn tokens(text: &str) -> Result<Vec<Token>, ()> {
+        let chars: Vec<char> = text.chars().collect();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            match c {
+                ' ' | '\t' | '\n' => i += 1,
+                '(' => {
+                    out.push(Token::Open);
+                    i += 1;
+                }
+                ')' => {
+                    out.push(Token::Close);
+                    i += 1;
+                }
+                '$' => {
+                    i += 1;
+                    let braced = chars.get(i) == Some(&'{');
+                    if braced {
+                        i += 1;
+                    }
+                    let start = i;
+                    while i < chars.len() && (chars[i].is_ascii_alphanumeric() || chars[i] == '_') {
+                        i += 1;
+                    }
+                    if start == i {
+                        return Err(());
+                    }
+                    out.push(Token::Variable(chars[start..i].iter().collect()));
+                    if braced {
+                        if chars.get(i) != Some(&'}') {
+                            return Err(());
+                        }
+                        i += 1;
+                    }
+                }
+                '"' | '\'' => {
+                    let start = i + 1;
+                    let end = chars[start..].iter().position(|x| *x == c).ok_or(())? + start;
+                    out.push(Token::Text(chars[start..end].iter().collect()));
+                    i = end + 1;
+                }
+                '/' => {
+                    let mut j = i + 1;
+                    while j < chars.len() && chars[j] != '/' {
+                        if chars[j] == '\\' {
+                            j += 1;
+                        }
+                        j += 1;
+                    }
+                    if j >= chars.len() {
+                        return Err(());
+                    }
+                    j += 1;
+                    while j < chars.len() && chars[j].is_ascii_alphabetic() {
+                        j += 1;
+                    }
+                    out.push(Token::Pattern(chars[i..j].iter().collect()));
+                    i = j;
+                }
+                _ => {
+                    let rest: String = chars[i..].iter().collect();
+                    let op = ["==", "!=", "=~", "!~", "&&", "||"]
+                        .into_iter()
+                        .find(|op| rest.starts_with(op));
+                    if let Some(op) = op {
+                        out.push(Token::Op(op));
+                        i += 2;
+                    } else if rest.starts_with("null") {
+                        out.push(Token::Null);
+                        i += 4;
+                    } else {
+                        return Err(());
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    struct Parser<'a> {
+        tokens: Vec<Token>,
+        at: usize,
+        variables: &'a [(String, String)],
+    }
+
+    impl Parser<'_> {
+        fn peek(&self) -> Option<&Token> {
+            self.tokens.get(self.at)
+        }
+
+        fn or(&mut self) -> Result<bool, ()> {
+            let mut value = self.and()?;
+            while self.peek() == Some(&Token::Op("||")) {
+                self.at += 1;
+                let right = self.and()?;
+                value = value || right;
+            }
+            Ok(value)
+        }
+
+        fn and(&mut self) -> Result<bool, ()> {
+            let mut value = self.comparison()?;
+            while self.peek() == Some(&Token::Op("&&")) {
+                self.at += 1;
+                let right = self.comparison()?;
+                value = value && right;
+            }
+            Ok(value)
+        }
+
+        fn comparison(&mut self) -> Result<bool, ()> {
+            if self.peek() == Some(&Token::Open) {
+                self.at += 1;
+                let value = self.or()?;
+                if self.peek() != Some(&Token::Close) {
+                    return Err(());
+                }
+                self.at += 1;
+                return Ok(value);
+            }
+            let left = self.operand()?;
+            let op = match self.peek() {
+                Some(Token::Op(op @ ("==" | "!=" | "=~" | "!~"))) => *op,
+                _ => {
+                    return Ok(match left {
+                        Operand::Value(value) => value.is_some_and(|v| !v.is_empty()),
+                        Operand::Pattern(_) => true,
+                    });
+                }
+            };
+            self.at += 1;
+            let right = self.operand()?;
+            let text = |operand: &Operand| match operand {
+                Operand::Value(value) => value.clone(),
+                Operand::Pattern(pattern) => Some(pattern.clone()),
+            };
+            Ok(match op {
+                "==" => text(&left) == text(&right),
+                "!=" => text(&left) != text(&right),
+                _ => {
+                    let pattern = match &right {
+                        Operand::Pattern(pattern) => pattern.clone(),
+                        Operand::Value(Some(value)) => value.clone(),
+                        Operand::Value(None) => return Ok(op == "!~"),
+                    };
+                    let regex = regex_of(&pattern).ok_or(())?;
+                    let matched = text(&left).is_some_and(|value| regex.is_match(&value));
+                    if op == "=~" { matched } else { !matched }
+                }
+            })
+        }
+
+        fn operand(&mut self) -> Result<Operand, ()> {
+            let token = self.tokens.get(self.at).cloned().ok_or(())?;
+            self.at += 1;
+            Ok(match token {
+                Token::Variable(name) => Operand::Value(
+                    self.variables
+                        .iter()
+                        .rev()
+                        .find(|(key, _)| *key == name)
+                        .map(|(_, value)| value.clone()),
+                ),
+                Token::Text(text) => Operand::Value(Some(text)),
+                Token::Pattern(pattern) => Operand::Pattern(pattern),
+                Token::Null => Operand::Value(None),
+                _ => return Err(()),
+            })
+        }
+    }
+
+    /// Evaluates an expression; `Err` for invalid syntax.
+    pub fn evaluate(text: &str, variables: &[(String, String)]) -> Result<bool, ()> {
+        let mut parser = Parser {
+            tokens: tokens(text)?,
+            at: 0,
+            variables,
+        };
+        let value = parser.or()?;
+        if parser.at != parser.tokens.len() {
+            return Err(());
+        }
+        Ok(value)
+    }
 }
 
 fn merge_document(
@@ -292,7 +970,7 @@ mod tests {
     #[test]
     fn cross_project_and_local_includes_resolve() {
         let text = "include:\n  - project: blueprint-apps/shared-code\n    ref: main\n    file: templates/app.yml\n  - local: ci/local.yml\nbuild:\n  extends: .build\n  stage: build\n  script: [make]\ndeploy:\n  stage: deploy\n  needs: [build]\n  script: [helm]\n";
-        let jobs = resolve(text, "main", &files).expect("valid");
+        let jobs = resolve(text, &Context::api("main"), &files).expect("valid");
         let names: Vec<&str> = jobs.iter().map(|job| job.name.as_str()).collect();
         assert_eq!(names, ["build", "lint", "deploy"]);
     }
@@ -302,23 +980,25 @@ mod tests {
         let missing_project =
             "include:\n  project: blueprint-apps/nope\n  file: a.yml\njob:\n  script: [x]\n";
         assert_eq!(
-            resolve(missing_project, "main", &files),
-            Err(vec!["Project `blueprint-apps/nope` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.".to_string()])
+            resolve(missing_project, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec!["Project `blueprint-apps/nope` not found or access denied! Make sure any includes in the pipeline configuration are correctly defined.".to_string()]))
         );
         let missing_file = "include:\n  project: blueprint-apps/shared-code\n  file: templates/none.yml\njob:\n  script: [x]\n";
         assert_eq!(
-            resolve(missing_file, "main", &files),
-            Err(vec![
+            resolve(missing_file, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
                 "Project `blueprint-apps/shared-code` file `templates/none.yml` does not exist!"
                     .to_string()
-            ])
+            ]))
         );
     }
 
     #[test]
     fn stages_and_needs_are_checked() {
         let text = "stages: [build]\nbuild:\n  script: [x]\n  stage: build\ndeploy:\n  stage: deploy\n  needs: [compile]\n  script: [y]\n";
-        let errors = resolve(text, "main", &files).expect_err("invalid");
+        let errors = resolve(text, &Context::api("main"), &files)
+            .expect_err("invalid")
+            .messages();
         assert_eq!(
             errors[0],
             "jobs:deploy job: chosen stage deploy does not exist; available stages are .pre, build, .post"
@@ -326,5 +1006,163 @@ mod tests {
         assert!(errors[1].starts_with(
             "'deploy' job needs 'compile' job, but 'compile' does not exist in the pipeline."
         ));
+    }
+
+    fn names(result: Result<Vec<CiJob>, CiError>) -> Vec<String> {
+        result
+            .expect("jobs")
+            .into_iter()
+            .map(|job| format!("{}:{}", job.name, job.when))
+            .collect()
+    }
+
+    #[test]
+    fn rules_if_when_exists_and_changes_pick_the_jobs() {
+        let text = r#"
+build:
+  script: [make]
+  rules:
+    - if: $CI_PIPELINE_SOURCE == "push" && $CI_COMMIT_BRANCH == $CI_DEFAULT_BRANCH
+    - if: '$CI_PIPELINE_SOURCE == "api"'
+      when: manual
+deploy:
+  stage: deploy
+  script: [helm]
+  rules:
+    - if: $CI_COMMIT_BRANCH =~ /^release-/i
+    - when: never
+docs:
+  script: [mkdocs]
+  rules:
+    - exists: ["docs/**/*.md"]
+    - changes: [README.md]
+      when: always
+"#;
+        let push = |reference, changed: Option<Vec<&str>>, files: Vec<&str>| Context {
+            source: "push",
+            reference,
+            default_branch: Some("main"),
+            project_path: "g/p",
+            variables: Vec::new(),
+            files: files.into_iter().map(str::to_string).collect(),
+            changed: changed.map(|list| list.into_iter().map(str::to_string).collect()),
+        };
+        assert_eq!(
+            names(resolve(
+                text,
+                &push("main", Some(vec!["src/a.rs"]), vec![]),
+                &files
+            )),
+            ["build:on_success"]
+        );
+        assert_eq!(
+            names(resolve(
+                text,
+                &push("Release-1", Some(vec!["README.md"]), vec![]),
+                &files
+            )),
+            ["docs:always", "deploy:on_success"]
+        );
+        assert_eq!(
+            names(resolve(
+                text,
+                &push("feature", Some(vec![]), vec!["docs/guide/a.md"]),
+                &files
+            )),
+            ["docs:on_success"]
+        );
+        // An API pipeline: `changes` is always true there.
+        assert_eq!(
+            names(resolve(text, &Context::api("main"), &files)),
+            ["build:manual", "docs:always"]
+        );
+        assert_eq!(
+            resolve(text, &push("feature", Some(vec!["x"]), vec![]), &files),
+            Err(CiError::Filtered(FILTERED_BY_RULES.to_string()))
+        );
+    }
+
+    #[test]
+    fn workflow_rules_filter_the_whole_pipeline() {
+        let text = "workflow:\n  rules:\n    - if: $CI_PIPELINE_SOURCE == \"api\"\n      when: never\n    - when: always\nbuild:\n  script: [make]\n";
+        assert_eq!(
+            resolve(text, &Context::api("main"), &files),
+            Err(CiError::Filtered(FILTERED_BY_WORKFLOW.to_string()))
+        );
+        let only_main = "workflow:\n  rules:\n    - if: $CI_COMMIT_BRANCH == \"main\"\nbuild:\n  script: [make]\n";
+        assert_eq!(
+            names(resolve(only_main, &Context::api("main"), &files)),
+            ["build:on_success"]
+        );
+        assert_eq!(
+            resolve(only_main, &Context::api("other"), &files),
+            Err(CiError::Filtered(FILTERED_BY_WORKFLOW.to_string()))
+        );
+        let invalid = "build:\n  script: [make]\n  rules:\n    - if: $A === 1\n";
+        assert_eq!(
+            resolve(invalid, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "jobs:build:rules:rule if invalid expression syntax".to_string()
+            ]))
+        );
+    }
+
+    #[test]
+    fn only_and_except_refs_and_variables() {
+        let text = "a:\n  script: [x]\n  only: [main]\nb:\n  script: [x]\n  except: [main, api]\nc:\n  script: [x]\n  only:\n    refs: [/^feat-/]\n    variables: [$CI_PIPELINE_SOURCE == \"push\"]\nd:\n  script: [x]\n  only: [api]\n";
+        assert_eq!(
+            names(resolve(text, &Context::api("main"), &files)),
+            ["a:on_success", "d:on_success"]
+        );
+        let mut push = Context::api("feat-x");
+        push.source = "push";
+        assert_eq!(
+            names(resolve(text, &push, &files)),
+            ["b:on_success", "c:on_success"]
+        );
+        let mixed = "a:\n  script: [x]\n  only: [main]\n  rules:\n    - when: always\n";
+        assert_eq!(
+            resolve(mixed, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "jobs:a config key may not be used with `rules`: only".to_string()
+            ]))
+        );
+    }
+
+    #[test]
+    fn a_job_needs_a_script_and_extends_supplies_it() {
+        let text = ".base:\n  script: [make]\n  variables:\n    A: '1'\nbuild:\n  extends: .base\n  variables:\n    B: '2'\nlint:\n  stage: test\n";
+        assert_eq!(
+            resolve(text, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "jobs:lint config should implement the script:, run:, or trigger: keyword"
+                    .to_string()
+            ]))
+        );
+        let fixed = ".base:\n  script: [make]\n  rules:\n    - if: $A == \"1\" && $B == \"2\"\nbuild:\n  extends: .base\n  variables:\n    A: '1'\n    B: '2'\n";
+        let jobs = resolve(fixed, &Context::api("main"), &files).expect("valid");
+        assert_eq!(jobs[0].script, ["make"]);
+        let unknown = "build:\n  extends: .nope\n  script: [x]\n";
+        assert_eq!(
+            resolve(unknown, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "build: unknown keys in `extends` (.nope)".to_string()
+            ]))
+        );
+        assert_eq!(
+            resolve("variables:\n  A: 1\n", &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "jobs config should contain at least one visible job".to_string()
+            ]))
+        );
+    }
+
+    #[test]
+    fn globs_match_as_gitlab_does() {
+        assert!(glob_match("docs/**/*.md", "docs/a.md"));
+        assert!(glob_match("docs/**/*.md", "docs/x/y/a.md"));
+        assert!(!glob_match("*.md", "docs/a.md"));
+        assert!(glob_match("**/*.{yml,yaml}", "ci/a.yaml"));
+        assert!(glob_match("Dockerfile", "Dockerfile"));
     }
 }

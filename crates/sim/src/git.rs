@@ -104,6 +104,32 @@ impl Repos {
             .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// Every file of the tree at `reference` (for `rules:exists`).
+    pub fn list_files(&self, full_path: &str, reference: &str) -> Vec<String> {
+        let mut command = git(&self.path(full_path));
+        command.args(["ls-tree", "-r", "--name-only", reference]);
+        match command.output() {
+            Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
+    /// The files a push changed between two commits (for `rules:changes`).
+    pub fn changed_files(&self, full_path: &str, before: &str, after: &str) -> Vec<String> {
+        let mut command = git(&self.path(full_path));
+        command.args(["diff", "--name-only", before, after]);
+        match command.output() {
+            Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// Commits one file to a branch (created when missing); returns the new commit.
     pub fn commit_file(
         &self,

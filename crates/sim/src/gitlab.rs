@@ -93,6 +93,9 @@ struct Job {
     picked_ms: Option<u64>,
     #[serde(default)]
     runner_id: Option<u64>,
+    /// `on_success`, `always` or `manual` (manual jobs wait for a person: never run here).
+    #[serde(default)]
+    when: String,
 }
 
 /// A runner as GitLab 17/18 keeps it: created with `POST /user/runners` (an authentication
@@ -604,12 +607,13 @@ impl GitlabSim {
                     Some(at) if now.saturating_sub(at) < run_ms => "running",
                     Some(_) if Self::fails(job) => "failed",
                     Some(_) => "success",
-                    None if failed => "skipped",
+                    None if job.when == "manual" => "manual",
+                    None if failed && job.when != "always" => "skipped",
                     None if blocked => "created",
                     None => "pending",
                 };
                 stage_failed |= status == "failed";
-                all_success &= status == "success";
+                all_success &= matches!(status, "success" | "manual");
                 statuses[index + offset] = status.to_string();
             }
             failed |= stage_failed;
@@ -634,6 +638,8 @@ impl GitlabSim {
             "failed"
         } else if any("created") {
             "created"
+        } else if jobs.iter().all(|status| status == "manual") {
+            "manual"
         } else {
             "success"
         };
@@ -1734,8 +1740,19 @@ impl GitlabSim {
                 if before.iter().any(|(b, h)| *b == branch && *h == head) {
                     continue;
                 }
+                // `changes:` compares with the branch's previous head; a new branch has none.
+                let previous = before
+                    .iter()
+                    .find(|(b, _)| *b == branch)
+                    .and_then(|(_, h)| h.clone());
                 let mut state = self.lock();
-                let _ = self.start_pipeline(&mut state, project_id, &branch, "push");
+                let _ = self.start_pipeline(
+                    &mut state,
+                    project_id,
+                    &branch,
+                    "push",
+                    previous.as_deref(),
+                );
             }
         };
         if request.method == "POST" && rest == "git-receive-pack" {
@@ -1769,7 +1786,7 @@ impl GitlabSim {
         let Some(project_id) = Self::find_project(&state, id) else {
             return not_found("Project");
         };
-        match self.start_pipeline(&mut state, project_id, &reference, "api") {
+        match self.start_pipeline(&mut state, project_id, &reference, "api", None) {
             Ok(pipeline_id) => {
                 let mut answer = self.pipeline_json(&state, &state.pipelines[&pipeline_id]);
                 answer["status"] = json!("created");
@@ -1777,7 +1794,7 @@ impl GitlabSim {
                 self.persist();
                 SimResponse::json(201, &answer)
             }
-            Err(errors) => field_errors(json!({"base": errors})),
+            Err(error) => field_errors(json!({"base": error.messages()})),
         }
     }
 
@@ -1790,17 +1807,46 @@ impl GitlabSim {
         project_id: u64,
         reference: &str,
         source: &str,
-    ) -> Result<u64, Vec<String>> {
+        before: Option<&str>,
+    ) -> Result<u64, ci::CiError> {
         let project = &state.projects[&project_id];
         let this_path = Self::project_path(state, project);
         if !self.repos.branch_exists(&this_path, reference) {
-            return Err(vec!["Reference not found".to_string()]);
+            return Err(ci::CiError::Invalid(vec![
+                "Reference not found".to_string(),
+            ]));
         }
         let Some(config) = self
             .repos
             .read_file(&this_path, reference, ".gitlab-ci.yml")
         else {
-            return Err(vec!["Missing CI config file".to_string()]);
+            return Err(ci::CiError::Invalid(vec![
+                "Missing CI config file".to_string(),
+            ]));
+        };
+        let after = self.repos.head(&this_path, reference);
+        let context = ci::Context {
+            source,
+            reference,
+            default_branch: project.default_branch.as_deref(),
+            project_path: &this_path,
+            variables: state
+                .variables
+                .get(&project_id)
+                .map(|list| {
+                    list.iter()
+                        .filter(|v| v.environment_scope == "*")
+                        .map(|v| (v.key.clone(), v.value.clone()))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            files: self.repos.list_files(&this_path, reference),
+            changed: match (before, &after) {
+                (Some(before), Some(after)) => {
+                    Some(self.repos.changed_files(&this_path, before, after))
+                }
+                _ => None,
+            },
         };
         let resolved = {
             let state: &State = state;
@@ -1840,17 +1886,16 @@ impl GitlabSim {
                 }
                 Ok(self.repos.read_file(&full, &at, file))
             };
-            ci::resolve(&config, reference, &fetch)
+            ci::resolve(&config, &context, &fetch)
         };
         let (jobs, yaml_errors) = match resolved {
             Ok(jobs) => (jobs, None),
-            Err(errors) if source == "push" => (Vec::new(), Some(errors.join("; "))),
-            Err(errors) => return Err(errors),
+            Err(ci::CiError::Invalid(errors)) if source == "push" => {
+                (Vec::new(), Some(errors.join("; ")))
+            }
+            Err(error) => return Err(error),
         };
-        let sha = self
-            .repos
-            .head(&this_path, reference)
-            .unwrap_or_else(|| sha_of(&config));
+        let sha = after.unwrap_or_else(|| sha_of(&config));
         let id = state.id();
         let iid = state
             .pipelines
@@ -1869,6 +1914,7 @@ impl GitlabSim {
                 tags: job.tags,
                 picked_ms: None,
                 runner_id: None,
+                when: job.when,
             });
         }
         let pipeline = Pipeline {
