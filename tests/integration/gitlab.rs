@@ -843,8 +843,18 @@ fn pipeline_lists_filter_by_ref() {
     let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
     sim.api("POST", "projects", Some(r#"{"name":"p","namespace_id":2}"#));
+    sim.api(
+        "POST",
+        "projects/g%2Fp/repository/files/.gitlab-ci.yml",
+        Some(r#"{"branch":"main","content":"build:\n  script: [make]\n","commit_message":"ci"}"#),
+    );
+    // As on GitLab, a new branch starts from an existing one (`start_branch`).
+    sim.api(
+        "POST",
+        "projects/g%2Fp/repository/files/README.md",
+        Some(r#"{"branch":"other","start_branch":"main","content":"other\n","commit_message":"readme"}"#),
+    );
     for branch in ["main", "other"] {
-        sim.api("POST", "projects/g%2Fp/repository/files/.gitlab-ci.yml", Some(&format!(r#"{{"branch":"{branch}","content":"build:\n  script: [make]\n","commit_message":"ci"}}"#)));
         assert_eq!(
             sim.api(
                 "POST",

@@ -11,6 +11,7 @@ mod cli;
 mod diagnostics;
 mod gitlab;
 mod gitlab_ci;
+mod gitlab_model;
 mod gitlab_runners;
 mod helm_natives;
 mod kube_natives;

@@ -104,6 +104,13 @@ impl Repos {
             .then(|| String::from_utf8_lossy(&output.stdout).into_owned())
     }
 
+    /// Creates `branch` at `commit` (the files API's `start_branch`).
+    pub fn create_branch(&self, full_path: &str, branch: &str, commit: &str) -> Result<(), String> {
+        let mut command = git(&self.path(full_path));
+        command.args(["update-ref", &format!("refs/heads/{branch}"), commit]);
+        run(command, "git update-ref").map(|_| ())
+    }
+
     /// Every file of the tree at `reference` (for `rules:exists`).
     pub fn list_files(&self, full_path: &str, reference: &str) -> Vec<String> {
         let mut command = git(&self.path(full_path));

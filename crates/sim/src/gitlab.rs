@@ -49,6 +49,9 @@ struct Group {
     id: u64,
     name: String,
     path: String,
+    /// The parent group of a subgroup.
+    #[serde(default)]
+    parent_id: Option<u64>,
     visibility: String,
     description: String,
     created_at: String,
@@ -186,18 +189,72 @@ struct User {
     name: String,
 }
 
+/// A personal access token's record (the token itself is never kept, only its digest).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TokenMeta {
+    id: u64,
+    name: String,
+    scopes: Vec<String>,
+    revoked: bool,
+    user_id: u64,
+    created_at: String,
+    expires_at: Option<String>,
+}
+
+/// The scopes of the tokens given with `--token` and minted in the toolbox.
+const ADMIN_SCOPES: &[&str] = &[
+    "api",
+    "read_api",
+    "read_user",
+    "read_repository",
+    "write_repository",
+    "sudo",
+    "admin_mode",
+];
+const VALID_SCOPES: &[&str] = &[
+    "api",
+    "read_api",
+    "read_user",
+    "create_runner",
+    "manage_runner",
+    "k8s_proxy",
+    "read_repository",
+    "write_repository",
+    "read_registry",
+    "write_registry",
+    "sudo",
+    "admin_mode",
+    "ai_features",
+    "self_rotate",
+];
+
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct State {
     next_id: u64,
+    /// Tokens and runners have their own id sequences (their own tables in GitLab), so they
+    /// do not shift the ids of groups and projects.
+    #[serde(default)]
+    next_token_id: u64,
+    #[serde(default)]
+    next_runner_id: u64,
     /// Token digests (sha256, hex) to user ids: like GitLab, the state never holds a token.
     tokens: BTreeMap<String, u64>,
     users: Vec<User>,
+    /// Token digests to their records.
+    #[serde(default)]
+    token_meta: BTreeMap<String, TokenMeta>,
     groups: BTreeMap<u64, Group>,
     projects: BTreeMap<u64, Project>,
     variables: BTreeMap<u64, Vec<Variable>>,
     pipelines: BTreeMap<u64, Pipeline>,
     #[serde(default)]
     runners: BTreeMap<u64, Runner>,
+    /// Branches protected through the API, by project (the default branch is protected too,
+    /// unless listed in `unprotected`).
+    #[serde(default)]
+    protected: BTreeMap<u64, Vec<String>>,
+    #[serde(default)]
+    unprotected: BTreeMap<u64, Vec<String>>,
 }
 
 impl State {
@@ -205,6 +262,41 @@ impl State {
         self.next_id += 1;
         self.next_id
     }
+
+    /// Records a live token of `user` with `scopes`; returns its id.
+    fn add_token(&mut self, digest: String, user: u64, name: &str, scopes: Vec<String>) -> u64 {
+        if let Some(meta) = self.token_meta.get(&digest) {
+            return meta.id;
+        }
+        self.next_token_id += 1;
+        let id = self.next_token_id;
+        self.tokens.insert(digest.clone(), user);
+        self.token_meta.insert(
+            digest,
+            TokenMeta {
+                id,
+                name: name.to_string(),
+                scopes,
+                revoked: false,
+                user_id: user,
+                created_at: timestamp(),
+                expires_at: None,
+            },
+        );
+        id
+    }
+}
+
+fn admin_scopes() -> Vec<String> {
+    ADMIN_SCOPES.iter().map(|s| s.to_string()).collect()
+}
+
+fn token_json(meta: &TokenMeta) -> Value {
+    json!({
+        "id": meta.id, "name": meta.name, "revoked": meta.revoked, "created_at": meta.created_at,
+        "scopes": meta.scopes, "user_id": meta.user_id, "last_used_at": null,
+        "active": !meta.revoked, "expires_at": meta.expires_at,
+    })
 }
 
 pub struct GitlabSim {
@@ -300,6 +392,106 @@ fn tag_list(body: &Value) -> Vec<String> {
         .collect()
 }
 
+/// What a query value escapes in the links GitLab answers with.
+const QUERY: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// GitLab's `Gitlab::PathRegex.namespace_format_regex` for group paths.
+fn valid_group_path(path: &str) -> bool {
+    valid_path_chars(path) && !path.ends_with('.')
+}
+
+/// GitLab's `project_path_format_regex`: letters, digits, `_`, `-`, `.`; not starting with
+/// `-`; not ending in `.git` or `.atom`.
+fn valid_path_chars(path: &str) -> bool {
+    !path.is_empty()
+        && path
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && !path.starts_with('-')
+        && !path.ends_with(".git")
+        && !path.ends_with(".atom")
+}
+
+const GROUP_PATH_MESSAGE: &str = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-' or end in '.', '.git' or '.atom'.";
+const PROJECT_PATH_MESSAGE: &str = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-', end in '.git' or end in '.atom'";
+
+/// GitLab's `TOP_LEVEL_ROUTES`: names a top-level group cannot take.
+const RESERVED_TOP_LEVEL: &[&str] = &[
+    "-",
+    ".well-known",
+    "404.html",
+    "422.html",
+    "500.html",
+    "502.html",
+    "503.html",
+    "admin",
+    "api",
+    "apple-touch-icon.png",
+    "assets",
+    "dashboard",
+    "deploy.html",
+    "explore",
+    "favicon.ico",
+    "favicon.png",
+    "files",
+    "groups",
+    "health_check",
+    "help",
+    "import",
+    "jwt",
+    "login",
+    "oauth",
+    "profile",
+    "projects",
+    "public",
+    "robots.txt",
+    "s",
+    "search",
+    "sitemap",
+    "sitemap.xml",
+    "sitemap.xml.gz",
+    "slash-command-logo.png",
+    "snippets",
+    "unsubscribes",
+    "uploads",
+    "users",
+    "v2",
+];
+/// GitLab's `PROJECT_WILDCARD_ROUTES`: names a project cannot take.
+const RESERVED_PROJECT: &[&str] = &[
+    "-",
+    "badges",
+    "blame",
+    "blob",
+    "builds",
+    "commits",
+    "create",
+    "create_dir",
+    "edit",
+    "files",
+    "find_file",
+    "new",
+    "preview",
+    "raw",
+    "refs",
+    "tree",
+    "update",
+    "wikis",
+];
+
+/// `private` < `internal` < `public`.
+fn visibility_rank(visibility: &str) -> u8 {
+    match visibility {
+        "public" => 2,
+        "internal" => 1,
+        _ => 0,
+    }
+}
+
 fn valid_visibility(visibility: &str) -> bool {
     matches!(visibility, "private" | "internal" | "public")
 }
@@ -325,7 +517,7 @@ impl GitlabSim {
         }
         let root = state.users[0].id;
         for token in &config.tokens {
-            state.tokens.insert(token_digest(token), root);
+            state.add_token(token_digest(token), root, "sim admin token", admin_scopes());
         }
         let faults = FaultState::new(config.faults.clone());
         let (repos_root, temporary_repos) = match &config.state_dir {
@@ -368,7 +560,12 @@ impl GitlabSim {
         );
         let mut state = self.lock();
         let root = state.users[0].id;
-        state.tokens.insert(token_digest(&token), root);
+        state.add_token(
+            token_digest(&token),
+            root,
+            "minted by gitlab-rails runner",
+            admin_scopes(),
+        );
         drop(state);
         self.persist();
         token
@@ -393,29 +590,57 @@ impl GitlabSim {
         }
     }
 
-    fn group_json(&self, group: &Group) -> Value {
+    /// A group's full path (`parent/child`) and full name (`Parent / Child`).
+    fn group_full(state: &State, id: u64) -> (String, String) {
+        let mut paths = Vec::new();
+        let mut names = Vec::new();
+        let mut next = Some(id);
+        while let Some(id) = next {
+            let Some(group) = state.groups.get(&id) else {
+                break;
+            };
+            paths.push(group.path.clone());
+            names.push(group.name.clone());
+            next = group.parent_id;
+            if paths.len() > 20 {
+                break;
+            }
+        }
+        paths.reverse();
+        names.reverse();
+        (paths.join("/"), names.join(" / "))
+    }
+
+    fn group_json(&self, state: &State, group: &Group) -> Value {
+        let (full_path, full_name) = Self::group_full(state, group.id);
         json!({
-            "id": group.id, "name": group.name, "path": group.path, "full_path": group.path, "full_name": group.name,
-            "visibility": group.visibility, "description": group.description, "parent_id": null,
-            "web_url": format!("{}/groups/{}", self.base_url(), group.path), "created_at": group.created_at,
+            "id": group.id, "name": group.name, "path": group.path, "full_path": full_path, "full_name": full_name,
+            "visibility": group.visibility, "description": group.description, "parent_id": group.parent_id,
+            "web_url": format!("{}/groups/{full_path}", self.base_url()), "created_at": group.created_at,
         })
     }
 
-    fn project_json(&self, state: &State, project: &Project) -> Value {
+    fn project_json(&self, state: &State, project: &Project, simple: bool) -> Value {
         let namespace = state.groups.get(&project.namespace_id);
-        let namespace_path = namespace
-            .map(|g| g.path.clone())
-            .unwrap_or_else(|| "root".into());
+        let (namespace_path, namespace_name) = match namespace {
+            Some(group) => Self::group_full(state, group.id),
+            None => ("root".to_string(), "Administrator".to_string()),
+        };
         let full = format!("{namespace_path}/{}", project.path);
         let base = self.base_url();
-        json!({
+        let mut value = json!({
             "id": project.id, "name": project.name, "path": project.path, "description": project.description,
-            "path_with_namespace": full, "name_with_namespace": format!("{} / {}", namespace.map(|g| g.name.clone()).unwrap_or_else(|| "Administrator".into()), project.name),
-            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace_path, "kind": "group", "full_path": namespace_path},
-            "visibility": project.visibility, "default_branch": project.default_branch, "empty_repo": project.default_branch.is_none(),
+            "path_with_namespace": full, "name_with_namespace": format!("{namespace_name} / {}", project.name),
+            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace.map(|g| g.path.clone()).unwrap_or_else(|| "root".into()), "kind": if namespace.is_some() { "group" } else { "user" }, "full_path": namespace_path, "parent_id": namespace.and_then(|g| g.parent_id)},
+            "default_branch": project.default_branch,
             "web_url": format!("{base}/{full}"), "http_url_to_repo": format!("{base}/{full}.git"),
             "ssh_url_to_repo": format!("git@127.0.0.1:{full}.git"), "created_at": project.created_at,
-        })
+        });
+        if !simple && let Value::Object(map) = &mut value {
+            map.insert("visibility".into(), json!(project.visibility));
+            map.insert("empty_repo".into(), json!(project.default_branch.is_none()));
+        }
+        value
     }
 
     fn find_group(state: &State, id: &str) -> Option<u64> {
@@ -424,9 +649,9 @@ impl GitlabSim {
             Ok(number) => state.groups.contains_key(&number).then_some(number),
             Err(_) => state
                 .groups
-                .values()
-                .find(|group| group.path == id)
-                .map(|group| group.id),
+                .keys()
+                .find(|group| Self::group_full(state, **group).0 == id)
+                .copied(),
         }
     }
 
@@ -435,28 +660,19 @@ impl GitlabSim {
         if let Ok(number) = id.parse::<u64>() {
             return state.projects.contains_key(&number).then_some(number);
         }
-        let (namespace, path) = id.rsplit_once('/')?;
         state
             .projects
             .values()
-            .find(|project| {
-                project.path == path
-                    && state
-                        .groups
-                        .get(&project.namespace_id)
-                        .map(|g| g.path.as_str())
-                        .unwrap_or("root")
-                        == namespace
-            })
+            .find(|project| Self::project_path(state, project) == id)
             .map(|project| project.id)
     }
 
     fn project_path(state: &State, project: &Project) -> String {
-        let namespace = state
-            .groups
-            .get(&project.namespace_id)
-            .map(|g| g.path.clone())
-            .unwrap_or_else(|| "root".into());
+        let namespace = if state.groups.contains_key(&project.namespace_id) {
+            Self::group_full(state, project.namespace_id).0
+        } else {
+            "root".to_string()
+        };
         format!("{namespace}/{}", project.path)
     }
 
@@ -484,8 +700,21 @@ impl GitlabSim {
             .take(per_page)
             .collect();
         let base = format!("{}{}", self.base_url(), request.path);
+        // GitLab's links keep the request's other query parameters.
+        let kept: String = request
+            .query_pairs
+            .iter()
+            .filter(|(key, _)| key != "page" && key != "per_page")
+            .map(|(key, value)| {
+                format!(
+                    "&{}={}",
+                    percent_encoding::utf8_percent_encode(key, QUERY),
+                    percent_encoding::utf8_percent_encode(value, QUERY)
+                )
+            })
+            .collect();
         let link = |number: usize, rel: &str| {
-            format!("<{base}?page={number}&per_page={per_page}>; rel=\"{rel}\"")
+            format!("<{base}?page={number}&per_page={per_page}{kept}>; rel=\"{rel}\"")
         };
         let mut links = Vec::new();
         if page > 1 {
@@ -568,9 +797,127 @@ impl GitlabSim {
         response
     }
 
+    /// The token of a request: `PRIVATE-TOKEN`, `Authorization: Bearer` or `?private_token=`.
+    fn request_token(request: &SimRequest) -> Option<&str> {
+        request
+            .token("private-token")
+            .or_else(|| request.query.get("private_token").map(String::as_str))
+    }
+
     fn authenticate(&self, request: &SimRequest) -> Option<u64> {
-        let token = request.token("private-token")?;
+        let token = Self::request_token(request)?;
         self.lock().tokens.get(&token_digest(token)).copied()
+    }
+
+    /// GitLab's answers to a token that is not good for this request: revoked (401
+    /// `invalid_token`), or without the scope (403 `insufficient_scope`: writes need `api`,
+    /// reads `api` or `read_api`).
+    fn refuse_token(&self, request: &SimRequest) -> Option<SimResponse> {
+        let digest = token_digest(Self::request_token(request)?);
+        let state = self.lock();
+        let meta = state.token_meta.get(&digest)?;
+        if meta.revoked {
+            return Some(SimResponse::json(
+                401,
+                &json!({"error": "invalid_token", "error_description": "Token was revoked. You have to re-authorize from the user."}),
+            ));
+        }
+        let has = |scope: &str| meta.scopes.iter().any(|s| s == scope);
+        let reading = matches!(request.method.as_str(), "GET" | "HEAD");
+        let allowed = has("api") || (reading && has("read_api"));
+        (!allowed).then(|| {
+            SimResponse::json(
+                403,
+                &json!({"error": "insufficient_scope",
+                        "error_description": "The request requires higher privileges than provided by the access token.",
+                        "scope": if reading { "api read_api" } else { "api" }}),
+            )
+        })
+    }
+
+    /// `/personal_access_tokens/...` and `POST /users/:id/personal_access_tokens`.
+    fn personal_access_tokens(&self, request: &SimRequest, rest: &[&str]) -> SimResponse {
+        let digest = Self::request_token(request).map(token_digest);
+        let mut state = self.lock();
+        match (request.method.as_str(), rest) {
+            ("GET", []) => {
+                let items = state.token_meta.values().map(token_json).collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            (method, [which]) => {
+                let target = if *which == "self" {
+                    digest.filter(|d| state.token_meta.contains_key(d))
+                } else {
+                    let id = which.parse::<u64>().ok();
+                    state
+                        .token_meta
+                        .iter()
+                        .find(|(_, meta)| Some(meta.id) == id)
+                        .map(|(digest, _)| digest.clone())
+                };
+                let Some(target) = target else {
+                    return message(404, "404 Not Found");
+                };
+                match method {
+                    "GET" => SimResponse::json(200, &token_json(&state.token_meta[&target])),
+                    "DELETE" => {
+                        if let Some(meta) = state.token_meta.get_mut(&target) {
+                            meta.revoked = true;
+                        }
+                        state.tokens.remove(&target);
+                        drop(state);
+                        self.persist();
+                        SimResponse::empty(204)
+                    }
+                    _ => message(405, "405 Method Not Allowed"),
+                }
+            }
+            _ => message(404, "404 Not Found"),
+        }
+    }
+
+    /// `POST /users/:id/personal_access_tokens` (an administrator creates a user's token).
+    fn create_token(&self, request: &SimRequest, user: &str) -> SimResponse {
+        let body = request.json();
+        let Some(name) = string_field(&body, "name") else {
+            return param_error("name is missing");
+        };
+        let scopes: Vec<String> = match body.get("scopes") {
+            Some(Value::Array(items)) => items
+                .iter()
+                .filter_map(|item| item.as_str().map(str::to_string))
+                .collect(),
+            Some(Value::String(list)) => list.split(',').map(str::to_string).collect(),
+            _ => return param_error("scopes is missing"),
+        };
+        if scopes.is_empty() || scopes.iter().any(|s| !VALID_SCOPES.contains(&s.as_str())) {
+            return param_error("scopes does not have a valid value");
+        }
+        let mut state = self.lock();
+        let Some(user) = user
+            .parse::<u64>()
+            .ok()
+            .filter(|id| state.users.iter().any(|u| u.id == *id))
+        else {
+            return not_found("User");
+        };
+        let token = format!(
+            "glpat-{}",
+            (0..20)
+                .map(|_| fastrand::alphanumeric())
+                .collect::<String>()
+        );
+        let digest = token_digest(&token);
+        state.add_token(digest.clone(), user, &name, scopes);
+        if let Some(meta) = state.token_meta.get_mut(&digest) {
+            meta.expires_at = string_field(&body, "expires_at");
+        }
+        let mut answer = token_json(&state.token_meta[&digest]);
+        answer["token"] = json!(token);
+        drop(state);
+        self.persist();
+        SimResponse::json(201, &answer)
     }
 
     /// A job fails when its script has `exit N` with N other than 0 (the tests' convention).
@@ -731,6 +1078,9 @@ impl GitlabSim {
             ("DELETE", "/runners") => return self.unregister_runner(request),
             _ => {}
         }
+        if let Some(refused) = self.refuse_token(request) {
+            return refused;
+        }
         let Some(user) = self.authenticate(request) else {
             return message(401, "401 Unauthorized");
         };
@@ -750,6 +1100,10 @@ impl GitlabSim {
                 )
             }
             ("POST", ["user", "runners"]) => self.create_runner(request),
+            (_, ["personal_access_tokens", rest @ ..]) => {
+                self.personal_access_tokens(request, rest)
+            }
+            ("POST", ["users", id, "personal_access_tokens"]) => self.create_token(request, id),
             ("GET", ["runners", "all"]) => self.list_runners(request, |_| true),
             ("GET", ["runners"]) => {
                 self.list_runners(request, |runner| runner.runner_type != "instance_type")
@@ -808,12 +1162,19 @@ impl GitlabSim {
             ("POST", ["groups"]) => self.create_group(request),
             ("GET", ["groups"]) => {
                 let state = self.lock();
-                let search = request.query.get("search").cloned().unwrap_or_default();
+                let search = request
+                    .query
+                    .get("search")
+                    .map(|text| text.to_lowercase())
+                    .unwrap_or_default();
                 let items = state
                     .groups
                     .values()
-                    .filter(|g| g.path.contains(&search) || g.name.contains(&search))
-                    .map(|g| self.group_json(g))
+                    .filter(|g| {
+                        g.path.to_lowercase().contains(&search)
+                            || g.name.to_lowercase().contains(&search)
+                    })
+                    .map(|g| self.group_json(&state, g))
                     .collect();
                 drop(state);
                 self.paginate(request, items)
@@ -821,7 +1182,9 @@ impl GitlabSim {
             ("GET", ["groups", id]) => {
                 let state = self.lock();
                 match Self::find_group(&state, id) {
-                    Some(found) => SimResponse::json(200, &self.group_json(&state.groups[&found])),
+                    Some(found) => {
+                        SimResponse::json(200, &self.group_json(&state, &state.groups[&found]))
+                    }
                     None => not_found("Group"),
                 }
             }
@@ -839,9 +1202,10 @@ impl GitlabSim {
             ("GET", ["projects", id]) => {
                 let state = self.lock();
                 match Self::find_project(&state, id) {
-                    Some(found) => {
-                        SimResponse::json(200, &self.project_json(&state, &state.projects[&found]))
-                    }
+                    Some(found) => SimResponse::json(
+                        200,
+                        &self.project_json(&state, &state.projects[&found], false),
+                    ),
                     None => not_found("Project"),
                 }
             }
@@ -874,14 +1238,43 @@ impl GitlabSim {
                 let Some(head) = self.repos.head(&full, &name) else {
                     return not_found("Branch");
                 };
+                let protected = self
+                    .protected_list(&self.lock(), project_id)
+                    .contains(&name);
                 SimResponse::json(
                     200,
-                    &json!({"name": name, "merged": false, "protected": true,
+                    &json!({"name": name, "merged": false, "protected": protected,
                             "default": default.as_deref() == Some(name.as_str()),
                             "developers_can_push": false, "developers_can_merge": false, "can_push": true,
                             "web_url": format!("{}/{full}/-/tree/{name}", self.base_url()),
                             "commit": {"id": head, "short_id": head.get(..8).unwrap_or(&head)}}),
                 )
+            }
+            (_, ["projects", id, "protected_branches", rest @ ..]) => {
+                self.protected_branches(request, id, rest)
+            }
+            ("GET", ["projects", id, "pipelines", "latest"]) => {
+                let state = self.lock();
+                let Some(project) = Self::find_project(&state, id) else {
+                    return not_found("Project");
+                };
+                let full = Self::project_path(&state, &state.projects[&project]);
+                let reference = request
+                    .query
+                    .get("ref")
+                    .cloned()
+                    .or_else(|| state.projects[&project].default_branch.clone())
+                    .unwrap_or_default();
+                let head = self.repos.head(&full, &reference);
+                // GitLab authorizes reading the (missing) pipeline: 403 when there is none.
+                match state.pipelines.values().rev().find(|p| {
+                    p.project_id == project
+                        && p.reference == reference
+                        && Some(&p.sha) == head.as_ref()
+                }) {
+                    Some(found) => SimResponse::json(200, &self.pipeline_json(&state, found)),
+                    None => message(403, "403 Forbidden"),
+                }
             }
             ("POST", ["projects", id, "pipeline"]) => self.create_pipeline(request, id),
             ("GET", ["projects", id, "pipelines"]) => {
@@ -1076,7 +1469,8 @@ impl GitlabSim {
             _ => (None, None),
         };
         let token = runner_token();
-        let id = state.id();
+        state.next_runner_id += 1;
+        let id = state.next_runner_id;
         state.runners.insert(
             id,
             Runner {
@@ -1238,7 +1632,10 @@ impl GitlabSim {
             .map(|runner| runner.id);
         let id = match existing {
             Some(id) => id,
-            None => state.id(),
+            None => {
+                state.next_runner_id += 1;
+                state.next_runner_id
+            }
         };
         state.runners.insert(
             id,
@@ -1263,14 +1660,113 @@ impl GitlabSim {
         token
     }
 
+    /// The protected branches of a project: the default branch (unless unprotected) and
+    /// those protected through the API.
+    fn protected_list(&self, state: &State, project: u64) -> Vec<String> {
+        let mut list = Vec::new();
+        if let Some(default) = state
+            .projects
+            .get(&project)
+            .and_then(|p| p.default_branch.clone())
+            && !state
+                .unprotected
+                .get(&project)
+                .is_some_and(|names| names.contains(&default))
+        {
+            list.push(default);
+        }
+        for name in state.protected.get(&project).into_iter().flatten() {
+            if !list.contains(name) {
+                list.push(name.clone());
+            }
+        }
+        list
+    }
+
+    fn protected_json(project: u64, name: &str, index: usize) -> Value {
+        let level = json!([{"id": project * 1000 + index as u64, "access_level": 40, "access_level_description": "Maintainers", "user_id": null, "group_id": null}]);
+        json!({"id": project * 1000 + index as u64, "name": name, "push_access_levels": level,
+               "merge_access_levels": level, "unprotect_access_levels": [], "allow_force_push": false,
+               "code_owner_approval_required": false})
+    }
+
+    /// `GET|POST /projects/:id/protected_branches`, `GET|DELETE .../:name`.
+    fn protected_branches(&self, request: &SimRequest, id: &str, rest: &[&str]) -> SimResponse {
+        let mut state = self.lock();
+        let Some(project) = Self::find_project(&state, id) else {
+            return not_found("Project");
+        };
+        let list = self.protected_list(&state, project);
+        let json_of = |name: &str| {
+            let index = list.iter().position(|n| n == name).unwrap_or(list.len());
+            Self::protected_json(project, name, index)
+        };
+        match (request.method.as_str(), rest) {
+            ("GET", []) => {
+                let items = list.iter().map(|name| json_of(name)).collect();
+                drop(state);
+                self.paginate(request, items)
+            }
+            ("POST", []) => {
+                let Some(name) = string_field(&request.json(), "name") else {
+                    return param_error("name is missing");
+                };
+                if list.contains(&name) {
+                    return message(409, &format!("Protected branch '{name}' already exists"));
+                }
+                if let Some(names) = state.unprotected.get_mut(&project) {
+                    names.retain(|n| *n != name);
+                }
+                state
+                    .protected
+                    .entry(project)
+                    .or_default()
+                    .push(name.clone());
+                let answer = Self::protected_json(project, &name, list.len());
+                drop(state);
+                self.persist();
+                SimResponse::json(201, &answer)
+            }
+            (method, [name]) => {
+                let name = decode(name);
+                if !list.contains(&name) {
+                    return not_found("Protected Branch");
+                }
+                match method {
+                    "GET" => SimResponse::json(200, &json_of(&name)),
+                    "DELETE" => {
+                        if let Some(names) = state.protected.get_mut(&project) {
+                            names.retain(|n| *n != name);
+                        }
+                        state.unprotected.entry(project).or_default().push(name);
+                        drop(state);
+                        self.persist();
+                        SimResponse::empty(204)
+                    }
+                    _ => message(405, "405 Method Not Allowed"),
+                }
+            }
+            _ => message(404, "404 Not Found"),
+        }
+    }
+
     /// All projects, or those of one group, paginated.
     fn list_projects(&self, request: &SimRequest, group: Option<u64>) -> SimResponse {
         let state = self.lock();
+        let search = request
+            .query
+            .get("search")
+            .map(|text| text.to_lowercase())
+            .unwrap_or_default();
+        let simple = request.query.get("simple").map(String::as_str) == Some("true");
         let items = state
             .projects
             .values()
             .filter(|p| group.is_none_or(|group| p.namespace_id == group))
-            .map(|p| self.project_json(&state, p))
+            .filter(|p| {
+                p.name.to_lowercase().contains(&search) || p.path.to_lowercase().contains(&search)
+            })
+            .map(|p| self.project_json(&state, p, simple))
             .collect();
         drop(state);
         self.paginate(request, items)
@@ -1300,23 +1796,69 @@ impl GitlabSim {
             return param_error("visibility does not have a valid value");
         }
         let mut state = self.lock();
-        if state.groups.values().any(|g| g.path == path) {
-            return message(
-                400,
-                "Failed to save group {:path=>[\"has already been taken\"]}",
-            );
+        let parent_id = match string_field(&body, "parent_id") {
+            Some(parent) => match Self::find_group(&state, &parent) {
+                Some(parent) => Some(parent),
+                None => return not_found("Group"),
+            },
+            None => None,
+        };
+        // GitLab's validations, worded as `Failed to save group {:attribute=>[messages]}`.
+        let mut errors: Vec<(&str, String)> = Vec::new();
+        if !valid_group_path(&path) {
+            errors.push(("path", GROUP_PATH_MESSAGE.to_string()));
+        } else if parent_id.is_none() && RESERVED_TOP_LEVEL.contains(&path.to_lowercase().as_str())
+        {
+            errors.push(("path", format!("{path} is a reserved name")));
+        }
+        if state
+            .groups
+            .values()
+            .any(|g| g.parent_id == parent_id && g.path.eq_ignore_ascii_case(&path))
+        {
+            errors.push(("path", "has already been taken".to_string()));
+        }
+        if let Some(parent) = parent_id.and_then(|id| state.groups.get(&id))
+            && visibility_rank(&visibility) > visibility_rank(&parent.visibility)
+        {
+            errors.push((
+                "visibility_level",
+                format!(
+                    "{visibility} is not allowed since the parent group has a {} visibility.",
+                    parent.visibility
+                ),
+            ));
+        }
+        if !errors.is_empty() {
+            let mut by_key: Vec<(&str, Vec<String>)> = Vec::new();
+            for (key, text) in errors {
+                match by_key.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, list)) => list.push(text),
+                    None => by_key.push((key, vec![text])),
+                }
+            }
+            let hash = by_key
+                .iter()
+                .map(|(key, list)| {
+                    let items: Vec<String> = list.iter().map(|t| format!("{t:?}")).collect();
+                    format!(":{key}=>[{}]", items.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            return message(400, &format!("Failed to save group {{{hash}}}"));
         }
         let id = state.id();
         let group = Group {
             id,
             name,
             path,
+            parent_id,
             visibility,
             description: string_field(&body, "description").unwrap_or_default(),
             created_at: timestamp(),
         };
-        let answer = self.group_json(&group);
-        state.groups.insert(id, group);
+        state.groups.insert(id, group.clone());
+        let answer = self.group_json(&state, &group);
         drop(state);
         self.persist();
         SimResponse::json(201, &answer)
@@ -1341,7 +1883,7 @@ impl GitlabSim {
         {
             group.description = description;
         }
-        let answer = self.group_json(&state.groups[&found]);
+        let answer = self.group_json(&state, &state.groups[&found]);
         drop(state);
         self.persist();
         SimResponse::json(200, &answer)
@@ -1352,11 +1894,24 @@ impl GitlabSim {
         let Some(found) = Self::find_group(&state, id) else {
             return not_found("Group");
         };
-        state.groups.remove(&found);
+        // The group, its subgroups, and their projects.
+        let mut doomed = vec![found];
+        let mut index = 0;
+        while index < doomed.len() {
+            let parent = doomed[index];
+            doomed.extend(
+                state
+                    .groups
+                    .values()
+                    .filter(|g| g.parent_id == Some(parent))
+                    .map(|g| g.id),
+            );
+            index += 1;
+        }
         let projects: Vec<u64> = state
             .projects
             .values()
-            .filter(|p| p.namespace_id == found)
+            .filter(|p| doomed.contains(&p.namespace_id))
             .map(|p| p.id)
             .collect();
         for project in projects {
@@ -1364,6 +1919,9 @@ impl GitlabSim {
             state.projects.remove(&project);
             state.variables.remove(&project);
             self.repos.remove(&full);
+        }
+        for group in doomed {
+            state.groups.remove(&group);
         }
         drop(state);
         self.persist();
@@ -1405,8 +1963,28 @@ impl GitlabSim {
         if siblings.iter().any(|p| p.name == name) {
             errors.insert("name".into(), json!(["has already been taken"]));
         }
-        if siblings.iter().any(|p| p.path == path) {
-            errors.insert("path".into(), json!(["has already been taken"]));
+        let mut path_errors = Vec::new();
+        if !valid_path_chars(&path) {
+            path_errors.push(PROJECT_PATH_MESSAGE.to_string());
+        } else if RESERVED_PROJECT.contains(&path.as_str()) {
+            path_errors.push(format!("{path} is a reserved name"));
+        }
+        if siblings.iter().any(|p| p.path.eq_ignore_ascii_case(&path)) {
+            path_errors.push("has already been taken".to_string());
+        }
+        if !path_errors.is_empty() {
+            errors.insert("path".into(), json!(path_errors));
+        }
+        if let Some(group) = state.groups.get(&namespace_id)
+            && visibility_rank(&visibility) > visibility_rank(&group.visibility)
+        {
+            errors.insert(
+                "visibility_level".into(),
+                json!([format!(
+                    "{visibility} is not allowed in a {} group.",
+                    group.visibility
+                )]),
+            );
         }
         if !errors.is_empty() {
             return field_errors(Value::Object(errors));
@@ -1425,7 +2003,7 @@ impl GitlabSim {
         if let Err(error) = self.repos.create(&Self::project_path(&state, &project)) {
             return message(500, &format!("500 Internal Server Error: {error}"));
         }
-        let answer = self.project_json(&state, &project);
+        let answer = self.project_json(&state, &project, false);
         state.projects.insert(id, project);
         drop(state);
         self.persist();
@@ -1488,7 +2066,7 @@ impl GitlabSim {
                 if matches.is_empty() {
                     return not_found("Variable");
                 }
-                if matches.len() > 1 && method != "GET" {
+                if matches.len() > 1 {
                     return message(
                         409,
                         "There are multiple variables with provided parameters. Please use 'filter[environment_scope]'",
@@ -1593,7 +2171,7 @@ impl GitlabSim {
         };
         let full = Self::project_path(&state, &state.projects[&project_id]);
         match (request.method.as_str(), rest) {
-            ("GET", rest @ ([] | ["raw"])) => {
+            (method @ ("GET" | "HEAD"), rest @ ([] | ["raw"])) => {
                 let reference = request
                     .query
                     .get("ref")
@@ -1613,6 +2191,24 @@ impl GitlabSim {
                     .repos
                     .head(&full, &reference)
                     .unwrap_or_else(|| sha_of(&reference));
+                if method == "HEAD" {
+                    // GitLab answers HEAD with the file's metadata in headers and no body.
+                    let name = file_path
+                        .rsplit('/')
+                        .next()
+                        .unwrap_or(&file_path)
+                        .to_string();
+                    return SimResponse::empty(200)
+                        .with_header("x-gitlab-file-name", name)
+                        .with_header("x-gitlab-file-path", file_path.clone())
+                        .with_header("x-gitlab-size", content.len().to_string())
+                        .with_header("x-gitlab-encoding", "base64")
+                        .with_header("x-gitlab-content-sha256", sha256_hex(&content))
+                        .with_header("x-gitlab-ref", reference.clone())
+                        .with_header("x-gitlab-blob-id", sha_of(&content))
+                        .with_header("x-gitlab-commit-id", commit.clone())
+                        .with_header("x-gitlab-last-commit-id", commit);
+                }
                 SimResponse::json(
                     200,
                     &json!({
@@ -1642,6 +2238,31 @@ impl GitlabSim {
                     {
                         Some(decoded) => content = decoded,
                         None => return param_error("content is not valid base64"),
+                    }
+                }
+                // A new branch starts from `start_branch`; without it, only an empty
+                // repository may get its first branch this way.
+                if !self.repos.branch_exists(&full, &branch) {
+                    let start = string_field(&body, "start_branch");
+                    let start_head = start
+                        .as_deref()
+                        .and_then(|start| self.repos.head(&full, start));
+                    match start_head {
+                        Some(head) => {
+                            if let Err(error) = self.repos.create_branch(&full, &branch, &head) {
+                                return message(
+                                    500,
+                                    &format!("500 Internal Server Error: {error}"),
+                                );
+                            }
+                        }
+                        None if start.is_none() && self.repos.branches(&full).is_empty() => {}
+                        None => {
+                            return message(
+                                400,
+                                "You can only create or edit files when you are on a branch",
+                            );
+                        }
                     }
                 }
                 let current = self.repos.read_file(&full, &branch, &file_path);

@@ -1,0 +1,372 @@
+//! The GitLab simulator's model and validation, as GitLab answers: path rules and reserved
+//! names, subgroups, visibility bounds, token scopes and revocation, `?private_token=`, list
+//! links, `search`/`simple`, the files API's `start_branch` and `HEAD`, protected branches,
+//! `pipelines/latest`, and the multiple-scope variable conflict.
+
+use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
+use crate::support::{Test, repo};
+
+fn with_sim(test: Test, sim: &Sim) -> Test {
+    test.env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", GITLAB_TOKEN)
+}
+
+fn post(sim: &Sim, path: &str, body: &str) -> (u16, serde_json::Value) {
+    let reply = sim.api("POST", path, Some(body));
+    (
+        reply.status,
+        serde_json::from_str(&reply.body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+#[test]
+fn paths_subgroups_and_visibility_follow_gitlabs_rules() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let group_path = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-' or end in '.', '.git' or '.atom'.";
+    for bad in ["bad group!", "-lead", "ends.git", "dot."] {
+        let (status, body) = post(&sim, "groups", &format!(r#"{{"name":"x","path":"{bad}"}}"#));
+        assert_eq!(status, 400, "{bad}");
+        assert_eq!(
+            body["message"],
+            format!("Failed to save group {{:path=>[{group_path:?}]}}"),
+            "{bad}"
+        );
+    }
+    let (status, body) = post(&sim, "groups", r#"{"name":"admin","path":"admin"}"#);
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        r#"Failed to save group {:path=>["admin is a reserved name"]}"#
+    );
+
+    // Subgroups: parent_id, full_path, nested namespaces in URLs; visibility bounded by the
+    // parent's.
+    let (status, parent) = post(
+        &sim,
+        "groups",
+        r#"{"name":"Apps","path":"apps","visibility":"private"}"#,
+    );
+    assert_eq!(status, 201, "{parent}");
+    let (status, body) = post(
+        &sim,
+        "groups",
+        &format!(
+            r#"{{"name":"Team","path":"team","parent_id":{},"visibility":"internal"}}"#,
+            parent["id"]
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        r#"Failed to save group {:visibility_level=>["internal is not allowed since the parent group has a private visibility."]}"#
+    );
+    let (status, child) = post(
+        &sim,
+        "groups",
+        &format!(
+            r#"{{"name":"Team","path":"team","parent_id":{}}}"#,
+            parent["id"]
+        ),
+    );
+    assert_eq!(status, 201, "{child}");
+    assert_eq!(child["full_path"], "apps/team");
+    assert_eq!(child["full_name"], "Apps / Team");
+    assert_eq!(child["parent_id"], parent["id"]);
+    // A subgroup may take a name reserved at the top level.
+    let (status, _) = post(
+        &sim,
+        "groups",
+        &format!(
+            r#"{{"name":"admin","path":"admin","parent_id":{}}}"#,
+            parent["id"]
+        ),
+    );
+    assert_eq!(status, 201);
+    assert_eq!(sim.api_json("groups/apps%2Fteam")["id"], child["id"]);
+
+    // Projects: path rules, reserved names, visibility no wider than the group's.
+    let project_path = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-', end in '.git' or end in '.atom'";
+    for bad in ["bad path!", "-lead", "ends.git", "feed.atom"] {
+        let (status, body) = post(
+            &sim,
+            "projects",
+            &format!(
+                r#"{{"name":"x","path":"{bad}","namespace_id":{}}}"#,
+                child["id"]
+            ),
+        );
+        assert_eq!(status, 400, "{bad}");
+        assert_eq!(body["message"]["path"], serde_json::json!([project_path]));
+    }
+    let (status, body) = post(
+        &sim,
+        "projects",
+        &format!(
+            r#"{{"name":"p","namespace_id":{},"visibility":"internal"}}"#,
+            child["id"]
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"]["visibility_level"],
+        serde_json::json!(["internal is not allowed in a private group."])
+    );
+    let (status, project) = post(
+        &sim,
+        "projects",
+        &format!(r#"{{"name":"p","namespace_id":{}}}"#, child["id"]),
+    );
+    assert_eq!(status, 201, "{project}");
+    assert_eq!(project["path_with_namespace"], "apps/team/p");
+    assert_eq!(project["visibility"], "private");
+    assert_eq!(project["namespace"]["full_path"], "apps/team");
+    assert_eq!(
+        sim.api_json("projects/apps%2Fteam%2Fp")["id"],
+        project["id"]
+    );
+
+    // bprun's client works on the nested project, and real git reaches it.
+    let test = with_sim(
+        repo().script(
+            r#"
+step("Nested", || {
+    gitlab_post("projects/apps%2Fteam%2Fp/repository/files/README.md", #{branch: "main", content: "hi\n", commit_message: "readme"});
+    gitlab_set_variables("apps/team/p", #{A: "1"});
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    let remote = format!("{}/apps/team/p.git", sim.gitlab_url())
+        .replace("http://", &format!("http://oauth2:{GITLAB_TOKEN}@"));
+    let listed = std::process::Command::new("git")
+        .args(["ls-remote", &remote])
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .expect("git");
+    assert!(listed.status.success());
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("refs/heads/main"));
+
+    // Deleting the parent deletes the subgroups and their projects.
+    assert_eq!(sim.api("DELETE", "groups/apps", None).status, 202);
+    assert_eq!(sim.api("GET", "groups/apps%2Fteam", None).status, 404);
+    assert_eq!(sim.api("GET", "projects/apps%2Fteam%2Fp", None).status, 404);
+}
+
+#[test]
+fn tokens_have_scopes_and_can_be_revoked_and_the_query_token_is_accepted() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let user = format!("/api/v4/user?private_token={GITLAB_TOKEN}");
+    assert_eq!(sim.raw("GET", &user, None, None).status, 200);
+
+    let (status, admin) = (200, sim.api_json("personal_access_tokens/self"));
+    assert_eq!(status, 200);
+    assert_eq!(admin["active"], true);
+    assert!(
+        admin["scopes"]
+            .as_array()
+            .expect("scopes")
+            .contains(&serde_json::json!("api"))
+    );
+
+    let (status, created) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"reader","scopes":["read_api"]}"#,
+    );
+    assert_eq!(status, 201, "{created}");
+    let reader = created["token"].as_str().expect("token").to_string();
+    assert!(reader.starts_with("glpat-"));
+    assert_eq!(
+        sim.raw("GET", "/api/v4/groups", Some(&reader), None).status,
+        200
+    );
+    let refused = sim.raw(
+        "POST",
+        "/api/v4/groups",
+        Some(&reader),
+        Some(r#"{"name":"g","path":"g"}"#),
+    );
+    assert_eq!(refused.status, 403);
+    assert_eq!(refused.json()["error"], "insufficient_scope");
+    let own = sim.raw(
+        "GET",
+        "/api/v4/personal_access_tokens/self",
+        Some(&reader),
+        None,
+    );
+    assert_eq!(own.json()["scopes"], serde_json::json!(["read_api"]));
+    assert_eq!(own.json()["id"], created["id"]);
+
+    // bprun sees GitLab's 403 through its client.
+    let test = repo()
+        .script("step(\"Write\", || { gitlab_ensure_group(\"g\"); });\n")
+        .env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", &reader);
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.code(1);
+    output.stderr_contains("403");
+
+    // Revoked: 401 from then on.
+    assert_eq!(
+        sim.api(
+            "DELETE",
+            &format!("personal_access_tokens/{}", created["id"]),
+            None
+        )
+        .status,
+        204
+    );
+    let revoked = sim.raw("GET", "/api/v4/groups", Some(&reader), None);
+    assert_eq!(revoked.status, 401);
+    assert_eq!(revoked.json()["error"], "invalid_token");
+    assert_eq!(
+        sim.api("DELETE", "personal_access_tokens/999999", None)
+            .status,
+        404
+    );
+}
+
+#[test]
+fn lists_keep_the_query_and_search_and_simple_shape_them() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    for name in ["alpha", "beta", "alphabet"] {
+        post(
+            &sim,
+            "projects",
+            &format!(r#"{{"name":"{name}","namespace_id":"g"}}"#),
+        );
+    }
+    let found = sim.api("GET", "projects?search=ALPHA&per_page=1&order_by=id", None);
+    assert_eq!(found.header("x-total"), Some("2"));
+    assert_eq!(found.header("x-next-page"), Some("2"));
+    let link = found.header("link").expect("link");
+    assert!(
+        link.contains("page=2&per_page=1&search=ALPHA&order_by=id>; rel=\"next\""),
+        "{link}"
+    );
+    let simple = sim.api_json("projects?simple=true&search=beta");
+    assert_eq!(simple.as_array().map(Vec::len), Some(1));
+    assert_eq!(simple[0]["path_with_namespace"], "g/beta");
+    assert!(simple[0].get("visibility").is_none(), "{simple}");
+    assert_eq!(
+        sim.api_json("groups?search=G").as_array().map(Vec::len),
+        Some(1)
+    );
+}
+
+#[test]
+fn files_branches_pipelines_latest_and_variable_scopes() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--runner"]);
+    post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"g"}"#);
+    let file = "projects/g%2Fp/repository/files/.gitlab-ci.yml";
+    // The first commit of an empty repository creates its branch.
+    let (status, _) = post(
+        &sim,
+        file,
+        r#"{"branch":"main","content":"build:\n  script: [make]\n","commit_message":"ci"}"#,
+    );
+    assert_eq!(status, 201);
+    // An unknown branch needs `start_branch`; from it, the new branch has its files.
+    let (status, body) = post(
+        &sim,
+        "projects/g%2Fp/repository/files/b.txt",
+        r#"{"branch":"feature","content":"b\n","commit_message":"b"}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "You can only create or edit files when you are on a branch"
+    );
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fp/repository/files/b.txt",
+        r#"{"branch":"feature","start_branch":"main","content":"b\n","commit_message":"b"}"#,
+    );
+    assert_eq!(status, 201);
+    let inherited = sim.api("GET", &format!("{file}?ref=feature"), None);
+    assert_eq!(inherited.status, 200, "{}", inherited.body);
+
+    // HEAD on a file: its metadata in headers, no body.
+    let head = sim.api("HEAD", &format!("{file}?ref=main"), None);
+    assert_eq!(head.status, 200);
+    assert_eq!(head.header("x-gitlab-file-name"), Some(".gitlab-ci.yml"));
+    assert_eq!(head.header("x-gitlab-ref"), Some("main"));
+    assert!(head.header("x-gitlab-last-commit-id").is_some());
+    assert_eq!(head.body, "");
+    assert_eq!(
+        sim.api(
+            "HEAD",
+            "projects/g%2Fp/repository/files/none?ref=main",
+            None
+        )
+        .status,
+        404
+    );
+
+    // Protected branches: the default branch is protected.
+    let protected = sim.api_json("projects/g%2Fp/protected_branches");
+    assert_eq!(protected[0]["name"], "main");
+    assert_eq!(protected[0]["push_access_levels"][0]["access_level"], 40);
+    assert_eq!(
+        sim.api_json("projects/g%2Fp/repository/branches/feature")["protected"],
+        false
+    );
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fp/protected_branches",
+        r#"{"name":"feature"}"#,
+    );
+    assert_eq!(status, 201);
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fp/protected_branches",
+        r#"{"name":"feature"}"#,
+    );
+    assert_eq!(status, 409);
+    assert_eq!(
+        sim.api_json("projects/g%2Fp/repository/branches/feature")["protected"],
+        true
+    );
+    assert_eq!(
+        sim.api("DELETE", "projects/g%2Fp/protected_branches/feature", None)
+            .status,
+        204
+    );
+
+    // pipelines/latest: 403 while the head commit has no pipeline, then that pipeline.
+    assert_eq!(
+        sim.api("GET", "projects/g%2Fp/pipelines/latest", None)
+            .status,
+        403
+    );
+    let (status, pipeline) = post(&sim, "projects/g%2Fp/pipeline", r#"{"ref":"main"}"#);
+    assert_eq!(status, 201);
+    assert_eq!(
+        sim.api_json("projects/g%2Fp/pipelines/latest?ref=main")["id"],
+        pipeline["id"]
+    );
+
+    // One key in two environment scopes: without a filter GitLab answers 409, reads too.
+    for scope in ["*", "production"] {
+        let (status, _) = post(
+            &sim,
+            "projects/g%2Fp/variables",
+            &format!(r#"{{"key":"K","value":"v","environment_scope":"{scope}"}}"#),
+        );
+        assert_eq!(status, 201);
+    }
+    let conflict = sim.api("GET", "projects/g%2Fp/variables/K", None);
+    assert_eq!(conflict.status, 409);
+    assert_eq!(
+        conflict.json()["message"],
+        "There are multiple variables with provided parameters. Please use 'filter[environment_scope]'"
+    );
+    assert_eq!(
+        sim.api_json("projects/g%2Fp/variables/K?filter[environment_scope]=production")["environment_scope"],
+        "production"
+    );
+}
