@@ -90,6 +90,9 @@ fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) ->
 fn print_platform(platform: &platform::Platform) {
     eprintln!("rehearsal platform:");
     eprintln!("  GitLab simulator     {}", platform.gitlab_url);
+    eprintln!(
+        "  GitLab Runner        an online instance runner stand-in (as phase 2 registers it)"
+    );
     eprintln!("  Kubernetes simulator {}", platform.kube.url);
     eprintln!("  OpenBao              {}", platform.bao_description());
 }
