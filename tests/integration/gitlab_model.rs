@@ -370,3 +370,31 @@ fn files_branches_pipelines_latest_and_variable_scopes() {
         "production"
     );
 }
+
+#[test]
+fn the_state_file_is_private_and_holds_no_token() {
+    let dir = tempfile::tempdir().expect("state");
+    let state = dir.path().to_str().expect("utf-8");
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--state", state, "--runner"]);
+    let (status, created) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"reader","scopes":["read_api"]}"#,
+    );
+    assert_eq!(status, 201);
+    // An empty path is refused as GitLab refuses it.
+    let (status, _) = post(&sim, "groups", r#"{"name":"g","path":""}"#);
+    assert_eq!(status, 400);
+    let file = dir.path().join("gitlab-state.json");
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&file)
+        .expect("state file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "{}", file.display());
+    let text = std::fs::read_to_string(&file).expect("read");
+    for secret in [GITLAB_TOKEN, created["token"].as_str().expect("token")] {
+        assert!(!text.contains(secret), "the state holds a token");
+    }
+    assert!(!text.contains("glrt-"), "the state holds a runner token");
+}

@@ -584,10 +584,8 @@ impl GitlabSim {
             Err(_) => return,
         };
         let _ = std::fs::create_dir_all(dir);
-        let temporary = dir.join("gitlab-state.json.tmp");
-        if std::fs::write(&temporary, text).is_ok() {
-            let _ = std::fs::rename(&temporary, dir.join("gitlab-state.json"));
-        }
+        // Mode 0600, written whole and renamed: the state names every project and variable.
+        let _ = bprun_clients::fs::write_private(&dir.join("gitlab-state.json"), text.as_bytes());
     }
 
     /// A group's full path (`parent/child`) and full name (`Parent / Child`).
