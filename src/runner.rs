@@ -305,10 +305,11 @@ impl Selection {
             from,
             resume,
         };
-        let runs_a_step = steps
-            .iter()
-            .enumerate()
-            .any(|(index, step)| !step.always && selection.reason_to_skip(index, step).is_none());
+        // Always steps run anyway; what counts is whether the selection itself chose a step.
+        let runs_a_step = steps.iter().enumerate().any(|(index, step)| {
+            selection.reason_to_skip(index, step).is_none()
+                && (!step.always || selection.only.contains(&step.name))
+        });
         let chose = !options.only.is_empty() || !options.skip.is_empty() || options.from.is_some();
         if chose && !steps.is_empty() && !runs_a_step {
             return Err(Error::usage(

@@ -87,6 +87,21 @@ fn masked_as_secrets(value: Value) -> Dynamic {
     }
 }
 
+/// A token argument: a `Secret`, or a string (wrapped, so it never prints).
+fn secret_of(token: Dynamic, native: &str) -> NativeResult<Secret> {
+    if let Some(secret) = token.read_lock::<Secret>() {
+        return Ok(secret.clone());
+    }
+    token
+        .into_immutable_string()
+        .map(|text| Secret::new(text.to_string()))
+        .map_err(|type_name| {
+            native_error(NativeError::new(format!(
+                "{native}: the token must be a Secret or a string, not {type_name}"
+            )))
+        })
+}
+
 fn optional<T: Into<Dynamic>>(value: Option<T>) -> Dynamic {
     value.map(Into::into).unwrap_or(Dynamic::UNIT)
 }
@@ -377,6 +392,48 @@ pub mod gitlab_functions {
         };
         client(&session).map_err(native_error)?.set_token(token);
         Ok(())
+    }
+
+    /// Whether GitLab still accepts `token` (a `Secret` or a string): `GET
+    /// /personal_access_tokens/self` with it. False for a revoked or expired token, or one a
+    /// rebuilt GitLab never issued.
+    ///
+    /// ```rhai
+    /// step("Check PAT", || { if !gitlab_token_valid(env_secret("GITLAB_TOKEN")) { warn("stale PAT") } });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_token_valid(context: NativeCallContext, token: Dynamic) -> NativeResult<bool> {
+        let (session, client) = remote(&context, "gitlab_token_valid")?;
+        let token = secret_of(token, "gitlab_token_valid")?;
+        client
+            .token_self(&token, &cancelled(&session))
+            .map(|info| info.is_some())
+            .map_err(native_error)
+    }
+
+    /// Revokes every active personal access token named `name` except `keep` (the one in use),
+    /// so that an interrupted mint leaves no stray credential: `#{revoked, changed}`. Honours
+    /// check mode.
+    ///
+    /// ```rhai
+    /// step("Tidy PATs", || { gitlab_revoke_tokens("blueprint-phase3", env_secret("GITLAB_TOKEN")); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_revoke_tokens(
+        context: NativeCallContext,
+        name: &str,
+        keep: Dynamic,
+    ) -> NativeResult<rhai::Map> {
+        let (session, client) = remote(&context, "gitlab_revoke_tokens")?;
+        let keep = secret_of(keep, "gitlab_revoke_tokens")?;
+        let outcome = client
+            .revoke_tokens_named(name, &keep, mode(&session), &cancelled(&session))
+            .map_err(native_error)?;
+        let (revoked, changed) = settle(&session, outcome);
+        let mut map = rhai::Map::new();
+        map.insert("revoked".into(), (revoked.len() as i64).into());
+        map.insert("changed".into(), changed.into());
+        Ok(map)
     }
 
     /// Ensures a top-level group: `#{id, full_path, visibility, changed}`. Options: `name`

@@ -418,6 +418,12 @@ fn runs_killed_at_random_points_converge_to_the_clean_end_state() {
         reference,
         "seed {seed}, kills after {delays:?} ms"
     );
+    // Kills inside "Mint PAT" leave no stray credential: one live PAT, the stored one.
+    assert_eq!(
+        live_phase3_tokens(&sim),
+        stored_token_id(&sim).into_iter().collect::<Vec<_>>(),
+        "seed {seed}, kills after {delays:?} ms"
+    );
 }
 
 #[test]
@@ -454,4 +460,71 @@ fn app_filter_destroy_and_rebuild() {
     let rebuilt = copy.run(&["scripts/phase3.rhai"]);
     rebuilt.success();
     assert_eq!(summary(&sim).len(), 4);
+}
+
+/// The live personal access tokens phase 3 mints (named blueprint-phase3): their ids.
+fn live_phase3_tokens(sim: &Sim) -> Vec<i64> {
+    sim.api_json("personal_access_tokens?per_page=100")
+        .as_array()
+        .expect("token list")
+        .iter()
+        .filter(|token| token["name"] == "blueprint-phase3" && token["active"] == true)
+        .filter_map(|token| token["id"].as_i64())
+        .collect()
+}
+
+/// The id of the token OpenBao holds for phase 3 (`GET /personal_access_tokens/self` with it).
+fn stored_token_id(sim: &Sim) -> Option<i64> {
+    let (status, secret) = sim.bao_get("secret/data/gitlab/bootstrap/admin_token");
+    assert_eq!(status, 200, "{secret}");
+    let token = secret["data"]["data"]["token"]
+        .as_str()
+        .expect("a stored token");
+    let reply = sim.raw(
+        "GET",
+        "/api/v4/personal_access_tokens/self",
+        Some(token),
+        None,
+    );
+    (reply.status == 200)
+        .then(|| reply.json()["id"].as_i64())
+        .flatten()
+}
+
+#[test]
+fn a_stale_pat_is_replaced_and_stray_pats_are_revoked() {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"])
+        .success();
+    let first = stored_token_id(&sim).expect("the stored PAT works");
+    assert_eq!(live_phase3_tokens(&sim), vec![first]);
+    // What an interrupted mint leaves: another live PAT of the name that nothing stored.
+    let stray = sim.raw(
+        "POST",
+        "/-/sim/tokens",
+        Some(sim.var("GITLAB_TOKEN")),
+        Some(r#"{"name": "blueprint-phase3"}"#),
+    );
+    assert_eq!(stray.status, 201, "{}", stray.body);
+    assert_eq!(live_phase3_tokens(&sim).len(), 2);
+    let tidy = copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"]);
+    tidy.success();
+    tidy.stdout_contains("~ revoke personal access token blueprint-phase3 (#");
+    assert_eq!(
+        live_phase3_tokens(&sim),
+        vec![first],
+        "only the stored PAT is live"
+    );
+    // GitLab no longer accepts the stored PAT (rebuilt, or revoked): a new one is minted.
+    let revoked = sim.api("DELETE", &format!("personal_access_tokens/{first}"), None);
+    assert_eq!(revoked.status, 204, "{}", revoked.body);
+    let renewed = copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"]);
+    renewed.success();
+    renewed.stdout_contains(
+        "the admin PAT in OpenBao is no longer accepted by GitLab; minting a new one",
+    );
+    let second = stored_token_id(&sim).expect("the new stored PAT works");
+    assert_ne!(second, first);
+    assert_eq!(live_phase3_tokens(&sim), vec![second]);
 }

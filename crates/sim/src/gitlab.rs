@@ -550,8 +550,9 @@ impl GitlabSim {
         self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Mints a personal access token for `root` (the toolbox's `gitlab-rails runner` does this).
-    pub fn mint_token(&self) -> String {
+    /// Mints a personal access token named `name` for `root` (the toolbox's `gitlab-rails
+    /// runner` does this).
+    pub fn mint_token(&self, name: &str) -> String {
         let token = format!(
             "glpat-{}",
             (0..20)
@@ -560,12 +561,7 @@ impl GitlabSim {
         );
         let mut state = self.lock();
         let root = state.users[0].id;
-        state.add_token(
-            token_digest(&token),
-            root,
-            "minted by gitlab-rails runner",
-            admin_scopes(),
-        );
+        state.add_token(token_digest(&token), root, name, admin_scopes());
         drop(state);
         self.persist();
         token
@@ -1056,9 +1052,11 @@ impl GitlabSim {
                 if self.authenticate(request).is_none() {
                     return message(401, "401 Unauthorized");
                 }
+                let name = string_field(&request.json(), "name")
+                    .unwrap_or_else(|| "minted by gitlab-rails runner".to_string());
                 return SimResponse::json(
                     201,
-                    &json!({"token": self.mint_token(), "username": "root"}),
+                    &json!({"token": self.mint_token(&name), "username": "root"}),
                 );
             }
             _ => {}

@@ -314,7 +314,8 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     };
     // Kubernetes, seeded with what phase 2 leaves behind.
     let minter_sim = gitlab.clone();
-    let minter: crate::kube::TokenMinter = Arc::new(move || Ok(minter_sim.mint_token()));
+    let minter: crate::kube::TokenMinter =
+        Arc::new(move |name: &str| Ok(minter_sim.mint_token(name)));
     let kube_sim = Arc::new(crate::kube::KubeSim::new(
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),

@@ -22,12 +22,14 @@ pub mod outcome;
 pub mod pipelines;
 mod projects;
 pub mod rules;
+mod tokens;
 mod variables;
 
 pub use groups::{Group, GroupSpec};
 pub use outcome::{Change, Mode, Outcome};
 pub use pipelines::{Pipeline, PipelineRef, Started, WaitParams};
 pub use projects::{Project, ProjectSpec};
+pub use tokens::TokenInfo;
 pub use variables::{Variable, VariableCounts};
 
 /// The timeout of every request.

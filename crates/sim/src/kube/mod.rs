@@ -26,8 +26,25 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Mints a GitLab personal access token (the toolbox pod's `gitlab-rails runner`).
-pub type TokenMinter = Arc<dyn Fn() -> Result<String, String> + Send + Sync>;
+/// Mints a GitLab personal access token with a name (the toolbox pod's `gitlab-rails runner`).
+pub type TokenMinter = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
+/// The `name: '...'` a `personal_access_tokens.create!(...)` call gives its token, as Ruby reads
+/// it (single or double quotes); GitLab's default when none is given.
+fn token_name(code: &str) -> String {
+    let Some(start) = code.find("name:") else {
+        return "minted by gitlab-rails runner".to_string();
+    };
+    let rest = code[start + 5..].trim_start();
+    let Some(quote) = rest.chars().next().filter(|c| *c == '\'' || *c == '"') else {
+        return "minted by gitlab-rails runner".to_string();
+    };
+    rest[1..]
+        .split(quote)
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
 
 /// The commands a simulated container runs: a few shell basics, and `gitlab-rails runner`
 /// when a token minter is attached.
@@ -76,7 +93,7 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
                     );
                 }
                 match &minter {
-                    Some(mint) => match mint() {
+                    Some(mint) => match mint(&token_name(&code)) {
                         Ok(token) => ok(format!("{token}\n")),
                         Err(message) => fail(1, format!("gitlab-rails runner: {message}\n")),
                     },
@@ -99,7 +116,7 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
 
 /// A minter that asks a GitLab simulator over HTTP (`POST /-/sim/tokens` with its admin token).
 pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
-    Arc::new(move || {
+    Arc::new(move |name: &str| {
         let url = format!("{}/-/sim/tokens", gitlab_url.trim_end_matches('/'));
         let client = bprun_clients::runtime::http_client_builder()
             .timeout(std::time::Duration::from_secs(10))
@@ -111,6 +128,7 @@ pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
             let response = client
                 .post(&url)
                 .header("PRIVATE-TOKEN", &gitlab_token)
+                .json(&serde_json::json!({"name": name}))
                 .send()
                 .await
                 .map_err(|error| format!("POST {url}: {error}"))?;

@@ -1,0 +1,91 @@
+//! Personal access tokens: whether a token still works, and revoking the stale ones a name
+//! identifies (a mint interrupted before its token was stored leaves one behind).
+
+use serde_json::Value;
+
+use super::outcome::{Change, Mode, Outcome};
+use super::{GitlabClient, Method};
+use crate::error::{ClientError, ErrorKind};
+use crate::secret::Secret;
+
+/// A token as `GET /personal_access_tokens` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TokenInfo {
+    pub id: i64,
+    pub name: String,
+    pub active: bool,
+}
+
+fn token_of(value: &Value) -> Option<TokenInfo> {
+    Some(TokenInfo {
+        id: value["id"].as_i64()?,
+        name: value["name"].as_str().unwrap_or_default().to_string(),
+        active: value["active"].as_bool().unwrap_or(false) && value["revoked"] != true,
+    })
+}
+
+impl GitlabClient {
+    /// `token`'s own record (`GET /personal_access_tokens/self` with it), or `None` when GitLab
+    /// no longer accepts it (revoked, expired, or a rebuilt GitLab that never issued it).
+    pub fn token_self(
+        &self,
+        token: &Secret,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<TokenInfo>, ClientError> {
+        let mut settings = self.settings.clone();
+        settings.token = Some(token.clone());
+        let probe = GitlabClient::new(settings)?;
+        match probe.request(
+            Method::Get,
+            "personal_access_tokens/self",
+            None,
+            None,
+            cancelled,
+        ) {
+            Ok(answer) => Ok(token_of(&answer.body).filter(|info| info.active)),
+            Err(error) if matches!(error.kind, ErrorKind::Unauthorized | ErrorKind::NotFound) => {
+                Ok(None)
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// Revokes every active token named `name` except `keep` (the one in use): after a mint
+    /// that an interruption left unrecorded, exactly one such token stays live.
+    pub fn revoke_tokens_named(
+        &self,
+        name: &str,
+        keep: &Secret,
+        mode: Mode,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Outcome<Vec<TokenInfo>>, ClientError> {
+        let kept = self.token_self(keep, cancelled)?.map(|info| info.id);
+        let all = self.get_all("personal_access_tokens", cancelled)?;
+        let stale: Vec<TokenInfo> = all
+            .iter()
+            .filter_map(token_of)
+            .filter(|info| info.active && info.name == name && Some(info.id) != kept)
+            .collect();
+        let mut changes = Vec::new();
+        for token in &stale {
+            if mode.writes() {
+                self.request(
+                    Method::Delete,
+                    &format!("personal_access_tokens/{}", token.id),
+                    None,
+                    None,
+                    cancelled,
+                )?;
+            }
+            changes.push(Change {
+                action: "revoke",
+                resource: format!("personal access token {} (#{})", token.name, token.id),
+            });
+        }
+        Ok(Outcome {
+            value: stale,
+            changes,
+            warnings: Vec::new(),
+        })
+    }
+}
