@@ -586,3 +586,44 @@ fn custom_resources_go_with_their_definition() {
         ""
     );
 }
+
+const WEB: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+                   spec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+                   \x20   spec: {containers: [{name: web, image: nginx:1.27}]}\n";
+
+#[test]
+fn cascade_orphan_keeps_the_replica_set_and_its_pods_without_the_owner() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl_stdin(&["apply", "-f", "-"], WEB).code(0);
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=10s"])
+        .ok();
+    sim.kubectl(&["delete", "deploy/web", "--cascade=orphan"])
+        .ok();
+    let owners = sim.kubectl(&[
+        "get",
+        "rs",
+        "-l",
+        "app=web",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.name}:{.metadata.ownerReferences}{end}",
+    ]);
+    assert!(
+        owners.ok().starts_with("web-") && owners.stdout.ends_with(':'),
+        "{}",
+        owners.stdout
+    );
+    let pods = sim.kubectl(&["get", "pods", "-l", "app=web", "-o", "name"]);
+    assert_eq!(pods.ok().lines().count(), 2, "{}", pods.stdout);
+    // Background (kubectl's default) takes the dependents with the owner.
+    let rs = owners.stdout.trim_end_matches(':').to_string();
+    sim.kubectl(&["delete", &format!("rs/{rs}")]).ok();
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-l",
+        "app=web",
+        "--for=delete",
+        "--timeout=10s",
+    ])
+    .ok();
+}

@@ -1,7 +1,7 @@
 //! The HTTP side of the Kubernetes simulator: routing, content negotiation (JSON, YAML apply
 //! patches, protobuf bodies, Tables), streamed watches, and WebSocket exec and port-forward.
 
-use super::cluster::{ApiError, Cluster, PatchType, WriteOptions};
+use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, protobuf, table};
@@ -497,11 +497,14 @@ fn resource_call(
                 || options_body["dryRun"]
                     .as_array()
                     .is_some_and(|list| list.iter().any(|v| v == "All"));
+            let propagation = propagation_of(pairs, &options_body)?;
             cluster
-                .delete(rt, &namespace, name, dry_run)
+                .delete_with(rt, &namespace, name, dry_run, propagation)
                 .map(|v| (200, v))
         }
         ("DELETE", None, None) => {
+            let options_body = parse_body(content_type, body).unwrap_or(json!({}));
+            let propagation = propagation_of(pairs, &options_body)?;
             let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
                 .map_err(ApiError::bad_request)?;
             let items = cluster.list(
@@ -516,7 +519,7 @@ fn resource_call(
                     .unwrap_or("")
                     .to_string();
                 let name = item["metadata"]["name"].as_str().unwrap_or("").to_string();
-                cluster.delete(rt, &ns, &name, options.dry_run)?;
+                cluster.delete_with(rt, &ns, &name, options.dry_run, propagation)?;
             }
             Ok((
                 200,
@@ -529,6 +532,35 @@ fn resource_call(
             format!("{method} is not supported on this path"),
         )),
     }
+}
+
+/// How a DELETE treats dependents: `propagationPolicy` from the query or the DeleteOptions body
+/// (JSON or protobuf), else the deprecated `orphanDependents`, else Background.
+fn propagation_of(
+    pairs: &[(String, String)],
+    options_body: &Value,
+) -> Result<Propagation, ApiError> {
+    let named = query_value(pairs, "propagationPolicy")
+        .or_else(|| options_body["propagationPolicy"].as_str())
+        .filter(|name| !name.is_empty());
+    if let Some(name) = named {
+        return Propagation::from_name(name).ok_or_else(|| {
+            ApiError::new(
+                422,
+                "Invalid",
+                format!(
+                    "DeleteOptions.meta.k8s.io \"\" is invalid: propagationPolicy: Unsupported value: \"{name}\": supported values: \"Foreground\", \"Background\", \"Orphan\", \"nil\""
+                ),
+            )
+        });
+    }
+    let orphan = query_value(pairs, "orphanDependents")
+        .map(|v| v == "true")
+        .or_else(|| options_body["orphanDependents"].as_bool());
+    Ok(match orphan {
+        Some(true) => Propagation::Orphan,
+        _ => Propagation::Background,
+    })
 }
 
 /// A watch: initial events (when asked or from version 0), a bookmark marking their end,
