@@ -627,3 +627,54 @@ fn cascade_orphan_keeps_the_replica_set_and_its_pods_without_the_owner() {
     ])
     .ok();
 }
+
+#[test]
+fn kubectl_scale_goes_through_the_scale_subresource() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl_stdin(&["apply", "-f", "-"], WEB).code(0);
+    sim.kubectl(&["scale", "deploy/web", "--replicas=3"])
+        .stdout("deployment.apps/web scaled\n");
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=10s"])
+        .ok();
+    let ready = sim.kubectl(&[
+        "get",
+        "deploy/web",
+        "-o",
+        "jsonpath={.status.readyReplicas}",
+    ]);
+    assert_eq!(ready.ok(), "3");
+    let scale = sim.kubectl(&[
+        "get",
+        "--raw",
+        "/apis/apps/v1/namespaces/default/deployments/web/scale",
+    ]);
+    let scale: serde_json::Value = serde_json::from_str(scale.ok()).unwrap();
+    assert_eq!(scale["kind"], "Scale");
+    assert_eq!(scale["apiVersion"], "autoscaling/v1");
+    assert_eq!(scale["spec"]["replicas"], 3);
+    assert_eq!(scale["status"]["selector"], "app=web");
+    // A precondition that no longer holds refuses, as on a real cluster.
+    let stale = sim.kubectl(&[
+        "scale",
+        "deploy/web",
+        "--current-replicas=2",
+        "--replicas=1",
+    ]);
+    stale.code(1);
+    stale.stderr_contains("Expected replicas to be 2, was 3");
+    let set = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: default}\n\
+               spec:\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n\
+               \x20   spec: {containers: [{name: db, image: postgres:17}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], set).code(0);
+    sim.kubectl(&["scale", "statefulset/db", "--replicas=2"])
+        .ok();
+    sim.kubectl(&[
+        "wait",
+        "statefulset/db",
+        "--for=jsonpath={.status.readyReplicas}=2",
+        "--timeout=10s",
+    ])
+    .ok();
+    let negative = sim.kubectl(&["scale", "statefulset/db", "--replicas=-1"]);
+    negative.code(1);
+}

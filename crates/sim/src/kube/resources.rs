@@ -557,13 +557,18 @@ pub fn api_resource_list(resources: &[ResourceType], group: &str, version: &str)
                 "scale" => "Scale",
                 _ => resource.kind.as_str(),
             };
-            list.push(json!({
+            let mut entry = json!({
                 "name": format!("{}/{sub}", resource.plural),
                 "singularName": "",
                 "namespaced": resource.namespaced,
                 "kind": kind,
                 "verbs": verbs,
-            }));
+            });
+            if sub == "scale" {
+                entry["group"] = json!("autoscaling");
+                entry["version"] = json!("v1");
+            }
+            list.push(entry);
         }
     }
     let group_version = served[0].api_version();

@@ -4,7 +4,7 @@
 use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
-use super::{controllers, protobuf, table};
+use super::{controllers, protobuf, scale, table};
 use crate::http::{Accounting, SimRequest, SimResponse, decode};
 use futures::{SinkExt, StreamExt};
 use hyper::body::Bytes;
@@ -438,6 +438,20 @@ fn resource_call(
         subresource: target.subresource.clone(),
     };
     let mut cluster = sim.cluster();
+    if target.subresource.as_deref() == Some("scale")
+        && let Some(name) = &target.name
+    {
+        return scale_call(
+            &mut cluster,
+            method,
+            rt,
+            &namespace,
+            name,
+            content_type,
+            body,
+            &options,
+        );
+    }
     match (method, &target.name, target.subresource.as_deref()) {
         ("GET", None, _) => {
             let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
@@ -532,6 +546,67 @@ fn resource_call(
             format!("{method} is not supported on this path"),
         )),
     }
+}
+
+/// GET, PUT and PATCH of a workload's `/scale` (an `autoscaling/v1 Scale`).
+#[allow(clippy::too_many_arguments)]
+fn scale_call(
+    cluster: &mut Cluster,
+    method: &str,
+    rt: &ResourceType,
+    namespace: &str,
+    name: &str,
+    content_type: &str,
+    body: &[u8],
+    options: &WriteOptions,
+) -> Result<(u16, Value), ApiError> {
+    let live = cluster.get(rt, namespace, name)?;
+    let current = scale::scale_of(&live);
+    let value = match method {
+        "GET" => return Ok((200, current)),
+        "PUT" | "PATCH" => parse_body(content_type, body)?,
+        _ => {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on this path"),
+            ));
+        }
+    };
+    let write = if method == "PUT" {
+        let sent = value["metadata"]["resourceVersion"].as_str().unwrap_or("");
+        if !sent.is_empty() && live["metadata"]["resourceVersion"].as_str() != Some(sent) {
+            return Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Operation cannot be fulfilled on {}.{} \"{name}\": the object has been modified; please apply your changes to the latest version and try again",
+                    rt.plural, rt.group
+                ),
+            ));
+        }
+        scale::ScaleWrite::Replace(&value)
+    } else if PatchType::from_content_type(content_type) == Some(PatchType::Json) {
+        scale::ScaleWrite::Json(&value)
+    } else {
+        scale::ScaleWrite::Merge(&value)
+    };
+    let replicas = scale::requested_replicas(&current, write).map_err(|causes| {
+        ApiError::new(
+            422,
+            "Invalid",
+            format!("Scale.autoscaling \"{name}\" is invalid: {causes}"),
+        )
+    })?;
+    let (stored, _) = cluster.patch(
+        rt,
+        namespace,
+        name,
+        PatchType::Merge,
+        json!({"spec": {"replicas": replicas}}),
+        options,
+    )?;
+    Ok((200, scale::scale_of(&stored)))
 }
 
 /// How a DELETE treats dependents: `propagationPolicy` from the query or the DeleteOptions body
