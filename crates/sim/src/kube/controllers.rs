@@ -9,6 +9,7 @@
 
 use super::cluster::{Cluster, new_uid, now_rfc3339};
 use super::kubelet;
+use super::rollout::{self, template_hash};
 use super::selectors::LabelSelector;
 use super::storage::{self, Decision, StorageView};
 use serde_json::{Value, json};
@@ -141,18 +142,6 @@ fn crds(cluster: &mut Cluster) -> usize {
         );
     }
     writes
-}
-
-/// A short, stable hash of a pod template (pod-template-hash).
-fn template_hash(template: &Value) -> String {
-    use sha2::Digest;
-    let digest = sha2::Sha256::digest(template.to_string().as_bytes());
-    let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
-    digest
-        .iter()
-        .take(10)
-        .map(|b| alphabet[*b as usize % alphabet.len()] as char)
-        .collect()
 }
 
 fn pod_ready(pod: &Value) -> bool {
@@ -427,10 +416,15 @@ fn replica_failure(
 
 /// Deployments run through ReplicaSets, as on a real cluster (helm 3's readiness check and
 /// `kubectl rollout` look for the newest one): one ReplicaSet per pod template, named
-/// `<deployment>-<pod-template-hash>`; older ones go, with their pods, once the new one exists.
+/// `<deployment>-<pod-template-hash>`, carrying its revision; older ones stay scaled to 0 (up to
+/// `revisionHistoryLimit`) so `rollout history` lists them and `rollout undo` brings one back.
+/// A rollout whose pods do not become Ready within `progressDeadlineSeconds` stops Progressing.
 fn deployments(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     for deployment in cluster.all("deployments.apps") {
+        if deployment["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
         let namespace = namespace_of(&deployment);
         let name = name_of(&deployment);
         let uid = deployment["metadata"]["uid"].clone();
@@ -448,9 +442,25 @@ fn deployments(cluster: &mut Cluster) -> usize {
             })
             .collect();
         let current_name = format!("{name}-{hash}");
-        for stale in owned.iter().filter(|rs| name_of(rs) != current_name) {
-            cluster.remove_with_dependents("replicasets.apps", &namespace, &name_of(stale));
+        let history_limit = deployment["spec"]["revisionHistoryLimit"]
+            .as_u64()
+            .unwrap_or(10) as usize;
+        let plan = rollout::plan(&owned, &current_name, history_limit);
+        for stale in &plan.pruned {
+            cluster.remove_with_dependents("replicasets.apps", &namespace, stale);
             writes += 1;
+        }
+        for kept in &plan.kept {
+            if let Some(mut rs) = cluster
+                .lookup("replicasets.apps", &namespace, kept)
+                .cloned()
+                && rs["spec"]["replicas"] != 0
+            {
+                rs["spec"]["replicas"] = json!(0);
+                rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] =
+                    json!(desired.to_string());
+                writes += write(cluster, "replicasets.apps", rs);
+            }
         }
         let mut rs_template = template.clone();
         if !rs_template["metadata"]["labels"].is_object() {
@@ -462,14 +472,19 @@ fn deployments(cluster: &mut Cluster) -> usize {
             selector["matchLabels"] = json!({});
         }
         selector["matchLabels"]["pod-template-hash"] = json!(hash);
-        let revision = deployment["metadata"]["generation"].clone();
+        let revision = plan.revision.to_string();
         let current = owned.iter().find(|rs| name_of(rs) == current_name).cloned();
         let wanted_spec =
             json!({"replicas": desired, "selector": selector, "template": rs_template});
         match current {
-            Some(rs) if rs["spec"] == wanted_spec => {}
+            Some(rs)
+                if rs["spec"] == wanted_spec
+                    && rs["metadata"]["annotations"][rollout::REVISION] == revision.as_str() => {}
             Some(mut rs) => {
                 rs["spec"] = wanted_spec;
+                rs["metadata"]["annotations"][rollout::REVISION] = json!(revision);
+                rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] =
+                    json!(desired.to_string());
                 writes += write(cluster, "replicasets.apps", rs);
             }
             None => {
@@ -478,12 +493,18 @@ fn deployments(cluster: &mut Cluster) -> usize {
                     labels = json!({});
                 }
                 labels["pod-template-hash"] = json!(hash);
+                let mut annotations = json!({rollout::REVISION: revision,
+                                             "deployment.kubernetes.io/desired-replicas": desired.to_string()});
+                if let Some(cause) =
+                    deployment["metadata"]["annotations"]["kubernetes.io/change-cause"].as_str()
+                {
+                    annotations["kubernetes.io/change-cause"] = json!(cause);
+                }
                 let rs = json!({
                     "apiVersion": "apps/v1", "kind": "ReplicaSet",
                     "metadata": {
                         "name": current_name, "namespace": namespace, "labels": labels,
-                        "annotations": {"deployment.kubernetes.io/revision": revision.to_string(),
-                                        "deployment.kubernetes.io/desired-replicas": desired.to_string()},
+                        "annotations": annotations,
                         "uid": format!("{}-rs-{}", uid.as_str().unwrap_or(""), suffix()),
                         "creationTimestamp": now_rfc3339(), "generation": 1,
                         "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]
@@ -499,8 +520,16 @@ fn deployments(cluster: &mut Cluster) -> usize {
             .lookup("replicasets.apps", &namespace, &current_name)
             .map(|rs| rs["status"].clone())
             .unwrap_or(Value::Null);
-        let replicas = rs_status["replicas"].as_u64().unwrap_or(0);
+        let updated_replicas = rs_status["replicas"].as_u64().unwrap_or(0);
         let ready = rs_status["readyReplicas"].as_u64().unwrap_or(0);
+        // Pods of old ReplicaSets still terminating count in `replicas`.
+        let replicas = updated_replicas
+            + plan
+                .kept
+                .iter()
+                .filter_map(|old| cluster.lookup("replicasets.apps", &namespace, old))
+                .map(|rs| rs["status"]["replicas"].as_u64().unwrap_or(0))
+                .sum::<u64>();
         let available = ready >= desired;
         let now = now_rfc3339();
         let previous_conditions = deployment["status"]["conditions"].clone();
@@ -532,23 +561,14 @@ fn deployments(cluster: &mut Cluster) -> usize {
                     "Deployment does not have minimum availability."
                 },
             ),
-            condition(
-                "Progressing",
-                true,
-                if available {
-                    "NewReplicaSetAvailable"
-                } else {
-                    "ReplicaSetUpdated"
-                },
-                &format!(
-                    "ReplicaSet \"{current_name}\" {}",
-                    if available {
-                        "has successfully progressed."
-                    } else {
-                        "is progressing."
-                    }
-                ),
-            ),
+            rollout::progressing(&rollout::Progress {
+                previous: &deployment["status"],
+                replica_set: &current_name,
+                ready,
+                desired,
+                deadline: deployment["spec"]["progressDeadlineSeconds"].as_u64(),
+                now: std::time::SystemTime::now(),
+            }),
         ];
         // The ReplicaSet's refusal (a missing ServiceAccount) shows on the Deployment too.
         if let Some(failure) = rs_status["conditions"]
@@ -559,14 +579,17 @@ fn deployments(cluster: &mut Cluster) -> usize {
         }
         let status = json!({
             "observedGeneration": deployment["metadata"]["generation"],
-            "replicas": replicas, "updatedReplicas": replicas,
+            "replicas": replicas, "updatedReplicas": updated_replicas,
             "readyReplicas": ready, "availableReplicas": ready,
             "unavailableReplicas": desired.saturating_sub(ready),
             "conditions": conditions
         });
-        if deployment["status"] != status {
+        if deployment["status"] != status
+            || deployment["metadata"]["annotations"][rollout::REVISION] != revision.as_str()
+        {
             let mut updated = deployment.clone();
             updated["status"] = status;
+            updated["metadata"]["annotations"][rollout::REVISION] = json!(revision);
             writes += write(cluster, "deployments.apps", updated);
         }
     }

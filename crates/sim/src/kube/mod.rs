@@ -14,6 +14,7 @@ pub mod kubelet;
 pub mod merge;
 pub mod protobuf;
 pub mod resources;
+pub mod rollout;
 pub mod scale;
 pub mod selectors;
 pub mod server;

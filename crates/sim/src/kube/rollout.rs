@@ -1,0 +1,260 @@
+//! The Deployment controller's bookkeeping, as pure functions: which revision the current
+//! ReplicaSet carries (`deployment.kubernetes.io/revision`), which old ReplicaSets stay (scaled
+//! to 0, up to `revisionHistoryLimit`) for `kubectl rollout history` and `undo`, the pod
+//! template hash, and the `Progressing` condition with its deadline.
+
+use serde_json::{Value, json};
+use std::time::{Duration, SystemTime};
+
+pub const REVISION: &str = "deployment.kubernetes.io/revision";
+
+/// A ReplicaSet's revision (0 when it has none).
+pub fn revision_of(replica_set: &Value) -> u64 {
+    replica_set["metadata"]["annotations"][REVISION]
+        .as_str()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What the Deployment controller does with a Deployment's ReplicaSets.
+#[derive(Debug, PartialEq)]
+pub struct Plan {
+    /// The revision of the current ReplicaSet: its own when it is the newest, else one past
+    /// the newest (a new template, or an old one brought back by `rollout undo`).
+    pub revision: u64,
+    /// Old ReplicaSets kept at 0 replicas, oldest first.
+    pub kept: Vec<String>,
+    /// Old ReplicaSets beyond `revisionHistoryLimit`: they go.
+    pub pruned: Vec<String>,
+}
+
+/// Plans the ReplicaSets `owned` by a Deployment whose current template's ReplicaSet is named
+/// `current` (it may not exist yet).
+pub fn plan(owned: &[Value], current: &str, history_limit: usize) -> Plan {
+    let name = |rs: &Value| rs["metadata"]["name"].as_str().unwrap_or("").to_string();
+    let mut old: Vec<&Value> = owned.iter().filter(|rs| name(rs) != current).collect();
+    old.sort_by_key(|rs| (revision_of(rs), name(rs)));
+    let newest_old = old.last().map(|rs| revision_of(rs)).unwrap_or(0);
+    let revision = match owned.iter().find(|rs| name(rs) == current) {
+        Some(rs) if revision_of(rs) > newest_old => revision_of(rs),
+        _ => newest_old + 1,
+    };
+    let cut = old.len().saturating_sub(history_limit);
+    Plan {
+        revision,
+        pruned: old[..cut].iter().map(|rs| name(rs)).collect(),
+        kept: old[cut..].iter().map(|rs| name(rs)).collect(),
+    }
+}
+
+/// A pod template without what a client's round trip through typed objects adds or drops
+/// (nulls such as `creationTimestamp: null`, empty maps and lists): the template `rollout undo`
+/// writes back hashes as the one it came from.
+pub fn normalised(value: &Value) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .map(|(key, value)| (key.clone(), normalised(value)))
+                .filter(|(_, value)| !is_empty(value))
+                .collect(),
+        ),
+        Value::Array(items) => Value::Array(items.iter().map(normalised).collect()),
+        other => other.clone(),
+    }
+}
+
+fn is_empty(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        Value::Array(items) => items.is_empty(),
+        _ => false,
+    }
+}
+
+/// A short, stable hash of a pod template (`pod-template-hash`), over its normalised form.
+pub fn template_hash(template: &Value) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(normalised(template).to_string().as_bytes());
+    let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+    digest
+        .iter()
+        .take(10)
+        .map(|b| alphabet[*b as usize % alphabet.len()] as char)
+        .collect()
+}
+
+/// Where a rollout stands.
+pub struct Progress<'a> {
+    /// The Deployment's status before this pass (its Progressing condition, readyReplicas).
+    pub previous: &'a Value,
+    /// The current ReplicaSet.
+    pub replica_set: &'a str,
+    /// Ready pods of the current ReplicaSet, and how many are wanted.
+    pub ready: u64,
+    pub desired: u64,
+    /// `spec.progressDeadlineSeconds`.
+    pub deadline: Option<u64>,
+    pub now: SystemTime,
+}
+
+/// The `Progressing` condition: True while the rollout moves (its lastUpdateTime is the last
+/// move: a new ReplicaSet, another pod Ready), True `NewReplicaSetAvailable` once complete,
+/// False `ProgressDeadlineExceeded` when nothing moved for `progressDeadlineSeconds`.
+pub fn progressing(progress: &Progress<'_>) -> Value {
+    let previous = progress.previous["conditions"]
+        .as_array()
+        .and_then(|list| list.iter().find(|c| c["type"] == "Progressing"))
+        .cloned()
+        .unwrap_or(Value::Null);
+    let now = humantime::format_rfc3339_seconds(progress.now).to_string();
+    let message_of = |verb: &str| format!("ReplicaSet \"{}\" {verb}", progress.replica_set);
+    let same_rollout = previous["message"]
+        .as_str()
+        .is_some_and(|m| m.starts_with(&format!("ReplicaSet \"{}\" ", progress.replica_set)));
+    let moved =
+        !same_rollout || progress.previous["readyReplicas"].as_u64() != Some(progress.ready);
+    let condition = |status: &str, reason: &str, message: String, updated: &Value| {
+        let since = if previous["status"] == status {
+            previous["lastTransitionTime"].clone()
+        } else {
+            json!(now)
+        };
+        json!({"type": "Progressing", "status": status, "reason": reason, "message": message,
+               "lastUpdateTime": updated, "lastTransitionTime": since})
+    };
+    if progress.ready >= progress.desired {
+        let updated = if previous["reason"] == "NewReplicaSetAvailable" && same_rollout {
+            previous["lastUpdateTime"].clone()
+        } else {
+            json!(now)
+        };
+        return condition(
+            "True",
+            "NewReplicaSetAvailable",
+            message_of("has successfully progressed."),
+            &updated,
+        );
+    }
+    if previous["reason"] == "ProgressDeadlineExceeded" && !moved {
+        return previous;
+    }
+    let last_move = if moved || previous["lastUpdateTime"].is_null() {
+        json!(now)
+    } else {
+        previous["lastUpdateTime"].clone()
+    };
+    let overdue = progress.deadline.is_some_and(|seconds| {
+        last_move
+            .as_str()
+            .and_then(|text| humantime::parse_rfc3339(text).ok())
+            .is_some_and(|since| since + Duration::from_secs(seconds) <= progress.now)
+    });
+    if overdue {
+        return condition(
+            "False",
+            "ProgressDeadlineExceeded",
+            message_of("has timed out progressing."),
+            &json!(now),
+        );
+    }
+    condition(
+        "True",
+        "ReplicaSetUpdated",
+        message_of("is progressing."),
+        &last_move,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    fn fixture(name: &str) -> Vec<Value> {
+        let path = format!("{}/fixtures/rollout/{name}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).expect("fixture");
+        serde_norway::Deserializer::from_str(&text)
+            .map(|document| Value::deserialize(document).expect("fixture YAML"))
+            .collect()
+    }
+
+    #[test]
+    fn a_new_template_gets_the_next_revision_and_old_ones_beyond_the_limit_go() {
+        let owned = fixture("replica-sets.yaml");
+        assert_eq!(
+            plan(&owned, "web-new", 2),
+            Plan {
+                revision: 4,
+                kept: vec!["web-b".into(), "web-c".into()],
+                pruned: vec!["web-a".into()]
+            }
+        );
+        // The newest one stays current with its own revision.
+        assert_eq!(plan(&owned, "web-c", 10).revision, 3);
+        // An old template brought back (rollout undo) becomes the newest revision.
+        let undone = plan(&owned, "web-a", 10);
+        assert_eq!(undone.revision, 4);
+        assert_eq!(undone.kept, vec!["web-b".to_string(), "web-c".to_string()]);
+    }
+
+    #[test]
+    fn a_typed_round_trip_of_a_template_keeps_its_hash() {
+        let sent = json!({"metadata": {"labels": {"app": "web"}},
+                          "spec": {"containers": [{"name": "web", "image": "nginx:1.27"}]}});
+        let round_trip = json!({"metadata": {"creationTimestamp": null, "labels": {"app": "web"}},
+                                "spec": {"containers": [{"name": "web", "image": "nginx:1.27", "resources": {}}]}});
+        assert_eq!(template_hash(&sent), template_hash(&round_trip));
+        let changed = json!({"metadata": {"labels": {"app": "web"}},
+                             "spec": {"containers": [{"name": "web", "image": "nginx:1.28"}]}});
+        assert_ne!(template_hash(&sent), template_hash(&changed));
+    }
+
+    #[test]
+    fn a_rollout_that_stops_moving_exceeds_its_deadline() {
+        let start = humantime::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let first = progressing(&Progress {
+            previous: &Value::Null,
+            replica_set: "web-x",
+            ready: 0,
+            desired: 1,
+            deadline: Some(60),
+            now: start,
+        });
+        assert_eq!(first["reason"], "ReplicaSetUpdated");
+        let previous = json!({"readyReplicas": 0, "conditions": [first]});
+        let later = |seconds: u64| {
+            progressing(&Progress {
+                previous: &previous,
+                replica_set: "web-x",
+                ready: 0,
+                desired: 1,
+                deadline: Some(60),
+                now: start + Duration::from_secs(seconds),
+            })
+        };
+        assert_eq!(later(30)["status"], "True");
+        let overdue = later(61);
+        assert_eq!(
+            (&overdue["status"], &overdue["reason"], &overdue["message"]),
+            (
+                &json!("False"),
+                &json!("ProgressDeadlineExceeded"),
+                &json!("ReplicaSet \"web-x\" has timed out progressing.")
+            )
+        );
+        // Once its pods are Ready, it has progressed.
+        let done = progressing(&Progress {
+            previous: &json!({"readyReplicas": 0, "conditions": [overdue]}),
+            replica_set: "web-x",
+            ready: 1,
+            desired: 1,
+            deadline: Some(60),
+            now: start + Duration::from_secs(90),
+        });
+        assert_eq!(
+            (&done["status"], &done["reason"]),
+            (&json!("True"), &json!("NewReplicaSetAvailable"))
+        );
+    }
+}
