@@ -783,3 +783,62 @@ fn a_rollout_whose_pods_never_become_ready_exceeds_its_progress_deadline() {
     sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=10s"])
         .ok();
 }
+
+#[test]
+fn the_api_server_refuses_invalid_objects_and_changes_to_immutable_fields_in_its_words() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let labelled = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: labelled\n  labels: {app: \"bad value!\"}\n";
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], labelled);
+    refused.code(1);
+    refused.stderr_contains(
+        "ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
+    );
+    let mismatch = WEB.replace(
+        "metadata: {labels: {app: web}}",
+        "metadata: {labels: {app: api}}",
+    );
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &mismatch);
+    refused.code(1);
+    refused.stderr_contains(
+        "The Deployment \"web\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"api\"}: `selector` does not match template `labels`",
+    );
+    let imageless = WEB.replace("image: nginx:1.27", "imagePullPolicy: Always");
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &imageless);
+    refused.code(1);
+    refused.stderr_contains("spec.template.spec.containers[0].image: Required value");
+    sim.kubectl(&["get", "deploy"])
+        .stderr("No resources found in default namespace.\n");
+    // Immutable fields: a workload's selector.
+    sim.kubectl_stdin(&["apply", "-f", "-"], WEB).code(0);
+    let reselected = WEB.replace("app: web", "app: api");
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &reselected);
+    refused.code(1);
+    refused.stderr_contains(
+        "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"api\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable",
+    );
+    // An immutable ConfigMap keeps its data; its labels may change.
+    let frozen = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: frozen}\nimmutable: true\ndata: {a: \"1\"}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], frozen).code(0);
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &frozen.replace("\"1\"", "\"2\""));
+    refused.code(1);
+    refused.stderr_contains(
+        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set",
+    );
+    sim.kubectl(&["label", "configmap/frozen", "team=a"]).ok();
+    // A claim's spec, except its requested size.
+    let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\n\
+                 spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], claim).code(0);
+    sim.kubectl_stdin(&["apply", "-f", "-"], &claim.replace("1Gi", "2Gi"))
+        .code(0);
+    let refused = sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &claim
+            .replace("1Gi", "2Gi")
+            .replace("ReadWriteOnce", "ReadWriteMany"),
+    );
+    refused.code(1);
+    refused.stderr_contains(
+        "PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
+    );
+}

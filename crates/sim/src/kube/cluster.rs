@@ -7,6 +7,7 @@ use super::admission;
 use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::validation;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -66,9 +67,29 @@ impl ApiError {
         ApiError::new(
             422,
             "Invalid",
-            format!("{} \"{name}\" is invalid: {causes}", rt.kind),
+            format!("{} \"{name}\" is invalid: {causes}", qualified_kind(rt)),
         )
         .with_details(rt, name)
+    }
+
+    /// 422 Invalid with one cause per field error, as the API server reports validation.
+    pub fn invalid_fields(
+        rt: &ResourceType,
+        name: &str,
+        errors: &[validation::FieldError],
+    ) -> ApiError {
+        let mut error = ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "{} \"{name}\" is invalid: {}",
+                qualified_kind(rt),
+                validation::joined(errors)
+            ),
+        );
+        let causes: Vec<Value> = errors.iter().map(validation::FieldError::cause).collect();
+        error.details = json!({"name": name, "group": rt.group, "kind": rt.kind, "causes": causes});
+        error
     }
 
     pub fn status(&self) -> Value {
@@ -80,6 +101,34 @@ impl ApiError {
             status["details"] = self.details.clone();
         }
         status
+    }
+}
+
+/// `Deployment.apps` or `Pod`, as validation errors name kinds.
+fn qualified_kind(rt: &ResourceType) -> String {
+    if rt.group.is_empty() || rt.kind.contains('.') {
+        rt.kind.clone()
+    } else {
+        format!("{}.{}", rt.kind, rt.group)
+    }
+}
+
+/// The API server's validation of a whole object, and of an update against the live one.
+fn check_object(
+    rt: &ResourceType,
+    name: &str,
+    live: Option<&Value>,
+    object: &Value,
+) -> Result<(), ApiError> {
+    let kind = if rt.custom { "" } else { rt.kind.as_str() };
+    let mut errors = validation::object(kind, object);
+    if let Some(live) = live {
+        errors.extend(validation::update(kind, live, object));
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(ApiError::invalid_fields(rt, name, &errors))
     }
 }
 
@@ -531,6 +580,7 @@ impl Cluster {
             resources::from_crd(&object)
                 .map_err(|message| ApiError::invalid(rt, &name, &message))?;
         }
+        check_object(rt, &name, None, &object)?;
         if options.dry_run {
             return Ok(Cluster::present(rt, &object));
         }
@@ -839,6 +889,9 @@ impl Cluster {
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         let dry_run = options.dry_run;
+        if options.subresource.as_deref() != Some("status") {
+            check_object(rt, name, Some(live), &object)?;
+        }
         // Status writes go to a subresource that webhooks on the resource do not intercept.
         if options.subresource.is_none() {
             self.admit(rt, namespace, &object, "UPDATE")?;

@@ -21,6 +21,7 @@ pub mod server;
 pub mod storage;
 pub mod table;
 pub mod tls;
+pub mod validation;
 
 use serde_json::json;
 pub use server::{ExecCall, ExecOutcome, ExecRuntime, KubeSim};
