@@ -842,3 +842,75 @@ fn the_api_server_refuses_invalid_objects_and_changes_to_immutable_fields_in_its
         "PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
     );
 }
+
+#[test]
+fn crd_schemas_reject_prune_default_and_print_their_columns() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    for crd in ["gatewayclasses", "gateways"] {
+        sim.kubectl(&[
+            "apply",
+            "--server-side",
+            "-f",
+            &root(&format!(
+                "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_{crd}.yaml"
+            )),
+        ])
+        .ok();
+    }
+    sim.kubectl(&[
+        "wait",
+        "crd/gateways.gateway.networking.k8s.io",
+        "--for=condition=Established",
+        "--timeout=10s",
+    ])
+    .ok();
+    let gateway = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: web, namespace: default}\n\
+                   spec:\n  gatewayClassName: sim\n  colour: red\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n";
+    // kubectl validates strictly by default: the unknown field is refused.
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], gateway);
+    refused.code(1);
+    refused.stderr_contains("strict decoding error: unknown field \"spec.colour\"");
+    // Without validation it is pruned, and defaults fill in.
+    sim.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], gateway)
+        .code(0);
+    let stored = sim.kubectl(&[
+        "get",
+        "gateway/web",
+        "-o",
+        "jsonpath={.spec.colour}|{.spec.listeners[0].allowedRoutes.namespaces.from}",
+    ]);
+    assert_eq!(stored.ok(), "|Same");
+    // Types, required fields and enums.
+    let wrong = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: wrong, namespace: default}\n\
+                 spec:\n  listeners: [{name: http, port: \"80\", protocol: HTTP, allowedRoutes: {namespaces: {from: Nowhere}}}]\n";
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], wrong);
+    refused.code(1);
+    refused.stderr_contains("spec.gatewayClassName: Required value");
+    refused.stderr_contains(
+        "spec.listeners[0].port: Invalid value: \"string\": spec.listeners[0].port in body must be of type integer: \"string\"",
+    );
+    refused.stderr_contains(
+        "spec.listeners[0].allowedRoutes.namespaces.from: Unsupported value: \"Nowhere\": supported values: \"All\", \"Selector\", \"Same\"",
+    );
+    // The CRD's printer columns.
+    let table = sim.kubectl(&["get", "gateways"]);
+    let header: Vec<&str> = table
+        .ok()
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        header,
+        vec!["NAME", "CLASS", "ADDRESS", "PROGRAMMED", "AGE"]
+    );
+    let row: Vec<&str> = table
+        .stdout
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(&row[..2], &["web", "sim"]);
+}

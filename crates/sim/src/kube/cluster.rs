@@ -4,6 +4,7 @@
 //! (re-)register in discovery, and a bounded event history for watches.
 
 use super::admission;
+use super::crd_schema;
 use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
@@ -418,6 +419,73 @@ impl Cluster {
         }
     }
 
+    /// A custom resource against its CRD's structural schema (see `crd_schema`): unknown
+    /// fields refused under fieldValidation=Strict, else pruned; defaults filled in; types,
+    /// required fields and enums validated. A write to the main resource leaves the status
+    /// (which comes from the live object) alone.
+    fn structural(
+        &self,
+        rt: &ResourceType,
+        name: &str,
+        object: &mut Value,
+        options: &WriteOptions,
+        creating: bool,
+    ) -> Result<(), ApiError> {
+        if !rt.custom {
+            return Ok(());
+        }
+        let crd_name = format!("{}.{}", rt.plural, rt.group);
+        let Some(schema) = self
+            .lookup(
+                "customresourcedefinitions.apiextensions.k8s.io",
+                "",
+                &crd_name,
+            )
+            .and_then(|crd| crd_schema::version_schema(crd, &rt.version))
+            .cloned()
+        else {
+            return Ok(());
+        };
+        let status_write = options.subresource.as_deref() == Some("status");
+        let status = if status_write {
+            None
+        } else {
+            object.as_object_mut().and_then(|map| map.remove("status"))
+        };
+        let unknown = crd_schema::prune(&schema, object);
+        let result = if options.strict && !unknown.is_empty() {
+            let fields: Vec<String> = unknown
+                .iter()
+                .map(|path| format!("unknown field \"{path}\""))
+                .collect();
+            let prefix = if creating {
+                format!(
+                    "{kind} in version \"{}\" cannot be handled as a {kind}: ",
+                    rt.version,
+                    kind = rt.kind
+                )
+            } else {
+                String::new()
+            };
+            Err(ApiError::bad_request(format!(
+                "{prefix}strict decoding error: {}",
+                fields.join(", ")
+            )))
+        } else {
+            crd_schema::apply_defaults(&schema, object);
+            let errors = crd_schema::validate(&schema, object);
+            if errors.is_empty() {
+                Ok(())
+            } else {
+                Err(ApiError::invalid_fields(rt, name, &errors))
+            }
+        };
+        if let Some(status) = status {
+            object["status"] = status;
+        }
+        result
+    }
+
     /// The admission webhooks' verdict on a write (see `admission`).
     fn admit(
         &self,
@@ -580,6 +648,7 @@ impl Cluster {
             resources::from_crd(&object)
                 .map_err(|message| ApiError::invalid(rt, &name, &message))?;
         }
+        self.structural(rt, &name, &mut object, options, true)?;
         check_object(rt, &name, None, &object)?;
         if options.dry_run {
             return Ok(Cluster::present(rt, &object));
@@ -889,6 +958,7 @@ impl Cluster {
         options: &WriteOptions,
     ) -> Result<Value, ApiError> {
         let dry_run = options.dry_run;
+        self.structural(rt, name, &mut object, options, false)?;
         if options.subresource.as_deref() != Some("status") {
             check_object(rt, name, Some(live), &object)?;
         }

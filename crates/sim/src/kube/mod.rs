@@ -10,6 +10,7 @@
 pub mod admission;
 pub mod cluster;
 pub mod controllers;
+pub mod crd_schema;
 pub mod kubelet;
 pub mod merge;
 pub mod protobuf;

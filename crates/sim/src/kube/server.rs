@@ -4,7 +4,7 @@
 use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
-use super::{controllers, protobuf, scale, table};
+use super::{controllers, crd_schema, protobuf, scale, table};
 use crate::http::{Accounting, SimRequest, SimResponse, decode};
 use futures::{SinkExt, StreamExt};
 use hyper::body::Bytes;
@@ -395,11 +395,26 @@ async fn route(
                 } else {
                     vec![value]
                 };
-                let version = sim.cluster().resource_version();
-                return json_response(
-                    200,
-                    &table::table(&target.rt.kind, &objects, include, version),
-                );
+                let cluster = sim.cluster();
+                let version = cluster.resource_version();
+                let printer_columns = if target.rt.custom {
+                    cluster
+                        .lookup(
+                            "customresourcedefinitions.apiextensions.k8s.io",
+                            "",
+                            &format!("{}.{}", target.rt.plural, target.rt.group),
+                        )
+                        .map(|crd| crd_schema::printer_columns(crd, &target.rt.version))
+                        .unwrap_or_default()
+                } else {
+                    Vec::new()
+                };
+                let table = if printer_columns.is_empty() {
+                    table::table(&target.rt.kind, &objects, include, version)
+                } else {
+                    table::custom_table(&printer_columns, &objects, include, version)
+                };
+                return json_response(200, &table);
             }
             json_response(status, &value)
         }

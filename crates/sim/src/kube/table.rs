@@ -213,13 +213,66 @@ fn columns_and_cells(kind: &str, object: &Value) -> (Vec<Value>, Vec<Value>) {
     }
 }
 
+/// Column definitions and cells of one object.
+type CellsOf<'a> = dyn Fn(&Value) -> (Vec<Value>, Vec<Value>) + 'a;
+
+/// A printer column of a CustomResourceDefinition: name, type, JSONPath.
+pub type PrinterColumn = (String, String, String);
+
+/// A Table of custom resources whose CRD declares `additionalPrinterColumns`: Name, then those
+/// columns (a `date` column holds the timestamp; kubectl prints it as an age).
+pub fn custom_table(
+    printer_columns: &[PrinterColumn],
+    objects: &[Value],
+    include: &str,
+    resource_version: u64,
+) -> Value {
+    let mut definitions = vec![column("Name", "string")];
+    definitions.extend(printer_columns.iter().map(|(name, kind, _)| {
+        json!({"name": name, "type": kind, "format": "", "description": name, "priority": 0})
+    }));
+    let cells_of = |object: &Value| {
+        let mut cells = vec![json!(object["metadata"]["name"])];
+        cells.extend(
+            printer_columns
+                .iter()
+                .map(|(_, kind, path)| super::crd_schema::cell(object, kind, path)),
+        );
+        (definitions.clone(), cells)
+    };
+    rows_table(
+        objects,
+        include,
+        resource_version,
+        &cells_of,
+        definitions.clone(),
+    )
+}
+
 /// A Table of `objects`; `include` is the `includeObject` parameter (None, Metadata, Object).
 pub fn table(kind: &str, objects: &[Value], include: &str, resource_version: u64) -> Value {
+    let empty = columns_and_cells(kind, &json!({})).0;
+    rows_table(
+        objects,
+        include,
+        resource_version,
+        &|object| columns_and_cells(kind, object),
+        empty,
+    )
+}
+
+fn rows_table(
+    objects: &[Value],
+    include: &str,
+    resource_version: u64,
+    cells_of: &CellsOf<'_>,
+    empty: Vec<Value>,
+) -> Value {
     let mut columns = None;
     let rows: Vec<Value> = objects
         .iter()
         .map(|object| {
-            let (definitions, cells) = columns_and_cells(kind, object);
+            let (definitions, cells) = cells_of(object);
             columns.get_or_insert(definitions);
             let embedded = match include {
                 "None" => Value::Null,
@@ -233,7 +286,7 @@ pub fn table(kind: &str, objects: &[Value], include: &str, resource_version: u64
             row
         })
         .collect();
-    let columns = columns.unwrap_or_else(|| columns_and_cells(kind, &json!({})).0);
+    let columns = columns.unwrap_or(empty);
     json!({
         "kind": "Table", "apiVersion": "meta.k8s.io/v1",
         "metadata": {"resourceVersion": resource_version.to_string()},

@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Required,
     /// `Forbidden: <detail>`
     Forbidden(String),
+    /// `Unsupported value: <value>: supported values: <supported>`
+    Unsupported { value: String, supported: String },
 }
 
 impl FieldError {
@@ -39,6 +41,9 @@ impl FieldError {
             ErrorKind::Invalid { value, detail } => format!("Invalid value: {value}: {detail}"),
             ErrorKind::Required => "Required value".to_string(),
             ErrorKind::Forbidden(detail) => format!("Forbidden: {detail}"),
+            ErrorKind::Unsupported { value, supported } => {
+                format!("Unsupported value: {value}: supported values: {supported}")
+            }
         }
     }
 
@@ -47,6 +52,7 @@ impl FieldError {
             ErrorKind::Invalid { .. } => "FieldValueInvalid",
             ErrorKind::Required => "FieldValueRequired",
             ErrorKind::Forbidden(_) => "FieldValueForbidden",
+            ErrorKind::Unsupported { .. } => "FieldValueNotSupported",
         }
     }
 
