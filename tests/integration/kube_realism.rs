@@ -914,3 +914,103 @@ fn crd_schemas_reject_prune_default_and_print_their_columns() {
         .collect();
     assert_eq!(&row[..2], &["web", "sim"]);
 }
+
+#[test]
+fn a_cnpg_cluster_runs_only_with_its_operator_and_bound_storage() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&["apply", "-f", &root("tests/fixtures/kube/crd.yaml")])
+        .ok();
+    sim.kubectl(&[
+        "wait",
+        "crd/clusters.postgresql.cnpg.io",
+        "--for=condition=Established",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&["apply", "-f", &root("tests/fixtures/kube/pg.yaml")])
+        .ok();
+    // No operator: nothing happens.
+    sim.kubectl(&[
+        "wait",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "--for=condition=Ready",
+        "--timeout=1s",
+    ])
+    .code(1);
+    sim.kubectl(&["get", "pods,pvc", "-n", "demo"])
+        .stderr("No resources found in demo namespace.\n");
+    // The operator runs: the instance, its claim, Services and the app Secret appear; the claim
+    // finds no StorageClass, so the instance stays Pending and the Cluster unready.
+    sim.kubectl(&["create", "ns", "cnpg-system"]).ok();
+    let operator = WEB
+        .replace(
+            "name: web, namespace: default",
+            "name: cnpg-controller-manager, namespace: cnpg-system",
+        )
+        .replace(
+            "image: nginx:1.27",
+            "image: ghcr.io/cloudnative-pg/cloudnative-pg:1.27.1",
+        );
+    sim.kubectl_stdin(&["apply", "-f", "-"], &operator).code(0);
+    sim.kubectl(&[
+        "wait",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "--for=jsonpath={.status.phase}=Setting up primary",
+        "--timeout=10s",
+    ])
+    .ok();
+    let pending = sim.kubectl(&[
+        "get",
+        "pvc/pg-1",
+        "pod/pg-1",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.items[*].status.phase}",
+    ]);
+    assert_eq!(pending.ok(), "Pending Pending");
+    let services = sim.kubectl(&["get", "services", "-n", "demo", "-o", "name"]);
+    assert_eq!(
+        services.ok(),
+        "service/pg-r\nservice/pg-ro\nservice/pg-rw\n"
+    );
+    let secret = sim.kubectl(&[
+        "get",
+        "secret/pg-app",
+        "-n",
+        "demo",
+        "-o",
+        "go-template={{range $k, $v := .data}}{{$k}} {{end}}",
+    ]);
+    assert_eq!(
+        secret.ok(),
+        "dbname host jdbc-uri password pgpass port uri user username "
+    );
+    // A volume appears: the claim binds, the instance runs, the Cluster is healthy.
+    let volume = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: pg-volume}\n\
+                  spec: {capacity: {storage: 1Gi}, accessModes: [ReadWriteOnce], hostPath: {path: /data/pg}}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], volume).code(0);
+    sim.kubectl(&[
+        "wait",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "--for=condition=Ready",
+        "--timeout=10s",
+    ])
+    .ok();
+    let status = sim.kubectl(&[
+        "get",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "-o",
+        "jsonpath={.status.phase}/{.status.readyInstances}",
+    ]);
+    assert_eq!(status.ok(), "Cluster in healthy state/1");
+}

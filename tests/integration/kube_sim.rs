@@ -273,7 +273,7 @@ fn namespaces_pass_through_terminating_and_take_their_objects() {
 }
 
 #[test]
-fn crds_register_in_discovery_and_custom_resources_become_ready() {
+fn crds_register_in_discovery_and_custom_resources_become_ready_only_when_told() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let missing = sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]);
@@ -291,6 +291,25 @@ fn crds_register_in_discovery_and_custom_resources_become_ready() {
         sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]).ok(),
         "cluster.postgresql.cnpg.io/pg created\n"
     );
+    // Without its operator, a custom resource never turns Ready ...
+    sim.kubectl(&[
+        "wait",
+        "--for=condition=Ready",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "--timeout=1s",
+    ])
+    .code(1);
+    // ... unless the behaviour annotation says so.
+    sim.kubectl(&[
+        "annotate",
+        "clusters.postgresql.cnpg.io/pg",
+        "-n",
+        "demo",
+        "sim.bprun.dev/behaviour=ready",
+    ])
+    .ok();
     sim.kubectl(&[
         "wait",
         "--for=condition=Ready",

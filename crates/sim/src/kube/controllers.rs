@@ -1,13 +1,16 @@
 //! Plays the controllers' and kubelet's part so that waits end as on a real cluster:
 //! workloads get pods and ready replicas, pods become Running and Ready, Jobs complete,
 //! Services get Endpoints, namespaces being deleted are emptied and removed, CRDs become
-//! Established, and custom resources with a status subresource get a Ready condition.
+//! Established, and CloudNativePG Clusters run while their operator does (`cnpg`); other custom
+//! resources get a Ready condition only when their behaviour annotation says `ready`.
 //!
 //! The pod template annotation `sim.bprun.dev/behaviour` makes failures reproducible:
 //! `image-pull-backoff` (containers wait in ErrImagePull / ImagePullBackOff), `crash-loop`
-//! (CrashLoopBackOff), `fail` (a Job fails), `not-ready` (a custom resource stays unready).
+//! (CrashLoopBackOff), `fail` (a Job fails), `ready` (a custom resource is marked Ready
+//! without its operator).
 
-use super::cluster::{Cluster, new_uid, now_rfc3339};
+use super::cluster::{Cluster, WriteOptions, new_uid, now_rfc3339};
+use super::cnpg;
 use super::kubelet;
 use super::rollout::{self, template_hash};
 use super::selectors::LabelSelector;
@@ -30,6 +33,7 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
     ] {
         writes += workloads(cluster, store_key, kind);
     }
+    writes += cnpg_clusters(cluster);
     writes += pods(cluster);
     writes += jobs(cluster);
     writes += endpoints(cluster);
@@ -988,6 +992,75 @@ fn endpoints(cluster: &mut Cluster) -> usize {
     writes
 }
 
+/// The CloudNativePG operator's part (see `cnpg`), while its Deployment is Available: what a
+/// Cluster needs is created once (through the API server's write path, as the operator's
+/// requests go), and its status follows its instance pods.
+fn cnpg_clusters(cluster: &mut Cluster) -> usize {
+    if cluster
+        .resource_for_kind("postgresql.cnpg.io/v1", "Cluster")
+        .is_none()
+        || !cluster
+            .all("deployments.apps")
+            .iter()
+            .any(cnpg::operator_available)
+    {
+        return 0;
+    }
+    let mut writes = 0;
+    let options = WriteOptions {
+        manager: "cloudnative-pg".into(),
+        ..Default::default()
+    };
+    for object in cluster.all(cnpg::STORE_KEY) {
+        if object["metadata"]["deletionTimestamp"].is_string()
+            || behaviour(&object["metadata"]) == "ready"
+        {
+            continue;
+        }
+        let namespace = namespace_of(&object);
+        let password: String = (0..32)
+            .map(|_| {
+                let alphabet = b"abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789";
+                alphabet[fastrand::usize(..alphabet.len())] as char
+            })
+            .collect();
+        for (store_key, wanted) in cnpg::desired(&object, &password) {
+            if cluster
+                .lookup(store_key, &namespace, &name_of(&wanted))
+                .is_some()
+            {
+                continue;
+            }
+            let (api_version, kind) = (
+                wanted["apiVersion"].as_str().unwrap_or("v1").to_string(),
+                wanted["kind"].as_str().unwrap_or("").to_string(),
+            );
+            if let Some(rt) = cluster.resource_for_kind(&api_version, &kind)
+                && cluster.create(&rt, &namespace, wanted, &options).is_ok()
+            {
+                writes += 1;
+            }
+        }
+        let pods: Vec<Value> = cluster
+            .all("pods")
+            .into_iter()
+            .filter(|pod| namespace_of(pod) == namespace)
+            .collect();
+        let mut status = cnpg::status(&object, &pods);
+        let generation = object["metadata"]["generation"].clone();
+        status["observedGeneration"] = generation;
+        if object["status"] != status {
+            let mut updated = object.clone();
+            updated["status"] = status;
+            writes += write(cluster, cnpg::STORE_KEY, updated);
+        }
+    }
+    writes
+}
+
+/// Custom resources whose operator the simulator does not play stay without a Ready condition,
+/// as on a real cluster without the operator; `sim.bprun.dev/behaviour: ready` marks one ready
+/// (for tests that need a ready resource without its operator).
 fn custom_resources(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     let custom: Vec<(String, String)> = cluster
@@ -998,7 +1071,7 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
         .collect();
     for (store_key, _kind) in custom {
         for object in cluster.all(&store_key) {
-            if behaviour(&object["metadata"]) == "not-ready" {
+            if behaviour(&object["metadata"]) != "ready" {
                 continue;
             }
             let generation = object["metadata"]["generation"].clone();
@@ -1016,7 +1089,7 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
             updated["status"]["observedGeneration"] = generation.clone();
             updated["status"]["conditions"] = json!([{
                 "type": "Ready", "status": "True", "reason": "SimulatedReady",
-                "message": "the simulator's controller rule marks custom resources ready",
+                "message": "marked ready by the sim.bprun.dev/behaviour annotation",
                 "observedGeneration": generation, "lastTransitionTime": now_rfc3339()
             }]);
             writes += write(cluster, &store_key, updated);

@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod cnpg;
 pub mod controllers;
 pub mod crd_schema;
 pub mod kubelet;
