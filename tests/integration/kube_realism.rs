@@ -1014,3 +1014,110 @@ fn a_cnpg_cluster_runs_only_with_its_operator_and_bound_storage() {
     ]);
     assert_eq!(status.ok(), "Cluster in healthy state/1");
 }
+
+const HOOKS_CHART: &str = "tests/fixtures/kube/hooks-chart";
+
+#[test]
+fn jobs_run_their_pods_to_completion_and_fail_past_their_backoff_limit() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let job = "apiVersion: batch/v1\nkind: Job\nmetadata: {name: migrate, namespace: default}\n\
+               spec:\n  backoffLimit: 1\n  template:\n    metadata: {annotations: {sim.bprun.dev/behaviour: BEHAVIOUR}}\n\
+               \x20   spec:\n      restartPolicy: Never\n      containers: [{name: m, image: busybox:1.37, envFrom: [{secretRef: {name: migrate-env}}]}]\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], &job.replace("BEHAVIOUR", "\"\""))
+        .code(0);
+    // Its pod waits for its Secret like any other: the Job is not complete.
+    sim.kubectl(&[
+        "wait",
+        "job/migrate",
+        "--for=condition=Complete",
+        "--timeout=1s",
+    ])
+    .code(1);
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "migrate-env",
+        "--from-literal=A=1",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "job/migrate",
+        "--for=condition=Complete",
+        "--timeout=10s",
+    ])
+    .ok();
+    let pod = sim.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "job-name=migrate",
+        "-o",
+        "jsonpath={.items[*].status.phase}:{.items[*].status.containerStatuses[0].state.terminated.reason}",
+    ]);
+    assert_eq!(pod.ok(), "Succeeded:Completed");
+    sim.kubectl(&["delete", "job/migrate"]).ok();
+    sim.kubectl_stdin(&["apply", "-f", "-"], &job.replace("BEHAVIOUR", "fail"))
+        .code(0);
+    sim.kubectl(&[
+        "wait",
+        "job/migrate",
+        "--for=condition=Failed",
+        "--timeout=10s",
+    ])
+    .ok();
+    let failed = sim.kubectl(&[
+        "get",
+        "job/migrate",
+        "-o",
+        "jsonpath={.status.failed} {.status.conditions[?(@.type==\"Failed\")].reason}",
+    ]);
+    assert_eq!(failed.ok(), "2 BackoffLimitExceeded");
+}
+
+#[test]
+fn helm_test_finishes_and_a_failing_pre_upgrade_hook_fails_the_upgrade() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let chart = root(HOOKS_CHART);
+    sim.helm(&["install", "hooks", &chart, "--wait", "--timeout", "20s"])
+        .ok();
+    let test = sim.helm(&["test", "hooks", "--timeout", "20s"]);
+    test.code(0);
+    test.stdout_contains("TEST SUITE:     hooks-test");
+    test.stdout_contains("Phase:          Succeeded");
+    let failing = sim.helm(&[
+        "upgrade",
+        "hooks",
+        &chart,
+        "--set",
+        "testBehaviour=fail",
+        "--wait",
+        "--timeout",
+        "20s",
+    ]);
+    failing.code(0);
+    let test = sim.helm(&["test", "hooks", "--timeout", "20s"]);
+    test.code(1);
+    test.stdout_contains("Phase:          Failed");
+    // A failing pre-upgrade hook Job fails the upgrade: the release stays at its revision.
+    let upgrade = sim.helm(&[
+        "upgrade",
+        "hooks",
+        &chart,
+        "--set",
+        "hookBehaviour=fail,message=changed",
+        "--wait",
+        "--timeout",
+        "20s",
+    ]);
+    upgrade.code(1);
+    upgrade.stderr_contains("pre-upgrade hooks failed");
+    let message = sim.kubectl(&[
+        "get",
+        "configmap/hooks-settings",
+        "-o",
+        "jsonpath={.data.message}",
+    ]);
+    assert_eq!(message.ok(), "hello");
+}

@@ -9,6 +9,7 @@
 //! (CrashLoopBackOff), `fail` (a Job fails), `ready` (a custom resource is marked Ready
 //! without its operator).
 
+use super::batch;
 use super::cluster::{Cluster, WriteOptions, new_uid, now_rfc3339};
 use super::cnpg;
 use super::kubelet;
@@ -782,8 +783,13 @@ fn pods(cluster: &mut Cluster) -> usize {
             continue;
         }
         let verdict = kubelet::verdict(&pod, &*cluster, &cluster.images);
-        let status = kubelet::waiting_status(&pod, &verdict, &now)
-            .unwrap_or_else(|| running_status(&pod, index, &now));
+        let status = kubelet::waiting_status(&pod, &verdict, &now).unwrap_or_else(|| {
+            if batch::runs_to_completion(&pod) {
+                batch::finished_status(&pod, mode == "fail", index, &now)
+            } else {
+                running_status(&pod, index, &now)
+            }
+        });
         if status_signature(&status) == status_signature(&pod["status"]) {
             continue;
         }
@@ -909,25 +915,73 @@ fn claims(cluster: &mut Cluster) -> usize {
     writes
 }
 
+/// The Job controller (see `batch`): a pod at a time until `completions` succeed or more than
+/// `backoffLimit` fail; the pods go through the kubelet like any other.
 fn jobs(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     for job in cluster.all("jobs.batch") {
-        if job["status"]["conditions"].is_array() {
+        if job["metadata"]["deletionTimestamp"].is_string() {
+            continue;
+        }
+        let namespace = namespace_of(&job);
+        let name = name_of(&job);
+        let uid = job["metadata"]["uid"].clone();
+        let pods: Vec<Value> = cluster
+            .all("pods")
+            .into_iter()
+            .filter(|pod| {
+                namespace_of(pod) == namespace
+                    && pod["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|owners| owners.iter().any(|o| o["uid"] == uid))
+            })
+            .collect();
+        let finished = job["status"]["conditions"].as_array().is_some_and(|list| {
+            list.iter().any(|c| {
+                (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
+            })
+        });
+        if finished {
             continue;
         }
         let now = now_rfc3339();
-        let failed = behaviour(&job["spec"]["template"]["metadata"]) == "fail";
-        let mut updated = job.clone();
-        updated["status"] = if failed {
-            json!({"startTime": now, "failed": 1, "conditions": [
-                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now},
-                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "Job has reached the specified backoff limit", "lastTransitionTime": now}]})
-        } else {
-            json!({"startTime": now, "completionTime": now, "succeeded": 1, "ready": 0, "conditions": [
-                {"type": "SuccessCriteriaMet", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now},
-                {"type": "Complete", "status": "True", "reason": "CompletionsReached", "message": "Reached expected number of succeeded pods", "lastTransitionTime": now}]})
-        };
-        writes += write(cluster, "jobs.batch", updated);
+        let (mut status, step) = batch::job(&job, &pods, &now);
+        if step == batch::JobStep::StartPod {
+            let template = &job["spec"]["template"];
+            let pod_name = format!("{name}-{}", suffix());
+            let mut labels = template["metadata"]["labels"].clone();
+            if !labels.is_object() {
+                labels = json!({});
+            }
+            for key in ["batch.kubernetes.io/job-name", "job-name"] {
+                labels[key] = json!(name);
+            }
+            for key in ["batch.kubernetes.io/controller-uid", "controller-uid"] {
+                labels[key] = uid.clone();
+            }
+            let mut pod = json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {
+                    "name": pod_name, "namespace": namespace, "labels": labels,
+                    "uid": new_uid(), "creationTimestamp": now,
+                    "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "controller": true, "blockOwnerDeletion": true}]
+                },
+                "spec": template["spec"].clone(),
+                "status": {"phase": "Pending", "qosClass": "BestEffort"}
+            });
+            if template["metadata"]["annotations"].is_object() {
+                pod["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
+            }
+            pod["spec"]["nodeName"] = json!("sim-control-plane");
+            cluster.commit("pods", &namespace, &pod_name, Some(pod));
+            writes += 1;
+            status["active"] = json!(status["active"].as_u64().unwrap_or(0) + 1);
+        }
+        if job["status"] != status {
+            let mut updated = job.clone();
+            updated["status"] = status;
+            writes += write(cluster, "jobs.batch", updated);
+        }
     }
     writes
 }

@@ -8,6 +8,7 @@
 //! simulator), the in-cluster registry and OpenBao, whose ports forward to real listeners.
 
 pub mod admission;
+pub mod batch;
 pub mod cluster;
 pub mod cnpg;
 pub mod controllers;
