@@ -1121,3 +1121,21 @@ fn helm_test_finishes_and_a_failing_pre_upgrade_hook_fails_the_upgrade() {
     ]);
     assert_eq!(message.ok(), "hello");
 }
+
+#[test]
+fn kubectl_auth_can_i_answers_yes_for_the_admin_token() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["auth", "can-i", "create", "deployments", "-n", "demo"])
+        .stdout("yes\n");
+    sim.kubectl(&["auth", "can-i", "delete", "nodes"])
+        .stdout("yes\n");
+    sim.kubectl(&["auth", "can-i", "--list"])
+        .stdout_contains("*.*");
+    sim.kubectl(&[
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ])
+    .stdout("kubernetes-admin");
+}

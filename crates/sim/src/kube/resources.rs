@@ -73,6 +73,33 @@ type Builtin = (
 
 const BUILTIN: &[Builtin] = &[
     (
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectAccessReview",
+        "selfsubjectaccessreviews",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "authorization.k8s.io",
+        "v1",
+        "SelfSubjectRulesReview",
+        "selfsubjectrulesreviews",
+        false,
+        &[],
+        &[],
+    ),
+    (
+        "authentication.k8s.io",
+        "v1",
+        "SelfSubjectReview",
+        "selfsubjectreviews",
+        false,
+        &[],
+        &[],
+    ),
+    (
         "",
         "v1",
         "Namespace",
@@ -359,6 +386,14 @@ const BUILTIN: &[Builtin] = &[
     ),
 ];
 
+/// Reviews (`kubectl auth can-i`, `auth whoami`): answered on create, never stored.
+pub fn is_review(kind: &str) -> bool {
+    matches!(
+        kind,
+        "SelfSubjectAccessReview" | "SelfSubjectRulesReview" | "SelfSubjectReview"
+    )
+}
+
 /// The built-in resources.
 pub fn builtin() -> Vec<ResourceType> {
     BUILTIN
@@ -538,7 +573,7 @@ pub fn api_resource_list(resources: &[ResourceType], group: &str, version: &str)
             "singularName": resource.singular,
             "namespaced": resource.namespaced,
             "kind": resource.kind,
-            "verbs": VERBS,
+            "verbs": if is_review(&resource.kind) { &["create"][..] } else { &VERBS[..] },
             "shortNames": resource.short_names,
             "categories": categories(resource),
         }));

@@ -452,6 +452,17 @@ fn resource_call(
         strict: query_value(pairs, "fieldValidation").is_some_and(|v| v == "Strict"),
         subresource: target.subresource.clone(),
     };
+    if resources::is_review(&rt.kind) {
+        if method != "POST" {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                format!("{method} is not supported on {}", rt.plural),
+            ));
+        }
+        let request = parse_body(content_type, body).unwrap_or(json!({}));
+        return Ok((201, review(&rt.kind, &rt.api_version(), &request)));
+    }
     let mut cluster = sim.cluster();
     if target.subresource.as_deref() == Some("scale")
         && let Some(name) = &target.name
@@ -561,6 +572,22 @@ fn resource_call(
             format!("{method} is not supported on this path"),
         )),
     }
+}
+
+/// The answer to a review: the simulator's single token is a cluster admin, allowed everything.
+fn review(kind: &str, api_version: &str, request: &Value) -> Value {
+    let status = match kind {
+        "SelfSubjectAccessReview" => json!({"allowed": true,
+            "reason": "the simulator's single token belongs to a cluster admin"}),
+        "SelfSubjectRulesReview" => json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false}),
+        _ => json!({"userInfo": {"username": "kubernetes-admin",
+            "groups": ["kubeadm:cluster-admins", "system:authenticated"]}}),
+    };
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {"creationTimestamp": null},
+           "spec": request.get("spec").cloned().unwrap_or(json!({})), "status": status})
 }
 
 /// GET, PUT and PATCH of a workload's `/scale` (an `autoscaling/v1 Scale`).
