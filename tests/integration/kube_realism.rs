@@ -532,6 +532,14 @@ fn a_finalizer_holds_an_object_and_its_namespace_until_it_is_removed() {
             .ok(),
         "Terminating"
     );
+    // The namespace controller says what holds it, in the real condition's words.
+    sim.kubectl(&[
+        "wait",
+        "ns/demo",
+        "--for=jsonpath={.status.conditions[?(@.type==\"NamespaceContentRemaining\")].reason}=SomeResourcesRemain",
+        "--timeout=10s",
+    ])
+    .ok();
     sim.kubectl(&[
         "patch",
         "configmap/held",

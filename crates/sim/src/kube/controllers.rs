@@ -81,9 +81,14 @@ fn namespaces(cluster: &mut Cluster) -> usize {
     for namespace in cluster.all("namespaces") {
         let name = name_of(&namespace);
         if namespace["status"]["phase"] == "Terminating" {
-            if cluster.empty_namespace(&name) {
-                cluster.commit("namespaces", "", &name, None);
-                writes += 1;
+            let empty = cluster.empty_namespace(&name);
+            match terminating_step(&namespace, empty, &now_rfc3339()) {
+                NamespaceStep::Remove => {
+                    cluster.commit("namespaces", "", &name, None);
+                    writes += 1;
+                }
+                NamespaceStep::Update(updated) => writes += write(cluster, "namespaces", updated),
+                NamespaceStep::Wait => {}
             }
             continue;
         }
@@ -119,6 +124,98 @@ fn namespaces(cluster: &mut Cluster) -> usize {
         }
     }
     writes
+}
+
+/// What the namespace controller does with a Terminating namespace in one pass.
+#[derive(Debug, PartialEq)]
+enum NamespaceStep {
+    /// Record the deletion's conditions, or drop the `kubernetes` finalizer once empty.
+    Update(Value),
+    /// Content remains (objects held by their finalizers).
+    Wait,
+    /// Empty and without finalizers: it goes.
+    Remove,
+}
+
+/// A Terminating namespace takes a few passes, as on a real cluster: its conditions say what
+/// remains, then its `kubernetes` finalizer goes once it is empty, then the namespace.
+fn terminating_step(namespace: &Value, empty: bool, now: &str) -> NamespaceStep {
+    let remaining = if empty { "False" } else { "True" };
+    let condition = |kind: &str, status: &str, reason: &str, message: &str| json!({"type": kind, "status": status, "reason": reason, "message": message, "lastTransitionTime": now});
+    let conditions = json!([
+        condition(
+            "NamespaceDeletionDiscoveryFailure",
+            "False",
+            "ResourcesDiscovered",
+            "All resources successfully discovered"
+        ),
+        condition(
+            "NamespaceDeletionGroupVersionParsingFailure",
+            "False",
+            "ParsedGroupVersions",
+            "All legacy kube types successfully parsed"
+        ),
+        condition(
+            "NamespaceDeletionContentFailure",
+            "False",
+            "ContentDeleted",
+            "All content successfully deleted, may be waiting on finalization"
+        ),
+        condition(
+            "NamespaceContentRemaining",
+            remaining,
+            if empty {
+                "ContentRemoved"
+            } else {
+                "SomeResourcesRemain"
+            },
+            if empty {
+                "All content successfully removed"
+            } else {
+                "Some resources are remaining"
+            }
+        ),
+        condition(
+            "NamespaceFinalizersRemaining",
+            "False",
+            "ContentHasNoFinalizers",
+            "All content-preserving finalizers finished"
+        ),
+    ]);
+    let recorded = namespace["status"]["conditions"]
+        .as_array()
+        .and_then(|list| {
+            list.iter()
+                .find(|c| c["type"] == "NamespaceContentRemaining")
+        })
+        .map(|c| c["status"].clone());
+    if recorded != Some(json!(remaining)) {
+        let mut updated = namespace.clone();
+        updated["status"]["conditions"] = conditions;
+        return NamespaceStep::Update(updated);
+    }
+    if !empty {
+        return NamespaceStep::Wait;
+    }
+    let finalizers = namespace["spec"]["finalizers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if finalizers.iter().any(|f| f == "kubernetes") {
+        let mut updated = namespace.clone();
+        updated["spec"]["finalizers"] = json!(
+            finalizers
+                .into_iter()
+                .filter(|f| f != "kubernetes")
+                .collect::<Vec<_>>()
+        );
+        return NamespaceStep::Update(updated);
+    }
+    if finalizers.is_empty() {
+        NamespaceStep::Remove
+    } else {
+        NamespaceStep::Wait
+    }
 }
 
 fn crds(cluster: &mut Cluster) -> usize {
@@ -1150,4 +1247,40 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
         }
     }
     writes
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_namespace_terminates_in_steps() {
+        let namespace: Value = serde_norway::from_str(
+            "metadata: {name: demo}\nspec: {finalizers: [kubernetes]}\nstatus: {phase: Terminating}\n",
+        )
+        .unwrap();
+        let NamespaceStep::Update(first) = terminating_step(&namespace, false, "t") else {
+            panic!("conditions first");
+        };
+        assert_eq!(
+            first["status"]["conditions"][3]["reason"],
+            "SomeResourcesRemain"
+        );
+        assert_eq!(terminating_step(&first, false, "t"), NamespaceStep::Wait);
+        let NamespaceStep::Update(emptied) = terminating_step(&first, true, "t") else {
+            panic!("content removed");
+        };
+        assert_eq!(
+            emptied["status"]["conditions"][3]["reason"],
+            "ContentRemoved"
+        );
+        let NamespaceStep::Update(finalized) = terminating_step(&emptied, true, "t") else {
+            panic!("finalizer removed");
+        };
+        assert_eq!(finalized["spec"]["finalizers"], json!([]));
+        assert_eq!(
+            terminating_step(&finalized, true, "t"),
+            NamespaceStep::Remove
+        );
+    }
 }
