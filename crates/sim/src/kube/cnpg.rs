@@ -220,20 +220,12 @@ pub fn status(cluster: &Value, pods: &[Value]) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fixtures::documents;
     use super::*;
-    use serde::Deserialize;
-
-    fn fixture(name: &str) -> Vec<Value> {
-        let path = format!("{}/fixtures/cnpg/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).expect("fixture");
-        serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("fixture YAML"))
-            .collect()
-    }
 
     #[test]
     fn the_operator_is_its_deployment_when_available() {
-        let documents = fixture("operator.yaml");
+        let documents = documents("cnpg", "operator.yaml");
         assert!(operator_available(&documents[0]));
         assert!(!operator_available(&documents[1]), "scaled to 0");
         assert!(!operator_available(&documents[2]), "another image");
@@ -241,7 +233,7 @@ mod tests {
 
     #[test]
     fn a_cluster_gets_instances_services_and_its_app_secret() {
-        let cluster = &fixture("cluster.yaml")[0];
+        let cluster = &documents("cnpg", "cluster.yaml")[0];
         let objects = desired(cluster, "s3cret");
         let names: Vec<String> = objects
             .iter()
@@ -286,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_cluster_is_ready_once_every_instance_is() {
-        let documents = fixture("cluster.yaml");
+        let documents = documents("cnpg", "cluster.yaml");
         let (cluster, pods) = (&documents[0], &documents[1..]);
         let partly = status(cluster, &pods[..1]);
         assert_eq!(

@@ -774,15 +774,7 @@ fn status_signature(status: &Value) -> Value {
 }
 
 fn running_status(pod: &Value, index: usize, now: &str) -> Value {
-    let statuses: Vec<Value> = pod["spec"]["containers"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
-                   "ready": true, "started": true, "restartCount": 0, "state": {"running": {"startedAt": now}}})
-        })
-        .collect();
+    let statuses = kubelet::started_containers(pod, true, &json!({"running": {"startedAt": now}}));
     json!({
         "phase": "Running", "qosClass": "BestEffort", "hostIP": "172.18.0.2",
         "podIP": format!("10.244.0.{}", index % 250 + 2), "startTime": now,

@@ -346,21 +346,13 @@ pub fn cell(object: &Value, kind: &str, path: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fixtures::documents;
     use super::*;
-    use serde::Deserialize;
     use serde_json::json;
-
-    fn fixture(name: &str) -> Vec<Value> {
-        let path = format!("{}/fixtures/crd/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).expect("fixture");
-        serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("fixture YAML"))
-            .collect()
-    }
 
     #[test]
     fn unknown_fields_are_pruned_except_where_preserved_and_defaults_fill_in() {
-        let documents = fixture("widgets.yaml");
+        let documents = documents("crd", "widgets.yaml");
         let schema = version_schema(&documents[0], "v1").unwrap();
         let mut widget = documents[1].clone();
         let unknown = prune(schema, &mut widget);
@@ -385,7 +377,7 @@ mod tests {
 
     #[test]
     fn types_required_fields_and_enums_are_validated_in_the_api_servers_words() {
-        let documents = fixture("widgets.yaml");
+        let documents = documents("crd", "widgets.yaml");
         let schema = version_schema(&documents[0], "v1").unwrap();
         let errors: Vec<String> = validate(schema, &documents[2])
             .iter()
@@ -403,7 +395,7 @@ mod tests {
 
     #[test]
     fn printer_columns_read_their_json_paths() {
-        let documents = fixture("widgets.yaml");
+        let documents = documents("crd", "widgets.yaml");
         assert_eq!(
             printer_columns(&documents[0], "v1"),
             vec![

@@ -308,6 +308,20 @@ pub fn verdict(pod: &Value, view: &dyn ClusterView, images: &ImagePolicy) -> Ver
         .unwrap_or(Verdict::Runs)
 }
 
+/// The status of every container of a started pod, all in `state` (`{"running": ...}` or
+/// `{"terminated": ...}`), ready or not.
+pub fn started_containers(pod: &Value, ready: bool, state: &Value) -> Vec<Value> {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|c| {
+            json!({"name": c["name"], "image": c["image"], "imageID": format!("sim://{}", c["image"].as_str().unwrap_or("")),
+                   "ready": ready, "started": ready, "restartCount": 0, "state": state})
+        })
+        .collect()
+}
+
 /// The warning event the verdict raises: (reason, message, reporting component).
 pub fn event(verdict: &Verdict) -> Option<(&'static str, String, &'static str)> {
     match verdict {

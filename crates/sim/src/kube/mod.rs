@@ -23,6 +23,8 @@ pub mod selectors;
 pub mod server;
 pub mod storage;
 pub mod table;
+#[cfg(test)]
+pub(crate) mod test_fixtures;
 pub mod tls;
 pub mod validation;
 

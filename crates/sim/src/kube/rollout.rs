@@ -168,20 +168,12 @@ pub fn progressing(progress: &Progress<'_>) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use super::super::test_fixtures::documents;
     use super::*;
-    use serde::Deserialize;
-
-    fn fixture(name: &str) -> Vec<Value> {
-        let path = format!("{}/fixtures/rollout/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).expect("fixture");
-        serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("fixture YAML"))
-            .collect()
-    }
 
     #[test]
     fn a_new_template_gets_the_next_revision_and_old_ones_beyond_the_limit_go() {
-        let owned = fixture("replica-sets.yaml");
+        let owned = documents("rollout", "replica-sets.yaml");
         assert_eq!(
             plan(&owned, "web-new", 2),
             Plan {

@@ -92,7 +92,8 @@ fn is_qualified_part(text: &str) -> bool {
             .all(|c| alnum(c) || matches!(c, '-' | '_' | '.'))
 }
 
-fn is_dns_subdomain(text: &str) -> bool {
+/// An RFC 1123 subdomain: lower-case labels of letters, digits and dashes, joined by dots.
+pub fn is_dns_subdomain(text: &str) -> bool {
     !text.is_empty()
         && text.len() <= 253
         && text.split('.').all(|label| {
@@ -381,14 +382,11 @@ fn normal_map(value: &Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde::Deserialize;
 
     /// A fixture file's documents by `metadata.name`.
     fn fixture(name: &str) -> std::collections::BTreeMap<String, Value> {
-        let path = format!("{}/fixtures/validation/{name}", env!("CARGO_MANIFEST_DIR"));
-        let text = std::fs::read_to_string(&path).expect("fixture");
-        serde_norway::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("fixture YAML"))
+        super::super::test_fixtures::documents("validation", name)
+            .into_iter()
             .map(|object| {
                 (
                     object["metadata"]["name"].as_str().unwrap().to_string(),
