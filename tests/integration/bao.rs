@@ -3,39 +3,7 @@
 use crate::support::{BaoServer, Test, free_port, repo};
 
 /// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
-pub const KV_BASICS: &str = r#"
-step("Read missing", || {
-    assert_eq(bao_read("gitlab/bootstrap/admin_token"), ());
-    assert_eq(bao_list("gitlab"), []);
-});
-step("Write", || {
-    let first = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
-    assert_eq(first, #{changed: true, version: 1});
-});
-step("Write again", || {
-    let again = bao_write("gitlab/bootstrap/admin_token", #{token: secret("glpat-kv-test-000000000"), user: "root"});
-    assert_eq(again, #{changed: false, version: 1});
-    let read = bao_read("gitlab/bootstrap/admin_token");
-    assert_eq(type_of(read.token), "Secret");
-    assert(read.token == "glpat-kv-test-000000000", "the token reads back");
-});
-step("Patch", || {
-    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: true, version: 2});
-    assert_eq(bao_patch("gitlab/bootstrap/admin_token", #{user: "admin"}), #{changed: false, version: 2});
-    assert(bao_read("gitlab/bootstrap/admin_token").user == "admin", "patched");
-    assert(bao_read("gitlab/bootstrap/admin_token").token == "glpat-kv-test-000000000", "other keys kept");
-    try { bao_patch("gitlab/none", #{a: "b"}); throw "no error"; } catch (e) { assert(e.message.ends_with("nothing to patch at secret/gitlab/none"), e.message); }
-});
-step("List", || {
-    assert_eq(bao_list("gitlab"), ["bootstrap/"]);
-    assert_eq(bao_list("gitlab/bootstrap"), ["admin_token"]);
-});
-step("Policy", || {
-    let hcl = `path "secret/data/gitlab/*" { capabilities = ["read"] }`;
-    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: true});
-    assert_eq(bao_policy_write("gitlab-read", hcl), #{changed: false});
-});
-"#;
+pub const KV_BASICS: &str = include_str!("../scripts/bao/kv_basics.rhai");
 
 fn with_dev(test: Test, server: &BaoServer) -> Test {
     test.env("BAO_ADDR", &server.address)
