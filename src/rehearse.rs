@@ -22,8 +22,14 @@ fn usage(message: impl Into<String>) -> Error {
 /// SAFETY of `set_var`: callers run this before anything has started a thread (the shared
 /// runtime, the Ctrl-C handler and the simulators all start afterwards), so no other thread
 /// can be reading the environment.
-fn export(prepared: &platform::Prepared) {
+fn export(prepared: &platform::Prepared, keep_token: bool) {
     for (key, value) in prepared.env() {
+        if key == "GITLAB_TOKEN" && !keep_token {
+            // A rehearsal starts as a fresh platform does: no GitLab token (phase 3 mints one).
+            // SAFETY: single-threaded at this point (see above).
+            unsafe { std::env::remove_var(key) };
+            continue;
+        }
         // SAFETY: single-threaded at this point (see above).
         unsafe { std::env::set_var(key, value) };
     }
@@ -116,7 +122,7 @@ pub fn rehearse(state: Option<PathBuf>, options: RunOptions) -> Result<ExitCode,
     copy_repository(&location.root, &work, state_inside.as_deref())?;
     let prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    export(&prepared);
+    export(&prepared, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform);
@@ -166,7 +172,7 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let state = state_dir(None, "repl")?;
     let prepared = platform::prepare(&root, &state.path, 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    export(&prepared);
+    export(&prepared, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform);

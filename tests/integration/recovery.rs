@@ -171,3 +171,18 @@ fn which_finds_programs_on_path_without_a_shell() {
     out.code(0);
     out.stdout_contains("    true\n    true\n    true\n");
 }
+
+#[test]
+fn a_rehearsal_starts_like_a_fresh_platform_without_a_gitlab_token() {
+    let test = crate::support::BPRUN.test_in_repository_copy().file(
+        "scripts/probe.rhai",
+        r#"step("Probe", || {
+    info(`token set: ${env("GITLAB_TOKEN") != ()}`);
+    let health = gitlab_health();
+    info(`healthy: ${health.ok}, version unknown: ${health.version == ()}`);
+});"#,
+    );
+    let out = test.run(&["rehearse", "scripts/probe.rhai"]);
+    out.code(0);
+    out.stdout_contains("    token set: false\n    healthy: true, version unknown: true\n");
+}
