@@ -1088,3 +1088,39 @@ step("Clone", || {
     test.run(&["--only", "Clone", "scripts/test.rhai"]).code(0);
     assert!(test.join("apps-local/blueprint-apps/demo/.git").is_dir());
 }
+
+#[test]
+fn concurrent_runs_ensuring_the_same_group_and_project_all_succeed() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let script = r#"step("Ensure", || {
+    gitlab_ensure_group("race");
+    gitlab_ensure_project("race", "app");
+});"#;
+    // Separate checkouts (the run lock serializes runs of one repository, not of several).
+    let tests: Vec<Test> = (0..6)
+        .map(|_| with_sim(repo().script(script), &sim))
+        .collect();
+    let children: Vec<std::process::Child> = tests
+        .iter()
+        .map(|test| {
+            test.command(&["-q", "scripts/test.rhai"])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .expect("spawn")
+        })
+        .collect();
+    for child in children {
+        let output = child.wait_with_output().expect("wait");
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+    let groups = sim.api_json("groups?search=race");
+    assert_eq!(groups.as_array().map(Vec::len), Some(1), "{groups}");
+    let projects = sim.api_json("groups/race/projects");
+    assert_eq!(projects.as_array().map(Vec::len), Some(1), "{projects}");
+}

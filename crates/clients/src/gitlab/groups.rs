@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
-use crate::error::ClientError;
+use crate::error::{ClientError, ErrorKind};
 
 /// A group as GitLab returns it (the fields bprun reads). In check mode a planned group has no id.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -104,13 +104,22 @@ impl GitlabClient {
             body["description"] = json!(description);
         }
         let read_back = || self.find(&group_path, cancelled);
-        let created = self.request(
+        let created = match self.request(
             Method::Post,
             "groups",
             Some(&body),
             Some(&read_back),
             cancelled,
-        )?;
+        ) {
+            Ok(created) => created,
+            // Refused, but the group exists now: another run created it between our read and
+            // our write ("has already been taken"). It is there, as wanted: not our change.
+            Err(error) if error.kind == ErrorKind::Invalid => match self.group(path, cancelled)? {
+                Some(group) => return Ok(Outcome::unchanged(group)),
+                None => return Err(error),
+            },
+            Err(error) => return Err(error),
+        };
         Ok(Outcome::changed_by(
             group_of(created.body, &format!("group {path}"))?,
             "create",

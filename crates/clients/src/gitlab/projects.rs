@@ -5,7 +5,7 @@ use serde_json::json;
 
 use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
-use crate::error::ClientError;
+use crate::error::{ClientError, ErrorKind};
 
 /// A project as GitLab returns it (the fields bprun reads). In check mode a planned project has
 /// only its path: no id and no clone URL yet.
@@ -108,13 +108,23 @@ impl GitlabClient {
             body["default_branch"] = json!(branch);
         }
         let read_back = || self.find(&project_path, cancelled);
-        let created = self.request(
+        let created = match self.request(
             Method::Post,
             "projects",
             Some(&body),
             Some(&read_back),
             cancelled,
-        )?;
+        ) {
+            Ok(created) => created,
+            // Refused, but the project exists now: a concurrent run created it first.
+            Err(error) if error.kind == ErrorKind::Invalid => {
+                match self.project(&full, cancelled)? {
+                    Some(project) => return Ok(Outcome::unchanged(project)),
+                    None => return Err(error),
+                }
+            }
+            Err(error) => return Err(error),
+        };
         Ok(Outcome::changed_by(
             project_of(created.body, &change)?,
             "create",
