@@ -1147,3 +1147,117 @@ fn kubectl_auth_can_i_answers_yes_for_the_admin_token() {
     ])
     .stdout("kubernetes-admin");
 }
+
+#[test]
+fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let chart = |name: &str| root(&format!("infra/helm-charts/{name}.tgz"));
+    // Without a StorageClass minio's claim never binds: helm --wait times out as on a bare cluster.
+    let bare = sim.helm(&[
+        "install", "minio", &chart("minio-5.4.0"), "-n", "minio", "--create-namespace", "--set",
+        "mode=standalone,replicas=1,resources.requests.memory=256Mi,rootUser=admin,rootPassword=admin-password-123",
+        "--wait", "--timeout", "3s",
+    ]);
+    bare.code(1);
+    sim.helm(&["uninstall", "minio", "-n", "minio"]).code(0);
+    // The platform's storage: local-path, made the default class.
+    sim.kubectl(&[
+        "apply",
+        "-f",
+        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
+    ])
+    .ok();
+    sim.kubectl(&[
+        "patch",
+        "storageclass",
+        "local-path",
+        "-p",
+        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
+    ])
+    .ok();
+    for (release, archive, namespace, values) in [
+        ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
+        ("openbao", "openbao-0.11.0", "openbao", ""),
+        (
+            "minio",
+            "minio-5.4.0",
+            "minio",
+            "mode=standalone,replicas=1,resources.requests.memory=256Mi,rootUser=admin,rootPassword=admin-password-123",
+        ),
+        (
+            "redis",
+            "redis-19.6.4",
+            "redis",
+            "architecture=standalone,image.repository=bitnamilegacy/redis",
+        ),
+    ] {
+        let mut args = vec![
+            "install",
+            release,
+            &chart(archive),
+            "-n",
+            namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "60s",
+        ]
+        .into_iter()
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+        if !values.is_empty() {
+            args.extend(["--set".to_string(), values.to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        sim.helm(&args).code(0);
+    }
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        "--for=condition=Ready",
+        "--timeout=20s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pod/redis-master-0",
+        "-n",
+        "redis",
+        "--for=condition=Ready",
+        "--timeout=20s",
+    ])
+    .ok();
+    // Bitnami's versioned images left docker.io/bitnami/ (2025-09-29): without the override the
+    // redis image cannot be pulled.
+    sim.helm(&[
+        "install",
+        "stale-redis",
+        &chart("redis-19.6.4"),
+        "-n",
+        "stale",
+        "--create-namespace",
+        "--set",
+        "architecture=standalone",
+    ])
+    .code(0);
+    sim.kubectl(&[
+        "wait",
+        "pod/stale-redis-master-0",
+        "-n",
+        "stale",
+        "--for=create",
+        "--timeout=20s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pod/stale-redis-master-0",
+        "-n",
+        "stale",
+        "--timeout=20s",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=ErrImagePull",
+    ])
+    .ok();
+}

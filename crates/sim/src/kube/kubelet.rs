@@ -15,20 +15,41 @@ pub trait ClusterView {
     fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value>;
 }
 
-/// Which images a node can pull: everything, or only references that start with one of the
-/// prefixes (`docker.io/bitnamilegacy/`, `registry.local.example.net/`).
-#[derive(Debug, Clone, Default)]
+/// Images that no registry serves any more: Bitnami removed its versioned images from
+/// `docker.io/bitnami/` on 2025-09-29 (they live on as `docker.io/bitnamilegacy/`), so a chart
+/// that still names them pulls nothing on a real cluster.
+pub const GONE_IMAGES: &[&str] = &["docker.io/bitnami/"];
+
+/// Which images a node can pull: everything but [`GONE_IMAGES`], or, with an allow-list, only
+/// references that start with one of its prefixes (`docker.io/bitnamilegacy/`,
+/// `registry.local.example.net/`).
+#[derive(Debug, Clone)]
 pub struct ImagePolicy {
     pub allow_prefixes: Vec<String>,
+    pub deny_prefixes: Vec<String>,
+}
+
+impl Default for ImagePolicy {
+    fn default() -> Self {
+        ImagePolicy {
+            allow_prefixes: Vec::new(),
+            deny_prefixes: GONE_IMAGES
+                .iter()
+                .map(|prefix| prefix.to_string())
+                .collect(),
+        }
+    }
 }
 
 impl ImagePolicy {
     pub fn allows(&self, image: &str) -> bool {
-        self.allow_prefixes.is_empty()
-            || self
-                .allow_prefixes
+        let matches = |prefixes: &[String]| {
+            prefixes
                 .iter()
                 .any(|prefix| image.starts_with(prefix.as_str()))
+        };
+        !matches(&self.deny_prefixes)
+            && (self.allow_prefixes.is_empty() || matches(&self.allow_prefixes))
     }
 }
 
@@ -602,6 +623,7 @@ mod tests {
         let fixture = fixture(fixture_file!("optional-refs.yaml"));
         let policy = ImagePolicy {
             allow_prefixes: vec!["docker.io/bitnamilegacy/".into()],
+            deny_prefixes: Vec::new(),
         };
         assert_eq!(
             verdict(&fixture.pod, &fixture, &policy),
@@ -611,5 +633,7 @@ mod tests {
             }
         );
         assert!(ImagePolicy::default().allows("anything"));
+        assert!(!ImagePolicy::default().allows("docker.io/bitnami/redis:7.2.5-debian-12-r4"));
+        assert!(ImagePolicy::default().allows("docker.io/bitnamilegacy/redis:7.2.5-debian-12-r4"));
     }
 }
