@@ -8,6 +8,7 @@ mod bao;
 mod bao_sim;
 mod charts;
 mod cli;
+mod deploy;
 mod diagnostics;
 mod gitlab;
 mod gitlab_ci;
