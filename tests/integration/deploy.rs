@@ -204,6 +204,30 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
         "jsonpath={.subjects[0].namespace}/{.subjects[0].name} {.roleRef.name}",
     ]);
     assert_eq!(role.ok(), "bprun/bprun bprun-phase3");
+    // The Job's pod exists and waits, in the kubelet's words, for the Secret the operator
+    // creates: the token is referenced, not shipped. (The simulator never runs the image.)
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-n",
+        "bprun",
+        "-l",
+        "job-name=bprun-phase3",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=CreateContainerConfigError",
+        "--timeout=20s",
+    ])
+    .ok();
+    let waiting = sim.kubectl(&[
+        "get",
+        "pods",
+        "-n",
+        "bprun",
+        "-l",
+        "job-name=bprun-phase3",
+        "-o",
+        "jsonpath={.items[0].spec.serviceAccountName} {.items[0].status.containerStatuses[0].state.waiting.message}",
+    ]);
+    assert_eq!(waiting.ok(), "bprun secret \"bprun-tokens\" not found");
     // Applying again changes nothing.
     let again = sim.kubectl(&["apply", "-f", folder.to_str().expect("utf-8")]);
     assert!(!again.ok().contains("configured"), "{}", again.stdout);
