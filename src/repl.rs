@@ -7,7 +7,7 @@ use rustyline::error::ReadlineError;
 use rustyline::highlight::Highlighter;
 use rustyline::hint::Hinter;
 use rustyline::history::DefaultHistory;
-use rustyline::validate::{ValidationContext, ValidationResult, Validator};
+use rustyline::validate::Validator;
 use rustyline::{Context, Editor, Helper};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -22,6 +22,10 @@ use bprun_clients::secret::Secret;
 
 /// Results longer than this many lines are cut, with a note.
 pub const MAX_OUTPUT_LINES: usize = 200;
+/// The prompt while an input continues on further lines.
+const CONTINUATION_PROMPT: &str = "   ...> ";
+/// Said when an empty line or Ctrl-C drops an unfinished input.
+const ABANDONED: &str = "(unfinished input abandoned)";
 /// The name inputs are shown by in diagnostics.
 const SOURCE: &str = "<repl>";
 const COMMANDS: &[(&str, &str)] = &[
@@ -104,7 +108,6 @@ fn history_path() -> Option<PathBuf> {
 struct ReplHelper {
     /// Natives, script functions, variables and commands, refreshed after every input.
     words: Arc<Mutex<Vec<String>>>,
-    validator: Engine,
 }
 
 impl Completer for ReplHelper {
@@ -148,42 +151,59 @@ impl Hinter for ReplHelper {
 
 impl Highlighter for ReplHelper {}
 
-impl Validator for ReplHelper {
-    /// An input that stops in the middle (an open brace, bracket or string) continues on the
-    /// next line.
-    fn validate(&self, ctx: &mut ValidationContext) -> rustyline::Result<ValidationResult> {
-        let input = ctx.input();
-        if input.trim_start().starts_with(':') {
-            return Ok(ValidationResult::Valid(None));
-        }
-        match self.validator.compile(input) {
-            Err(error) if incomplete(&error, input) => Ok(ValidationResult::Incomplete),
-            _ => Ok(ValidationResult::Valid(None)),
-        }
-    }
-}
+/// Continuation is decided in the read loop (with its own prompt), not by the line editor.
+impl Validator for ReplHelper {}
 
 impl Helper for ReplHelper {}
 
-fn incomplete(error: &rhai::ParseError, input: &str) -> bool {
+/// True when `input` stops in the middle: the parser reports, at the very end of the input, a
+/// missing closing brace, bracket or parenthesis, a missing `;` inside an open block, an
+/// unexpected end, or a string that a further line can still close (a backtick string, or a
+/// `"` string whose line ends in `\`).
+pub fn incomplete(parser: &Engine, input: &str) -> bool {
     use rhai::{LexError, ParseErrorType};
-    match error.err_type() {
-        ParseErrorType::UnexpectedEOF | ParseErrorType::BadInput(LexError::UnterminatedString) => {
-            true
+    let Err(error) = parser.compile(input) else {
+        return false;
+    };
+    let (depth, quote) = open_brackets(input);
+    let at_end = {
+        let lines = input.split('\n').count();
+        let last = input.rsplit('\n').next().unwrap_or("").chars().count();
+        let position = error.position();
+        match (position.line(), position.position()) {
+            (Some(line), Some(column)) => line > lines || (line == lines && column > last),
+            (Some(line), None) => line >= lines,
+            _ => true,
         }
-        ParseErrorType::MissingToken(token, _) if matches!(token.as_str(), "}" | ")" | "]") => {
-            open_brackets(input) > 0
+    };
+    match error.err_type() {
+        ParseErrorType::BadInput(LexError::UnterminatedString) => {
+            quote == Some('`') || (quote == Some('"') && input.ends_with('\\'))
+        }
+        ParseErrorType::UnexpectedEOF => at_end,
+        ParseErrorType::MissingToken(token, _) => {
+            at_end && depth > 0 && matches!(token.as_str(), "}" | ")" | "]" | ";" | ",")
         }
         _ => false,
     }
 }
 
-/// Opening minus closing brackets outside strings: more than zero means the input goes on.
-fn open_brackets(input: &str) -> i64 {
+/// Opening minus closing brackets outside strings and `//` comments, and the quote of a string
+/// left open at the end.
+fn open_brackets(input: &str) -> (i64, Option<char>) {
     let mut depth = 0;
     let mut quote: Option<char> = None;
     let mut escaped = false;
+    let mut comment = false;
+    let mut previous = ' ';
     for c in input.chars() {
+        if comment {
+            if c == '\n' {
+                comment = false;
+            }
+            previous = c;
+            continue;
+        }
         match quote {
             Some(q) => {
                 if escaped {
@@ -195,14 +215,16 @@ fn open_brackets(input: &str) -> i64 {
                 }
             }
             None => match c {
+                '/' if previous == '/' => comment = true,
                 '"' | '`' | '\'' => quote = Some(c),
                 '{' | '(' | '[' => depth += 1,
                 '}' | ')' | ']' => depth -= 1,
                 _ => {}
             },
         }
+        previous = c;
     }
-    depth
+    (depth, quote)
 }
 
 /// A value for the terminal: strings as they are, arrays of maps as a table, the rest as
@@ -586,11 +608,10 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
     session.state.set_phase(Phase::Running);
     repl.refresh_words();
 
-    let mut validator = Engine::new_raw();
-    validator.set_max_expr_depths(0, 0);
+    let mut parser = Engine::new_raw();
+    parser.set_max_expr_depths(0, 0);
     let helper = ReplHelper {
         words: repl.words.clone(),
-        validator,
     };
     let config = rustyline::Config::builder()
         .auto_add_history(false)
@@ -605,41 +626,72 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
         let _ = editor.load_history(path);
     }
     println!("bprun repl: Rhai with every bprun native. :help for commands, Ctrl-D to leave.");
+    // Lines of an input that is not complete yet (an open brace, bracket or string).
+    let mut pending = String::new();
     loop {
-        let line = match editor.readline(repl.prompt()) {
+        let prompt = if pending.is_empty() {
+            repl.prompt()
+        } else {
+            CONTINUATION_PROMPT
+        };
+        let line = match editor.readline(prompt) {
             Ok(line) => line,
-            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Interrupted) => {
+                if !pending.is_empty() {
+                    pending.clear();
+                    eprintln!("{ABANDONED}");
+                }
+                continue;
+            }
             Err(ReadlineError::Eof) => break,
             Err(error) => {
                 eprintln!("input error: {error}");
                 break;
             }
         };
-        let input = line.trim();
-        if input.is_empty() {
+        if !pending.is_empty() {
+            if line.trim().is_empty() {
+                pending.clear();
+                eprintln!("{ABANDONED}");
+                continue;
+            }
+            pending.push('\n');
+            pending.push_str(&line);
+        } else if line.trim().is_empty() {
+            continue;
+        } else if line.trim_start().starts_with(':') {
+            let keep_going = repl.command(line.trim());
+            remember(&mut editor, history.as_deref(), &line);
+            if !keep_going {
+                break;
+            }
+            continue;
+        } else {
+            pending = line;
+        }
+        if incomplete(&parser, &pending) {
             continue;
         }
-        let keep_going = if input.starts_with(':') {
-            repl.command(input)
-        } else {
-            if repl.evaluate(&line) {
-                repl.last_success = Some(line.clone());
-            }
-            repl.refresh_words();
-            true
-        };
-        // Evaluated first, so secrets the line created are known: such lines are never saved.
-        if !holds_secret(&line) {
-            let _ = editor.add_history_entry(line.as_str());
-            if let Some(path) = &history {
-                save_history(&mut editor, path);
-            }
+        let input = std::mem::take(&mut pending);
+        if repl.evaluate(&input) {
+            repl.last_success = Some(input.clone());
         }
-        if !keep_going {
-            break;
-        }
+        repl.refresh_words();
+        // Evaluated first, so secrets the input created are known: such inputs are never saved.
+        remember(&mut editor, history.as_deref(), &input);
     }
     Ok(ExitCode::Success)
+}
+
+/// Adds an input to the history file, unless it holds a secret.
+fn remember(editor: &mut Editor<ReplHelper, DefaultHistory>, history: Option<&Path>, input: &str) {
+    if holds_secret(input) {
+        return;
+    }
+    let _ = editor.add_history_entry(input);
+    if let Some(path) = history {
+        save_history(editor, path);
+    }
 }
 
 fn save_history(editor: &mut Editor<ReplHelper, DefaultHistory>, path: &Path) {
@@ -663,6 +715,36 @@ mod tests {
         assert!(!holds_secret("let status = bao_status();"));
         bprun_clients::secret::Secret::new("repl-canary-value");
         assert!(holds_secret("print(\"repl-canary-value\")"));
+    }
+
+    #[test]
+    fn incomplete_inputs_continue() {
+        let mut parser = Engine::new_raw();
+        parser.set_max_expr_depths(0, 0);
+        for input in [
+            "fn add2(v) {",
+            "fn add2(v) {\n  v + 2",
+            "if true {\n1",
+            "let a = [\n \"x\", \"y\"",
+            "foo(1,",
+            "let s = `multi",
+            "let m = #{a: 1",
+        ] {
+            assert!(incomplete(&parser, input), "{input:?} continues");
+        }
+        for input in [
+            "fn add2(v) {\n  v + 2\n}",
+            "let broken = ;",
+            "let x = \"abc",
+            "1 + 1",
+            "let x = 1 // don't",
+            "x]",
+        ] {
+            assert!(
+                !incomplete(&parser, input),
+                "{input:?} is complete or wrong"
+            );
+        }
     }
 
     #[test]

@@ -40,10 +40,9 @@ fn functions_multi_line_input_and_errors_keep_the_session() {
         .exp_string("42")
         .expect("a function defined on an earlier line");
     input(&mut session, "let apps = [");
-    session
-        .send_line("  \"shared-code\", \"guestbook\"")
-        .expect("send");
-    session.send_line("];").expect("send");
+    // Each further line waits for the continuation prompt, as rustyline drops typed-ahead input.
+    input(&mut session, "  \"shared-code\", \"guestbook\"");
+    input(&mut session, "];");
     input(&mut session, "apps.len()");
     session.exp_string("2").expect("multi-line input");
     input(&mut session, "let broken = ;");
@@ -203,4 +202,39 @@ fn rehearse_points_the_session_at_the_embedded_platform() {
     session.exp_string("from the pod").expect("exec");
     input(&mut session, ":quit");
     session.exp_eof().expect("quit stops the platform");
+}
+
+#[test]
+fn multi_line_functions_blocks_and_strings_continue_until_complete() {
+    let test = repo();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "fn add2(v) {");
+    session.exp_string("...> ").expect("a continuation prompt");
+    session.send_line("  v + 2").expect("send");
+    session.exp_string("...> ").expect("a continuation prompt");
+    session.send_line("}").expect("send");
+    input(&mut session, "add2(40)");
+    session
+        .exp_string("42")
+        .expect("a function defined over three lines");
+    input(&mut session, "if true {");
+    input(&mut session, "  1");
+    input(&mut session, "}");
+    session.exp_string("1").expect("a block over three lines");
+    input(&mut session, "let s = `unterminated");
+    session.exp_string("...> ").expect("a string continues");
+    session.send_line("").expect("an empty line");
+    session
+        .exp_string("unfinished input abandoned")
+        .expect("an empty line abandons the input");
+    input(&mut session, "[1, 2,");
+    session.exp_string("...> ").expect("continues");
+    session.send_control('c').expect("ctrl-c");
+    session
+        .exp_string("unfinished input abandoned")
+        .expect("Ctrl-C abandons the input");
+    input(&mut session, "add2(1)");
+    session.exp_string("3").expect("back at the prompt");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit");
 }
