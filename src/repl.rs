@@ -227,6 +227,48 @@ fn open_brackets(input: &str) -> (i64, Option<char>) {
     (depth, quote)
 }
 
+/// Whether a `()` result is worth showing: the input ends in an expression (no `;`), not a
+/// declaration, an assignment or a `print`/`debug` that showed its own output.
+fn shows_unit(ast: &AST, input: &str) -> bool {
+    use rhai::Stmt;
+    if input.trim_end().ends_with(';') {
+        return false;
+    }
+    match ast.statements().last() {
+        None => false,
+        Some(Stmt::Var(..) | Stmt::Import(..) | Stmt::Export(..) | Stmt::Noop(..)) => false,
+        Some(Stmt::Assignment(..)) => false,
+        Some(Stmt::FnCall(call, _)) => !matches!(call.name.as_str(), "print" | "debug"),
+        Some(_) => true,
+    }
+}
+
+/// A property read on `()` (`bao_read(...)` of a missing path, then `.token`): Rhai says only
+/// that `()` has no getter; say what that usually means. Rhai gives this case no kind of its own
+/// (an `ErrorDotExpr`), so its type name in the message is what tells it apart.
+fn unit_property_hint(error: &EvalAltResult) -> Option<String> {
+    let mut inner = error;
+    while let EvalAltResult::ErrorInFunctionCall(_, _, next, _)
+    | EvalAltResult::ErrorInModule(_, next, _) = inner
+    {
+        inner = next;
+    }
+    let EvalAltResult::ErrorDotExpr(message, _) = inner else {
+        return None;
+    };
+    if !message.ends_with("type '()'") {
+        return None;
+    }
+    let property = message
+        .split('\'')
+        .nth(1)
+        .map(|name| format!("`.{name}`"))
+        .unwrap_or_else(|| "the property".into());
+    Some(format!(
+        "the value before {property} was `()`, which has no properties: most likely the read found nothing (bao_read of a missing path, kube_get of an absent object return `()`); check with `if value == () {{ ... }}`"
+    ))
+}
+
 /// A value for the terminal: strings as they are, arrays of maps as a table, the rest as
 /// indented JSON; `Secret`s as `***`. Long output is cut with a note.
 pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
@@ -392,6 +434,8 @@ impl Repl {
                 self.functions = self.functions.merge(&ast.clone_functions_only());
                 if let Some(text) = render_value(&value, self.json) {
                     self.print(&text);
+                } else if value.is_unit() && shows_unit(&ast, input) {
+                    self.print("()");
                 }
                 true
             }
@@ -401,7 +445,11 @@ impl Repl {
                 } else {
                     let report =
                         crate::diagnostics::runtime_error(&self.session, &error, SOURCE, false);
-                    eprint!("{}", bprun_clients::secret::scrub(&report.text));
+                    let mut text = report.text;
+                    if let Some(hint) = unit_property_hint(&error) {
+                        text.push_str(&format!("  hint: {hint}\n"));
+                    }
+                    eprint!("{}", bprun_clients::secret::scrub(&text));
                 }
                 false
             }

@@ -238,3 +238,26 @@ fn multi_line_functions_blocks_and_strings_continue_until_complete() {
     input(&mut session, ":quit");
     session.exp_eof().expect("quit");
 }
+
+#[test]
+fn unit_results_print_and_a_property_of_nothing_explains_itself() {
+    let server = crate::support::BaoServer::dev();
+    let test = repo();
+    let mut session = repl(
+        &test,
+        &[],
+        &[("BAO_ADDR", &server.address), ("BAO_TOKEN", "root")],
+    );
+    input(&mut session, "let missing = bao_read(\"nothing/here\");");
+    input(&mut session, "missing");
+    session.exp_string("()").expect("a () result prints ()");
+    input(&mut session, "missing.token");
+    session
+        .exp_string("the value before `.token` was `()`")
+        .expect("the hint names the property and the ()");
+    session
+        .exp_string("the read found nothing")
+        .expect("the likely cause");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit");
+}
