@@ -176,9 +176,15 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform);
-    eprintln!(
-        "  (GitLab admin token for gitlab_login: run phase 3 first, then gitlab_login(bao_read(\"gitlab/bootstrap/admin_token\").token))"
-    );
+    if std::env::var("GITLAB_TOKEN").is_ok_and(|token| !token.is_empty()) {
+        eprintln!(
+            "  GITLAB_TOKEN is set (the simulator's admin token): gitlab_* natives work at once; gitlab_login(TOKEN) switches to another token"
+        );
+    } else {
+        eprintln!(
+            "  (no GITLAB_TOKEN: run phase 3 first, then gitlab_login(bao_read(\"gitlab/bootstrap/admin_token\").token))"
+        );
+    }
     let code = crate::repl::run(crate::repl::ReplOptions { check, load });
     drop(platform);
     code

@@ -577,6 +577,29 @@ impl Repl {
     }
 }
 
+/// `step(...)` in the REPL: steps only run from a script (`bprun SCRIPT`).
+fn step_explainer() -> rhai::Module {
+    fn refuse(name: &str) -> Box<EvalAltResult> {
+        engine::native_error(
+            crate::error::NativeError::new(format!(
+                "step(\"{name}\") does not run in the REPL: steps run with `bprun SCRIPT`"
+            ))
+            .with_hint(
+                "type the step's body here to run it at once, or put the step in a script (`:save FILE` writes the session's lines as one) and run `bprun FILE`",
+            ),
+        )
+    }
+    let mut module = rhai::Module::new();
+    module.set_native_fn("step", |name: &str, _body: rhai::FnPtr| {
+        Err::<(), _>(refuse(name))
+    });
+    module.set_native_fn(
+        "step",
+        |name: &str, _options: rhai::Map, _body: rhai::FnPtr| Err::<(), _>(refuse(name)),
+    );
+    module
+}
+
 /// The repository root for a REPL: `BPRUN_ROOT`, the nearest folder with `.git`, or the current folder.
 fn repl_root() -> PathBuf {
     let current = std::env::current_dir()
@@ -654,6 +677,9 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
         );
     }
     session.state.set_phase(Phase::Running);
+    // Loaded scripts have declared their steps by now; a step typed here would be declared in the
+    // middle of a run, so `step` explains itself instead.
+    repl.engine.register_global_module(step_explainer().into());
     repl.refresh_words();
 
     let mut parser = Engine::new_raw();

@@ -6,6 +6,11 @@ use rexpect::session::{PtySession, spawn_with_options};
 use crate::support::{Test, repo};
 
 fn repl(test: &Test, extra: &[&str], env: &[(&str, &str)]) -> PtySession {
+    repl_with_banner(test, extra, env).0
+}
+
+/// The session and everything printed before the banner's end (the rehearsal platform's lines).
+fn repl_with_banner(test: &Test, extra: &[&str], env: &[(&str, &str)]) -> (PtySession, String) {
     let mut command = test.command(&[&["repl"], extra].concat());
     command
         .env("BPRUN_HISTORY", test.join("history"))
@@ -20,8 +25,8 @@ fn repl(test: &Test, extra: &[&str], env: &[(&str, &str)]) -> PtySession {
             .strip_ansi_escape_codes(true),
     )
     .expect("spawn bprun repl");
-    session.exp_string("Ctrl-D to leave.").expect("banner");
-    session
+    let banner = session.exp_string("Ctrl-D to leave.").expect("banner");
+    (session, banner)
 }
 
 /// Waits for the prompt, then types a line: rustyline discards what is typed before it is ready.
@@ -258,6 +263,25 @@ fn unit_results_print_and_a_property_of_nothing_explains_itself() {
     session
         .exp_string("the read found nothing")
         .expect("the likely cause");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit");
+}
+
+#[test]
+fn rehearse_banner_knows_the_token_and_a_typed_step_explains_itself() {
+    let test = repo();
+    let (mut session, banner) = repl_with_banner(&test, &["--rehearse"], &[]);
+    assert!(
+        banner.contains("GITLAB_TOKEN is set") && !banner.contains("run phase 3 first"),
+        "{banner}"
+    );
+    input(&mut session, "step(\"Ensure group\", || { 40 + 2 })");
+    session
+        .exp_string("does not run in the REPL: steps run with `bprun SCRIPT`")
+        .expect("a step explains where steps run");
+    session
+        .exp_string("type the step's body here to run it at once")
+        .expect("and what to do instead");
     input(&mut session, ":quit");
     session.exp_eof().expect("quit");
 }
