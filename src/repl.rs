@@ -44,7 +44,7 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         ":save",
-        ":save FILE        append the last successful input to FILE",
+        ":save FILE        write the session's inputs to FILE as a step (run it with bprun FILE)",
     ),
     (
         ":json",
@@ -372,12 +372,20 @@ fn table(items: &rhai::Array) -> Option<String> {
     Some(out.join("\n"))
 }
 
+/// An input that ran, as `:save` writes it: function definitions at the top level of the script
+/// (Rhai allows them nowhere else), the rest inside the step.
+struct SavedInput {
+    text: String,
+    top_level: bool,
+}
+
 struct Repl {
     session: Arc<Session>,
     engine: Engine,
     scope: Scope<'static>,
     functions: AST,
-    last_success: Option<String>,
+    /// The inputs that ran successfully, for `:save`.
+    history: Vec<SavedInput>,
     json: bool,
     words: Arc<Mutex<Vec<String>>>,
     natives: Vec<String>,
@@ -432,6 +440,10 @@ impl Repl {
         match result {
             Ok(value) => {
                 self.functions = self.functions.merge(&ast.clone_functions_only());
+                self.history.push(SavedInput {
+                    text: input.trim_end().to_string(),
+                    top_level: ast.iter_functions().next().is_some(),
+                });
                 if let Some(text) = render_value(&value, self.json) {
                     self.print(&text);
                 } else if value.is_unit() && shows_unit(&ast, input) {
@@ -541,13 +553,22 @@ impl Repl {
         true
     }
 
+    /// Writes the session's inputs to `file` as a script: function definitions at the top level,
+    /// everything else inside one step, so that `bprun FILE` runs it. A file that exists gets
+    /// another step. Inputs holding a secret are left out.
     fn save(&self, file: &str) {
-        let Some(input) = &self.last_success else {
-            eprintln!(":save: nothing has run successfully yet");
-            return;
-        };
         if file.is_empty() {
             eprintln!(":save FILE");
+            return;
+        }
+        let kept: Vec<&SavedInput> = self
+            .history
+            .iter()
+            .filter(|input| !holds_secret(&input.text))
+            .collect();
+        let left_out = self.history.len() - kept.len();
+        if kept.is_empty() {
+            eprintln!(":save: nothing has run successfully yet");
             return;
         }
         let confinement = bprun_clients::fs::Confinement::new(&self.session.state.root);
@@ -558,6 +579,8 @@ impl Repl {
                 return;
             }
         };
+        let existing = std::fs::read_to_string(&path).unwrap_or_default();
+        let text = session_script(&kept, &existing);
         use std::io::Write;
         let written = path
             .parent()
@@ -569,12 +592,55 @@ impl Repl {
                     .append(true)
                     .open(&path)
             })
-            .and_then(|mut handle| writeln!(handle, "{}", input.trim_end()));
+            .and_then(|mut handle| handle.write_all(text.as_bytes()));
         match written {
-            Ok(()) => self.print(&format!("appended to {}", confinement.display(&path))),
+            Ok(()) => {
+                self.print(&format!(
+                    "wrote {} input(s) as a step to {}; run it with `bprun {}`",
+                    kept.len(),
+                    confinement.display(&path),
+                    confinement.display(&path)
+                ));
+                if left_out > 0 {
+                    eprintln!("left out {left_out} input(s) holding a secret");
+                }
+            }
             Err(error) => eprintln!(":save {file}: {error}"),
         }
     }
+}
+
+/// The text `:save` appends to a file holding `existing`: the inputs' functions, then a step
+/// `REPL session` (numbered when the file has one already) with the other inputs.
+fn session_script(inputs: &[&SavedInput], existing: &str) -> String {
+    let earlier = existing.matches("step(\"REPL session").count();
+    let name = if earlier == 0 {
+        "REPL session".to_string()
+    } else {
+        format!("REPL session {}", earlier + 1)
+    };
+    let mut text = String::new();
+    if !existing.is_empty() && !existing.ends_with('\n') {
+        text.push('\n');
+    }
+    for input in inputs.iter().filter(|input| input.top_level) {
+        text.push_str(&input.text);
+        text.push('\n');
+    }
+    text.push_str(&format!("step(\"{name}\", || {{\n"));
+    for input in inputs.iter().filter(|input| !input.top_level) {
+        let mut body = input.text.clone();
+        if !body.ends_with(';') && !body.ends_with('}') {
+            body.push(';');
+        }
+        for line in body.lines() {
+            text.push_str("    ");
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    text.push_str("});\n");
+    text
 }
 
 /// `step(...)` in the REPL: steps only run from a script (`bprun SCRIPT`).
@@ -638,7 +704,7 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
         engine,
         scope: Scope::new(),
         functions: AST::empty(),
-        last_success: None,
+        history: Vec::new(),
         json: false,
         words: Arc::new(Mutex::new(Vec::new())),
         natives,
@@ -747,9 +813,7 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
             continue;
         }
         let input = std::mem::take(&mut pending);
-        if repl.evaluate(&input) {
-            repl.last_success = Some(input.clone());
-        }
+        repl.evaluate(&input);
         repl.refresh_words();
         // Evaluated first, so secrets the input created are known: such inputs are never saved.
         remember(&mut editor, history.as_deref(), &input);

@@ -149,19 +149,36 @@ fn secrets_print_as_stars_and_stay_out_of_the_history() {
 }
 
 #[test]
-fn save_writes_a_line_that_runs_as_a_script() {
+fn save_writes_the_session_as_a_step_that_runs_as_a_script() {
     let test = repo();
     let mut session = repl(&test, &[], &[]);
-    input(&mut session, "print(`saved ${40 + 2}`)");
+    input(&mut session, "fn forty() { 40 }");
+    input(&mut session, "let base = forty();");
+    input(&mut session, "print(`saved ${base + 2}`)");
     session.exp_string("saved 42").expect("run");
+    input(&mut session, "let broken = ;");
+    session.exp_string("syntax error").expect("not saved");
     input(&mut session, ":save scripts/saved.rhai");
     session
-        .exp_string("appended to scripts/saved.rhai")
+        .exp_string("wrote 3 input(s) as a step to scripts/saved.rhai; run it with `bprun scripts/saved.rhai`")
         .expect(":save");
     input(&mut session, ":quit");
     session.exp_eof().expect("eof");
-    test.run(&["scripts/saved.rhai"])
-        .expect(0, "saved 42\n", "");
+    assert_eq!(
+        test.read("scripts/saved.rhai"),
+        "fn forty() { 40 }\nstep(\"REPL session\", || {\n    let base = forty();\n    print(`saved ${base + 2}`);\n});\n"
+    );
+    test.run(&["scripts/saved.rhai"]).expect(
+        0,
+        "[1/1] REPL session ...\n    saved 42\n\
+         [1/1] REPL session ... ok (#.## s)\n\
+         \n\
+         Recap of scripts/saved.rhai\n\
+         \x20 #  step          status            changes       time\n\
+         \x20 1  REPL session  ok                      0     #.## s\n\
+         1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s\n",
+        "",
+    );
 }
 
 #[test]
