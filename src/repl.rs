@@ -643,6 +643,44 @@ fn session_script(inputs: &[&SavedInput], existing: &str) -> String {
     text
 }
 
+/// After `--load`: the script's top-level imports (`import "common" as common;`) become modules
+/// of the session under the same names, and its top-level constants become `global::NAME`, as
+/// they are for the script's own functions in a run.
+fn share_imports_and_constants(
+    engine: &mut Engine,
+    scope: &Scope<'static>,
+    ast: &AST,
+) -> Result<(), Error> {
+    use rhai::{Expr, Stmt};
+    for statement in ast.statements() {
+        let Stmt::Import(import, position) = statement else {
+            continue;
+        };
+        let (Expr::StringConstant(path, _), alias) = &**import else {
+            continue;
+        };
+        if alias.name.is_empty() {
+            continue;
+        }
+        let module = engine
+            .module_resolver()
+            .resolve(engine, ast.source(), path, *position)
+            .map_err(|error| Error::usage(format!("import \"{path}\": {error}"), None))?;
+        engine.register_static_module(alias.name.as_str(), module);
+    }
+    let mut constants = rhai::Module::new();
+    for (name, constant, value) in scope.iter_raw() {
+        if constant {
+            constants.set_var(name, value.clone());
+        }
+    }
+    if constants.iter_var().next().is_some() {
+        constants.build_index();
+        engine.register_static_module("global", constants.into());
+    }
+    Ok(())
+}
+
 /// `step(...)` in the REPL: steps only run from a script (`bprun SCRIPT`).
 fn step_explainer() -> rhai::Module {
     fn refuse(name: &str) -> Box<EvalAltResult> {
@@ -736,6 +774,7 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
             return Err(Error::Reported(ExitCode::ScriptError));
         }
         repl.functions = ast.clone_functions_only();
+        share_imports_and_constants(&mut repl.engine, &repl.scope, &ast)?;
         let steps = lock(&session.steps).len();
         println!(
             "loaded {} ({steps} steps declared, not run)",

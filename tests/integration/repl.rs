@@ -302,3 +302,33 @@ fn rehearse_banner_knows_the_token_and_a_typed_step_explains_itself() {
     input(&mut session, ":quit");
     session.exp_eof().expect("quit");
 }
+
+#[test]
+fn load_gives_the_scripts_imports_and_globals() {
+    let test = repo()
+        .file(
+            "scripts/common.rhai",
+            "fn host_of(url) { url.split(\"//\")[1] }\n",
+        )
+        .script(
+            "import \"common\" as common;\nconst GROUP = \"blueprint\";\n\
+             fn group_path(app) { `${global::GROUP}/${app}` }\n\
+             step(\"Never\", || { write_text(\"ran\", common::host_of(\"https://x\")); });\n",
+        );
+    let mut session = repl(&test, &["--load", "scripts/test.rhai"], &[]);
+    input(&mut session, "common::host_of(\"https://gitlab.example\")");
+    session
+        .exp_string("gitlab.example")
+        .expect("the script's import");
+    input(&mut session, "`group ${global::GROUP}`");
+    session
+        .exp_string("group blueprint")
+        .expect("the script's constant as global::");
+    input(&mut session, "group_path(\"guestbook\")");
+    session
+        .exp_string("blueprint/guestbook")
+        .expect("a function of the script that reads global::");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    assert!(!test.join("ran").exists());
+}
