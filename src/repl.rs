@@ -47,6 +47,10 @@ const COMMANDS: &[(&str, &str)] = &[
         ":save FILE        write the session's inputs to FILE as a step (run it with bprun FILE)",
     ),
     (
+        ":reveal",
+        ":reveal EXPR      show a secret's plain value once (never kept in the history)",
+    ),
+    (
         ":json",
         ":json             switch results between readable and raw JSON",
     ),
@@ -72,9 +76,18 @@ const TOKEN_PREFIXES: &[&str] = &[
     "github_pat_",
 ];
 
-/// True when a line holds a live secret value or something that looks like a token.
+/// Natives whose map argument carries values to store as secrets: a string literal in it is
+/// one.
+const SECRET_WRITERS: &[&str] = &["bao_write", "kube_secret_write", "gitlab_set_variables"];
+
+/// True when a line holds a live secret value, something that looks like a token, or a literal
+/// secret: `secret("...")`, or a string literal among the values passed to a native that stores
+/// secrets (`bao_write("app/db", #{password: "..."})`).
 pub fn holds_secret(line: &str) -> bool {
     if bprun_clients::secret::scrub(line) != line {
+        return true;
+    }
+    if literal_secret(line) {
         return true;
     }
     if TOKEN_PREFIXES.iter().any(|prefix| line.contains(prefix)) {
@@ -88,6 +101,32 @@ pub fn holds_secret(line: &str) -> bool {
             .take_while(|c| c.is_ascii_alphanumeric())
             .count();
         run >= 24 && (index == 0 || !line[..index].ends_with(|c: char| c.is_ascii_alphanumeric()))
+    })
+}
+
+/// `secret("...")`, or a string literal in a map or array after a call of a `SECRET_WRITERS`
+/// native (its path, the first argument, is not a value).
+fn literal_secret(line: &str) -> bool {
+    let calls = |name: &str| -> Vec<usize> {
+        line.match_indices(&format!("{name}("))
+            .filter(|(index, _)| {
+                !line[..*index].ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_')
+            })
+            .map(|(index, _)| index + name.len() + 1)
+            .collect()
+    };
+    if calls("secret")
+        .into_iter()
+        .any(|after| line[after..].trim_start().starts_with(['"', '`']))
+    {
+        return true;
+    }
+    SECRET_WRITERS.iter().any(|name| {
+        calls(name).into_iter().any(|after| {
+            let rest = &line[after..];
+            rest.find(['#', '['])
+                .is_some_and(|start| rest[start..].contains(['"', '`']))
+        })
     })
 }
 
@@ -225,6 +264,23 @@ fn open_brackets(input: &str) -> (i64, Option<char>) {
         previous = c;
     }
     (depth, quote)
+}
+
+/// A value in plain text, secrets included: a `Secret` or a string as it is, the rest as JSON.
+fn revealed(value: &Dynamic) -> String {
+    if let Some(secret) = value.read_lock::<Secret>() {
+        return secret.reveal().to_string();
+    }
+    if value.is_string() {
+        return value.to_string();
+    }
+    if value.is_unit() {
+        return "()".into();
+    }
+    match to_json(value, Secrets::Reveal) {
+        Ok(value) => serde_json::to_string_pretty(&value).unwrap_or_default(),
+        Err(_) => format!("{value:?}"),
+    }
 }
 
 /// Whether a `()` result is worth showing: the input ends in an expression (no `;`), not a
@@ -548,9 +604,46 @@ impl Repl {
                 });
             }
             ":save" => self.save(&argument),
+            ":reveal" => self.reveal(line.trim_start()[name.len()..].trim()),
             other => eprintln!("unknown command {other}; :help lists the commands"),
         }
         true
+    }
+
+    /// `:reveal EXPR`: the expression's value with its secrets in plain text, on purpose. The
+    /// only output that is not scrubbed; the line never reaches the history file.
+    fn reveal(&mut self, expression: &str) {
+        if expression.is_empty() {
+            eprintln!(":reveal EXPR   (for example :reveal pat.token)");
+            return;
+        }
+        self.session.add_source(SOURCE, expression);
+        let ast = match self
+            .engine
+            .compile_expression_with_scope(&self.scope, expression)
+        {
+            Ok(mut ast) => {
+                ast.set_source(SOURCE);
+                ast
+            }
+            Err(error) => {
+                let report = crate::diagnostics::parse_error(&self.session, &error, SOURCE);
+                eprint!("{}", bprun_clients::secret::scrub(&report.text));
+                return;
+            }
+        };
+        let combined = self.functions.merge(&ast);
+        match self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut self.scope, &combined)
+        {
+            Ok(value) => println!("{}", revealed(&value)),
+            Err(error) => {
+                let report =
+                    crate::diagnostics::runtime_error(&self.session, &error, SOURCE, false);
+                eprint!("{}", bprun_clients::secret::scrub(&report.text));
+            }
+        }
     }
 
     /// Writes the session's inputs to `file` as a script: function definitions at the top level,
@@ -840,7 +933,9 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
             continue;
         } else if line.trim_start().starts_with(':') {
             let keep_going = repl.command(line.trim());
-            remember(&mut editor, history.as_deref(), &line);
+            if !line.trim_start().starts_with(":reveal") {
+                remember(&mut editor, history.as_deref(), &line);
+            }
             if !keep_going {
                 break;
             }
@@ -892,6 +987,16 @@ mod tests {
         assert!(!holds_secret("let status = bao_status();"));
         bprun_clients::secret::Secret::new("repl-canary-value");
         assert!(holds_secret("print(\"repl-canary-value\")"));
+        assert!(holds_secret(
+            "bao_write(\"x\", #{password: \"hunter2-long-pw\"})"
+        ));
+        assert!(holds_secret("let s = secret(\"hunter2\");"));
+        assert!(holds_secret(
+            "gitlab_set_variables(p, [#{key: \"A\", value: `v`}])"
+        ));
+        assert!(!holds_secret("bao_write(\"x\", #{password: pw})"));
+        assert!(!holds_secret("let t = env_secret(\"GITLAB_TOKEN\");"));
+        assert!(!holds_secret("bao_read(\"gitlab/bootstrap/admin_token\")"));
     }
 
     #[test]

@@ -332,3 +332,50 @@ fn load_gives_the_scripts_imports_and_globals() {
     session.exp_eof().expect("eof");
     assert!(!test.join("ran").exists());
 }
+
+#[test]
+fn reveal_shows_a_secret_on_purpose_and_literal_secrets_stay_out_of_the_history() {
+    let server = crate::support::BaoServer::dev();
+    server.cli(
+        "root",
+        &[
+            "kv",
+            "put",
+            "secret/gitlab/bootstrap/admin_token",
+            "token=glpat-repl-reveal-000000",
+        ],
+    );
+    let test = repo();
+    let mut session = repl(
+        &test,
+        &[],
+        &[("BAO_ADDR", &server.address), ("BAO_TOKEN", "root")],
+    );
+    input(
+        &mut session,
+        "let pat = bao_read(\"gitlab/bootstrap/admin_token\");",
+    );
+    input(&mut session, "pat.token");
+    session.exp_string("***").expect("a Secret prints as ***");
+    input(&mut session, ":reveal pat.token");
+    session
+        .exp_string("glpat-repl-reveal-000000")
+        .expect(":reveal shows the plain value");
+    input(
+        &mut session,
+        "bao_write(\"demo/db\", #{password: \"hunter2-long-pw\"}).changed",
+    );
+    session.exp_string("true").expect("written");
+    input(&mut session, "let typed = secret(\"typed-literal-pw\");");
+    input(&mut session, "let kept = 1;");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    let history = test.read("history");
+    assert!(history.contains("let kept = 1;"), "{history}");
+    for leaked in [":reveal", "hunter2-long-pw", "typed-literal-pw", "glpat-"] {
+        assert!(
+            !history.contains(leaked),
+            "{leaked} reached the history:\n{history}"
+        );
+    }
+}
