@@ -470,19 +470,27 @@ impl Repl {
         println!("{}", bprun_clients::secret::scrub(text));
     }
 
-    /// Runs one input; returns whether it succeeded.
-    fn evaluate(&mut self, input: &str) -> bool {
-        self.session.add_source(SOURCE, input);
-        let ast = match self.engine.compile_with_scope(&self.scope, input) {
+    /// A compiled input with its source set, or the parse error reported (scrubbed).
+    fn compiled(&self, result: Result<rhai::AST, rhai::ParseError>) -> Option<rhai::AST> {
+        match result {
             Ok(mut ast) => {
                 ast.set_source(SOURCE);
-                ast
+                Some(ast)
             }
             Err(error) => {
                 let report = crate::diagnostics::parse_error(&self.session, &error, SOURCE);
                 eprint!("{}", bprun_clients::secret::scrub(&report.text));
-                return false;
+                None
             }
+        }
+    }
+
+    /// Runs one input; returns whether it succeeded.
+    fn evaluate(&mut self, input: &str) -> bool {
+        self.session.add_source(SOURCE, input);
+        let compiled = self.engine.compile_with_scope(&self.scope, input);
+        let Some(ast) = self.compiled(compiled) else {
+            return false;
         };
         let combined = self.functions.merge(&ast);
         let result = self
@@ -618,19 +626,11 @@ impl Repl {
             return;
         }
         self.session.add_source(SOURCE, expression);
-        let ast = match self
+        let compiled = self
             .engine
-            .compile_expression_with_scope(&self.scope, expression)
-        {
-            Ok(mut ast) => {
-                ast.set_source(SOURCE);
-                ast
-            }
-            Err(error) => {
-                let report = crate::diagnostics::parse_error(&self.session, &error, SOURCE);
-                eprint!("{}", bprun_clients::secret::scrub(&report.text));
-                return;
-            }
+            .compile_expression_with_scope(&self.scope, expression);
+        let Some(ast) = self.compiled(compiled) else {
+            return;
         };
         let combined = self.functions.merge(&ast);
         match self

@@ -110,21 +110,8 @@ fn the_rendering_code_holds_no_ci_yaml() {
     }
 }
 
-/// check-jsonschema from ./test.sh's .tools/pypi, with GitLab's CI schema built in.
 fn check_jsonschema(files: &[std::path::PathBuf]) -> std::process::Output {
-    let tools = format!("{}/.tools/pypi", env!("CARGO_MANIFEST_DIR"));
-    let script = format!("{tools}/bin/check-jsonschema");
-    assert!(
-        std::path::Path::new(&script).exists(),
-        "check-jsonschema is missing: run ./test.sh, which installs it into .tools/pypi"
-    );
-    std::process::Command::new("python3")
-        .arg(&script)
-        .args(["--builtin-schema", "vendor.gitlab-ci"])
-        .args(files)
-        .env("PYTHONPATH", &tools)
-        .output()
-        .expect("run check-jsonschema")
+    bprun_testkit::check_gitlab_ci(files)
 }
 
 #[test]

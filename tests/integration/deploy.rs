@@ -62,19 +62,7 @@ fn strings(value: &Value) -> Vec<String> {
 }
 
 fn check_jsonschema(files: &[PathBuf]) -> std::process::Output {
-    let tools = format!("{}/.tools/pypi", env!("CARGO_MANIFEST_DIR"));
-    let script = format!("{tools}/bin/check-jsonschema");
-    assert!(
-        Path::new(&script).exists(),
-        "check-jsonschema is missing: run ./test.sh, which installs it into .tools/pypi"
-    );
-    std::process::Command::new("python3")
-        .arg(&script)
-        .args(["--builtin-schema", "vendor.gitlab-ci"])
-        .args(files)
-        .env("PYTHONPATH", &tools)
-        .output()
-        .expect("run check-jsonschema")
+    bprun_testkit::check_gitlab_ci(files)
 }
 
 #[test]

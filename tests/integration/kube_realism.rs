@@ -54,15 +54,11 @@ fn a_pod_waits_for_its_secret_with_the_kubelets_reason_and_runs_once_it_exists()
         web_waiting_reason(&sim),
         "CreateContainerConfigError: secret \"web-storage\" not found"
     );
-    let events = sim.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ]);
-    events.stdout_contains("Error: secret \"web-storage\" not found");
+    let events = sim.jsonpath("events", "demo", "{.items[*].message}");
+    assert!(
+        events.contains("Error: secret \"web-storage\" not found"),
+        "{events}"
+    );
     // A key the Secret lacks is named too.
     sim.kubectl(&[
         "create",
@@ -151,39 +147,21 @@ fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
         "--for=jsonpath={.status.conditions[0].reason}=Unschedulable",
     ])
     .ok();
-    let message = sim.kubectl(&[
-        "get",
-        "pod/app",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.status.conditions[0].message}",
-    ]);
+    let message = sim.jsonpath("pod/app", "demo", "{.status.conditions[0].message}");
     assert_eq!(
-        message.ok(),
+        message,
         "0/1 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."
     );
     assert_eq!(
-        sim.kubectl(&[
-            "get",
-            "pvc/data",
-            "-n",
-            "demo",
-            "-o",
-            "jsonpath={.status.phase}"
-        ])
-        .ok(),
+        sim.jsonpath("pvc/data", "demo", "{.status.phase}"),
         "Pending"
     );
-    sim.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ])
-    .stdout_contains("no persistent volumes available for this claim and no storage class is set");
+    let events = sim.jsonpath("events", "demo", "{.items[*].message}");
+    assert!(
+        events
+            .contains("no persistent volumes available for this claim and no storage class is set"),
+        "{events}"
+    );
     // A matching pre-created volume binds it; then the missing Secret volume is the reason.
     let volume = "apiVersion: v1\nkind: PersistentVolume\nmetadata: {name: manual-1}\n\
                   spec: {capacity: {storage: 5Gi}, accessModes: [ReadWriteOnce], storageClassName: \"\", hostPath: {path: /data/manual-1}}\n";
@@ -198,15 +176,7 @@ fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
     ])
     .ok();
     assert_eq!(
-        sim.kubectl(&[
-            "get",
-            "pvc/data",
-            "-n",
-            "demo",
-            "-o",
-            "jsonpath={.spec.volumeName}"
-        ])
-        .ok(),
+        sim.jsonpath("pvc/data", "demo", "{.spec.volumeName}"),
         "manual-1"
     );
     sim.kubectl(&[
@@ -218,15 +188,11 @@ fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
         "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=ContainerCreating",
     ])
     .ok();
-    sim.kubectl(&[
-        "get",
-        "events",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.items[*].message}",
-    ])
-    .stdout_contains("MountVolume.SetUp failed for volume \"certs\" : secret \"tls\" not found");
+    let events = sim.jsonpath("events", "demo", "{.items[*].message}");
+    assert!(
+        events.contains("MountVolume.SetUp failed for volume \"certs\" : secret \"tls\" not found"),
+        "{events}"
+    );
     sim.kubectl(&[
         "create",
         "secret",
@@ -301,15 +267,7 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
     ])
     .ok();
     assert_eq!(
-        sim.kubectl(&[
-            "get",
-            "pvc/data-openbao-0",
-            "-n",
-            "openbao",
-            "-o",
-            "jsonpath={.status.phase}"
-        ])
-        .ok(),
+        sim.jsonpath("pvc/data-openbao-0", "openbao", "{.status.phase}"),
         "Pending"
     );
     sim.kubectl(&[
@@ -399,15 +357,8 @@ fn namespaces_hold_their_service_account_and_ca_and_a_missing_account_refuses_po
         "--timeout=10s",
     ])
     .ok();
-    let ca = sim.kubectl(&[
-        "get",
-        "configmap/kube-root-ca.crt",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.data.ca\\.crt}",
-    ]);
-    ca.stdout_contains("-----BEGIN CERTIFICATE-----");
+    let ca = sim.jsonpath("configmap/kube-root-ca.crt", "demo", "{.data.ca\\.crt}");
+    assert!(ca.contains("-----BEGIN CERTIFICATE-----"), "{ca}");
     let runner = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: runner, namespace: demo}\n\
                   spec:\n  selector: {matchLabels: {app: runner}}\n  template:\n    metadata: {labels: {app: runner}}\n\
                   \x20   spec: {serviceAccountName: gitlab-runner, containers: [{name: runner, image: gitlab/gitlab-runner:v17.5.0}]}\n";
@@ -421,17 +372,12 @@ fn namespaces_hold_their_service_account_and_ca_and_a_missing_account_refuses_po
         "--for=condition=ReplicaFailure",
     ])
     .ok();
-    let message = sim.kubectl(&[
-        "get",
+    let message = sim.jsonpath(
         "deployment/runner",
-        "-n",
         "demo",
-        "-o",
-        "jsonpath={.status.conditions[?(@.type==\"ReplicaFailure\")].message}",
-    ]);
-    message.stdout_contains(
-        "is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
+        "{.status.conditions[?(@.type==\"ReplicaFailure\")].message}",
     );
+    assert!(message.contains("is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found"), "{message}");
     assert_eq!(
         sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
             .ok(),
@@ -513,18 +459,8 @@ fn a_finalizer_holds_an_object_and_its_namespace_until_it_is_removed() {
     sim.kubectl_stdin(&["apply", "-f", "-"], held).code(0);
     sim.kubectl(&["delete", "configmap/held", "-n", "demo", "--wait=false"])
         .ok();
-    let marked = sim.kubectl(&[
-        "get",
-        "configmap/held",
-        "-n",
-        "demo",
-        "-o",
-        "jsonpath={.metadata.deletionTimestamp}",
-    ]);
-    assert!(
-        !marked.ok().is_empty(),
-        "the object stays, marked for deletion"
-    );
+    let marked = sim.jsonpath("configmap/held", "demo", "{.metadata.deletionTimestamp}");
+    assert!(!marked.is_empty(), "the object stays, marked for deletion");
     sim.kubectl(&["delete", "ns", "demo", "--wait=false"]).ok();
     std::thread::sleep(std::time::Duration::from_millis(500));
     assert_eq!(
@@ -1012,15 +948,12 @@ fn a_cnpg_cluster_runs_only_with_its_operator_and_bound_storage() {
         "--timeout=10s",
     ])
     .ok();
-    let status = sim.kubectl(&[
-        "get",
+    let status = sim.jsonpath(
         "clusters.postgresql.cnpg.io/pg",
-        "-n",
         "demo",
-        "-o",
-        "jsonpath={.status.phase}/{.status.readyInstances}",
-    ]);
-    assert_eq!(status.ok(), "Cluster in healthy state/1");
+        "{.status.phase}/{.status.readyInstances}",
+    );
+    assert_eq!(status, "Cluster in healthy state/1");
 }
 
 const HOOKS_CHART: &str = "tests/fixtures/kube/hooks-chart";

@@ -66,37 +66,28 @@ impl Release {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// One entry of `helm history -o json` (every field may be missing).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct HistoryEntry {
-    #[serde(default)]
     revision: i64,
-    #[serde(default)]
     updated: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     chart: String,
-    #[serde(default)]
     app_version: String,
-    #[serde(default)]
     description: String,
 }
 
-#[derive(Debug, Deserialize)]
+/// One entry of `helm list -o json` (every field may be missing).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 struct ListEntry {
-    #[serde(default)]
     name: String,
-    #[serde(default)]
     namespace: String,
-    #[serde(default)]
     revision: Value,
-    #[serde(default)]
     updated: String,
-    #[serde(default)]
     status: String,
-    #[serde(default)]
     chart: String,
-    #[serde(default)]
     app_version: String,
 }
 
@@ -188,13 +179,18 @@ pub fn chart_yaml(dir: &Path, shown: &str) -> Result<(String, String), ClientErr
     parse_chart_yaml(&text, &shown)
 }
 
+/// A YAML error as `file:line:col: message`.
+fn yaml_error_at(error: &serde_norway::Error, shown: &str) -> String {
+    let at = error
+        .location()
+        .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
+        .unwrap_or_else(|| shown.to_string());
+    format!("{at}: {}", strip_location(&error.to_string()))
+}
+
 fn parse_chart_yaml(text: &str, shown: &str) -> Result<(String, String), ClientError> {
     let chart: ChartYaml = serde_norway::from_str(text).map_err(|error| {
-        let at = error
-            .location()
-            .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
-            .unwrap_or_else(|| shown.to_string());
-        ClientError::new(format!("{at}: {}", strip_location(&error.to_string())))
+        ClientError::new(yaml_error_at(&error, shown))
             .with_hint("Chart.yaml needs at least name and version")
     })?;
     Ok((chart.name, chart.version))
@@ -249,11 +245,7 @@ pub fn read_values_file(path: &Path, shown: &str) -> Result<Value, ClientError> 
         return Ok(Value::Object(serde_json::Map::new()));
     }
     let value: Value = serde_norway::from_str(&text).map_err(|error| {
-        let at = error
-            .location()
-            .map(|l| format!("{shown}:{}:{}", l.line(), l.column()))
-            .unwrap_or_else(|| shown.to_string());
-        ClientError::new(format!("{at}: {}", strip_location(&error.to_string())))
+        ClientError::new(yaml_error_at(&error, shown))
             .with_hint("a values file is a YAML map with string keys")
     })?;
     match value {

@@ -113,21 +113,18 @@ impl Repos {
 
     /// Every file of the tree at `reference` (for `rules:exists`).
     pub fn list_files(&self, full_path: &str, reference: &str) -> Vec<String> {
-        let mut command = git(&self.path(full_path));
-        command.args(["ls-tree", "-r", "--name-only", reference]);
-        match command.output() {
-            Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
-                .lines()
-                .map(str::to_string)
-                .collect(),
-            _ => Vec::new(),
-        }
+        self.lines(full_path, &["ls-tree", "-r", "--name-only", reference])
     }
 
     /// The files a push changed between two commits (for `rules:changes`).
     pub fn changed_files(&self, full_path: &str, before: &str, after: &str) -> Vec<String> {
+        self.lines(full_path, &["diff", "--name-only", before, after])
+    }
+
+    /// The lines a git command prints in the repository, or none when it fails.
+    fn lines(&self, full_path: &str, args: &[&str]) -> Vec<String> {
         let mut command = git(&self.path(full_path));
-        command.args(["diff", "--name-only", before, after]);
+        command.args(args);
         match command.output() {
             Ok(output) if output.status.success() => String::from_utf8_lossy(&output.stdout)
                 .lines()

@@ -112,6 +112,23 @@ pub fn unindent(text: &str) -> String {
 
 /// A free loopback port below Linux's ephemeral range (32768-60999), so that no outgoing
 /// connection of another test can take it while a server restarts on it.
+/// check-jsonschema from ./test.sh's .tools/pypi, with GitLab's CI schema built in, on `files`.
+pub fn check_gitlab_ci(files: &[PathBuf]) -> std::process::Output {
+    let tools = root().join(".tools/pypi");
+    let script = tools.join("bin/check-jsonschema");
+    assert!(
+        script.exists(),
+        "check-jsonschema is missing: run ./test.sh, which installs it into .tools/pypi"
+    );
+    std::process::Command::new("python3")
+        .arg(&script)
+        .args(["--builtin-schema", "vendor.gitlab-ci"])
+        .args(files)
+        .env("PYTHONPATH", &tools)
+        .output()
+        .expect("run check-jsonschema")
+}
+
 pub fn free_port() -> u16 {
     for _ in 0..1000 {
         let port = fastrand::u16(20_000..32_000);

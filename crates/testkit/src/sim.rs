@@ -293,6 +293,14 @@ impl Sim {
         Output::raw(child.wait_with_output().expect("wait"))
     }
 
+    /// `kubectl get TARGET -n NAMESPACE -o jsonpath=PATH`, which must succeed: its output.
+    pub fn jsonpath(&self, target: &str, namespace: &str, path: &str) -> String {
+        let jsonpath = format!("jsonpath={path}");
+        self.kubectl(&["get", target, "-n", namespace, "-o", &jsonpath])
+            .ok()
+            .to_string()
+    }
+
     /// kubectl with a 20 s request timeout.
     pub fn kubectl(&self, args: &[&str]) -> Output {
         let mut all = vec!["--request-timeout=20s"];
