@@ -28,6 +28,9 @@ pub struct KubeClient {
     pub default_namespace: String,
     /// The kubeconfig file in use, when one is.
     pub kubeconfig_path: Option<std::path::PathBuf>,
+    /// Without a kubeconfig file (a pod's service account): the CA certificates (DER) and the
+    /// token file the connection uses, to write a kubeconfig from.
+    in_cluster: Option<(Vec<Vec<u8>>, Option<String>)>,
 }
 
 /// One object's outcome in `apply`.
@@ -233,6 +236,10 @@ impl KubeClient {
             config.write_timeout = Some(Duration::from_secs(60));
             let server = config.cluster_url.to_string();
             let default_namespace = config.default_namespace.clone();
+            let in_cluster = Some((
+                config.root_cert.clone().unwrap_or_default(),
+                config.auth_info.token_file.clone(),
+            ));
             let client = kube::Client::try_from(config).map_err(|error| {
                 ClientError::new(format!(
                     "Kubernetes client for {server}: {}",
@@ -249,6 +256,7 @@ impl KubeClient {
                 server,
                 default_namespace,
                 kubeconfig_path,
+                in_cluster,
             })
         })
     }
@@ -1139,6 +1147,21 @@ impl KubeClient {
         let path = self.kubeconfig_path.clone().or_else(|| {
             std::env::var_os("HOME").map(|home| std::path::Path::new(&home).join(".kube/config"))
         });
+        // In a pod without a kubeconfig file: the service account's connection, as a kubeconfig.
+        if !path.as_ref().is_some_and(|path| path.is_file())
+            && let Some((certificates, Some(token_file))) = &self.in_cluster
+        {
+            let token = std::fs::read_to_string(token_file).map_err(|error| {
+                ClientError::new(format!(
+                    "cannot read the service account token {token_file}: {error}"
+                ))
+            })?;
+            return Ok(kubeconfig_from_parts(
+                &self.server,
+                certificates,
+                token.trim(),
+            ));
+        }
         let path =
             path.ok_or_else(|| ClientError::new("no kubeconfig file: KUBECONFIG is not set"))?;
         let text = std::fs::read_to_string(&path).map_err(|error| {
@@ -1153,6 +1176,35 @@ impl KubeClient {
             ClientError::new(format!("kubeconfig {}: {message}", path.display()))
         })
     }
+}
+
+/// A kubeconfig for one cluster and a bearer token: what a pod's service account gives.
+pub fn kubeconfig_from_parts(server: &str, certificates: &[Vec<u8>], token: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let pem: String = certificates
+        .iter()
+        .map(|der| {
+            let body = engine.encode(der);
+            let lines: Vec<&str> = body
+                .as_bytes()
+                .chunks(64)
+                .map(|chunk| std::str::from_utf8(chunk).unwrap_or_default())
+                .collect();
+            format!(
+                "-----BEGIN CERTIFICATE-----\n{}\n-----END CERTIFICATE-----\n",
+                lines.join("\n")
+            )
+        })
+        .collect();
+    let config = json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
+        "clusters": [{"name": "in-cluster", "cluster": {"server": server.trim_end_matches('/'),
+                      "certificate-authority-data": engine.encode(pem)}}],
+        "users": [{"name": "service-account", "user": {"token": token}}],
+        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account"}}],
+    });
+    serde_norway::to_string(&config).unwrap_or_default()
 }
 
 /// A kubeconfig with only the context in use (`context`, else the current one), its cluster and
@@ -1237,6 +1289,35 @@ fn normalized(object: &Value) -> Value {
         metadata.remove("generation");
     }
     copy
+}
+
+#[cfg(test)]
+mod in_cluster_tests {
+    #[test]
+    fn in_cluster_kubeconfigs_carry_the_ca_and_token() {
+        let text =
+            super::kubeconfig_from_parts("https://10.96.0.1:443/", &[vec![1, 2, 3]], "sa-token");
+        let config: serde_json::Value = serde_norway::from_str(&text).expect("YAML");
+        assert_eq!(
+            config["clusters"][0]["cluster"]["server"],
+            "https://10.96.0.1:443"
+        );
+        assert_eq!(config["users"][0]["user"]["token"], "sa-token");
+        use base64::Engine;
+        let pem = base64::engine::general_purpose::STANDARD
+            .decode(
+                config["clusters"][0]["cluster"]["certificate-authority-data"]
+                    .as_str()
+                    .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(pem).unwrap(),
+            "-----BEGIN CERTIFICATE-----\nAQID\n-----END CERTIFICATE-----\n"
+        );
+        // What bprun hands a CI job is the same minimal form it makes of any kubeconfig.
+        assert!(super::minimal_kubeconfig(&text, None).is_ok());
+    }
 }
 
 #[cfg(test)]
