@@ -426,18 +426,14 @@ impl KubeClient {
                 };
                 let action = match &live {
                     None => "created",
-                    // A write that changed nothing leaves the resourceVersion alone.
-                    Some(live) if !dry_run => {
-                        if live.metadata.resource_version == result.metadata.resource_version {
-                            "unchanged"
-                        } else {
-                            "configured"
-                        }
-                    }
+                    // A write that changed nothing leaves the resourceVersion alone; a controller
+                    // that wrote the status meanwhile moves it, so compare what we apply too.
                     Some(live) => {
-                        let before = without_status(normalized(&object_json(live)));
-                        let after = without_status(normalized(&object_json(&result)));
-                        if before == after {
+                        let same_version = !dry_run
+                            && live.metadata.resource_version == result.metadata.resource_version;
+                        if same_version
+                            || normalized(&object_json(live)) == normalized(&object_json(&result))
+                        {
                             "unchanged"
                         } else {
                             "configured"
@@ -1272,21 +1268,25 @@ fn find_kind(
     None
 }
 
-fn without_status(mut object: Value) -> Value {
-    if let Some(map) = object.as_object_mut() {
-        map.remove("status");
-    }
-    object
-}
-
 /// An object without the fields every write touches (resourceVersion, managedFields times),
-/// to tell a real change from a no-op.
+/// to tell a real change from a no-op. What a patch of the object (not of its `/status`) can change: controllers keep writing the
+/// status and their own annotations while we patch, so those are left out of the comparison
+/// (an identical second patch must say `changed: false` even while a rollout runs).
 fn normalized(object: &Value) -> Value {
     let mut copy = object.clone();
+    if let Some(map) = copy.as_object_mut() {
+        map.remove("status");
+    }
     if let Some(metadata) = copy["metadata"].as_object_mut() {
         metadata.remove("resourceVersion");
         metadata.remove("managedFields");
         metadata.remove("generation");
+        if let Some(annotations) = metadata
+            .get_mut("annotations")
+            .and_then(Value::as_object_mut)
+        {
+            annotations.retain(|key, _| !key.starts_with("deployment.kubernetes.io/"));
+        }
     }
     copy
 }
