@@ -103,6 +103,10 @@ enum Command {
         /// folder, removed at the end)
         #[arg(long, value_name = "DIR")]
         state: Option<PathBuf>,
+        /// Leave out the GitLab Runner stand-in (as if phase 2's last step had not run):
+        /// pipelines then stay pending, as on a GitLab without a runner
+        #[arg(long)]
+        no_runner: bool,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -316,9 +320,13 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Some(Command::Repl { check, load, .. }) => {
             crate::repl::run(crate::repl::ReplOptions { check, load })
         }
-        Some(Command::Rehearse { state, run }) => {
+        Some(Command::Rehearse {
+            state,
+            no_runner,
+            run,
+        }) => {
             let (options, _) = run.into_options()?;
-            crate::rehearse::rehearse(state, options)
+            crate::rehearse::rehearse(state, !no_runner, options)
         }
         Some(Command::Sim(SimCommand::Bao { listen, token })) => {
             bprun_sim::bao::run(&listen, &token)

@@ -93,18 +93,27 @@ fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) ->
     Ok(())
 }
 
-fn print_platform(platform: &platform::Platform) {
+fn print_platform(platform: &platform::Platform, with_runner: bool) {
     eprintln!("rehearsal platform:");
     eprintln!("  GitLab simulator     {}", platform.gitlab_url);
     eprintln!(
-        "  GitLab Runner        an online instance runner stand-in (as phase 2 registers it)"
+        "  GitLab Runner        {}",
+        if with_runner {
+            "an online instance runner stand-in (as phase 2 registers it)"
+        } else {
+            "none (--no-runner): pipelines stay pending"
+        }
     );
     eprintln!("  Kubernetes simulator {}", platform.kube.url);
     eprintln!("  OpenBao              {}", platform.bao_description());
 }
 
 /// `bprun rehearse [--state DIR] [RUN OPTIONS] SCRIPT [ARGS...]`.
-pub fn rehearse(state: Option<PathBuf>, options: RunOptions) -> Result<ExitCode, Error> {
+pub fn rehearse(
+    state: Option<PathBuf>,
+    with_runner: bool,
+    options: RunOptions,
+) -> Result<ExitCode, Error> {
     let location = runner::ScriptLocation::find(&options.script)?;
     let relative = location
         .file
@@ -120,12 +129,13 @@ pub fn rehearse(state: Option<PathBuf>, options: RunOptions) -> Result<ExitCode,
             .map(Path::to_path_buf)
     });
     copy_repository(&location.root, &work, state_inside.as_deref())?;
-    let prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
+    let mut prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    prepared.with_runner = with_runner;
     export(&prepared, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    print_platform(&platform);
+    print_platform(&platform, with_runner);
     let code = runner::run(RunOptions {
         script: work.join(&relative),
         ..options
@@ -175,7 +185,7 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     export(&prepared, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    print_platform(&platform);
+    print_platform(&platform, true);
     if std::env::var("GITLAB_TOKEN").is_ok_and(|token| !token.is_empty()) {
         eprintln!(
             "  GITLAB_TOKEN is set (the simulator's admin token): gitlab_* natives work at once; gitlab_login(TOKEN) switches to another token"

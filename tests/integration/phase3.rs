@@ -528,3 +528,23 @@ fn a_stale_pat_is_replaced_and_stray_pats_are_revoked() {
     assert_ne!(second, first);
     assert_eq!(live_phase3_tokens(&sim), vec![second]);
 }
+
+#[test]
+fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
+    // As the real platform would: phase 3's pipelines need the runner phase 2 registers.
+    let copy = phase3_copy(None);
+    let out = copy.run(&[
+        "rehearse",
+        "--no-runner",
+        "scripts/phase3.rhai",
+        "--smoke-timeout",
+        "3",
+    ]);
+    out.code(1);
+    out.stderr_contains("GitLab Runner        none (--no-runner): pipelines stay pending");
+    out.stderr_contains("error: step \"Smoke test\" failed");
+    out.stderr_contains(
+        "of blueprint-apps/shared-code is pending; no online runner can take job lint-templates",
+    );
+    out.stdout_contains("[5/6] Provision projects ... changed");
+}

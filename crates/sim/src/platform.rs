@@ -39,6 +39,8 @@ pub struct Prepared {
     pub kube_token: String,
     pub kubeconfig: PathBuf,
     pub pipeline_seconds: f64,
+    /// Register and run the GitLab Runner stand-in (phase 2's last step); true by default.
+    pub with_runner: bool,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -164,6 +166,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         kube_token,
         kubeconfig: state_dir.join("kubeconfig"),
         pipeline_seconds,
+        with_runner: true,
     })
 }
 
@@ -278,13 +281,15 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     ))];
     // Phase 2 ends by registering GitLab Runner: the platform has an online instance runner,
     // online because its stand-in polls for jobs.
-    let runner_token = gitlab.register_standin_runner(&[]);
-    crate::gitlab::standin_poll(&gitlab, &runner_token);
-    tasks.push(runtime.spawn(crate::gitlab::runner_standin(
-        gitlab.clone(),
-        runner_token,
-        crate::gitlab::standin_interval(prepared.pipeline_seconds),
-    )));
+    if prepared.with_runner {
+        let runner_token = gitlab.register_standin_runner(&[]);
+        crate::gitlab::standin_poll(&gitlab, &runner_token);
+        tasks.push(runtime.spawn(crate::gitlab::runner_standin(
+            gitlab.clone(),
+            runner_token,
+            crate::gitlab::standin_interval(prepared.pipeline_seconds),
+        )));
+    }
     // The registry.
     let registry_addr = prepared.registry.local_addr().map_err(|e| e.to_string())?;
     tasks.push(runtime.spawn(registry(to_tokio(prepared.registry)?)));
