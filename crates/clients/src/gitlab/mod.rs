@@ -195,8 +195,8 @@ pub struct GitlabClient {
     pub settings: GitlabSettings,
     http: reqwest::Client,
     token: RwLock<Option<Secret>>,
-    requests: AtomicU64,
-    mutating: AtomicU64,
+    requests: std::sync::Arc<AtomicU64>,
+    mutating: std::sync::Arc<AtomicU64>,
 }
 
 impl GitlabClient {
@@ -228,8 +228,8 @@ impl GitlabClient {
             settings,
             http,
             token: RwLock::new(token),
-            requests: AtomicU64::new(0),
-            mutating: AtomicU64::new(0),
+            requests: Default::default(),
+            mutating: Default::default(),
         })
     }
 
@@ -245,6 +245,20 @@ impl GitlabClient {
                     .map(|response| response.status().as_u16())
             })
             .map_err(|error| super::error_chain(&error))
+    }
+
+    /// The same client (connections, CA, timeouts, request counts) sending `token` instead:
+    /// for asking GitLab about a token other than the one in use.
+    pub fn with_token(&self, token: &Secret) -> GitlabClient {
+        let mut settings = self.settings.clone();
+        settings.token = Some(token.clone());
+        GitlabClient {
+            settings,
+            http: self.http.clone(),
+            token: RwLock::new(Some(token.clone())),
+            requests: self.requests.clone(),
+            mutating: self.mutating.clone(),
+        }
     }
 
     /// The token in use (for git over HTTP, which authenticates with the same PAT).

@@ -32,10 +32,7 @@ impl GitlabClient {
         token: &Secret,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Option<TokenInfo>, ClientError> {
-        let mut settings = self.settings.clone();
-        settings.token = Some(token.clone());
-        let probe = GitlabClient::new(settings)?;
-        match probe.request(
+        match self.with_token(token).request(
             Method::Get,
             "personal_access_tokens/self",
             None,

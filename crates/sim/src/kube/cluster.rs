@@ -1126,10 +1126,7 @@ impl Cluster {
         let mut dependents = Vec::new();
         for (key, objects) in &self.objects {
             for ((ns, dependent), object) in objects {
-                let owned = object["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|owners| owners.iter().any(|owner| owner["uid"] == uid.as_str()));
-                if owned {
+                if is_owned_by(object, &json!(uid)) {
                     dependents.push((key.clone(), ns.clone(), dependent.clone()));
                 }
             }
@@ -1434,6 +1431,13 @@ impl Propagation {
             _ => None,
         }
     }
+}
+
+/// Whether `object` names `uid` among its owners (garbage collection, controllers).
+pub fn is_owned_by(object: &Value, uid: &Value) -> bool {
+    object["metadata"]["ownerReferences"]
+        .as_array()
+        .is_some_and(|owners| owners.iter().any(|owner| owner["uid"] == *uid))
 }
 
 fn has_finalizers(object: &Value) -> bool {

@@ -10,7 +10,7 @@
 //! without its operator).
 
 use super::batch;
-use super::cluster::{Cluster, WriteOptions, new_uid, now_rfc3339};
+use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339};
 use super::cnpg;
 use super::kubelet;
 use super::rollout::{self, template_hash};
@@ -60,6 +60,15 @@ fn name_of(object: &Value) -> String {
         .as_str()
         .unwrap_or("")
         .to_string()
+}
+
+/// The objects of `store_key` in `namespace` that `uid` owns.
+fn owned_by(cluster: &Cluster, store_key: &str, namespace: &str, uid: &Value) -> Vec<Value> {
+    cluster
+        .all(store_key)
+        .into_iter()
+        .filter(|object| namespace_of(object) == namespace && is_owned_by(object, uid))
+        .collect()
 }
 
 fn write(cluster: &mut Cluster, store_key: &str, object: Value) -> usize {
@@ -273,16 +282,7 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         } else {
             workload["spec"]["replicas"].as_u64().unwrap_or(1)
         };
-        let owned: Vec<Value> = cluster
-            .all("pods")
-            .into_iter()
-            .filter(|pod| {
-                namespace_of(pod) == namespace
-                    && pod["metadata"]["ownerReferences"]
-                        .as_array()
-                        .is_some_and(|owners| owners.iter().any(|o| o["uid"] == uid))
-            })
-            .collect();
+        let owned: Vec<Value> = owned_by(cluster, "pods", &namespace, &uid);
         // Rollout: pods of an older template go, new ones come.
         let (current, stale): (Vec<Value>, Vec<Value>) = owned
             .into_iter()
@@ -533,16 +533,7 @@ fn deployments(cluster: &mut Cluster) -> usize {
         let template = deployment["spec"]["template"].clone();
         let hash = template_hash(&template);
         let desired = deployment["spec"]["replicas"].as_u64().unwrap_or(1);
-        let owned: Vec<Value> = cluster
-            .all("replicasets.apps")
-            .into_iter()
-            .filter(|rs| {
-                namespace_of(rs) == namespace
-                    && rs["metadata"]["ownerReferences"]
-                        .as_array()
-                        .is_some_and(|owners| owners.iter().any(|o| o["uid"] == uid))
-            })
-            .collect();
+        let owned: Vec<Value> = owned_by(cluster, "replicasets.apps", &namespace, &uid);
         let current_name = format!("{name}-{hash}");
         let history_limit = deployment["spec"]["revisionHistoryLimit"]
             .as_u64()
@@ -1015,16 +1006,7 @@ fn jobs(cluster: &mut Cluster) -> usize {
         let namespace = namespace_of(&job);
         let name = name_of(&job);
         let uid = job["metadata"]["uid"].clone();
-        let pods: Vec<Value> = cluster
-            .all("pods")
-            .into_iter()
-            .filter(|pod| {
-                namespace_of(pod) == namespace
-                    && pod["metadata"]["ownerReferences"]
-                        .as_array()
-                        .is_some_and(|owners| owners.iter().any(|o| o["uid"] == uid))
-            })
-            .collect();
+        let pods: Vec<Value> = owned_by(cluster, "pods", &namespace, &uid);
         let finished = job["status"]["conditions"].as_array().is_some_and(|list| {
             list.iter().any(|c| {
                 (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True"
