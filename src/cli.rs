@@ -107,6 +107,11 @@ enum Command {
         /// pipelines then stay pending, as on a GitLab without a runner
         #[arg(long)]
         no_runner: bool,
+        /// How the platform starts: `bare` (a fresh kind cluster: nodes and CoreDNS only, phase 2
+        /// builds the rest) or `phase2` (as phase 2 leaves it). Default: bare when one of the
+        /// scripts is a phase2.rhai, else phase2
+        #[arg(long, value_name = "START", value_parser = ["bare", "phase2"])]
+        platform: Option<String>,
         #[command(flatten)]
         run: RunArgs,
     },
@@ -323,10 +328,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Some(Command::Rehearse {
             state,
             no_runner,
+            platform,
             run,
         }) => {
             let (options, _) = run.into_options()?;
-            crate::rehearse::rehearse(state, !no_runner, options)
+            crate::rehearse::rehearse(state, !no_runner, platform.as_deref(), options)
         }
         Some(Command::Sim(SimCommand::Bao { listen, token })) => {
             bprun_sim::bao::run(&listen, &token)

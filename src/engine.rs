@@ -99,6 +99,10 @@ pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Nesting limits of expressions at the top level and inside functions (Rhai's release defaults).
+const MAX_EXPR_DEPTH: usize = 64;
+const MAX_FUNCTION_EXPR_DEPTH: usize = 32;
+
 /// The session, stored in the engine's tag so every native can reach it.
 #[derive(Clone)]
 pub struct SessionHandle(pub Arc<Session>);
@@ -137,6 +141,9 @@ pub fn build(session: Arc<Session>) -> Engine {
         .set_max_array_size(MAX_ARRAY_SIZE)
         .set_max_map_size(MAX_MAP_SIZE)
         .set_max_modules(MAX_MODULES)
+        // Rhai's defaults differ between debug and release builds (16 levels inside a function
+        // in debug): one explicit limit, so a script that runs in one build runs in the other.
+        .set_max_expr_depths(MAX_EXPR_DEPTH, MAX_FUNCTION_EXPR_DEPTH)
         .set_strict_variables(true);
     // Scripts are code reviewed in the repository; eval would let data become code.
     engine.disable_symbol("eval");

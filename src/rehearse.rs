@@ -93,13 +93,22 @@ fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) ->
     Ok(())
 }
 
-fn print_platform(platform: &platform::Platform, with_runner: bool) {
-    eprintln!("rehearsal platform:");
+fn print_platform(platform: &platform::Platform, with_runner: bool, bare: bool) {
+    eprintln!(
+        "rehearsal platform{}:",
+        if bare {
+            " (bare: a fresh kind cluster, phase 2 builds the rest)"
+        } else {
+            " (as phase 2 leaves it)"
+        }
+    );
     eprintln!("  GitLab simulator     {}", platform.gitlab_url);
     eprintln!(
         "  GitLab Runner        {}",
         if with_runner {
             "an online instance runner stand-in (as phase 2 registers it)"
+        } else if bare {
+            "none until phase 2 installs the GitLab Runner chart"
         } else {
             "none (--no-runner): pipelines stay pending"
         }
@@ -108,38 +117,109 @@ fn print_platform(platform: &platform::Platform, with_runner: bool) {
     eprintln!("  OpenBao              {}", platform.bao_description());
 }
 
-/// `bprun rehearse [--state DIR] [RUN OPTIONS] SCRIPT [ARGS...]`.
+/// The scripts of `bprun rehearse A.rhai B.rhai ... [ARGS...]`: the first positional word and
+/// every following one ending in `.rhai`, until the first script argument.
+fn split_scripts(options: &RunOptions) -> (Vec<PathBuf>, Vec<String>) {
+    let mut scripts = vec![options.script.clone()];
+    let mut rest = options.script_args.iter().peekable();
+    while let Some(next) = rest.peek() {
+        if next.starts_with('-') || !next.ends_with(".rhai") {
+            break;
+        }
+        scripts.push(PathBuf::from(next.as_str()));
+        rest.next();
+    }
+    (scripts, rest.cloned().collect())
+}
+
+/// Whether the platform starts bare: asked for, or because a phase 2 script will build it.
+fn starts_bare(asked: Option<&str>, scripts: &[PathBuf]) -> bool {
+    match asked {
+        Some(start) => start == "bare",
+        None => scripts
+            .iter()
+            .any(|script| script.file_name().is_some_and(|name| name == "phase2.rhai")),
+    }
+}
+
+/// `bprun rehearse [--state DIR] [--platform bare|phase2] [RUN OPTIONS] SCRIPT [SCRIPT...] [ARGS...]`:
+/// the scripts run one after the other, unchanged, on one platform; the first that fails
+/// stops the rehearsal. Script arguments reach every script.
 pub fn rehearse(
     state: Option<PathBuf>,
     with_runner: bool,
+    start: Option<&str>,
     options: RunOptions,
 ) -> Result<ExitCode, Error> {
-    let location = runner::ScriptLocation::find(&options.script)?;
-    let relative = location
-        .file
-        .strip_prefix(&location.root)
-        .map(Path::to_path_buf)
-        .map_err(|_| usage("the script is not inside its repository"))?;
+    let (scripts, script_args) = split_scripts(&options);
+    let mut located = Vec::new();
+    for script in &scripts {
+        let location = runner::ScriptLocation::find(script)?;
+        let relative = location
+            .file
+            .strip_prefix(&location.root)
+            .map(Path::to_path_buf)
+            .map_err(|_| usage("the script is not inside its repository"))?;
+        located.push((location, relative));
+    }
+    let root = located[0].0.root.clone();
+    if let Some((other, _)) = located.iter().find(|(location, _)| location.root != root) {
+        return Err(usage(format!(
+            "{} is in another repository than {}: a rehearsal copies one repository",
+            other.display, located[0].0.display
+        )));
+    }
+    let bare = starts_bare(start, &scripts);
     let state = state_dir(state, "rehearse")?;
     let work = state.path.join("work");
     // A state folder inside the repository must not copy itself (and its tokens) along.
-    let state_inside = std::path::absolute(&state.path).ok().and_then(|path| {
-        path.strip_prefix(&location.root)
-            .ok()
-            .map(Path::to_path_buf)
-    });
-    copy_repository(&location.root, &work, state_inside.as_deref())?;
-    let mut prepared = platform::prepare(&location.root, &state.path.join("platform"), 1.0)
+    let state_inside = std::path::absolute(&state.path)
+        .ok()
+        .and_then(|path| path.strip_prefix(&root).ok().map(Path::to_path_buf));
+    copy_repository(&root, &work, state_inside.as_deref())?;
+    let mut prepared = platform::prepare(&root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    prepared.with_runner = with_runner;
+    prepared.with_runner = with_runner && !bare;
+    prepared.bare = bare;
     export(&prepared, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    print_platform(&platform, with_runner);
-    let code = runner::run(RunOptions {
-        script: work.join(&relative),
-        ..options
-    });
+    print_platform(&platform, with_runner && !bare, bare);
+    let mut code = Ok(ExitCode::Success);
+    for (index, (location, relative)) in located.iter().enumerate() {
+        if located.len() > 1 {
+            eprintln!(
+                "\n== rehearsal {}/{}: {} ==",
+                index + 1,
+                located.len(),
+                location.display
+            );
+        }
+        code = runner::run(RunOptions {
+            script: work.join(relative),
+            script_args: script_args.clone(),
+            ..options.clone()
+        });
+        if !matches!(code, Ok(ExitCode::Success)) {
+            if index + 1 < located.len() {
+                eprintln!(
+                    "rehearsal stopped: {} failed, so {} did not run",
+                    location.display,
+                    located[index + 1..]
+                        .iter()
+                        .map(|(l, _)| l.display.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+            }
+            break;
+        }
+    }
+    if bare {
+        println!("\nEnd state of the rehearsal cluster:");
+        print!("{}", helm_releases(&work));
+        print!("{}", platform.kube_summary());
+    }
     match platform.end_state() {
         Ok(text) => {
             println!("\nEnd state of the rehearsal platform:");
@@ -149,6 +229,36 @@ pub fn rehearse(
     }
     drop(platform);
     code
+}
+
+/// The helm releases with chart and the digest bprun stamped on them, read with the real helm.
+fn helm_releases(work: &Path) -> String {
+    let helm = bprun_clients::helm::Helm::new(
+        work,
+        std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false)),
+    );
+    match helm.list(None) {
+        Ok(releases) if releases.is_empty() => "helm releases: none\n".to_string(),
+        Ok(releases) => {
+            let mut out = String::from("helm releases:\n");
+            for release in &releases {
+                out.push_str(&format!(
+                    "  {}/{} {} revision {} {}{}\n",
+                    release.namespace,
+                    release.name,
+                    release.chart,
+                    release.revision,
+                    release.status,
+                    release
+                        .digest()
+                        .map(|digest| format!(" (digest {})", &digest[..digest.len().min(16)]))
+                        .unwrap_or_default()
+                ));
+            }
+            out
+        }
+        Err(error) => format!("helm releases: cannot list ({})\n", error.message),
+    }
 }
 
 /// `bprun sim all [--state DIR]`: serves the platform and prints its environment.
@@ -185,7 +295,7 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     export(&prepared, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    print_platform(&platform, true);
+    print_platform(&platform, true, false);
     if std::env::var("GITLAB_TOKEN").is_ok_and(|token| !token.is_empty()) {
         eprintln!(
             "  GITLAB_TOKEN is set (the simulator's admin token): gitlab_* natives work at once; gitlab_login(TOKEN) switches to another token"

@@ -58,14 +58,23 @@ fn reach_through_cluster(session: &Session, settings: &mut BaoSettings) {
     } else {
         format!("{host_port}:{}", if scheme == "https" { 443 } else { 80 })
     };
-    let answers = std::net::ToSocketAddrs::to_socket_addrs(&with_port)
-        .map(|addresses| {
-            addresses.into_iter().any(|address| {
-                std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(2))
+    // BAO_K8S_SERVICE without BAO_ADDR: OpenBao lives in the cluster only, so whatever may
+    // answer on the default local address is not it.
+    let cluster_only = explicit
+        && std::env::var_os("BAO_ADDR").is_none()
+        && std::env::var_os("VAULT_ADDR").is_none();
+    let answers = !cluster_only
+        && std::net::ToSocketAddrs::to_socket_addrs(&with_port)
+            .map(|addresses| {
+                addresses.into_iter().any(|address| {
+                    std::net::TcpStream::connect_timeout(
+                        &address,
+                        std::time::Duration::from_secs(2),
+                    )
                     .is_ok()
+                })
             })
-        })
-        .unwrap_or(false);
+            .unwrap_or(false);
     let cluster = std::env::var_os("KUBECONFIG").is_some()
         || std::env::var_os("HOME")
             .is_some_and(|home| std::path::Path::new(&home).join(".kube/config").is_file());

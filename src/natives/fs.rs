@@ -24,6 +24,91 @@ pub mod fs_functions {
             .map_err(native_error)
     }
 
+    /// A template file with its `{{ NAME }}` placeholders filled from `values` (strings,
+    /// numbers or `Secret`s). The result is a `Secret` when any value used was one, so a
+    /// rendered credential file never prints. A placeholder without a value, or a value no
+    /// placeholder uses, is an error naming the file and line (a typo never renders silently).
+    ///
+    /// ```rhai
+    /// let connection = template_file("infra/references/gitlab-rails-storage-connection.yaml",
+    ///     #{ACCESS_KEY: "admin", SECRET_KEY: secret("minio-password-xyz"), ENDPOINT: "http://minio.minio.svc:9000"});
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn template_file(
+        context: NativeCallContext,
+        path: &str,
+        values: rhai::Map,
+    ) -> Result<Dynamic, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        let text = Confinement::new(&session.state.root)
+            .read_text(path)
+            .map_err(native_error)?;
+        let mut filled = String::with_capacity(text.len());
+        let mut used = std::collections::BTreeSet::new();
+        let mut secret = false;
+        for (index, line) in text.split_inclusive('\n').enumerate() {
+            let mut rest = line;
+            while let Some(start) = rest.find("{{") {
+                filled.push_str(&rest[..start]);
+                let after = &rest[start + 2..];
+                let Some(end) = after.find("}}") else {
+                    return Err(native_error(NativeError::new(format!(
+                        "template_file: {path}:{}: `{{{{` without a closing `}}}}`",
+                        index + 1
+                    ))));
+                };
+                let name = after[..end].trim();
+                let Some(value) = values.get(name) else {
+                    let mut known: Vec<&str> = values.keys().map(|k| k.as_str()).collect();
+                    known.sort();
+                    return Err(native_error(
+                        NativeError::new(format!(
+                            "template_file: {path}:{}: no value for {{{{ {name} }}}}",
+                            index + 1
+                        ))
+                        .with_hint(format!("values given: {}", known.join(", "))),
+                    ));
+                };
+                if let Some(hidden) = value.read_lock::<bprun_clients::secret::Secret>() {
+                    secret = true;
+                    filled.push_str(hidden.reveal());
+                } else if value.is_string() || value.is_int() || value.is_bool() || value.is_float()
+                {
+                    filled.push_str(&value.to_string());
+                } else {
+                    return Err(native_error(NativeError::new(format!(
+                        "template_file: {path}:{}: {name} must be a string, a number or a Secret, not {}",
+                        index + 1,
+                        value.type_name()
+                    ))));
+                }
+                used.insert(name.to_string());
+                rest = &after[end + 2..];
+            }
+            filled.push_str(rest);
+        }
+        let mut unused: Vec<&str> = values
+            .keys()
+            .map(|k| k.as_str())
+            .filter(|key| !used.contains(*key))
+            .collect();
+        if !unused.is_empty() {
+            unused.sort();
+            return Err(native_error(
+                NativeError::new(format!(
+                    "template_file: {path} has no placeholder for {}",
+                    unused.join(", ")
+                ))
+                .with_hint("placeholders are written {{ NAME }}; check the spelling"),
+            ));
+        }
+        Ok(if secret {
+            Dynamic::from(bprun_clients::secret::Secret::new(filled))
+        } else {
+            filled.into()
+        })
+    }
+
     /// True when a file or folder exists under the repository root.
     ///
     /// ```rhai

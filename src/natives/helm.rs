@@ -714,6 +714,172 @@ pub mod helm_functions {
         Ok(result)
     }
 
+    /// The chart to install for `helm_repositories.<key>` of `infra/VERSIONS.json`, with its pin:
+    /// the cached archive `infra/helm-charts/<chart>-<version>.tgz` (verified against its
+    /// SHA-256) when it is there; otherwise the stand-in chart `infra/helm-charts/stand-ins/<chart>`
+    /// when one exists (with a warning: the real chart could not be had); otherwise it is
+    /// pulled as `helm_pull` does. Returns `#{path, chart, version, release, namespace,
+    /// values_overrides, stand_in}`; `path` is what `helm_install` takes.
+    ///
+    /// ```rhai
+    /// step("Redis", || {
+    ///     let redis = helm_chart("redis");
+    ///     helm_install(redis.release, redis.path, redis.namespace,
+    ///         #{values_files: ["infra/helm-values/redis.yaml"], values: redis.values_overrides});
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn helm_chart(context: NativeCallContext, key: &str) -> NativeResult<rhai::Map> {
+        const NATIVE: &str = "helm_chart";
+        let session = remote_session(&context, NATIVE)?;
+        let (_, pins) = load_versions(&session).map_err(native_error)?;
+        let Some(pin) = pins.get(key) else {
+            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
+            return Err(native_error(
+                NativeError::new(format!(
+                    "{NATIVE}: {} has no helm_repositories.{key}",
+                    helm::VERSIONS_FILE
+                ))
+                .with_hint(format!("known keys: {}", known.join(", "))),
+            ));
+        };
+        let files = Confinement::new(&session.state.root);
+        let cached = pin.cache_path();
+        let stand_in = format!("{}/stand-ins/{}", helm::CHART_CACHE, pin.chart);
+        let (path, is_stand_in) = if files.resolve(&cached).map_err(native_error)?.is_file() {
+            (cached, false)
+        } else if files
+            .resolve(&format!("{stand_in}/Chart.yaml"))
+            .map_err(native_error)?
+            .is_file()
+        {
+            session.state.reporter.log(
+                crate::output::Level::Warn,
+                &format!(
+                    "{cached} is not in the chart cache: using the stand-in chart {stand_in} (not the real {} {}; see its README)",
+                    pin.chart, pin.chart_version
+                ),
+            );
+            (stand_in, true)
+        } else {
+            let pulled = helm_pull(context, key)?;
+            (
+                pulled.get("path").map(|p| p.to_string()).unwrap_or(cached),
+                false,
+            )
+        };
+        if !is_stand_in && let Ok(archive) = files.resolve(&path) {
+            pin.verify(&archive).map_err(from_helm(NATIVE))?;
+        }
+        let mut result = rhai::Map::new();
+        result.insert("path".into(), path.into());
+        result.insert("chart".into(), pin.chart.clone().into());
+        result.insert("version".into(), pin.chart_version.clone().into());
+        result.insert(
+            "release".into(),
+            pin.release
+                .clone()
+                .unwrap_or_else(|| key.to_string())
+                .into(),
+        );
+        result.insert(
+            "namespace".into(),
+            pin.namespace
+                .clone()
+                .unwrap_or_else(|| key.to_string())
+                .into(),
+        );
+        result.insert(
+            "values_overrides".into(),
+            from_json(Value::Object(
+                pin.values_overrides.clone().unwrap_or_default(),
+            )),
+        );
+        result.insert("stand_in".into(), is_stand_in.into());
+        Ok(result)
+    }
+
+    /// The YAML of `manifests.<key>` of `infra/VERSIONS.json` (one file, or every pinned file of
+    /// a folder in name order, joined as one multi-document text), each file checked against its
+    /// pinned SHA-256 first: a file that differs from its pin, or a pinned file that is missing,
+    /// is an error and nothing is returned. `kube_apply` takes the result.
+    ///
+    /// ```rhai
+    /// step("Gateway API CRDs", || { kube_apply(pinned_manifest("gateway-api")); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn pinned_manifest(context: NativeCallContext, key: &str) -> NativeResult<String> {
+        const NATIVE: &str = "pinned_manifest";
+        let session = session(&context)?;
+        let (document, _) = load_versions(&session).map_err(native_error)?;
+        let pin = &document["manifests"][key];
+        if !pin.is_object() {
+            let known: Vec<String> = document["manifests"]
+                .as_object()
+                .map(|all| all.keys().cloned().collect())
+                .unwrap_or_default();
+            return Err(native_error(
+                NativeError::new(format!(
+                    "{NATIVE}: {} has no manifests.{key}",
+                    helm::VERSIONS_FILE
+                ))
+                .with_hint(format!("known keys: {}", known.join(", "))),
+            ));
+        }
+        let path = pin["path"].as_str().unwrap_or_default();
+        let files: Vec<(String, String)> = match &pin["sha256"] {
+            Value::String(digest) => vec![(path.to_string(), digest.clone())],
+            Value::Object(per_file) => per_file
+                .iter()
+                .map(|(file, digest)| {
+                    (
+                        format!("{path}/{file}"),
+                        digest.as_str().unwrap_or_default().to_string(),
+                    )
+                })
+                .collect(),
+            _ => {
+                return Err(native_error(NativeError::new(format!(
+                    "{NATIVE}: manifests.{key} in {} has no sha256 pin",
+                    helm::VERSIONS_FILE
+                ))));
+            }
+        };
+        let confinement = Confinement::new(&session.state.root);
+        let mut text = String::new();
+        for (file, pinned) in files {
+            let bytes = std::fs::read(confinement.resolve(&file).map_err(native_error)?).map_err(
+                |error| {
+                    native_error(
+                        NativeError::new(format!("{NATIVE}: cannot read {file}: {error}"))
+                            .with_hint(format!(
+                                "the pinned manifests of {key} belong in {path} (see {})",
+                                helm::VERSIONS_FILE
+                            )),
+                    )
+                },
+            )?;
+            let actual = bprun_clients::digest::sha256_hex(&bytes);
+            if !actual.eq_ignore_ascii_case(&pinned) {
+                return Err(native_error(
+                    NativeError::new(format!(
+                        "{NATIVE}: {file} has SHA-256 {actual}, but {} pins {pinned}",
+                        helm::VERSIONS_FILE
+                    ))
+                    .with_hint("restore the upstream file unmodified, or update the pin after reviewing the new upstream version"),
+                ));
+            }
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            if !text.is_empty() {
+                text.push_str("---\n");
+            }
+            text.push_str(&String::from_utf8_lossy(&bytes));
+        }
+        Ok(text)
+    }
+
     /// `infra/VERSIONS.json`, the single source of truth for chart repositories, chart versions
     /// and value overrides (`helm_repositories.<key>` = `#{name, url, chart, chart_version,
     /// release, namespace, values_overrides}`). A malformed file is an error at file:line:col.

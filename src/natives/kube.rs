@@ -397,33 +397,29 @@ pub mod kube_functions {
         name: &str,
         data: rhai::Map,
     ) -> NativeResult<rhai::Map> {
-        let (session, kube) = remote(&context, "kube_secret_write")?;
-        let mut values = std::collections::BTreeMap::new();
-        for (key, value) in &data {
-            let text = if let Some(secret) = value.read_lock::<Secret>() {
-                secret.reveal().to_string()
-            } else if value.is_string() || value.is_int() || value.is_bool() {
-                value.to_string()
-            } else {
-                return Err(native_error(NativeError::new(format!(
-                    "kube_secret_write {}: {key} must be a string or a Secret, not {}",
-                    display("Secret", ns, name),
-                    value.type_name()
-                ))));
-            };
-            values.insert(key.to_string(), text);
-        }
-        let changed = kube
-            .secret_write(ns, name, &values, session.state.check())
-            .map_err(native_error)?;
-        if changed {
-            session
-                .state
-                .record_change("write", &display("Secret", ns, name));
-        }
-        let mut result = rhai::Map::new();
-        result.insert("changed".into(), changed.into());
-        Ok(result)
+        secret_write(&context, ns, name, &data, &rhai::Map::new())
+    }
+
+    /// Like `kube_secret_write(ns, name, data)` with options: `type` (default `Opaque`; for
+    /// example `kubernetes.io/tls` with the keys `tls.crt` and `tls.key`). A Secret's type cannot
+    /// change on a live object: a different one is an error that says how to proceed.
+    ///
+    /// ```rhai
+    /// step("TLS", || {
+    ///     kube_secret_write("gitlab", "gitlab-wildcard-tls",
+    ///         #{"tls.crt": read_text("infra/tls/wildcard/cert.pem"), "tls.key": secret(read_text("infra/tls/wildcard/key.pem"))},
+    ///         #{type: "kubernetes.io/tls"});
+    /// });
+    /// ```
+    #[rhai_fn(name = "kube_secret_write", return_raw)]
+    pub fn kube_secret_write_with(
+        context: NativeCallContext,
+        ns: &str,
+        name: &str,
+        data: rhai::Map,
+        options: rhai::Map,
+    ) -> NativeResult<rhai::Map> {
+        secret_write(&context, ns, name, &data, &options)
     }
 
     /// Restarts a Deployment, StatefulSet or DaemonSet's pods as `kubectl rollout restart` does
@@ -707,4 +703,43 @@ pub mod kube_functions {
             base64::engine::general_purpose::STANDARD.encode(text),
         ))
     }
+}
+
+fn secret_write(
+    context: &NativeCallContext,
+    ns: &str,
+    name: &str,
+    data: &rhai::Map,
+    options: &rhai::Map,
+) -> NativeResult<rhai::Map> {
+    const NATIVE: &str = "kube_secret_write";
+    reject_unknown(options, &["type"], NATIVE)?;
+    let kind = option_str(options, "type", NATIVE)?.unwrap_or_else(|| "Opaque".to_string());
+    let (session, kube) = remote(context, NATIVE)?;
+    let mut values = std::collections::BTreeMap::new();
+    for (key, value) in data {
+        let text = if let Some(secret) = value.read_lock::<Secret>() {
+            secret.reveal().to_string()
+        } else if value.is_string() || value.is_int() || value.is_bool() {
+            value.to_string()
+        } else {
+            return Err(native_error(NativeError::new(format!(
+                "{NATIVE} {}: {key} must be a string or a Secret, not {}",
+                display("Secret", ns, name),
+                value.type_name()
+            ))));
+        };
+        values.insert(key.to_string(), text);
+    }
+    let changed = kube
+        .secret_write(ns, name, &values, &kind, session.state.check())
+        .map_err(native_error)?;
+    if changed {
+        session
+            .state
+            .record_change("write", &display("Secret", ns, name));
+    }
+    let mut result = rhai::Map::new();
+    result.insert("changed".into(), changed.into());
+    Ok(result)
 }

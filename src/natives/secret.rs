@@ -32,6 +32,25 @@ pub mod secret_functions {
         value
     }
 
+    /// A new random password as a `Secret`: `length` characters (12 to 256) from `[A-Za-z0-9]`,
+    /// drawn from the operating system's CSPRNG. Scripts keep it somewhere (a 0600 file,
+    /// OpenBao) before they use it, so a re-run reads it back instead of minting another.
+    ///
+    /// ```rhai
+    /// let password = random_secret(32);
+    /// assert(password.len == 32, "length");
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn random_secret(length: i64) -> Result<Secret, Box<rhai::EvalAltResult>> {
+        if !(12..=256).contains(&length) {
+            return Err(format!(
+                "random_secret: a length of {length} is outside 12..=256 (hint: passwords phase 2 mints are 32 characters)"
+            )
+            .into());
+        }
+        bprun_clients::secret::random_password(length as usize).map_err(|message| message.into())
+    }
+
     /// The plain value of a `Secret`, for the rare place that needs text. The result is still
     /// scrubbed from output, but prefer passing the `Secret` itself to natives.
     ///

@@ -614,6 +614,7 @@ impl KubeClient {
         namespace: &str,
         name: &str,
         data: &std::collections::BTreeMap<String, String>,
+        kind: &str,
         dry_run: bool,
     ) -> Result<bool, ClientError> {
         use base64::Engine;
@@ -628,16 +629,26 @@ impl KubeClient {
             })
             .collect();
         let live = self.get("secrets", namespace, name)?;
-        if let Some(live) = &live
-            && live["data"].as_object() == Some(&encoded)
-        {
-            return Ok(false);
+        if let Some(live) = &live {
+            let live_kind = live["type"].as_str().unwrap_or("Opaque");
+            if live_kind != kind {
+                // The API server refuses to change a Secret's type (the field is immutable).
+                return Err(ClientError::new(format!(
+                    "{shown} has type {live_kind}, not {kind}, and a Secret's type cannot change"
+                ))
+                .with_hint(format!(
+                    "delete it first (kubectl -n {namespace} delete secret {name}) or keep type {live_kind}"
+                )));
+            }
+            if live["data"].as_object() == Some(&encoded) {
+                return Ok(false);
+            }
         }
         if dry_run {
             return Ok(true);
         }
         let object = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
-                            "type": "Opaque", "data": encoded});
+                            "type": kind, "data": encoded});
         block_on(async {
             let (resource, caps) = self.resolve_async("Secret", Some("v1")).await?;
             let api = self.api(&resource, &caps, namespace);

@@ -139,6 +139,29 @@ pub fn scrub(text: &str) -> String {
     out
 }
 
+/// A password of `length` characters from `[A-Za-z0-9]`, drawn from the operating system's
+/// CSPRNG (rejection sampling, so every character is equally likely). Registered for scrubbing.
+pub fn random_password(length: usize) -> Result<Secret, String> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+    let random = SystemRandom::new();
+    let mut password = String::with_capacity(length);
+    let mut buffer = [0u8; 64];
+    while password.len() < length {
+        random
+            .fill(&mut buffer)
+            .map_err(|_| "the system's random number generator failed".to_string())?;
+        // 248 = 4 * 62: bytes at or above it would favour the first characters.
+        for byte in buffer.iter().filter(|byte| **byte < 248) {
+            if password.len() == length {
+                break;
+            }
+            password.push(ALPHABET[usize::from(*byte) % ALPHABET.len()] as char);
+        }
+    }
+    Ok(Secret::new(password))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -165,6 +188,16 @@ mod tests {
     fn kubeconfig_credentials_are_registered() {
         register_kubeconfig("users:\n- name: admin\n  user:\n    token: kubeconfig-canary-token\n");
         assert_eq!(scrub("Bearer kubeconfig-canary-token"), "Bearer ***");
+    }
+
+    #[test]
+    fn random_passwords_have_the_length_and_alphabet_asked_for_and_differ() {
+        let first = random_password(32).unwrap();
+        let second = random_password(32).unwrap();
+        assert_eq!(first.reveal().len(), 32);
+        assert!(first.reveal().chars().all(|c| c.is_ascii_alphanumeric()));
+        assert_ne!(first.reveal(), second.reveal());
+        assert_eq!(scrub(&format!("x {} y", first.reveal())), "x *** y");
     }
 
     #[test]

@@ -41,6 +41,10 @@ pub struct Prepared {
     pub pipeline_seconds: f64,
     /// Register and run the GitLab Runner stand-in (phase 2's last step); true by default.
     pub with_runner: bool,
+    /// Start as a fresh kind cluster does (phase 2 builds the rest): kind's nodes and
+    /// `kube-system` with CoreDNS, no StorageClass, no CRDs, no GitLab workloads, no OpenBao
+    /// and no runner. False by default: the platform as phase 2 leaves it.
+    pub bare: bool,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -167,12 +171,27 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         kubeconfig: state_dir.join("kubeconfig"),
         pipeline_seconds,
         with_runner: true,
+        bare: false,
     })
 }
 
 impl Prepared {
     /// The environment a script needs to run against the platform.
     pub fn env(&self) -> Vec<(&'static str, String)> {
+        if self.bare {
+            // No OpenBao yet: phase 2 installs it, and the natives reach it through a
+            // port-forward to its Service, with the root token of the init file phase 2 writes.
+            return vec![
+                ("GITLAB_URL", self.gitlab_url.clone()),
+                ("GITLAB_TOKEN", self.gitlab_admin_token.clone()),
+                ("KUBECONFIG", self.kubeconfig.display().to_string()),
+                ("BAO_K8S_SERVICE", "openbao/openbao:8200".to_string()),
+                (
+                    "BPRUN_SIM_CA_FILE",
+                    self.state_dir.join("kube-ca.pem").display().to_string(),
+                ),
+            ];
+        }
         vec![
             ("GITLAB_URL", self.gitlab_url.clone()),
             // The simulator's own admin token (phase 3 mints and uses its own PAT).
@@ -199,6 +218,8 @@ impl Drop for KillOnDrop {
 }
 
 enum Bao {
+    /// A bare platform: OpenBao is what phase 2 installs into the cluster.
+    None,
     Real(KillOnDrop),
     /// Held for its lifetime: dropping it stops the stand-in.
     #[allow(dead_code)]
@@ -281,7 +302,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     ))];
     // Phase 2 ends by registering GitLab Runner: the platform has an online instance runner,
     // online because its stand-in polls for jobs.
-    if prepared.with_runner {
+    if prepared.with_runner && !prepared.bare {
         let runner_token = gitlab.register_standin_runner(&[]);
         crate::gitlab::standin_poll(&gitlab, &runner_token);
         tasks.push(runtime.spawn(crate::gitlab::runner_standin(
@@ -295,6 +316,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     tasks.push(runtime.spawn(registry(to_tokio(prepared.registry)?)));
     // OpenBao.
     let bao = match &prepared.bao_kind {
+        _ if prepared.bare => Bao::None,
         BaoKind::Real(binary) => {
             // The root token goes through the environment, not the command line (`ps` shows that).
             let child = Command::new(binary)
@@ -325,13 +347,17 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),
     ));
-    crate::kube::seed_platform(
-        &kube_sim,
-        &crate::kube::PlatformTargets {
-            openbao: Some(prepared.bao_addr),
-            registry: Some(registry_addr),
-        },
-    )?;
+    if prepared.bare {
+        crate::kube::seed_bare(&kube_sim)?;
+    } else {
+        crate::kube::seed_platform(
+            &kube_sim,
+            &crate::kube::PlatformTargets {
+                openbao: Some(prepared.bao_addr),
+                registry: Some(registry_addr),
+            },
+        )?;
+    }
     let identity = crate::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
     let kube = crate::kube::start_with(prepared.kube, kube_sim, identity)?;
     crate::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
@@ -360,6 +386,9 @@ impl Platform {
 
     /// Which OpenBao runs, in words.
     pub fn bao_description(&self) -> String {
+        if matches!(self.bao, Bao::None) {
+            return "none yet: phase 2 installs it into the cluster (reached through a port-forward to svc/openbao)".into();
+        }
         match &self.bao_kind {
             BaoKind::Real(path) => format!("a real `bao server -dev` ({})", path.display()),
             BaoKind::StandIn if std::env::var("BPRUN_SIM_BAO").as_deref() == Ok("stand-in") => {
@@ -372,6 +401,9 @@ impl Platform {
     }
 
     fn wait_ready(&mut self) -> Result<(), String> {
+        if matches!(self.bao, Bao::None) {
+            return Ok(());
+        }
         let deadline = Instant::now() + Duration::from_secs(30);
         let health = format!("http://{}/v1/sys/health", self.bao_addr);
         loop {
@@ -391,6 +423,81 @@ impl Platform {
             }
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    /// The cluster as phase 2 left it, read from the Kubernetes simulator's store: workloads
+    /// with their ready replicas, claims with their phase, and Secrets by name (values never
+    /// shown; helm's release records and service-account tokens left out), per namespace.
+    pub fn kube_summary(&self) -> String {
+        use crate::kube::selectors::{FieldSelector, LabelSelector};
+        let cluster = self.kube.sim.cluster();
+        let everything = LabelSelector::default();
+        let any_field = FieldSelector::default();
+        let list = |group: &str, version: &str, plural: &str| -> Vec<serde_json::Value> {
+            cluster
+                .resource(group, version, plural)
+                .map(|rt| cluster.list(&rt, None, &everything, &any_field))
+                .unwrap_or_default()
+        };
+        let text = |value: &serde_json::Value| value.as_str().unwrap_or("").to_string();
+        let mut lines: Vec<(String, String)> = Vec::new();
+        for (plural, kind) in [
+            ("deployments", "Deployment"),
+            ("statefulsets", "StatefulSet"),
+        ] {
+            for object in list("apps", "v1", plural) {
+                let namespace = text(&object["metadata"]["namespace"]);
+                let wanted = object["spec"]["replicas"].as_u64().unwrap_or(1);
+                let ready = object["status"]["readyReplicas"].as_u64().unwrap_or(0);
+                lines.push((
+                    namespace,
+                    format!(
+                        "{kind}/{} {ready}/{wanted} ready",
+                        text(&object["metadata"]["name"])
+                    ),
+                ));
+            }
+        }
+        for claim in list("", "v1", "persistentvolumeclaims") {
+            lines.push((
+                text(&claim["metadata"]["namespace"]),
+                format!(
+                    "PersistentVolumeClaim/{} {}",
+                    text(&claim["metadata"]["name"]),
+                    text(&claim["status"]["phase"])
+                ),
+            ));
+        }
+        for secret in list("", "v1", "secrets") {
+            let kind = text(&secret["type"]);
+            if kind == "helm.sh/release.v1" || kind == "kubernetes.io/service-account-token" {
+                continue;
+            }
+            let mut keys: Vec<String> = secret["data"]
+                .as_object()
+                .map(|data| data.keys().cloned().collect())
+                .unwrap_or_default();
+            keys.sort();
+            lines.push((
+                text(&secret["metadata"]["namespace"]),
+                format!(
+                    "Secret/{} ({})",
+                    text(&secret["metadata"]["name"]),
+                    keys.join(", ")
+                ),
+            ));
+        }
+        lines.sort();
+        let mut out = String::new();
+        let mut current = None;
+        for (namespace, line) in lines {
+            if current.as_deref() != Some(namespace.as_str()) {
+                out.push_str(&format!("namespace {namespace}\n"));
+                current = Some(namespace);
+            }
+            out.push_str(&format!("  {line}\n"));
+        }
+        out
     }
 
     /// The end state as an operator wants to see it after a rehearsal: the group, projects

@@ -253,6 +253,110 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
     Ok(())
 }
 
+/// kind's default Corefile (kind v0.27, Kubernetes 1.35), which phase 2's CoreDNS step patches.
+pub const KIND_COREFILE: &str = ".:53 {
+    errors
+    health {
+       lameduck 5s
+    }
+    ready
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+       pods insecure
+       fallthrough in-addr.arpa ip6.arpa
+       ttl 30
+    }
+    prometheus :9153
+    forward . /etc/resolv.conf {
+       max_concurrent 1000
+    }
+    cache 30 {
+       disable success cluster.local
+       disable denial cluster.local
+    }
+    loop
+    reload
+    loadbalance
+}
+";
+
+/// The worker nodes of the platform's kind cluster (three for GitLab, one for the runner),
+/// next to the control plane every simulated cluster has.
+pub const KIND_WORKERS: &[(&str, &str)] = &[
+    ("sim-worker", "gitlab"),
+    ("sim-worker2", "gitlab"),
+    ("sim-worker3", "gitlab"),
+    ("sim-worker4", "runner"),
+];
+
+/// What a fresh kind cluster has before phase 2: its nodes and `kube-system` with CoreDNS
+/// (Deployment, ConfigMap with kind's Corefile, the `kube-dns` Service). No StorageClass, no
+/// CRDs, no workloads of the platform.
+pub fn seed_bare(sim: &KubeSim) -> Result<(), String> {
+    let mut cluster = sim.cluster();
+    let create = |cluster: &mut cluster::Cluster, manager: &str, object: serde_json::Value| {
+        let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
+        let kind = object["kind"].as_str().unwrap_or("").to_string();
+        let rt = cluster
+            .resource_for_kind(&api_version, &kind)
+            .ok_or_else(|| format!("no resource for {kind}"))?;
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("")
+            .to_string();
+        let options = cluster::WriteOptions {
+            manager: manager.into(),
+            ..Default::default()
+        };
+        cluster
+            .create(&rt, &namespace, object, &options)
+            .map(|_| ())
+            .map_err(|error| error.message)
+    };
+    for (name, role) in KIND_WORKERS {
+        create(
+            &mut cluster,
+            "kubelet",
+            json!({"apiVersion": "v1", "kind": "Node",
+                   "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+                                                         "blueprint.dev/pool": role}},
+                   "status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady"}],
+                              "nodeInfo": {"kubeletVersion": "v1.35.0", "containerRuntimeVersion": "containerd://2.1.0", "osImage": "bprun simulator"}}}),
+        )?;
+    }
+    let labels = json!({"k8s-app": "kube-dns"});
+    create(
+        &mut cluster,
+        "kubeadm",
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "coredns", "namespace": "kube-system"},
+               "data": {"Corefile": KIND_COREFILE}}),
+    )?;
+    create(
+        &mut cluster,
+        "kubeadm",
+        json!({"apiVersion": "apps/v1", "kind": "Deployment",
+               "metadata": {"name": "coredns", "namespace": "kube-system", "labels": labels},
+               "spec": {"replicas": 2, "selector": {"matchLabels": labels},
+                        "template": {"metadata": {"labels": labels},
+                                     "spec": {"containers": [{"name": "coredns",
+                                                               "image": "registry.k8s.io/coredns/coredns:v1.12.1",
+                                                               "args": ["-conf", "/etc/coredns/Corefile"],
+                                                               "volumeMounts": [{"name": "config-volume", "mountPath": "/etc/coredns", "readOnly": true}]}],
+                                              "volumes": [{"name": "config-volume",
+                                                           "configMap": {"name": "coredns", "items": [{"key": "Corefile", "path": "Corefile"}]}}]}}}}),
+    )?;
+    create(
+        &mut cluster,
+        "kubeadm",
+        json!({"apiVersion": "v1", "kind": "Service",
+               "metadata": {"name": "kube-dns", "namespace": "kube-system", "labels": labels},
+               "spec": {"selector": labels, "clusterIP": "10.96.0.10",
+                        "ports": [{"name": "dns", "port": 53, "protocol": "UDP"},
+                                  {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]}}),
+    )?;
+    Ok(())
+}
+
 /// A kubeconfig for a simulator at `url` with `token`.
 pub fn kubeconfig(url: &str, token: &str, ca_pem: &str) -> String {
     use base64::Engine;
