@@ -31,6 +31,8 @@ pub struct StepDecl {
     /// Runs whatever `--only`, `--from` or `--resume` select (only `--skip NAME` leaves it
     /// out): for steps later steps depend on, such as logging in.
     pub always: bool,
+    /// What to look at when the step fails (the seed's failure mapping), shown after its error.
+    pub on_failure: Option<String>,
 }
 
 /// What runs when the script's top level has finished (the runner runs the steps).

@@ -616,8 +616,13 @@ fn run_steps(
                         None,
                     );
                     reporter.step_end(number, total, &failed);
+                    let look_at = step
+                        .on_failure
+                        .as_ref()
+                        .map(|text| format!("  when this step fails: {text}\n"))
+                        .unwrap_or_default();
                     reporter.error(
-                        &format!("error: step \"{}\" failed\n{}re-run with --resume to continue from here\n", step.name, report.text),
+                        &format!("error: step \"{}\" failed\n{}{look_at}re-run with --resume to continue from here\n", step.name, report.text),
                         &report.headline,
                     );
                     records.push(failed);

@@ -48,16 +48,20 @@ pub mod step_functions {
         name: &str,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        declare(&context, name, body, false)
+        declare(&context, name, body, false, None)
     }
 
     /// Declares a step with options: `always` (true: the step runs whatever `--only`, `--from`
-    /// or `--resume` select, as Ansible's `always` tag; only `--skip NAME` leaves it out). For
-    /// steps every later step needs, such as logging in.
+    /// or `--resume` select, as Ansible's `always` tag; only `--skip NAME` leaves it out), for
+    /// steps every later step needs, such as logging in; `on_failure` (text shown under the
+    /// step's error: where to look when it fails, such as the runbook's failure mapping).
     ///
     /// ```rhai
     /// step("Login", #{always: true}, || {
     ///     info("logging in");
+    /// });
+    /// step("Database", #{on_failure: "check the claim's annotations (stable storage step)"}, || {
+    ///     info("database");
     /// });
     /// ```
     #[rhai_fn(name = "step", return_raw)]
@@ -67,10 +71,11 @@ pub mod step_functions {
         options: rhai::Map,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        crate::natives::options::reject_unknown(&options, &["always"], "step")?;
+        crate::natives::options::reject_unknown(&options, &["always", "on_failure"], "step")?;
         let always =
             crate::natives::options::option_bool(&options, "always", "step")?.unwrap_or(false);
-        declare(&context, name, body, always)
+        let on_failure = crate::natives::options::option_str(&options, "on_failure", "step")?;
+        declare(&context, name, body, always, on_failure)
     }
 
     /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
@@ -187,6 +192,7 @@ fn declare(
     name: &str,
     body: FnPtr,
     always: bool,
+    on_failure: Option<String>,
 ) -> Result<(), Box<EvalAltResult>> {
     let session = session(context)?;
     if session.state.phase() == Phase::Running {
@@ -213,6 +219,7 @@ fn declare(
         position: context.call_position(),
         source: context.call_source().map(str::to_string),
         always,
+        on_failure,
     });
     Ok(())
 }

@@ -19,6 +19,7 @@ mod kube_natives;
 mod kube_realism;
 mod kube_sim;
 mod natives;
+mod phase2;
 mod phase3;
 mod recovery;
 mod repl;

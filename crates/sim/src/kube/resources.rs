@@ -375,6 +375,26 @@ const BUILTIN: &[Builtin] = &[
         &[],
         &[],
     ),
+    // Admission policies in CEL (GA in 1.30); the Gateway API CRDs ship one. Stored, not
+    // evaluated.
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        false,
+        &[],
+        &["status"],
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "v1",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        false,
+        &[],
+        &[],
+    ),
     (
         "certificates.k8s.io",
         "v1",

@@ -1,0 +1,139 @@
+//! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
+//! its safety rails, through the real binary on a copy of this repository.
+
+use crate::support::BPRUN;
+
+#[test]
+fn the_plan_is_the_seeds_thirteen_steps_then_destroy() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.run(&["--list", "scripts/phase2.rhai"]).expect(
+        0,
+        "scripts/phase2.rhai: 14 steps
+[1/14] Pre-flight
+[2/14] Gateway API CRDs
+[3/14] local-path StorageClass
+[4/14] Stable storage
+[5/14] CloudNativePG
+[6/14] Redis
+[7/14] MinIO
+[8/14] OpenBao
+[9/14] Wildcard TLS
+[10/14] CoreDNS rewrite
+[11/14] Node trust
+[12/14] GitLab
+[13/14] Registry hosts pin and Runner
+[14/14] Destroy
+",
+        "",
+    );
+}
+
+#[test]
+fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
+    // No cluster is configured: the refusal comes before any step could reach one.
+    let refused = copy.run(&["scripts/phase2.rhai", "--destroy"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    refused.stderr_contains("--destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars");
+    refused.stderr_contains("add --preserve-data");
+    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = false\n");
+    let refused = copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    refused
+        .stderr_contains("--destroy --preserve-data disagrees with preserve_stateful_data = false");
+    assert!(
+        !copy.path().join("infra/secrets").exists() && !copy.path().join(".bprun").exists(),
+        "a refused destroy wrote state"
+    );
+}
+
+#[test]
+fn pinned_manifests_are_checked_before_anything_is_applied() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write(
+        "scripts/manifest.rhai",
+        "let text = pinned_manifest(\"gateway-api\");\nprint(`${yaml_parse_all(text).len()} objects`);\n",
+    );
+    copy.run(&["scripts/manifest.rhai"])
+        .code(0)
+        .stdout_contains(" objects");
+    let file = "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gateways.yaml";
+    let text = std::fs::read_to_string(copy.path().join(file)).expect("vendored CRD");
+    copy.write(file, &text.replace("Gateway", "Gatewai"));
+    let refused = copy.run(&["scripts/manifest.rhai"]);
+    assert_ne!(refused.code, 0, "{refused:?}");
+    refused.stderr_contains(&format!("pinned_manifest: {file} has SHA-256 "));
+    refused.stderr_contains("but infra/VERSIONS.json pins 2377a440b259c47d");
+    copy.write("scripts/unknown.rhai", "pinned_manifest(\"gateway\");\n");
+    copy.run(&["scripts/unknown.rhai"])
+        .stderr_contains("known keys: gateway-api, local-path-provisioner");
+}
+
+#[test]
+fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write(
+        "scripts/render.rhai",
+        r#"step("Render", || {
+    let text = template_file("infra/references/gitlab-rails-storage-connection.yaml",
+        #{ACCESS_KEY: "admin", SECRET_KEY: secret("canary-minio-password-123"), ENDPOINT: "http://minio.minio.svc:9000"});
+    print(`rendered: ${text}`);
+    print(`length ${text.len}`);
+    write_text("rendered.yaml", text);
+});
+"#,
+    );
+    let run = copy.run(&["scripts/render.rhai"]);
+    run.code(0).stdout_contains("rendered: ***");
+    assert!(
+        !run.raw_stdout.contains("canary-minio-password-123"),
+        "{run:?}"
+    );
+    let rendered = std::fs::read_to_string(copy.path().join("rendered.yaml")).expect("rendered");
+    assert!(
+        rendered.contains("aws_secret_access_key: canary-minio-password-123\n"),
+        "{rendered}"
+    );
+    assert!(
+        rendered.contains("endpoint: http://minio.minio.svc:9000\n"),
+        "{rendered}"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(copy.path().join("rendered.yaml"))
+        .expect("meta")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "a rendered secret is written 0600");
+
+    copy.write(
+        "scripts/typo.rhai",
+        r#"step("Render", || {
+    template_file("infra/references/gitlab-rails-storage-connection.yaml",
+        #{ACCES_KEY: "admin", SECRET_KEY: "x", ENDPOINT: "y"});
+});
+"#,
+    );
+    let typo = copy.run(&["scripts/typo.rhai"]);
+    assert_ne!(typo.code, 0);
+    typo.stderr_contains("template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}");
+    typo.stderr_contains("values given: ACCES_KEY, ENDPOINT, SECRET_KEY");
+}
+
+#[test]
+fn random_secrets_are_long_distinct_and_never_printed() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write(
+        "scripts/random.rhai",
+        r#"let a = random_secret(32);
+let b = random_secret(32);
+print(`${a} ${a.len} ${a != b}`);
+"#,
+    );
+    copy.run(&["scripts/random.rhai"])
+        .code(0)
+        .stdout("*** 32 true\n");
+    copy.write("scripts/short.rhai", "random_secret(8);\n");
+    copy.run(&["scripts/short.rhai"])
+        .stderr_contains("random_secret: a length of 8 is outside 12..=256");
+}
