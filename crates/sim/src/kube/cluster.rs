@@ -193,6 +193,8 @@ pub struct Cluster {
     pub images: super::kubelet::ImagePolicy,
     /// The cluster CA in PEM, published in every namespace's `kube-root-ca.crt` ConfigMap.
     pub root_ca_pem: String,
+    /// The containers' readiness probes the programs run, and their verdicts (`programs`).
+    pub probes: super::programs::ProbeBook,
 }
 
 impl super::kubelet::ClusterView for Cluster {
@@ -219,6 +221,7 @@ impl Cluster {
             next_ip: 10,
             images: Default::default(),
             root_ca_pem: String::new(),
+            probes: Default::default(),
         };
         let namespaces = cluster.resource("", "v1", "namespaces");
         for name in ["default", "kube-system", "kube-public", "kube-node-lease"] {

@@ -13,6 +13,7 @@ use super::batch;
 use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339};
 use super::cnpg;
 use super::kubelet;
+use super::programs;
 use super::rollout::{self, template_hash};
 use super::selectors::LabelSelector;
 use super::storage::{self, Decision, StorageView};
@@ -253,6 +254,19 @@ fn crds(cluster: &mut Cluster) -> usize {
         );
     }
     writes
+}
+
+/// Whether every container of the pod has started (its status says running).
+fn containers_running(pod: &Value) -> bool {
+    pod["status"]["phase"] == "Running"
+        && pod["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|statuses| {
+                !statuses.is_empty()
+                    && statuses
+                        .iter()
+                        .all(|status| status["state"]["running"].is_object())
+            })
 }
 
 fn pod_ready(pod: &Value) -> bool {
@@ -844,13 +858,35 @@ fn pods(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
     for (index, pod) in cluster.all("pods").into_iter().enumerate() {
         let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+        // A container whose program runs its readiness probe can turn unready again (OpenBao
+        // sealed), so its pod is looked at even when Ready.
+        let probed = programs::probed(&pod, &cluster.probes);
         if pod["metadata"]["deletionTimestamp"].is_string()
             || matches!(phase, "Succeeded" | "Failed")
-            || pod_ready(&pod)
+            || (pod_ready(&pod) && !probed)
         {
             continue;
         }
         let now = now_rfc3339();
+        let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        if let Some(message) = cluster.probes.start_errors.get(&uid).cloned() {
+            writes += ensure_event(cluster, &pod, "Warning", "Failed", &message, "kubelet");
+        }
+        if probed && containers_running(&pod) {
+            // Started: only the probes' verdicts change its status now.
+            let (status, failures) =
+                programs::with_readiness(&pod, &pod["status"], &cluster.probes);
+            for output in failures {
+                let message = format!("Readiness probe failed: {output}");
+                writes += ensure_event(cluster, &pod, "Warning", "Unhealthy", &message, "kubelet");
+            }
+            if status_signature(&status) != status_signature(&pod["status"]) {
+                let mut updated = pod.clone();
+                updated["status"] = status;
+                writes += write(cluster, "pods", updated);
+            }
+            continue;
+        }
         let mode = behaviour(&pod["metadata"]).to_string();
         if let Some((status, reason, message)) = behaviour_status(&pod, &mode, &now) {
             if pod["status"]["containerStatuses"].is_array() {
@@ -866,6 +902,9 @@ fn pods(cluster: &mut Cluster) -> usize {
         let status = kubelet::waiting_status(&pod, &verdict, &now).unwrap_or_else(|| {
             if batch::runs_to_completion(&pod) {
                 batch::finished_status(&pod, mode == "fail", index, &now)
+            } else if probed {
+                programs::with_readiness(&pod, &running_status(&pod, index, &now), &cluster.probes)
+                    .0
             } else {
                 running_status(&pod, index, &now)
             }

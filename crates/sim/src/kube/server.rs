@@ -2,6 +2,7 @@
 //! patches, protobuf bodies, Tables), streamed watches, and WebSocket exec and port-forward.
 
 use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
+use super::programs::{self, Programs};
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, crd_schema, protobuf, scale, table};
@@ -13,12 +14,20 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
 
-/// What an exec into a pod runs.
-#[derive(Debug, Clone)]
+/// What an exec into a pod runs, and the container it runs in.
+#[derive(Debug, Clone, Default)]
 pub struct ExecCall {
     pub namespace: String,
     pub pod: String,
+    pub pod_uid: String,
     pub container: String,
+    /// The container's image as the pod spec names it (`quay.io/openbao/openbao:2.2.0`).
+    pub image: String,
+    /// The container's environment, resolved from the store at exec time
+    /// (`programs::env::resolve`).
+    pub env: Vec<(String, String)>,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub annotations: std::collections::BTreeMap<String, String>,
     pub command: Vec<String>,
     pub stdin: Vec<u8>,
 }
@@ -38,17 +47,32 @@ pub struct KubeSim {
     pub accounting: Accounting,
     /// Bearer token clients must send; empty accepts any.
     pub token: String,
+    /// The shell basics every container answers (and what the embedding adds).
     pub exec: ExecRuntime,
+    /// What runs in the containers of known images (`programs`).
+    pub programs: Programs,
 }
 
 impl KubeSim {
     pub fn new(token: String, exec: ExecRuntime) -> KubeSim {
+        KubeSim::with_programs(token, exec, Programs::standard())
+    }
+
+    pub fn with_programs(token: String, exec: ExecRuntime, programs: Programs) -> KubeSim {
+        let mut cluster = Cluster::new();
+        cluster.probes.probed_images = programs.probed_images();
         KubeSim {
-            cluster: Mutex::new(Cluster::new()),
+            cluster: Mutex::new(cluster),
             accounting: Accounting::default(),
             token,
             exec,
+            programs,
         }
+    }
+
+    /// Runs a command in a container: its image's program, else the shell basics.
+    pub fn run_exec(&self, call: &ExecCall) -> ExecOutcome {
+        self.programs.exec(self, call)
     }
 
     pub fn cluster(&self) -> MutexGuard<'_, Cluster> {
@@ -82,6 +106,22 @@ pub async fn serve(
         loop {
             tick.tick().await;
             controllers::reconcile(&mut controller.cluster());
+        }
+    });
+    // The containers' side (programs starting, stopping, readiness probes) runs processes, so
+    // it runs on its own blocking thread, never under the store's lock.
+    let tender = sim.clone();
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(200));
+        loop {
+            tick.tick().await;
+            let sim = tender.clone();
+            if tokio::task::spawn_blocking(move || programs::tend(&sim))
+                .await
+                .is_err()
+            {
+                continue;
+            }
         }
     });
     crate::http::accept_loop(listener, Some(tls), move |request| {
@@ -858,7 +898,7 @@ fn stream_session(
         if subresource == "exec" {
             exec_session(sim, socket, pod, namespace, pairs, protocol_v5).await;
         } else {
-            port_forward_session(socket, pod, pairs).await;
+            port_forward_session(&sim, socket, pod, pairs).await;
         }
     });
     SimResponse::empty(101)
@@ -932,15 +972,23 @@ async fn exec_session(
             }
         }
     }
-    let call = super::server::ExecCall {
-        namespace,
-        pod: pod_name,
-        container,
-        command,
-        stdin,
+    let mut call = {
+        let cluster = sim.cluster();
+        // The pod as it is now (its Secrets may have changed since the session began).
+        let current = cluster
+            .lookup("pods", &namespace, &pod_name)
+            .cloned()
+            .unwrap_or(pod.clone());
+        let spec = current["spec"]["containers"]
+            .as_array()
+            .and_then(|list| list.iter().find(|c| c["name"] == container.as_str()))
+            .cloned()
+            .unwrap_or(Value::Null);
+        programs::call_for(&cluster, &current, &spec, command)
     };
-    let runtime = sim.exec.clone();
-    let outcome = tokio::task::spawn_blocking(move || runtime(&call))
+    call.stdin = stdin;
+    let runner = sim.clone();
+    let outcome = tokio::task::spawn_blocking(move || runner.run_exec(&call))
         .await
         .unwrap_or(ExecOutcome {
             code: 1,
@@ -991,7 +1039,12 @@ pub fn forward_target(pod: &Value, port: u16) -> Option<std::net::SocketAddr> {
     address.ip().is_loopback().then_some(address)
 }
 
-async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, String)>) {
+async fn port_forward_session(
+    sim: &KubeSim,
+    socket: Socket,
+    pod: Value,
+    pairs: Vec<(String, String)>,
+) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (mut sink, mut stream) = socket.split();
     let port: u16 = query_value(&pairs, "ports")
@@ -1009,7 +1062,11 @@ async fn port_forward_session(socket: Socket, pod: Value, pairs: Vec<(String, St
         }
     }
     let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
-    let connection = match forward_target(&pod, port) {
+    let target = sim
+        .programs
+        .forward(&pod, port)
+        .or_else(|| forward_target(&pod, port));
+    let connection = match target {
         Some(address) => tokio::time::timeout(
             Duration::from_secs(5),
             tokio::net::TcpStream::connect(address),

@@ -1,0 +1,630 @@
+//! What runs inside a simulated container: a registry from image repository (registry/name,
+//! without the tag) to a [`Program`] that answers `kubectl exec`, starts what the image's
+//! entrypoint would start when the pod starts (a real `bao server` for OpenBao), stops it when
+//! the pod goes, forwards the container's ports, and runs the image's exec readiness probe, so a
+//! pod is Ready for the reason a real one is (OpenBao only once unsealed).
+//!
+//! The flow of an exec: the API server resolves the container's image and environment
+//! ([`env::resolve`]: `env`, `envFrom`, Secret and ConfigMap keys, downward API) into an
+//! [`ExecCall`]; [`Programs::exec`] unwraps a simple `sh -c 'cmd args'` ([`shell_words`]), asks
+//! the program of the image first, and when it does not know the command falls back to the shell
+//! basics of [`super::builtin_exec`] (echo, cat, true, `sh -c 'exit N'`), which answer anything
+//! else with containerd's "executable file not found in $PATH".
+//!
+//! Readiness: the kubelet part (`controllers::pods`) marks a container Ready as soon as it runs,
+//! unless its image's program says it [`Program::probes_readiness`] and the container declares
+//! an exec `readinessProbe`. Then the [`tend`] pass (outside the store's lock, every tick) runs
+//! the probe's command through the same [`Programs::exec`], records the verdict in the store's
+//! [`ProbeBook`], and the kubelet part turns it into the Ready condition and an `Unhealthy`
+//! event with the probe's output, as a real kubelet does.
+//!
+//! ## Adding a program
+//!
+//! 1. Write a type implementing [`Program`] in its own file under `programs/` (`bao.rs` is the
+//!    model for one backed by a real process, `postgres.rs` for one with in-memory state).
+//!    `images` lists the image repositories it runs in (registry/name, no tag); `exec` returns
+//!    `None` for commands that are not the image's own, so the shell basics still answer.
+//! 2. Keep the parsing and the answers pure functions of the arguments and the state, tested on
+//!    their own; the messages are the real tool's words.
+//! 3. Register it in [`Programs::standard`]. State other programs must see (databases, buckets)
+//!    goes into [`Shared`], reached through [`Host::shared`].
+
+pub mod env;
+
+use super::cluster::Cluster;
+use super::server::{ExecCall, ExecOutcome, KubeSim};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The repository of an image reference: without the tag and the digest
+/// (`quay.io/openbao/openbao:2.2.0` -> `quay.io/openbao/openbao`; a registry port stays).
+pub fn repository(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
+    match without_digest[last_slash..].rfind(':') {
+        Some(colon) => &without_digest[..last_slash + colon],
+        None => without_digest,
+    }
+}
+
+/// An image's repository with Docker Hub's implied names spelled out
+/// (`bitnamilegacy/redis` -> `docker.io/bitnamilegacy/redis`, `redis` -> `docker.io/library/redis`).
+pub fn canonical_repository(image: &str) -> String {
+    let name = repository(image);
+    let first = name.split('/').next().unwrap_or("");
+    let has_registry =
+        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    match (has_registry, name.contains('/')) {
+        (true, _) => name.to_string(),
+        (false, true) => format!("docker.io/{name}"),
+        (false, false) => format!("docker.io/library/{name}"),
+    }
+}
+
+/// The words of a simple shell command line (`bao status -tls-skip-verify`, `psql -c 'SELECT 1'`)
+/// as `sh` would split them: quotes and backslashes, nothing else. `None` for what needs a real
+/// shell (pipes, redirections, `;`, `&&`, substitutions, variables, several lines), so those are
+/// never run as if they were simple.
+pub fn shell_words(line: &str) -> Option<Vec<String>> {
+    let mut words = Vec::new();
+    let mut word = String::new();
+    let mut in_word = false;
+    let mut chars = line.trim().chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        other => word.push(other),
+                    }
+                }
+            }
+            '"' => {
+                in_word = true;
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '\\' => match chars.next()? {
+                            escaped @ ('"' | '\\' | '$' | '`') => word.push(escaped),
+                            '\n' => {}
+                            other => {
+                                word.push('\\');
+                                word.push(other);
+                            }
+                        },
+                        '$' | '`' => return None,
+                        other => word.push(other),
+                    }
+                }
+            }
+            '\\' => {
+                in_word = true;
+                word.push(chars.next()?);
+            }
+            ' ' | '\t' => {
+                if in_word {
+                    words.push(std::mem::take(&mut word));
+                    in_word = false;
+                }
+            }
+            '|' | '&' | ';' | '<' | '>' | '(' | ')' | '$' | '`' | '\n' | '*' | '?' | '~' => {
+                return None;
+            }
+            other => {
+                in_word = true;
+                word.push(other);
+            }
+        }
+    }
+    if in_word {
+        words.push(word);
+    }
+    Some(words)
+}
+
+/// The command a container really runs for `command`: the script of `sh -c SCRIPT` (any of
+/// `sh`, `/bin/sh`, `bash`, `/bin/bash` with `-c`, `-ec`, `-ce`, ...) split into words when it
+/// is a simple command, leading `NAME=value` words taken as environment, `exec` dropped, and
+/// a program's path reduced to its name (`/usr/local/bin/bao` -> `bao`). Returns the words, the
+/// extra environment, and whether a shell ran them (its "not found" is the shell's, not
+/// containerd's).
+pub fn effective_command(command: &[String]) -> (Vec<String>, Vec<(String, String)>, bool) {
+    let is_shell = |word: &str| matches!(word, "sh" | "/bin/sh" | "bash" | "/bin/bash");
+    let is_c_flag = |word: &str| {
+        word.starts_with('-')
+            && word.len() > 1
+            && word[1..].chars().all(|c| "ceux".contains(c))
+            && word.contains('c')
+    };
+    let (mut words, via_shell) = match command {
+        [shell, flag, script, ..] if is_shell(shell) && is_c_flag(flag) => {
+            match shell_words(script) {
+                Some(words) => (words, true),
+                None => return (command.to_vec(), Vec::new(), false),
+            }
+        }
+        _ => (command.to_vec(), false),
+    };
+    let mut environment = Vec::new();
+    if via_shell {
+        while let Some((name, value)) = words.first().and_then(|word| word.split_once('=')) {
+            let valid = !name.is_empty()
+                && name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric())
+                && !name.starts_with(|c: char| c.is_ascii_digit());
+            if !valid {
+                break;
+            }
+            environment.push((name.to_string(), value.to_string()));
+            words.remove(0);
+        }
+        if words.first().map(String::as_str) == Some("exec") {
+            words.remove(0);
+        }
+    }
+    if let Some(first) = words.first_mut()
+        && first.starts_with('/')
+        && let Some(name) = first.rsplit('/').next()
+    {
+        *first = name.to_string();
+    }
+    (words, environment, via_shell)
+}
+
+/// What a program may use of the simulator: the store (read objects; never held while a
+/// program runs a process) and the state programs share.
+pub struct Host<'a> {
+    sim: &'a KubeSim,
+}
+
+impl Host<'_> {
+    /// An object of the store (`secrets`, `configmaps`, `pods`, `services`, ...).
+    pub fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.sim
+            .cluster()
+            .lookup(store_key, namespace, name)
+            .cloned()
+    }
+
+    /// Every object of `store_key` in `namespace`.
+    pub fn objects(&self, store_key: &str, namespace: &str) -> Vec<Value> {
+        self.sim
+            .cluster()
+            .all(store_key)
+            .into_iter()
+            .filter(|object| object["metadata"]["namespace"].as_str() == Some(namespace))
+            .collect()
+    }
+
+    pub fn shared(&self) -> &Shared {
+        &self.sim.programs.shared
+    }
+}
+
+/// What runs in the containers of some images.
+pub trait Program: Send + Sync {
+    /// A name for messages ("openbao", "postgresql").
+    fn name(&self) -> &'static str;
+
+    /// The image repositories this program runs in, as [`canonical_repository`] spells them
+    /// (`quay.io/openbao/openbao`, `docker.io/bitnamilegacy/redis`).
+    fn images(&self) -> &[&'static str];
+
+    /// Runs `argv` (the effective command, see [`effective_command`]) in the container `call`
+    /// describes, with `call.env` its environment. `None` when `argv` is not one of this image's
+    /// programs: the shell basics answer, else containerd's "not found".
+    fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome>;
+
+    /// Whether an exec `readinessProbe` of a container of this image runs through [`exec`]
+    /// (Ready only when it passes); otherwise the container is Ready once it runs.
+    ///
+    /// [`exec`]: Program::exec
+    fn probes_readiness(&self) -> bool {
+        false
+    }
+
+    /// What the image's entrypoint starts when the pod starts (`call.command` is empty). Called
+    /// once per pod and container; an `Err` says why it cannot run (an event on the pod).
+    fn start(&self, _call: &ExecCall, _host: &Host) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The pod `pod_uid` is gone (deleted, or the simulator stops): stop what `start` started.
+    fn stop(&self, _pod_uid: &str) {}
+
+    /// Where the container of pod `pod_uid` really serves `port` (a port-forward's target).
+    fn forward(&self, _pod_uid: &str, _port: u16) -> Option<SocketAddr> {
+        None
+    }
+}
+
+/// State programs share, so one can see what another did (a database `psql` created, a bucket
+/// `mc` made).
+#[derive(Default)]
+pub struct Shared {}
+
+/// The last verdict of a container's readiness probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProbeResult {
+    pub passed: bool,
+    /// What the probe printed (the `Unhealthy` event's message when it failed).
+    pub output: String,
+}
+
+/// What the kubelet part needs to know about probes, kept in the store ([`Cluster::probes`]).
+#[derive(Debug, Clone, Default)]
+pub struct ProbeBook {
+    /// Images whose exec readiness probes run through their program (see
+    /// [`Program::probes_readiness`]); set when the simulator is built.
+    pub probed_images: Vec<String>,
+    /// pod uid -> container -> the last verdict.
+    pub results: BTreeMap<String, BTreeMap<String, ProbeResult>>,
+    /// pod uid -> why its program could not start (an event on the pod).
+    pub start_errors: BTreeMap<String, String>,
+}
+
+impl ProbeBook {
+    fn probes_image(&self, image: &str) -> bool {
+        let wanted = canonical_repository(image);
+        self.probed_images.contains(&wanted)
+    }
+}
+
+/// The exec readiness probe command of a container, when its image's program runs it.
+pub fn probe_command(container: &Value, book: &ProbeBook) -> Option<Vec<String>> {
+    let image = container["image"].as_str().unwrap_or("");
+    if !book.probes_image(image) {
+        return None;
+    }
+    let command: Vec<String> = container["readinessProbe"]["exec"]["command"]
+        .as_array()?
+        .iter()
+        .filter_map(|word| word.as_str().map(str::to_string))
+        .collect();
+    (!command.is_empty()).then_some(command)
+}
+
+/// Whether some container of the pod has a readiness the programs decide.
+pub fn probed(pod: &Value, book: &ProbeBook) -> bool {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|container| probe_command(container, book).is_some())
+}
+
+/// A running pod's status with each probed container's readiness from the book (not Ready
+/// until its probe passed once), and the pod's `ContainersReady` and `Ready` conditions
+/// following, in the kubelet's words. Also the failed probes' outputs (for `Unhealthy` events).
+pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, Vec<String>) {
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+    let results = book.results.get(uid);
+    let mut status = status.clone();
+    let mut unready = Vec::new();
+    let mut failures = Vec::new();
+    let containers = pod["spec"]["containers"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    if let Some(statuses) = status["containerStatuses"].as_array_mut() {
+        for container_status in statuses.iter_mut() {
+            let name = container_status["name"].as_str().unwrap_or("").to_string();
+            let spec = containers
+                .iter()
+                .find(|c| c["name"] == name.as_str())
+                .cloned()
+                .unwrap_or(Value::Null);
+            let running = container_status["state"]["running"].is_object();
+            let ready = if !running {
+                false
+            } else if probe_command(&spec, book).is_some() {
+                let verdict = results.and_then(|by_container| by_container.get(&name));
+                if let Some(failed) = verdict.filter(|result| !result.passed) {
+                    failures.push(failed.output.clone());
+                }
+                verdict.is_some_and(|result| result.passed)
+            } else {
+                true
+            };
+            container_status["ready"] = json!(ready);
+            if !ready {
+                unready.push(name);
+            }
+        }
+    }
+    let message = format!("containers with unready status: [{}]", unready.join(" "));
+    if let Some(conditions) = status["conditions"].as_array_mut() {
+        for condition in conditions.iter_mut() {
+            if condition["type"] == "Ready" || condition["type"] == "ContainersReady" {
+                if unready.is_empty() {
+                    condition["status"] = json!("True");
+                    if let Some(map) = condition.as_object_mut() {
+                        map.remove("reason");
+                        map.remove("message");
+                    }
+                } else {
+                    condition["status"] = json!("False");
+                    condition["reason"] = json!("ContainersNotReady");
+                    condition["message"] = json!(message);
+                }
+            }
+        }
+    }
+    (status, failures)
+}
+
+/// The registry of programs and what they started.
+pub struct Programs {
+    registry: Vec<Arc<dyn Program>>,
+    pub shared: Shared,
+    /// (pod uid, container) -> the program index `start` was called for.
+    started: Mutex<BTreeMap<(String, String), usize>>,
+    /// (pod uid, container) -> when its probe last ran.
+    last_probe: Mutex<HashMap<(String, String), Instant>>,
+    /// Where programs keep files (OpenBao's storage); removed when the simulator stops.
+    pub state_dir: PathBuf,
+}
+
+/// How often a probe runs at most (a real kubelet's `periodSeconds`, shortened: nothing in the
+/// simulator waits for wall time it does not need).
+const PROBE_PERIOD: Duration = Duration::from_millis(500);
+
+impl Programs {
+    pub fn new(registry: Vec<Arc<dyn Program>>) -> Programs {
+        let state_dir = std::env::temp_dir().join(format!(
+            "bprun-sim-programs-{}-{}",
+            std::process::id(),
+            (0..8).map(|_| fastrand::alphanumeric()).collect::<String>()
+        ));
+        Programs {
+            registry,
+            shared: Shared::default(),
+            started: Mutex::new(BTreeMap::new()),
+            last_probe: Mutex::new(HashMap::new()),
+            state_dir,
+        }
+    }
+
+    /// The programs of the platform's images.
+    pub fn standard() -> Programs {
+        Programs::new(Vec::new())
+    }
+
+    /// The program that runs in `image`.
+    fn program_for(&self, image: &str) -> Option<(usize, &Arc<dyn Program>)> {
+        let wanted = canonical_repository(image);
+        self.registry
+            .iter()
+            .enumerate()
+            .find(|(_, program)| program.images().contains(&wanted.as_str()))
+    }
+
+    /// The image repositories whose readiness probes run through their programs (the store's
+    /// [`ProbeBook::probed_images`]).
+    pub fn probed_images(&self) -> Vec<String> {
+        self.registry
+            .iter()
+            .filter(|program| program.probes_readiness())
+            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
+            .collect()
+    }
+
+    /// Runs an exec: the image's program, else the shell basics (`sim.exec`).
+    pub fn exec(&self, sim: &KubeSim, call: &ExecCall) -> ExecOutcome {
+        let (argv, extra_environment, _) = effective_command(&call.command);
+        if let Some((index, program)) = self.program_for(&call.image) {
+            let mut call = call.clone();
+            call.env.extend(extra_environment);
+            let host = Host { sim };
+            self.ensure_started(index, program, &call, &host);
+            if let Some(outcome) = program.exec(&call, &argv, &host) {
+                return outcome;
+            }
+        }
+        (sim.exec)(call)
+    }
+
+    fn ensure_started(
+        &self,
+        index: usize,
+        program: &Arc<dyn Program>,
+        call: &ExecCall,
+        host: &Host,
+    ) {
+        let key = (call.pod_uid.clone(), call.container.clone());
+        {
+            let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
+            if started.contains_key(&key) {
+                return;
+            }
+            started.insert(key, index);
+        }
+        let mut start_call = call.clone();
+        start_call.command.clear();
+        start_call.stdin.clear();
+        let result = program.start(&start_call, host);
+        let mut cluster = host.sim.cluster();
+        match result {
+            Ok(()) => cluster.probes.start_errors.remove(&call.pod_uid),
+            Err(message) => cluster
+                .probes
+                .start_errors
+                .insert(call.pod_uid.clone(), message),
+        };
+    }
+
+    /// Where a pod's port is served by its program.
+    pub fn forward(&self, pod: &Value, port: u16) -> Option<SocketAddr> {
+        let uid = pod["metadata"]["uid"].as_str()?;
+        pod["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .filter_map(|container| self.program_for(container["image"].as_str().unwrap_or("")))
+            .find_map(|(_, program)| program.forward(uid, port))
+    }
+
+    /// Stops what every program started (the simulator stops).
+    pub fn stop_all(&self) {
+        let started = std::mem::take(&mut *self.started.lock().unwrap_or_else(|p| p.into_inner()));
+        for ((uid, _), index) in started {
+            if let Some(program) = self.registry.get(index) {
+                program.stop(&uid);
+            }
+        }
+        let _ = std::fs::remove_dir_all(&self.state_dir);
+    }
+}
+
+impl Drop for Programs {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// The exec call for container `container` of `pod`, its environment resolved from the store.
+pub fn call_for(
+    cluster: &Cluster,
+    pod: &Value,
+    container: &Value,
+    command: Vec<String>,
+) -> ExecCall {
+    let text = |value: &Value| value.as_str().unwrap_or("").to_string();
+    let map = |value: &Value| -> BTreeMap<String, String> {
+        value
+            .as_object()
+            .map(|entries| {
+                entries
+                    .iter()
+                    .filter_map(|(k, v)| v.as_str().map(|v| (k.clone(), v.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    ExecCall {
+        namespace: text(&pod["metadata"]["namespace"]),
+        pod: text(&pod["metadata"]["name"]),
+        pod_uid: text(&pod["metadata"]["uid"]),
+        container: text(&container["name"]),
+        image: text(&container["image"]),
+        env: env::resolve(pod, container, cluster),
+        labels: map(&pod["metadata"]["labels"]),
+        annotations: map(&pod["metadata"]["annotations"]),
+        command,
+        stdin: Vec::new(),
+    }
+}
+
+/// A running container with a program: its call (no command), its probe command (empty when
+/// none runs through the program), and its program's index.
+type ContainerToTend = (ExecCall, Vec<String>, usize);
+
+/// The kubelet's running side, once per tick and outside the store's lock while programs run:
+/// starts the programs of pods that run, stops those of pods that are gone or being deleted,
+/// and runs the due readiness probes, recording their verdicts in the store.
+pub fn tend(sim: &KubeSim) {
+    let programs = &sim.programs;
+    let (running, probes): (BTreeSet<String>, Vec<ContainerToTend>) = {
+        let cluster = sim.cluster();
+        let mut running = BTreeSet::new();
+        let mut probes = Vec::new();
+        for pod in cluster.all("pods") {
+            let live = pod["status"]["phase"] == "Running"
+                && !pod["metadata"]["deletionTimestamp"].is_string();
+            if !live {
+                continue;
+            }
+            let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
+            running.insert(uid);
+            for container in pod["spec"]["containers"].as_array().into_iter().flatten() {
+                let image = container["image"].as_str().unwrap_or("");
+                let Some((index, _)) = programs.program_for(image) else {
+                    continue;
+                };
+                let probe = probe_command(container, &cluster.probes).unwrap_or_default();
+                probes.push((
+                    call_for(&cluster, &pod, container, Vec::new()),
+                    probe,
+                    index,
+                ));
+            }
+        }
+        (running, probes)
+    };
+    // Pods that are gone: stop their programs, forget their verdicts.
+    let gone: Vec<((String, String), usize)> = {
+        let mut started = programs.started.lock().unwrap_or_else(|p| p.into_inner());
+        let gone: Vec<_> = started
+            .iter()
+            .filter(|((uid, _), _)| !running.contains(uid))
+            .map(|(key, index)| (key.clone(), *index))
+            .collect();
+        for (key, _) in &gone {
+            started.remove(key);
+        }
+        gone
+    };
+    for ((uid, _), index) in &gone {
+        if let Some(program) = programs.registry.get(*index) {
+            program.stop(uid);
+        }
+    }
+    {
+        let mut cluster = sim.cluster();
+        cluster
+            .probes
+            .results
+            .retain(|uid, _| running.contains(uid));
+        cluster
+            .probes
+            .start_errors
+            .retain(|uid, _| running.contains(uid));
+    }
+    programs
+        .last_probe
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(uid, _), _| running.contains(uid));
+    let host = Host { sim };
+    for (call, probe, index) in probes {
+        let program = &programs.registry[index];
+        programs.ensure_started(index, program, &call, &host);
+        if probe.is_empty() {
+            continue;
+        }
+        let key = (call.pod_uid.clone(), call.container.clone());
+        {
+            let mut last = programs
+                .last_probe
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            if last.get(&key).is_some_and(|at| at.elapsed() < PROBE_PERIOD) {
+                continue;
+            }
+            last.insert(key.clone(), Instant::now());
+        }
+        let mut probe_call = call.clone();
+        probe_call.command = probe;
+        let outcome = programs.exec(sim, &probe_call);
+        let output = String::from_utf8_lossy(&[outcome.stdout, outcome.stderr].concat())
+            .trim_end()
+            .to_string();
+        let result = ProbeResult {
+            passed: outcome.code == 0,
+            output,
+        };
+        sim.cluster()
+            .probes
+            .results
+            .entry(key.0)
+            .or_default()
+            .insert(key.1, result);
+    }
+}
+
+#[cfg(test)]
+mod tests;

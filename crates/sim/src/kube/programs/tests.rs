@@ -1,0 +1,273 @@
+use super::*;
+use crate::kube::test_fixtures::documents;
+
+fn words(line: &str) -> Option<Vec<String>> {
+    shell_words(line)
+}
+
+fn strings(words: &[&str]) -> Vec<String> {
+    words.iter().map(|word| word.to_string()).collect()
+}
+
+#[test]
+fn image_repositories_drop_tags_and_digests_and_spell_out_docker_hub() {
+    assert_eq!(
+        repository("quay.io/openbao/openbao:2.2.0"),
+        "quay.io/openbao/openbao"
+    );
+    assert_eq!(repository("localhost:5000/app:1"), "localhost:5000/app");
+    assert_eq!(repository("localhost:5000/app"), "localhost:5000/app");
+    assert_eq!(
+        repository("quay.io/minio/minio@sha256:abc"),
+        "quay.io/minio/minio"
+    );
+    assert_eq!(
+        canonical_repository("bitnamilegacy/redis:7.2.5-debian-12-r0"),
+        "docker.io/bitnamilegacy/redis"
+    );
+    assert_eq!(canonical_repository("redis"), "docker.io/library/redis");
+    assert_eq!(
+        canonical_repository("docker.io/bitnamilegacy/redis:7"),
+        "docker.io/bitnamilegacy/redis"
+    );
+}
+
+#[test]
+fn simple_command_lines_split_as_sh_splits_them_and_others_do_not() {
+    assert_eq!(
+        words("bao status -tls-skip-verify"),
+        Some(strings(&["bao", "status", "-tls-skip-verify"]))
+    );
+    assert_eq!(
+        words(r#"psql -c "CREATE ROLE \"x\" LOGIN PASSWORD 'p w'""#),
+        Some(strings(&[
+            "psql",
+            "-c",
+            r#"CREATE ROLE "x" LOGIN PASSWORD 'p w'"#
+        ]))
+    );
+    assert_eq!(
+        words("a 'b c'd e\\ f"),
+        Some(strings(&["a", "b cd", "e f"]))
+    );
+    assert_eq!(words("''"), Some(strings(&[""])));
+    for needs_a_shell in [
+        "bao status | grep sealed",
+        "a; b",
+        "a && b",
+        "echo $HOME",
+        "echo \"$HOME\"",
+        "cat > file",
+        "echo 'unterminated",
+        "a\nb",
+    ] {
+        assert_eq!(words(needs_a_shell), None, "{needs_a_shell}");
+    }
+}
+
+#[test]
+fn the_effective_command_unwraps_a_shell_running_a_simple_command() {
+    let (argv, environment, via_shell) =
+        effective_command(&strings(&["/bin/sh", "-ec", "bao status -tls-skip-verify"]));
+    assert_eq!(argv, strings(&["bao", "status", "-tls-skip-verify"]));
+    assert!(environment.is_empty());
+    assert!(via_shell);
+    let (argv, environment, _) = effective_command(&strings(&[
+        "sh",
+        "-c",
+        "REDISCLI_AUTH=pw exec redis-cli PING",
+    ]));
+    assert_eq!(argv, strings(&["redis-cli", "PING"]));
+    assert_eq!(environment, vec![("REDISCLI_AUTH".into(), "pw".into())]);
+    let (argv, _, via_shell) = effective_command(&strings(&["/usr/local/bin/bao", "status"]));
+    assert_eq!(argv, strings(&["bao", "status"]));
+    assert!(!via_shell);
+    // Not a simple command: left as it is, for the shell basics to refuse plainly.
+    let piped = strings(&["sh", "-c", "bao status | grep x"]);
+    assert_eq!(effective_command(&piped).0, piped);
+}
+
+/// The fixture's pods: an OpenBao pod with the chart's exec probe, and one without a probe.
+fn book() -> ProbeBook {
+    ProbeBook {
+        probed_images: vec!["quay.io/openbao/openbao".into()],
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_probed_container_is_not_ready_until_its_probe_passes() {
+    let pods = documents("programs", "probed-pods.yaml");
+    let (openbao, plain) = (&pods[0], &pods[1]);
+    let mut book = book();
+    assert!(probed(openbao, &book));
+    assert!(!probed(plain, &book));
+    assert_eq!(
+        probe_command(&openbao["spec"]["containers"][0], &book),
+        Some(strings(&["/bin/sh", "-ec", "bao status -tls-skip-verify"]))
+    );
+    // No verdict yet: not Ready.
+    let (status, failures) = with_readiness(openbao, &openbao["status"], &book);
+    assert_eq!(status["containerStatuses"][0]["ready"], false);
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["reason"], "ContainersNotReady");
+    assert_eq!(
+        ready["message"],
+        "containers with unready status: [openbao]"
+    );
+    assert!(failures.is_empty());
+    // A failing probe: still not Ready, and its output for the Unhealthy event.
+    book.results
+        .entry("uid-openbao-0".into())
+        .or_default()
+        .insert(
+            "openbao".into(),
+            ProbeResult {
+                passed: false,
+                output: "Sealed             true".into(),
+            },
+        );
+    let (status, failures) = with_readiness(openbao, &openbao["status"], &book);
+    assert_eq!(status["containerStatuses"][0]["ready"], false);
+    assert_eq!(failures, vec!["Sealed             true".to_string()]);
+    // It passes: Ready, and the condition loses its reason.
+    book.results
+        .entry("uid-openbao-0".into())
+        .or_default()
+        .insert(
+            "openbao".into(),
+            ProbeResult {
+                passed: true,
+                output: String::new(),
+            },
+        );
+    let (status, failures) = with_readiness(openbao, &openbao["status"], &book);
+    assert_eq!(status["containerStatuses"][0]["ready"], true);
+    let ready = status["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == "Ready"))
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(ready["status"], "True");
+    assert!(ready.get("reason").is_none());
+    assert!(failures.is_empty());
+}
+
+/// A program for tests: `greet NAME` in `example.com/greeter` images, probes it runs.
+struct Greeter;
+
+impl Program for Greeter {
+    fn name(&self) -> &'static str {
+        "greeter"
+    }
+
+    fn images(&self) -> &[&'static str] {
+        &["example.com/greeter"]
+    }
+
+    fn exec(&self, call: &ExecCall, argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        match argv {
+            [program, name] if program == "greet" => Some(ExecOutcome {
+                code: 0,
+                stdout: format!(
+                    "hello {name} from {} ({})\n",
+                    call.pod,
+                    env::lookup(&call.env, "GREETING").unwrap_or("no greeting")
+                )
+                .into_bytes(),
+                stderr: Vec::new(),
+            }),
+            _ => None,
+        }
+    }
+
+    fn probes_readiness(&self) -> bool {
+        true
+    }
+}
+
+fn greeter_sim() -> KubeSim {
+    KubeSim::with_programs(
+        String::new(),
+        crate::kube::builtin_exec(None),
+        Programs::new(vec![Arc::new(Greeter)]),
+    )
+}
+
+fn call(image: &str, command: &[&str]) -> ExecCall {
+    ExecCall {
+        namespace: "demo".into(),
+        pod: "app-0".into(),
+        pod_uid: "uid-app-0".into(),
+        container: "app".into(),
+        image: image.into(),
+        env: vec![("GREETING".into(), "from env".into())],
+        command: strings(command),
+        ..Default::default()
+    }
+}
+
+fn run(sim: &KubeSim, image: &str, command: &[&str]) -> (i32, String, String) {
+    let outcome = sim.run_exec(&call(image, command));
+    (
+        outcome.code,
+        String::from_utf8_lossy(&outcome.stdout).into_owned(),
+        String::from_utf8_lossy(&outcome.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_exec_runs_the_images_program_then_the_shell_basics_then_is_not_found() {
+    let sim = greeter_sim();
+    assert_eq!(
+        sim.cluster().probes.probed_images,
+        vec!["example.com/greeter".to_string()]
+    );
+    let greeter = "example.com/greeter:1.0";
+    assert_eq!(
+        run(&sim, greeter, &["greet", "bob"]),
+        (0, "hello bob from app-0 (from env)\n".into(), String::new())
+    );
+    // Through a shell, with an assignment in front.
+    assert_eq!(
+        run(
+            &sim,
+            greeter,
+            &["sh", "-c", "GREETING=inline greet 'bob b'"]
+        ),
+        (0, "hello bob b from app-0 (inline)\n".into(), String::new())
+    );
+    // The shell basics still answer in every image.
+    assert_eq!(run(&sim, greeter, &["echo", "hi"]).1, "hi\n");
+    assert_eq!(run(&sim, greeter, &["sh", "-c", "exit 4"]).0, 4);
+    // Another image has no greet: containerd's words, or the shell's.
+    let (code, _, stderr) = run(&sim, "docker.io/library/nginx:1", &["greet", "bob"]);
+    assert_eq!(code, 127);
+    assert_eq!(
+        stderr,
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"greet\": executable file not found in $PATH: unknown\n"
+    );
+    let (code, _, stderr) = run(
+        &sim,
+        "docker.io/library/nginx:1",
+        &["/bin/sh", "-c", "greet bob"],
+    );
+    assert_eq!((code, stderr.as_str()), (127, "sh: greet: not found\n"));
+    // gitlab-rails is the toolbox's only.
+    let code = "puts User.first.personal_access_tokens.create!(name: 'x').token";
+    let (status, _, stderr) = run(&sim, greeter, &["gitlab-rails", "runner", code]);
+    assert_eq!(status, 127);
+    assert!(
+        stderr.contains("\"gitlab-rails\": executable file not found"),
+        "{stderr}"
+    );
+    let toolbox = "registry.gitlab.com/gitlab-org/build/cng/gitlab-toolbox-ee:v17.9.0";
+    let (status, _, stderr) = run(&sim, toolbox, &["gitlab-rails", "runner", code]);
+    assert_eq!(status, 1);
+    assert!(stderr.contains("no GitLab is attached"), "{stderr}");
+}
