@@ -26,3 +26,4 @@ mod repl;
 mod runner;
 mod scripts;
 mod secrets;
+mod stand_in_charts;

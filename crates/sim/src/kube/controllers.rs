@@ -909,11 +909,13 @@ fn pods(cluster: &mut Cluster) -> usize {
                 running_status(&pod, index, &now)
             }
         });
-        if status_signature(&status) == status_signature(&pod["status"]) {
-            continue;
-        }
+        // The event first: a new reason under the same waiting state (a Secret that now exists
+        // but lacks a key) is a new event, as the kubelet reports each mount attempt's error.
         if let Some((reason, message, component)) = kubelet::event(&verdict) {
             writes += ensure_event(cluster, &pod, "Warning", reason, &message, component);
+        }
+        if status_signature(&status) == status_signature(&pod["status"]) {
+            continue;
         }
         let mut updated = pod.clone();
         updated["status"] = status;

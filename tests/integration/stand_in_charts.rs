@@ -1,0 +1,411 @@
+//! The stand-in GitLab 10.1.1 and GitLab Runner 0.71.0 charts (infra/helm-charts/stand-ins/)
+//! pass the real helm 4 and helm 3 `lint` and `template`, create the real charts' workloads, and
+//! installed into `bprun sim kube` leave the webservice waiting for the object storage Secret
+//! in the kubelet's words until it exists; a second upgrade with the same values changes nothing.
+
+use crate::support::{BPRUN, SimKind, tool};
+use std::process::Command;
+
+fn root(path: &str) -> String {
+    format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
+}
+
+const GITLAB: &str = "infra/helm-charts/stand-ins/gitlab";
+const RUNNER: &str = "infra/helm-charts/stand-ins/gitlab-runner";
+const GITLAB_VALUES: &str = "tests/fixtures/charts/gitlab-values.yaml";
+const RUNNER_VALUES: &str = "tests/fixtures/charts/gitlab-runner-values.yaml";
+
+/// Runs helm (`helm` is v4, `helm3` v3) without a cluster; (success, stdout, stderr).
+fn helm(program: &str, args: &[&str]) -> (bool, String, String) {
+    let home = tempfile::tempdir().expect("helm home");
+    let output = Command::new(tool(program))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .env("HELM_CACHE_HOME", home.path().join("cache"))
+        .env("HELM_CONFIG_HOME", home.path().join("config"))
+        .env("HELM_DATA_HOME", home.path().join("data"))
+        .output()
+        .expect("run helm");
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+fn documents(rendered: &str) -> Vec<serde_json::Value> {
+    rendered
+        .split("\n---")
+        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+        .filter(|doc| doc.is_object())
+        .collect()
+}
+
+fn kinds_and_names(documents: &[serde_json::Value]) -> Vec<String> {
+    let mut names: Vec<String> = documents
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap_or(""),
+                d["metadata"]["name"].as_str().unwrap_or("")
+            )
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_stand_ins_pass_lint_and_render_the_real_charts_workloads_with_helm_4_and_3() {
+    for program in ["helm", "helm3"] {
+        for (chart, values) in [(GITLAB, GITLAB_VALUES), (RUNNER, RUNNER_VALUES)] {
+            let (ok, out, err) = helm(program, &["lint", "--strict", chart, "-f", values]);
+            assert!(ok, "{program} lint {chart}:\n{out}{err}");
+        }
+        let (ok, out, err) = helm(
+            program,
+            &[
+                "template",
+                "gitlab",
+                GITLAB,
+                "-n",
+                "gitlab",
+                "-f",
+                GITLAB_VALUES,
+            ],
+        );
+        assert!(ok, "{program} template gitlab:\n{err}");
+        let gitlab = documents(&out);
+        let names = kinds_and_names(&gitlab);
+        for expected in [
+            "Deployment/gitlab-webservice-default",
+            "Deployment/gitlab-registry",
+            "Deployment/gitlab-kas",
+            "Deployment/gitlab-sidekiq-all-in-1-v2",
+            "Deployment/gitlab-toolbox",
+            "Deployment/envoy-gateway",
+            "StatefulSet/gitlab-gitaly",
+            "GatewayClass/gitlab-gw",
+            "Gateway/gitlab-gw",
+            "EnvoyProxy/gitlab-envoy-proxy",
+            "HTTPRoute/gitlab-webservice-default",
+            "Service/gitlab-webservice-default",
+            "Service/gitlab-registry",
+            "Service/gitlab-kas",
+            "Service/gitlab-gitaly",
+            "Secret/gitlab-rails-secret",
+            "Secret/gitlab-gitaly-secret",
+            "Secret/gitlab-gitlab-shell-secret",
+            "Secret/gitlab-gitlab-kas-secret",
+            "Secret/gitlab-registry-secret",
+            "Secret/gitlab-initial-root-password",
+        ] {
+            assert!(
+                names.iter().any(|n| n == expected),
+                "{program}: {expected} in {names:?}"
+            );
+        }
+        let find = |kind: &str, name: &str| {
+            gitlab
+                .iter()
+                .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+                .unwrap_or_else(|| panic!("{kind}/{name}"))
+                .clone()
+        };
+        let web = find("Deployment", "gitlab-webservice-default");
+        let sources: Vec<String> = web["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|v| {
+                v["projected"]["sources"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .map(|s| {
+                let items: Vec<&str> = s["secret"]["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|i| i["key"].as_str().unwrap())
+                    .collect();
+                format!(
+                    "{}:{}",
+                    s["secret"]["name"].as_str().unwrap(),
+                    items.join(",")
+                )
+            })
+            .collect();
+        for expected in [
+            "gitlab-rails-storage:connection",
+            "gitlab-postgresql-password:password",
+            "gitlab-redis-password:redis-password",
+            "gitlab-rails-secret:secrets.yml",
+        ] {
+            assert!(
+                sources.iter().any(|s| s == expected),
+                "{program}: {expected} in {sources:?}"
+            );
+        }
+        let registry = serde_json::to_string(&find("Deployment", "gitlab-registry")).unwrap();
+        assert!(registry.contains(r#""name":"gitlab-rails-storage","items":[{"key":"config""#) || registry.contains(r#""items":[{"key":"config","path":"storage/config"}],"name":"gitlab-rails-storage""#), "{registry}");
+        let gateway = find("Gateway", "gitlab-gw");
+        let refs: Vec<String> = gateway["spec"]["listeners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["protocol"] == "HTTPS")
+            .map(|l| {
+                format!(
+                    "{}={}@{}",
+                    l["name"].as_str().unwrap(),
+                    l["tls"]["certificateRefs"][0]["name"].as_str().unwrap(),
+                    l["hostname"].as_str().unwrap()
+                )
+            })
+            .collect();
+        assert_eq!(
+            refs,
+            [
+                "gitlab-web=gitlab-wildcard-tls@gitlab.local.example.net",
+                "registry-web=registry-tls@registry.local.example.net",
+                "kas-web=kas-tls@kas.local.example.net"
+            ],
+            "{program}"
+        );
+        // The real chart's certmanager-issuer subchart (no condition) requires its email at
+        // every render, in helm's words with the subchart's template position.
+        let (ok, _, err) = helm(program, &["template", "gitlab", GITLAB, "-n", "gitlab"]);
+        assert!(!ok);
+        assert!(
+            err.contains("execution error at (gitlab/charts/certmanager-issuer/templates/cert-manager.yml:14:3): You must provide an email to associate with your TLS certificates. Please set certmanager-issuer.email"),
+            "{err}"
+        );
+        let (ok, out, err) = helm(
+            program,
+            &[
+                "template",
+                "gitlab-runner",
+                RUNNER,
+                "-n",
+                "gitlab-runner",
+                "-f",
+                RUNNER_VALUES,
+            ],
+        );
+        assert!(ok, "{program} template gitlab-runner:\n{err}");
+        let runner = documents(&out);
+        assert_eq!(
+            kinds_and_names(&runner),
+            [
+                "ConfigMap/gitlab-runner",
+                "Deployment/gitlab-runner",
+                "Role/gitlab-runner",
+                "RoleBinding/gitlab-runner",
+                "Secret/gitlab-runner",
+                "ServiceAccount/gitlab-runner"
+            ]
+        );
+        let deployment = runner.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["env"][0]["name"], "CI_SERVER_URL");
+        assert_eq!(
+            container["env"][0]["value"],
+            "http://gitlab-webservice-default.gitlab.svc:8181"
+        );
+        assert_eq!(
+            container["image"],
+            "registry.gitlab.com/gitlab-org/gitlab-runner:alpine-v17.6.0"
+        );
+        // An existing Secret instead of a token: no Secret rendered, the pod reads that one.
+        let (ok, out, _) = helm(
+            program,
+            &[
+                "template",
+                "gitlab-runner",
+                RUNNER,
+                "-n",
+                "gitlab-runner",
+                "--set",
+                "gitlabUrl=http://gitlab,runners.secret=runner-existing",
+            ],
+        );
+        assert!(ok);
+        let existing = documents(&out);
+        assert!(!existing.iter().any(|d| d["kind"] == "Secret"));
+        assert!(out.contains("name: \"runner-existing\""), "{out}");
+    }
+}
+
+/// Each Secret of the namespace but helm's release records, as `name=data`.
+fn chart_secrets(sim: &crate::support::Sim) -> Vec<String> {
+    let all = sim.jsonpath(
+        "secrets",
+        "gitlab",
+        "{range .items[*]}{.metadata.name}={.data}{\"\\n\"}{end}",
+    );
+    let kept: Vec<String> = all
+        .lines()
+        .filter(|line| !line.starts_with("sh.helm.release."))
+        .map(str::to_string)
+        .collect();
+    assert!(kept.len() >= 12, "{} Secrets", kept.len());
+    kept
+}
+
+/// The FailedMount messages of the webservice pod's events (bounded: 20 s).
+fn webservice_mount_events(sim: &crate::support::Sim, wanted: &str) -> String {
+    let mut last = String::new();
+    for _ in 0..200 {
+        last = sim.jsonpath("events", "gitlab", "{.items[*].message}");
+        if last.contains(wanted) {
+            return last;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    last
+}
+
+#[test]
+fn the_gitlab_stand_in_waits_for_the_object_storage_secret_and_a_second_upgrade_changes_nothing() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    for crd in ["gatewayclasses", "gateways", "httproutes"] {
+        let file = root(&format!(
+            "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_{crd}.yaml"
+        ));
+        sim.kubectl(&["apply", "--server-side", "-f", &file]).ok();
+    }
+    sim.kubectl(&["create", "ns", "gitlab"]).ok();
+    for (name, key) in [
+        ("gitlab-postgresql-password", "password"),
+        ("gitlab-redis-password", "redis-password"),
+    ] {
+        sim.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            name,
+            "-n",
+            "gitlab",
+            &format!("--from-literal={key}=s3cret"),
+        ])
+        .ok();
+    }
+    // A restored snapshot of a chart-managed Secret: the chart keeps it as it is.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitlab-gitaly-secret",
+        "-n",
+        "gitlab",
+        "--from-literal=token=restored-token",
+    ])
+    .ok();
+    let values = root(GITLAB_VALUES);
+    let chart = root(GITLAB);
+    let upgrade = [
+        "upgrade",
+        "--install",
+        "gitlab",
+        chart.as_str(),
+        "-n",
+        "gitlab",
+        "-f",
+        values.as_str(),
+        "--timeout",
+        "60s",
+    ];
+    sim.helm(&upgrade).code(0);
+    let events = webservice_mount_events(
+        &sim,
+        "MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found",
+    );
+    assert!(
+        events.contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found"),
+        "{events}"
+    );
+    let waiting = sim.jsonpath(
+        "pods",
+        "gitlab",
+        "{.items[?(@.metadata.labels.app==\"webservice\")].status.conditions[?(@.type==\"Ready\")].status}",
+    );
+    assert_eq!(waiting, "False");
+    assert_eq!(
+        sim.jsonpath("secret/gitlab-gitaly-secret", "gitlab", "{.data.token}"),
+        "cmVzdG9yZWQtdG9rZW4=",
+        "the restored token is kept"
+    );
+    // With the Secret but without the key the webservice reads, the kubelet names the key.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitlab-rails-storage",
+        "-n",
+        "gitlab",
+        "--from-literal=config=s3",
+    ])
+    .ok();
+    let events = webservice_mount_events(&sim, "references non-existent secret key: connection");
+    assert!(
+        events.contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : references non-existent secret key: connection"),
+        "{events}"
+    );
+    sim.kubectl(&["delete", "secret", "gitlab-rails-storage", "-n", "gitlab"])
+        .ok();
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitlab-rails-storage",
+        "-n",
+        "gitlab",
+        "--from-literal=connection=provider: AWS",
+        "--from-literal=config=s3",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-n",
+        "gitlab",
+        "-l",
+        "app=webservice",
+        "--for=condition=Ready",
+        "--timeout=20s",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/gitlab-webservice-default",
+        "-n",
+        "gitlab",
+        "--timeout=20s",
+    ])
+    .ok();
+    // A second upgrade with the same values renders the same manifest.
+    let first = sim
+        .helm(&["get", "manifest", "gitlab", "-n", "gitlab"])
+        .ok()
+        .to_string();
+    let secrets_before = chart_secrets(&sim);
+    sim.helm(&upgrade).code(0);
+    let second = sim
+        .helm(&["get", "manifest", "gitlab", "-n", "gitlab"])
+        .ok()
+        .to_string();
+    assert!(first.contains("name: gitlab-webservice-default"), "{first}");
+    assert_eq!(first, second);
+    assert!(
+        secrets_before == chart_secrets(&sim),
+        "the chart-managed Secrets keep their values"
+    );
+    assert_eq!(
+        sim.jsonpath("secret/gitlab-gitaly-secret", "gitlab", "{.data.token}"),
+        "cmVzdG9yZWQtdG9rZW4="
+    );
+}
