@@ -142,6 +142,10 @@ enum SimCommand {
         /// Seconds a pipeline takes from creation to success
         #[arg(long, default_value_t = 2.0)]
         pipeline_seconds: f64,
+        /// How the platform starts: `phase2` (as phase 2 leaves it) or `bare` (a fresh kind
+        /// cluster: nodes and CoreDNS only; `bprun scripts/phase2.rhai` builds the rest)
+        #[arg(long, value_name = "START", value_parser = ["bare", "phase2"], default_value = "phase2")]
+        platform: String,
     },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
@@ -342,7 +346,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
         Some(Command::Sim(SimCommand::All {
             state,
             pipeline_seconds,
-        })) => crate::rehearse::sim_all(state, pipeline_seconds),
+            platform,
+        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare"),
         Some(Command::Sim(SimCommand::Kube {
             listen,
             kubeconfig,

@@ -241,7 +241,10 @@ fn helm_releases(work: &Path) -> String {
         Ok(releases) if releases.is_empty() => "helm releases: none\n".to_string(),
         Ok(releases) => {
             let mut out = String::from("helm releases:\n");
-            for release in &releases {
+            for listed in &releases {
+                // `helm list` leaves out the description, where bprun stamps its digest.
+                let status = helm.status(&listed.name, &listed.namespace).ok().flatten();
+                let release = status.as_ref().unwrap_or(listed);
                 out.push_str(&format!(
                     "  {}/{} {} revision {} {}{}\n",
                     release.namespace,
@@ -262,11 +265,16 @@ fn helm_releases(work: &Path) -> String {
 }
 
 /// `bprun sim all [--state DIR]`: serves the platform and prints its environment.
-pub fn sim_all(state: Option<PathBuf>, pipeline_seconds: f64) -> Result<ExitCode, Error> {
+pub fn sim_all(
+    state: Option<PathBuf>,
+    pipeline_seconds: f64,
+    bare: bool,
+) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
-    let prepared = platform::prepare(&root, &state.path, pipeline_seconds)
+    let mut prepared = platform::prepare(&root, &state.path, pipeline_seconds)
         .map_err(|message| usage(format!("bprun sim all: {message}")))?;
+    prepared.bare = bare;
     let platform =
         platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;
     use std::io::Write;
