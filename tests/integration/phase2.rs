@@ -1,7 +1,7 @@
 //! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
 //! its safety rails, through the real binary on a copy of this repository.
 
-use crate::support::BPRUN;
+use crate::support::{BPRUN, tool};
 
 #[test]
 fn the_plan_is_the_seeds_thirteen_steps_then_destroy() {
@@ -136,4 +136,41 @@ print(`${a} ${a.len} ${a != b}`);
     copy.write("scripts/short.rhai", "random_secret(8);\n");
     copy.run(&["scripts/short.rhai"])
         .stderr_contains("random_secret: a length of 8 is outside 12..=256");
+}
+
+/// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
+/// the simulator) run.
+fn with_tools() -> crate::support::Test {
+    BPRUN
+        .test_in_repository_copy()
+        .env("HELM_BIN", tool("helm"))
+        .env("BPRUN_BAO_BIN", tool("bao"))
+}
+
+/// A copy of the repository whose phase 2 script is edited by `edit` (which must change it).
+fn edited_phase2(edit: impl Fn(&str) -> String) -> crate::support::Test {
+    let copy = with_tools();
+    let path = copy.path().join("scripts/phase2.rhai");
+    let source = std::fs::read_to_string(&path).expect("phase2.rhai");
+    let edited = edit(&source);
+    assert_ne!(edited, source, "the edit changed nothing");
+    std::fs::write(&path, edited).expect("write phase2.rhai");
+    copy
+}
+
+#[test]
+fn a_cluster_created_before_the_operator_is_ready_is_refused_by_its_webhook() {
+    // The operator's webhook is served by its pod, Ready only after its readiness probe's
+    // initial delay: without the wait, the API server cannot call the webhook.
+    let copy = edited_phase2(|source| {
+        source.replace(
+            "    kube_wait(\"Deployment\", \"cnpg-system\", \"cnpg-controller-manager\", \"Available\", #{timeout: 600});\n",
+            "",
+        )
+    });
+    let run = copy.run(&["rehearse", "scripts/phase2.rhai"]);
+    run.code(1);
+    run.stderr_contains("error: step \"CloudNativePG\" failed");
+    run.stderr_contains("failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"");
+    run.stderr_contains("when this step fails: CloudNativePG not Ready");
 }

@@ -778,16 +778,57 @@ fn status_signature(status: &Value) -> Value {
     json!([status["phase"], conditions, containers])
 }
 
+/// The longest time the simulated kubelet waits before a readiness probe's first success: a
+/// probe's `initialDelaySeconds`, at most this (a rehearsal keeps the order a real cluster
+/// imposes without waiting minutes for it).
+const MAX_READINESS_DELAY_SECONDS: u64 = 5;
+
+/// Seconds the kubelet waits before the pod can be Ready: the longest `initialDelaySeconds` of
+/// its containers' readiness probes (capped, see above).
+pub fn readiness_delay(pod: &Value) -> u64 {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|container| container["readinessProbe"]["initialDelaySeconds"].as_u64())
+        .max()
+        .unwrap_or(0)
+        .min(MAX_READINESS_DELAY_SECONDS)
+}
+
+/// A started pod's status. It stays unready until its readiness probes' initial delay has
+/// passed since it started, as on a real node: a webhook or Service backed by it has no ready
+/// endpoint until then.
 fn running_status(pod: &Value, index: usize, now: &str) -> Value {
-    let statuses = kubelet::started_containers(pod, true, &json!({"running": {"startedAt": now}}));
+    let previous = &pod["status"];
+    let started = previous["startTime"]
+        .as_str()
+        .filter(|_| previous["phase"] == "Running")
+        .unwrap_or(now)
+        .to_string();
+    let elapsed = match (
+        humantime::parse_rfc3339(&started),
+        humantime::parse_rfc3339(now),
+    ) {
+        (Ok(start), Ok(current)) => current
+            .duration_since(start)
+            .map(|d| d.as_secs())
+            .unwrap_or(0),
+        _ => u64::MAX,
+    };
+    let ready = elapsed >= readiness_delay(pod);
+    let status = if ready { "True" } else { "False" };
+    let statuses =
+        kubelet::started_containers(pod, ready, &json!({"running": {"startedAt": started}}));
+    let ready_since = if ready { now } else { started.as_str() };
     json!({
         "phase": "Running", "qosClass": "BestEffort", "hostIP": "172.18.0.2",
-        "podIP": format!("10.244.0.{}", index % 250 + 2), "startTime": now,
+        "podIP": format!("10.244.0.{}", index % 250 + 2), "startTime": started,
         "conditions": [
-            {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
-            {"type": "Initialized", "status": "True", "lastTransitionTime": now},
-            {"type": "ContainersReady", "status": "True", "lastTransitionTime": now},
-            {"type": "Ready", "status": "True", "lastTransitionTime": now}
+            {"type": "PodScheduled", "status": "True", "lastTransitionTime": started},
+            {"type": "Initialized", "status": "True", "lastTransitionTime": started},
+            {"type": "ContainersReady", "status": status, "lastTransitionTime": ready_since},
+            {"type": "Ready", "status": status, "lastTransitionTime": ready_since}
         ],
         "containerStatuses": statuses
     })
@@ -1267,6 +1308,34 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pod_is_ready_only_after_its_readiness_probes_initial_delay() {
+        let pod = json!({"metadata": {"name": "operator"},
+                         "spec": {"containers": [
+                             {"name": "manager", "image": "x", "readinessProbe": {"initialDelaySeconds": 3}},
+                             {"name": "sidecar", "image": "y"}]}});
+        assert_eq!(readiness_delay(&pod), 3);
+        let first = running_status(&pod, 0, "2026-11-30T10:00:00Z");
+        assert_eq!(first["conditions"][3]["status"], "False");
+        assert_eq!(first["containerStatuses"][0]["ready"], false);
+        let mut started = pod.clone();
+        started["status"] = first;
+        let early = running_status(&started, 0, "2026-11-30T10:00:02Z");
+        assert_eq!(early["conditions"][3]["status"], "False");
+        assert_eq!(early["startTime"], "2026-11-30T10:00:00Z");
+        let later = running_status(&started, 0, "2026-11-30T10:00:03Z");
+        assert_eq!(later["conditions"][3]["status"], "True");
+        assert_eq!(later["containerStatuses"][0]["ready"], true);
+        // Long delays are capped so a rehearsal does not wait minutes.
+        let slow = json!({"spec": {"containers": [{"name": "redis", "readinessProbe": {"initialDelaySeconds": 20}}]}});
+        assert_eq!(readiness_delay(&slow), MAX_READINESS_DELAY_SECONDS);
+        let none = json!({"spec": {"containers": [{"name": "web"}]}});
+        assert_eq!(
+            running_status(&none, 0, "2026-11-30T10:00:00Z")["conditions"][3]["status"],
+            "True"
+        );
+    }
 
     #[test]
     fn a_namespace_terminates_in_steps() {
