@@ -4,25 +4,28 @@
 use crate::support::{BPRUN, tool};
 
 #[test]
-fn the_plan_is_the_seeds_thirteen_steps_then_destroy() {
+fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
     let copy = BPRUN.test_in_repository_copy();
     copy.run(&["--list", "scripts/phase2.rhai"]).expect(
         0,
-        "scripts/phase2.rhai: 14 steps
-[1/14] Pre-flight
-[2/14] Gateway API CRDs
-[3/14] local-path StorageClass
-[4/14] Stable storage
-[5/14] CloudNativePG
-[6/14] Redis
-[7/14] MinIO
-[8/14] OpenBao
-[9/14] Wildcard TLS
-[10/14] CoreDNS rewrite
-[11/14] Node trust
-[12/14] GitLab
-[13/14] Registry hosts pin and Runner
-[14/14] Destroy
+        "scripts/phase2.rhai: 17 steps
+[1/17] Pre-flight
+[2/17] Gateway API CRDs
+[3/17] local-path StorageClass
+[4/17] Stable storage
+[5/17] CloudNativePG
+[6/17] Redis
+[7/17] MinIO
+[8/17] OpenBao
+[9/17] Wildcard TLS
+[10/17] CoreDNS rewrite
+[11/17] Node trust
+[12/17] Restore GitLab secrets
+[13/17] GitLab
+[14/17] Snapshot GitLab secrets
+[15/17] Registry hosts pin
+[16/17] Runner
+[17/17] Destroy
 ",
         "",
     );
