@@ -1059,6 +1059,18 @@ impl GitlabSim {
                     &json!({"token": self.mint_token(&name), "username": "root"}),
                 );
             }
+            // `Ci::Runner.create!` through the toolbox, for `bprun sim kube --gitlab-url`.
+            ("POST", "/-/sim/runners") => {
+                if self.authenticate(request).is_none() {
+                    return message(401, "401 Unauthorized");
+                }
+                let description = string_field(&request.json(), "description")
+                    .unwrap_or_else(|| "created by gitlab-rails runner".to_string());
+                return SimResponse::json(
+                    201,
+                    &json!({"token": self.create_instance_runner(&description)}),
+                );
+            }
             _ => {}
         }
         if let Some((full, rest)) = path.split_once(".git/") {
@@ -1616,6 +1628,37 @@ impl GitlabSim {
 
     /// Registers the runner stand-in (an instance runner, untagged jobs and `tags`), or gives
     /// the one a previous start registered a fresh token; returns its authentication token.
+    /// A new instance runner (untagged jobs allowed) and its authentication token, as
+    /// `Ci::Runner.create!(runner_type: :instance_type, ...)` makes one in `gitlab-rails runner`.
+    /// It is online once something polls for jobs with the token.
+    pub fn create_instance_runner(&self, description: &str) -> String {
+        let token = runner_token();
+        let mut state = self.lock();
+        state.next_runner_id += 1;
+        let id = state.next_runner_id;
+        state.runners.insert(
+            id,
+            Runner {
+                id,
+                token_digest: token_digest(&token),
+                description: description.to_string(),
+                runner_type: "instance_type".to_string(),
+                group_id: None,
+                project_id: None,
+                tag_list: Vec::new(),
+                run_untagged: true,
+                paused: false,
+                locked: false,
+                created_at: timestamp(),
+                contacted_ms: None,
+                contacted_at: None,
+            },
+        );
+        drop(state);
+        self.persist();
+        token
+    }
+
     pub fn register_standin_runner(&self, tags: &[String]) -> String {
         let token = runner_token();
         let mut state = self.lock();

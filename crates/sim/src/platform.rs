@@ -342,7 +342,14 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     // Kubernetes, seeded with what phase 2 leaves behind.
     let minter_sim = gitlab.clone();
     let minter: crate::kube::TokenMinter =
-        Arc::new(move |name: &str| Ok(minter_sim.mint_token(name)));
+        Arc::new(move |request: crate::kube::TokenRequest| match request {
+            crate::kube::TokenRequest::PersonalAccessToken { name } => {
+                Ok(minter_sim.mint_token(name))
+            }
+            crate::kube::TokenRequest::InstanceRunner { description } => {
+                Ok(minter_sim.create_instance_runner(description))
+            }
+        });
     let kube_sim = Arc::new(crate::kube::KubeSim::new(
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),

@@ -35,8 +35,31 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// Mints a GitLab personal access token with a name (the toolbox pod's `gitlab-rails runner`).
-pub type TokenMinter = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+/// What the toolbox pod's `gitlab-rails runner` asks GitLab for.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum TokenRequest<'a> {
+    /// `User.find_by_username('root').personal_access_tokens.create!(name: ...)`: a PAT.
+    PersonalAccessToken { name: &'a str },
+    /// `Ci::Runner.create!(runner_type: :instance_type, description: ...)`: an instance runner
+    /// and its authentication token (`glrt-...`).
+    InstanceRunner { description: &'a str },
+}
+
+/// Answers the toolbox's `gitlab-rails runner` requests with a token from GitLab.
+pub type TokenMinter = Arc<dyn Fn(TokenRequest) -> Result<String, String> + Send + Sync>;
+
+/// The `description: '...'` of a `Ci::Runner.create!(...)` call.
+fn runner_description(code: &str) -> String {
+    quoted_argument(code, "description:").unwrap_or_else(|| "created by gitlab-rails runner".into())
+}
+
+/// The quoted string after `key` in Ruby code (single or double quotes).
+fn quoted_argument(code: &str, key: &str) -> Option<String> {
+    let start = code.find(key)?;
+    let rest = code[start + key.len()..].trim_start();
+    let quote = rest.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    rest[1..].split(quote).next().map(str::to_string)
+}
 
 /// The `name: '...'` a `personal_access_tokens.create!(...)` call gives its token, as Ruby reads
 /// it (single or double quotes); GitLab's default when none is given.
@@ -105,15 +128,26 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
                 } else {
                     code.to_string()
                 };
-                if !code.contains("personal_access_tokens.create") {
+                let request = if code.contains("personal_access_tokens.create") {
+                    token_name(&code)
+                } else if code.contains("Ci::Runner.create") {
+                    runner_description(&code)
+                } else {
                     return fail(
                         1,
-                        "gitlab-rails runner (simulated) only mints personal access tokens\n"
+                        "gitlab-rails runner (simulated) only mints personal access tokens and creates runners\n"
                             .into(),
                     );
-                }
+                };
+                let request = if code.contains("Ci::Runner.create") {
+                    TokenRequest::InstanceRunner {
+                        description: &request,
+                    }
+                } else {
+                    TokenRequest::PersonalAccessToken { name: &request }
+                };
                 match &minter {
-                    Some(mint) => match mint(&token_name(&code)) {
+                    Some(mint) => match mint(request) {
                         Ok(token) => ok(format!("{token}\n")),
                         Err(message) => fail(1, format!("gitlab-rails runner: {message}\n")),
                     },
@@ -137,8 +171,16 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
 
 /// A minter that asks a GitLab simulator over HTTP (`POST /-/sim/tokens` with its admin token).
 pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
-    Arc::new(move |name: &str| {
-        let url = format!("{}/-/sim/tokens", gitlab_url.trim_end_matches('/'));
+    Arc::new(move |request: TokenRequest| {
+        let (endpoint, body) = match request {
+            TokenRequest::PersonalAccessToken { name } => {
+                ("tokens", serde_json::json!({"name": name}))
+            }
+            TokenRequest::InstanceRunner { description } => {
+                ("runners", serde_json::json!({"description": description}))
+            }
+        };
+        let url = format!("{}/-/sim/{endpoint}", gitlab_url.trim_end_matches('/'));
         let client = bprun_clients::runtime::http_client_builder()
             .timeout(std::time::Duration::from_secs(10))
             .build()
@@ -149,7 +191,7 @@ pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
             let response = client
                 .post(&url)
                 .header("PRIVATE-TOKEN", &gitlab_token)
-                .json(&serde_json::json!({"name": name}))
+                .json(&body)
                 .send()
                 .await
                 .map_err(|error| format!("POST {url}: {error}"))?;
@@ -510,4 +552,61 @@ pub fn run(config: Config) -> Result<(), String> {
     runtime.block_on(crate::http::shutdown_signal())?;
     drop(running);
     Ok(())
+}
+
+#[cfg(test)]
+mod toolbox_tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    fn toolbox_call(code: &str) -> ExecCall {
+        ExecCall {
+            namespace: "gitlab".into(),
+            pod: "gitlab-toolbox-0".into(),
+            container: "toolbox".into(),
+            command: vec!["gitlab-rails".into(), "runner".into(), "-".into()],
+            stdin: code.as_bytes().to_vec(),
+            image: "registry.gitlab.com/gitlab-org/build/cng/gitlab-toolbox-ee:v19.1.1".into(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn the_toolbox_mints_pats_and_creates_runners_through_gitlab() {
+        let asked: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = asked.clone();
+        let minter: TokenMinter = Arc::new(move |request: TokenRequest| {
+            let mut seen = seen.lock().unwrap();
+            seen.push(format!("{request:?}"));
+            Ok(match request {
+                TokenRequest::PersonalAccessToken { .. } => "glpat-minted".to_string(),
+                TokenRequest::InstanceRunner { .. } => "glrt-created".to_string(),
+            })
+        });
+        let exec = builtin_exec(Some(minter));
+        let pat = exec(&toolbox_call(
+            "token = User.find_by_username('root').personal_access_tokens.create!(scopes: ['api'], name: 'blueprint-phase3'); puts token.token",
+        ));
+        assert_eq!((pat.code, pat.stdout), (0, b"glpat-minted\n".to_vec()));
+        let runner = exec(&toolbox_call(
+            "runner = Ci::Runner.create!(runner_type: :instance_type, description: 'blueprint gitlab-runner'); puts runner.token",
+        ));
+        assert_eq!(
+            (runner.code, runner.stdout),
+            (0, b"glrt-created\n".to_vec())
+        );
+        assert_eq!(
+            *asked.lock().unwrap(),
+            [
+                "PersonalAccessToken { name: \"blueprint-phase3\" }",
+                "InstanceRunner { description: \"blueprint gitlab-runner\" }"
+            ]
+        );
+        let other = exec(&toolbox_call("puts User.count"));
+        assert_eq!(other.code, 1);
+        assert!(
+            String::from_utf8_lossy(&other.stderr)
+                .contains("only mints personal access tokens and creates runners")
+        );
+    }
 }
