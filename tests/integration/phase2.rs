@@ -167,7 +167,7 @@ fn a_cluster_created_before_the_operator_is_ready_is_refused_by_its_webhook() {
     // initial delay: without the wait, the API server cannot call the webhook.
     let copy = edited_phase2(|source| {
         source.replace(
-            "    kube_wait(\"Deployment\", \"cnpg-system\", \"cnpg-controller-manager\", \"Available\", #{timeout: 600});\n",
+            "    kube_wait(\"Deployment\", \"cnpg-system\", \"cnpg-controller-manager\", \"Available\", #{timeout: wait_timeout});\n",
             "",
         )
     });
