@@ -387,6 +387,70 @@ fn the_gitlab_stand_in_waits_for_the_object_storage_secret_and_a_second_upgrade_
         "--timeout=20s",
     ])
     .ok();
+    // The simulator's Envoy Gateway (running while envoy-gateway is Available) reports the
+    // listener whose certificate Secret is missing, and programs the Gateway once all exist.
+    let listener = |name: &str| {
+        format!(
+            "{{.status.listeners[?(@.name==\"{name}\")].conditions[?(@.type==\"ResolvedRefs\")].message}}"
+        )
+    };
+    let mut message = String::new();
+    for _ in 0..200 {
+        message = sim.jsonpath("gateway/gitlab-gw", "gitlab", &listener("gitlab-web"));
+        if !message.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert_eq!(message, "Secret gitlab/gitlab-wildcard-tls does not exist.");
+    assert_eq!(
+        sim.jsonpath(
+            "gateway/gitlab-gw",
+            "gitlab",
+            "{.status.conditions[?(@.type==\"Programmed\")].status}"
+        ),
+        "False"
+    );
+    assert_eq!(
+        sim.jsonpath(
+            "gatewayclass/gitlab-gw",
+            "",
+            "{.status.conditions[?(@.type==\"Accepted\")].status}"
+        ),
+        "True"
+    );
+    for name in ["gitlab-wildcard-tls", "registry-tls", "kas-tls"] {
+        sim.kubectl(&[
+            "create",
+            "secret",
+            "generic",
+            name,
+            "-n",
+            "gitlab",
+            "--type=kubernetes.io/tls",
+            "--from-literal=tls.crt=cert",
+            "--from-literal=tls.key=key",
+        ])
+        .ok();
+    }
+    sim.kubectl(&[
+        "wait",
+        "gateway/gitlab-gw",
+        "-n",
+        "gitlab",
+        "--for=condition=Programmed",
+        "--timeout=20s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.jsonpath(
+            "pods",
+            "gitlab",
+            "{range .items[?(@.metadata.labels.app\\.kubernetes\\.io/name==\"envoy\")]}{.status.phase}{\"\\n\"}{end}"
+        ),
+        "Running\n",
+        "one Envoy proxy pod (the EnvoyProxy asks for no more replicas)"
+    );
     // A second upgrade with the same values renders the same manifest.
     let first = sim
         .helm(&["get", "manifest", "gitlab", "-n", "gitlab"])

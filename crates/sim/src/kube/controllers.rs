@@ -36,6 +36,7 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
         writes += workloads(cluster, store_key, kind);
     }
     writes += cnpg_clusters(cluster);
+    writes += super::gateway::reconcile(cluster);
     writes += pods(cluster);
     writes += jobs(cluster);
     writes += endpoints(cluster);

@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod cnpg;
 pub mod controllers;
 pub mod crd_schema;
+pub mod gateway;
 pub mod kubelet;
 pub mod merge;
 pub mod programs;

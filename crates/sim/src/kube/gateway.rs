@@ -1,0 +1,561 @@
+//! Envoy Gateway, as the Gateway API controller the GitLab chart bundles: it serves the
+//! GatewayClasses whose `controllerName` is the one its configuration names (ConfigMap
+//! `envoy-gateway-config`, key `envoy-gateway.yaml`, `gateway.controllerName`; default
+//! `gateway.envoyproxy.io/gatewayclass-controller`), and only while its Deployment (image
+//! `docker.io/envoyproxy/gateway`) is Available. For each Gateway of a served class it creates
+//! the Envoy proxy Deployment and Service (labels `app.kubernetes.io/name=envoy`, in the
+//! controller's namespace) and writes the Gateway's status: `Accepted`, `Programmed` once the
+//! proxy replicas are available, and per listener `ResolvedRefs` (a TLS listener whose Secret is
+//! missing or lacks `tls.crt`/`tls.key` gets `InvalidCertificateRef` and is not programmed).
+
+use super::cluster::{Cluster, WriteOptions};
+use serde_json::{Value, json};
+
+pub const CLASS_STORE_KEY: &str = "gatewayclasses.gateway.networking.k8s.io";
+pub const GATEWAY_STORE_KEY: &str = "gateways.gateway.networking.k8s.io";
+pub const CONTROLLER_IMAGES: &[&str] = &["docker.io/envoyproxy/gateway", "envoyproxy/gateway"];
+pub const DEFAULT_CONTROLLER_NAME: &str = "gateway.envoyproxy.io/gatewayclass-controller";
+pub const PROXY_IMAGE: &str = "docker.io/envoyproxy/envoy:distroless-v1.37.0";
+const CONFIG_MAP: &str = "envoy-gateway-config";
+
+fn text<'a>(value: &'a Value, key: &str) -> &'a str {
+    value[key].as_str().unwrap_or("")
+}
+
+fn name_of(object: &Value) -> &str {
+    text(&object["metadata"], "name")
+}
+
+fn namespace_of(object: &Value) -> &str {
+    text(&object["metadata"], "namespace")
+}
+
+/// Whether a Deployment runs Envoy Gateway and is Available.
+pub fn controller_available(deployment: &Value) -> bool {
+    let runs = deployment["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            let image = text(c, "image");
+            CONTROLLER_IMAGES
+                .iter()
+                .any(|prefix| image.starts_with(&format!("{prefix}:")))
+        });
+    let available = deployment["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Available" && c["status"] == "True");
+    runs && available && deployment["status"]["availableReplicas"].as_u64() > Some(0)
+}
+
+/// The controllerName an Envoy Gateway configuration (the `envoy-gateway.yaml` text) serves.
+pub fn controller_name(config: Option<&str>) -> String {
+    config
+        .and_then(|text| serde_norway::from_str::<Value>(text).ok())
+        .and_then(|config| {
+            config["gateway"]["controllerName"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .unwrap_or_else(|| DEFAULT_CONTROLLER_NAME.to_string())
+}
+
+fn condition(kind: &str, status: &str, reason: &str, message: &str, generation: &Value) -> Value {
+    json!({"type": kind, "status": status, "reason": reason, "message": message,
+           "observedGeneration": generation, "lastTransitionTime": "1970-01-01T00:00:00Z"})
+}
+
+/// A GatewayClass's status: Accepted while its controller runs; as the API server defaults it
+/// (`Unknown`, waiting) otherwise.
+pub fn class_status(class: &Value, served: bool) -> Value {
+    let generation = &class["metadata"]["generation"];
+    let accepted = if served {
+        condition(
+            "Accepted",
+            "True",
+            "Accepted",
+            "Valid GatewayClass",
+            generation,
+        )
+    } else {
+        condition(
+            "Accepted",
+            "Unknown",
+            "Pending",
+            "Waiting for controller",
+            generation,
+        )
+    };
+    json!({"conditions": [accepted]})
+}
+
+/// Why a listener's certificate reference does not resolve, in Envoy Gateway's words.
+pub fn certificate_problem(
+    gateway_namespace: &str,
+    reference: &Value,
+    secret: Option<&Value>,
+) -> Option<String> {
+    let namespace = reference["namespace"].as_str().unwrap_or(gateway_namespace);
+    let name = text(reference, "name");
+    let kind = reference["kind"].as_str().unwrap_or("Secret");
+    if kind != "Secret" {
+        return Some(format!("Unsupported reference kind: {kind}."));
+    }
+    let Some(secret) = secret else {
+        return Some(format!("Secret {namespace}/{name} does not exist."));
+    };
+    let has =
+        |key: &str| secret["data"].get(key).is_some() || secret["stringData"].get(key).is_some();
+    if !has("tls.crt") || !has("tls.key") {
+        return Some(format!(
+            "Secret {namespace}/{name} must contain tls.crt and tls.key."
+        ));
+    }
+    None
+}
+
+/// A listener's status; `problem` is its first unresolved certificate reference.
+pub fn listener_status(listener: &Value, problem: Option<&str>, generation: &Value) -> Value {
+    let kinds = match text(listener, "protocol") {
+        "TCP" => json!([{"group": "gateway.networking.k8s.io", "kind": "TCPRoute"}]),
+        "TLS" => json!([{"group": "gateway.networking.k8s.io", "kind": "TLSRoute"}]),
+        _ => json!([{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute"},
+                    {"group": "gateway.networking.k8s.io", "kind": "GRPCRoute"}]),
+    };
+    let conditions = match problem {
+        Some(message) => json!([
+            condition(
+                "Programmed",
+                "False",
+                "Invalid",
+                "Listener is invalid, see other Conditions for details.",
+                generation
+            ),
+            condition(
+                "Accepted",
+                "True",
+                "Accepted",
+                "Listener has been successfully translated",
+                generation
+            ),
+            condition(
+                "ResolvedRefs",
+                "False",
+                "InvalidCertificateRef",
+                message,
+                generation
+            ),
+        ]),
+        None => json!([
+            condition(
+                "Programmed",
+                "True",
+                "Programmed",
+                "Sending translated listener configuration to the data plane",
+                generation
+            ),
+            condition(
+                "Accepted",
+                "True",
+                "Accepted",
+                "Listener has been successfully translated",
+                generation
+            ),
+            condition(
+                "ResolvedRefs",
+                "True",
+                "ResolvedRefs",
+                "Listener has been successfully translated",
+                generation
+            ),
+        ]),
+    };
+    json!({"name": listener["name"], "supportedKinds": kinds, "attachedRoutes": 0, "conditions": conditions})
+}
+
+/// The Gateway's status from its listeners' problems and its proxy's (ready, wanted) replicas.
+pub fn gateway_status(gateway: &Value, problems: &[Option<String>], replicas: (u64, u64)) -> Value {
+    let generation = &gateway["metadata"]["generation"];
+    let listeners: Vec<Value> = gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(problems.iter().chain(std::iter::repeat(&None)))
+        .map(|(listener, problem)| listener_status(listener, problem.as_deref(), generation))
+        .collect();
+    let invalid: Vec<&str> = gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .zip(problems.iter())
+        .filter(|(_, problem)| problem.is_some())
+        .map(|(listener, _)| text(listener, "name"))
+        .collect();
+    let (ready, wanted) = replicas;
+    let programmed = if !invalid.is_empty() {
+        condition(
+            "Programmed",
+            "False",
+            "Invalid",
+            &format!("Gateway has invalid listeners: {}", invalid.join(", ")),
+            generation,
+        )
+    } else if ready == 0 {
+        condition(
+            "Programmed",
+            "False",
+            "NoResources",
+            "Envoy replicas unavailable",
+            generation,
+        )
+    } else {
+        condition(
+            "Programmed",
+            "True",
+            "Programmed",
+            &format!("Address assigned to the Gateway, {ready}/{wanted} envoy replicas available"),
+            generation,
+        )
+    };
+    json!({
+        "conditions": [
+            condition("Accepted", "True", "Accepted", "The Gateway has been scheduled by Envoy Gateway", generation),
+            programmed
+        ],
+        "listeners": listeners
+    })
+}
+
+/// The name Envoy Gateway gives a Gateway's proxy Deployment and Service.
+pub fn proxy_name(gateway: &Value) -> String {
+    use sha2::{Digest, Sha256};
+    let namespace = namespace_of(gateway);
+    let name = name_of(gateway);
+    let digest = Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hash: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+    format!("envoy-{namespace}-{name}-{hash}")
+}
+
+/// The proxy Deployment and Service of a Gateway, in the controller's namespace; `replicas` and
+/// the Service type come from the class's EnvoyProxy (`spec.provider.kubernetes`).
+pub fn proxy_objects(
+    gateway: &Value,
+    controller_namespace: &str,
+    envoy_proxy: Option<&Value>,
+) -> Vec<(&'static str, Value)> {
+    let name = proxy_name(gateway);
+    let kubernetes = envoy_proxy
+        .map(|p| p["spec"]["provider"]["kubernetes"].clone())
+        .unwrap_or(Value::Null);
+    let replicas = kubernetes["envoyDeployment"]["replicas"]
+        .as_u64()
+        .unwrap_or(1);
+    let service_type = kubernetes["envoyService"]["type"]
+        .as_str()
+        .unwrap_or("LoadBalancer")
+        .to_string();
+    let labels = json!({
+        "app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
+        "app.kubernetes.io/managed-by": "envoy-gateway",
+        "gateway.envoyproxy.io/owning-gateway-name": name_of(gateway),
+        "gateway.envoyproxy.io/owning-gateway-namespace": namespace_of(gateway)
+    });
+    let ports: Vec<Value> = gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|l| l["port"].as_u64())
+        .collect::<std::collections::BTreeSet<u64>>()
+        .into_iter()
+        .map(|port| json!({"name": format!("port-{port}"), "port": port, "protocol": "TCP", "targetPort": 10000 + port}))
+        .collect();
+    vec![
+        (
+            "deployments.apps",
+            json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                   "metadata": {"name": name, "namespace": controller_namespace, "labels": labels},
+                   "spec": {"replicas": replicas, "selector": {"matchLabels": labels},
+                            "template": {"metadata": {"labels": labels},
+                                         "spec": {"containers": [{"name": "envoy", "image": PROXY_IMAGE,
+                                                                  "ports": [{"name": "admin", "containerPort": 19000}]}]}}}}),
+        ),
+        (
+            "services",
+            json!({"apiVersion": "v1", "kind": "Service",
+                   "metadata": {"name": name, "namespace": controller_namespace, "labels": labels},
+                   "spec": {"type": service_type, "selector": labels, "ports": ports}}),
+        ),
+    ]
+}
+
+/// Envoy Gateway's part of a reconcile pass; returns how many objects it wrote.
+pub fn reconcile(cluster: &mut Cluster) -> usize {
+    if cluster
+        .resource_for_kind("gateway.networking.k8s.io/v1", "GatewayClass")
+        .is_none()
+    {
+        return 0;
+    }
+    // (controllerName, the controller's namespace) of every Available Envoy Gateway.
+    let controllers: Vec<(String, String)> = cluster
+        .all("deployments.apps")
+        .iter()
+        .filter(|d| controller_available(d))
+        .map(|d| {
+            let namespace = namespace_of(d).to_string();
+            let config = cluster
+                .lookup("configmaps", &namespace, CONFIG_MAP)
+                .and_then(|c| c["data"]["envoy-gateway.yaml"].as_str().map(str::to_string));
+            (controller_name(config.as_deref()), namespace)
+        })
+        .collect();
+    let mut writes = 0;
+    let mut served = Vec::new();
+    for class in cluster.all(CLASS_STORE_KEY) {
+        let controller = controllers
+            .iter()
+            .find(|(name, _)| name == text(&class["spec"], "controllerName"));
+        if let Some((_, namespace)) = controller {
+            served.push((
+                name_of(&class).to_string(),
+                namespace.clone(),
+                class.clone(),
+            ));
+        }
+        let status = class_status(&class, controller.is_some());
+        // Classes of other controllers are theirs to report on.
+        let ours = text(&class["spec"], "controllerName").starts_with("gateway.envoyproxy.io/");
+        if ours && class["status"]["conditions"] != status["conditions"] {
+            let mut updated = class.clone();
+            updated["status"] = status;
+            writes += write(cluster, CLASS_STORE_KEY, updated);
+        }
+    }
+    let options = WriteOptions {
+        manager: "envoy-gateway".into(),
+        ..Default::default()
+    };
+    for gateway in cluster.all(GATEWAY_STORE_KEY) {
+        let Some((_, controller_namespace, class)) = served
+            .iter()
+            .find(|(name, _, _)| name == text(&gateway["spec"], "gatewayClassName"))
+        else {
+            continue;
+        };
+        let envoy_proxy = class["spec"]["parametersRef"]["name"]
+            .as_str()
+            .and_then(|name| {
+                let namespace = class["spec"]["parametersRef"]["namespace"]
+                    .as_str()
+                    .unwrap_or(controller_namespace);
+                cluster
+                    .lookup("envoyproxies.gateway.envoyproxy.io", namespace, name)
+                    .cloned()
+            });
+        for (store_key, wanted) in
+            proxy_objects(&gateway, controller_namespace, envoy_proxy.as_ref())
+        {
+            if cluster
+                .lookup(store_key, controller_namespace, name_of(&wanted))
+                .is_some()
+            {
+                continue;
+            }
+            let (api_version, kind) = (
+                text(&wanted, "apiVersion").to_string(),
+                text(&wanted, "kind").to_string(),
+            );
+            if let Some(rt) = cluster.resource_for_kind(&api_version, &kind)
+                && cluster
+                    .create(&rt, controller_namespace, wanted, &options)
+                    .is_ok()
+            {
+                writes += 1;
+            }
+        }
+        let namespace = namespace_of(&gateway).to_string();
+        let problems: Vec<Option<String>> = gateway["spec"]["listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|listener| {
+                if !matches!(text(listener, "protocol"), "HTTPS" | "TLS") {
+                    return None;
+                }
+                listener["tls"]["certificateRefs"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find_map(|reference| {
+                        let secret_namespace =
+                            reference["namespace"].as_str().unwrap_or(&namespace);
+                        let secret =
+                            cluster.lookup("secrets", secret_namespace, text(reference, "name"));
+                        certificate_problem(&namespace, reference, secret)
+                    })
+            })
+            .collect();
+        let proxy = cluster
+            .lookup(
+                "deployments.apps",
+                controller_namespace,
+                &proxy_name(&gateway),
+            )
+            .cloned()
+            .unwrap_or(Value::Null);
+        let replicas = (
+            proxy["status"]["availableReplicas"].as_u64().unwrap_or(0),
+            proxy["spec"]["replicas"].as_u64().unwrap_or(1),
+        );
+        let status = gateway_status(&gateway, &problems, replicas);
+        if gateway["status"]["conditions"] != status["conditions"]
+            || gateway["status"]["listeners"] != status["listeners"]
+        {
+            let mut updated = gateway.clone();
+            updated["status"] = status;
+            writes += write(cluster, GATEWAY_STORE_KEY, updated);
+        }
+    }
+    writes
+}
+
+fn write(cluster: &mut Cluster, store_key: &str, object: Value) -> usize {
+    let namespace = namespace_of(&object).to_string();
+    let name = name_of(&object).to_string();
+    cluster.commit(store_key, &namespace, &name, Some(object));
+    1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::test_fixtures::documents;
+    use super::*;
+
+    fn conditions(status: &Value) -> Vec<String> {
+        status["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                format!(
+                    "{}={} {}: {}",
+                    c["type"].as_str().unwrap(),
+                    c["status"].as_str().unwrap(),
+                    c["reason"].as_str().unwrap(),
+                    c["message"].as_str().unwrap()
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_controller_is_its_deployment_when_available_and_serves_its_configured_name() {
+        let documents = documents("gateway", "controller.yaml");
+        assert!(controller_available(&documents[0]));
+        assert!(!controller_available(&documents[1]), "not available");
+        assert!(!controller_available(&documents[2]), "another image");
+        assert_eq!(
+            controller_name(documents[3]["data"]["envoy-gateway.yaml"].as_str()),
+            "gateway.envoyproxy.io/gitlab-gatewayclass-controller"
+        );
+        assert_eq!(controller_name(None), DEFAULT_CONTROLLER_NAME);
+        let class = &documents[4];
+        assert_eq!(
+            conditions(&class_status(class, true)),
+            ["Accepted=True Accepted: Valid GatewayClass"]
+        );
+        assert_eq!(
+            conditions(&class_status(class, false)),
+            ["Accepted=Unknown Pending: Waiting for controller"]
+        );
+    }
+
+    #[test]
+    fn a_listener_without_its_certificate_secret_is_not_programmed_nor_the_gateway() {
+        let documents = documents("gateway", "gateway.yaml");
+        let (gateway, good, no_key) = (&documents[0], &documents[1], &documents[2]);
+        let refs = |i: usize| gateway["spec"]["listeners"][i]["tls"]["certificateRefs"][0].clone();
+        assert_eq!(
+            certificate_problem("gitlab", &refs(0), None).as_deref(),
+            Some("Secret gitlab/gitlab-wildcard-tls does not exist.")
+        );
+        assert_eq!(
+            certificate_problem("gitlab", &refs(1), Some(no_key)).as_deref(),
+            Some("Secret gitlab/registry-tls must contain tls.crt and tls.key.")
+        );
+        assert_eq!(certificate_problem("gitlab", &refs(0), Some(good)), None);
+        let missing = gateway_status(
+            gateway,
+            &[
+                Some("Secret gitlab/gitlab-wildcard-tls does not exist.".into()),
+                None,
+                None,
+            ],
+            (1, 1),
+        );
+        assert_eq!(
+            conditions(&missing),
+            [
+                "Accepted=True Accepted: The Gateway has been scheduled by Envoy Gateway",
+                "Programmed=False Invalid: Gateway has invalid listeners: gitlab-web"
+            ]
+        );
+        assert_eq!(
+            conditions(&missing["listeners"][0]),
+            [
+                "Programmed=False Invalid: Listener is invalid, see other Conditions for details.",
+                "Accepted=True Accepted: Listener has been successfully translated",
+                "ResolvedRefs=False InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist."
+            ]
+        );
+        assert_eq!(missing["listeners"][1]["conditions"][2]["status"], "True");
+        let unavailable = gateway_status(gateway, &[None, None, None], (0, 1));
+        assert_eq!(
+            conditions(&unavailable)[1],
+            "Programmed=False NoResources: Envoy replicas unavailable"
+        );
+        let ready = gateway_status(gateway, &[None, None, None], (2, 2));
+        assert_eq!(
+            conditions(&ready)[1],
+            "Programmed=True Programmed: Address assigned to the Gateway, 2/2 envoy replicas available"
+        );
+    }
+
+    #[test]
+    fn the_proxy_is_an_envoy_deployment_per_gateway_with_the_envoy_proxys_replicas() {
+        let documents = documents("gateway", "gateway.yaml");
+        let proxy = &documents[3];
+        let objects = proxy_objects(&documents[0], "gitlab", Some(proxy));
+        let deployment = &objects[0].1;
+        assert_eq!(deployment["spec"]["replicas"], 5);
+        assert_eq!(
+            deployment["metadata"]["labels"]["app.kubernetes.io/name"],
+            "envoy"
+        );
+        assert_eq!(
+            deployment["metadata"]["labels"]["gateway.envoyproxy.io/owning-gateway-name"],
+            "gitlab-gw"
+        );
+        assert!(
+            deployment["metadata"]["name"]
+                .as_str()
+                .unwrap()
+                .starts_with("envoy-gitlab-gitlab-gw-")
+        );
+        let service = &objects[1].1;
+        assert_eq!(service["spec"]["type"], "NodePort");
+        let ports: Vec<u64> = service["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["port"].as_u64().unwrap())
+            .collect();
+        assert_eq!(ports, [80, 443]);
+        assert_eq!(
+            proxy_objects(&documents[0], "gitlab", None)[0].1["spec"]["replicas"],
+            1
+        );
+    }
+}
