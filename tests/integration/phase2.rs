@@ -177,3 +177,265 @@ fn a_cluster_created_before_the_operator_is_ready_is_refused_by_its_webhook() {
     run.stderr_contains("failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"");
     run.stderr_contains("when this step fails: CloudNativePG not Ready");
 }
+
+/// A moved step: the script with the step named `moved` cut out and put back just before the
+/// step named `before`.
+fn move_step_before(source: &str, moved: &str, before: &str) -> String {
+    let start_of = |name: &str| {
+        source
+            .find(&format!("step(\"{name}\""))
+            .unwrap_or_else(|| panic!("no step {name}"))
+    };
+    let start = start_of(moved);
+    // A step ends where the next top-level statement starts (a line starting a step or a comment).
+    let rest = &source[start..];
+    let length = rest
+        .match_indices("\n});\n")
+        .next()
+        .map(|(at, _)| at + "\n});\n".len())
+        .expect("the end of the step");
+    let block = &source[start..start + length];
+    let without = format!("{}{}", &source[..start], &source[start + length..]);
+    let at = without
+        .find(&format!("step(\"{before}\""))
+        .unwrap_or_else(|| panic!("no step {before}"));
+    format!("{}{block}\n{}", &without[..at], &without[at..])
+}
+
+/// Rehearses phase 2 with `moved` before `before` (waits bounded at 20 s) and returns the run.
+fn rehearse_reordered(moved: &str, before: &str) -> crate::support::Output {
+    let copy = edited_phase2(|source| move_step_before(source, moved, before));
+    copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"])
+}
+
+#[test]
+fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
+    let run = rehearse_reordered("GitLab", "MinIO");
+    run.code(1);
+    run.stderr_contains("error: step \"GitLab\" failed");
+    run.stderr_contains("secret \"gitlab-rails-storage\" not found");
+}
+
+#[test]
+fn gitlab_before_the_restore_step_waits_for_the_database_password_secret() {
+    let run = rehearse_reordered("GitLab", "Restore GitLab secrets");
+    run.code(1);
+    run.stderr_contains("error: step \"GitLab\" failed");
+    run.stderr_contains("secret \"gitlab-postgresql-password\" not found");
+}
+
+#[test]
+fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret() {
+    let run = rehearse_reordered("GitLab", "Wildcard TLS");
+    run.code(1);
+    run.stderr_contains("error: step \"GitLab\" failed");
+    run.stderr_contains("Secret gitlab/gitlab-wildcard-tls does not exist.");
+}
+
+/// The variables of a bare platform without GitLab's admin token: phase 2 and 3 start as on a
+/// fresh platform.
+fn fresh_platform_vars(sim: &crate::support::Sim) -> Vec<(String, String)> {
+    sim.vars()
+        .iter()
+        .filter(|(key, _)| key != "GITLAB_TOKEN")
+        .cloned()
+        .collect()
+}
+
+/// helm's releases as `namespace/name revision`.
+fn helm_revisions(sim: &crate::support::Sim) -> Vec<String> {
+    let output = std::process::Command::new(tool("helm"))
+        .args(["list", "-A", "-o", "json"])
+        .env("KUBECONFIG", sim.var("KUBECONFIG"))
+        .env("HOME", sim.home())
+        .output()
+        .expect("helm list");
+    let releases: serde_json::Value =
+        serde_json::from_slice(&output.stdout).expect("helm list json");
+    let mut listed: Vec<String> = releases
+        .as_array()
+        .expect("releases")
+        .iter()
+        .map(|r| {
+            format!(
+                "{}/{} {}",
+                r["namespace"].as_str().unwrap_or(""),
+                r["name"].as_str().unwrap_or(""),
+                r["revision"]
+                    .as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| r["revision"].to_string())
+            )
+        })
+        .collect();
+    listed.sort();
+    listed
+}
+
+fn kubectl(sim: &crate::support::Sim, args: &[&str]) -> String {
+    let output = std::process::Command::new(tool("kubectl"))
+        .args(args)
+        .env("KUBECONFIG", sim.var("KUBECONFIG"))
+        .env("HOME", sim.home())
+        .output()
+        .expect("kubectl");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn kube_mutating(sim: &crate::support::Sim) -> u64 {
+    let log: serde_json::Value =
+        serde_json::from_str(&kubectl(sim, &["get", "--raw", "/-/sim/requests"])).expect("log");
+    log["mutating"].as_u64().expect("mutating")
+}
+
+#[test]
+fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing() {
+    let sim = crate::support::Sim::start(BPRUN.clone(), crate::support::SimKind::Bare, &[]);
+    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    let first = copy.run(&["scripts/phase2.rhai"]);
+    first.code(0);
+    let phase3 = copy.run(&["scripts/phase3.rhai"]);
+    phase3.code(0);
+
+    // The seed's smoke table, every row that can be checked here.
+    assert_eq!(
+        kubectl(
+            &sim,
+            &[
+                "get",
+                "sc",
+                "local-path",
+                "-o",
+                "jsonpath={.metadata.annotations.storageclass\\.kubernetes\\.io/is-default-class}"
+            ]
+        ),
+        "true"
+    );
+    assert_eq!(
+        kubectl(
+            &sim,
+            &[
+                "-n",
+                "postgresql",
+                "get",
+                "cluster",
+                "postgresql-cnpg",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"
+            ]
+        ),
+        "True"
+    );
+    assert_eq!(
+        kubectl(
+            &sim,
+            &[
+                "-n",
+                "gitlab",
+                "get",
+                "gateway",
+                "gitlab-gw",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Programmed\")].status}"
+            ]
+        ),
+        "True"
+    );
+    let secrets = kubectl(&sim, &["-n", "gitlab", "get", "secrets", "-o", "name"]);
+    for name in [
+        "gitlab-wildcard-tls",
+        "registry-tls",
+        "kas-tls",
+        "minio-tls",
+        "gitlab-rails-storage",
+    ] {
+        assert!(
+            secrets.contains(&format!("secret/{name}\n")),
+            "{name} missing: {secrets}"
+        );
+    }
+    for file in ["ca.pem", "cert.pem", "key.pem"] {
+        assert!(
+            copy.path().join("infra/tls/wildcard").join(file).is_file(),
+            "{file}"
+        );
+    }
+    let status = kubectl(
+        &sim,
+        &[
+            "-n",
+            "openbao",
+            "exec",
+            "openbao-0",
+            "--",
+            "bao",
+            "status",
+            "-format=json",
+        ],
+    );
+    assert!(status.contains("\"sealed\": false"), "{status}");
+    let buckets = kubectl(
+        &sim,
+        &[
+            "-n",
+            "minio",
+            "exec",
+            "deploy/minio",
+            "--",
+            "mc",
+            "ls",
+            "local",
+        ],
+    );
+    for bucket in ["lfs", "artifacts", "registry", "snippets"] {
+        assert!(
+            buckets.contains(&format!(" {bucket}/")),
+            "{bucket} missing: {buckets}"
+        );
+    }
+    let runners = sim.api_json("runners/all?status=online");
+    assert_eq!(runners.as_array().map(Vec::len), Some(1), "{runners}");
+    use std::os::unix::fs::PermissionsExt;
+    for file in [
+        "openbao-init.json",
+        "cnpg-role-passwords.json",
+        "redis-password.txt",
+        "gitlab-runtime-secrets.yaml",
+    ] {
+        let mode = std::fs::metadata(copy.path().join("infra/secrets").join(file))
+            .unwrap_or_else(|e| panic!("{file}: {e}"))
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+
+    // A second run of both changes nothing: no Kubernetes or GitLab write, no new helm revision.
+    let revisions = helm_revisions(&sim);
+    assert_eq!(revisions.len(), 6, "{revisions:?}");
+    kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
+    sim.clear_requests();
+    let again = copy.run(&["scripts/phase2.rhai"]);
+    again.code(0);
+    let recap = crate::phase3::recap_of(&again.stdout, "scripts/phase2.rhai");
+    assert!(
+        recap
+            .values()
+            .all(|status| status == "ok" || status == "skipped"),
+        "{recap:?}\n{}",
+        again.stdout
+    );
+    let again3 = copy.run(&["scripts/phase3.rhai"]);
+    again3.code(0);
+    assert_eq!(
+        kube_mutating(&sim),
+        0,
+        "{}",
+        kubectl(&sim, &["get", "--raw", "/-/sim/requests"])
+    );
+    assert_eq!(sim.mutating_requests(), 0);
+    assert_eq!(helm_revisions(&sim), revisions);
+}

@@ -74,7 +74,12 @@ fn end_state(stdout: &str) -> String {
 }
 
 fn recap(stdout: &str) -> BTreeMap<String, String> {
-    let Some((_, table)) = stdout.split_once("Recap of scripts/phase3.rhai") else {
+    recap_of(stdout, "scripts/phase3.rhai")
+}
+
+/// The recap table of `script` in a run's output: step name -> status word.
+pub(crate) fn recap_of(stdout: &str, script: &str) -> BTreeMap<String, String> {
+    let Some((_, table)) = stdout.split_once(&format!("Recap of {script}")) else {
         return BTreeMap::new();
     };
     table

@@ -27,6 +27,10 @@ pub enum SimKind {
     /// `sim all --pipeline-seconds 0.3 --state HOME/state`: prints six variables. The platform
     /// has an online instance runner, as phase 2 leaves it.
     All,
+    /// `sim all --platform bare --pipeline-seconds 0.3 --state HOME/state`: a fresh kind
+    /// cluster for phase 2 (nodes and CoreDNS only); prints five variables (no OpenBao yet:
+    /// BAO_K8S_SERVICE instead of BAO_ADDR and BAO_TOKEN).
+    Bare,
 }
 
 impl SimKind {
@@ -35,7 +39,7 @@ impl SimKind {
             SimKind::Gitlab => "gitlab",
             SimKind::Kube => "kube",
             SimKind::Bao => "bao",
-            SimKind::All => "all",
+            SimKind::All | SimKind::Bare => "all",
         }
     }
 
@@ -43,6 +47,7 @@ impl SimKind {
     fn lines(self) -> usize {
         match self {
             SimKind::All => 6,
+            SimKind::Bare => 5,
             _ => 2,
         }
     }
@@ -83,6 +88,11 @@ impl Sim {
             SimKind::All => {
                 command
                     .args(["--pipeline-seconds", "0.3", "--state"])
+                    .arg(home.path().join("state"));
+            }
+            SimKind::Bare => {
+                command
+                    .args(["--platform", "bare", "--pipeline-seconds", "0.3", "--state"])
                     .arg(home.path().join("state"));
             }
         }
@@ -151,7 +161,7 @@ impl Sim {
                 "{}",
                 sim.var("BAO_ADDR")
             ),
-            SimKind::All => {}
+            SimKind::All | SimKind::Bare => {}
         }
         sim
     }

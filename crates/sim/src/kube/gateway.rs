@@ -256,6 +256,12 @@ pub fn proxy_objects(
         .as_str()
         .unwrap_or("LoadBalancer")
         .to_string();
+    // EnvoyProxy's `envoyService.name` replaces the generated name of the Service (a stable
+    // name other configuration, such as a CoreDNS rewrite, can point at).
+    let service_name = kubernetes["envoyService"]["name"]
+        .as_str()
+        .unwrap_or(&name)
+        .to_string();
     let labels = json!({
         "app.kubernetes.io/name": "envoy", "app.kubernetes.io/component": "proxy",
         "app.kubernetes.io/managed-by": "envoy-gateway",
@@ -284,7 +290,7 @@ pub fn proxy_objects(
         (
             "services",
             json!({"apiVersion": "v1", "kind": "Service",
-                   "metadata": {"name": name, "namespace": controller_namespace, "labels": labels},
+                   "metadata": {"name": service_name, "namespace": controller_namespace, "labels": labels},
                    "spec": {"type": service_type, "selector": labels, "ports": ports}}),
         ),
     ]
