@@ -294,7 +294,7 @@ fn kube_mutating(sim: &crate::support::Sim) -> u64 {
 
 #[test]
 fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing() {
-    let sim = crate::support::Sim::start(BPRUN.clone(), crate::support::SimKind::Bare, &[]);
+    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
     let copy = with_tools().envs(&fresh_platform_vars(&sim));
     let first = copy.run(&["scripts/phase2.rhai"]);
     first.code(0);
