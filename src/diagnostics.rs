@@ -129,11 +129,14 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
 
 /// The name in `names` closest to `wanted` (at most two edits away), for did-you-mean hints.
 pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
-    suggest(wanted, names)
+    nearest(wanted, names)
 }
 
 fn suggest(signature: &str, functions: &[String]) -> Option<String> {
-    let wanted = signature.split(['(', ' ']).next().unwrap_or(signature);
+    nearest(signature.split(['(', ' ']).next().unwrap_or(signature), functions)
+}
+
+fn nearest(wanted: &str, functions: &[String]) -> Option<String> {
     let mut best: Option<(usize, &String)> = None;
     for name in functions {
         let distance = edit_distance(wanted, name);

@@ -33,6 +33,8 @@ pub struct StepDecl {
     pub always: bool,
     /// What to look at when the step fails (the seed's failure mapping), shown after its error.
     pub on_failure: Option<String>,
+    /// Steps whose work this one needs (`needs: [...]`): the plan warns when one runs later.
+    pub needs: Vec<String>,
 }
 
 /// What runs when the script's top level has finished (the runner runs the steps).

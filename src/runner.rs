@@ -464,6 +464,37 @@ fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) ->
     Error::Reported(ExitCode::ScriptError)
 }
 
+/// Warnings for steps that come before a step they need; an error for a need naming no step.
+fn order_warnings(steps: &[StepDecl]) -> Result<Vec<String>, Error> {
+    let position = |name: &str| steps.iter().position(|step| step.name == name);
+    let mut warnings = Vec::new();
+    for (index, step) in steps.iter().enumerate() {
+        for need in &step.needs {
+            match position(need) {
+                None => {
+                    let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
+                    let hint = match crate::diagnostics::closest(need, &names) {
+                        Some(name) => format!("did you mean \"{name}\"?"),
+                        None => format!("steps: {}", names.join(", ")),
+                    };
+                    return Err(Error::usage(
+                        format!("step \"{}\" needs \"{need}\", which is not a step", step.name),
+                        Some(hint),
+                    ));
+                }
+                Some(at) if at > index => warnings.push(format!(
+                    "step {} \"{}\" needs \"{need}\", which runs after it (step {}): expect it to fail",
+                    index + 1,
+                    step.name,
+                    at + 1
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    Ok(warnings)
+}
+
 fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> String {
     match note {
         Some(note) => format!("[{index}/{total}] {name} (skipped: {note})"),
@@ -487,6 +518,9 @@ fn run_steps(
     let (selection, note) = Selection::new(options, &steps, journal.as_ref())?;
     let reporter = &session.state.reporter;
     let total = steps.len();
+    for warning in order_warnings(&steps)? {
+        reporter.log(crate::output::Level::Warn, &warning);
+    }
 
     if options.list {
         let plan: Vec<(String, Option<String>)> = steps

@@ -48,13 +48,15 @@ pub mod step_functions {
         name: &str,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        declare(&context, name, body, false, None)
+        declare(&context, name, body, false, None, Vec::new())
     }
 
     /// Declares a step with options: `always` (true: the step runs whatever `--only`, `--from`
     /// or `--resume` select, as Ansible's `always` tag; only `--skip NAME` leaves it out), for
     /// steps every later step needs, such as logging in; `on_failure` (text shown under the
-    /// step's error: where to look when it fails, such as the runbook's failure mapping).
+    /// step's error: where to look when it fails, such as the runbook's failure mapping);
+    /// `needs` (names of steps whose work this one needs: the plan and `--list` warn when one of
+    /// them comes later in the script, so a reordered script says what it broke before it runs).
     ///
     /// ```rhai
     /// step("Login", #{always: true}, || {
@@ -62,6 +64,9 @@ pub mod step_functions {
     /// });
     /// step("Database", #{on_failure: "check the claim's annotations (stable storage step)"}, || {
     ///     info("database");
+    /// });
+    /// step("App", #{needs: ["Database"]}, || {
+    ///     info("app");
     /// });
     /// ```
     #[rhai_fn(name = "step", return_raw)]
@@ -71,11 +76,29 @@ pub mod step_functions {
         options: rhai::Map,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        crate::natives::options::reject_unknown(&options, &["always", "on_failure"], "step")?;
+        crate::natives::options::reject_unknown(
+            &options,
+            &["always", "on_failure", "needs"],
+            "step",
+        )?;
+        let needs = match options.get("needs") {
+            None => Vec::new(),
+            Some(value) => value
+                .clone()
+                .into_typed_array::<rhai::ImmutableString>()
+                .map_err(|_| {
+                    native_error(NativeError::new(format!(
+                        "step(\"{name}\"): `needs` must be an array of step names"
+                    )))
+                })?
+                .into_iter()
+                .map(|n| n.to_string())
+                .collect(),
+        };
         let always =
             crate::natives::options::option_bool(&options, "always", "step")?.unwrap_or(false);
         let on_failure = crate::natives::options::option_str(&options, "on_failure", "step")?;
-        declare(&context, name, body, always, on_failure)
+        declare(&context, name, body, always, on_failure, needs)
     }
 
     /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
@@ -193,6 +216,7 @@ fn declare(
     body: FnPtr,
     always: bool,
     on_failure: Option<String>,
+    needs: Vec<String>,
 ) -> Result<(), Box<EvalAltResult>> {
     let session = session(context)?;
     if session.state.phase() == Phase::Running {
@@ -220,6 +244,7 @@ fn declare(
         source: context.call_source().map(str::to_string),
         always,
         on_failure,
+        needs,
     });
     Ok(())
 }

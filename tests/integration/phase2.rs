@@ -439,3 +439,24 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
     assert_eq!(sim.mutating_requests(), 0);
     assert_eq!(helm_revisions(&sim), revisions);
 }
+
+#[test]
+fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
+    let copy = edited_phase2(|source| move_step_before(source, "GitLab", "MinIO"));
+    let plan = copy.run(&["--list", "scripts/phase2.rhai"]);
+    plan.code(0);
+    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"MinIO\", which runs after it (step 8): expect it to fail");
+    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"Wildcard TLS\", which runs after it (step 10): expect it to fail");
+    // The script as shipped has every need before the step that needs it.
+    let shipped = with_tools().run(&["--list", "scripts/phase2.rhai"]);
+    shipped.code(0);
+    assert!(!shipped.stdout.contains("warning"), "{}", shipped.stdout);
+
+    let typo = edited_phase2(|source| {
+        source.replacen("needs: [\"Wildcard TLS\"]", "needs: [\"Wildcard TSL\"]", 1)
+    });
+    let refused = typo.run(&["--list", "scripts/phase2.rhai"]);
+    refused.code(2);
+    refused.stderr_contains("step \"Node trust\" needs \"Wildcard TSL\", which is not a step");
+    refused.stderr_contains("did you mean \"Wildcard TLS\"?");
+}
