@@ -133,7 +133,10 @@ pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
 }
 
 fn suggest(signature: &str, functions: &[String]) -> Option<String> {
-    nearest(signature.split(['(', ' ']).next().unwrap_or(signature), functions)
+    nearest(
+        signature.split(['(', ' ']).next().unwrap_or(signature),
+        functions,
+    )
 }
 
 fn nearest(wanted: &str, functions: &[String]) -> Option<String> {
