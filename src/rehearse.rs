@@ -219,6 +219,7 @@ pub fn rehearse(
         println!("\nEnd state of the rehearsal cluster:");
         print!("{}", helm_releases(&work));
         print!("{}", platform.kube_summary());
+        print!("{}", openbao_paths(&work));
     }
     match platform.end_state() {
         Ok(text) => {
@@ -229,6 +230,56 @@ pub fn rehearse(
     }
     drop(platform);
     code
+}
+
+/// The KV paths under `secret/` in the OpenBao phase 2 installed (values never read), through a
+/// port-forward to its Service with the root token of the init file phase 2 wrote.
+fn openbao_paths(work: &Path) -> String {
+    use bprun_clients::bao::{BaoClient, BaoSettings, KvPath};
+    let settings = BaoSettings::from_env(work);
+    if !settings.init_file.is_file() {
+        return "OpenBao: not initialised (no infra/secrets/openbao-init.json)\n".to_string();
+    }
+    let forwarded = bprun_clients::kube::KubeClient::connect(None)
+        .and_then(|kube| kube.port_forward("openbao", "svc/openbao", 8200));
+    let address = match forwarded {
+        Ok(address) => address,
+        Err(error) => return format!("OpenBao: cannot reach svc/openbao ({})\n", error.message),
+    };
+    let client = BaoClient::new(BaoSettings {
+        address: format!("http://{address}"),
+        ..settings
+    });
+    // Depth-first over folders (keys ending in `/`), bounded: a KV store of a rehearsal is small.
+    let mut paths = Vec::new();
+    let mut folders = vec![String::new()];
+    while let Some(folder) = folders.pop() {
+        if paths.len() > 500 {
+            break;
+        }
+        let listed = client.kv_list(&KvPath {
+            mount: "secret".to_string(),
+            path: folder.clone(),
+        });
+        match listed {
+            Ok(keys) => {
+                for key in keys {
+                    let full = format!("{folder}{key}");
+                    if key.ends_with('/') {
+                        folders.push(full);
+                    } else {
+                        paths.push(full);
+                    }
+                }
+            }
+            Err(error) => return format!("OpenBao: cannot list secret/ ({})\n", error.message),
+        }
+    }
+    paths.sort();
+    if paths.is_empty() {
+        return "OpenBao secret/: no paths\n".to_string();
+    }
+    format!("OpenBao secret/ (values hidden): {}\n", paths.join(", "))
 }
 
 /// The helm releases with chart and the digest bprun stamped on them, read with the real helm.
