@@ -294,12 +294,13 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
         "{}",
         path.stdout
     );
+    // Running; Ready only once OpenBao is unsealed (tests/integration/programs.rs).
     sim.kubectl(&[
         "wait",
         "pod/openbao-0",
         "-n",
         "openbao",
-        "--for=condition=Ready",
+        "--for=jsonpath={.status.phase}=Running",
         "--timeout=10s",
     ])
     .ok();
@@ -1144,12 +1145,13 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         sim.helm(&args).code(0);
     }
+    // Sealed: Running, not Ready (its readiness probe runs `bao status`).
     sim.kubectl(&[
         "wait",
         "pod/openbao-0",
         "-n",
         "openbao",
-        "--for=condition=Ready",
+        "--for=jsonpath={.status.phase}=Running",
         "--timeout=20s",
     ])
     .ok();

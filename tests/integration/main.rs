@@ -21,6 +21,7 @@ mod kube_sim;
 mod natives;
 mod phase2;
 mod phase3;
+mod programs;
 mod recovery;
 mod repl;
 mod runner;

@@ -296,6 +296,13 @@ async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
         sim.accounting.record(&method, &path, response.status, None);
         return response;
     }
+    if method == "GET"
+        && path.ends_with("/log")
+        && let Some(text) = program_logs(&sim, &path, &request.query_pairs)
+    {
+        sim.accounting.record(&method, &path, 200, None);
+        return full(200, "text/plain", text.into_bytes());
+    }
     let response = route(
         &sim,
         &method,
@@ -309,6 +316,30 @@ async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
     .await;
     sim.accounting.record(&method, &path, response.status, None);
     response
+}
+
+/// A container's log when its program keeps one (`kubectl logs openbao-0`: the server's output,
+/// or why nothing runs); `None` leaves the answer to the store (an empty log).
+fn program_logs(sim: &KubeSim, path: &str, pairs: &[(String, String)]) -> Option<String> {
+    let (group, version, rest) = split_api_path(path)?;
+    let call = {
+        let cluster = sim.cluster();
+        let target = resolve(&cluster, &group, &version, &rest).ok()?;
+        if target.rt.kind != "Pod" {
+            return None;
+        }
+        let namespace = target.namespace.clone().unwrap_or_default();
+        let pod = cluster
+            .get(&target.rt, &namespace, target.name.as_deref()?)
+            .ok()?;
+        let containers = pod["spec"]["containers"].as_array()?;
+        let container = match query_value(pairs, "container") {
+            Some(name) => containers.iter().find(|c| c["name"] == name)?,
+            None => containers.first()?,
+        };
+        programs::call_for(&cluster, &pod, container, Vec::new())
+    };
+    sim.programs.logs(&call)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -29,7 +29,10 @@
 //! 3. Register it in [`Programs::standard`]. State other programs must see (databases, buckets)
 //!    goes into [`Shared`], reached through [`Host::shared`].
 
+pub mod bao;
 pub mod env;
+pub mod postgres;
+pub mod process;
 
 use super::cluster::Cluster;
 use super::server::{ExecCall, ExecOutcome, KubeSim};
@@ -241,12 +244,20 @@ pub trait Program: Send + Sync {
     fn forward(&self, _pod_uid: &str, _port: u16) -> Option<SocketAddr> {
         None
     }
+
+    /// The container's log (`kubectl logs`), when the program keeps one.
+    fn logs(&self, _call: &ExecCall) -> Option<String> {
+        None
+    }
 }
 
 /// State programs share, so one can see what another did (a database `psql` created, a bucket
 /// `mc` made).
 #[derive(Default)]
-pub struct Shared {}
+pub struct Shared {
+    /// The PostgreSQL servers of CloudNativePG Clusters (`psql`).
+    pub postgres: postgres::Servers,
+}
 
 /// The last verdict of a container's readiness probe.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -375,12 +386,20 @@ pub struct Programs {
 const PROBE_PERIOD: Duration = Duration::from_millis(500);
 
 impl Programs {
-    pub fn new(registry: Vec<Arc<dyn Program>>) -> Programs {
-        let state_dir = std::env::temp_dir().join(format!(
+    /// A fresh folder for programs' files under the system's temporary folder.
+    pub fn fresh_state_dir() -> PathBuf {
+        std::env::temp_dir().join(format!(
             "bprun-sim-programs-{}-{}",
             std::process::id(),
             (0..8).map(|_| fastrand::alphanumeric()).collect::<String>()
-        ));
+        ))
+    }
+
+    pub fn new(registry: Vec<Arc<dyn Program>>) -> Programs {
+        Programs::with_state_dir(registry, Programs::fresh_state_dir())
+    }
+
+    pub fn with_state_dir(registry: Vec<Arc<dyn Program>>, state_dir: PathBuf) -> Programs {
         Programs {
             registry,
             shared: Shared::default(),
@@ -390,9 +409,19 @@ impl Programs {
         }
     }
 
-    /// The programs of the platform's images.
+    /// The programs of the platform's images. OpenBao runs the `bao` binary found as the
+    /// embedded platform finds it (`BPRUN_BAO_BIN`, PATH, `.tools/bin/bao` of the working folder).
     pub fn standard() -> Programs {
-        Programs::new(Vec::new())
+        let state_dir = Programs::fresh_state_dir();
+        let root = std::env::current_dir().unwrap_or_default();
+        let registry: Vec<Arc<dyn Program>> = vec![
+            Arc::new(bao::OpenBao::new(
+                crate::platform::find_bao(&root),
+                state_dir.join("openbao"),
+            )),
+            Arc::new(postgres::Postgres),
+        ];
+        Programs::with_state_dir(registry, state_dir)
     }
 
     /// The program that runs in `image`.
@@ -466,6 +495,11 @@ impl Programs {
             .iter()
             .filter_map(|container| self.program_for(container["image"].as_str().unwrap_or("")))
             .find_map(|(_, program)| program.forward(uid, port))
+    }
+
+    /// A container's log, from its program.
+    pub fn logs(&self, call: &ExecCall) -> Option<String> {
+        self.program_for(&call.image)?.1.logs(call)
     }
 
     /// Stops what every program started (the simulator stops).

@@ -1,0 +1,292 @@
+//! OpenBao's server image (`quay.io/openbao/openbao`, the openbao chart's): when the pod starts,
+//! a real `bao server` (not `-dev`: uninitialised and sealed, as the chart's pod starts) on a
+//! free loopback port with its storage in the simulator's state folder, kept per pod name so a
+//! restarted pod finds its data and comes back sealed. `bao ...` in the pod runs the real `bao`
+//! against it (`BAO_ADDR` set, stdin passed), so `operator init`, `operator unseal` and `status`
+//! answer in the real tool's words and exit codes; the chart's readiness probe
+//! (`bao status -tls-skip-verify`, exit 2 while sealed) runs the same way, so the pod is Ready
+//! once unsealed. Port 8200 forwards to the server.
+//!
+//! The chart's standalone configuration uses `storage "file"`, which the `bao` found here (2.4
+//! and later) no longer has; the server runs single-node `raft` instead, which keeps data the
+//! same way for what phase 2 does (init, unseal, KV). A pod that declares where its port is
+//! already served (`sim.bprun.dev/forward-8200`, the embedded platform's dev server) gets no
+//! server of its own: `bao` talks to that one. Without a `bao` binary nothing serves OpenBao:
+//! the pod's event, and every `bao` command, say so.
+
+use super::process;
+use super::{ExecCall, ExecOutcome, Host, Program};
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
+
+struct Server {
+    child: Child,
+    address: SocketAddr,
+}
+
+pub struct OpenBao {
+    binary: Option<PathBuf>,
+    state_dir: PathBuf,
+    /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
+    /// start two servers for one pod.
+    servers: Mutex<HashMap<String, Server>>,
+}
+
+/// The server's configuration: the chart's listener without TLS, on loopback ports.
+pub fn config(storage: &Path, node_id: &str, api: SocketAddr, cluster: SocketAddr) -> String {
+    format!(
+        "ui = false\n\
+         storage \"raft\" {{\n  path = \"{}\"\n  node_id = \"{node_id}\"\n  performance_multiplier = 1\n}}\n\
+         listener \"tcp\" {{\n  address = \"{api}\"\n  cluster_address = \"{cluster}\"\n  tls_disable = 1\n}}\n\
+         api_addr = \"http://{api}\"\n\
+         cluster_addr = \"http://{cluster}\"\n",
+        storage.display()
+    )
+}
+
+fn free_port() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(|error| format!("no free loopback port: {error}"))
+}
+
+/// The address a pod's annotation says its port 8200 is served at (loopback only).
+fn forwarded(call: &ExecCall) -> Option<SocketAddr> {
+    let address: SocketAddr = call
+        .annotations
+        .get("sim.bprun.dev/forward-8200")?
+        .parse()
+        .ok()?;
+    address.ip().is_loopback().then_some(address)
+}
+
+impl OpenBao {
+    pub fn new(binary: Option<PathBuf>, state_dir: PathBuf) -> OpenBao {
+        OpenBao {
+            binary,
+            state_dir,
+            servers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn no_binary() -> String {
+        "bprun-sim found no bao binary (BPRUN_BAO_BIN, PATH, .tools/bin/bao), so nothing serves OpenBao in this pod: its bao commands and its readiness probe fail".to_string()
+    }
+
+    /// The pod's folder: storage, configuration, log and HOME, by namespace and pod name.
+    fn pod_dir(&self, call: &ExecCall) -> PathBuf {
+        self.state_dir.join(&call.namespace).join(&call.pod)
+    }
+
+    /// The server of the pod, started when it has none.
+    fn server(&self, call: &ExecCall) -> Result<SocketAddr, String> {
+        if let Some(address) = forwarded(call) {
+            return Ok(address);
+        }
+        let binary = self.binary.clone().ok_or_else(Self::no_binary)?;
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(server) = servers.get_mut(&call.pod_uid) {
+            match server.child.try_wait() {
+                Ok(None) => return Ok(server.address),
+                _ => {
+                    servers.remove(&call.pod_uid);
+                }
+            }
+        }
+        let folder = self.pod_dir(call);
+        let storage = folder.join("data");
+        std::fs::create_dir_all(&storage)
+            .map_err(|error| format!("cannot create {}: {error}", storage.display()))?;
+        let api = free_port()?;
+        let cluster = free_port()?;
+        let config_file = folder.join("config.hcl");
+        std::fs::write(&config_file, config(&storage, &call.pod, api, cluster))
+            .map_err(|error| format!("cannot write {}: {error}", config_file.display()))?;
+        let log_file = folder.join("server.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_file)
+            .map_err(|error| format!("cannot open {}: {error}", log_file.display()))?;
+        let log_err = log.try_clone().map_err(|error| error.to_string())?;
+        let mut child = Command::new(&binary)
+            .arg("server")
+            .arg(format!("-config={}", config_file.display()))
+            .env_clear()
+            .env("HOME", &folder)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
+        // Bounded wait for the listener: a container's port is there soon after it starts.
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if TcpStream::connect_timeout(&api, Duration::from_millis(200)).is_ok() {
+                break;
+            }
+            let ended = !matches!(child.try_wait(), Ok(None));
+            if ended || Instant::now() > deadline {
+                process::stop(&mut child);
+                let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+                let last = log.lines().rev().take(3).collect::<Vec<_>>();
+                return Err(format!(
+                    "bao server did not listen on {api}: {}",
+                    last.into_iter().rev().collect::<Vec<_>>().join(" / ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        servers.insert(
+            call.pod_uid.clone(),
+            Server {
+                child,
+                address: api,
+            },
+        );
+        Ok(api)
+    }
+
+    /// `bao ARGS` against the pod's server, as the real tool.
+    fn bao(&self, call: &ExecCall, args: &[String]) -> ExecOutcome {
+        let fail = |message: String| ExecOutcome {
+            code: 1,
+            stdout: Vec::new(),
+            stderr: format!("{message}\n").into_bytes(),
+        };
+        let address = match self.server(call) {
+            Ok(address) => address,
+            Err(message) => return fail(message),
+        };
+        let Some(binary) = self.binary.clone() else {
+            return fail(Self::no_binary());
+        };
+        let home = self.pod_dir(call).join("home");
+        if let Err(error) = std::fs::create_dir_all(&home) {
+            return fail(format!("cannot create {}: {error}", home.display()));
+        }
+        let mut command = Command::new(binary);
+        command.args(args).env_clear();
+        for (name, value) in &call.env {
+            if !matches!(name.as_str(), "BAO_ADDR" | "VAULT_ADDR" | "HOME") {
+                command.env(name, value);
+            }
+        }
+        command
+            .env("BAO_ADDR", format!("http://{address}"))
+            .env("HOME", home);
+        process::run(command, &call.stdin, Duration::from_secs(60))
+    }
+}
+
+impl Program for OpenBao {
+    fn name(&self) -> &'static str {
+        "openbao"
+    }
+
+    fn images(&self) -> &[&'static str] {
+        IMAGES
+    }
+
+    fn exec(&self, call: &ExecCall, argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        match argv {
+            [program, args @ ..] if program == "bao" || program == "vault" => {
+                Some(self.bao(call, args))
+            }
+            _ => None,
+        }
+    }
+
+    fn probes_readiness(&self) -> bool {
+        true
+    }
+
+    fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
+        self.server(call).map(|_| ())
+    }
+
+    fn stop(&self, pod_uid: &str) {
+        let server = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+        if let Some(mut server) = server {
+            process::stop(&mut server.child);
+        }
+    }
+
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        if port != 8200 {
+            return None;
+        }
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .map(|server| server.address)
+    }
+
+    fn logs(&self, call: &ExecCall) -> Option<String> {
+        if forwarded(call).is_some() {
+            return None;
+        }
+        if self.binary.is_none() {
+            return Some(format!("{}\n", Self::no_binary()));
+        }
+        std::fs::read_to_string(self.pod_dir(call).join("server.log")).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_configuration_listens_on_loopback_without_tls_and_keeps_raft_storage() {
+        let api: SocketAddr = "127.0.0.1:18200"
+            .parse()
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let cluster: SocketAddr = "127.0.0.1:18201".parse().unwrap_or(api);
+        let text = config(
+            Path::new("/state/openbao/openbao-0/data"),
+            "openbao-0",
+            api,
+            cluster,
+        );
+        assert!(text.contains("storage \"raft\" {\n  path = \"/state/openbao/openbao-0/data\"\n  node_id = \"openbao-0\""), "{text}");
+        assert!(text.contains("address = \"127.0.0.1:18200\""), "{text}");
+        assert!(text.contains("tls_disable = 1"), "{text}");
+        assert!(
+            text.contains("api_addr = \"http://127.0.0.1:18200\""),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn without_a_binary_every_bao_command_says_why() {
+        let openbao = OpenBao::new(None, std::env::temp_dir().join("bprun-no-bao"));
+        let call = ExecCall {
+            namespace: "openbao".into(),
+            pod: "openbao-0".into(),
+            pod_uid: "u".into(),
+            ..Default::default()
+        };
+        let outcome = openbao.bao(&call, &["status".to_string()]);
+        assert_eq!(outcome.code, 1);
+        assert!(String::from_utf8_lossy(&outcome.stderr).contains("found no bao binary"));
+        assert!(openbao.server(&call).is_err());
+        // A pod whose port is served elsewhere needs no binary to know its address.
+        let mut served = call.clone();
+        served
+            .annotations
+            .insert("sim.bprun.dev/forward-8200".into(), "127.0.0.1:8300".into());
+        assert_eq!(openbao.server(&served).map(|a| a.port()), Ok(8300));
+    }
+}

@@ -1,0 +1,87 @@
+//! Running a real program for a container: bounded in time, stdin passed through, stopped by
+//! its process id.
+
+use crate::kube::server::ExecOutcome;
+use std::io::{Read, Write};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Runs `command` to its end with `stdin` as its input; killed after `limit` (exit code 124
+/// and a line saying so, as `timeout` does).
+pub fn run(mut command: Command, stdin: &[u8], limit: Duration) -> ExecOutcome {
+    let program = command.get_program().to_string_lossy().into_owned();
+    let spawned = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match spawned {
+        Ok(child) => child,
+        Err(error) => {
+            return ExecOutcome {
+                code: 126,
+                stdout: Vec::new(),
+                stderr: format!("cannot start {program}: {error}\n").into_bytes(),
+            };
+        }
+    };
+    let input = child.stdin.take().map(|mut pipe| {
+        let bytes = stdin.to_vec();
+        std::thread::spawn(move || {
+            let _ = pipe.write_all(&bytes);
+        })
+    });
+    let reader = |pipe: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut bytes);
+            }
+            bytes
+        })
+    };
+    let stdout = reader(
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let stderr = reader(
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let code = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status.code().unwrap_or(137),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                stop(&mut child);
+                break 124;
+            }
+        }
+    };
+    if let Some(input) = input {
+        let _ = input.join();
+    }
+    let stdout = stdout.join().unwrap_or_default();
+    let mut stderr = stderr.join().unwrap_or_default();
+    if code == 124 {
+        stderr.extend_from_slice(
+            format!("{program} did not end within {} s\n", limit.as_secs()).as_bytes(),
+        );
+    }
+    ExecOutcome {
+        code,
+        stdout,
+        stderr,
+    }
+}
+
+/// Stops a child by its process id and reaps it.
+pub fn stop(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
