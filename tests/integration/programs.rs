@@ -82,15 +82,6 @@ fn openbao_runs_a_real_server_ready_only_once_unsealed() {
     }
     // Sealed and uninitialised: the chart's readiness probe (`bao status`, exit 2) fails, so
     // the pod stays unready, with the probe's output in its event.
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.containerStatuses[0].started}=true",
-        "--timeout=30s",
-    ])
-    .ok();
     let status = sim.kubectl(&[
         "exec",
         "-n",
@@ -189,15 +180,17 @@ step("Forward", || {
     // A restarted pod keeps its storage and comes back sealed, as a real one does.
     sim.kubectl(&["delete", "pod", "openbao-0", "-n", "openbao"])
         .ok();
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.containerStatuses[0].started}=true",
-        "--timeout=30s",
-    ])
-    .ok();
+    for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
+        sim.kubectl(&[
+            "wait",
+            "pod/openbao-0",
+            "-n",
+            "openbao",
+            condition,
+            "--timeout=30s",
+        ])
+        .ok();
+    }
     let restarted = sim.kubectl(&[
         "exec",
         "-n",

@@ -916,8 +916,9 @@ fn pods(cluster: &mut Cluster) -> usize {
         }
         if probed && containers_running(&pod) {
             // Started: only the probes' verdicts change its status now.
+            // The kubelet's part (its initial delay) first, then the probes' verdicts.
             let (status, failures) =
-                programs::with_readiness(&pod, &pod["status"], &cluster.probes);
+                programs::with_readiness(&pod, &running_status(&pod, index, &now), &cluster.probes);
             for output in failures {
                 let message = format!("Readiness probe failed: {output}");
                 writes += ensure_event(cluster, &pod, "Warning", "Unhealthy", &message, "kubelet");

@@ -309,8 +309,9 @@ pub fn probed(pod: &Value, book: &ProbeBook) -> bool {
         .any(|container| probe_command(container, book).is_some())
 }
 
-/// A running pod's status with each probed container's readiness from the book (not Ready
-/// until its probe passed once), and the pod's `ContainersReady` and `Ready` conditions
+/// A running pod's status (as the kubelet part made it, with its probes' initial delay) with
+/// each probed container's readiness from the book as well (not Ready until its probe passed
+/// once), and the pod's `ContainersReady` and `Ready` conditions
 /// following, in the kubelet's words. Also the failed probes' outputs (for `Unhealthy` events).
 pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, Vec<String>) {
     let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
@@ -331,6 +332,8 @@ pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, 
                 .cloned()
                 .unwrap_or(Value::Null);
             let running = container_status["state"]["running"].is_object();
+            // What the kubelet part decided already (a probe's initial delay not yet passed).
+            let may_be_ready = container_status["ready"].as_bool().unwrap_or(true);
             let ready = if !running {
                 false
             } else if probe_command(&spec, book).is_some() {
@@ -338,9 +341,9 @@ pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, 
                 if let Some(failed) = verdict.filter(|result| !result.passed) {
                     failures.push(failed.output.clone());
                 }
-                verdict.is_some_and(|result| result.passed)
+                may_be_ready && verdict.is_some_and(|result| result.passed)
             } else {
-                true
+                may_be_ready
             };
             container_status["ready"] = json!(ready);
             if !ready {
