@@ -765,6 +765,9 @@ impl KubeClient {
                     for event in self.recent_events(object, namespace) {
                         error = error.caused_by(event);
                     }
+                    for line in self.unready_pods(object, namespace) {
+                        error = error.caused_by(line);
+                    }
                 }
                 for line in waiting.iter().filter(|_| objects.is_empty()) {
                     error = error.caused_by(line);
@@ -869,7 +872,49 @@ impl KubeClient {
         for event in self.recent_events(object, namespace) {
             error = error.caused_by(event);
         }
+        for line in self.unready_pods(object, namespace) {
+            error = error.caused_by(line);
+        }
         error
+    }
+
+    /// The pods of a workload that are not Ready, each with its recent events (what `kubectl
+    /// describe pod` would show first): a missing Secret or a failing probe is named there, not
+    /// on the Deployment.
+    fn unready_pods(&self, object: &Value, namespace: &str) -> Vec<String> {
+        let Some(kind) = object["kind"].as_str() else {
+            return Vec::new();
+        };
+        if !matches!(
+            kind,
+            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
+        ) {
+            return Vec::new();
+        }
+        let Some(labels) = object["spec"]["selector"]["matchLabels"].as_object() else {
+            return Vec::new();
+        };
+        let selector: Vec<String> = labels
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
+            .collect();
+        let ns = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(namespace);
+        let pods = self
+            .list("pods", ns, &selector.join(","), "")
+            .unwrap_or_default();
+        let mut lines = Vec::new();
+        // A few pods are enough to say why; a large ReplicaSet would drown the error.
+        for pod in pods
+            .iter()
+            .filter(|pod| kube_conditions::ready(pod) != Readiness::Ready)
+            .take(3)
+        {
+            lines.push(format!("pod {}: {}", name_of(pod), kube_conditions::describe(pod)));
+            lines.extend(self.recent_events(pod, ns).into_iter().map(|event| format!("  {event}")));
+        }
+        lines
     }
 
     /// A terminal failure among the pods a workload selects.
