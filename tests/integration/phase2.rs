@@ -460,3 +460,75 @@ fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
     refused.stderr_contains("step \"Node trust\" needs \"Wildcard TSL\", which is not a step");
     refused.stderr_contains("did you mean \"Wildcard TLS\"?");
 }
+
+#[test]
+fn phase2_killed_at_random_points_converges_and_then_changes_nothing() {
+    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
+    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(7);
+    let mut random = seed;
+    let mut delays = Vec::new();
+    for _ in 0..10 {
+        // xorshift: a reproducible sequence from the printed seed. Later runs skip what is
+        // done, so the kills land further and further into the script.
+        random ^= random << 13;
+        random ^= random >> 7;
+        random ^= random << 17;
+        let delay = std::time::Duration::from_millis(random % 12_000);
+        delays.push(delay.as_millis());
+        let mut child = copy
+            .command(&["scripts/phase2.rhai"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn");
+        std::thread::sleep(delay);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+    let last = copy.run(&["scripts/phase2.rhai"]);
+    assert_eq!(
+        last.code, 0,
+        "seed {seed}, kills after {delays:?} ms:\n{}\n{}",
+        last.stdout, last.stderr
+    );
+    // Converged: one more run changes nothing, and every secret was minted once.
+    let revisions = helm_revisions(&sim);
+    kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
+    let again = copy.run(&["scripts/phase2.rhai"]);
+    again.code(0);
+    assert_eq!(
+        kube_mutating(&sim),
+        0,
+        "seed {seed}, kills after {delays:?} ms"
+    );
+    assert_eq!(helm_revisions(&sim), revisions, "seed {seed}");
+    let status = kubectl(
+        &sim,
+        &[
+            "-n",
+            "openbao",
+            "exec",
+            "openbao-0",
+            "--",
+            "bao",
+            "status",
+            "-format=json",
+        ],
+    );
+    assert!(
+        status.contains("\"sealed\": false"),
+        "seed {seed}: {status}"
+    );
+    // One runner, online, with the token OpenBao holds.
+    let runners = sim.api_json("runners/all");
+    assert_eq!(
+        runners.as_array().map(Vec::len),
+        Some(1),
+        "seed {seed}: {runners}"
+    );
+}

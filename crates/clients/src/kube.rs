@@ -911,8 +911,16 @@ impl KubeClient {
             .filter(|pod| kube_conditions::ready(pod) != Readiness::Ready)
             .take(3)
         {
-            lines.push(format!("pod {}: {}", name_of(pod), kube_conditions::describe(pod)));
-            lines.extend(self.recent_events(pod, ns).into_iter().map(|event| format!("  {event}")));
+            lines.push(format!(
+                "pod {}: {}",
+                name_of(pod),
+                kube_conditions::describe(pod)
+            ));
+            lines.extend(
+                self.recent_events(pod, ns)
+                    .into_iter()
+                    .map(|event| format!("  {event}")),
+            );
         }
         lines
     }

@@ -1628,14 +1628,33 @@ impl GitlabSim {
 
     /// Registers the runner stand-in (an instance runner, untagged jobs and `tags`), or gives
     /// the one a previous start registered a fresh token; returns its authentication token.
-    /// A new instance runner (untagged jobs allowed) and its authentication token, as
-    /// `Ci::Runner.create!(runner_type: :instance_type, ...)` makes one in `gitlab-rails runner`.
-    /// It is online once something polls for jobs with the token.
+    /// The instance runner with this description, created when there is none (untagged jobs
+    /// allowed), with a fresh authentication token: what `Ci::Runner.find_by(...) ||
+    /// Ci::Runner.create!(...)` followed by `reset_token!` does in `gitlab-rails runner`. The old
+    /// token stops working, so an interrupted run that never stored its token leaves no second
+    /// runner and no live stray token behind.
     pub fn create_instance_runner(&self, description: &str) -> String {
         let token = runner_token();
         let mut state = self.lock();
-        state.next_runner_id += 1;
-        let id = state.next_runner_id;
+        let existing = state
+            .runners
+            .values()
+            .find(|runner| {
+                runner.description == description && runner.runner_type == "instance_type"
+            })
+            .map(|runner| runner.id);
+        let id = match existing {
+            Some(id) => id,
+            None => {
+                state.next_runner_id += 1;
+                state.next_runner_id
+            }
+        };
+        let created_at = state
+            .runners
+            .get(&id)
+            .map(|runner| runner.created_at.clone())
+            .unwrap_or_else(timestamp);
         state.runners.insert(
             id,
             Runner {
@@ -1649,7 +1668,7 @@ impl GitlabSim {
                 run_untagged: true,
                 paused: false,
                 locked: false,
-                created_at: timestamp(),
+                created_at,
                 contacted_ms: None,
                 contacted_at: None,
             },
@@ -2718,4 +2737,37 @@ pub fn run(config: Config) -> Result<(), String> {
         };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod runner_creation_tests {
+    use super::*;
+
+    #[test]
+    fn creating_a_runner_again_reuses_it_and_retires_the_old_token() {
+        let sim = GitlabSim::new(Config::default()).expect("sim");
+        let first = sim.create_instance_runner("blueprint gitlab-runner");
+        let second = sim.create_instance_runner("blueprint gitlab-runner");
+        let other = sim.create_instance_runner("another runner");
+        assert!(first.starts_with("glrt-") && second.starts_with("glrt-"));
+        assert_ne!(first, second);
+        let state = sim.lock();
+        let named: Vec<&Runner> = state
+            .runners
+            .values()
+            .filter(|r| r.description == "blueprint gitlab-runner")
+            .collect();
+        assert_eq!(named.len(), 1, "one runner per description");
+        assert_eq!(named[0].token_digest, token_digest(&second));
+        assert!(
+            state
+                .runners
+                .values()
+                .all(|r| r.token_digest != token_digest(&first)),
+            "the first token no longer authenticates any runner"
+        );
+        assert_eq!(state.runners.len(), 2);
+        drop(state);
+        assert!(other.starts_with("glrt-"));
+    }
 }
