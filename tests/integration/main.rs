@@ -13,6 +13,7 @@ mod diagnostics;
 mod gitlab;
 mod gitlab_ci;
 mod gitlab_model;
+mod gitlab_programs;
 mod gitlab_runners;
 mod helm_natives;
 mod kube_natives;

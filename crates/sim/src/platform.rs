@@ -251,26 +251,10 @@ impl Drop for Platform {
     }
 }
 
-/// Answers like a container registry's `/v2/` (an empty 200 with the API version header).
+/// Answers like a container registry's `/v2/` (an empty 200 with the API version header), as
+/// the registry image's program does.
 async fn registry(listener: tokio::net::TcpListener) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        let Ok((mut connection, _)) = listener.accept().await else {
-            // Out of file descriptors or similar: back off rather than spin.
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-            continue;
-        };
-        tokio::spawn(async move {
-            let mut buffer = [0u8; 2048];
-            let read =
-                tokio::time::timeout(Duration::from_secs(5), connection.read(&mut buffer)).await;
-            if matches!(read, Ok(Ok(n)) if n > 0) {
-                let _ = connection
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndocker-distribution-api-version: registry/2.0\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                    .await;
-            }
-        });
-    }
+    crate::kube::programs::gitlab::registry_api(listener).await
 }
 
 fn to_tokio(listener: TcpListener) -> Result<tokio::net::TcpListener, String> {
@@ -296,10 +280,10 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     };
     let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);
     *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
-    let mut tasks = vec![runtime.spawn(crate::http::serve(
-        to_tokio(prepared.gitlab)?,
-        gitlab.clone(),
-    ))];
+    // GitLab is served once the Kubernetes simulator exists (on a bare platform, through the
+    // Gateway that needs a Ready webservice pod).
+    let gitlab_listener = prepared.gitlab;
+    let mut tasks = Vec::new();
     // Phase 2 ends by registering GitLab Runner: the platform has an online instance runner,
     // online because its stand-in polls for jobs.
     if prepared.with_runner && !prepared.bare {
@@ -356,7 +340,34 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     ));
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
+        // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a
+        // webservice pod is Ready; the webservice pods' ports forward to GitLab itself, and the
+        // runner pods verify their token and poll for jobs there.
+        let backend = loopback_listener()?;
+        let healthy = crate::kube::programs::gitlab::upstream(&kube_sim);
+        kube_sim
+            .programs
+            .shared
+            .gitlab
+            .attach(crate::kube::programs::gitlab::Attached {
+                gitlab: gitlab.clone(),
+                backend: backend.local_addr().map_err(|e| e.to_string())?,
+                healthy: healthy.clone(),
+                poll_interval: crate::gitlab::standin_interval(prepared.pipeline_seconds),
+            })?;
+        tasks.push(runtime.spawn(crate::http::serve(to_tokio(backend)?, gitlab.clone())));
+        tasks.push(runtime.spawn(crate::http::serve(
+            to_tokio(gitlab_listener)?,
+            Arc::new(crate::kube::programs::gitlab::Gateway::new(
+                gitlab.clone(),
+                healthy,
+            )),
+        )));
     } else {
+        tasks.push(runtime.spawn(crate::http::serve(
+            to_tokio(gitlab_listener)?,
+            gitlab.clone(),
+        )));
         crate::kube::seed_platform(
             &kube_sim,
             &crate::kube::PlatformTargets {

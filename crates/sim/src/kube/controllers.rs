@@ -772,7 +772,9 @@ fn status_signature(status: &Value) -> Value {
                 c["name"],
                 c["ready"],
                 c["state"]["waiting"],
-                c["state"]["running"].is_object()
+                c["state"]["running"].is_object(),
+                c["restartCount"],
+                c["lastState"]["terminated"]["message"]
             ])
         })
         .collect();
@@ -913,6 +915,20 @@ fn pods(cluster: &mut Cluster) -> usize {
         let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
         if let Some(message) = cluster.probes.start_errors.get(&uid).cloned() {
             writes += ensure_event(cluster, &pod, "Warning", "Failed", &message, "kubelet");
+        }
+        let crashed: Vec<String> = cluster
+            .probes
+            .crashes
+            .get(&uid)
+            .map(|crashes| crashes.keys().cloned().collect())
+            .unwrap_or_default();
+        for container in crashed {
+            let message = format!(
+                "Back-off restarting failed container {container} in pod {}_{}({uid})",
+                name_of(&pod),
+                namespace_of(&pod)
+            );
+            writes += ensure_event(cluster, &pod, "Warning", "BackOff", &message, "kubelet");
         }
         if probed && containers_running(&pod) {
             // Started: only the probes' verdicts change its status now.

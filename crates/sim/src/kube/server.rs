@@ -61,6 +61,7 @@ impl KubeSim {
     pub fn with_programs(token: String, exec: ExecRuntime, programs: Programs) -> KubeSim {
         let mut cluster = Cluster::new();
         cluster.probes.probed_images = programs.probed_images();
+        cluster.probes.start_gated_images = programs.start_gated_images();
         KubeSim {
             cluster: Mutex::new(cluster),
             accounting: Accounting::default(),

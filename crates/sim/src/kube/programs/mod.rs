@@ -31,8 +31,10 @@
 
 pub mod bao;
 pub mod env;
+pub mod gitlab;
 pub mod postgres;
 pub mod process;
+pub mod volumes;
 
 use super::cluster::Cluster;
 use super::server::{ExecCall, ExecOutcome, KubeSim};
@@ -249,6 +251,15 @@ pub trait Program: Send + Sync {
     fn logs(&self, _call: &ExecCall) -> Option<String> {
         None
     }
+
+    /// Whether the container's process is what `start` starts, so that a failed `start` is the
+    /// container exiting: the kubelet restarts it after a back-off (`CrashLoopBackOff`, the
+    /// error as the last state's message, `start` called again), and the container is Ready
+    /// only once `start` succeeded (GitLab's webservice checking its database, GitLab Runner
+    /// verifying its token). Otherwise a failed `start` is only an event on a running pod.
+    fn exits_when_start_fails(&self) -> bool {
+        false
+    }
 }
 
 /// State programs share, so one can see what another did (a database `psql` created, a bucket
@@ -257,6 +268,9 @@ pub trait Program: Send + Sync {
 pub struct Shared {
     /// The PostgreSQL servers of CloudNativePG Clusters (`psql`).
     pub postgres: postgres::Servers,
+    /// The GitLab the GitLab images' programs serve and poll (attached by the embedded bare
+    /// platform).
+    pub gitlab: gitlab::Link,
 }
 
 /// The last verdict of a container's readiness probe.
@@ -277,12 +291,36 @@ pub struct ProbeBook {
     pub results: BTreeMap<String, BTreeMap<String, ProbeResult>>,
     /// pod uid -> why its program could not start (an event on the pod).
     pub start_errors: BTreeMap<String, String>,
+    /// Images whose containers exit when their program's `start` fails (see
+    /// [`Program::exits_when_start_fails`]); set when the simulator is built.
+    pub start_gated_images: Vec<String>,
+    /// pod uid -> the containers of such images whose `start` succeeded.
+    pub started: BTreeMap<String, BTreeSet<String>>,
+    /// pod uid -> container -> its last exit, while it crash-loops.
+    pub crashes: BTreeMap<String, BTreeMap<String, Crash>>,
+}
+
+/// A container that exited because its program's `start` failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Crash {
+    /// What the process printed last (the terminated state's message).
+    pub message: String,
+    /// How often it exited so far (the container's `restartCount`).
+    pub restarts: u64,
+    /// When it last exited (RFC 3339).
+    pub finished_at: String,
 }
 
 impl ProbeBook {
     fn probes_image(&self, image: &str) -> bool {
         let wanted = canonical_repository(image);
         self.probed_images.contains(&wanted)
+    }
+
+    /// Whether the container's readiness waits for its program's `start`.
+    pub fn start_gated(&self, container: &Value) -> bool {
+        let wanted = canonical_repository(container["image"].as_str().unwrap_or(""));
+        self.start_gated_images.contains(&wanted)
     }
 }
 
@@ -306,7 +344,7 @@ pub fn probed(pod: &Value, book: &ProbeBook) -> bool {
         .as_array()
         .into_iter()
         .flatten()
-        .any(|container| probe_command(container, book).is_some())
+        .any(|container| probe_command(container, book).is_some() || book.start_gated(container))
 }
 
 /// A running pod's status (as the kubelet part made it, with its probes' initial delay) with
@@ -334,7 +372,25 @@ pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, 
             let running = container_status["state"]["running"].is_object();
             // What the kubelet part decided already (a probe's initial delay not yet passed).
             let may_be_ready = container_status["ready"].as_bool().unwrap_or(true);
-            let ready = if !running {
+            let crash = results_crash(book, uid, &name);
+            if let Some(crash) = crash {
+                crashed_status(
+                    container_status,
+                    crash,
+                    &format!(
+                        "{}_{}",
+                        pod["metadata"]["name"].as_str().unwrap_or(""),
+                        pod["metadata"]["namespace"].as_str().unwrap_or("")
+                    ),
+                );
+            }
+            // A container whose process is its program's `start` runs once that succeeded.
+            let not_started = book.start_gated(&spec)
+                && !book
+                    .started
+                    .get(uid)
+                    .is_some_and(|started| started.contains(&name));
+            let ready = if !running || crash.is_some() || not_started {
                 false
             } else if probe_command(&spec, book).is_some() {
                 let verdict = results.and_then(|by_container| by_container.get(&name));
@@ -372,6 +428,26 @@ pub fn with_readiness(pod: &Value, status: &Value, book: &ProbeBook) -> (Value, 
     (status, failures)
 }
 
+fn results_crash<'a>(book: &'a ProbeBook, uid: &str, container: &str) -> Option<&'a Crash> {
+    book.crashes.get(uid)?.get(container)
+}
+
+/// A container status as the kubelet shows a container that keeps exiting: waiting in
+/// `CrashLoopBackOff`, its last exit as `lastState.terminated`, and its restarts.
+fn crashed_status(status: &mut Value, crash: &Crash, pod: &str) {
+    let name = status["name"].as_str().unwrap_or("").to_string();
+    status["state"] = json!({"waiting": {
+        "reason": "CrashLoopBackOff",
+        "message": format!("back-off 10s restarting failed container={name} pod={pod}"),
+    }});
+    status["lastState"] = json!({"terminated": {
+        "exitCode": 1, "reason": "Error", "message": crash.message,
+        "startedAt": crash.finished_at, "finishedAt": crash.finished_at,
+    }});
+    status["restartCount"] = json!(crash.restarts);
+    status["started"] = json!(false);
+}
+
 /// The registry of programs and what they started.
 pub struct Programs {
     registry: Vec<Arc<dyn Program>>,
@@ -380,6 +456,9 @@ pub struct Programs {
     started: Mutex<BTreeMap<(String, String), usize>>,
     /// (pod uid, container) -> when its probe last ran.
     last_probe: Mutex<HashMap<(String, String), Instant>>,
+    /// (pod uid, container) -> when its container last exited (a failed `start` of a program
+    /// that [`Program::exits_when_start_fails`]): restarted after [`CRASH_BACK_OFF`].
+    exited: Mutex<HashMap<(String, String), Instant>>,
     /// Where programs keep files (OpenBao's storage); removed when the simulator stops.
     pub state_dir: PathBuf,
 }
@@ -387,6 +466,10 @@ pub struct Programs {
 /// How often a probe runs at most (a real kubelet's `periodSeconds`, shortened: nothing in the
 /// simulator waits for wall time it does not need).
 const PROBE_PERIOD: Duration = Duration::from_millis(500);
+
+/// How long a container whose program's `start` failed waits before it is started again (a
+/// real kubelet starts at 10 s and doubles up to 5 min; shortened, as the probe period is).
+const CRASH_BACK_OFF: Duration = Duration::from_secs(2);
 
 impl Programs {
     /// A fresh folder for programs' files under the system's temporary folder.
@@ -408,6 +491,7 @@ impl Programs {
             shared: Shared::default(),
             started: Mutex::new(BTreeMap::new()),
             last_probe: Mutex::new(HashMap::new()),
+            exited: Mutex::new(HashMap::new()),
             state_dir,
         }
     }
@@ -423,6 +507,9 @@ impl Programs {
                 state_dir.join("openbao"),
             )),
             Arc::new(postgres::Postgres),
+            Arc::new(gitlab::Webservice::default()),
+            Arc::new(gitlab::Registry::default()),
+            Arc::new(gitlab::Runner::default()),
         ];
         Programs::with_state_dir(registry, state_dir)
     }
@@ -434,6 +521,16 @@ impl Programs {
             .iter()
             .enumerate()
             .find(|(_, program)| program.images().contains(&wanted.as_str()))
+    }
+
+    /// The image repositories whose containers exit when their program's `start` fails (the
+    /// store's [`ProbeBook::start_gated_images`]).
+    pub fn start_gated_images(&self) -> Vec<String> {
+        self.registry
+            .iter()
+            .filter(|program| program.exits_when_start_fails())
+            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
+            .collect()
     }
 
     /// The image repositories whose readiness probes run through their programs (the store's
@@ -469,17 +566,67 @@ impl Programs {
         host: &Host,
     ) {
         let key = (call.pod_uid.clone(), call.container.clone());
+        let exits = program.exits_when_start_fails();
         {
             let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
             if started.contains_key(&key) {
                 return;
             }
-            started.insert(key, index);
+            let exited = self.exited.lock().unwrap_or_else(|p| p.into_inner());
+            if exited
+                .get(&key)
+                .is_some_and(|at| at.elapsed() < CRASH_BACK_OFF)
+            {
+                return;
+            }
+            started.insert(key.clone(), index);
         }
         let mut start_call = call.clone();
         start_call.command.clear();
         start_call.stdin.clear();
         let result = program.start(&start_call, host);
+        if exits {
+            let mut cluster = host.sim.cluster();
+            match result {
+                Ok(()) => {
+                    self.exited
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
+                    if let Some(crashes) = cluster.probes.crashes.get_mut(&key.0) {
+                        crashes.remove(&key.1);
+                    }
+                    cluster
+                        .probes
+                        .started
+                        .entry(key.0)
+                        .or_default()
+                        .insert(key.1);
+                }
+                Err(message) => {
+                    // The process exited: nothing runs, it is started again after the back-off.
+                    self.started
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&key);
+                    self.exited
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key.clone(), Instant::now());
+                    let crashes = cluster.probes.crashes.entry(key.0).or_default();
+                    let restarts = crashes.get(&key.1).map_or(0, |crash| crash.restarts + 1);
+                    crashes.insert(
+                        key.1,
+                        Crash {
+                            message,
+                            restarts,
+                            finished_at: super::cluster::now_rfc3339(),
+                        },
+                    );
+                }
+            }
+            return;
+        }
         let mut cluster = host.sim.cluster();
         match result {
             Ok(()) => cluster.probes.start_errors.remove(&call.pod_uid),
@@ -620,7 +767,20 @@ pub fn tend(sim: &KubeSim) {
             .probes
             .start_errors
             .retain(|uid, _| running.contains(uid));
+        cluster
+            .probes
+            .started
+            .retain(|uid, _| running.contains(uid));
+        cluster
+            .probes
+            .crashes
+            .retain(|uid, _| running.contains(uid));
     }
+    programs
+        .exited
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .retain(|(uid, _), _| running.contains(uid));
     programs
         .last_probe
         .lock()

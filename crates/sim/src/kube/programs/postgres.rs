@@ -183,7 +183,7 @@ impl Program for Postgres {
 
 /// The server a Cluster's bootstrap leaves (its `initdb` database and owner, the owner's
 /// password from the bootstrap Secret).
-fn initial_server(host: &Host, namespace: &str, cluster: &str) -> Server {
+pub fn initial_server(host: &Host, namespace: &str, cluster: &str) -> Server {
     let object = host
         .object(cnpg::STORE_KEY, namespace, cluster)
         .unwrap_or_default();

@@ -271,3 +271,50 @@ fn an_exec_runs_the_images_program_then_the_shell_basics_then_is_not_found() {
     assert_eq!(status, 1);
     assert!(stderr.contains("no GitLab is attached"), "{stderr}");
 }
+
+#[test]
+fn a_container_whose_start_fails_crash_loops_and_is_ready_only_once_started() {
+    let pods = documents("programs", "probed-pods.yaml");
+    let plain = &pods[1];
+    let mut book = ProbeBook {
+        start_gated_images: vec!["docker.io/library/nginx".into()],
+        ..Default::default()
+    };
+    assert!(probed(plain, &book));
+    let running = serde_json::json!({"phase": "Running",
+        "containerStatuses": [{"name": "web", "ready": true, "state": {"running": {}}}],
+        "conditions": [{"type": "Ready", "status": "True"}]});
+    // Not started yet: not Ready.
+    let (status, _) = with_readiness(plain, &running, &book);
+    assert_eq!(status["containerStatuses"][0]["ready"], false);
+    // Its start failed: it waits in CrashLoopBackOff with its last exit.
+    book.crashes.entry("uid-web-0".into()).or_default().insert(
+        "web".into(),
+        Crash {
+            message: "FATAL:  password authentication failed for user \"gitlab\"".into(),
+            restarts: 2,
+            finished_at: "2026-01-01T00:00:00Z".into(),
+        },
+    );
+    let (status, _) = with_readiness(plain, &running, &book);
+    let web = &status["containerStatuses"][0];
+    assert_eq!(web["ready"], false);
+    assert_eq!(web["state"]["waiting"]["reason"], "CrashLoopBackOff");
+    assert_eq!(
+        web["state"]["waiting"]["message"],
+        "back-off 10s restarting failed container=web pod=web-0_demo"
+    );
+    assert_eq!(
+        web["lastState"]["terminated"]["message"],
+        "FATAL:  password authentication failed for user \"gitlab\""
+    );
+    assert_eq!(web["restartCount"], 2);
+    // Started once the cause is gone: Ready.
+    book.crashes.clear();
+    book.started
+        .entry("uid-web-0".into())
+        .or_default()
+        .insert("web".into());
+    let (status, _) = with_readiness(plain, &running, &book);
+    assert_eq!(status["containerStatuses"][0]["ready"], true);
+}

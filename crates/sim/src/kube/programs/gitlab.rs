@@ -1,0 +1,902 @@
+//! GitLab's images, as the GitLab chart and the GitLab Runner chart run them:
+//!
+//! - **webservice** (`gitlab-webservice-ee|ce`, with `gitlab-workhorse-ee|ce` beside it): when
+//!   the pod starts, Rails connects to its database with what the chart gave it (host, port,
+//!   database and user of `database.yml.erb`, the password of the projected psql Secret at
+//!   `postgres/psql-password-main`) against the simulated PostgreSQL of the CloudNativePG
+//!   Cluster the host names ([`super::postgres`]). A refused connection is the process exiting
+//!   with PostgreSQL's words (`FATAL:  password authentication failed for user "gitlab"`), so
+//!   the pod crash-loops and is never Ready. Once it runs, its ports 8080 and 8181 forward to
+//!   the GitLab simulator, and GitLab is served through the Gateway only while some webservice
+//!   pod is Ready ([`Gateway`]: Envoy's `503 no healthy upstream` otherwise).
+//! - **registry** (`gitlab-container-registry`): port 5000 answers the registry API's `GET /v2/`
+//!   (200, `Docker-Distribution-API-Version: registry/2.0`) from a loopback listener per pod.
+//! - **runner** (`gitlab-runner`): when the pod starts it verifies the token of its projected
+//!   Secret (`runner-token`) against `CI_SERVER_URL` as `gitlab-runner register` does, exits
+//!   with GitLab Runner's words when GitLab does not know it (`Verifying runner... is not
+//!   valid`, `PANIC: Failed to verify the runner.`), and otherwise polls GitLab for jobs at a
+//!   fixed interval until the pod goes, so the runner is online and pipelines run.
+//!
+//! The GitLab these programs serve and poll is attached by the embedded bare platform
+//! ([`Link::attach`]). Without one (a plain `bprun sim kube`, the platform as phase 2 leaves
+//! it) there is no GitLab to play: the pods run nothing and are Ready once running, as before.
+
+use super::postgres::{self, Server};
+use super::{ExecCall, ExecOutcome, Host, Program, volumes};
+use crate::gitlab::GitlabSim;
+use crate::http::{Accounting, FaultState, Handler, SimRequest, SimResponse};
+use crate::kube::KubeSim;
+use crate::kube::cnpg;
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+pub const WEBSERVICE_IMAGES: &[&str] = &[
+    "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ee",
+    "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ce",
+];
+pub const WORKHORSE_IMAGES: &[&str] = &[
+    "registry.gitlab.com/gitlab-org/build/cng/gitlab-workhorse-ee",
+    "registry.gitlab.com/gitlab-org/build/cng/gitlab-workhorse-ce",
+];
+const WEB_IMAGES: &[&str] = &[
+    WEBSERVICE_IMAGES[0],
+    WEBSERVICE_IMAGES[1],
+    WORKHORSE_IMAGES[0],
+    WORKHORSE_IMAGES[1],
+];
+pub const REGISTRY_IMAGES: &[&str] =
+    &["registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry"];
+pub const RUNNER_IMAGES: &[&str] = &["registry.gitlab.com/gitlab-org/gitlab-runner"];
+
+/// Whether GitLab has a healthy backend: some webservice pod is Ready.
+pub type Upstream = Arc<dyn Fn() -> bool + Send + Sync>;
+
+/// The GitLab the programs reach.
+pub struct Attached {
+    pub gitlab: Arc<GitlabSim>,
+    /// Where GitLab is served without the Gateway (the webservice pods' ports forward here).
+    pub backend: SocketAddr,
+    /// Whether some webservice pod is Ready (what the Services and the Gateway route to).
+    pub healthy: Upstream,
+    /// How often a runner asks for jobs (GitLab Runner's `check_interval`, shortened as the
+    /// simulator's runner stand-in does: `gitlab::standin_interval`).
+    pub poll_interval: Duration,
+}
+
+/// Where the programs find their GitLab ([`super::Shared::gitlab`]).
+#[derive(Default)]
+pub struct Link(OnceLock<Attached>);
+
+impl Link {
+    /// Attaches the GitLab (once).
+    pub fn attach(&self, attached: Attached) -> Result<(), String> {
+        self.0
+            .set(attached)
+            .map_err(|_| "a GitLab is attached already".to_string())
+    }
+
+    pub fn get(&self) -> Option<&Attached> {
+        self.0.get()
+    }
+}
+
+fn is_web_image(image: &str, images: &[&str]) -> bool {
+    images.contains(&super::canonical_repository(image).as_str())
+}
+
+/// Whether some pod running a webservice container is Ready and not being deleted (an
+/// endpoint the webservice Service, and so the Gateway's route, sends requests to).
+pub fn webservice_ready(pods: &[Value]) -> bool {
+    pods.iter().any(|pod| {
+        let runs_webservice = pod["spec"]["containers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| is_web_image(c["image"].as_str().unwrap_or(""), WEBSERVICE_IMAGES));
+        let ready = pod["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Ready" && c["status"] == "True");
+        runs_webservice && ready && !pod["metadata"]["deletionTimestamp"].is_string()
+    })
+}
+
+/// [`webservice_ready`] on the simulator's pods, for as long as the simulator lives.
+pub fn upstream(sim: &Arc<KubeSim>) -> Upstream {
+    let weak = Arc::downgrade(sim);
+    Arc::new(move || {
+        weak.upgrade()
+            .is_some_and(|sim| webservice_ready(&sim.cluster().all("pods")))
+    })
+}
+
+/// What Envoy answers for a route whose backends are all unhealthy (no Ready endpoint).
+pub fn no_healthy_upstream() -> SimResponse {
+    SimResponse::bytes(503, "text/plain", b"no healthy upstream".to_vec())
+        .with_header("server", "envoy")
+}
+
+/// GitLab behind the Gateway: served while [`Upstream`] says a webservice pod is Ready,
+/// Envoy's 503 otherwise. The simulator's own endpoints (`/-/sim/...`) are always served.
+pub struct Gateway {
+    gitlab: Arc<GitlabSim>,
+    healthy: Upstream,
+}
+
+impl Gateway {
+    pub fn new(gitlab: Arc<GitlabSim>, healthy: Upstream) -> Gateway {
+        Gateway { gitlab, healthy }
+    }
+}
+
+impl Handler for Gateway {
+    fn handle(&self, request: SimRequest) -> SimResponse {
+        if request.path.starts_with("/-/sim/") || (self.healthy)() {
+            self.gitlab.handle(request)
+        } else {
+            no_healthy_upstream()
+        }
+    }
+
+    fn faults(&self) -> &FaultState {
+        self.gitlab.faults()
+    }
+
+    fn accounting(&self) -> &Accounting {
+        self.gitlab.accounting()
+    }
+
+    fn exempt(&self, path: &str) -> bool {
+        self.gitlab.exempt(path)
+    }
+}
+
+/// The `production.main` connection of a `database.yml(.erb)` as the chart renders it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DatabaseConfig {
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+    pub username: String,
+}
+
+/// Reads `host`, `port`, `database` and `username` of the first connection in a
+/// `database.yml.erb` (`production: main: ...`); `None` without a host or a database.
+pub fn database_config(text: &str) -> Option<DatabaseConfig> {
+    let mut values: BTreeMap<&str, String> = BTreeMap::new();
+    for line in text.lines() {
+        let Some((key, value)) = line.trim().split_once(':') else {
+            continue;
+        };
+        let key = key.trim();
+        if matches!(key, "host" | "port" | "database" | "username") && !values.contains_key(key) {
+            let value = value
+                .trim()
+                .trim_matches('"')
+                .trim_matches('\'')
+                .to_string();
+            if !value.is_empty() {
+                values.insert(key, value);
+            }
+        }
+    }
+    Some(DatabaseConfig {
+        host: values.remove("host")?,
+        port: values
+            .remove("port")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(5432),
+        database: values.remove("database")?,
+        username: values.remove("username").unwrap_or_else(|| "gitlab".into()),
+    })
+}
+
+/// What a database host resolves to, seen from a pod.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DatabaseHost {
+    /// No such Service: DNS does not know the name.
+    Unknown,
+    /// The Service exists (its cluster IP) but no instance is ready behind it.
+    NotServing { ip: String },
+    /// A PostgreSQL server answers.
+    Serving { ip: String, server: Server },
+}
+
+/// Connects as libpq does and returns the error libpq reports, in its words.
+pub fn connect(config: &DatabaseConfig, password: &str, host: &DatabaseHost) -> Result<(), String> {
+    let at = |ip: &str| {
+        format!(
+            "connection to server at \"{}\" ({ip}), port {} failed: ",
+            config.host, config.port
+        )
+    };
+    match host {
+        DatabaseHost::Unknown => Err(format!(
+            "could not translate host name \"{}\" to address: Name or service not known",
+            config.host
+        )),
+        DatabaseHost::NotServing { ip } => Err(format!(
+            "{}Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?",
+            at(ip)
+        )),
+        DatabaseHost::Serving { ip, server } => {
+            let role = server.roles.get(&config.username);
+            // scram-sha-256 says nothing more for an unknown role or a wrong password.
+            if role.is_none_or(|role| role.password.as_deref() != Some(password)) {
+                return Err(format!(
+                    "{}FATAL:  password authentication failed for user \"{}\"",
+                    at(ip),
+                    config.username
+                ));
+            }
+            if role.is_some_and(|role| !role.login) {
+                return Err(format!(
+                    "{}FATAL:  role \"{}\" is not permitted to log in",
+                    at(ip),
+                    config.username
+                ));
+            }
+            if !server.databases.contains_key(&config.database) {
+                return Err(format!(
+                    "{}FATAL:  database \"{}\" does not exist",
+                    at(ip),
+                    config.database
+                ));
+            }
+            Ok(())
+        }
+    }
+}
+
+/// What the database host of `config` is in the cluster `host` sees, from namespace
+/// `namespace`.
+fn database_host(host: &Host, config: &DatabaseConfig, namespace: &str) -> DatabaseHost {
+    let Some((cluster_namespace, cluster)) = postgres::cluster_of_host(&config.host, namespace)
+    else {
+        return DatabaseHost::Unknown;
+    };
+    let service_name = config.host.split('.').next().unwrap_or("");
+    let Some(service) = host.object("services", &cluster_namespace, service_name) else {
+        return DatabaseHost::Unknown;
+    };
+    let ip = service["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or("10.96.0.1")
+        .to_string();
+    let ready = host
+        .object(cnpg::STORE_KEY, &cluster_namespace, &cluster)
+        .and_then(|object| object["status"]["readyInstances"].as_u64())
+        .unwrap_or(0);
+    if ready == 0 {
+        return DatabaseHost::NotServing { ip };
+    }
+    let server = host
+        .shared()
+        .postgres
+        .server(&cluster_namespace, &cluster)
+        .unwrap_or_else(|| postgres::initial_server(host, &cluster_namespace, &cluster));
+    DatabaseHost::Serving { ip, server }
+}
+
+/// The Secret and ConfigMap files of the pod a call runs in.
+fn pod_of(call: &ExecCall, host: &Host) -> Option<Value> {
+    host.object("pods", &call.namespace, &call.pod)
+}
+
+fn lookup<'a>(host: &'a Host, namespace: &'a str) -> impl Fn(&str, &str) -> Option<Value> + 'a {
+    move |store_key: &str, name: &str| host.object(store_key, namespace, name)
+}
+
+/// GitLab's webservice pod: Rails (`webservice`, 8080) and Workhorse (`gitlab-workhorse`, 8181).
+#[derive(Default)]
+pub struct Webservice {
+    /// Pods whose Rails started, and where GitLab serves them (their ports forward there).
+    running: Mutex<BTreeMap<String, SocketAddr>>,
+    /// (pod uid, container) -> its log.
+    logs: Mutex<BTreeMap<(String, String), String>>,
+}
+
+impl Webservice {
+    fn log(&self, call: &ExecCall, text: String) {
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((call.pod_uid.clone(), call.container.clone()), text);
+    }
+}
+
+impl Program for Webservice {
+    fn name(&self) -> &'static str {
+        "gitlab-webservice"
+    }
+
+    fn images(&self) -> &[&'static str] {
+        WEB_IMAGES
+    }
+
+    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        None
+    }
+
+    fn exits_when_start_fails(&self) -> bool {
+        true
+    }
+
+    fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
+        if !is_web_image(&call.image, WEBSERVICE_IMAGES) {
+            self.log(
+                call,
+                "Starting gitlab-workhorse, listening on :8181 (upstream http://localhost:8080)\n"
+                    .into(),
+            );
+            return Ok(());
+        }
+        // Without a GitLab to play (a plain `bprun sim kube`), the pod runs nothing, as before.
+        let Some(attached) = host.shared().gitlab.get() else {
+            return Ok(());
+        };
+        let pod = pod_of(call, host).unwrap_or_default();
+        let files = lookup(host, &call.namespace);
+        let config = volumes::find(&pod, "database.yml.erb", &files)
+            .and_then(|(_, text)| database_config(&text));
+        let password = volumes::find(&pod, "postgres/psql-password-main", &files)
+            .map(|(_, password)| password.trim().to_string());
+        if let (Some(config), Some(password)) = (config, password) {
+            let target = database_host(host, &config, &call.namespace);
+            if let Err(error) = connect(&config, &password, &target) {
+                let message = format!("ActiveRecord::ConnectionNotEstablished: {error}");
+                self.log(call, format!("Starting Puma\n{message}\n"));
+                return Err(message);
+            }
+        }
+        self.log(
+            call,
+            "Starting Puma\n* Listening on http://0.0.0.0:8080\nUse Ctrl-C to stop\n".into(),
+        );
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(call.pod_uid.clone(), attached.backend);
+        Ok(())
+    }
+
+    fn stop(&self, pod_uid: &str) {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(uid, _), _| uid != pod_uid);
+    }
+
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        if !matches!(port, 8080 | 8181) {
+            return None;
+        }
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .copied()
+    }
+
+    fn logs(&self, call: &ExecCall) -> Option<String> {
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(call.pod_uid.clone(), call.container.clone()))
+            .cloned()
+    }
+}
+
+/// Answers like a container registry's API root: `GET /v2/` (any request) gets an empty 200
+/// JSON object with `Docker-Distribution-API-Version: registry/2.0`, until the task is aborted.
+pub async fn registry_api(listener: tokio::net::TcpListener) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    loop {
+        let Ok((mut connection, _)) = listener.accept().await else {
+            // Out of file descriptors or similar: back off rather than spin.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        tokio::spawn(async move {
+            let mut buffer = [0u8; 2048];
+            let read =
+                tokio::time::timeout(Duration::from_secs(5), connection.read(&mut buffer)).await;
+            if matches!(read, Ok(Ok(n)) if n > 0) {
+                let _ = connection
+                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndocker-distribution-api-version: registry/2.0\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
+                    .await;
+            }
+        });
+    }
+}
+
+/// A task on the shared runtime, aborted when dropped.
+struct Task(tokio::task::JoinHandle<()>);
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// GitLab's container registry: port 5000 of each pod is a loopback listener of its own.
+#[derive(Default)]
+pub struct Registry {
+    /// pod uid -> where it listens, and the task serving it.
+    listeners: Mutex<BTreeMap<String, (SocketAddr, Task)>>,
+}
+
+impl Program for Registry {
+    fn name(&self) -> &'static str {
+        "gitlab-container-registry"
+    }
+
+    fn images(&self) -> &[&'static str] {
+        REGISTRY_IMAGES
+    }
+
+    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        None
+    }
+
+    fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
+        // A pod that names where its port 5000 is really served (the platform as phase 2
+        // leaves it, and tests, with `sim.bprun.dev/forward-5000`) keeps that.
+        if call.annotations.contains_key("sim.bprun.dev/forward-5000") {
+            return Ok(());
+        }
+        let listener = std::net::TcpListener::bind("127.0.0.1:0")
+            .map_err(|error| format!("registry: cannot listen on 127.0.0.1: {error}"))?;
+        let address = listener.local_addr().map_err(|e| e.to_string())?;
+        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
+        let runtime = bprun_clients::runtime::runtime();
+        let listener = {
+            let _guard = runtime.enter();
+            tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?
+        };
+        let task = Task(runtime.spawn(registry_api(listener)));
+        self.listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(call.pod_uid.clone(), (address, task));
+        Ok(())
+    }
+
+    fn stop(&self, pod_uid: &str) {
+        self.listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+    }
+
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        if port != 5000 {
+            return None;
+        }
+        self.listeners
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .map(|(address, _)| *address)
+    }
+}
+
+/// GitLab Runner's short form of a token in its log (`runner=` field): known prefixes
+/// (`glrt-`, `t1_`, ...) stripped, the first nine characters.
+pub fn short_token(token: &str) -> String {
+    let mut rest = token;
+    for prefix in ["glrt-", "glrtr-", "glcbt-"] {
+        if let Some(stripped) = rest.strip_prefix(prefix) {
+            rest = stripped;
+            break;
+        }
+    }
+    for partition in ["t1_", "t2_", "t3_"] {
+        if let Some(stripped) = rest.strip_prefix(partition) {
+            rest = stripped;
+            break;
+        }
+    }
+    rest.chars().take(9).collect()
+}
+
+/// One line of GitLab Runner's log: the message padded as its text formatter pads it, then
+/// the fields.
+fn runner_line(message: &str, fields: &str) -> String {
+    if fields.is_empty() {
+        format!("{message}\n")
+    } else {
+        format!("{message:<51} {fields}\n")
+    }
+}
+
+/// What `gitlab-runner register` got when it verified the token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verification {
+    /// GitLab answered 200: the runner's id.
+    Valid,
+    /// GitLab answered 403: it does not know the token.
+    Forbidden,
+    /// GitLab could not be reached (nothing serves the URL): the error after `Post "URL":`.
+    Unreachable(String),
+}
+
+/// The log of the chart's entrypoint registering the runner (`gitlab-runner register` with an
+/// authentication token verifies it), in GitLab Runner 17's words; `Err` with the whole log when
+/// it panics (the container exits).
+pub fn register_log(url: &str, token: &str, verification: &Verification) -> Result<String, String> {
+    let short = short_token(token);
+    let mut log = String::from("Registration attempt 1 of 30\n");
+    log.push_str(&runner_line(
+        "Runtime platform",
+        "arch=amd64 os=linux pid=16 revision=374d34fd version=17.6.0",
+    ));
+    log.push_str("Running in system-mode.\n\n");
+    let endpoint = format!("{}/api/v4/runners/verify", url.trim_end_matches('/'));
+    match verification {
+        Verification::Valid => {
+            log.push_str(&runner_line(
+                "Verifying runner... is valid",
+                &format!("runner={short}"),
+            ));
+            log.push_str("Runner registered successfully. Feel free to start it, but if it's running already the config should be automatically reloaded!\n\n");
+            log.push_str("Configuration (with the authentication token) was saved in \"/home/gitlab-runner/.gitlab-runner/config.toml\"\n");
+            log.push_str(&runner_line(
+                "Starting multi-runner from /home/gitlab-runner/.gitlab-runner/config.toml...",
+                "builds=0 max_builds=4",
+            ));
+            Ok(log)
+        }
+        Verification::Forbidden => {
+            log.push_str(&runner_line(
+                "Verifying runner... is not valid",
+                &format!("runner={short}"),
+            ));
+            log.push_str("PANIC: Failed to verify the runner.\n");
+            Err(log)
+        }
+        Verification::Unreachable(error) => {
+            log.push_str(&runner_line(
+                "ERROR: Verifying runner... failed",
+                &format!(
+                    "runner={short} status=couldn't execute POST against {endpoint}: Post \"{endpoint}\": {error}"
+                ),
+            ));
+            log.push_str("PANIC: Failed to verify the runner.\n");
+            Err(log)
+        }
+    }
+}
+
+/// The `host:port` of a URL (`http://gitlab-webservice-default.gitlab.svc:8181` ->
+/// `gitlab-webservice-default.gitlab.svc:8181`), with the scheme's default port.
+fn host_port(url: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let authority = rest.split('/').next().unwrap_or("");
+    if authority.contains(':') {
+        authority.to_string()
+    } else {
+        let port = if scheme == "https" { 443 } else { 80 };
+        format!("{authority}:{port}")
+    }
+}
+
+fn runner_request(path: &str, token: &str) -> SimRequest {
+    let mut headers = hyper::HeaderMap::new();
+    headers.insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    SimRequest {
+        method: "POST".to_string(),
+        path: path.to_string(),
+        query: BTreeMap::new(),
+        query_pairs: Vec::new(),
+        headers,
+        body: serde_json::to_vec(&json!({"token": token}))
+            .unwrap_or_default()
+            .into(),
+        upgrade: None,
+    }
+}
+
+/// GitLab Runner (the runner chart's Deployment).
+#[derive(Default)]
+pub struct Runner {
+    /// pod uid -> its job polling.
+    polls: Mutex<BTreeMap<String, Task>>,
+    /// pod uid -> its log.
+    logs: Mutex<BTreeMap<String, String>>,
+}
+
+impl Program for Runner {
+    fn name(&self) -> &'static str {
+        "gitlab-runner"
+    }
+
+    fn images(&self) -> &[&'static str] {
+        RUNNER_IMAGES
+    }
+
+    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        None
+    }
+
+    fn exits_when_start_fails(&self) -> bool {
+        true
+    }
+
+    fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
+        // Without a GitLab to play (a plain `bprun sim kube`), the pod runs nothing, as before.
+        let Some(attached) = host.shared().gitlab.get() else {
+            return Ok(());
+        };
+        let url = super::env::lookup(&call.env, "CI_SERVER_URL")
+            .unwrap_or("")
+            .to_string();
+        let pod = pod_of(call, host).unwrap_or_default();
+        let token = volumes::find(&pod, "runner-token", &lookup(host, &call.namespace))
+            .map(|(_, token)| token.trim().to_string())
+            .unwrap_or_default();
+        let verification = match attached {
+            _ if url.is_empty() => {
+                Verification::Unreachable("unsupported protocol scheme \"\"".to_string())
+            }
+            attached if (attached.healthy)() => {
+                let answer = attached
+                    .gitlab
+                    .handle(runner_request("/api/v4/runners/verify", &token));
+                match answer.status {
+                    200 | 201 => Verification::Valid,
+                    _ => Verification::Forbidden,
+                }
+            }
+            _ => Verification::Unreachable(format!(
+                "dial tcp {}: connect: connection refused",
+                host_port(&url)
+            )),
+        };
+        let result = register_log(&url, &token, &verification);
+        let log = match &result {
+            Ok(log) | Err(log) => log.clone(),
+        };
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(call.pod_uid.clone(), log);
+        result?;
+        let gitlab = attached.gitlab.clone();
+        let healthy = attached.healthy.clone();
+        let interval = attached.poll_interval;
+        let poll = bprun_clients::runtime::runtime().spawn(async move {
+            loop {
+                if healthy() {
+                    let gitlab = gitlab.clone();
+                    let token = token.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        crate::gitlab::standin_poll(&gitlab, &token)
+                    })
+                    .await;
+                }
+                tokio::time::sleep(interval).await;
+            }
+        });
+        self.polls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(call.pod_uid.clone(), Task(poll));
+        Ok(())
+    }
+
+    fn stop(&self, pod_uid: &str) {
+        self.polls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+    }
+
+    fn logs(&self, call: &ExecCall) -> Option<String> {
+        self.logs
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&call.pod_uid)
+            .cloned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const DATABASE_YML: &str = r#"production:
+  main:
+    host: "postgresql-cnpg-rw.postgresql.svc"
+    port: 5432
+    database: gitlabhq_production
+    username: gitlab
+    password: <%= File.read("/etc/gitlab/postgres/psql-password-main").strip.to_json %>
+"#;
+
+    fn config() -> DatabaseConfig {
+        database_config(DATABASE_YML).expect("a connection")
+    }
+
+    fn server_with(role: Option<(&str, &str)>, database: &str) -> Server {
+        let mut server = Server::bootstrapped(database, "app", Some("app-pw".into()));
+        if let Some((name, password)) = role {
+            let mut owner = server.roles["app"].clone();
+            owner.name = name.to_string();
+            owner.password = Some(password.to_string());
+            server.roles.insert(name.to_string(), owner);
+        }
+        server
+    }
+
+    fn serving(server: Server) -> DatabaseHost {
+        DatabaseHost::Serving {
+            ip: "10.96.0.21".into(),
+            server,
+        }
+    }
+
+    #[test]
+    fn the_rendered_database_yml_names_the_connection() {
+        assert_eq!(
+            config(),
+            DatabaseConfig {
+                host: "postgresql-cnpg-rw.postgresql.svc".into(),
+                port: 5432,
+                database: "gitlabhq_production".into(),
+                username: "gitlab".into(),
+            }
+        );
+        assert_eq!(
+            database_config("production:\n  main:\n    port: 5432\n"),
+            None
+        );
+    }
+
+    #[test]
+    fn rails_connects_with_the_role_password_and_database_of_the_server() {
+        let good = serving(server_with(
+            Some(("gitlab", "s3cret")),
+            "gitlabhq_production",
+        ));
+        assert_eq!(connect(&config(), "s3cret", &good), Ok(()));
+        assert_eq!(
+            connect(&config(), "wrong", &good),
+            Err("connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: FATAL:  password authentication failed for user \"gitlab\"".into())
+        );
+        // An unknown role gets the same words (scram-sha-256 does not say which was wrong).
+        let no_role = serving(server_with(None, "gitlabhq_production"));
+        assert!(
+            connect(&config(), "s3cret", &no_role)
+                .unwrap_err()
+                .ends_with("FATAL:  password authentication failed for user \"gitlab\"")
+        );
+        let no_database = serving(server_with(Some(("gitlab", "s3cret")), "app"));
+        assert_eq!(
+            connect(&config(), "s3cret", &no_database),
+            Err("connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: FATAL:  database \"gitlabhq_production\" does not exist".into())
+        );
+        let mut no_login = server_with(Some(("gitlab", "s3cret")), "gitlabhq_production");
+        no_login.roles.get_mut("gitlab").expect("role").login = false;
+        assert!(
+            connect(&config(), "s3cret", &serving(no_login))
+                .unwrap_err()
+                .ends_with("FATAL:  role \"gitlab\" is not permitted to log in")
+        );
+    }
+
+    #[test]
+    fn no_server_behind_the_host_is_libpqs_connection_error() {
+        assert_eq!(
+            connect(&config(), "s3cret", &DatabaseHost::Unknown),
+            Err("could not translate host name \"postgresql-cnpg-rw.postgresql.svc\" to address: Name or service not known".into())
+        );
+        let refused = connect(
+            &config(),
+            "s3cret",
+            &DatabaseHost::NotServing {
+                ip: "10.96.0.21".into(),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            refused.starts_with("connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: Connection refused"),
+            "{refused}"
+        );
+    }
+
+    fn pod(image: &str, ready: &str, deleting: bool) -> Value {
+        let mut pod = json!({
+            "metadata": {"name": "p"},
+            "spec": {"containers": [{"name": "webservice", "image": image}]},
+            "status": {"conditions": [{"type": "Ready", "status": ready}]},
+        });
+        if deleting {
+            pod["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
+        }
+        pod
+    }
+
+    #[test]
+    fn gitlab_has_a_healthy_upstream_only_with_a_ready_webservice_pod() {
+        let webservice = "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ee:v19.1.1";
+        assert!(!webservice_ready(&[]));
+        assert!(!webservice_ready(&[pod(webservice, "False", false)]));
+        assert!(!webservice_ready(&[pod(webservice, "True", true)]));
+        assert!(!webservice_ready(&[pod(
+            "registry.gitlab.com/gitlab-org/build/cng/gitlab-sidekiq-ee:v19.1.1",
+            "True",
+            false
+        )]));
+        assert!(webservice_ready(&[
+            pod(webservice, "False", false),
+            pod(
+                "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ce:v19.1.1",
+                "True",
+                false
+            ),
+        ]));
+        let answer = no_healthy_upstream();
+        assert_eq!(answer.status, 503);
+    }
+
+    #[test]
+    fn runner_tokens_are_shortened_as_gitlab_runner_logs_them() {
+        assert_eq!(short_token("glrt-abcdefghijklmnop"), "abcdefghi");
+        assert_eq!(short_token("glrt-t1_abcdefghijk"), "abcdefghi");
+        assert_eq!(short_token("bogus"), "bogus");
+    }
+
+    #[test]
+    fn registering_with_an_unknown_token_panics_in_gitlab_runners_words() {
+        let url = "http://gitlab-webservice-default.gitlab.svc:8181";
+        let log = register_log(url, "glrt-bogus0123456789", &Verification::Forbidden)
+            .expect_err("a panic");
+        assert!(
+            log.contains(&format!(
+                "{:<51} runner=bogus0123\n",
+                "Verifying runner... is not valid"
+            )),
+            "{log}"
+        );
+        assert!(
+            log.ends_with("PANIC: Failed to verify the runner.\n"),
+            "{log}"
+        );
+        let refused = register_log(
+            url,
+            "glrt-abc",
+            &Verification::Unreachable(format!(
+                "dial tcp {}: connect: connection refused",
+                host_port(url)
+            )),
+        )
+        .expect_err("a panic");
+        assert!(
+            refused.contains("ERROR: Verifying runner... failed"),
+            "{refused}"
+        );
+        assert!(refused.contains("runner=abc status=couldn't execute POST against http://gitlab-webservice-default.gitlab.svc:8181/api/v4/runners/verify: Post \"http://gitlab-webservice-default.gitlab.svc:8181/api/v4/runners/verify\": dial tcp gitlab-webservice-default.gitlab.svc:8181: connect: connection refused"), "{refused}");
+        let valid = register_log(url, "glrt-abc", &Verification::Valid).expect("registered");
+        assert!(valid.contains("Verifying runner... is valid"), "{valid}");
+        assert_eq!(
+            host_port("https://gitlab.example.com/"),
+            "gitlab.example.com:443"
+        );
+    }
+}
