@@ -221,3 +221,266 @@ step("Forward", || {
     missing.code(127);
     missing.stderr_contains("exec: \"psql\": executable file not found in $PATH");
 }
+
+/// `kubectl exec -n NAMESPACE TARGET -- ARGS`, with `stdin` when given.
+fn exec(
+    sim: &Sim,
+    namespace: &str,
+    target: &str,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> bprun_testkit::Output {
+    let mut words = vec!["exec"];
+    if stdin.is_some() {
+        words.push("-i");
+    }
+    words.extend(["-n", namespace, target, "--"]);
+    words.extend(args);
+    match stdin {
+        Some(text) => sim.kubectl_stdin(&words, text),
+        None => sim.kubectl(&words),
+    }
+}
+
+#[test]
+fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    with_default_storage(&sim);
+    let chart = |name: &str| root(&format!("infra/helm-charts/{name}.tgz"));
+    for (release, archive, namespace, values) in [
+        ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
+        (
+            "redis",
+            "redis-19.6.4",
+            "redis",
+            "architecture=standalone,image.repository=bitnamilegacy/redis,auth.password=redis-pass-1",
+        ),
+        (
+            "minio",
+            "minio-5.4.0",
+            "minio",
+            "mode=standalone,replicas=1,resources.requests.memory=256Mi,rootUser=admin,rootPassword=admin-password-123",
+        ),
+    ] {
+        let archive = chart(archive);
+        let mut args = vec![
+            "install",
+            release,
+            &archive,
+            "-n",
+            namespace,
+            "--create-namespace",
+            "--wait",
+            "--timeout",
+            "60s",
+        ];
+        if !values.is_empty() {
+            args.extend(["--set", values]);
+        }
+        sim.helm(&args).code(0);
+    }
+    // PostgreSQL: the platform's Cluster, then what phase 2 runs in its instance.
+    sim.kubectl(&["create", "namespace", "postgresql"]).ok();
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &std::fs::read_to_string(root("infra/references/cluster-postgresql.yaml"))
+            .expect("the platform's Cluster"),
+    )
+    .ok();
+    for condition in ["--for=create", "--for=condition=Ready"] {
+        sim.kubectl(&[
+            "wait",
+            "pod/postgresql-cnpg-1",
+            "-n",
+            "postgresql",
+            condition,
+            "--timeout=60s",
+        ])
+        .ok();
+    }
+    let pg = "pod/postgresql-cnpg-1";
+    let probe = [
+        "psql",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-tAc",
+        "SELECT 1 FROM pg_roles WHERE rolname='gitlab'",
+    ];
+    assert_eq!(exec(&sim, "postgresql", pg, &probe, None).ok(), "");
+    let create = "CREATE ROLE gitlab LOGIN PASSWORD 'gitlab-pass-1';\n";
+    assert_eq!(
+        exec(
+            &sim,
+            "postgresql",
+            pg,
+            &["psql", "-v", "ON_ERROR_STOP=1"],
+            Some(create)
+        )
+        .ok(),
+        "CREATE ROLE\n"
+    );
+    assert_eq!(exec(&sim, "postgresql", pg, &probe, None).ok(), "1\n");
+    let again = exec(
+        &sim,
+        "postgresql",
+        pg,
+        &["psql", "-v", "ON_ERROR_STOP=1"],
+        Some(create),
+    );
+    again.code(3);
+    again.stderr_contains("psql:<stdin>:1: ERROR:  role \"gitlab\" already exists");
+    let database = [
+        "psql",
+        "-v",
+        "ON_ERROR_STOP=1",
+        "-c",
+        "CREATE DATABASE gitlabhq_production OWNER gitlab",
+    ];
+    assert_eq!(
+        exec(&sim, "postgresql", pg, &database, None).ok(),
+        "CREATE DATABASE\n"
+    );
+    let twice = exec(&sim, "postgresql", pg, &database, None);
+    twice.code(1);
+    twice.stderr_contains("ERROR:  database \"gitlabhq_production\" already exists");
+    let listed = exec(&sim, "postgresql", pg, &["psql", "-c", "\\l"], None);
+    listed.stdout_contains(" gitlabhq_production | gitlab");
+    // The bootstrap's own database and owner are there from the start.
+    assert_eq!(
+        exec(
+            &sim,
+            "postgresql",
+            pg,
+            &[
+                "psql",
+                "-tAc",
+                "SELECT datname FROM pg_database WHERE datname='app'"
+            ],
+            None,
+        )
+        .ok(),
+        "app\n"
+    );
+    // Redis: the password of the chart's Secret, in the container's REDIS_PASSWORD.
+    let redis = "pod/redis-master-0";
+    let denied = exec(&sim, "redis", redis, &["redis-cli", "PING"], None);
+    denied.code(1);
+    denied.stderr_contains("NOAUTH Authentication required.");
+    assert_eq!(
+        exec(
+            &sim,
+            "redis",
+            redis,
+            &[
+                "redis-cli",
+                "--no-auth-warning",
+                "-a",
+                "redis-pass-1",
+                "PING"
+            ],
+            None
+        )
+        .ok(),
+        "PONG\n"
+    );
+    assert_eq!(
+        exec(
+            &sim,
+            "redis",
+            redis,
+            &["sh", "-c", "REDISCLI_AUTH=redis-pass-1 redis-cli PING"],
+            None
+        )
+        .ok(),
+        "PONG\n"
+    );
+    let wrong = exec(
+        &sim,
+        "redis",
+        redis,
+        &["redis-cli", "--no-auth-warning", "-a", "nope", "PING"],
+        None,
+    );
+    wrong.code(1);
+    wrong.stderr_contains(
+        "AUTH failed: WRONGPASS invalid username-password pair or user is disabled.",
+    );
+    // MinIO: mc in the server's pod, checked against its root credentials.
+    let minio = "deploy/minio";
+    let refused = exec(
+        &sim,
+        "minio",
+        minio,
+        &[
+            "mc",
+            "alias",
+            "set",
+            "local",
+            "http://localhost:9000",
+            "root",
+            "admin-password-123",
+        ],
+        None,
+    );
+    refused.code(1);
+    refused.stderr_contains("mc: <ERROR> Unable to initialize new alias from the provided credentials. The Access Key Id you provided does not exist in our records.");
+    assert_eq!(
+        exec(
+            &sim,
+            "minio",
+            minio,
+            &[
+                "mc",
+                "alias",
+                "set",
+                "local",
+                "http://localhost:9000",
+                "admin",
+                "admin-password-123"
+            ],
+            None,
+        )
+        .ok(),
+        "Added `local` successfully.\n"
+    );
+    assert_eq!(
+        exec(
+            &sim,
+            "minio",
+            minio,
+            &["mc", "mb", "local/gitlab-artifacts"],
+            None
+        )
+        .ok(),
+        "Bucket created successfully `local/gitlab-artifacts`.\n"
+    );
+    let exists = exec(
+        &sim,
+        "minio",
+        minio,
+        &["mc", "mb", "local/gitlab-artifacts"],
+        None,
+    );
+    exists.code(1);
+    exists.stderr_contains(
+        "Your previous request to create the named bucket succeeded and you already own it.",
+    );
+    exec(
+        &sim,
+        "minio",
+        minio,
+        &["mc", "mb", "--ignore-existing", "local/gitlab-artifacts"],
+        None,
+    )
+    .ok();
+    let listing = exec(&sim, "minio", minio, &["mc", "ls", "local"], None);
+    assert!(
+        listing.ok().ends_with("0B gitlab-artifacts/\n"),
+        "{}",
+        listing.stdout
+    );
+    // Programs the image does not have.
+    let missing = exec(&sim, "minio", minio, &["redis-cli", "PING"], None);
+    missing.code(127);
+    missing.stderr_contains("exec: \"redis-cli\": executable file not found in $PATH");
+}

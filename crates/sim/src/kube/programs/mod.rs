@@ -32,8 +32,10 @@
 pub mod bao;
 pub mod env;
 pub mod gitlab;
+pub mod minio;
 pub mod postgres;
 pub mod process;
+pub mod redis;
 pub mod volumes;
 
 use super::cluster::Cluster;
@@ -209,6 +211,12 @@ impl Host<'_> {
     pub fn shared(&self) -> &Shared {
         &self.sim.programs.shared
     }
+
+    /// The call (image, resolved environment, labels; no command) of another pod's container,
+    /// to read its configuration (a MinIO server's credentials).
+    pub fn call_for(&self, pod: &Value, container: &Value) -> ExecCall {
+        call_for(&self.sim.cluster(), pod, container, Vec::new())
+    }
 }
 
 /// What runs in the containers of some images.
@@ -271,6 +279,8 @@ pub struct Shared {
     /// The GitLab the GitLab images' programs serve and poll (attached by the embedded bare
     /// platform).
     pub gitlab: gitlab::Link,
+    /// The buckets of MinIO releases and the `mc` aliases of pods.
+    pub minio: minio::Stores,
 }
 
 /// The last verdict of a container's readiness probe.
@@ -510,6 +520,8 @@ impl Programs {
             Arc::new(gitlab::Webservice::default()),
             Arc::new(gitlab::Registry::default()),
             Arc::new(gitlab::Runner::default()),
+            Arc::new(redis::Redis::default()),
+            Arc::new(minio::Minio),
         ];
         Programs::with_state_dir(registry, state_dir)
     }
