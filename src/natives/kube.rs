@@ -575,13 +575,17 @@ pub mod kube_functions {
     /// Runs a command in a pod (by name, `pod/NAME`, or a label selector such as `app=toolbox`)
     /// over the WebSocket exec protocol; returns `#{ok, code, stdout, stderr}` (a non-zero
     /// exit is a result). Options: `container`, `stdin` (string or `Secret`), `timeout`
-    /// (seconds, default 300), `check` (true throws on a non-zero exit). A command may change
-    /// anything, so it refuses to run in check mode.
+    /// (seconds, default 300), `check` (true throws on a non-zero exit), `read_only` (true: the
+    /// script vouches the command only reads, such as `psql -c 'SELECT ...'` or `mc ls`; it runs
+    /// in check mode too and is not counted as a change). Any other command may change
+    /// anything: it is recorded as a change and refused in check mode. Arguments may be
+    /// `Secret`s (shown as `***`).
     ///
     /// ```rhai
     /// step("Toolbox", || {
     ///     let result = kube_exec("gitlab", "app=toolbox", ["gitlab-rails", "runner", "-"], #{stdin: "puts 1"});
     ///     info(result.stdout);
+    ///     let buckets = kube_exec("minio", "app=minio", ["mc", "ls", "local"], #{read_only: true});
     /// });
     /// ```
     #[rhai_fn(return_raw)]
@@ -595,13 +599,16 @@ pub mod kube_functions {
         let (session, kube) = remote(&context, "kube_exec")?;
         reject_unknown(
             &options,
-            &["container", "stdin", "timeout", "check"],
+            &["container", "stdin", "timeout", "check", "read_only"],
             "kube_exec",
         )?;
-        session
-            .state
-            .refuse_in_check("kube_exec", "a command in a pod may change anything")
-            .map_err(native_error)?;
+        let read_only = option_bool(&options, "read_only", "kube_exec")?.unwrap_or(false);
+        if !read_only {
+            session
+                .state
+                .refuse_in_check("kube_exec", "a command in a pod may change anything")
+                .map_err(native_error)?;
+        }
         let argv: Vec<String> = command
             .iter()
             .map(|arg| match arg.read_lock::<Secret>() {
@@ -640,13 +647,15 @@ pub mod kube_functions {
                 limit,
             )
             .map_err(native_error)?;
-        session.state.record_change(
-            "exec",
-            &format!(
-                "{} in {ns}/{pod_or_selector}",
-                argv.first().map(String::as_str).unwrap_or("")
-            ),
-        );
+        if !read_only {
+            session.state.record_change(
+                "exec",
+                &format!(
+                    "{} in {ns}/{pod_or_selector}",
+                    argv.first().map(String::as_str).unwrap_or("")
+                ),
+            );
+        }
         if option_bool(&options, "check", "kube_exec")?.unwrap_or(false) && result.code != 0 {
             return Err(native_error(
                 NativeError::new(format!(

@@ -202,31 +202,45 @@ fn move_step_before(source: &str, moved: &str, before: &str) -> String {
     format!("{}{block}\n{}", &without[..at], &without[at..])
 }
 
-/// Rehearses phase 2 with `moved` before `before` (waits bounded at 20 s) and returns the run.
-fn rehearse_reordered(moved: &str, before: &str) -> crate::support::Output {
-    let copy = edited_phase2(|source| move_step_before(source, moved, before));
+/// Rehearses phase 2 with each `(moved, before)` move applied in turn (waits bounded at 20 s).
+fn rehearse_reordered(moves: &[(&str, &str)]) -> crate::support::Output {
+    let copy = edited_phase2(|source| {
+        moves
+            .iter()
+            .fold(source.to_string(), |text, (moved, before)| {
+                move_step_before(&text, moved, before)
+            })
+    });
     copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"])
 }
 
 #[test]
 fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
-    let run = rehearse_reordered("GitLab", "MinIO");
+    // MinIO moved after GitLab: everything else GitLab reads exists.
+    let run = rehearse_reordered(&[("MinIO", "Snapshot GitLab secrets")]);
     run.code(1);
     run.stderr_contains("error: step \"GitLab\" failed");
-    run.stderr_contains("secret \"gitlab-rails-storage\" not found");
+    run.stderr_contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found");
+    run.stdout_contains(
+        "warning: step 12 \"GitLab\" needs \"MinIO\", which runs after it (step 14)",
+    );
 }
 
 #[test]
-fn gitlab_before_the_restore_step_waits_for_the_database_password_secret() {
-    let run = rehearse_reordered("GitLab", "Restore GitLab secrets");
+fn gitlab_before_the_restore_step_waits_for_the_credentials_it_writes() {
+    let run = rehearse_reordered(&[("GitLab", "Restore GitLab secrets")]);
     run.code(1);
     run.stderr_contains("error: step \"GitLab\" failed");
-    run.stderr_contains("secret \"gitlab-postgresql-password\" not found");
+    run.stderr_contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-redis-password\" not found");
 }
 
 #[test]
 fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret() {
-    let run = rehearse_reordered("GitLab", "Wildcard TLS");
+    // The restore step and GitLab, in that order, moved before the wildcard TLS step.
+    let run = rehearse_reordered(&[
+        ("Restore GitLab secrets", "Wildcard TLS"),
+        ("GitLab", "Wildcard TLS"),
+    ]);
     run.code(1);
     run.stderr_contains("error: step \"GitLab\" failed");
     run.stderr_contains("Secret gitlab/gitlab-wildcard-tls does not exist.");

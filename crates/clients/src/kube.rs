@@ -400,6 +400,18 @@ impl KubeClient {
                 if caps.scope == Scope::Namespaced {
                     body["metadata"]["namespace"] = json!(namespace);
                 }
+                // Already applied exactly so: no write at all (a re-run sends only reads).
+                if let Some(live) = &live
+                    && already_applied(&body, &object_json(live))
+                {
+                    outcomes.push(Applied {
+                        kind: kind.to_string(),
+                        namespace,
+                        name,
+                        action: "unchanged",
+                    });
+                    continue;
+                }
                 let apply_patch = Patch::Apply(&body);
                 let result = match retry(|| api.patch(&name, &params, &apply_patch)).await {
                     Ok(result) => result,
@@ -584,6 +596,23 @@ impl KubeClient {
                     ClientError::new(format!("kube_patch {shown}: not found"))
                         .with_hint("kube_patch changes existing objects; kube_apply creates them")
                 })?;
+            // A patch that would leave the object as it is sends no write. Checked locally: a
+            // merge (RFC 7386; for a strategic patch the same, lists then compared whole) or the
+            // JSON patch's operations applied to a copy.
+            let current = object_json(&before);
+            let mut patched = current.clone();
+            let no_op = match options.kind {
+                PatchKind::Merge | PatchKind::Strategic => {
+                    json_patch::merge(&mut patched, patch);
+                    true
+                }
+                PatchKind::Json => serde_json::from_value::<json_patch::Patch>(patch.clone())
+                    .ok()
+                    .is_some_and(|operations| json_patch::patch(&mut patched, &operations).is_ok()),
+            } && patched == current;
+            if no_op {
+                return Ok((current, false));
+            }
             let mut params = PatchParams {
                 field_manager: Some(FIELD_MANAGER.to_string()),
                 ..Default::default()
@@ -1336,6 +1365,82 @@ fn find_kind(
 /// to tell a real change from a no-op. What a patch of the object (not of its `/status`) can change: controllers keep writing the
 /// status and their own annotations while we patch, so those are left out of the comparison
 /// (an identical second patch must say `changed: false` even while a rollout runs).
+/// Whether applying `desired` as bprun's field manager would change nothing on `live`: every
+/// field of `desired` has that value in `live` (maps key by key, lists item by item and of the
+/// same length, so a list another manager extended is applied again), and bprun's last apply
+/// owns no field `desired` has dropped (an apply would remove it). Anything uncertain (a value
+/// the server normalised, a list another manager changed) answers false: the apply is sent.
+pub fn already_applied(desired: &Value, live: &Value) -> bool {
+    fn contains(live: &Value, desired: &Value) -> bool {
+        match (live, desired) {
+            (Value::Object(live), Value::Object(desired)) => desired
+                .iter()
+                .all(|(key, value)| live.get(key).is_some_and(|have| contains(have, value))),
+            (Value::Array(live), Value::Array(desired)) => {
+                live.len() == desired.len()
+                    && live
+                        .iter()
+                        .zip(desired)
+                        .all(|(have, want)| contains(have, want))
+            }
+            (live, desired) => live == desired,
+        }
+    }
+    /// The map-key paths of an object, not descending into lists.
+    fn desired_paths(value: &Value, prefix: &str, out: &mut std::collections::BTreeSet<String>) {
+        if let Value::Object(map) = value {
+            for (key, child) in map {
+                let path = format!("{prefix}/{key}");
+                out.insert(path.clone());
+                desired_paths(child, &path, out);
+            }
+        }
+    }
+    /// The fields a FieldsV1 set owns, as map-key paths; list items (`k:`, `v:`, `i:`) count as
+    /// their list.
+    fn owned_paths(fields: &Value, prefix: &str, out: &mut Vec<String>) {
+        if let Value::Object(map) = fields {
+            for (key, child) in map {
+                if let Some(field) = key.strip_prefix("f:") {
+                    let path = format!("{prefix}/{field}");
+                    let is_leaf = child
+                        .as_object()
+                        .is_none_or(|c| c.is_empty() || c.keys().all(|k| !k.starts_with("f:")));
+                    if is_leaf {
+                        out.push(path);
+                    } else {
+                        owned_paths(child, &path, out);
+                    }
+                }
+            }
+        }
+    }
+    let mut wanted = desired.clone();
+    if let Some(map) = wanted.as_object_mut() {
+        map.remove("apiVersion");
+        map.remove("kind");
+        // An apply to the main resource never writes the status (CRD manifests carry one).
+        map.remove("status");
+    }
+    if !contains(live, &wanted) {
+        return false;
+    }
+    // No entry of bprun's: it owns nothing an apply would remove (the API server drops an
+    // apply's empty field set, and another manager may have applied the same values).
+    let mut owned = Vec::new();
+    if let Some(entry) = live["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|entry| entry["manager"] == FIELD_MANAGER && entry["operation"] == "Apply")
+    {
+        owned_paths(&entry["fieldsV1"], "", &mut owned);
+    }
+    let mut have = std::collections::BTreeSet::new();
+    desired_paths(&wanted, "", &mut have);
+    owned.iter().all(|path| have.contains(path))
+}
+
 fn normalized(object: &Value) -> Value {
     let mut copy = object.clone();
     if let Some(map) = copy.as_object_mut() {
@@ -1353,6 +1458,61 @@ fn normalized(object: &Value) -> Value {
         }
     }
     copy
+}
+
+#[cfg(test)]
+mod already_applied_tests {
+    use super::*;
+
+    fn live(extra_owned: bool) -> Value {
+        let mut owned = json!({"f:metadata": {"f:labels": {"f:app": {}}},
+                               "f:data": {"f:config": {}}});
+        if extra_owned {
+            owned["f:data"]["f:old"] = json!({});
+        }
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "namespace": "n", "resourceVersion": "7", "uid": "u",
+                            "labels": {"app": "x", "other": "y"},
+                            "managedFields": [{"manager": "bprun", "operation": "Apply", "fieldsV1": owned}]},
+               "data": {"config": "a", "old": "b", "theirs": "c"}})
+    }
+
+    #[test]
+    fn an_object_applied_before_with_the_same_fields_needs_no_write() {
+        let desired = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                             "metadata": {"name": "c", "namespace": "n", "labels": {"app": "x"}},
+                             "data": {"config": "a"}});
+        assert!(already_applied(&desired, &live(false)));
+        // A changed value, a new field, or a field bprun owned and dropped: apply.
+        let mut changed = desired.clone();
+        changed["data"]["config"] = json!("z");
+        assert!(!already_applied(&changed, &live(false)));
+        let mut added = desired.clone();
+        added["data"]["new"] = json!("n");
+        assert!(!already_applied(&added, &live(false)));
+        assert!(!already_applied(&desired, &live(true)));
+        // Applied with the same values by another manager: nothing to write either.
+        let mut foreign = live(false);
+        foreign["metadata"]["managedFields"][0]["manager"] = json!("helm");
+        assert!(already_applied(&desired, &foreign));
+        let mut differs = foreign.clone();
+        differs["data"]["config"] = json!("helm's");
+        assert!(!already_applied(&desired, &differs));
+    }
+
+    #[test]
+    fn lists_must_match_item_by_item() {
+        let mut live = live(false);
+        live["spec"] = json!({"ports": [{"port": 80, "protocol": "TCP"}]});
+        live["metadata"]["managedFields"][0]["fieldsV1"]["f:spec"] =
+            json!({"f:ports": {"k:{\"port\":80}": {".": {}, "f:port": {}}}});
+        let desired = json!({"metadata": {"name": "c", "namespace": "n", "labels": {"app": "x"}},
+                             "data": {"config": "a"}, "spec": {"ports": [{"port": 80}]}});
+        assert!(already_applied(&desired, &live));
+        let two = json!({"metadata": {"name": "c", "namespace": "n", "labels": {"app": "x"}},
+                         "data": {"config": "a"}, "spec": {"ports": [{"port": 80}, {"port": 81}]}});
+        assert!(!already_applied(&two, &live));
+    }
 }
 
 #[cfg(test)]

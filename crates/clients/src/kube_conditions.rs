@@ -348,6 +348,29 @@ pub fn describe(object: &Value) -> String {
             .collect();
         parts.push(format!("conditions: {}", listed.join(", ")));
     }
+    // Gateway API objects report per listener (a Gateway's TLS Secret that does not exist is
+    // named only there): the listeners with a condition that is not True.
+    for listener in object
+        .pointer("/status/listeners")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let failing: Vec<String> = listener["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|condition| status_of(condition) != "True")
+            .map(|condition| describe_condition(condition, None))
+            .collect();
+        if !failing.is_empty() {
+            parts.push(format!(
+                "listener {}: {}",
+                listener["name"].as_str().unwrap_or("?"),
+                failing.join(", ")
+            ));
+        }
+    }
     format!(
         "{}/{}: {}",
         non_empty_or(kind(object), "object"),
@@ -1493,5 +1516,30 @@ mod tests {
         assert!(cut.starts_with("first second word"));
         assert_eq!(cut.chars().count(), MAX_MESSAGE_CHARS);
         assert!(cut.ends_with('…'));
+    }
+
+    #[test]
+    fn a_gateway_names_its_failing_listeners() {
+        let gateway: Value = serde_json::json!({
+            "kind": "Gateway", "metadata": {"name": "gitlab-gw"},
+            "status": {
+                "conditions": [{"type": "Programmed", "status": "False", "reason": "Invalid",
+                                "message": "Gateway has invalid listeners: gitlab-web"}],
+                "listeners": [
+                    {"name": "gitlab-web", "conditions": [
+                        {"type": "Accepted", "status": "True", "reason": "Accepted"},
+                        {"type": "ResolvedRefs", "status": "False", "reason": "InvalidCertificateRef",
+                         "message": "Secret gitlab/gitlab-wildcard-tls does not exist."}]},
+                    {"name": "registry-web", "conditions": [
+                        {"type": "ResolvedRefs", "status": "True", "reason": "ResolvedRefs"}]}
+                ]
+            }
+        });
+        let text = describe(&gateway);
+        assert!(
+            text.contains("listener gitlab-web: ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.)"),
+            "{text}"
+        );
+        assert!(!text.contains("registry-web"), "{text}");
     }
 }
