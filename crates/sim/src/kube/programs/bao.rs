@@ -30,6 +30,17 @@ struct Server {
     address: SocketAddr,
 }
 
+/// Runs `bao server -config=$2` (`$1` the binary) and stops it (SIGTERM, then waits) when it
+/// gets SIGTERM or when process `$3` (the simulator) is gone: a rehearsal that exits without
+/// running destructors leaves no server behind. Checked once a second.
+const WATCHDOG: &str = r#"bin="$1"; config="$2"; parent="$3"
+"$bin" server -config="$config" &
+child=$!
+trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
+while kill -0 "$parent" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1 & wait $!; done
+kill -TERM "$child" 2>/dev/null
+wait "$child""#;
+
 pub struct OpenBao {
     binary: Option<PathBuf>,
     state_dir: PathBuf,
@@ -115,10 +126,15 @@ impl OpenBao {
             .open(&log_file)
             .map_err(|error| format!("cannot open {}: {error}", log_file.display()))?;
         let log_err = log.try_clone().map_err(|error| error.to_string())?;
-        let mut child = Command::new(&binary)
-            .arg("server")
-            .arg(format!("-config={}", config_file.display()))
+        // Through a watchdog shell: the server ends with the simulator even when the process
+        // that embeds it exits without dropping it (see WATCHDOG).
+        let mut child = Command::new("sh")
+            .args(["-c", WATCHDOG, "bao-watchdog"])
+            .arg(&binary)
+            .arg(&config_file)
+            .arg(std::process::id().to_string())
             .env_clear()
+            .env("PATH", "/usr/bin:/bin")
             .env("HOME", &folder)
             .stdin(Stdio::null())
             .stdout(log)
@@ -133,7 +149,7 @@ impl OpenBao {
             }
             let ended = !matches!(child.try_wait(), Ok(None));
             if ended || Instant::now() > deadline {
-                process::stop(&mut child);
+                process::terminate(&mut child);
                 let log = std::fs::read_to_string(&log_file).unwrap_or_default();
                 let last = log.lines().rev().take(3).collect::<Vec<_>>();
                 return Err(format!(
@@ -218,7 +234,7 @@ impl Program for OpenBao {
             .unwrap_or_else(|p| p.into_inner())
             .remove(pod_uid);
         if let Some(mut server) = server {
-            process::stop(&mut server.child);
+            process::terminate(&mut server.child);
         }
     }
 

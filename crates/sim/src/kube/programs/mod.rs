@@ -43,7 +43,7 @@ use super::server::{ExecCall, ExecOutcome, KubeSim};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -473,6 +473,9 @@ pub struct Programs {
     pub state_dir: PathBuf,
 }
 
+/// The name of programs' state folders under the temporary folder, before `PID-RANDOM`.
+const STATE_PREFIX: &str = "bprun-sim-programs-";
+
 /// How often a probe runs at most (a real kubelet's `periodSeconds`, shortened: nothing in the
 /// simulator waits for wall time it does not need).
 const PROBE_PERIOD: Duration = Duration::from_millis(500);
@@ -482,10 +485,29 @@ const PROBE_PERIOD: Duration = Duration::from_millis(500);
 const CRASH_BACK_OFF: Duration = Duration::from_secs(2);
 
 impl Programs {
-    /// A fresh folder for programs' files under the system's temporary folder.
+    /// A fresh folder for programs' files under the system's temporary folder
+    /// (`bprun-sim-programs-PID-RANDOM`). The folders of simulators that ended without removing
+    /// theirs (a process that exits without running destructors) are removed first.
     pub fn fresh_state_dir() -> PathBuf {
-        std::env::temp_dir().join(format!(
-            "bprun-sim-programs-{}-{}",
+        let temp = std::env::temp_dir();
+        let stale = std::fs::read_dir(&temp)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.strip_prefix(STATE_PREFIX)
+                    .and_then(|rest| rest.split('-').next())
+                    .and_then(|pid| pid.parse::<u32>().ok())
+                    .is_some_and(|pid| {
+                        pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists()
+                    })
+            });
+        for entry in stale {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+        temp.join(format!(
+            "{STATE_PREFIX}{}-{}",
             std::process::id(),
             (0..8).map(|_| fastrand::alphanumeric()).collect::<String>()
         ))

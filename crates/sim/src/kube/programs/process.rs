@@ -85,3 +85,25 @@ pub fn stop(child: &mut Child) {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// Asks a child to end by its process id (SIGTERM, so it can stop what it started), waits up
+/// to 5 s, then kills it.
+pub fn terminate(child: &mut Child) {
+    let asked = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|status| status.success());
+    if asked {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if !matches!(child.try_wait(), Ok(None)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    stop(child);
+}
