@@ -222,7 +222,7 @@ fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
     run.stderr_contains("error: step \"GitLab\" failed");
     run.stderr_contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found");
     run.stdout_contains(
-        "warning: step 12 \"GitLab\" needs \"MinIO\", which runs after it (step 14)",
+        "warning: step 12 \"GitLab\" needs \"MinIO\", which runs after it (step 13)",
     );
 }
 
