@@ -476,9 +476,20 @@ pub struct Programs {
 /// The name of programs' state folders under the temporary folder, before `PID-RANDOM`.
 const STATE_PREFIX: &str = "bprun-sim-programs-";
 
-/// How often a probe runs at most (a real kubelet's `periodSeconds`, shortened: nothing in the
-/// simulator waits for wall time it does not need).
-const PROBE_PERIOD: Duration = Duration::from_millis(500);
+/// The shortest and longest time between two runs of a probe: a real kubelet's
+/// `periodSeconds` (10 s by default, the openbao chart's 5 s) shortened to at most 2 s, since
+/// nothing in the simulator waits for wall time it does not need, and at least 0.5 s, since a
+/// probe can start a process (`bao status`) on a machine tests share.
+const PROBE_PERIOD_RANGE: (Duration, Duration) =
+    (Duration::from_millis(500), Duration::from_secs(2));
+
+/// How long the kubelet part waits between two runs of a container's readiness probe.
+pub fn probe_period(container: &Value) -> Duration {
+    let seconds = container["readinessProbe"]["periodSeconds"]
+        .as_u64()
+        .unwrap_or(10);
+    Duration::from_secs(seconds).clamp(PROBE_PERIOD_RANGE.0, PROBE_PERIOD_RANGE.1)
+}
 
 /// How long a container whose program's `start` failed waits before it is started again (a
 /// real kubelet starts at 10 s and doubles up to 5 min; shortened, as the probe period is).
@@ -738,8 +749,8 @@ pub fn call_for(
 }
 
 /// A running container with a program: its call (no command), its probe command (empty when
-/// none runs through the program), and its program's index.
-type ContainerToTend = (ExecCall, Vec<String>, usize);
+/// none runs through the program) and period, and its program's index.
+type ContainerToTend = (ExecCall, Vec<String>, Duration, usize);
 
 /// The kubelet's running side, once per tick and outside the store's lock while programs run:
 /// starts the programs of pods that run, stops those of pods that are gone or being deleted,
@@ -767,6 +778,7 @@ pub fn tend(sim: &KubeSim) {
                 probes.push((
                     call_for(&cluster, &pod, container, Vec::new()),
                     probe,
+                    probe_period(container),
                     index,
                 ));
             }
@@ -821,7 +833,7 @@ pub fn tend(sim: &KubeSim) {
         .unwrap_or_else(|p| p.into_inner())
         .retain(|(uid, _), _| running.contains(uid));
     let host = Host { sim };
-    for (call, probe, index) in probes {
+    for (call, probe, period, index) in probes {
         let program = &programs.registry[index];
         programs.ensure_started(index, program, &call, &host);
         if probe.is_empty() {
@@ -833,7 +845,7 @@ pub fn tend(sim: &KubeSim) {
                 .last_probe
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
-            if last.get(&key).is_some_and(|at| at.elapsed() < PROBE_PERIOD) {
+            if last.get(&key).is_some_and(|at| at.elapsed() < period) {
                 continue;
             }
             last.insert(key.clone(), Instant::now());

@@ -318,3 +318,43 @@ fn a_container_whose_start_fails_crash_loops_and_is_ready_only_once_started() {
     let (status, _) = with_readiness(plain, &running, &book);
     assert_eq!(status["containerStatuses"][0]["ready"], true);
 }
+
+#[test]
+fn probes_run_at_their_period_shortened_to_at_most_two_seconds() {
+    let pods = documents("programs", "probed-pods.yaml");
+    // The openbao chart's 5 s.
+    assert_eq!(
+        probe_period(&pods[0]["spec"]["containers"][0]),
+        std::time::Duration::from_secs(2)
+    );
+    // No periodSeconds: the kubelet's 10 s, shortened too.
+    assert_eq!(
+        probe_period(&pods[1]["spec"]["containers"][0]),
+        std::time::Duration::from_secs(2)
+    );
+    let fast = serde_json::json!({"readinessProbe": {"periodSeconds": 0}});
+    assert_eq!(probe_period(&fast), std::time::Duration::from_millis(500));
+}
+
+#[test]
+fn the_state_folders_of_ended_simulators_are_removed_and_live_ones_kept() {
+    let temp = std::env::temp_dir();
+    // No process has this id (above Linux's pid_max).
+    let ended = temp.join("bprun-sim-programs-4294967294-testtest");
+    let live = temp.join(format!(
+        "bprun-sim-programs-{}-testlive",
+        std::process::id()
+    ));
+    for folder in [&ended, &live] {
+        std::fs::create_dir_all(folder.join("openbao")).expect("a state folder");
+    }
+    let fresh = Programs::fresh_state_dir();
+    assert!(!ended.exists());
+    assert!(live.exists());
+    assert!(
+        fresh
+            .to_string_lossy()
+            .contains(&format!("bprun-sim-programs-{}-", std::process::id()))
+    );
+    let _ = std::fs::remove_dir_all(&live);
+}
