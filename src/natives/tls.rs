@@ -107,6 +107,21 @@ pub mod tls_functions {
             825
         };
         let files = Confinement::new(&session.state.root);
+        let ca_file = format!("{}/ca.pem", ca_dir.trim_end_matches('/'));
+        if session.state.check() && !files.exists(&ca_file).map_err(native_error)? {
+            // Check mode before the CA exists (tls_ensure_ca only planned it): so is this.
+            session.state.record_change(
+                "mint",
+                &format!(
+                    "certificate {dir}/cert.pem for {} (its CA {ca_file} is not minted yet)",
+                    names.join(", ")
+                ),
+            );
+            let mut result = rhai::Map::new();
+            result.insert("changed".into(), true.into());
+            result.insert("reason".into(), "its CA is not minted yet".into());
+            return Ok(result);
+        }
         let outcome = tls::ensure_cert(&files, dir, ca_dir, &names, days, session.state.check())
             .map_err(native_error)?;
         if let Some(reason) = &outcome.reason {

@@ -546,3 +546,47 @@ fn phase2_killed_at_random_points_converges_and_then_changes_nothing() {
         "seed {seed}: {runners}"
     );
 }
+
+#[test]
+fn check_mode_on_a_bare_platform_plans_every_step_and_changes_nothing() {
+    let copy = with_tools();
+    let run = copy.run(&["rehearse", "--check", "scripts/phase2.rhai"]);
+    run.code(0);
+    let recap = crate::phase3::recap_of(&run.stdout, "scripts/phase2.rhai (check mode)");
+    for step in [
+        "Gateway API CRDs",
+        "local-path StorageClass",
+        "Stable storage",
+        "CloudNativePG",
+        "Redis",
+        "MinIO",
+        "OpenBao",
+        "Wildcard TLS",
+        "CoreDNS rewrite",
+        "Node trust",
+        "Restore GitLab secrets",
+        "GitLab",
+        "Snapshot GitLab secrets",
+        "Registry hosts pin",
+        "Runner",
+    ] {
+        assert_eq!(
+            recap.get(step).map(String::as_str),
+            Some("changed"),
+            "{step}: {recap:?}"
+        );
+    }
+    // Nothing was installed, written or minted: the cluster is as bare as it started.
+    let end = run
+        .stdout
+        .split("End state of the rehearsal cluster:")
+        .nth(1)
+        .unwrap_or("");
+    assert!(
+        end.starts_with("\nhelm releases: none\nnamespace kube-system\n  Deployment/coredns"),
+        "{end}"
+    );
+    assert!(end.contains("OpenBao: not initialised"), "{end}");
+    assert!(!copy.path().join("infra/secrets").exists());
+    assert!(!copy.path().join("infra/tls/wildcard/ca.pem").exists());
+}

@@ -84,7 +84,7 @@ pub(crate) fn recap_of(stdout: &str, script: &str) -> BTreeMap<String, String> {
     };
     table
         .lines()
-        .filter(|line| line.starts_with("  "))
+        .filter(|line| line.starts_with(' '))
         .filter_map(|line| {
             let words: Vec<&str> = line.split_whitespace().collect();
             let index = words.first()?.parse::<u32>().ok()?;

@@ -39,7 +39,8 @@ pub struct Applied {
     pub kind: String,
     pub namespace: String,
     pub name: String,
-    /// created, configured or unchanged.
+    /// created, configured or unchanged; in a dry run also "created (its kind is not served
+    /// yet)" for an object whose CRD a planned step would install.
     pub action: &'static str,
 }
 
@@ -298,7 +299,9 @@ impl KubeClient {
             Some(version) => format!("{version} {kind}"),
             None => kind.to_string(),
         };
-        Err(ClientError::new(format!("unknown kind {wanted} on {}", self.server)).with_hint(
+        Err(ClientError::new(format!("unknown kind {wanted} on {}", self.server))
+            .with_kind(ErrorKind::NotFound)
+            .with_hint(
             "the API server does not serve it: is its CRD installed? (`kubectl api-resources` lists kinds)",
         ))
     }
@@ -377,6 +380,21 @@ impl KubeClient {
                         }
                         Err(_) if Instant::now() < deadline && crd_in_batch("") => {
                             tokio::time::sleep(Duration::from_millis(300)).await;
+                        }
+                        // A dry run after planned steps: the CRD an earlier step would install
+                        // (a chart's) is not served yet, so the object would be created.
+                        Err(error) if dry_run && error.kind == ErrorKind::NotFound => {
+                            let namespace = object["metadata"]["namespace"]
+                                .as_str()
+                                .unwrap_or("")
+                                .to_string();
+                            outcomes.push(Applied {
+                                kind: kind.to_string(),
+                                namespace,
+                                name: name.clone(),
+                                action: "created (its kind is not served yet)",
+                            });
+                            continue 'objects;
                         }
                         Err(error) => return Err(error),
                     }
@@ -532,7 +550,12 @@ impl KubeClient {
     ) -> Result<bool, ClientError> {
         let shown = display(kind, namespace, name);
         block_on(async {
-            let (resource, caps) = self.resolve_async(kind, None).await?;
+            let (resource, caps) = match self.resolve_async(kind, None).await {
+                Ok(found) => found,
+                // A kind the server does not serve (its CRD is gone) has no objects to delete.
+                Err(error) if error.kind == ErrorKind::NotFound => return Ok(false),
+                Err(error) => return Err(error),
+            };
             let api = self.api(&resource, &caps, namespace);
             let present = retry(|| api.get_opt(name))
                 .await
