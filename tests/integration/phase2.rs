@@ -590,3 +590,66 @@ fn check_mode_on_a_bare_platform_plans_every_step_and_changes_nothing() {
     assert!(!copy.path().join("infra/secrets").exists());
     assert!(!copy.path().join("infra/tls/wildcard/ca.pem").exists());
 }
+
+#[test]
+fn destroy_with_preserve_data_then_phase2_again_reuses_every_secret_and_volume() {
+    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
+    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    copy.run(&["scripts/phase2.rhai"]).code(0);
+    let secrets = copy.path().join("infra/secrets");
+    let read =
+        |file: &str| std::fs::read(secrets.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+    let kept = [
+        "openbao-init.json",
+        "cnpg-role-passwords.json",
+        "redis-password.txt",
+        "minio-root-password.txt",
+        "gitlab-runtime-secrets.yaml",
+    ];
+    let before: Vec<Vec<u8>> = kept.iter().map(|file| read(file)).collect();
+
+    let destroyed = copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"]);
+    destroyed.code(0);
+    assert_eq!(helm_revisions(&sim), Vec::<String>::new());
+    let volumes = kubectl(&sim, &["get", "pv", "-o", "name"]);
+    for name in [
+        "stable-postgresql-cnpg-1",
+        "stable-redis",
+        "stable-minio",
+        "stable-openbao",
+        "stable-gitaly",
+    ] {
+        assert!(
+            volumes.contains(&format!("persistentvolume/{name}\n")),
+            "{name}: {volumes}"
+        );
+    }
+
+    // Rebuilt on the kept data: OpenBao unseals with the kept keys, nothing is minted again.
+    let again = copy.run(&["scripts/phase2.rhai"]);
+    again.code(0);
+    let after: Vec<Vec<u8>> = kept.iter().map(|file| read(file)).collect();
+    for ((file, before), after) in kept.iter().zip(&before).zip(&after) {
+        assert_eq!(
+            before, after,
+            "{file} changed across destroy --preserve-data and a re-install"
+        );
+    }
+    let claims = kubectl(
+        &sim,
+        &[
+            "get",
+            "pvc",
+            "-A",
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.status.phase} {end}",
+        ],
+    );
+    for claim in [
+        "postgresql-cnpg-1=Bound",
+        "redis-data-redis-master-0=Bound",
+        "data-openbao-0=Bound",
+    ] {
+        assert!(claims.contains(claim), "{claim}: {claims}");
+    }
+}
