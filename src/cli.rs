@@ -49,6 +49,9 @@ struct RunArgs {
     /// Print the last run's per-step timings from the journal and exit
     #[arg(long)]
     timings: bool,
+    /// Print where the last run stopped and the next steps, from the journal, and exit
+    #[arg(long, conflicts_with = "timings")]
+    summary: bool,
     /// Show debug lines
     #[arg(short, long, action = clap::ArgAction::Count)]
     verbose: u8,
@@ -215,7 +218,7 @@ enum SimCommand {
 }
 
 impl RunArgs {
-    fn into_options(self) -> Result<(RunOptions, bool), Error> {
+    fn into_options(self) -> Result<(RunOptions, Report), Error> {
         let script = self.script.ok_or_else(|| {
             Error::usage(
                 "no script given",
@@ -241,7 +244,13 @@ impl RunArgs {
                 verbosity,
                 kube_context: self.kube_context,
             },
-            self.timings,
+            if self.timings {
+                Report::Timings
+            } else if self.summary {
+                Report::Summary
+            } else {
+                Report::None
+            },
         ))
     }
 }
@@ -405,12 +414,20 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
     }
 }
 
+/// A report from the journal instead of a run.
+enum Report {
+    None,
+    Timings,
+    Summary,
+}
+
 fn run(args: RunArgs) -> Result<ExitCode, Error> {
-    let (options, timings) = args.into_options()?;
-    if timings {
-        return runner::timings(&options.script);
+    let (options, report) = args.into_options()?;
+    match report {
+        Report::Timings => runner::timings(&options.script),
+        Report::Summary => runner::summary(&options.script),
+        Report::None => runner::run(options),
     }
-    runner::run(options)
 }
 
 /// Writes to stdout; a closed pipe is not an error (the reader had enough).

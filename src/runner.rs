@@ -730,6 +730,73 @@ fn record(
 }
 
 /// `bprun --timings SCRIPT`: the last real run's table, compared with the run before it.
+/// `--summary`: where the last run stopped and the next three steps, from the journal alone
+/// (no script step runs, no server is contacted).
+pub fn summary(script: &Path) -> Result<ExitCode, Error> {
+    let location = ScriptLocation::find(script)?;
+    let journal = Journal::load(&location.root, &location.display)?;
+    let Some(last) = journal.last_real_run() else {
+        println!(
+            "no recorded run of {} yet: the next run starts at step 1 (`bprun --list {}` shows the plan)",
+            location.display, location.display
+        );
+        return Ok(ExitCode::Success);
+    };
+    let total = last.steps.len();
+    let unfinished = |status: &StepStatus| {
+        matches!(
+            status,
+            StepStatus::Failed | StepStatus::Interrupted | StepStatus::NotRun
+        )
+    };
+    let current = last.steps.iter().position(|step| unfinished(&step.status));
+    println!(
+        "Last run of {}: {} ({}, {:.2} s)",
+        location.display, last.started, last.outcome, last.duration_s
+    );
+    match current {
+        None => {
+            println!(
+                "all {total} steps finished; a re-run checks each and changes only what drifted"
+            );
+        }
+        Some(index) => {
+            let step = &last.steps[index];
+            let why = step
+                .error
+                .as_deref()
+                .map(|error| format!(": {}", bprun_clients::secret::scrub(error)))
+                .unwrap_or_default();
+            println!(
+                "stopped at step {}/{total} \"{}\" ({}){why}",
+                index + 1,
+                step.name,
+                step.status.label()
+            );
+            let next: Vec<String> = last
+                .steps
+                .iter()
+                .enumerate()
+                .skip(index)
+                .take(4)
+                .map(|(at, step)| format!("{} {}", at + 1, step.name))
+                .collect();
+            let more = total.saturating_sub(index + 4);
+            println!(
+                "next: {}{}",
+                next.join(", "),
+                if more > 0 {
+                    format!(" (then {more} more)")
+                } else {
+                    String::new()
+                }
+            );
+            println!("continue with: bprun --resume {}", location.display);
+        }
+    }
+    Ok(ExitCode::Success)
+}
+
 pub fn timings(script: &Path) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(script)?;
     let journal = Journal::load(&location.root, &location.display)?;

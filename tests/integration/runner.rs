@@ -488,3 +488,37 @@ fn parallel_reports_every_failure() {
     output.stderr_contains("  × parallel: 2 of 3 items failed\n");
     output.stderr_contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n");
 }
+
+#[test]
+fn summary_says_where_the_last_run_stopped_and_what_comes_next() {
+    let six = r#"
+step("One", || { info("1"); });
+step("Two", || { if args.fail == true { throw "two broke"; } });
+step("Three", || { info("3"); });
+step("Four", || { info("4"); });
+step("Five", || { info("5"); });
+step("Six", || { info("6"); });
+"#;
+    let test = repo().script(six);
+    test.run(&["--summary", "scripts/test.rhai"]).expect(
+        0,
+        "no recorded run of scripts/test.rhai yet: the next run starts at step 1 (`bprun --list scripts/test.rhai` shows the plan)\n",
+        "",
+    );
+    test.run(&["-q", "scripts/test.rhai", "--fail"]).code(1);
+    test.run(&["--summary", "scripts/test.rhai"]).expect(
+        0,
+        "Last run of scripts/test.rhai: <time> (step-failed, #.## s)\n\
+         stopped at step 2/6 \"Two\" (failed): two broke\n\
+         next: 2 Two, 3 Three, 4 Four, 5 Five (then 1 more)\n\
+         continue with: bprun --resume scripts/test.rhai\n",
+        "",
+    );
+    test.run(&["-q", "--resume", "scripts/test.rhai"]).code(0);
+    test.run(&["--summary", "scripts/test.rhai"]).expect(
+        0,
+        "Last run of scripts/test.rhai: <time> (success, #.## s)\n\
+         all 6 steps finished; a re-run checks each and changes only what drifted\n",
+        "",
+    );
+}
