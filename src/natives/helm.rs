@@ -218,6 +218,64 @@ fn load_versions(
     Ok(helm::parse_versions(&text, helm::VERSIONS_FILE)?)
 }
 
+/// The merged values (files in order, then the script's map) checked against a JSON Schema file
+/// before helm runs: a missing override key stops the install with every violation named.
+fn check_values_schema(
+    native: &'static str,
+    files: &Confinement,
+    schema_path: &str,
+    value_files: &[(String, PathBuf)],
+    values: Option<&Value>,
+    namespace: &str,
+    release: &str,
+) -> NativeResult<()> {
+    let text = files.read_text(schema_path).map_err(native_error)?;
+    let schema: Value = serde_json::from_str(&text).map_err(|error| {
+        native_error(NativeError::new(format!(
+            "{native}: {schema_path}:{}:{}: not JSON: {error}",
+            error.line(),
+            error.column()
+        )))
+    })?;
+    if let Some(keyword) = bprun_clients::values_schema::unsupported_keyword(&schema) {
+        return Err(native_error(
+            NativeError::new(format!(
+                "{native}: {schema_path} uses {keyword}, which bprun's values check does not implement"
+            ))
+            .with_hint("use type, required, properties, additionalProperties, items, enum, const, minLength or minimum"),
+        ));
+    }
+    let mut merged = Value::Object(serde_json::Map::new());
+    for (shown, path) in value_files {
+        let file = helm::read_values_file(path, shown).map_err(from_helm(native))?;
+        helm::merge_values(&mut merged, file);
+    }
+    if let Some(values) = values {
+        helm::merge_values(&mut merged, values.clone());
+    }
+    let problems = bprun_clients::values_schema::violations(&merged, &schema);
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<&str> = value_files
+        .iter()
+        .map(|(shown, _)| shown.as_str())
+        .collect();
+    let mut error = NativeError::new(format!(
+        "{native} {namespace}/{release}: the values ({}) do not match {schema_path}",
+        if shown.is_empty() {
+            "the script's map".to_string()
+        } else {
+            shown.join(", ")
+        }
+    ))
+    .with_hint("fix the values file or the override; the schema lists what the chart needs from us. Nothing was installed");
+    for problem in problems {
+        error = error.caused_by(problem);
+    }
+    Err(native_error(error))
+}
+
 fn install(
     session: Arc<Session>,
     release: &str,
@@ -235,6 +293,7 @@ fn install(
             "wait",
             "timeout",
             "create_namespace",
+            "values_schema",
         ],
         NATIVE,
     )?;
@@ -250,6 +309,17 @@ fn install(
     let timeout = helm_timeout(options, NATIVE)?;
     let value_files = values_files(options, &files, NATIVE)?;
     let values = script_values(options, NATIVE)?;
+    if let Some(schema) = option_str(options, "values_schema", NATIVE)? {
+        check_values_schema(
+            NATIVE,
+            &files,
+            &schema,
+            &value_files,
+            values.as_ref(),
+            namespace,
+            release,
+        )?;
+    }
     let helm = client(&session);
     let digest = install_digest(
         &helm,
@@ -375,17 +445,30 @@ fn template(
     options: &rhai::Map,
 ) -> NativeResult<String> {
     const NATIVE: &str = "helm_template";
-    reject_unknown(options, &["values_files", "values", "version"], NATIVE)?;
+    reject_unknown(
+        options,
+        &["values_files", "values", "version", "values_schema"],
+        NATIVE,
+    )?;
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
     let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
     let version = option_str(options, "version", NATIVE)?;
-    let mut file_args: Vec<String> = values_files(options, &files, NATIVE)?
-        .into_iter()
-        .map(|(shown, _)| shown)
-        .collect();
+    let listed = values_files(options, &files, NATIVE)?;
     let values = script_values(options, NATIVE)?;
+    if let Some(schema) = option_str(options, "values_schema", NATIVE)? {
+        check_values_schema(
+            NATIVE,
+            &files,
+            &schema,
+            &listed,
+            values.as_ref(),
+            namespace,
+            release,
+        )?;
+    }
+    let mut file_args: Vec<String> = listed.into_iter().map(|(shown, _)| shown).collect();
     let temp = values
         .as_ref()
         .map(TempValues::write)
@@ -449,7 +532,9 @@ pub mod helm_functions {
     /// same digest of chart (name, version, files of a local chart) and merged values. Options:
     /// `values_files` (paths), `values` (a map; `Secret`s inside reach helm through a private
     /// temporary file, never the command line), `version`, `wait` (default false), `timeout`
-    /// (seconds, default 300), `create_namespace` (default false). Returns
+    /// (seconds, default 300), `create_namespace` (default false), `values_schema` (a JSON
+    /// Schema file the merged values must match before helm runs: a missing override key stops
+    /// the install, nothing installed, every violation named by its key path). Returns
     /// `#{changed, release, namespace, revision, status, chart, reason}`. Honours check mode.
     ///
     /// ```rhai

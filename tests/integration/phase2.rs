@@ -359,6 +359,37 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
         ),
         "True"
     );
+    let corefile = kubectl(
+        &sim,
+        &[
+            "-n",
+            "kube-system",
+            "get",
+            "configmap",
+            "coredns",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ],
+    );
+    assert!(
+        corefile.contains(".:53 {\n    rewrite name regex (.+)\\.local\\.example\\.net gitlab-gateway.gitlab.svc.cluster.local answer auto\n"),
+        "{corefile}"
+    );
+    assert!(
+        kubectl(
+            &sim,
+            &[
+                "-n",
+                "gitlab",
+                "get",
+                "service",
+                "gitlab-gateway",
+                "-o",
+                "name"
+            ]
+        )
+        .contains("service/gitlab-gateway")
+    );
     let secrets = kubectl(&sim, &["-n", "gitlab", "get", "secrets", "-o", "name"]);
     for name in [
         "gitlab-wildcard-tls",
@@ -652,4 +683,54 @@ fn destroy_with_preserve_data_then_phase2_again_reuses_every_secret_and_volume()
     ] {
         assert!(claims.contains(claim), "{claim}: {claims}");
     }
+}
+
+#[test]
+fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs() {
+    let copy = with_tools();
+    let values =
+        std::fs::read_to_string(copy.path().join("infra/helm-values/gitlab.yaml")).expect("values");
+    let broken = values.replace(
+        "certmanager-issuer:\n  email: admin@local.example.net\n",
+        "",
+    );
+    assert_ne!(broken, values);
+    copy.write(
+        "infra/helm-values/gitlab.yaml",
+        &broken.replace("        key: connection\n", "        key: conection\n"),
+    );
+    copy.write(
+        "scripts/install.rhai",
+        r#"step("GitLab", || {
+    helm_install("gitlab", "infra/helm-charts/stand-ins/gitlab", "gitlab", #{
+        values_files: ["infra/helm-values/gitlab.yaml"],
+        values_schema: "infra/helm-values/schemas/gitlab.schema.json"});
+});
+"#,
+    );
+    // No cluster is configured: the check comes before helm or Kubernetes is asked anything.
+    let refused = copy.run(&["scripts/install.rhai"]);
+    refused.code(1);
+    refused.stderr_contains("helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json");
+    refused.stderr_contains("caused by: certmanager-issuer: required, missing");
+    refused.stderr_contains(
+        "caused by: global.appConfig.object_store.connection.key: must be \"connection\"",
+    );
+    refused.stderr_contains("Nothing was installed");
+    // The shipped values match every schema (with VERSIONS.json's overrides, as phase 2 merges them).
+    let shipped = with_tools();
+    shipped.write(
+        "scripts/check.rhai",
+        r#"step("Schemas", || {
+    for name in ["gitlab", "runner", "redis", "minio"] {
+        let key = if name == "runner" { "gitlab-runner" } else { name };
+        let chart = helm_chart(key);
+        helm_template(chart.release, chart.path, chart.namespace, #{
+            values_files: [`infra/helm-values/${name}.yaml`], values: chart.values_overrides,
+            values_schema: `infra/helm-values/schemas/${name}.schema.json`});
+    }
+});
+"#,
+    );
+    shipped.run(&["-q", "scripts/check.rhai"]).code(0);
 }
