@@ -72,9 +72,18 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
 fn check_mode_mints_nothing() {
     let test = repo().script(SCRIPT);
     let output = test.run(&["--check", "scripts/test.rhai"]);
-    // The certificate needs a CA that check mode did not write: it says so.
-    output.code(1);
+    // The certificate needs a CA that check mode only planned: it is planned too, and says why.
+    output.code(0);
     output.stdout_contains("    ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)\n");
-    output.stderr_contains("hint: create the CA first: tls_ensure_ca");
+    output.stdout_contains("    ~ would mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (its CA infra/tls/wildcard/ca.pem is not minted yet)\n");
     assert!(!test.join("infra/tls/wildcard/ca.pem").exists());
+    assert!(!test.join("infra/tls/wildcard/cert.pem").exists());
+    // Outside check mode a missing CA is still an error.
+    test.write(
+        "scripts/cert.rhai",
+        "step(\"Cert\", || { tls_ensure_cert(\"infra/tls/wildcard\", \"infra/tls/wildcard\", #{dns_names: [\"a.example\"]}); });\n",
+    );
+    let refused = test.run(&["scripts/cert.rhai"]);
+    refused.code(1);
+    refused.stderr_contains("hint: create the CA first: tls_ensure_ca");
 }
