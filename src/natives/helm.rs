@@ -345,6 +345,14 @@ fn install(
     result.insert("namespace".into(), namespace.into());
     let Some(reason) = reason else {
         let found = current.unwrap_or_default();
+        // Said, so a re-run's output shows what it left alone and why.
+        session.state.reporter.log(
+            crate::output::Level::Info,
+            &format!(
+                "helm release {namespace}/{release} left alone: revision {} of {} is deployed with the same chart digest and values",
+                found.revision, found.chart
+            ),
+        );
         result.insert("changed".into(), false.into());
         result.insert("revision".into(), found.revision.into());
         result.insert("status".into(), found.status.into());

@@ -473,6 +473,9 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
         "{recap:?}\n{}",
         again.stdout
     );
+    // The output says what was left alone and why.
+    again.stdout_contains("helm release redis/redis left alone: revision 1 of redis-19.6.4 is deployed with the same chart digest and values");
+    again.stdout_contains("helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1");
     let again3 = copy.run(&["scripts/phase3.rhai"]);
     again3.code(0);
     assert_eq!(
