@@ -996,9 +996,25 @@ fn provisioner_running(pods: &[Value], provisioner: &str) -> bool {
 }
 
 /// The PersistentVolume controller: binds or provisions claims (see `storage`), records why a
-/// claim stays Pending, and marks bound volumes and claims.
+/// claim stays Pending, marks bound volumes and claims, and releases retained volumes whose
+/// claim is gone.
 fn claims(cluster: &mut Cluster) -> usize {
     let mut writes = 0;
+    for volume in cluster.all("persistentvolumes") {
+        let reference = &volume["spec"]["claimRef"];
+        let claim_uid = cluster
+            .lookup(
+                "persistentvolumeclaims",
+                reference["namespace"].as_str().unwrap_or(""),
+                reference["name"].as_str().unwrap_or(""),
+            )
+            .and_then(|claim| claim["metadata"]["uid"].as_str().map(str::to_string));
+        if let Some(phase) = storage::volume_phase(&volume, claim_uid.as_deref()) {
+            let mut updated = volume.clone();
+            updated["status"]["phase"] = json!(phase);
+            writes += write(cluster, "persistentvolumes", updated);
+        }
+    }
     let pods = cluster.all("pods");
     for claim in cluster.all("persistentvolumeclaims") {
         if claim["status"]["phase"] == "Bound" || claim["metadata"]["deletionTimestamp"].is_string()

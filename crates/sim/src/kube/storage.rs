@@ -149,6 +149,23 @@ fn provisioned_volume(claim: &Value, class: &Value) -> Value {
 }
 
 /// What the controller does with an unbound claim.
+/// The phase the PersistentVolume controller gives a volume: a bound volume whose claim (by
+/// uid) is gone is `Released` under the `Retain` policy (its data kept, still naming the old
+/// claim, so no new claim binds it); a released volume whose `claimRef.uid` an administrator
+/// cleared is `Available` again. `None`: no change. `claim_uid` is the uid of the claim the
+/// volume names, when that claim exists.
+pub fn volume_phase(volume: &Value, claim_uid: Option<&str>) -> Option<&'static str> {
+    let phase = volume["status"]["phase"].as_str().unwrap_or("");
+    let reference = &volume["spec"]["claimRef"];
+    let bound_uid = reference["uid"].as_str();
+    let retain = volume["spec"]["persistentVolumeReclaimPolicy"] == "Retain";
+    match (phase, bound_uid) {
+        ("Bound", Some(uid)) if retain && claim_uid != Some(uid) => Some("Released"),
+        ("Released", None) => Some("Available"),
+        _ => None,
+    }
+}
+
 pub fn decide(claim: &Value, view: &StorageView) -> Decision {
     if let Some(volume_name) = claim["spec"]["volumeName"].as_str() {
         return match view
@@ -156,6 +173,20 @@ pub fn decide(claim: &Value, view: &StorageView) -> Decision {
             .iter()
             .find(|volume| volume["metadata"]["name"] == volume_name)
         {
+            // Still reserved for another claim (a released volume names its old claim's uid).
+            Some(volume)
+                if volume["spec"]["claimRef"]["uid"]
+                    .as_str()
+                    .is_some_and(|uid| Some(uid) != claim["metadata"]["uid"].as_str()) =>
+            {
+                Decision::Pending {
+                    event: (
+                        "Warning",
+                        "FailedBinding",
+                        format!("volume \"{volume_name}\" already bound to a different claim."),
+                    ),
+                }
+            }
             Some(_) => Decision::Bind {
                 volume: volume_name.to_string(),
             },
@@ -386,6 +417,51 @@ mod tests {
                 event: (_, "ProvisioningFailed", _)
             }
         ));
+    }
+
+    #[test]
+    fn a_retained_volume_whose_claim_is_gone_is_released_until_its_claim_ref_is_freed() {
+        let mut volume = json!({"metadata": {"name": "stable-redis"},
+                                "spec": {"persistentVolumeReclaimPolicy": "Retain",
+                                         "claimRef": {"namespace": "redis", "name": "data", "uid": "old"}},
+                                "status": {"phase": "Bound"}});
+        assert_eq!(volume_phase(&volume, Some("old")), None);
+        assert_eq!(volume_phase(&volume, None), Some("Released"));
+        volume["status"]["phase"] = json!("Released");
+        // A new claim of the same name cannot bind it, in the controller's words.
+        let claim = json!({"metadata": {"name": "data", "namespace": "redis", "uid": "new"},
+                           "spec": {"volumeName": "stable-redis"}});
+        let classes = Vec::new();
+        let volumes = vec![volume.clone()];
+        let never = |_: &str| false;
+        let view = StorageView {
+            volumes: &volumes,
+            classes: &classes,
+            has_consumer: false,
+            provisioner_running: &never,
+        };
+        match decide(&claim, &view) {
+            Decision::Pending { event } => assert_eq!(
+                event,
+                (
+                    "Warning",
+                    "FailedBinding",
+                    "volume \"stable-redis\" already bound to a different claim.".to_string()
+                )
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Freed by an administrator (the uid cleared): Available, and the claim binds.
+        volume["spec"]["claimRef"] = json!({"namespace": "redis", "name": "data"});
+        assert_eq!(volume_phase(&volume, None), Some("Available"));
+        let volumes = vec![volume];
+        let view = StorageView {
+            volumes: &volumes,
+            classes: &classes,
+            has_consumer: false,
+            provisioner_running: &never,
+        };
+        assert!(matches!(decide(&claim, &view), Decision::Bind { .. }));
     }
 
     #[test]
