@@ -405,6 +405,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     retry_after_s: retry_after,
                     reset_rate,
                     drop_answer_rate,
+                    path_suffix: None,
                 },
             };
             bprun_sim::gitlab::run(config)

@@ -2,7 +2,7 @@
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
-use crate::support::{Test, repo};
+use crate::support::{Output, Test, repo};
 
 fn with_sim(test: Test, sim: &Sim) -> Test {
     test.env("GITLAB_URL", sim.gitlab_url())
@@ -1021,6 +1021,104 @@ step("Provision", || {
     let third = test.run(&["scripts/test.rhai"]);
     third.code(0);
     third.stdout_lacks("commit and push");
+}
+
+/// Pushes of a one-file project whose push requests meet `faults` (the rest of GitLab answers).
+fn push_under_faults(faults: &str) -> (Sim, Test, Output) {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().file("apps/demo/a.txt", "a\n").script(
+            r#"
+const TREE = "apps-local/blueprint-apps/demo";
+step("Provision", || {
+    gitlab_ensure_group("blueprint-apps");
+    let project = gitlab_ensure_project("blueprint-apps", "demo");
+    git_clone_or_pull(project.http_url_to_repo, TREE);
+    sync_tree("apps/demo", TREE);
+    git_commit_push(TREE, "bprun: sync demo");
+});
+"#,
+        ),
+        &sim,
+    )
+    .env("BPRUN_GITLAB_BACKOFF_MS", "5");
+    sim.set_faults(faults);
+    let output = test.run(&["scripts/test.rhai"]);
+    sim.set_faults("{}");
+    (sim, test, output)
+}
+
+/// The push requests (POST .../git-receive-pack) the simulator saw, with their fault.
+fn receive_packs(sim: &Sim) -> Vec<Option<String>> {
+    sim.requests()["requests"]
+        .as_array()
+        .expect("log")
+        .iter()
+        .filter(|r| {
+            r["method"] == "POST"
+                && r["path"]
+                    .as_str()
+                    .is_some_and(|p| p.ends_with("git-receive-pack"))
+        })
+        .map(|r| r["fault"].as_str().map(str::to_string))
+        .collect()
+}
+
+#[test]
+fn a_push_whose_answer_is_lost_is_read_back_and_not_sent_again() {
+    // GitLab takes every push but its answer never arrives.
+    let (sim, test, output) =
+        push_under_faults(r#"{"drop_answer_rate": 1.0, "path_suffix": "git-receive-pack"}"#);
+    output.code(0);
+    output.stdout_contains("    ~ commit and push apps-local/blueprint-apps/demo (");
+    assert_eq!(receive_packs(&sim), [Some("dropped-answer".to_string())]);
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/blueprint-apps%2Fdemo/repository/files/a.txt/raw?ref=main",
+            None
+        )
+        .body,
+        "a\n"
+    );
+    let again = test.run(&["scripts/test.rhai"]);
+    again.code(0);
+    again.stdout_lacks("commit and push");
+}
+
+#[test]
+fn a_push_that_failed_is_sent_again_after_reading_the_remote_back() {
+    // Two pushes are refused with 429 before being processed; the third lands.
+    let (sim, _test, output) = push_under_faults(
+        r#"{"rate_limit_burst": 2, "retry_after_s": 1, "path_suffix": "git-receive-pack"}"#,
+    );
+    output.code(0);
+    assert_eq!(
+        receive_packs(&sim),
+        [
+            Some("rate-limit".to_string()),
+            Some("rate-limit".to_string()),
+            None
+        ]
+    );
+    // A remote that fails every push: four attempts, then the error names the push.
+    let (sim, test, output) =
+        push_under_faults(r#"{"error_rate": 1.0, "path_suffix": "git-receive-pack"}"#);
+    output.code(1);
+    output.stderr_contains("  × git: push in apps-local/blueprint-apps/demo: POST ");
+    output
+        .stderr_contains("sent 4 times; each time origin/main was read back and had not taken it");
+    output.stderr_contains("  hint: the remote kept failing (5xx, 429 or a broken connection): the commit stays in the working tree, and the next run pushes it");
+    assert_eq!(receive_packs(&sim).len(), 4);
+    assert!(
+        receive_packs(&sim)
+            .iter()
+            .all(|fault| fault.as_deref() == Some("error"))
+    );
+    // Once GitLab answers again, the next run pushes the commit the failed one made.
+    let rerun = test.run(&["scripts/test.rhai"]);
+    rerun.code(0);
+    rerun.stdout_contains("    ~ commit and push apps-local/blueprint-apps/demo (");
 }
 
 #[test]

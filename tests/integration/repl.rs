@@ -379,3 +379,112 @@ fn reveal_shows_a_secret_on_purpose_and_literal_secrets_stay_out_of_the_history(
         );
     }
 }
+
+#[test]
+fn canaries_stay_hidden_in_the_repl_whatever_reads_them() {
+    // Issue #15's canary test: every secret the platform holds, read every way a REPL user
+    // would (environment, raw GitLab reads, OpenBao, the kubeconfig, printing, joining,
+    // throwing, `:vars`), never appears in the session's output or its history.
+    let sim = crate::support::BPRUN.sim(crate::support::SimKind::All, &[]);
+    let masked = "canary-masked-value-9f3c1a";
+    let bao_value = "canary-bao-value-51e7d2";
+    for (path, body) in [
+        (
+            "groups",
+            r#"{"name": "blueprint-apps", "path": "blueprint-apps"}"#.to_string(),
+        ),
+        (
+            "projects",
+            r#"{"name": "demo", "path": "demo", "namespace_id": 2}"#.to_string(),
+        ),
+        (
+            "projects/blueprint-apps%2Fdemo/variables",
+            format!(r#"{{"key": "CANARY_MASKED", "value": "{masked}", "masked": true}}"#),
+        ),
+    ] {
+        let reply = sim.api("POST", path, Some(&body));
+        assert_eq!(reply.status, 201, "POST {path}: {}", reply.body);
+    }
+    let written = bprun_testkit::http::request(
+        "POST",
+        &format!("{}/v1/secret/data/canary", sim.var("BAO_ADDR")),
+        &[("X-Vault-Token", sim.var("BAO_TOKEN"))],
+        Some(&format!(r#"{{"data": {{"password": "{bao_value}"}}}}"#)),
+    );
+    assert_eq!(written.status, 200, "{}", written.body);
+    let kubeconfig = std::fs::read_to_string(sim.var("KUBECONFIG")).expect("kubeconfig");
+    let kube_token = kubeconfig
+        .lines()
+        .find_map(|line| line.trim().strip_prefix("token: "))
+        .expect("a bearer token in the kubeconfig")
+        .trim_matches('"')
+        .to_string();
+    let canaries = [
+        masked,
+        bao_value,
+        sim.var("GITLAB_TOKEN"),
+        sim.var("BAO_TOKEN"),
+        kube_token.as_str(),
+    ];
+
+    let test = repo();
+    let env: Vec<(&str, &str)> = sim
+        .vars()
+        .iter()
+        .map(|(key, value)| (key.as_str(), value.as_str()))
+        .collect();
+    let mut session = repl(&test, &[], &env);
+    let lines = [
+        "env(\"GITLAB_TOKEN\")",
+        "info(env(\"BAO_TOKEN\"))",
+        "let token = env(\"GITLAB_TOKEN\");",
+        "gitlab_get(\"projects/blueprint-apps%2Fdemo/variables/CANARY_MASKED\")",
+        "gitlab_get_all(\"projects/blueprint-apps%2Fdemo/variables\")",
+        "let variable = gitlab_get(\"projects/blueprint-apps%2Fdemo/variables/CANARY_MASKED\");",
+        "info(variable.value)",
+        "print(\"value=\" + variable.value)",
+        "throw #{msg: variable.value}",
+        "let read = bao_read(\"canary\");",
+        "read",
+        "print(`password is ${read.password}`)",
+        "base64_decode(kube_config_b64())",
+        ":vars",
+        "print(\"<end of the canary session>\")",
+    ];
+    let mut transcript = String::new();
+    for line in lines {
+        transcript += &session.exp_string("> ").expect("a prompt");
+        session.send_line(line).expect("send");
+    }
+    transcript += &session
+        .exp_string("<end of the canary session>")
+        .expect("the end marker");
+    transcript += &session.exp_string("> ").expect("a prompt");
+    session.send_line(":quit").expect("send");
+    transcript += &session.exp_eof().expect("eof");
+    // The reads worked (the test could not pass by printing nothing)...
+    for expected in [
+        "\"key\": \"CANARY_MASKED\"",
+        "value=***",
+        "password is ***",
+        "let token: string = \"***\"",
+        "let variable: map",
+    ] {
+        assert!(
+            transcript.contains(expected),
+            "missing {expected:?}:\n{transcript}"
+        );
+    }
+    // ...and no secret reached the screen or the history.
+    let history = test.read("history");
+    for canary in canaries {
+        assert!(
+            !transcript.contains(canary),
+            "{canary} was printed:\n{transcript}"
+        );
+        assert!(
+            !history.contains(canary),
+            "{canary} reached the history:\n{history}"
+        );
+    }
+}

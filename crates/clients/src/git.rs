@@ -22,6 +22,10 @@ pub struct GitAuth {
 
 thread_local! {
     static AUTH: RefCell<GitAuth> = RefCell::new(GitAuth::default());
+    /// Set when this thread's last push request failed in a way that says nothing about whether
+    /// the remote took it (5xx, 429, a broken connection, no answer): only then is a push read
+    /// back and retried.
+    static PUSH_AMBIGUOUS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How long one git HTTP request may take (a large clone included).
@@ -72,8 +76,27 @@ impl SmartSubtransport for ReqwestTransport {
     }
 }
 
-/// Attempts for a read over smart HTTP (the first included).
-const GIT_READ_ATTEMPTS: u32 = 4;
+/// Attempts for a read over smart HTTP (the first included), as for GitLab's API.
+const GIT_READ_ATTEMPTS: u32 = 6;
+
+/// Attempts for a push (the first included); each retry follows a read-back of the remote ref.
+const GIT_PUSH_ATTEMPTS: u32 = 4;
+
+/// The longest wait between two attempts, `Retry-After` included.
+const GIT_MAX_BACKOFF: Duration = Duration::from_secs(30);
+
+/// The wait before retry number `attempt + 1`: exponential from 200 ms (or
+/// BPRUN_GITLAB_BACKOFF_MS, for tests with injected faults), with jitter.
+fn git_backoff(attempt: u32) -> Duration {
+    let base = std::env::var("BPRUN_GITLAB_BACKOFF_MS")
+        .ok()
+        .and_then(|ms| ms.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(Duration::from_millis(200));
+    base.saturating_mul(1 << attempt.min(10))
+        .min(GIT_MAX_BACKOFF)
+        .mul_f64(0.5 + fastrand::f64() / 2.0)
+}
 
 /// One HTTP client per CA file for the whole process: building one loads the system CA store
 /// (about 150 files), and a shared client keeps its connections alive between requests.
@@ -135,8 +158,8 @@ impl HttpStream {
         let body = std::mem::take(&mut self.request);
         let shown = url.split('?').next().unwrap_or(&url).to_string();
         // Reads (the ref advertisements and upload-pack, which only sends objects) are retried
-        // on 5xx and broken connections; a push (receive-pack) is sent once: git2 reports the
-        // failure and the next run compares the remote ref before pushing again.
+        // on 429, 5xx and broken connections. A push (receive-pack) is sent once here:
+        // `commit_push` reads the remote ref back before it sends it again.
         let retriable = !matches!(self.service, Service::ReceivePack);
         let attempts = if retriable { GIT_READ_ATTEMPTS } else { 1 };
         let mut result = Err(std::io::Error::other("no attempt made"));
@@ -155,18 +178,33 @@ impl HttpStream {
             let answer = super::runtime::runtime().block_on(async move {
                 let response = request.send().await?;
                 let status = response.status().as_u16();
+                let retry_after = response
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|value| value.to_str().ok())
+                    .and_then(|value| value.trim().parse::<u64>().ok())
+                    .map(Duration::from_secs);
                 let body = response.bytes().await?;
-                Ok::<_, reqwest::Error>((status, body.to_vec()))
+                Ok::<_, reqwest::Error>((status, retry_after, body.to_vec()))
             });
-            let transient = match &answer {
-                Ok((status, _)) => (500..=599).contains(status) || *status == 429,
-                Err(_) => true,
+            let (transient, retry_after) = match &answer {
+                Ok((status, retry_after, _)) => {
+                    ((500..=599).contains(status) || *status == 429, *retry_after)
+                }
+                Err(_) => (true, None),
             };
-            result = Ok(answer);
+            if !retriable {
+                PUSH_AMBIGUOUS.with(|ambiguous| ambiguous.set(transient));
+            }
+            result = Ok(answer.map(|(status, _, body)| (status, body)));
             if !transient || attempt + 1 == attempts {
                 break;
             }
-            std::thread::sleep(Duration::from_millis(200 << attempt));
+            std::thread::sleep(
+                retry_after
+                    .unwrap_or_else(|| git_backoff(attempt))
+                    .min(GIT_MAX_BACKOFF),
+            );
         }
         let result = result?;
         match result {
@@ -491,33 +529,47 @@ pub fn commit_push(
         return Ok(None);
     }
     with_auth(auth, || {
-        let mut remote = repo
-            .find_remote("origin")
-            .map_err(|error| git_error("find remote origin", shown, error))?;
-        // libgit2 reports a refused ref update through this callback, not as an error.
-        let refused: RefCell<Option<String>> = RefCell::new(None);
-        let mut callbacks = git2::RemoteCallbacks::new();
-        callbacks.push_update_reference(|reference, status| {
-            if let Some(message) = status {
-                *refused.borrow_mut() = Some(format!("{reference}: {message}"));
-            }
-            Ok(())
-        });
-        let mut options = git2::PushOptions::new();
-        options.remote_callbacks(callbacks);
         let hint = "is the PAT allowed to push (write_repository)? if the remote moved on, run git_clone_or_pull first";
-        remote
-            .push(
-                &[format!("refs/heads/{BRANCH}:refs/heads/{BRANCH}")],
-                Some(&mut options),
-            )
-            .map_err(|error| git_error("push", shown, error).with_hint(hint))?;
-        drop(options);
-        if let Some(reason) = refused.into_inner() {
-            return Err(
-                ClientError::new(format!("git: push from {shown} refused: {reason}"))
-                    .with_hint(hint),
-            );
+        let mut attempt = 0;
+        loop {
+            PUSH_AMBIGUOUS.with(|ambiguous| ambiguous.set(false));
+            let error = match push_once(&repo, shown, hint) {
+                Ok(()) => break,
+                Err(error) => error,
+            };
+            attempt += 1;
+            if !PUSH_AMBIGUOUS.with(|ambiguous| ambiguous.get()) {
+                return Err(error);
+            }
+            // The remote may or may not have taken the push: read its ref back (a read, itself
+            // retried) and decide from what it holds.
+            let remote_head = remote_branch(&repo, shown).map_err(|read_error| {
+                error.clone().caused_by(format!(
+                    "reading origin/{BRANCH} back to see whether the push landed failed too: {}",
+                    read_error.message
+                ))
+            })?;
+            match remote_head {
+                Some(head) if head == commit => break,
+                Some(head) if !repo.graph_descendant_of(commit, head).unwrap_or(false) => {
+                    return Err(error.caused_by(format!(
+                        "origin/{BRANCH} moved to {} meanwhile, which this commit does not follow",
+                        &head.to_string()[..8]
+                    )));
+                }
+                // The remote still holds an ancestor (or nothing): the push did not land, and
+                // sending it again is a fast-forward the remote checks itself.
+                _ if attempt < GIT_PUSH_ATTEMPTS => std::thread::sleep(git_backoff(attempt - 1)),
+                _ => {
+                    return Err(error
+                        .caused_by(format!(
+                            "sent {GIT_PUSH_ATTEMPTS} times; each time origin/{BRANCH} was read back and had not taken it"
+                        ))
+                        .with_hint(
+                            "the remote kept failing (5xx, 429 or a broken connection): the commit stays in the working tree, and the next run pushes it",
+                        ));
+                }
+            }
         }
         // The remote has it now: remember that, so the next run does not push again.
         repo.reference(
@@ -529,4 +581,54 @@ pub fn commit_push(
         .map_err(|error| git_error("record the push", shown, error))?;
         Ok(Some(commit.to_string()))
     })
+}
+
+/// Sends `main` to `origin` once.
+fn push_once(repo: &git2::Repository, shown: &str, hint: &str) -> Result<(), ClientError> {
+    let mut remote = repo
+        .find_remote("origin")
+        .map_err(|error| git_error("find remote origin", shown, error))?;
+    // libgit2 reports a refused ref update through this callback, not as an error.
+    let refused: RefCell<Option<String>> = RefCell::new(None);
+    let mut callbacks = git2::RemoteCallbacks::new();
+    callbacks.push_update_reference(|reference, status| {
+        if let Some(message) = status {
+            *refused.borrow_mut() = Some(format!("{reference}: {message}"));
+        }
+        Ok(())
+    });
+    let mut options = git2::PushOptions::new();
+    options.remote_callbacks(callbacks);
+    remote
+        .push(
+            &[format!("refs/heads/{BRANCH}:refs/heads/{BRANCH}")],
+            Some(&mut options),
+        )
+        .map_err(|error| git_error("push", shown, error).with_hint(hint))?;
+    drop(options);
+    match refused.into_inner() {
+        Some(reason) => Err(
+            ClientError::new(format!("git: push from {shown} refused: {reason}")).with_hint(hint),
+        ),
+        None => Ok(()),
+    }
+}
+
+/// The commit `origin`'s `main` points at now (None when the remote has no `main`), read with
+/// the ref advertisement only.
+fn remote_branch(repo: &git2::Repository, shown: &str) -> Result<Option<git2::Oid>, ClientError> {
+    let mut remote = repo
+        .find_remote("origin")
+        .map_err(|error| git_error("find remote origin", shown, error))?;
+    let connection = remote
+        .connect_auth(git2::Direction::Fetch, None, None)
+        .map_err(|error| git_error("list the remote refs", shown, error))?;
+    let wanted = format!("refs/heads/{BRANCH}");
+    let head = connection
+        .list()
+        .map_err(|error| git_error("list the remote refs", shown, error))?
+        .iter()
+        .find(|head| head.name() == wanted)
+        .map(|head| head.oid());
+    Ok(head)
 }

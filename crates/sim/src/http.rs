@@ -183,6 +183,18 @@ pub struct Faults {
     pub reset_rate: f64,
     /// Share of mutating requests that are processed but whose answer is dropped.
     pub drop_answer_rate: f64,
+    /// When set, only requests whose path ends with this (for example `git-receive-pack`) get
+    /// faults, so a test can break one kind of request and leave the rest alone.
+    pub path_suffix: Option<String>,
+}
+
+impl Faults {
+    /// True when these faults apply to a request for `path`.
+    pub fn applies_to(&self, path: &str) -> bool {
+        self.path_suffix
+            .as_deref()
+            .is_none_or(|suffix| path.ends_with(suffix))
+    }
 }
 
 /// The faults a simulator injects now, and what is left of the current 429 burst.
@@ -450,12 +462,9 @@ impl std::error::Error for InjectedReset {}
 async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimResponse> {
     let method = request.method.clone();
     let path = request.path.clone();
-    let exempt = handler.exempt(&path);
-    let faults = if exempt {
-        Faults::default()
-    } else {
-        handler.faults().get()
-    };
+    let faults = handler.faults().get();
+    let exempt = handler.exempt(&path) || !faults.applies_to(&path);
+    let faults = if exempt { Faults::default() } else { faults };
     if faults.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
     }
