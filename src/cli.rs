@@ -259,7 +259,7 @@ impl RunArgs {
 pub fn main() -> i32 {
     // Before anything can print: every credential in the environment is scrubbed from output.
     bprun_clients::secret::register_environment();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(normalize_command_line(std::env::args().collect())) {
         Ok(cli) => cli,
         Err(error) => {
             let _ = error.print();
@@ -277,6 +277,86 @@ pub fn main() -> i32 {
             error.exit_code().code()
         }
     }
+}
+
+/// Runner options that take a value (`--only STEP`).
+const RUNNER_OPTIONS_WITH_VALUE: &[&str] = &["--only", "--skip", "--from", "--kube-context"];
+/// Runner options that are flags.
+const RUNNER_FLAGS: &[&str] = &[
+    "--check",
+    "--list",
+    "--resume",
+    "--json",
+    "--timings",
+    "--summary",
+    "--verbose",
+    "--quiet",
+    "-v",
+    "-vv",
+    "-q",
+];
+
+/// The command line as clap should see it. Runner options may come after the script path as
+/// well as before it (`bprun scripts/phase3.rhai --app x --check` is a check run, never a real
+/// one): they are moved before the path, and what is left after it is the script's. `bprun
+/// SCRIPT --help` describes the script (its parameters and steps, as `--list` does) rather
+/// than bprun. Words after `--` are the script's, whatever they look like.
+fn normalize_command_line(mut words: Vec<String>) -> Vec<String> {
+    let subcommand = words.get(1).map(String::as_str);
+    let runs_a_script = !matches!(
+        subcommand,
+        Some("functions" | "defs" | "completions" | "repl" | "sim" | "help")
+    );
+    let end = words
+        .iter()
+        .position(|word| word == "--")
+        .unwrap_or(words.len());
+    let Some(script) = words[..end]
+        .iter()
+        .skip(1)
+        .position(|word| !word.starts_with('-') && word.ends_with(".rhai"))
+        .map(|index| index + 1)
+    else {
+        return words;
+    };
+    if !runs_a_script {
+        return words;
+    }
+    let mut hoisted = Vec::new();
+    let mut kept = Vec::new();
+    let mut index = script + 1;
+    while index < end {
+        let word = &words[index];
+        let name = word.split('=').next().unwrap_or(word);
+        if word == "--help" || word == "-h" {
+            if subcommand != Some("rehearse") {
+                hoisted.push("--list".to_string());
+            } else {
+                kept.push(word.clone());
+            }
+        } else if RUNNER_FLAGS.contains(&word.as_str()) {
+            hoisted.push(word.clone());
+        } else if RUNNER_OPTIONS_WITH_VALUE.contains(&name) {
+            hoisted.push(word.clone());
+            if !word.contains('=')
+                && let Some(value) = words.get(index + 1).filter(|_| index + 1 < end)
+            {
+                hoisted.push(value.clone());
+                index += 1;
+            }
+        } else {
+            kept.push(word.clone());
+        }
+        index += 1;
+    }
+    let rest = words.split_off(end);
+    words.truncate(script + 1);
+    let path = words.pop().unwrap_or_default();
+    words.extend(hoisted);
+    words.push(path);
+    words.extend(kept);
+    words.extend(rest);
+    words
 }
 
 fn report(error: &Error) {
@@ -482,4 +562,51 @@ fn write_definitions(dir: &std::path::Path) -> Result<(), Error> {
         .include_standard_packages(false)
         .write_to_dir(dir)
         .map_err(|error| Error::io("write definitions into", dir, error))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::normalize_command_line;
+
+    fn words(text: &str) -> Vec<String> {
+        text.split_whitespace().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn runner_options_after_the_script_are_moved_before_it() {
+        assert_eq!(
+            normalize_command_line(words("bprun s.rhai --app x --check --only=A --skip B -q")),
+            words("bprun --check --only=A --skip B -q s.rhai --app x")
+        );
+        assert_eq!(
+            normalize_command_line(words("bprun rehearse a.rhai b.rhai --json --app x")),
+            words("bprun rehearse --json a.rhai b.rhai --app x")
+        );
+        // After `--` everything is the script's.
+        assert_eq!(
+            normalize_command_line(words("bprun s.rhai --app x -- --check")),
+            words("bprun s.rhai --app x -- --check")
+        );
+    }
+
+    #[test]
+    fn help_after_a_script_describes_the_script() {
+        assert_eq!(
+            normalize_command_line(words("bprun scripts/phase3.rhai --help")),
+            words("bprun --list scripts/phase3.rhai")
+        );
+        assert_eq!(
+            normalize_command_line(words("bprun run s.rhai --app x -h")),
+            words("bprun run --list s.rhai --app x")
+        );
+        // Elsewhere --help is bprun's own.
+        assert_eq!(
+            normalize_command_line(words("bprun --help")),
+            words("bprun --help")
+        );
+        assert_eq!(
+            normalize_command_line(words("bprun repl --load s.rhai --help")),
+            words("bprun repl --load s.rhai --help")
+        );
+    }
 }

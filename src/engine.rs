@@ -58,6 +58,8 @@ pub struct Session {
     pub kube_context: Mutex<Option<String>>,
     /// Set by the runner: what to do when the top level finishes.
     pub run_hook: Mutex<Option<RunHook>>,
+    /// The script's declared parameters bound to its command line, when it declares any.
+    pub params: Mutex<Option<crate::params::BoundParams>>,
     /// The names of the natives the engine registered (did-you-mean in diagnostics).
     function_names: std::sync::OnceLock<Vec<String>>,
 }
@@ -74,6 +76,7 @@ impl Session {
             kube: Mutex::new(None),
             kube_context: Mutex::new(None),
             run_hook: Mutex::new(None),
+            params: Mutex::new(None),
             function_names: std::sync::OnceLock::new(),
         }
     }

@@ -12,6 +12,7 @@ pub mod journal;
 pub mod lint;
 pub mod natives;
 pub mod output;
+pub mod params;
 pub mod rehearse;
 pub mod repl;
 pub mod runner;

@@ -235,23 +235,57 @@ fn round_ms(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
 
+/// Whether status words are coloured: stdout is a terminal, `NO_COLOR` is unset or empty
+/// (no-color.org) and `TERM` is not `dumb`; `CLICOLOR_FORCE=1` colours anyway.
+fn colour_enabled() -> bool {
+    use std::io::IsTerminal;
+    static ENABLED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ENABLED.get_or_init(|| {
+        let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+        if set("NO_COLOR") {
+            return false;
+        }
+        if std::env::var_os("CLICOLOR_FORCE").is_some_and(|value| value != "0") {
+            return true;
+        }
+        std::io::stdout().is_terminal() && std::env::var("TERM").map_or(true, |term| term != "dumb")
+    })
+}
+
+/// `text` (a status word, maybe padded) in its status's colour when colours are on.
+fn paint(text: &str, status: StepStatus) -> String {
+    if !colour_enabled() {
+        return text.to_string();
+    }
+    let code = match status {
+        StepStatus::Ok => "32",
+        StepStatus::Changed => "33",
+        StepStatus::Failed | StepStatus::Interrupted => "1;31",
+        StepStatus::Skipped | StepStatus::Deselected | StepStatus::NotRun => "36",
+    };
+    // Colour the word, not the padding, so that columns stay aligned.
+    let word = text.trim_end();
+    format!("\x1b[{code}m{word}\x1b[0m{}", &text[word.len()..])
+}
+
 fn step_status_text(record: &StepRecord) -> String {
     let timing = format!("({:.2} s)", record.duration_s);
+    let label = paint(record.status.label(), record.status);
     match record.status {
         StepStatus::Deselected | StepStatus::NotRun => match &record.note {
-            Some(note) => format!("{} ({note})", record.status.label()),
-            None => record.status.label().to_string(),
+            Some(note) => format!("{label} ({note})"),
+            None => label,
         },
         // Never started: left out because it finished in an earlier run.
         StepStatus::Skipped if record.started.is_none() => match &record.note {
-            Some(note) => format!("skipped ({note})"),
-            None => "skipped".to_string(),
+            Some(note) => format!("{label} ({note})"),
+            None => label,
         },
         StepStatus::Skipped => match &record.note {
-            Some(note) => format!("skipped: {note} {timing}"),
-            None => format!("skipped {timing}"),
+            Some(note) => format!("{label}: {note} {timing}"),
+            None => format!("{label} {timing}"),
         },
-        status => format!("{} {timing}", status.label()),
+        _ => format!("{label} {timing}"),
     }
 }
 
@@ -280,10 +314,10 @@ pub fn recap_table(steps: &[StepRecord], check: bool, previous: Option<&[StepRec
             format!("{:.2} s", step.duration_s)
         };
         let mut row = format!(
-            "{:>3}  {:<name_width$}  {:<11}  {:>12}  {:>9}",
+            "{:>3}  {:<name_width$}  {}  {:>12}  {:>9}",
             index + 1,
             step.name,
-            step.status.label(),
+            paint(&format!("{:<11}", step.status.label()), step.status),
             step.changes,
             time
         );

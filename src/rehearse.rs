@@ -132,6 +132,45 @@ fn split_scripts(options: &RunOptions) -> (Vec<PathBuf>, Vec<String>) {
     (scripts, rest.cloned().collect())
 }
 
+/// The command-line words each rehearsed script gets: the parameters it declares (a script
+/// that declares none gets them all). A word no script declares is refused before anything
+/// starts, with a did-you-mean over every script's parameters.
+fn words_per_script(
+    located: &[(runner::ScriptLocation, PathBuf)],
+    words: &[String],
+) -> Result<Vec<Vec<String>>, Error> {
+    let declared: Vec<Option<Vec<crate::params::ParamDecl>>> = located
+        .iter()
+        .map(|(location, _)| runner::declared_params(&location.file))
+        .collect();
+    if located.len() < 2 || declared.iter().any(Option::is_none) {
+        return Ok(vec![words.to_vec(); located.len()]);
+    }
+    let all: Vec<crate::params::ParamDecl> = declared.iter().flatten().flatten().cloned().collect();
+    let (_, unclaimed) = crate::params::words_for(&all, words);
+    if let Some(word) = unclaimed.first() {
+        let flags: Vec<String> = all.iter().map(|decl| decl.flag()).collect();
+        let mut unique = flags.clone();
+        unique.sort();
+        unique.dedup();
+        let suggestion = crate::diagnostics::closest(word, &flags)
+            .map(|near| format!("did you mean {near}? "))
+            .unwrap_or_default();
+        return Err(Error::usage(
+            format!("no rehearsed script takes `{word}`"),
+            Some(format!(
+                "{suggestion}the scripts take {} (`bprun SCRIPT --help` describes them)",
+                unique.join(", ")
+            )),
+        ));
+    }
+    Ok(declared
+        .iter()
+        .flatten()
+        .map(|decls| crate::params::words_for(decls, words).0)
+        .collect())
+}
+
 /// Whether the platform starts bare: asked for, or because a phase 2 script will build it.
 fn starts_bare(asked: Option<&str>, scripts: &[PathBuf]) -> bool {
     match asked {
@@ -162,6 +201,7 @@ pub fn rehearse(
             .map_err(|_| usage("the script is not inside its repository"))?;
         located.push((location, relative));
     }
+    let words_per_script = words_per_script(&located, &script_args)?;
     let root = located[0].0.root.clone();
     if let Some((other, _)) = located.iter().find(|(location, _)| location.root != root) {
         return Err(usage(format!(
@@ -197,7 +237,7 @@ pub fn rehearse(
         }
         code = runner::run(RunOptions {
             script: work.join(relative),
-            script_args: script_args.clone(),
+            script_args: words_per_script[index].clone(),
             ..options.clone()
         });
         if !matches!(code, Ok(ExitCode::Success)) {

@@ -89,6 +89,19 @@ pub fn find_root(script_file: &Path) -> PathBuf {
     folder.to_path_buf()
 }
 
+/// The parameters the script at `file` declares, read from its compiled text without running
+/// it; `None` when it declares none or does not compile (its run reports that).
+pub fn declared_params(file: &Path) -> Option<Vec<crate::params::ParamDecl>> {
+    let source = std::fs::read_to_string(file).ok()?;
+    let mut engine = rhai::Engine::new_raw();
+    engine.set_max_expr_depths(64, 32);
+    let ast = engine.compile(source).ok()?;
+    crate::params::declared_in(&ast)
+        .ok()
+        .flatten()
+        .map(|(decls, _)| decls)
+}
+
 /// Script arguments (`--app guestbook --destroy`) as the map `args`.
 pub fn parse_script_args(raw: &[String]) -> Result<rhai::Map, Error> {
     let mut map = rhai::Map::new();
@@ -359,7 +372,6 @@ enum Outcome {
 /// Runs a script end to end and returns the exit code.
 pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(&options.script)?;
-    let args = parse_script_args(&options.script_args)?;
     let source = std::fs::read_to_string(&location.file)
         .map_err(|error| Error::io("read the script", &location.file, error))?;
     let format = if options.json {
@@ -385,7 +397,7 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     let engine = engine::build(session.clone());
 
     let mut scope = Scope::new();
-    scope.push("args", args);
+    scope.push("args", rhai::Map::new());
     let mut ast = match engine.compile_with_scope(&scope, &source) {
         Ok(ast) => ast,
         Err(error) => {
@@ -416,6 +428,45 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         }
         return Err(Error::Reported(ExitCode::ScriptError));
     }
+    // Declared parameters: the command line is checked against them before anything runs.
+    let declared = crate::params::declared_in(&ast).map_err(|(message, position)| {
+        script_error(
+            &session,
+            &location.display,
+            "declares its parameters wrongly",
+            message,
+            position,
+        )
+    })?;
+    if let Some(position) = crate::params::misplaced_call(&ast) {
+        return Err(script_error(
+            &session,
+            &location.display,
+            "declares its parameters wrongly",
+            "params() belongs at the top level of the script (once, before its steps)".to_string(),
+            position,
+        ));
+    }
+    let args = match declared {
+        Some((decls, _)) => {
+            let values = crate::params::bind(&decls, &options.script_args).map_err(|error| {
+                Error::usage(
+                    format!("{}: {}", location.display, error.message),
+                    Some(format!(
+                        "{} (`bprun {} --help` describes them)",
+                        error.hint, location.display
+                    )),
+                )
+            })?;
+            *lock(&session.params) = Some(crate::params::BoundParams {
+                decls,
+                values: values.clone(),
+            });
+            values
+        }
+        None => parse_script_args(&options.script_args)?,
+    };
+    scope.set_value("args", args);
     // The steps run when the top level has finished, inside the same evaluation, so that
     // imports and functions declared at the top level are visible in step bodies.
     let tail = engine
@@ -449,6 +500,23 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         Ok(()) => Ok(ExitCode::Success),
         Err(error) => Err(top_level_failure(&session, &error, &location.display)),
     }
+}
+
+/// A mistake in the script found before it runs, reported at its position (exit 3).
+fn script_error(
+    session: &Session,
+    display: &str,
+    what: &str,
+    message: String,
+    position: rhai::Position,
+) -> Error {
+    let error = EvalAltResult::ErrorRuntime(message.into(), position);
+    let report = diagnostics::runtime_error(session, &error, display, false);
+    session.state.reporter.error(
+        &format!("error: {display} {what}\n{}", report.text),
+        &report.headline,
+    );
+    Error::Reported(ExitCode::ScriptError)
 }
 
 fn top_level_failure(session: &Session, error: &EvalAltResult, display: &str) -> Error {
@@ -539,6 +607,12 @@ fn run_steps(
         }
         for (index, (name, skip)) in plan.iter().enumerate() {
             reporter.line(&plan_line(index + 1, total, name, skip.as_deref()));
+        }
+        if let Some(bound) = lock(&session.params).as_ref() {
+            reporter.line("parameters:");
+            for line in crate::params::help_lines(&bound.decls) {
+                reporter.line(&format!("  {line}"));
+            }
         }
         return Ok(ExitCode::Success);
     }

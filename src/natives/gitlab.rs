@@ -12,7 +12,9 @@ use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
 use bprun_clients::error::ClientError;
-use bprun_clients::gitlab::pipelines::{DEFAULT_PIPELINE_TIMEOUT, DEFAULT_POLL_INTERVAL};
+use bprun_clients::gitlab::pipelines::{
+    DEFAULT_PIPELINE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PROGRESS_EVERY,
+};
 use bprun_clients::gitlab::{
     GitlabClient, GitlabSettings, Group, GroupSpec, Method, Mode, Outcome, Pipeline, PipelineRef,
     Project, ProjectSpec, Started, Variable, WaitParams,
@@ -658,9 +660,10 @@ pub mod gitlab_functions {
     }
 
     /// Waits until a pipeline ends (`success`, `failed`, `canceled`, `skipped`), logging each
-    /// status change, and returns it. Anything but success is an error naming the failed jobs,
-    /// the end of their traces and the pipeline's URL. Options: `timeout` (seconds, default 600),
-    /// `interval` (seconds between polls, default 2).
+    /// status change, and every 5 s (`progress`) where it stands: its status, its jobs' states
+    /// and its URL. Anything but success is an error naming the failed jobs, the end of their
+    /// traces and the pipeline's URL. Options: `timeout` (seconds, default 600), `interval`
+    /// (seconds between polls, default 2), `progress` (seconds between progress lines, default 5).
     ///
     /// ```rhai
     /// step("Smoke", || {
@@ -702,7 +705,11 @@ pub mod gitlab_functions {
         options: rhai::Map,
     ) -> NativeResult<rhai::Array> {
         let (session, client) = remote(&context, "gitlab_wait_pipelines")?;
-        reject_unknown(&options, &["timeout", "interval"], "gitlab_wait_pipelines")?;
+        reject_unknown(
+            &options,
+            &["timeout", "interval", "progress"],
+            "gitlab_wait_pipelines",
+        )?;
         let params = WaitParams {
             timeout: match options.get("timeout") {
                 Some(value) => super::super::seconds(value, "timeout")?,
@@ -711,6 +718,10 @@ pub mod gitlab_functions {
             interval: match options.get("interval") {
                 Some(value) => super::super::seconds(value, "interval")?,
                 None => DEFAULT_POLL_INTERVAL,
+            },
+            progress_every: match options.get("progress") {
+                Some(value) => super::super::seconds(value, "progress")?,
+                None => DEFAULT_PROGRESS_EVERY,
             },
         };
         let mut wanted = Vec::new();

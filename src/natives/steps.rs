@@ -32,6 +32,38 @@ fn item_label(item: &Dynamic) -> String {
 pub mod step_functions {
     use super::*;
 
+    /// Declares the script's parameters and returns their values: a literal map from each
+    /// parameter's name to its `type` ("bool", "int", "string" or "list"), `help` (one line) and
+    /// optional `default_value` (`default` is a reserved word in Rhai). Call it once, first, at the top level: bprun checks the command line
+    /// against it before anything runs (an unknown or mistyped argument is a usage error with a
+    /// did-you-mean, exit 2), and `bprun --list SCRIPT` and `bprun SCRIPT --help` show it. A
+    /// parameter not given is its default, or `()`. The flag of `smoke_timeout` is
+    /// `--smoke-timeout`.
+    ///
+    /// ```rhai
+    /// let args = params(#{
+    ///     app: #{type: "string", help: "Provision only this app (and shared-code)"},
+    ///     smoke_timeout: #{type: "int", default_value: 600, help: "Seconds to wait for pipelines"},
+    /// });
+    /// info(`waiting up to ${args.smoke_timeout} s`);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn params(
+        context: NativeCallContext,
+        spec: rhai::Map,
+    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+        let session = session(&context)?;
+        if let Some(bound) = lock(&session.params).as_ref() {
+            return Ok(bound.values.clone());
+        }
+        // Not checked before the run (the REPL, or a script evaluated another way): the
+        // declaration is read now and every parameter takes its default.
+        let decls = crate::params::from_spec(&spec)
+            .map_err(|message| native_error(NativeError::new(message)))?;
+        crate::params::bind(&decls, &[])
+            .map_err(|error| native_error(NativeError::new(error.message).with_hint(error.hint)))
+    }
+
     /// Declares a step. The top level of a script declares its steps in order; bprun runs them
     /// after the top level finishes, so `bprun --list` shows the plan without running any body.
     /// A step's status (ok / changed / skipped / failed) comes from what its natives report.

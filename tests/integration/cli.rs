@@ -148,6 +148,12 @@ fn the_phase3_script_lists_its_six_steps() {
         [4/6] Ensure group
         [5/6] Provision projects
         [6/6] Smoke test
+        parameters:
+          --app TEXT         Provision only this app (shared-code, whose CI templates every app includes, comes along)
+          --destroy          Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)
+          --no-overwrite-ci  Keep a project's .gitlab-ci.yml when it differs from the rendered one
+          --reset-clones     Wipe the working trees in apps-local/ and clone them again
+          --smoke-timeout N  Seconds the smoke pipelines may take (GitLab Runner's default job timeout) (default: 600)
         ",
     );
 }

@@ -75,6 +75,45 @@ fn poll_until(sim: &Sim, token: &str, pipeline: &serde_json::Value, name: &str, 
 }
 
 #[test]
+fn a_waiting_pipeline_says_where_it_stands_at_a_steady_interval() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    project_with_ci(
+        &sim,
+        "stages: [build, deploy]\nbuild:\n  stage: build\n  script: [make]\ndeploy:\n  stage: deploy\n  script: [helm upgrade]\n",
+    );
+    let test = with_sim(
+        repo().script(
+            r#"
+step("Smoke", || {
+    let started = gitlab_trigger_pipeline("g/p", "main");
+    gitlab_wait_pipeline("g/p", started.id, #{timeout: 2.5, interval: 0.2, progress: 1});
+});
+"#,
+        ),
+        &sim,
+    );
+    let output = test.run(&["scripts/test.rhai"]);
+    output.code(1);
+    let pipeline = &sim.api_json("projects/g%2Fp/pipelines")[0];
+    let line = format!(
+        "): pending; jobs: build pending, deploy created; {}\n",
+        pipeline["web_url"].as_str().expect("web_url")
+    );
+    let lines: Vec<&str> = output
+        .stdout
+        .lines()
+        .filter(|l| {
+            l.contains(&format!(
+                "waiting for pipeline #{} of g/p (",
+                pipeline["id"]
+            ))
+        })
+        .collect();
+    assert!(lines.len() >= 2, "a line a second:\n{}", output.stdout);
+    output.stdout_contains(&line);
+}
+
+#[test]
 fn without_a_runner_a_pipeline_stays_pending_and_the_wait_names_the_job() {
     let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     project_with_ci(

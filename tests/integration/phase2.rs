@@ -26,6 +26,10 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
 [15/17] Registry hosts pin
 [16/17] Runner
 [17/17] Destroy
+parameters:
+  --destroy         Run only the Destroy step: uninstall what phase 2 installed
+  --preserve-data   With --destroy: keep the volumes' data and the secrets (must agree with tofu's preserve_stateful_data)
+  --wait-timeout N  Seconds each install may take to become Ready (default: 900)
 ",
         "",
     );

@@ -438,9 +438,12 @@ fn canaries_stay_hidden_in_the_repl_whatever_reads_them() {
         "env(\"GITLAB_TOKEN\")",
         "info(env(\"BAO_TOKEN\"))",
         "let token = env(\"GITLAB_TOKEN\");",
-        "gitlab_get(\"projects/blueprint-apps%2Fdemo/variables/CANARY_MASKED\")",
-        "gitlab_get_all(\"projects/blueprint-apps%2Fdemo/variables\")",
-        "let variable = gitlab_get(\"projects/blueprint-apps%2Fdemo/variables/CANARY_MASKED\");",
+        // Short lines: rustyline redraws a line wider than the terminal, and a redrawn prompt
+        // would be mistaken for the next one.
+        "let path = \"projects/blueprint-apps%2Fdemo/variables\";",
+        "gitlab_get(path + \"/CANARY_MASKED\")",
+        "gitlab_get_all(path)",
+        "let variable = gitlab_get(path + \"/CANARY_MASKED\");",
         "info(variable.value)",
         "print(\"value=\" + variable.value)",
         "throw #{msg: variable.value}",

@@ -522,3 +522,45 @@ step("Six", || { info("6"); });
         "",
     );
 }
+
+/// Runs `bprun scripts/test.rhai` on a pseudo-terminal and returns all it printed, escape codes
+/// included.
+fn on_a_terminal(test: &crate::support::Test, env: &[(&str, &str)]) -> String {
+    let mut command = test.command(&["scripts/test.rhai"]);
+    command.env("TERM", "xterm").env_remove("NO_COLOR");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    let mut session = rexpect::session::spawn_with_options(
+        command,
+        rexpect::reader::Options::new().timeout_ms(Some(20_000)),
+    )
+    .expect("spawn bprun");
+    session.exp_eof().expect("the run ends")
+}
+
+#[test]
+fn status_words_are_coloured_on_a_terminal_unless_no_color_is_set() {
+    let test = repo().script(
+        "step(\"Fine\", || {});\nstep(\"Write\", || { write_text(\"out.txt\", \"x\"); });\nstep(\"Skip\", || { skip(\"not today\"); });\n",
+    );
+    let coloured = on_a_terminal(&test, &[]);
+    for expected in [
+        "[1/3] Fine ... \u{1b}[32mok\u{1b}[0m (",
+        "[2/3] Write ... \u{1b}[33mchanged\u{1b}[0m (",
+        "[3/3] Skip ... \u{1b}[36mskipped\u{1b}[0m: not today (",
+        // In the recap the word is coloured and the column keeps its width.
+        "  1  Fine   \u{1b}[32mok\u{1b}[0m                      0     ",
+    ] {
+        assert!(
+            coloured.contains(expected),
+            "missing {expected:?} in {coloured:?}"
+        );
+    }
+    let plain = on_a_terminal(&test, &[("NO_COLOR", "1")]);
+    assert!(!plain.contains('\u{1b}'), "{plain:?}");
+    assert!(plain.contains("[1/3] Fine ... ok ("), "{plain:?}");
+    // Not a terminal (a pipe): no colour either.
+    let piped = test.run(&["scripts/test.rhai"]);
+    piped.stdout_lacks("\u{1b}");
+}

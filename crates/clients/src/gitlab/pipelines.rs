@@ -68,13 +68,19 @@ pub struct PipelineRef {
 pub struct WaitParams {
     pub timeout: Duration,
     pub interval: Duration,
+    /// How often a wait that sees no change still says where each pipeline stands.
+    pub progress_every: Duration,
 }
+
+/// The default of [`WaitParams::progress_every`], as `kube_wait`'s.
+pub const DEFAULT_PROGRESS_EVERY: Duration = Duration::from_secs(5);
 
 impl Default for WaitParams {
     fn default() -> Self {
         WaitParams {
             timeout: DEFAULT_PIPELINE_TIMEOUT,
             interval: DEFAULT_POLL_INTERVAL,
+            progress_every: DEFAULT_PROGRESS_EVERY,
         }
     }
 }
@@ -209,6 +215,7 @@ impl GitlabClient {
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Vec<Pipeline>, ClientError> {
         let started = Instant::now();
+        let mut last_report = Instant::now();
         let mut last: Vec<Option<Pipeline>> = vec![None; pipelines.len()];
         loop {
             for (index, wanted) in pipelines.iter().enumerate() {
@@ -238,6 +245,15 @@ impl GitlabClient {
                 .all(|p| p.as_ref().is_some_and(Pipeline::is_terminal))
             {
                 return Ok(last.into_iter().flatten().collect());
+            }
+            if last_report.elapsed() >= params.progress_every {
+                for (wanted, pipeline) in pipelines.iter().zip(&last) {
+                    let Some(pipeline) = pipeline.as_ref().filter(|p| !p.is_terminal()) else {
+                        continue;
+                    };
+                    progress(&self.progress_line(wanted, pipeline, started, cancelled));
+                }
+                last_report = Instant::now();
             }
             if started.elapsed() >= params.timeout {
                 let mut stuck_anywhere = false;
@@ -274,6 +290,58 @@ impl GitlabClient {
             }
             pause(params.interval, cancelled, "gitlab_wait_pipeline")?;
         }
+    }
+
+    /// Where a pipeline stands: `waiting for pipeline #12 of g/p (10 s): running; jobs: build
+    /// success, test running; URL`. The job list is left out when it cannot be read.
+    fn progress_line(
+        &self,
+        wanted: &PipelineRef,
+        pipeline: &Pipeline,
+        started: Instant,
+        cancelled: &dyn Fn() -> bool,
+    ) -> String {
+        let jobs = self
+            .get_all(
+                &format!(
+                    "projects/{}/pipelines/{}/jobs",
+                    encode(&wanted.project),
+                    wanted.id
+                ),
+                cancelled,
+            )
+            .map(|jobs| {
+                // GitLab lists the newest job first; the pipeline's order reads better.
+                let mut jobs: Vec<(i64, String)> = jobs
+                    .iter()
+                    .map(|job| {
+                        (
+                            job["id"].as_i64().unwrap_or(0),
+                            format!(
+                                "{} {}",
+                                job["name"].as_str().unwrap_or("?"),
+                                job["status"].as_str().unwrap_or("?")
+                            ),
+                        )
+                    })
+                    .collect();
+                jobs.sort();
+                let jobs: Vec<String> = jobs.into_iter().map(|(_, job)| job).collect();
+                format!("; jobs: {}", jobs.join(", "))
+            })
+            .unwrap_or_default();
+        format!(
+            "waiting for pipeline #{} of {} ({} s): {}{jobs}{}",
+            wanted.id,
+            wanted.project,
+            started.elapsed().as_secs(),
+            pipeline.status,
+            pipeline
+                .web_url
+                .as_deref()
+                .map(|url| format!("; {url}"))
+                .unwrap_or_default()
+        )
     }
 
     /// The pending jobs of a pipeline that no online, unpaused runner available to the project
