@@ -23,6 +23,7 @@ mod natives;
 mod phase2;
 mod phase3;
 mod programs;
+mod qualify;
 mod recovery;
 mod repl;
 mod runner;
