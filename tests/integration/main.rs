@@ -20,6 +20,7 @@ mod kube_natives;
 mod kube_realism;
 mod kube_sim;
 mod natives;
+mod phase1;
 mod phase2;
 mod phase3;
 mod programs;
