@@ -79,7 +79,7 @@ pub mod host_functions {
     ///
     /// ```rhai
     /// step("Prerequisites", || {
-    ///     if args.install_missing == true { install_tool("kind"); }
+    ///     if !tool_status("kind").found { install_tool("kind"); }
     /// });
     /// ```
     #[rhai_fn(return_raw)]
