@@ -752,8 +752,8 @@ fn run_steps(
     if reporter.format() == Format::Human {
         reporter.line("");
         // A script of check rows only (a qualification report) ends with their table alone.
-        let only_rows = steps.iter().all(|step| step.expected.is_some());
-        if !(only_rows && !rows.is_empty()) {
+        let only_rows = steps.iter().all(|step| step.expected.is_some()) && !rows.is_empty();
+        if !only_rows {
             let title = if options.check {
                 format!("Recap of {display} (check mode)")
             } else {

@@ -137,7 +137,7 @@ dir=${{1#-chdir=}}
 case \"$2\" in
   init)
     if [ -n \"$FAIL_INIT\" ]; then echo 'Error: Failed to query available provider packages' >&2; exit 1; fi
-    mkdir -p \"$dir/.terraform\"; echo 'provider \"registry.opentofu.org/tehcyx/kind\" {}' > \"$dir/.terraform.lock.hcl\"
+    mkdir -p \"$dir/.terraform\"; echo 'provider \"registry.opentofu.org/tehcyx/kind\" {{}}' > \"$dir/.terraform.lock.hcl\"
     echo 'OpenTofu has been successfully initialized!' ;;
   validate) echo 'Success! The configuration is valid.' ;;
 esac",
