@@ -35,6 +35,11 @@ pub struct StepDecl {
     pub on_failure: Option<String>,
     /// Steps whose work this one needs (`needs: [...]`): the plan warns when one runs later.
     pub needs: Vec<String>,
+    /// A failure is reported and the run goes on with the next step (it still exits 1):
+    /// `keep_going: true`, and every `check_row`.
+    pub keep_going: bool,
+    /// For a `check_row`: what the row expects to find (its body returns what it found).
+    pub expected: Option<String>,
 }
 
 /// What runs when the script's top level has finished (the runner runs the steps).

@@ -209,6 +209,18 @@ impl Reporter {
         }
     }
 
+    /// A check row's verdict (`check_row`): a `check` event in JSON mode; human output shows
+    /// the rows as one table after the recap.
+    pub fn check_row(&self, row: &CheckLine) {
+        if self.format == Format::Json {
+            self.event(json!({
+                "event": "check", "index": row.index, "name": row.name,
+                "expected": row.expected, "found": row.found, "result": row.result.label(),
+                "passed": row.result == CheckResult::Passed, "hint": row.hint_if_failed(),
+            }));
+        }
+    }
+
     pub fn run_end(&self, outcome: &str, exit_code: i32, duration: Duration) {
         if self.format == Format::Json {
             self.event(json!({
@@ -333,6 +345,110 @@ pub fn recap_table(steps: &[StepRecord], check: bool, previous: Option<&[StepRec
         out.push_str(row.trim_end());
         out.push('\n');
     }
+    out
+}
+
+/// The verdict of a check row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckResult {
+    Passed,
+    Failed,
+    /// The row called `skip(reason)`: it could not be checked (something it needs is down).
+    /// Not a pass: the run still exits 1.
+    NotChecked,
+}
+
+impl CheckResult {
+    pub fn label(self) -> &'static str {
+        match self {
+            CheckResult::Passed => "pass",
+            CheckResult::Failed => "FAIL",
+            CheckResult::NotChecked => "not checked",
+        }
+    }
+}
+
+/// One row of a qualification report: a `check_row` step that ran.
+#[derive(Debug, Clone)]
+pub struct CheckLine {
+    /// The step's number in the plan.
+    pub index: usize,
+    pub name: String,
+    pub expected: String,
+    pub found: String,
+    pub result: CheckResult,
+    pub hint: Option<String>,
+}
+
+impl CheckLine {
+    pub fn new(
+        index: usize,
+        step: &crate::engine::StepDecl,
+        found: &str,
+        result: CheckResult,
+    ) -> Self {
+        CheckLine {
+            index,
+            name: step.name.clone(),
+            expected: step.expected.clone().unwrap_or_default(),
+            found: scrub(found),
+            result,
+            hint: step.on_failure.clone(),
+        }
+    }
+
+    /// The hint matters only when the row failed.
+    pub fn hint_if_failed(&self) -> Option<&str> {
+        match self.result {
+            CheckResult::Failed => self.hint.as_deref(),
+            _ => None,
+        }
+    }
+}
+
+/// The qualification table: one line per row (number, check, expected, found, result), the
+/// hint of a failed row on the line below it, and a count.
+pub fn check_table(rows: &[CheckLine]) -> String {
+    let width = |text: fn(&CheckLine) -> &str, title: &str| {
+        rows.iter()
+            .map(|row| text(row).chars().count())
+            .max()
+            .unwrap_or(0)
+            .max(title.len())
+    };
+    let name_width = width(|row| &row.name, "check");
+    let expected_width = width(|row| &row.expected, "expected");
+    let found_width = width(|row| &row.found, "found");
+    let mut out = format!(
+        "  #  {:<name_width$}  {:<expected_width$}  {:<found_width$}  result\n",
+        "check", "expected", "found"
+    );
+    for row in rows {
+        out.push_str(&format!(
+            "{:>3}  {:<name_width$}  {:<expected_width$}  {:<found_width$}  {}\n",
+            row.index,
+            row.name,
+            row.expected,
+            row.found,
+            row.result.label()
+        ));
+        if let Some(hint) = row.hint_if_failed() {
+            out.push_str(&format!("       hint: {hint}\n"));
+        }
+    }
+    let count = |wanted: CheckResult| rows.iter().filter(|row| row.result == wanted).count();
+    let mut summary = format!(
+        "{} checks: {} passed, {} failed",
+        rows.len(),
+        count(CheckResult::Passed),
+        count(CheckResult::Failed)
+    );
+    let not_checked = count(CheckResult::NotChecked);
+    if not_checked > 0 {
+        summary.push_str(&format!(", {not_checked} not checked"));
+    }
+    out.push_str(&summary);
+    out.push('\n');
     out
 }
 

@@ -282,7 +282,11 @@ pub struct BindError {
 pub fn bind(decls: &[ParamDecl], words: &[String]) -> Result<rhai::Map, BindError> {
     let flags: Vec<String> = decls.iter().map(ParamDecl::flag).collect();
     let usage_hint = |extra: Option<String>| {
-        let list = flags.join(", ");
+        let list = if flags.is_empty() {
+            "no parameters".to_string()
+        } else {
+            flags.join(", ")
+        };
         match extra {
             Some(extra) => format!("{extra} this script takes {list}"),
             None => format!("this script takes {list}"),

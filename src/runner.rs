@@ -12,7 +12,9 @@ use crate::engine::{self, Session, StepDecl, lock};
 use crate::error::StepSkip;
 use crate::error::{Error, ExitCode};
 use crate::journal::{Journal, RunRecord, StepRecord, StepStatus};
-use crate::output::{Format, Reporter, recap_summary, recap_table};
+use crate::output::{
+    CheckLine, CheckResult, Format, Reporter, check_table, recap_summary, recap_table,
+};
 use crate::state::{Phase, RunState};
 
 /// What the command line asked of the runner.
@@ -609,7 +611,11 @@ fn run_steps(
             reporter.line(&plan_line(index + 1, total, name, skip.as_deref()));
         }
         if let Some(bound) = lock(&session.params).as_ref() {
-            reporter.line("parameters:");
+            reporter.line(if bound.decls.is_empty() {
+                "parameters: none"
+            } else {
+                "parameters:"
+            });
             for line in crate::params::help_lines(&bound.decls) {
                 reporter.line(&format!("  {line}"));
             }
@@ -639,7 +645,10 @@ fn run_steps(
     }
     session.state.set_phase(Phase::Running);
     let mut records: Vec<StepRecord> = Vec::with_capacity(total);
+    let mut rows: Vec<CheckLine> = Vec::new();
     let mut stop: Option<ExitCode> = None;
+    // A failed `keep_going` step (every check row) does not stop the run, but the run fails.
+    let mut failed_and_went_on = false;
     for (index, step) in steps.iter().enumerate() {
         let number = index + 1;
         if let Some(code) = stop {
@@ -677,6 +686,19 @@ fn run_steps(
         let result = step.body.call_within_context::<Dynamic>(context, ());
         let elapsed = began.elapsed();
         let changes = session.state.take_changes().len() as u32;
+        // A check row that ran to its end passes or fails on what it found.
+        let result = match (&step.expected, result) {
+            (Some(expected), Ok(value)) => match row_finding(expected, &value) {
+                Ok((found, true)) => {
+                    rows.push(CheckLine::new(number, step, &found, CheckResult::Passed));
+                    Ok(value)
+                }
+                Ok((found, false)) => Err(RowFailure::Finding(found)),
+                Err(message) => Err(RowFailure::Finding(message)),
+            },
+            (_, Ok(value)) => Ok(value),
+            (_, Err(error)) => Err(RowFailure::Error(error)),
+        };
         let finished = match result {
             Ok(_) => {
                 let status = if changes > 0 {
@@ -686,74 +708,146 @@ fn run_steps(
                 };
                 record(step, status, Some(began_at), elapsed, changes, None, None)
             }
-            Err(error) => {
-                if let Some(reason) = skip_reason(&error) {
-                    record(
+            Err(RowFailure::Error(error)) if skip_reason(&error).is_some() => {
+                let reason = skip_reason(&error);
+                if step.expected.is_some() {
+                    // A row that could not be checked is no pass: the run exits 1.
+                    failed_and_went_on = true;
+                    let found = reason.clone().unwrap_or_default();
+                    rows.push(CheckLine::new(
+                        number,
                         step,
-                        StepStatus::Skipped,
-                        Some(began_at),
-                        elapsed,
-                        changes,
-                        None,
-                        Some(reason),
-                    )
-                } else if session.state.is_cancelled()
-                    || matches!(*error, EvalAltResult::ErrorTerminated(..))
-                {
-                    stop = Some(ExitCode::Interrupted);
-                    reporter.error(&format!("interrupted during step \"{}\"\nre-run with --resume to continue from here\n", step.name), "interrupted");
-                    record(
-                        step,
-                        StepStatus::Interrupted,
-                        Some(began_at),
-                        elapsed,
-                        changes,
-                        Some("interrupted".to_string()),
-                        None,
-                    )
+                        &found,
+                        CheckResult::NotChecked,
+                    ));
+                }
+                record(
+                    step,
+                    StepStatus::Skipped,
+                    Some(began_at),
+                    elapsed,
+                    changes,
+                    None,
+                    reason,
+                )
+            }
+            Err(RowFailure::Error(error))
+                if session.state.is_cancelled()
+                    || matches!(*error, EvalAltResult::ErrorTerminated(..)) =>
+            {
+                stop = Some(ExitCode::Interrupted);
+                reporter.error(&format!("interrupted during step \"{}\"\nre-run with --resume to continue from here\n", step.name), "interrupted");
+                record(
+                    step,
+                    StepStatus::Interrupted,
+                    Some(began_at),
+                    elapsed,
+                    changes,
+                    Some("interrupted".to_string()),
+                    None,
+                )
+            }
+            Err(failure) => {
+                if step.keep_going {
+                    failed_and_went_on = true;
                 } else {
                     stop = Some(ExitCode::StepFailed);
-                    let report = diagnostics::runtime_error(session, &error, display, true);
-                    let failed = record(
-                        step,
-                        StepStatus::Failed,
-                        Some(began_at),
-                        elapsed,
-                        changes,
-                        Some(bprun_clients::secret::scrub(&report.headline)),
-                        None,
-                    );
-                    reporter.step_end(number, total, &failed);
-                    let look_at = step
-                        .on_failure
-                        .as_ref()
-                        .map(|text| format!("  when this step fails: {text}\n"))
-                        .unwrap_or_default();
-                    reporter.error(
-                        &format!("error: step \"{}\" failed\n{}{look_at}re-run with --resume to continue from here\n", step.name, report.text),
-                        &report.headline,
-                    );
-                    records.push(failed);
-                    continue;
                 }
+                let report = match &failure {
+                    RowFailure::Error(error) => {
+                        diagnostics::runtime_error(session, error, display, true)
+                    }
+                    RowFailure::Finding(found) => {
+                        let expected = step.expected.as_deref().unwrap_or_default();
+                        let headline = format!(
+                            "check \"{}\": expected {expected}, found {found}",
+                            step.name
+                        );
+                        let at = match (&step.source, step.position.line()) {
+                            (Some(source), Some(line)) => format!("  --> {source}:{line}\n"),
+                            (None, Some(line)) => format!("  --> {display}:{line}\n"),
+                            _ => String::new(),
+                        };
+                        diagnostics::Report {
+                            text: format!("{headline}\n{at}"),
+                            headline,
+                        }
+                    }
+                };
+                if step.expected.is_some() {
+                    let found = match &failure {
+                        RowFailure::Finding(found) => found.clone(),
+                        RowFailure::Error(_) => report.headline.clone(),
+                    };
+                    rows.push(CheckLine::new(number, step, &found, CheckResult::Failed));
+                }
+                let failed = record(
+                    step,
+                    StepStatus::Failed,
+                    Some(began_at),
+                    elapsed,
+                    changes,
+                    Some(bprun_clients::secret::scrub(&report.headline)),
+                    None,
+                );
+                if let Some(row) = rows.last().filter(|row| row.index == number) {
+                    reporter.check_row(row);
+                }
+                reporter.step_end(number, total, &failed);
+                let look_at = step
+                    .on_failure
+                    .as_ref()
+                    .map(|text| format!("  when this step fails: {text}\n"))
+                    .unwrap_or_default();
+                let next = if step.keep_going {
+                    "the next steps still run; the run will exit 1\n"
+                } else {
+                    "re-run with --resume to continue from here\n"
+                };
+                reporter.error(
+                    &format!(
+                        "error: step \"{}\" failed\n{}{look_at}{next}",
+                        step.name, report.text
+                    ),
+                    &report.headline,
+                );
+                records.push(failed);
+                continue;
             }
         };
+        if let Some(row) = rows.last().filter(|row| row.index == number) {
+            reporter.check_row(row);
+        }
         reporter.step_end(number, total, &finished);
         records.push(finished);
+    }
+    if stop.is_none() && failed_and_went_on {
+        stop = Some(ExitCode::StepFailed);
     }
     session.state.set_phase(Phase::Planning);
     let duration = run_started.elapsed();
     let code = stop.unwrap_or(ExitCode::Success);
     if reporter.format() == Format::Human {
         reporter.line("");
-        let title = if options.check {
-            format!("Recap of {display} (check mode)")
-        } else {
-            format!("Recap of {display}")
-        };
-        reporter.line(&title);
-        reporter.line(recap_table(&records, options.check, None).trim_end());
-        reporter.line(&recap_summary(&records, duration));
+        // A script of check rows only (a qualification report) ends with their table alone.
+        let only_rows = steps.iter().all(|step| step.expected.is_some()) && !rows.is_empty();
+        if !only_rows {
+            let title = if options.check {
+                format!("Recap of {display} (check mode)")
+            } else {
+                format!("Recap of {display}")
+            };
+            reporter.line(&title);
+            reporter.line(recap_table(&records, options.check, None).trim_end());
+            reporter.line(&recap_summary(&records, duration));
+        }
+        if !rows.is_empty() {
+            if !only_rows {
+                reporter.line("");
+            }
+            reporter.line(&format!("Qualification of {display}"));
+            reporter.line(check_table(&rows).trim_end());
+        }
     }
     reporter.run_end(code.name(), code.code(), duration);
     Journal::append(
@@ -768,6 +862,39 @@ fn run_steps(
         },
     )?;
     Ok(code)
+}
+
+/// Why a step's body did not succeed: an error, or (for a check row) a finding that differs
+/// from what the row expects.
+enum RowFailure {
+    Error(Box<EvalAltResult>),
+    Finding(String),
+}
+
+/// What a check row's body returned: its finding, and whether the row passes. A string (or any
+/// value) passes when it equals `expected`; a map `#{found, passed}` carries its own verdict.
+fn row_finding(expected: &str, value: &Dynamic) -> Result<(String, bool), String> {
+    if let Some(map) = value.read_lock::<rhai::Map>() {
+        let found = map.get("found").map(|found| found.to_string());
+        let passed = map.get("passed").map(|passed| passed.as_bool());
+        return match (found, passed) {
+            (Some(found), Some(Ok(passed))) => Ok((bprun_clients::secret::scrub(&found), passed)),
+            (Some(_), Some(Err(type_name))) => Err(format!(
+                "the row's `passed` is {type_name}, not a bool (return #{{found: \"...\", passed: true}})"
+            )),
+            _ => Err(
+                "the row returned a map without `found` and `passed` (return a string, or #{found: \"...\", passed: true})"
+                    .to_string(),
+            ),
+        };
+    }
+    let found = if value.is_unit() {
+        "nothing".to_string()
+    } else {
+        bprun_clients::secret::scrub(&value.to_string())
+    };
+    let passed = found == expected;
+    Ok((found, passed))
 }
 
 fn skip_reason(error: &EvalAltResult) -> Option<String> {

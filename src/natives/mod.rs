@@ -14,6 +14,7 @@ pub mod fs;
 pub mod git;
 pub mod gitlab;
 pub mod helm;
+pub mod host;
 pub mod kube;
 pub mod net;
 pub mod options;
@@ -45,6 +46,7 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_tls", tls::tls_functions);
     combine_with_exported_module!(&mut module, "bprun_kube", kube::kube_functions);
     combine_with_exported_module!(&mut module, "bprun_helm", helm::helm_functions);
+    combine_with_exported_module!(&mut module, "bprun_host", host::host_functions);
     module
 }
 

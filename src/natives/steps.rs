@@ -80,7 +80,7 @@ pub mod step_functions {
         name: &str,
         body: FnPtr,
     ) -> Result<(), Box<EvalAltResult>> {
-        declare(&context, name, body, false, None, Vec::new())
+        declare(&context, name, body, StepOptions::default())
     }
 
     /// Declares a step with options: `always` (true: the step runs whatever `--only`, `--from`
@@ -88,7 +88,9 @@ pub mod step_functions {
     /// steps every later step needs, such as logging in; `on_failure` (text shown under the
     /// step's error: where to look when it fails, such as the runbook's failure mapping);
     /// `needs` (names of steps whose work this one needs: the plan and `--list` warn when one of
-    /// them comes later in the script, so a reordered script says what it broke before it runs).
+    /// them comes later in the script, so a reordered script says what it broke before it runs);
+    /// `keep_going` (true: when the step fails, its error is reported and the next steps still
+    /// run; the run then exits 1), for independent checks whose every failure matters.
     ///
     /// ```rhai
     /// step("Login", #{always: true}, || {
@@ -100,6 +102,9 @@ pub mod step_functions {
     /// step("App", #{needs: ["Database"]}, || {
     ///     info("app");
     /// });
+    /// step("Lint", #{keep_going: true}, || {
+    ///     info("a failure here does not stop the next step");
+    /// });
     /// ```
     #[rhai_fn(name = "step", return_raw)]
     pub fn step_with(
@@ -110,7 +115,7 @@ pub mod step_functions {
     ) -> Result<(), Box<EvalAltResult>> {
         crate::natives::options::reject_unknown(
             &options,
-            &["always", "on_failure", "needs"],
+            &["always", "on_failure", "needs", "keep_going"],
             "step",
         )?;
         let needs = match options.get("needs") {
@@ -130,7 +135,73 @@ pub mod step_functions {
         let always =
             crate::natives::options::option_bool(&options, "always", "step")?.unwrap_or(false);
         let on_failure = crate::natives::options::option_str(&options, "on_failure", "step")?;
-        declare(&context, name, body, always, on_failure, needs)
+        let keep_going =
+            crate::natives::options::option_bool(&options, "keep_going", "step")?.unwrap_or(false);
+        declare(
+            &context,
+            name,
+            body,
+            StepOptions {
+                always,
+                on_failure,
+                needs,
+                keep_going,
+                expected: None,
+            },
+        )
+    }
+
+    /// Declares one row of a qualification report (a smoke test): a step that only reads, whose
+    /// body returns what it found. The row passes when that equals `expected`; a body may instead
+    /// return `#{found: "...", passed: true}` for a verdict that is not an equality. A row that
+    /// fails (a different finding, or an error, whose message becomes the finding) is reported
+    /// with `hint` and the next rows still run; the run then exits 1. A row that cannot be
+    /// checked (something it reads through is down) calls `skip(reason)`: it shows as `not
+    /// checked` with the reason, and the run exits 1 too (only passed rows qualify). bprun
+    /// then prints the table of rows (check, expected, found, result, the hint of each failed row);
+    /// `--json` emits one `check` event per row. Rows are steps: `--only` and `--skip` select
+    /// them. Options: `expected` (required text), `hint` (what to look at when the row fails).
+    ///
+    /// ```rhai
+    /// check_row("Answer", #{expected: "42", hint: "see the guide"}, || {
+    ///     `${6 * 7}`
+    /// });
+    /// check_row("Nodes", #{expected: "at least 1"}, || {
+    ///     let nodes = 3;
+    ///     #{found: `${nodes} nodes`, passed: nodes >= 1}
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn check_row(
+        context: NativeCallContext,
+        name: &str,
+        options: rhai::Map,
+        body: FnPtr,
+    ) -> Result<(), Box<EvalAltResult>> {
+        crate::natives::options::reject_unknown(&options, &["expected", "hint"], "check_row")?;
+        let Some(expected) =
+            crate::natives::options::option_str(&options, "expected", "check_row")?
+        else {
+            return Err(native_error(
+                NativeError::new(format!(
+                    "check_row(\"{name}\"): the option `expected` is missing"
+                ))
+                .with_hint("say what the row expects to find: check_row(\"Gateway Programmed\", #{expected: \"True\"}, || ...)"),
+            ));
+        };
+        let on_failure = crate::natives::options::option_str(&options, "hint", "check_row")?;
+        declare(
+            &context,
+            name,
+            body,
+            StepOptions {
+                always: false,
+                on_failure,
+                needs: Vec::new(),
+                keep_going: true,
+                expected: Some(expected),
+            },
+        )
     }
 
     /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
@@ -241,14 +312,22 @@ pub mod step_functions {
     }
 }
 
+/// What a step declaration may add to a name and a body.
+#[derive(Default)]
+struct StepOptions {
+    always: bool,
+    on_failure: Option<String>,
+    needs: Vec<String>,
+    keep_going: bool,
+    expected: Option<String>,
+}
+
 /// Records a step the top level declares.
 fn declare(
     context: &NativeCallContext,
     name: &str,
     body: FnPtr,
-    always: bool,
-    on_failure: Option<String>,
-    needs: Vec<String>,
+    options: StepOptions,
 ) -> Result<(), Box<EvalAltResult>> {
     let session = session(context)?;
     if session.state.phase() == Phase::Running {
@@ -274,9 +353,11 @@ fn declare(
         body,
         position: context.call_position(),
         source: context.call_source().map(str::to_string),
-        always,
-        on_failure,
-        needs,
+        always: options.always,
+        on_failure: options.on_failure,
+        needs: options.needs,
+        keep_going: options.keep_going,
+        expected: options.expected,
     });
     Ok(())
 }

@@ -10,6 +10,7 @@ pub mod fs;
 pub mod git;
 pub mod gitlab;
 pub mod helm;
+pub mod host;
 pub mod kube;
 pub mod kube_conditions;
 pub mod net;
