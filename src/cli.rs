@@ -99,6 +99,23 @@ enum Command {
         #[arg(long)]
         rehearse: bool,
     },
+    /// Evaluate one Rhai input as the REPL would (same natives, authentication, check mode and
+    /// redaction) and print its value: for scripts and CI (`bprun eval 'bao_status().sealed'`)
+    Eval {
+        /// Report what would change instead of changing it
+        #[arg(long)]
+        check: bool,
+        /// Run a script's top level first (its functions, imports and constants become
+        /// available; its steps are declared, not run)
+        #[arg(long, value_name = "SCRIPT")]
+        load: Option<PathBuf>,
+        /// Print the value as JSON
+        #[arg(long)]
+        json: bool,
+        /// The Rhai input (one expression, or statements; the last one's value is printed)
+        #[arg(value_name = "EXPR")]
+        input: String,
+    },
     /// Rehearse a script on the embedded simulated platform (GitLab and Kubernetes simulators,
     /// OpenBao), on a copy of the repository; prints the platform's end state
     Rehearse {
@@ -305,7 +322,7 @@ fn normalize_command_line(mut words: Vec<String>) -> Vec<String> {
     let subcommand = words.get(1).map(String::as_str);
     let runs_a_script = !matches!(
         subcommand,
-        Some("functions" | "defs" | "completions" | "repl" | "sim" | "help")
+        Some("functions" | "defs" | "completions" | "repl" | "eval" | "sim" | "help")
     );
     let end = words
         .iter()
@@ -415,6 +432,12 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             load,
             rehearse: true,
         }) => crate::rehearse::repl(check, load),
+        Some(Command::Eval {
+            check,
+            load,
+            json,
+            input,
+        }) => crate::repl::eval(crate::repl::ReplOptions { check, load }, &input, json),
         Some(Command::Repl { check, load, .. }) => {
             crate::repl::run(crate::repl::ReplOptions { check, load })
         }

@@ -370,13 +370,28 @@ pub fn sim_all(
         platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;
     use std::io::Write;
     let mut out = std::io::stdout();
+    // The same as `export` lines for `source` (written first: whoever read the lines may use
+    // it at once); it holds tokens, so 0600 like the rest of the state.
+    let exports: String = platform
+        .env()
+        .iter()
+        .map(|(key, value)| format!("export {key}='{}'\n", value.replace('\'', "'\\''")))
+        .collect();
+    let env_file = state.path.join("env.sh");
+    bprun_clients::fs::write_private(&env_file, exports.as_bytes()).map_err(|error| {
+        usage(format!(
+            "bprun sim all: cannot write {}: {error}",
+            env_file.display()
+        ))
+    })?;
     for (key, value) in platform.env() {
         let _ = writeln!(out, "{key}={value}");
     }
     let _ = out.flush();
     eprintln!("OpenBao: {}", platform.bao_description());
     eprintln!(
-        "set these variables in the shell that runs `bprun scripts/phase3.rhai` or `bprun repl`; Ctrl-C stops the platform"
+        "set these variables in the shell that runs `bprun scripts/phase3.rhai` or `bprun repl` (`source {}` does it); Ctrl-C stops the platform",
+        env_file.display()
     );
     bprun_clients::runtime::runtime()
         .block_on(bprun_sim::http::shutdown_signal())

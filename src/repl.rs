@@ -805,7 +805,8 @@ fn repl_root() -> PathBuf {
     crate::runner::find_root(&current.join("repl.rhai"))
 }
 
-pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
+/// A session with every native, the script's top level run when `--load` names one.
+fn start(options: &ReplOptions) -> Result<Repl, Error> {
     let root = repl_root();
     let reporter = Reporter::new(Format::Human, 0);
     let state = RunState::new(
@@ -879,6 +880,23 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
     // middle of a run, so `step` explains itself instead.
     repl.engine.register_global_module(step_explainer().into());
     repl.refresh_words();
+    Ok(repl)
+}
+
+/// `bprun eval EXPR`: one input evaluated as the REPL would (same engine, authentication, check
+/// mode and redaction), its value printed; exit 3 when it fails.
+pub fn eval(options: ReplOptions, input: &str, json: bool) -> Result<ExitCode, Error> {
+    let mut repl = start(&options)?;
+    repl.json = json;
+    if repl.evaluate(input) {
+        Ok(ExitCode::Success)
+    } else {
+        Err(Error::Reported(ExitCode::ScriptError))
+    }
+}
+
+pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
+    let mut repl = start(&options)?;
 
     let mut parser = Engine::new_raw();
     parser.set_max_expr_depths(0, 0);

@@ -186,3 +186,127 @@ fn completions_end_quietly_when_the_reader_stops_early() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert_eq!(output.status.code(), Some(0), "{stderr}");
 }
+
+#[test]
+fn eval_prints_one_value_as_the_repl_would_and_fails_with_exit_3() {
+    let test = repo();
+    test.run(&["eval", "1 + 2"]).expect(0, "3\n", "");
+    // Secrets stay hidden, in text and in JSON; the token from the environment too.
+    test.run(&[
+        "eval",
+        "--json",
+        "#{a: [1, secret(\"hunter2-eval-canary\")]}",
+    ])
+    .expect(0, "{\n  \"a\": [\n    1,\n    \"***\"\n  ]\n}\n", "");
+    let token = repo()
+        .env("GITLAB_TOKEN", "glpat-eval-canary-0000000000")
+        .run(&["eval", "`token is ${env(\"GITLAB_TOKEN\")}`"]);
+    token.expect(0, "token is ***\n", "");
+    // Check mode: reports, changes nothing.
+    let check = test.run(&["eval", "--check", "write_text(\"x.txt\", \"y\").changed"]);
+    check.expect(0, "~ would create file x.txt\ntrue\n", "");
+    assert!(!test.join("x.txt").exists());
+    // --load gives the script's functions.
+    let loaded = repo()
+        .script("fn double(x) { x * 2 }\nstep(\"A\", || { write_text(\"a.txt\", \"a\"); });\n");
+    let out = loaded.run(&["eval", "--load", "scripts/test.rhai", "double(21)"]);
+    out.code(0);
+    out.stdout_contains("42\n");
+    assert!(
+        !loaded.join("a.txt").exists(),
+        "steps are declared, not run"
+    );
+    let failed = test.run(&["eval", "nosuch(1)"]);
+    failed.code(3);
+    failed.stderr_contains("× unknown function: nosuch (i64)");
+}
+
+/// Starts `bprun sim all --state STATE`, reads its six KEY=value lines and stops it (by its pid).
+fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
+    use std::io::BufRead;
+    let mut child = BPRUN
+        .command()
+        .args(["sim", "all", "--pipeline-seconds", "0.3", "--state"])
+        .arg(state)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start bprun sim all");
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut vars = Vec::new();
+    while vars.len() < 6 {
+        let mut line = String::new();
+        if reader.read_line(&mut line).expect("read") == 0 {
+            break;
+        }
+        if let Some((key, value)) = line.trim().split_once('=') {
+            vars.push((key.to_string(), value.to_string()));
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(vars.len(), 6, "{vars:?}");
+    vars
+}
+
+#[test]
+fn sim_all_keeps_its_tokens_across_restarts_and_writes_an_env_file_to_source() {
+    let state = tempfile::tempdir().expect("state");
+    let first = sim_all_environment(state.path());
+    let second = sim_all_environment(state.path());
+    let token = |vars: &[(String, String)], key: &str| {
+        vars.iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.clone())
+            .expect(key)
+    };
+    for key in ["GITLAB_TOKEN", "BAO_TOKEN", "KUBECONFIG"] {
+        assert_eq!(token(&first, key), token(&second, key), "{key} changed");
+    }
+    let env_file = state.path().join("env.sh");
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&env_file)
+            .expect("env.sh")
+            .permissions()
+            .mode()
+            & 0o777,
+        0o600
+    );
+    // Sourced by a shell, it sets exactly what was printed.
+    let printed = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            ". '{}' && echo \"$GITLAB_URL $BAO_TOKEN $BPRUN_SIM_CA_FILE\"",
+            env_file.display()
+        ))
+        .output()
+        .expect("sh");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout).trim(),
+        format!(
+            "{} {} {}",
+            token(&second, "GITLAB_URL"),
+            token(&second, "BAO_TOKEN"),
+            token(&second, "BPRUN_SIM_CA_FILE")
+        )
+    );
+}
+
+#[test]
+fn the_gitlab_simulator_says_at_start_up_that_it_needs_git() {
+    let empty = tempfile::tempdir().expect("an empty PATH");
+    let output = BPRUN
+        .command()
+        .args(["sim", "gitlab", "--listen", "127.0.0.1:0"])
+        .env("PATH", empty.path())
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run bprun");
+    Output::raw(output).code(2).stderr(
+        "error: bprun sim gitlab: the GitLab simulator needs git on PATH (it keeps the projects' repositories with it): install it (apt-get install git, dnf install git or brew install git) and start again\n",
+    );
+}

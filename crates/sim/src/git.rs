@@ -40,7 +40,19 @@ fn run(mut command: Command, what: &str) -> Result<String, String> {
 }
 
 impl Repos {
+    /// The repositories' folder. The simulator keeps repositories with the real git, so a
+    /// missing git is reported here, at start-up, rather than as a 500 on the first project.
     pub fn new(root: PathBuf) -> Result<Repos, String> {
+        let found = Command::new("git")
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success());
+        if !found {
+            return Err("the GitLab simulator needs git on PATH (it keeps the projects' repositories with it): install it (apt-get install git, dnf install git or brew install git) and start again".to_string());
+        }
         std::fs::create_dir_all(&root)
             .map_err(|error| format!("cannot create {}: {error}", root.display()))?;
         Ok(Repos { root })

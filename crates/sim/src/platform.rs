@@ -80,7 +80,8 @@ pub fn find_bao(root: &Path) -> Option<PathBuf> {
 
 /// What a state folder keeps across restarts (mode 0600): the ports, so URLs stay the same
 /// (working trees' remotes, the kubeconfig in CI variables), and the simulators' own tokens.
-/// OpenBao's token is not kept: the dev server starts empty anyway.
+/// OpenBao's root token is kept too, so a shell that exported the environment keeps working
+/// after a restart (the dev server's data starts empty again).
 #[derive(Debug, Default, serde::Serialize, serde::Deserialize)]
 struct Saved {
     gitlab_port: u16,
@@ -89,6 +90,8 @@ struct Saved {
     bao_port: u16,
     gitlab_admin_token: String,
     kube_token: String,
+    #[serde(default)]
+    bao_token: String,
 }
 
 /// The saved port when it is free again, else any free port.
@@ -144,6 +147,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
     };
     let gitlab_admin_token = keep(&saved.gitlab_admin_token, random("glpat-sim-", 20));
     let kube_token = keep(&saved.kube_token, crate::kube::random_token());
+    let bao_token = keep(&saved.bao_token, random("sim-root-", 24));
     let port = |listener: &TcpListener| listener.local_addr().map(|a| a.port()).unwrap_or(0);
     let record = Saved {
         gitlab_port: port(&gitlab),
@@ -152,6 +156,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         bao_port: bao_addr.port(),
         gitlab_admin_token: gitlab_admin_token.clone(),
         kube_token: kube_token.clone(),
+        bao_token: bao_token.clone(),
     };
     let text = serde_json::to_string_pretty(&record).map_err(|e| e.to_string())?;
     bprun_clients::fs::write_private(&saved_file, text.as_bytes())
@@ -165,7 +170,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         bao,
         bao_kind,
         bao_addr,
-        bao_token: random("sim-root-", 24),
+        bao_token,
         gitlab_admin_token,
         kube_token,
         kubeconfig: state_dir.join("kubeconfig"),
