@@ -528,8 +528,8 @@ enum Report {
 fn run(args: RunArgs) -> Result<ExitCode, Error> {
     let (options, report) = args.into_options()?;
     match report {
-        Report::Timings => runner::timings(&options.script),
-        Report::Summary => runner::summary(&options.script),
+        Report::Timings => runner::timings(&options.script, options.json),
+        Report::Summary => runner::summary(&options.script, options.json),
         Report::None => runner::run(options),
     }
 }

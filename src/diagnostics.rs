@@ -14,6 +14,9 @@ use crate::error::{NativeError, StepSkip};
 pub struct Report {
     pub headline: String,
     pub text: String,
+    /// Where it happened, `file:line:column` (for `--json`'s `error` event).
+    pub location: Option<String>,
+    pub hint: Option<String>,
 }
 
 /// One script function on the way to the error, outermost first.
@@ -330,6 +333,8 @@ pub fn runtime_error(
     Report {
         text: render(&cause.headline, &cause.label, &at, source, &footer),
         headline: cause.headline,
+        location: Some(at.describe()),
+        hint: cause.hint.clone(),
     }
 }
 
@@ -361,6 +366,8 @@ pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> 
     Report {
         text: render(&headline, "here", &at, session.source(source_name), &footer),
         headline,
+        location: Some(at.describe()),
+        hint: Some(hint.to_string()),
     }
 }
 

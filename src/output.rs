@@ -78,7 +78,11 @@ impl Reporter {
         let _ = out.flush();
     }
 
-    fn event(&self, value: Value) {
+    /// One JSON line, with the time it happened (`ts`, RFC 3339 UTC, milliseconds).
+    fn event(&self, mut value: Value) {
+        if let Value::Object(map) = &mut value {
+            map.insert("ts".to_string(), Value::String(timestamp()));
+        }
         Self::write_stdout(&format!("{value}\n"));
     }
 
@@ -133,10 +137,13 @@ impl Reporter {
     pub fn change(&self, action: &str, resource: &str, check: bool) {
         let mut state = self.lock();
         match self.format {
-            Format::Json => self.event(json!({
-                "event": "change", "step": state.step, "action": action,
-                "resource": resource, "check": check,
-            })),
+            Format::Json => {
+                let (kind, name) = resource_kind_and_name(action, resource);
+                self.event(json!({
+                    "event": "change", "step": state.step, "action": action,
+                    "kind": kind, "name": name, "resource": resource, "check": check,
+                }))
+            }
             Format::Human if self.verbosity >= 0 => {
                 Self::break_header(&mut state);
                 let would = if check { "would " } else { "" };
@@ -148,14 +155,36 @@ impl Reporter {
     }
 
     /// `--list --json`: the plan as one event (human output prints it line by line).
-    pub fn plan(&self, script: &str, steps: &[(String, Option<String>)]) {
+    /// `params` is the script's declared parameters, when it declares any.
+    pub fn plan(
+        &self,
+        script: &str,
+        steps: &[(String, Option<String>)],
+        params: Option<&[crate::params::ParamDecl]>,
+    ) {
         if self.format == Format::Json {
             let steps: Vec<Value> = steps
                 .iter()
                 .enumerate()
                 .map(|(index, (name, skip))| json!({"index": index + 1, "name": name, "skipped": skip}))
                 .collect();
-            self.event(json!({"event": "plan", "script": script, "steps": steps}));
+            let params: Option<Vec<Value>> = params.map(|decls| {
+                decls
+                    .iter()
+                    .map(|decl| {
+                        json!({
+                            "name": decl.name, "flag": decl.flag(), "type": decl.kind.name(),
+                            "default": decl.default.as_ref().map(|value| {
+                                serde_json::to_value(value).unwrap_or(Value::Null)
+                            }),
+                            "help": decl.help,
+                        })
+                    })
+                    .collect()
+            });
+            self.event(
+                json!({"event": "plan", "script": script, "params": params, "steps": steps}),
+            );
         }
     }
 
@@ -232,15 +261,114 @@ impl Reporter {
 
     /// An error rendered for humans: to stderr in human mode, as an `error` event in JSON mode.
     pub fn error(&self, rendered: &str, headline: &str) {
+        let step = self.lock().step.clone();
+        self.error_event(
+            rendered,
+            &ErrorEvent {
+                headline,
+                step: step.as_deref(),
+                location: None,
+                hint: None,
+            },
+        );
+    }
+
+    /// [`Reporter::error`] with the step, the script location and the hint it is about.
+    pub fn error_event(&self, rendered: &str, details: &ErrorEvent) {
         let mut state = self.lock();
         Self::break_header(&mut state);
         if self.format == Format::Json {
-            self.event(json!({"event": "error", "step": state.step, "message": headline}));
+            self.event(json!({
+                "event": "error", "step": details.step, "message": details.headline,
+                "location": details.location, "hint": details.hint,
+            }));
         }
         let mut err = std::io::stderr().lock();
         let _ = err.write_all(scrub(rendered).as_bytes());
         let _ = err.flush();
     }
+}
+
+/// What an `error` event says besides the rendered text.
+pub struct ErrorEvent<'a> {
+    pub headline: &'a str,
+    pub step: Option<&'a str>,
+    /// `file:line:column` of the script line that failed.
+    pub location: Option<&'a str>,
+    pub hint: Option<&'a str>,
+}
+
+/// Now, as RFC 3339 UTC with milliseconds: `2026-11-30T23:59:01.123Z`.
+pub fn timestamp() -> String {
+    humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
+}
+
+/// Kinds of resources whose names are more than one word, as natives describe them.
+const MULTI_WORD_KINDS: &[&str] = &[
+    "personal access token",
+    "helm release",
+    "CI variable",
+    "latest version of secret",
+    "all versions of secret",
+    "kv version",
+];
+
+/// A change's resource text as its kind and name, for `--json`'s `change` events. Natives write
+/// `KIND NAME [detail]` (`project blueprint-apps/demo`, `file out.txt`, `Deployment gitlab/web`,
+/// `helm release gitlab/gitlab from ... (...)`); the git and file natives start with a path
+/// (`URL into TREE`, `TREE (commit)`, `TO from FROM (...)`) and commands with the command line
+/// in backticks: their kind comes from the action.
+pub fn resource_kind_and_name(action: &str, resource: &str) -> (String, String) {
+    let resource = resource.trim();
+    let first_word = |text: &str| {
+        text.split_whitespace()
+            .next()
+            .unwrap_or("")
+            .trim_matches(|c| c == '"' || c == '\'')
+            .to_string()
+    };
+    if let Some(command) = resource.strip_prefix('`') {
+        let line = command.split('`').next().unwrap_or(command);
+        return ("command".to_string(), line.to_string());
+    }
+    if let Some(kind) = MULTI_WORD_KINDS
+        .iter()
+        .find(|kind| resource.starts_with(&format!("{kind} ")))
+    {
+        return (kind.to_string(), first_word(&resource[kind.len()..]));
+    }
+    let first = first_word(resource);
+    // Kubernetes objects: `Kind/name in namespace` (crates/clients/src/kube.rs `display`).
+    if let Some((kind, name)) = first.split_once('/')
+        && kind.starts_with(|c: char| c.is_ascii_uppercase())
+        && kind.chars().all(|c| c.is_ascii_alphanumeric())
+        && !name.contains('/')
+    {
+        let namespace = resource
+            .split_once(" in ")
+            .map(|(_, namespace)| first_word(namespace));
+        let name = match namespace {
+            Some(namespace) => format!("{namespace}/{name}"),
+            None => name.to_string(),
+        };
+        return (kind.to_string(), name);
+    }
+    let looks_like_a_path = first.contains('/') || first.contains("://") || first.starts_with('.');
+    if !looks_like_a_path {
+        let rest = resource.split_once(' ').map_or("", |(_, rest)| rest);
+        return (first, first_word(rest));
+    }
+    let kind = match action {
+        "clone" | "pull" | "commit and push" => "working tree",
+        "sync" => "directory",
+        _ => "path",
+    };
+    // `URL into TREE`: the tree is what changed.
+    let name = match resource.split_once(" into ") {
+        Some((_, tree)) => first_word(tree),
+        None => first,
+    };
+    (kind.to_string(), name)
 }
 
 fn round_ms(seconds: f64) -> f64 {
@@ -484,4 +612,91 @@ pub fn recap_summary(steps: &[StepRecord], duration: Duration) -> String {
         parts.join(", "),
         format_duration(duration)
     )
+}
+
+#[cfg(test)]
+mod resource_tests {
+    use super::resource_kind_and_name;
+
+    #[test]
+    fn every_natives_resource_text_has_a_kind_and_a_name() {
+        for (action, resource, kind, name) in [
+            (
+                "create",
+                "project blueprint-apps/demo",
+                "project",
+                "blueprint-apps/demo",
+            ),
+            (
+                "create",
+                "group blueprint-apps (internal)",
+                "group",
+                "blueprint-apps",
+            ),
+            ("create", "file out.txt", "file", "out.txt"),
+            (
+                "write",
+                "secret secret/gitlab/x (version 2)",
+                "secret",
+                "secret/gitlab/x",
+            ),
+            (
+                "revoke",
+                "personal access token blueprint-phase3 (#5)",
+                "personal access token",
+                "blueprint-phase3",
+            ),
+            (
+                "install",
+                "helm release gitlab/gitlab from infra/x.tgz (new)",
+                "helm release",
+                "gitlab/gitlab",
+            ),
+            (
+                "set",
+                "CI variable CI_KUBECONFIG_B64 of g/p",
+                "CI variable",
+                "CI_KUBECONFIG_B64",
+            ),
+            (
+                "create",
+                "Deployment/web in gitlab",
+                "Deployment",
+                "gitlab/web",
+            ),
+            ("create", "Namespace/gitlab", "Namespace", "gitlab"),
+            (
+                "clone",
+                "http://127.0.0.1:1/g/p.git into apps-local/g/p",
+                "working tree",
+                "apps-local/g/p",
+            ),
+            (
+                "commit and push",
+                "apps-local/g/p (0123abcd)",
+                "working tree",
+                "apps-local/g/p",
+            ),
+            (
+                "sync",
+                "apps-local/g/p from apps/p (1 created, 0 updated, 0 deleted)",
+                "directory",
+                "apps-local/g/p",
+            ),
+            ("run", "`helm version`", "command", "helm version"),
+            ("post", "/api/v4/projects", "path", "/api/v4/projects"),
+            (
+                "mint",
+                "certificate infra/tls/cert.pem for *.x (new)",
+                "certificate",
+                "infra/tls/cert.pem",
+            ),
+        ] {
+            assert_eq!(
+                resource_kind_and_name(action, resource),
+                (kind.to_string(), name.to_string()),
+                "{action} {resource}"
+            );
+        }
+    }
 }

@@ -255,17 +255,31 @@ pub fn rehearse(
             break;
         }
     }
+    // Under --json stdout carries JSON lines only: the end state is one event per part.
+    let show = |title: &str, part: &str, text: &str| {
+        if options.json {
+            let lines: Vec<&str> = text.lines().collect();
+            let event = serde_json::json!({
+                "event": "end_state", "part": part, "lines": lines,
+                "ts": crate::output::timestamp(),
+            });
+            println!("{}", bprun_clients::secret::scrub(&event.to_string()));
+        } else {
+            println!("\nEnd state of the rehearsal {title}:");
+            print!("{}", bprun_clients::secret::scrub(text));
+        }
+    };
     if bare {
-        println!("\nEnd state of the rehearsal cluster:");
-        print!("{}", helm_releases(&work));
-        print!("{}", platform.kube_summary());
-        print!("{}", openbao_paths(&work));
+        let cluster = format!(
+            "{}{}{}",
+            helm_releases(&work),
+            platform.kube_summary(),
+            openbao_paths(&work)
+        );
+        show("cluster", "cluster", &cluster);
     }
     match platform.end_state() {
-        Ok(text) => {
-            println!("\nEnd state of the rehearsal platform:");
-            print!("{text}");
-        }
+        Ok(text) => show("platform", "platform", &text),
         Err(message) => eprintln!("warning: cannot read the end state: {message}"),
     }
     drop(platform);

@@ -601,7 +601,10 @@ fn run_steps(
                 (step.name.clone(), skip.map(|(reason, _)| reason))
             })
             .collect();
-        reporter.plan(display, &plan);
+        let declared = lock(&session.params)
+            .as_ref()
+            .map(|bound| bound.decls.clone());
+        reporter.plan(display, &plan, declared.as_deref());
         let noun = if total == 1 { "step" } else { "steps" };
         reporter.line(&format!("{display}: {total} {noun}"));
         if let Some(note) = &note {
@@ -771,6 +774,12 @@ fn run_steps(
                         diagnostics::Report {
                             text: format!("{headline}\n{at}"),
                             headline,
+                            location: match (&step.source, step.position.line()) {
+                                (Some(source), Some(line)) => Some(format!("{source}:{line}")),
+                                (None, Some(line)) => Some(format!("{display}:{line}")),
+                                _ => None,
+                            },
+                            hint: step.on_failure.clone(),
                         }
                     }
                 };
@@ -804,12 +813,17 @@ fn run_steps(
                 } else {
                     "re-run with --resume to continue from here\n"
                 };
-                reporter.error(
+                reporter.error_event(
                     &format!(
                         "error: step \"{}\" failed\n{}{look_at}{next}",
                         step.name, report.text
                     ),
-                    &report.headline,
+                    &crate::output::ErrorEvent {
+                        headline: &report.headline,
+                        step: Some(&step.name),
+                        location: report.location.as_deref(),
+                        hint: report.hint.as_deref().or(step.on_failure.as_deref()),
+                    },
                 );
                 records.push(failed);
                 continue;
@@ -933,10 +947,28 @@ fn record(
 /// `bprun --timings SCRIPT`: the last real run's table, compared with the run before it.
 /// `--summary`: where the last run stopped and the next three steps, from the journal alone
 /// (no script step runs, no server is contacted).
-pub fn summary(script: &Path) -> Result<ExitCode, Error> {
+/// One JSON line on stdout (`--json` forms of `--summary` and `--timings`), scrubbed.
+fn print_event(mut value: serde_json::Value) {
+    if let serde_json::Value::Object(map) = &mut value {
+        map.insert(
+            "ts".to_string(),
+            serde_json::Value::String(crate::output::timestamp()),
+        );
+    }
+    println!("{}", bprun_clients::secret::scrub(&value.to_string()));
+}
+
+pub fn summary(script: &Path, json: bool) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(script)?;
     let journal = Journal::load(&location.root, &location.display)?;
     let Some(last) = journal.last_real_run() else {
+        if json {
+            print_event(serde_json::json!({
+                "event": "summary", "script": location.display, "last_run": null,
+                "stopped_at": null, "next": [],
+            }));
+            return Ok(ExitCode::Success);
+        }
         println!(
             "no recorded run of {} yet: the next run starts at step 1 (`bprun --list {}` shows the plan)",
             location.display, location.display
@@ -951,6 +983,32 @@ pub fn summary(script: &Path) -> Result<ExitCode, Error> {
         )
     };
     let current = last.steps.iter().position(|step| unfinished(&step.status));
+    if json {
+        let stopped_at = current.map(|index| {
+            let step = &last.steps[index];
+            serde_json::json!({
+                "index": index + 1, "name": step.name, "status": step.status,
+                "error": step.error,
+            })
+        });
+        let next: Vec<serde_json::Value> = current
+            .map(|index| {
+                last.steps
+                    .iter()
+                    .enumerate()
+                    .skip(index)
+                    .map(|(at, step)| serde_json::json!({"index": at + 1, "name": step.name}))
+                    .collect()
+            })
+            .unwrap_or_default();
+        print_event(serde_json::json!({
+            "event": "summary", "script": location.display,
+            "last_run": {"started": last.started, "outcome": last.outcome,
+                         "duration_s": last.duration_s, "steps": total},
+            "stopped_at": stopped_at, "next": next,
+        }));
+        return Ok(ExitCode::Success);
+    }
     println!(
         "Last run of {}: {} ({}, {:.2} s)",
         location.display, last.started, last.outcome, last.duration_s
@@ -998,14 +1056,22 @@ pub fn summary(script: &Path) -> Result<ExitCode, Error> {
     Ok(ExitCode::Success)
 }
 
-pub fn timings(script: &Path) -> Result<ExitCode, Error> {
+pub fn timings(script: &Path, json: bool) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(script)?;
     let journal = Journal::load(&location.root, &location.display)?;
-    let Some(last) = journal.last_real_run() else {
+    let last = journal.last_real_run();
+    let previous = journal.previous_real_run();
+    if json {
+        print_event(serde_json::json!({
+            "event": "timings", "script": location.display, "last_run": last,
+            "previous_run": previous,
+        }));
+        return Ok(ExitCode::Success);
+    }
+    let Some(last) = last else {
         println!("no recorded run of {} yet", location.display);
         return Ok(ExitCode::Success);
     };
-    let previous = journal.previous_real_run();
     println!(
         "Last run of {}: {} ({}, {:.2} s)",
         location.display, last.started, last.outcome, last.duration_s

@@ -29,20 +29,40 @@ fn list_prints_the_plan_without_running_any_step() {
 #[test]
 fn list_in_json_is_one_plan_event() {
     let test = repo().script(THREE_STEPS);
-    test.run(&[
+    let output = test.run(&[
         "--list",
         "--json",
         "--skip",
         "Say hello",
         "scripts/test.rhai",
-    ])
-    .expect(
-        0,
-        "{\"event\":\"plan\",\"script\":\"scripts/test.rhai\",\"steps\":[\
-         {\"index\":1,\"name\":\"Write config\",\"skipped\":null},\
-         {\"index\":2,\"name\":\"Say hello\",\"skipped\":\"--skip\"},\
-         {\"index\":3,\"name\":\"Maybe fail\",\"skipped\":null}]}\n",
-        "",
+    ]);
+    output.code(0);
+    let mut plan: serde_json::Value =
+        serde_json::from_str(output.raw_stdout.trim()).expect("one JSON line");
+    assert!(plan["ts"].is_string(), "{plan}");
+    plan.as_object_mut().map(|map| map.remove("ts"));
+    assert_eq!(
+        plan,
+        serde_json::json!({"event": "plan", "script": "scripts/test.rhai", "params": null, "steps": [
+            {"index": 1, "name": "Write config", "skipped": null},
+            {"index": 2, "name": "Say hello", "skipped": "--skip"},
+            {"index": 3, "name": "Maybe fail", "skipped": null},
+        ]})
+    );
+    // A script's declared parameters are part of its plan.
+    let declared = repo().script(
+        "let args = params(#{n: #{type: \"int\", default_value: 3, help: \"How many\"}});\nstep(\"A\", || {});\n",
+    );
+    let plan: serde_json::Value = serde_json::from_str(
+        declared
+            .run(&["--list", "--json", "scripts/test.rhai"])
+            .raw_stdout
+            .trim(),
+    )
+    .expect("JSON");
+    assert_eq!(
+        plan["params"],
+        serde_json::json!([{"name": "n", "flag": "--n", "type": "int", "default": 3, "help": "How many"}])
     );
 }
 
@@ -352,6 +372,66 @@ fn json_events_describe_the_run_one_object_per_line() {
     assert_eq!(events[8]["error"], "asked to fail");
     assert_eq!(events[10]["outcome"], "step-failed");
     assert_eq!(events[10]["exit_code"], 1);
+    // Structured fields: every event has its time; a change its kind and name; the error its
+    // step, the script line and (here none) a hint.
+    for event in &events {
+        let ts = event["ts"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no ts: {event}"));
+        assert!(
+            ts.len() == 24 && ts.ends_with('Z') && ts.as_bytes()[10] == b'T',
+            "{ts}"
+        );
+    }
+    assert_eq!(events[2]["action"], "create");
+    assert_eq!(events[2]["kind"], "file");
+    assert_eq!(events[2]["name"], "out/config.txt");
+    assert_eq!(events[2]["step"], "Write config");
+    assert_eq!(events[9]["step"], "Maybe fail");
+    assert_eq!(events[9]["message"], "asked to fail");
+    assert_eq!(events[9]["location"], "scripts/test.rhai:9:28");
+    assert!(events[9]["hint"].is_null(), "{}", events[9]);
+    // --timings and --summary honour --json: one event each, nothing else on stdout.
+    for (flag, event) in [("--timings", "timings"), ("--summary", "summary")] {
+        let report = test.run(&["--json", flag, "scripts/test.rhai"]);
+        report.code(0);
+        let lines: Vec<&str> = report.raw_stdout.lines().collect();
+        assert_eq!(lines.len(), 1, "{}", report.raw_stdout);
+        let value: serde_json::Value = serde_json::from_str(lines[0]).expect("JSON");
+        assert_eq!(value["event"], event);
+        assert_eq!(value["script"], "scripts/test.rhai");
+    }
+    let summary: serde_json::Value = serde_json::from_str(
+        test.run(&["--json", "--summary", "scripts/test.rhai"])
+            .raw_stdout
+            .trim(),
+    )
+    .expect("JSON");
+    assert_eq!(summary["stopped_at"]["name"], "Maybe fail");
+    assert_eq!(summary["stopped_at"]["index"], 3);
+}
+
+#[test]
+fn a_rehearsal_under_json_prints_json_lines_only() {
+    let test = repo().script("step(\"Show\", || { info(\"hello\"); });\n");
+    let output = test.run(&["rehearse", "--json", "scripts/test.rhai"]);
+    output.code(0);
+    let events: Vec<serde_json::Value> = output
+        .raw_stdout
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}")))
+        .collect();
+    let end_state = events
+        .iter()
+        .find(|event| event["event"] == "end_state")
+        .expect("the end state as an event");
+    assert_eq!(end_state["part"], "platform");
+    assert!(
+        end_state["lines"]
+            .as_array()
+            .is_some_and(|lines| !lines.is_empty()),
+        "{end_state}"
+    );
 }
 
 #[test]
