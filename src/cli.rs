@@ -49,6 +49,11 @@ struct RunArgs {
     /// Print the last run's per-step timings from the journal and exit
     #[arg(long)]
     timings: bool,
+    /// Show how each change changes its resource: files as unified diffs, Kubernetes objects
+    /// and helm values as YAML diffs, CI/CD variables old -> new (hidden values hidden),
+    /// OpenBao keys by name (with --check: what would change, and how)
+    #[arg(long)]
+    diff: bool,
     /// Print where the last run stopped and the next steps, from the journal, and exit
     #[arg(long, conflicts_with = "timings")]
     summary: bool,
@@ -258,6 +263,7 @@ impl RunArgs {
                 from: self.from,
                 resume: self.resume,
                 json: self.json,
+                diff: self.diff,
                 verbosity,
                 kube_context: self.kube_context,
             },
@@ -371,6 +377,11 @@ fn normalize_command_line(mut words: Vec<String>) -> Vec<String> {
     let path = words.pop().unwrap_or_default();
     words.extend(hoisted);
     words.push(path);
+    // `--` after the path: clap then reads none of the script's words as its own (a script
+    // parameter `--version` is the script's, not bprun's).
+    if !kept.is_empty() || !rest.is_empty() {
+        words.push("--".to_string());
+    }
     words.extend(kept);
     words.extend(rest);
     words
@@ -599,16 +610,21 @@ mod tests {
     fn runner_options_after_the_script_are_moved_before_it() {
         assert_eq!(
             normalize_command_line(words("bprun s.rhai --app x --check --only=A --skip B -q")),
-            words("bprun --check --only=A --skip B -q s.rhai --app x")
+            words("bprun --check --only=A --skip B -q s.rhai -- --app x")
         );
         assert_eq!(
             normalize_command_line(words("bprun rehearse a.rhai b.rhai --json --app x")),
-            words("bprun rehearse --json a.rhai b.rhai --app x")
+            words("bprun rehearse --json a.rhai -- b.rhai --app x")
         );
         // After `--` everything is the script's.
         assert_eq!(
             normalize_command_line(words("bprun s.rhai --app x -- --check")),
-            words("bprun s.rhai --app x -- --check")
+            words("bprun s.rhai -- --app x -- --check")
+        );
+        // A script's own `--version` is not bprun's.
+        assert_eq!(
+            normalize_command_line(words("bprun s.rhai --version v2")),
+            words("bprun s.rhai -- --version v2")
         );
     }
 
@@ -620,7 +636,7 @@ mod tests {
         );
         assert_eq!(
             normalize_command_line(words("bprun run s.rhai --app x -h")),
-            words("bprun run --list s.rhai --app x")
+            words("bprun run --list s.rhai -- --app x")
         );
         // Elsewhere --help is bprun's own.
         assert_eq!(

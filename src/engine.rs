@@ -65,6 +65,11 @@ pub struct Session {
     pub run_hook: Mutex<Option<RunHook>>,
     /// The script's declared parameters bound to its command line, when it declares any.
     pub params: Mutex<Option<crate::params::BoundParams>>,
+    /// The remote URL of each working tree `git_clone_or_pull` handled in this run, by tree.
+    pub tree_remotes: Mutex<HashMap<String, String>>,
+    /// Projects (`group/name`) whose head commit a check-mode `git_commit_push` would move: a
+    /// pipeline of their current head says nothing about the head they would have.
+    pub pending_heads: Mutex<std::collections::HashSet<String>>,
     /// The names of the natives the engine registered (did-you-mean in diagnostics).
     function_names: std::sync::OnceLock<Vec<String>>,
 }
@@ -82,6 +87,8 @@ impl Session {
             kube_context: Mutex::new(None),
             run_hook: Mutex::new(None),
             params: Mutex::new(None),
+            tree_remotes: Mutex::new(HashMap::new()),
+            pending_heads: Mutex::new(std::collections::HashSet::new()),
             function_names: std::sync::OnceLock::new(),
         }
     }

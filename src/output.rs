@@ -154,6 +154,33 @@ impl Reporter {
         }
     }
 
+    /// How a change changes its resource (`--diff`): indented under the change, `-` lines red
+    /// and `+` lines green on a terminal; a `diff` event in JSON mode.
+    pub fn diff(&self, text: &str) {
+        let mut state = self.lock();
+        match self.format {
+            Format::Json => self.event(json!({"event": "diff", "step": state.step, "diff": text})),
+            Format::Human => {
+                Self::break_header(&mut state);
+                let indent = if state.step.is_some() { "      " } else { "  " };
+                let mut out = String::new();
+                for line in text.lines() {
+                    let painted = match line.chars().next() {
+                        Some('-') if colour_enabled() && !line.starts_with("---") => {
+                            format!("\x1b[31m{line}\x1b[0m")
+                        }
+                        Some('+') if colour_enabled() && !line.starts_with("+++") => {
+                            format!("\x1b[32m{line}\x1b[0m")
+                        }
+                        _ => line.to_string(),
+                    };
+                    out.push_str(&format!("{indent}{painted}\n"));
+                }
+                Self::write_stdout(&out);
+            }
+        }
+    }
+
     /// `--list --json`: the plan as one event (human output prints it line by line).
     /// `params` is the script's declared parameters, when it declares any.
     pub fn plan(
@@ -287,6 +314,30 @@ impl Reporter {
         let _ = err.write_all(scrub(rendered).as_bytes());
         let _ = err.flush();
     }
+}
+
+/// A unified diff of two texts (3 lines of context), headed `--- a/NAME` / `+++ b/NAME`; empty
+/// when they are equal. A side that does not exist is `None` (`/dev/null` in the header).
+pub fn unified_diff(name: &str, old: Option<&str>, new: Option<&str>) -> String {
+    let (before, after) = (old.unwrap_or(""), new.unwrap_or(""));
+    if old.is_some() && before == after {
+        return String::new();
+    }
+    let header_old = if old.is_some() {
+        format!("a/{name}")
+    } else {
+        "/dev/null".to_string()
+    };
+    let header_new = if new.is_some() {
+        format!("b/{name}")
+    } else {
+        "/dev/null".to_string()
+    };
+    similar::TextDiff::from_lines(before, after)
+        .unified_diff()
+        .context_radius(3)
+        .header(&header_old, &header_new)
+        .to_string()
 }
 
 /// What an `error` event says besides the rendered text.

@@ -29,6 +29,8 @@ pub struct RunOptions {
     pub from: Option<String>,
     pub resume: bool,
     pub json: bool,
+    /// `--diff`: natives show how each change changes its resource.
+    pub diff: bool,
     pub verbosity: i8,
     /// The kubeconfig context the Kubernetes natives use (None: the current one).
     pub kube_context: Option<String>,
@@ -393,6 +395,7 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| location.root.clone());
+    state.set_diff(options.diff);
     let session = Arc::new(Session::new(state, import_root));
     *crate::engine::lock(&session.kube_context) = options.kube_context.clone();
     session.add_source(&location.display, &source);

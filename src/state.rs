@@ -34,6 +34,11 @@ pub struct RunState {
     running: AtomicBool,
     changes: Mutex<Vec<Change>>,
     change_count: AtomicU32,
+    /// `--diff`: natives show how each change changes its resource.
+    diff: AtomicBool,
+    /// In check mode: files natives would have written, so later natives can tell what would
+    /// follow (a working tree with a planned write would be committed and pushed).
+    planned_writes: Mutex<Vec<PathBuf>>,
 }
 
 impl RunState {
@@ -46,6 +51,42 @@ impl RunState {
             running: AtomicBool::new(false),
             changes: Mutex::new(Vec::new()),
             change_count: AtomicU32::new(0),
+            diff: AtomicBool::new(false),
+            planned_writes: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Check mode: `path` would be written (or deleted).
+    pub fn plan_write(&self, path: PathBuf) {
+        self.planned_writes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .push(path);
+    }
+
+    /// Check mode: whether a write is planned inside `dir`.
+    pub fn writes_planned_in(&self, dir: &std::path::Path) -> bool {
+        self.planned_writes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .any(|path| path.starts_with(dir))
+    }
+
+    /// Whether natives show their changes' diffs (`--diff`).
+    pub fn diff(&self) -> bool {
+        self.diff.load(Ordering::SeqCst)
+    }
+
+    pub fn set_diff(&self, diff: bool) {
+        self.diff.store(diff, Ordering::SeqCst);
+    }
+
+    /// Shows how the change just recorded changes its resource (only with `--diff`): a unified
+    /// diff, or a line such as `value hidden` for a secret.
+    pub fn record_diff(&self, text: &str) {
+        if self.diff() && !text.trim().is_empty() {
+            self.reporter.diff(text);
         }
     }
 

@@ -6,6 +6,28 @@ use crate::engine::{native_error, session};
 use crate::error::NativeError;
 use bprun_clients::fs::{Confinement, WriteOutcome};
 
+/// The `--diff` of one file: a unified diff of its text, or a line saying why not (a secret's
+/// content stays hidden; binary content is only said to differ).
+pub(crate) fn file_diff(
+    shown: &str,
+    before: Option<&[u8]>,
+    after: Option<&[u8]>,
+    secret: bool,
+) -> String {
+    if secret {
+        return format!("{shown}: content hidden (a secret)");
+    }
+    let text = |bytes: Option<&[u8]>| bytes.map(|b| std::str::from_utf8(b).map(str::to_string));
+    match (text(before), text(after)) {
+        (Some(Err(_)), _) | (_, Some(Err(_))) => format!("{shown}: binary content differs"),
+        (old, new) => crate::output::unified_diff(
+            shown,
+            old.and_then(Result::ok).as_deref(),
+            new.and_then(Result::ok).as_deref(),
+        ),
+    }
+}
+
 #[export_module]
 pub mod fs_functions {
     use super::*;
@@ -194,6 +216,15 @@ pub mod fs_functions {
             }
         }
         let files = Confinement::new(&state.root);
+        // Read before the write, for --diff.
+        let before = if state.diff() {
+            files
+                .resolve(path)
+                .ok()
+                .and_then(|full| std::fs::read(full).ok())
+        } else {
+            None
+        };
         let (full, outcome) = if state.check() {
             files
                 .plan_write(path, &content, mode)
@@ -214,7 +245,18 @@ pub mod fs_functions {
             WriteOutcome::Updated => Some("update"),
         };
         if let Some(action) = action {
+            if state.check() {
+                state.plan_write(full.clone());
+            }
             state.record_change(action, &format!("file {shown}"));
+            if state.diff() {
+                state.record_diff(&file_diff(
+                    &shown,
+                    before.as_deref(),
+                    Some(&content),
+                    is_secret,
+                ));
+            }
         }
         let mut result = rhai::Map::new();
         result.insert("changed".into(), action.is_some().into());
@@ -281,9 +323,26 @@ pub mod fs_functions {
         let to = files.resolve(destination).map_err(native_error)?;
         bprun_clients::tree::check_destination(&state.root, &to, destination)
             .map_err(native_error)?;
+        // --diff: what is there before the sync (a dry pass names the files it will touch).
+        let before: Vec<(String, Option<Vec<u8>>)> = if state.diff() {
+            let planned =
+                bprun_clients::tree::sync_tree(&from, &to, &exclude, true).map_err(native_error)?;
+            planned
+                .created
+                .iter()
+                .chain(&planned.updated)
+                .chain(&planned.deleted)
+                .map(|relative| (relative.clone(), std::fs::read(to.join(relative)).ok()))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let report = bprun_clients::tree::sync_tree(&from, &to, &exclude, state.check())
             .map_err(native_error)?;
         if report.changed() {
+            if state.check() {
+                state.plan_write(to.clone());
+            }
             state.record_change(
                 "sync",
                 &format!(
@@ -295,6 +354,20 @@ pub mod fs_functions {
                     report.deleted.len()
                 ),
             );
+            let shown_to = files.display(&to);
+            for (relative, old) in &before {
+                let new = if report.deleted.contains(relative) {
+                    None
+                } else {
+                    std::fs::read(from.join(relative)).ok()
+                };
+                state.record_diff(&file_diff(
+                    &format!("{shown_to}/{relative}"),
+                    old.as_deref(),
+                    new.as_deref(),
+                    false,
+                ));
+            }
         }
         let list = |items: &[String]| -> rhai::Array {
             items

@@ -24,6 +24,14 @@ fn auth(session: &Session) -> GitAuth {
     }
 }
 
+/// `group/name` of a GitLab clone URL (`https://host/group/name.git`).
+fn project_of_url(url: &str) -> Option<String> {
+    let after_scheme = url.split_once("://").map_or(url, |(_, rest)| rest);
+    let path = after_scheme.split_once('/')?.1;
+    let path = path.trim_end_matches('/').trim_end_matches(".git");
+    (!path.is_empty()).then(|| path.to_string())
+}
+
 #[export_module]
 pub mod git_functions {
     use super::*;
@@ -48,6 +56,7 @@ pub mod git_functions {
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(dir).map_err(native_error)?;
         let shown = files.display(&full);
+        crate::engine::lock(&session.tree_remotes).insert(shown.clone(), url.to_string());
         let mut result = rhai::Map::new();
         if session.state.check() {
             let action = if full.join(".git").exists() {
@@ -108,10 +117,19 @@ pub mod git_functions {
         if session.state.check() {
             // A tree that does not exist yet would be cloned and filled by earlier calls.
             let changed = !full.join(".git").exists()
+                || session.state.writes_planned_in(&full)
                 || git::has_changes(&full, &shown).map_err(native_error)?
                 || git::unpushed(&full);
             if changed {
                 session.state.record_change("commit and push", &shown);
+                // The push would move the project's head: a pipeline of today's head is stale.
+                let remote = crate::engine::lock(&session.tree_remotes)
+                    .get(&shown)
+                    .cloned()
+                    .or_else(|| git::origin_url(&full));
+                if let Some(project) = remote.as_deref().and_then(project_of_url) {
+                    crate::engine::lock(&session.pending_heads).insert(project);
+                }
             }
             result.insert("changed".into(), changed.into());
             result.insert("commit".into(), Dynamic::UNIT);
@@ -131,5 +149,21 @@ pub mod git_functions {
             commit.map(Dynamic::from).unwrap_or(Dynamic::UNIT),
         );
         Ok(result)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_clone_url_names_its_project() {
+        assert_eq!(
+            super::project_of_url("http://127.0.0.1:8080/blueprint-apps/guestbook.git").as_deref(),
+            Some("blueprint-apps/guestbook")
+        );
+        assert_eq!(
+            super::project_of_url("https://gitlab.local.example.net/a/b/c.git").as_deref(),
+            Some("a/b/c")
+        );
+        assert_eq!(super::project_of_url("https://host"), None);
     }
 }

@@ -58,6 +58,9 @@ fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
     }
     for change in &outcome.changes {
         session.state.record_change(change.action, &change.resource);
+        if let Some(detail) = &change.detail {
+            session.state.record_diff(detail);
+        }
     }
     let changed = outcome.changed();
     (outcome.value, changed)
@@ -632,6 +635,21 @@ pub mod gitlab_functions {
         let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(&options, &["reuse"], NATIVE)?;
         let reuse = option_bool(&options, "reuse", NATIVE)?.unwrap_or(false);
+        // Check mode after a planned push: the head would move, so no pipeline of today's head
+        // can be reused; a new one would start.
+        if session.state.check() && crate::engine::lock(&session.pending_heads).contains(project) {
+            session.state.record_change(
+                "start",
+                &format!(
+                    "pipeline of {project} at {reference} (its head commit would change: a push is planned)"
+                ),
+            );
+            let mut map = rhai::Map::new();
+            map.insert("project".into(), project.to_string().into());
+            map.insert("ref".into(), reference.to_string().into());
+            map.insert("status".into(), "would-start".into());
+            return Ok(map);
+        }
         let outcome = client
             .trigger_pipeline(
                 project,

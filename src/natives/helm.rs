@@ -143,6 +143,31 @@ fn text_or_unit(text: &str) -> Dynamic {
 }
 
 /// The digest of what `helm_install` would deploy.
+/// `--diff` of a release's values: what it was installed with against what this call gives
+/// (value files, then the values map, merged as helm merges them), as YAML.
+fn values_diff(
+    helm: &Helm,
+    release: &str,
+    namespace: &str,
+    values_files: &[(String, PathBuf)],
+    values: Option<&Value>,
+) -> Result<String, NativeError> {
+    let mut merged = Value::Object(serde_json::Map::new());
+    for (shown, path) in values_files {
+        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
+    }
+    if let Some(values) = values {
+        helm::merge_values(&mut merged, values.clone());
+    }
+    let installed = helm.user_values(release, namespace)?;
+    let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
+    Ok(crate::output::unified_diff(
+        &format!("helm release {namespace}/{release} values"),
+        installed.as_ref().map(yaml).as_deref(),
+        Some(&yaml(&merged)),
+    ))
+}
+
 fn install_digest(
     helm: &Helm,
     native: &str,
@@ -371,8 +396,20 @@ fn install(
     );
     result.insert("changed".into(), true.into());
     result.insert("reason".into(), reason.clone().into());
+    // Read before an upgrade replaces them.
+    let diff = if session.state.diff() {
+        Some(
+            values_diff(&helm, release, namespace, &value_files, values.as_ref())
+                .map_err(native_error)?,
+        )
+    } else {
+        None
+    };
     if session.state.check() {
         session.state.record_change(action, &resource);
+        if let Some(diff) = &diff {
+            session.state.record_diff(diff);
+        }
         let found = current.unwrap_or_default();
         let revision = if found.revision > 0 {
             found.revision.into()
@@ -408,6 +445,9 @@ fn install(
         .map_err(from_helm(NATIVE))?;
     drop(temp);
     session.state.record_change(action, &resource);
+    if let Some(diff) = &diff {
+        session.state.record_diff(diff);
+    }
     result.insert("revision".into(), installed.revision.into());
     result.insert("status".into(), installed.status.into());
     result.insert("chart".into(), installed.chart.into());

@@ -173,6 +173,30 @@ pub mod kube_functions {
                     },
                     &display(&outcome.kind, &outcome.namespace, &outcome.name),
                 );
+                if session.state.diff() {
+                    let (before, after) = bprun_clients::kube::hide_secret_values(
+                        outcome.before.as_ref(),
+                        outcome.after.as_ref(),
+                    );
+                    let yaml = |side: Option<serde_json::Value>| {
+                        side.map(|object| serde_norway::to_string(&object).unwrap_or_default())
+                    };
+                    let shown = format!(
+                        "{}/{}{}",
+                        outcome.kind,
+                        if outcome.namespace.is_empty() {
+                            String::new()
+                        } else {
+                            format!("{}/", outcome.namespace)
+                        },
+                        outcome.name
+                    );
+                    session.state.record_diff(&crate::output::unified_diff(
+                        &shown,
+                        yaml(before).as_deref(),
+                        yaml(after).as_deref(),
+                    ));
+                }
             }
             let mut item = rhai::Map::new();
             item.insert("kind".into(), outcome.kind.into());
@@ -740,6 +764,12 @@ fn secret_write(
         };
         values.insert(key.to_string(), text);
     }
+    // --diff: the keys before the write (values never shown, see hide_secret_values).
+    let before = if session.state.diff() {
+        kube.get("secrets", ns, name).map_err(native_error)?
+    } else {
+        None
+    };
     let changed = kube
         .secret_write(ns, name, &values, &kind, session.state.check())
         .map_err(native_error)?;
@@ -747,6 +777,32 @@ fn secret_write(
         session
             .state
             .record_change("write", &display("Secret", ns, name));
+        if session.state.diff() {
+            use base64::Engine;
+            let secret_data = |object: &serde_json::Value| serde_json::json!({"kind": "Secret", "data": object["data"].clone()});
+            let encoded: serde_json::Map<String, serde_json::Value> = values
+                .iter()
+                .map(|(key, value)| {
+                    (
+                        key.clone(),
+                        serde_json::json!(base64::engine::general_purpose::STANDARD.encode(value)),
+                    )
+                })
+                .collect();
+            let after = serde_json::json!({"kind": "Secret", "data": encoded});
+            let (old, new) = bprun_clients::kube::hide_secret_values(
+                before.as_ref().map(secret_data).as_ref(),
+                Some(&after),
+            );
+            let yaml = |side: Option<serde_json::Value>| {
+                side.map(|object| serde_norway::to_string(&object["data"]).unwrap_or_default())
+            };
+            session.state.record_diff(&crate::output::unified_diff(
+                &format!("Secret/{ns}/{name}"),
+                yaml(old).as_deref(),
+                yaml(new).as_deref(),
+            ));
+        }
     }
     let mut result = rhai::Map::new();
     result.insert("changed".into(), changed.into());

@@ -131,6 +131,20 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     let again = run_script(&test, &[], changed);
     again.code(0);
     again.stdout_contains("result: false 2 \n");
+    // --check --diff: the values the release would get, against those it has; no upgrade.
+    let planned = run_script(
+        &test,
+        &["--check", "--diff"],
+        &changed.replace("7.4.2", "7.4.3"),
+    );
+    planned.code(0);
+    planned.stdout_contains(
+        "      --- a/helm release redis/redis values\n      +++ b/helm release redis/redis values\n      @@ -1,2 +1,2 @@\n       image:\n      -  tag: 7.4.2\n      +  tag: 7.4.3\n",
+    );
+    assert!(
+        helm_calls(&test).iter().all(|c| !c.contains("7.4.3")),
+        "check mode ran no upgrade"
+    );
     let image = sim.kubectl(&[
         "get",
         "deployment",

@@ -354,6 +354,13 @@ pub fn clone_or_pull(
     })
 }
 
+/// The URL of the tree's `origin`, when it has one.
+pub fn origin_url(dir: &Path) -> Option<String> {
+    let repo = git2::Repository::open(dir).ok()?;
+    let remote = repo.find_remote("origin").ok()?;
+    remote.url().ok().map(str::to_string)
+}
+
 /// True when the working tree differs from its last commit (or has files but no commit).
 pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, ClientError> {
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;

@@ -648,6 +648,33 @@ impl Helm {
             }))
     }
 
+    /// The values a release was installed with (`helm get values`: what the user supplied, not
+    /// the chart's defaults); `None` when the release does not exist.
+    pub fn user_values(
+        &self,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Option<Value>, ClientError> {
+        let args = strings(&["get", "values", release, "-n", namespace, "-o", "json"]);
+        let output = self.run(&args, READ_TIMEOUT)?;
+        if output.code != 0 {
+            if is_not_found(&output) {
+                return Ok(None);
+            }
+            return Err(Self::failure(&args, &output));
+        }
+        let text = output.stdout.trim();
+        if text.is_empty() || text == "null" {
+            return Ok(Some(Value::Object(serde_json::Map::new())));
+        }
+        serde_json::from_str(text).map(Some).map_err(|error| {
+            ClientError::new(format!(
+                "cannot read the output of `{}`: {error}",
+                command_line(&args)
+            ))
+        })
+    }
+
     /// The chart name and version of a release (`helm get metadata`), when helm can tell.
     pub fn chart_of(&self, release: &str, namespace: &str) -> Option<(String, String)> {
         let args = strings(&["get", "metadata", release, "-n", namespace, "-o", "json"]);

@@ -34,7 +34,7 @@ pub struct KubeClient {
 }
 
 /// One object's outcome in `apply`.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct Applied {
     pub kind: String,
     pub namespace: String,
@@ -42,6 +42,10 @@ pub struct Applied {
     /// created, configured or unchanged; in a dry run also "created (its kind is not served
     /// yet)" for an object whose CRD a planned step would install.
     pub action: &'static str,
+    /// The object before and after (the server's answer; a dry run's in check mode), without
+    /// the fields the server keeps for itself, for `--diff`; None where there is none.
+    pub before: Option<Value>,
+    pub after: Option<Value>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -375,6 +379,8 @@ impl KubeClient {
                                 namespace,
                                 name: name.clone(),
                                 action: "created",
+                                after: Some(for_diff(object)),
+                                ..Default::default()
                             });
                             continue 'objects;
                         }
@@ -393,6 +399,8 @@ impl KubeClient {
                                 namespace,
                                 name: name.clone(),
                                 action: "created (its kind is not served yet)",
+                                after: Some(for_diff(object)),
+                                ..Default::default()
                             });
                             continue 'objects;
                         }
@@ -427,6 +435,7 @@ impl KubeClient {
                         namespace,
                         name,
                         action: "unchanged",
+                        ..Default::default()
                     });
                     continue;
                 }
@@ -449,6 +458,8 @@ impl KubeClient {
                             namespace,
                             name,
                             action: "created",
+                            after: Some(for_diff(&body)),
+                            ..Default::default()
                         });
                         continue;
                     }
@@ -475,6 +486,8 @@ impl KubeClient {
                     namespace,
                     name,
                     action,
+                    before: live.as_ref().map(|live| for_diff(&object_json(live))),
+                    after: Some(for_diff(&object_json(&result))),
                 });
             }
             Ok(outcomes)
@@ -1464,6 +1477,52 @@ pub fn already_applied(desired: &Value, live: &Value) -> bool {
     owned.iter().all(|path| have.contains(path))
 }
 
+/// An object as `--diff` shows it: without status and the server's bookkeeping (versions, uid,
+/// managed fields, creation time). A Secret's values are still here: see [`hide_secret_values`].
+pub fn for_diff(object: &Value) -> Value {
+    let mut copy = normalized(object);
+    if let Some(metadata) = copy["metadata"].as_object_mut() {
+        metadata.remove("uid");
+        metadata.remove("creationTimestamp");
+    }
+    copy
+}
+
+/// A Secret's two sides for `--diff` with every value replaced: `(hidden)`, or `(hidden,
+/// changed)` on the new side of a key whose value changes, so the diff names the keys and never
+/// shows a value (nor a digest of one).
+pub fn hide_secret_values(
+    before: Option<&Value>,
+    after: Option<&Value>,
+) -> (Option<Value>, Option<Value>) {
+    let is_secret = |side: Option<&Value>| side.is_some_and(|object| object["kind"] == "Secret");
+    if !is_secret(before) && !is_secret(after) {
+        return (before.cloned(), after.cloned());
+    }
+    let value_of = |side: Option<&Value>, field: &str, key: &str| {
+        side.and_then(|object| object[field].get(key)).cloned()
+    };
+    let hide = |side: Option<&Value>, other: Option<&Value>, new_side: bool| {
+        side.map(|object| {
+            let mut copy = object.clone();
+            for field in ["data", "stringData"] {
+                if let Some(values) = copy[field].as_object_mut() {
+                    for (key, value) in values.iter_mut() {
+                        let changed = value_of(other, field, key).as_ref() != Some(value);
+                        *value = json!(if new_side && changed {
+                            "(hidden, changed)"
+                        } else {
+                            "(hidden)"
+                        });
+                    }
+                }
+            }
+            copy
+        })
+    };
+    (hide(before, after, false), hide(after, before, true))
+}
+
 fn normalized(object: &Value) -> Value {
     let mut copy = object.clone();
     if let Some(map) = copy.as_object_mut() {
@@ -1486,6 +1545,28 @@ fn normalized(object: &Value) -> Value {
 #[cfg(test)]
 mod already_applied_tests {
     use super::*;
+
+    #[test]
+    fn a_secrets_diff_names_the_keys_that_change_and_shows_no_value() {
+        let before = json!({"kind": "Secret", "data": {"a": "b2xk", "b": "c2FtZQ=="}});
+        let after = json!({"kind": "Secret", "data": {"a": "bmV3", "b": "c2FtZQ==", "c": "eA=="}});
+        let (old, new) = hide_secret_values(Some(&before), Some(&after));
+        assert_eq!(
+            old,
+            Some(json!({"kind": "Secret", "data": {"a": "(hidden)", "b": "(hidden)"}}))
+        );
+        assert_eq!(
+            new,
+            Some(
+                json!({"kind": "Secret", "data": {"a": "(hidden, changed)", "b": "(hidden)", "c": "(hidden, changed)"}})
+            )
+        );
+        let config = json!({"kind": "ConfigMap", "data": {"a": "visible"}});
+        assert_eq!(
+            hide_secret_values(None, Some(&config)),
+            (None, Some(config.clone()))
+        );
+    }
 
     fn live(extra_owned: bool) -> Value {
         let mut owned = json!({"f:metadata": {"f:labels": {"f:app": {}}},

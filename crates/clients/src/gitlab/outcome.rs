@@ -22,10 +22,12 @@ impl Mode {
 }
 
 /// One change, as the journal and the recap show it (`create` `group blueprint-apps (internal)`).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Change {
     pub action: &'static str,
     pub resource: String,
+    /// How it changes, for `--diff` (`value: "a" -> "b"`; hidden values never shown).
+    pub detail: Option<String>,
 }
 
 /// The result of a reconciling operation.
@@ -51,6 +53,7 @@ impl<T> Outcome<T> {
             changes: vec![Change {
                 action,
                 resource: resource.into(),
+                detail: None,
             }],
             warnings: Vec::new(),
         }

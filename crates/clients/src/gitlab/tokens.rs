@@ -77,6 +77,7 @@ impl GitlabClient {
             changes.push(Change {
                 action: "revoke",
                 resource: format!("personal access token {} (#{})", token.name, token.id),
+                detail: None,
             });
         }
         Ok(Outcome {

@@ -81,6 +81,52 @@ impl Variable {
 
 /// A failed write, naming the changes that took effect before it (they are not rolled back;
 /// a re-run converges).
+/// How a CI/CD variable changes, for `--diff`: each attribute that differs as `old -> new`;
+/// a masked or hidden value (on either side) only as `changed, value hidden`.
+pub fn variable_diff(desired: Option<&Variable>, existing: Option<&Value>) -> String {
+    let text = |value: &Value| match value {
+        Value::Null => "(none)".to_string(),
+        Value::String(text) => format!("{text:?}"),
+        other => other.to_string(),
+    };
+    let hidden_now = existing.is_some_and(|e| {
+        e["masked"].as_bool().unwrap_or(false) || e["hidden"].as_bool().unwrap_or(false)
+    });
+    let Some(desired) = desired else {
+        return "removed".to_string();
+    };
+    let wanted = desired.body();
+    let mut lines = Vec::new();
+    for field in [
+        "value",
+        "masked",
+        "protected",
+        "raw",
+        "variable_type",
+        "description",
+    ] {
+        let new = &wanted[field];
+        let old = existing.map(|e| &e[field]);
+        if old == Some(new)
+            || (old.is_none() && field != "value" && (new.is_null() || *new == false))
+        {
+            continue;
+        }
+        if field == "value" && (desired.masked || hidden_now) {
+            lines.push(match old {
+                None => "value: set, value hidden".to_string(),
+                Some(_) => "value: changed, value hidden".to_string(),
+            });
+            continue;
+        }
+        lines.push(match old {
+            None => format!("{field}: {}", text(new)),
+            Some(old) => format!("{field}: {} -> {}", text(old), text(new)),
+        });
+    }
+    lines.join("\n")
+}
+
 fn after(error: ClientError, done: &[Change]) -> ClientError {
     if done.is_empty() {
         return error;
@@ -160,6 +206,7 @@ impl GitlabClient {
                     changes.push(Change {
                         action: "update",
                         resource: resource(&variable.key),
+                        detail: Some(variable_diff(Some(variable), current)),
                     });
                     counts.updated += 1;
                 }
@@ -178,6 +225,7 @@ impl GitlabClient {
                     changes.push(Change {
                         action: "create",
                         resource: resource(&variable.key),
+                        detail: Some(variable_diff(Some(variable), None)),
                     });
                     counts.created += 1;
                 }
@@ -200,6 +248,7 @@ impl GitlabClient {
                 changes.push(Change {
                     action: "delete",
                     resource: resource(key),
+                    detail: Some(variable_diff(None, Some(current))),
                 });
                 counts.removed += 1;
             }

@@ -1,0 +1,147 @@
+//! `--diff` (issue #16): how each change changes its resource, with `--check` or alone; hidden
+//! values stay hidden.
+
+use crate::support::{BPRUN, GITLAB_TOKEN, SimKind, repo};
+
+const SCRIPT: &str = r#"
+let args = params(#{
+    version: #{type: "string", default_value: "v1", help: "Content version"},
+    token: #{type: "string", default_value: "old-token-value-123456", help: "Masked value"},
+});
+step("Files", || {
+    write_text("out/config.txt", "name: demo\nversion: " + args.version + "\nmode: fast\n");
+});
+step("Variables", || {
+    gitlab_ensure_group("blueprint-apps");
+    gitlab_ensure_project("blueprint-apps", "demo");
+    gitlab_set_variables("blueprint-apps/demo", #{
+        PLAIN: args.version,
+        HIDDEN: #{value: secret(args.token), masked: true},
+    });
+});
+step("Push and smoke", || {
+    let project = gitlab_ensure_project("blueprint-apps", "demo");
+    git_clone_or_pull(project.http_url_to_repo, "apps-local/blueprint-apps/demo");
+    write_text("apps-local/blueprint-apps/demo/.gitlab-ci.yml", "test:\n  script: [echo " + args.version + "]\n");
+    git_commit_push("apps-local/blueprint-apps/demo", "bprun: sync");
+    gitlab_trigger_pipeline("blueprint-apps/demo", "main", #{reuse: true});
+});
+"#;
+
+#[test]
+fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--runner"]);
+    let test = repo()
+        .script(SCRIPT)
+        .env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", GITLAB_TOKEN);
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    sim.clear_requests();
+    let planned = test.run(&[
+        "--check",
+        "--diff",
+        "scripts/test.rhai",
+        "--version",
+        "v2",
+        "--token",
+        "new-token-value-654321",
+    ]);
+    planned.code(0);
+    // Files as unified diffs.
+    planned.stdout_contains(
+        "    ~ would update file out/config.txt\n      --- a/out/config.txt\n      +++ b/out/config.txt\n      @@ -1,3 +1,3 @@\n       name: demo\n      -version: v1\n      +version: v2\n       mode: fast\n",
+    );
+    // CI/CD variables: old -> new; a masked value only as changed.
+    planned.stdout_contains(
+        "    ~ would update CI variable PLAIN of blueprint-apps/demo\n      value: \"v1\" -> \"v2\"\n",
+    );
+    planned.stdout_contains(
+        "    ~ would update CI variable HIDDEN of blueprint-apps/demo\n      value: changed, value hidden\n",
+    );
+    // The downstream effect: the push moves the head, so a new pipeline would start.
+    planned.stdout_contains("    ~ would commit and push apps-local/blueprint-apps/demo\n");
+    planned.stdout_contains(
+        "    ~ would start pipeline of blueprint-apps/demo at main (its head commit would change: a push is planned)\n",
+    );
+    for secret in ["old-token-value-123456", "new-token-value-654321"] {
+        planned.stdout_lacks(secret).stderr_lacks(secret);
+    }
+    assert_eq!(sim.mutating_requests(), 0, "--check --diff writes nothing");
+    assert_eq!(
+        test.read("out/config.txt"),
+        "name: demo\nversion: v1\nmode: fast\n"
+    );
+
+    // --diff without --check: the same diffs, and the changes made.
+    let applied = test.run(&["--diff", "scripts/test.rhai", "--version", "v2"]);
+    applied.code(0);
+    applied.stdout_contains("    ~ update file out/config.txt\n      --- a/out/config.txt\n");
+    applied.stdout_contains("      value: \"v1\" -> \"v2\"\n");
+    assert_eq!(
+        test.read("out/config.txt"),
+        "name: demo\nversion: v2\nmode: fast\n"
+    );
+    // Nothing left to change: no diff at all.
+    let again = test.run(&["--check", "--diff", "scripts/test.rhai", "--version", "v2"]);
+    again.code(0);
+    again.stdout_lacks("---").stdout_lacks("->");
+}
+
+#[test]
+fn diff_of_a_secret_file_and_json_events() {
+    let test = repo().script(
+        "step(\"Write\", || { write_text(\"secret.txt\", secret(\"hunter2-diff-canary\")); write_text(\"plain.txt\", \"a\\n\"); });\n",
+    );
+    let output = test.run(&["--diff", "--json", "scripts/test.rhai"]);
+    output.code(0);
+    output.stdout_lacks("hunter2-diff-canary");
+    let diffs: Vec<serde_json::Value> = output
+        .raw_stdout
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|event| event["event"] == "diff")
+        .collect();
+    assert_eq!(diffs.len(), 2, "{}", output.raw_stdout);
+    assert_eq!(diffs[0]["diff"], "secret.txt: content hidden (a secret)");
+    assert_eq!(diffs[0]["step"], "Write");
+    assert_eq!(
+        diffs[1]["diff"],
+        "--- /dev/null\n+++ b/plain.txt\n@@ -0,0 +1 @@\n+a\n"
+    );
+}
+
+#[test]
+fn kubernetes_objects_diff_as_yaml_and_secrets_name_their_keys_only() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let script = |value: &str| {
+        format!(
+            "step(\"Apply\", || {{\n    kube_apply(#{{apiVersion: \"v1\", kind: \"ConfigMap\", metadata: #{{name: \"settings\", namespace: \"default\"}}, data: #{{mode: \"{value}\", size: \"10\"}}}});\n    kube_secret_write(\"default\", \"creds\", #{{password: secret(\"pw-{value}-canary-000\"), user: \"admin\"}});\n}});\n"
+        )
+    };
+    let test = repo()
+        .script(&script("fast"))
+        .env("KUBECONFIG", sim.kubeconfig().display().to_string());
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    std::fs::write(test.join("scripts/test.rhai"), script("slow")).expect("edit");
+    let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
+    planned.code(0);
+    planned.stdout_contains("    ~ would configure ConfigMap/settings in default\n      --- a/ConfigMap/default/settings\n      +++ b/ConfigMap/default/settings\n");
+    planned.stdout_contains("      -  mode: fast\n      +  mode: slow\n");
+    planned.stdout_contains("    ~ would write Secret/creds in default\n");
+    planned.stdout_contains(
+        "      -password: (hidden)\n      +password: (hidden, changed)\n       user: (hidden)\n",
+    );
+    for canary in ["pw-fast-canary-000", "pw-slow-canary-000"] {
+        planned.stdout_lacks(canary);
+    }
+    let live = sim.kubectl(&[
+        "get",
+        "configmap",
+        "settings",
+        "-n",
+        "default",
+        "-o",
+        "jsonpath={.data.mode}",
+    ]);
+    assert_eq!(live.ok(), "fast", "--check changed nothing");
+}
