@@ -37,6 +37,12 @@ struct RunArgs {
     /// Skip this step (repeatable)
     #[arg(long, value_name = "STEP")]
     skip: Vec<String>,
+    /// Run only steps with this tag (repeatable, or comma-separated), and `always` steps
+    #[arg(long, value_name = "TAG")]
+    tags: Vec<String>,
+    /// Leave out steps with this tag (repeatable, or comma-separated)
+    #[arg(long, value_name = "TAG")]
+    skip_tags: Vec<String>,
     /// Start at this step
     #[arg(long, value_name = "STEP")]
     from: Option<String>,
@@ -260,6 +266,8 @@ impl RunArgs {
                 list: self.list,
                 only: self.only,
                 skip: self.skip,
+                tags: self.tags,
+                skip_tags: self.skip_tags,
                 from: self.from,
                 resume: self.resume,
                 json: self.json,
@@ -303,7 +311,14 @@ pub fn main() -> i32 {
 }
 
 /// Runner options that take a value (`--only STEP`).
-const RUNNER_OPTIONS_WITH_VALUE: &[&str] = &["--only", "--skip", "--from", "--kube-context"];
+const RUNNER_OPTIONS_WITH_VALUE: &[&str] = &[
+    "--only",
+    "--skip",
+    "--tags",
+    "--skip-tags",
+    "--from",
+    "--kube-context",
+];
 /// Runner options that are flags.
 const RUNNER_FLAGS: &[&str] = &[
     "--check",

@@ -40,6 +40,8 @@ pub struct StepDecl {
     pub keep_going: bool,
     /// For a `check_row`: what the row expects to find (its body returns what it found).
     pub expected: Option<String>,
+    /// Labels `--tags` and `--skip-tags` select by (`tags: ["gitlab"]`).
+    pub tags: Vec<String>,
 }
 
 /// What runs when the script's top level has finished (the runner runs the steps).

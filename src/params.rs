@@ -114,6 +114,9 @@ const RESERVED: &[&str] = &[
     "quiet",
     "kube_context",
     "help",
+    "diff",
+    "tags",
+    "skip_tags",
 ];
 
 /// Reads a `params` map: `#{name: #{type: "int", default_value: 600, help: "..."}, ...}`.

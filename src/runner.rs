@@ -26,6 +26,10 @@ pub struct RunOptions {
     pub list: bool,
     pub only: Vec<String>,
     pub skip: Vec<String>,
+    /// `--tags`: only steps with one of these tags (and `always` steps).
+    pub tags: Vec<String>,
+    /// `--skip-tags`: leave out steps with one of these tags.
+    pub skip_tags: Vec<String>,
     pub from: Option<String>,
     pub resume: bool,
     pub json: bool,
@@ -196,8 +200,40 @@ pub fn cancel_flag() -> Arc<AtomicBool> {
 struct Selection {
     only: Vec<String>,
     skip: Vec<String>,
+    tags: Vec<String>,
+    skip_tags: Vec<String>,
     from: Option<usize>,
     resume: Option<(usize, String)>,
+}
+
+/// `--tags a,b --tags c`: every tag named, each checked against the tags the steps have.
+fn resolve_tags(args: &[String], steps: &[StepDecl], flag: &str) -> Result<Vec<String>, Error> {
+    let mut known: Vec<String> = steps.iter().flat_map(|step| step.tags.clone()).collect();
+    known.sort();
+    known.dedup();
+    let mut tags = Vec::new();
+    for tag in args.iter().flat_map(|arg| arg.split(',')).map(str::trim) {
+        if tag.is_empty() {
+            continue;
+        }
+        if !known.iter().any(|known| known == tag) {
+            let valid = if known.is_empty() {
+                "no step of this script has tags".to_string()
+            } else {
+                format!("the steps' tags: {}", known.join(", "))
+            };
+            let hint = match crate::diagnostics::closest(tag, &known) {
+                Some(near) => format!("did you mean \"{near}\"? {valid}"),
+                None => valid,
+            };
+            return Err(Error::usage(
+                format!("unknown tag \"{tag}\" in {flag}"),
+                Some(hint),
+            ));
+        }
+        tags.push(tag.to_string());
+    }
+    Ok(tags)
 }
 
 /// A step's lower-case words joined by dashes (`Ensure group` -> `ensure-group`).
@@ -262,6 +298,8 @@ impl Selection {
             .iter()
             .map(|arg| resolve_step(arg, &names, "--skip"))
             .collect::<Result<Vec<_>, _>>()?;
+        let tags = resolve_tags(&options.tags, steps, "--tags")?;
+        let skip_tags = resolve_tags(&options.skip_tags, steps, "--skip-tags")?;
         let from = match &options.from {
             Some(arg) => {
                 let name = resolve_step(arg, &names, "--from")?;
@@ -319,6 +357,8 @@ impl Selection {
         let selection = Selection {
             only,
             skip,
+            tags,
+            skip_tags,
             from,
             resume,
         };
@@ -327,12 +367,16 @@ impl Selection {
             selection.reason_to_skip(index, step).is_none()
                 && (!step.always || selection.only.contains(&step.name))
         });
-        let chose = !options.only.is_empty() || !options.skip.is_empty() || options.from.is_some();
+        let chose = !options.only.is_empty()
+            || !options.skip.is_empty()
+            || options.from.is_some()
+            || !options.tags.is_empty()
+            || !options.skip_tags.is_empty();
         if chose && !steps.is_empty() && !runs_a_step {
             return Err(Error::usage(
                 "the selection runs no step",
                 Some(
-                    "--only, --skip and --from combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)"
+                    "--only, --skip, --from, --tags and --skip-tags combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)"
                         .to_string(),
                 ),
             ));
@@ -347,11 +391,17 @@ impl Selection {
         if self.skip.iter().any(|n| n == name) {
             return Some(("--skip".to_string(), false));
         }
+        if let Some(tag) = step.tags.iter().find(|tag| self.skip_tags.contains(tag)) {
+            return Some((format!("--skip-tags {tag}"), false));
+        }
         if step.always {
             return None;
         }
         if !self.only.is_empty() && !self.only.iter().any(|n| n == name) {
             return Some(("not selected by --only".to_string(), false));
+        }
+        if !self.tags.is_empty() && !step.tags.iter().any(|tag| self.tags.contains(tag)) {
+            return Some((format!("not tagged {}", self.tags.join(" or ")), false));
         }
         if let Some(from) = self.from
             && index < from

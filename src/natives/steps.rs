@@ -90,7 +90,8 @@ pub mod step_functions {
     /// `needs` (names of steps whose work this one needs: the plan and `--list` warn when one of
     /// them comes later in the script, so a reordered script says what it broke before it runs);
     /// `keep_going` (true: when the step fails, its error is reported and the next steps still
-    /// run; the run then exits 1), for independent checks whose every failure matters.
+    /// run; the run then exits 1), for independent checks whose every failure matters; `tags`
+    /// (labels `--tags` and `--skip-tags` select by, as Ansible's tags).
     ///
     /// ```rhai
     /// step("Login", #{always: true}, || {
@@ -102,7 +103,7 @@ pub mod step_functions {
     /// step("App", #{needs: ["Database"]}, || {
     ///     info("app");
     /// });
-    /// step("Lint", #{keep_going: true}, || {
+    /// step("Lint", #{keep_going: true, tags: ["checks"]}, || {
     ///     info("a failure here does not stop the next step");
     /// });
     /// ```
@@ -115,23 +116,27 @@ pub mod step_functions {
     ) -> Result<(), Box<EvalAltResult>> {
         crate::natives::options::reject_unknown(
             &options,
-            &["always", "on_failure", "needs", "keep_going"],
+            &["always", "on_failure", "needs", "keep_going", "tags"],
             "step",
         )?;
-        let needs = match options.get("needs") {
-            None => Vec::new(),
-            Some(value) => value
-                .clone()
-                .into_typed_array::<rhai::ImmutableString>()
-                .map_err(|_| {
-                    native_error(NativeError::new(format!(
-                        "step(\"{name}\"): `needs` must be an array of step names"
-                    )))
-                })?
-                .into_iter()
-                .map(|n| n.to_string())
-                .collect(),
+        let names = |option: &str, what: &str| -> Result<Vec<String>, Box<EvalAltResult>> {
+            match options.get(option) {
+                None => Ok(Vec::new()),
+                Some(value) => Ok(value
+                    .clone()
+                    .into_typed_array::<rhai::ImmutableString>()
+                    .map_err(|_| {
+                        native_error(NativeError::new(format!(
+                            "step(\"{name}\"): `{option}` must be an array of {what}"
+                        )))
+                    })?
+                    .into_iter()
+                    .map(|n| n.to_string())
+                    .collect()),
+            }
         };
+        let needs = names("needs", "step names")?;
+        let tags = names("tags", "tags (strings)")?;
         let always =
             crate::natives::options::option_bool(&options, "always", "step")?.unwrap_or(false);
         let on_failure = crate::natives::options::option_str(&options, "on_failure", "step")?;
@@ -147,6 +152,7 @@ pub mod step_functions {
                 needs,
                 keep_going,
                 expected: None,
+                tags,
             },
         )
     }
@@ -200,6 +206,7 @@ pub mod step_functions {
                 needs: Vec::new(),
                 keep_going: true,
                 expected: Some(expected),
+                tags: Vec::new(),
             },
         )
     }
@@ -320,6 +327,7 @@ struct StepOptions {
     needs: Vec<String>,
     keep_going: bool,
     expected: Option<String>,
+    tags: Vec<String>,
 }
 
 /// Records a step the top level declares.
@@ -358,6 +366,7 @@ fn declare(
         needs: options.needs,
         keep_going: options.keep_going,
         expected: options.expected,
+        tags: options.tags,
     });
     Ok(())
 }

@@ -644,3 +644,50 @@ fn status_words_are_coloured_on_a_terminal_unless_no_color_is_set() {
     let piped = test.run(&["scripts/test.rhai"]);
     piped.stdout_lacks("\u{1b}");
 }
+
+#[test]
+fn tags_select_steps_and_skip_tags_leave_them_out() {
+    let test = repo().script(
+        r#"
+step("Login", #{always: true}, || { info("login"); });
+step("Database", #{tags: ["data"]}, || { info("db"); });
+step("Cache", #{tags: ["data", "cache"]}, || { info("cache"); });
+step("Web", #{tags: ["web"]}, || { info("web"); });
+"#,
+    );
+    let list = |args: &[&str]| {
+        let mut all = vec!["--list"];
+        all.extend_from_slice(args);
+        all.push("scripts/test.rhai");
+        test.run(&all)
+    };
+    list(&["--tags", "data"]).expect(
+        0,
+        "
+        scripts/test.rhai: 4 steps
+        [1/4] Login
+        [2/4] Database
+        [3/4] Cache
+        [4/4] Web (skipped: not tagged data)
+        ",
+        "",
+    );
+    list(&["--tags", "web,cache"])
+        .stdout_contains("[2/4] Database (skipped: not tagged web or cache)\n");
+    list(&["--skip-tags", "cache"]).stdout_contains("[3/4] Cache (skipped: --skip-tags cache)\n");
+    // Runner options work after the script path too.
+    let run = test.run(&["scripts/test.rhai", "--skip-tags", "data"]);
+    run.code(0);
+    run.stdout_contains("    login\n")
+        .stdout_contains("    web\n")
+        .stdout_lacks("    db\n");
+    test.run(&["--list", "--tags", "dat", "scripts/test.rhai"])
+        .expect(
+            2,
+            "",
+            "
+        error: unknown tag \"dat\" in --tags
+          hint: did you mean \"data\"? the steps' tags: cache, data, web
+        ",
+        );
+}
