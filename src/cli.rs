@@ -31,6 +31,9 @@ struct RunArgs {
     /// Print the numbered plan (the steps) without running any step or contacting any server
     #[arg(long)]
     list: bool,
+    /// For shell completion: the steps' slugs (and `tag:NAME` for their tags), one per line
+    #[arg(long, hide = true)]
+    list_slugs: bool,
     /// Run only this step (repeatable)
     #[arg(long, value_name = "STEP")]
     only: Vec<String>,
@@ -263,7 +266,8 @@ impl RunArgs {
                 script,
                 script_args: self.script_args,
                 check: self.check,
-                list: self.list,
+                list: self.list || self.list_slugs,
+                list_slugs: self.list_slugs,
                 only: self.only,
                 skip: self.skip,
                 tags: self.tags,
@@ -450,6 +454,9 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             // the output quietly instead of a panic on the broken pipe.
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "bprun", &mut script);
+            if shell == clap_complete::Shell::Bash {
+                script = bash_step_completion(&String::from_utf8_lossy(&script)).into_bytes();
+            }
             write_stdout(&script)?;
             Ok(ExitCode::Success)
         }
@@ -558,6 +565,43 @@ fn run(args: RunArgs) -> Result<ExitCode, Error> {
         Report::Summary => runner::summary(&options.script, options.json),
         Report::None => runner::run(options),
     }
+}
+
+/// Bash completion of `--only`, `--skip` and `--from` offers the steps of the script on the
+/// command line (their slugs, from `bprun --list-slugs SCRIPT`) instead of file names, and
+/// `--tags`/`--skip-tags` its tags.
+fn bash_step_completion(generated: &str) -> String {
+    let files = "COMPREPLY=($(compgen -f \"${cur}\"))";
+    let words = |filter: &str| {
+        format!(
+            "local script=\"\"; for word in \"${{COMP_WORDS[@]}}\"; do [[ \"$word\" == *.rhai ]] && script=\"$word\"; done\n                    COMPREPLY=($(compgen -W \"$(bprun --list-slugs \"$script\" 2>/dev/null | {filter})\" -- \"${{cur}}\"))"
+        )
+    };
+    let mut out = String::new();
+    let mut option: Option<&str> = None;
+    for line in generated.lines() {
+        let trimmed = line.trim();
+        if let Some(name) = trimmed.strip_suffix(')')
+            && name.starts_with("--")
+        {
+            option = Some(match name {
+                "--only" | "--skip" | "--from" => "steps",
+                "--tags" | "--skip-tags" => "tags",
+                _ => "other",
+            });
+        }
+        match option {
+            Some("steps") if trimmed == files => {
+                out.push_str(&line.replace(files, &words("grep -v '^tag:'")));
+            }
+            Some("tags") if trimmed == files => {
+                out.push_str(&line.replace(files, &words("sed -n 's/^tag://p'")));
+            }
+            _ => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// Writes to stdout; a closed pipe is not an error (the reader had enough).

@@ -24,6 +24,8 @@ pub struct RunOptions {
     pub script_args: Vec<String>,
     pub check: bool,
     pub list: bool,
+    /// `--list-slugs` (hidden; shell completion): the steps' slugs and tags, one per line.
+    pub list_slugs: bool,
     pub only: Vec<String>,
     pub skip: Vec<String>,
     /// `--tags`: only steps with one of these tags (and `always` steps).
@@ -645,6 +647,17 @@ fn run_steps(
         reporter.log(crate::output::Level::Warn, &warning);
     }
 
+    if options.list_slugs {
+        let mut words: Vec<String> = steps.iter().map(|step| slug(&step.name)).collect();
+        for step in &steps {
+            words.extend(step.tags.iter().map(|tag| format!("tag:{tag}")));
+        }
+        words.dedup();
+        for word in words {
+            println!("{word}");
+        }
+        return Ok(ExitCode::Success);
+    }
     if options.list {
         let plan: Vec<(String, Option<String>)> = steps
             .iter()

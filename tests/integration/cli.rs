@@ -310,3 +310,41 @@ fn the_gitlab_simulator_says_at_start_up_that_it_needs_git() {
         "error: bprun sim gitlab: the GitLab simulator needs git on PATH (it keeps the projects' repositories with it): install it (apt-get install git, dnf install git or brew install git) and start again\n",
     );
 }
+
+#[test]
+fn bash_completes_only_skip_and_from_with_the_scripts_steps_and_tags_with_its_tags() {
+    let test = repo().script(
+        "step(\"Ensure group\", #{tags: [\"gitlab\"]}, || {});\nstep(\"Smoke test\", || {});\n",
+    );
+    let completion = test.run(&["completions", "bash"]);
+    completion.code(0);
+    std::fs::write(test.join("bprun.bash"), &completion.raw_stdout).expect("write");
+    let binary_dir = std::path::Path::new(BPRUN.path())
+        .parent()
+        .expect("bin dir")
+        .display()
+        .to_string();
+    let complete = |words: &str, current: usize| {
+        let previous = words.split_whitespace().last().unwrap_or("");
+        let output = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                ". ./bprun.bash; COMP_WORDS=({words} ''); COMP_CWORD={current}; _bprun bprun '' '{previous}'; printf '%s\\n' \"${{COMPREPLY[@]}}\""
+            ))
+            .env("PATH", format!("{binary_dir}:{}", std::env::var("PATH").unwrap_or_default()))
+            .current_dir(test.path())
+            .output()
+            .expect("bash");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    assert_eq!(
+        complete("bprun scripts/test.rhai --only", 3),
+        "ensure-group\nsmoke-test\n"
+    );
+    assert_eq!(
+        complete("bprun --from", 2).trim(),
+        "",
+        "no script yet: nothing to offer"
+    );
+    assert_eq!(complete("bprun scripts/test.rhai --tags", 3), "gitlab\n");
+}
