@@ -348,3 +348,123 @@ fn bash_completes_only_skip_and_from_with_the_scripts_steps_and_tags_with_its_ta
     );
     assert_eq!(complete("bprun scripts/test.rhai --tags", 3), "gitlab\n");
 }
+
+/// The fenced blocks of README.md with their language tag.
+fn readme_blocks() -> Vec<(String, String)> {
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("README.md");
+    let mut blocks = Vec::new();
+    let mut current: Option<(String, String)> = None;
+    for line in readme.lines() {
+        if let Some(tag) = line.strip_prefix("```") {
+            match current.take() {
+                Some(block) => blocks.push(block),
+                None => current = Some((tag.trim().to_string(), String::new())),
+            }
+        } else if let Some((_, text)) = current.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+        }
+    }
+    blocks
+}
+
+#[test]
+fn the_readmes_commands_and_their_options_exist() {
+    let (_, commands) = readme_blocks()
+        .into_iter()
+        .find(|(tag, text)| tag.is_empty() && text.starts_with("bprun [OPTIONS] SCRIPT"))
+        .expect("the command block");
+    // A command line with its continuation lines (indented, starting with `[`).
+    let mut entries: Vec<String> = Vec::new();
+    for line in commands.lines() {
+        if line.starts_with("bprun ") {
+            entries.push(line.split("  ").next().unwrap_or(line).to_string());
+        } else if line.trim_start().starts_with('[')
+            && let Some(last) = entries.last_mut()
+        {
+            last.push(' ');
+            last.push_str(line.trim());
+        }
+    }
+    assert!(entries.len() >= 10, "{entries:?}");
+    for entry in &entries {
+        let subcommand: Vec<&str> = entry
+            .split_whitespace()
+            .skip(1)
+            .take_while(|word| word.chars().all(|c| c.is_ascii_lowercase()))
+            .collect();
+        let mut args = subcommand.clone();
+        args.push("--help");
+        let help = BPRUN.command().args(&args).output().expect("run bprun");
+        assert!(help.status.success(), "bprun {args:?} failed");
+        let help = String::from_utf8_lossy(&help.stdout);
+        for flag in entry
+            .split(|c: char| c.is_whitespace() || c == '[' || c == ']' || c == '|')
+            .filter(|word| word.starts_with("--"))
+        {
+            assert!(
+                help.contains(flag),
+                "`{entry}` names {flag}, which `bprun {args:?}` does not know:\n{help}"
+            );
+        }
+    }
+    // Every runner option of the README's table is one bprun knows.
+    let readme =
+        std::fs::read_to_string(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md"))
+            .expect("README.md");
+    let help = BPRUN
+        .command()
+        .arg("--help")
+        .output()
+        .expect("bprun --help");
+    let help = String::from_utf8_lossy(&help.stdout);
+    for row in readme.lines().filter(|line| line.starts_with("| `-")) {
+        for flag in row
+            .split('`')
+            .skip(1)
+            .step_by(2)
+            .flat_map(|cell| cell.split(" / "))
+            .map(|flag| flag.split_whitespace().next().unwrap_or(""))
+            .filter(|flag| flag.starts_with('-'))
+        {
+            assert!(
+                help.contains(flag),
+                "the README's {flag} is not in bprun --help"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_readmes_rhai_examples_compile_and_call_only_existing_functions() {
+    let blocks: Vec<String> = readme_blocks()
+        .into_iter()
+        .filter(|(tag, _)| tag == "rhai")
+        .map(|(_, text)| text)
+        .collect();
+    assert!(blocks.len() >= 3, "{blocks:?}");
+    let copy = BPRUN.test_in_repository_copy();
+    for (index, block) in blocks.iter().enumerate() {
+        // REPL transcripts (`bprun> ...`) become a step's body; scripts stay as they are.
+        let script = if block.contains("bprun> ") {
+            let body: String = block
+                .lines()
+                .map(|line| line.trim_start_matches("bprun> "))
+                .map(|line| format!("    {};\n", line.trim_end_matches(';')))
+                .collect();
+            format!("step(\"REPL example\", || {{\n{body}}});\n")
+        } else {
+            block.clone()
+        };
+        let name = format!("scripts/readme-{index}.rhai");
+        std::fs::write(copy.path().join(&name), &script).expect("write");
+        let listed = copy.run(&["--list", &name]);
+        assert_eq!(
+            listed.code, 0,
+            "README example {index} does not load:\n{script}\n{}",
+            listed.stderr
+        );
+    }
+}
