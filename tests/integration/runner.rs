@@ -155,7 +155,7 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
         2,
         "",
-        "error: the selection runs no step\n  hint: --only, --skip and --from combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)\n",
+        "error: the selection runs no step\n  hint: --only, --skip, --from, --tags and --skip-tags combine: --from X --only Y runs Y only when it comes at or after X (bprun --list shows the plan)\n",
     );
     // Steps left out with --skip are not unfinished work for --resume.
     test.run(&["-q", "--skip", "1", "scripts/test.rhai"])
