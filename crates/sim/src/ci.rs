@@ -1,5 +1,5 @@
-//! The part of GitLab CI that pipeline creation checks: YAML, `include:` (local and
-//! cross-project), `extends:`, stages, `script:`, `needs:`, and which jobs a pipeline gets:
+//! The part of GitLab CI that pipeline creation checks: YAML (with merge keys), `include:`
+//! (local and cross-project), `!reference` tags, `extends:`, stages, `script:`, `needs:`, and which jobs a pipeline gets:
 //! `workflow:rules`, `rules:` (`if`, `changes`, `exists`, `when`) and `only`/`except`.
 //! Messages follow GitLab's.
 
@@ -145,6 +145,7 @@ pub fn resolve(text: &str, context: &Context, fetch: &Fetch) -> Result<Vec<CiJob
         &mut includes,
     )
     .map_err(|message| CiError::Invalid(vec![message]))?;
+    let config = resolve_references(&config).map_err(|message| CiError::Invalid(vec![message]))?;
     let config = expand_extends(&config).map_err(|message| CiError::Invalid(vec![message]))?;
 
     let stages: Vec<String> = match config.get("stages") {
@@ -336,6 +337,109 @@ fn variable_pairs(map: &serde_json::Map<String, Value>) -> Vec<(String, String)>
             };
             (key.clone(), value)
         })
+        .collect()
+}
+
+/// The marker a `!reference [job, key, ...]` tag becomes until it is resolved.
+const REFERENCE: &str = "!reference";
+
+/// A YAML document as JSON; a `!reference [...]` tag becomes `{"!reference": [...]}`, other
+/// tags are dropped (their value kept).
+fn json_of(yaml: serde_norway::Value) -> Value {
+    use serde_norway::Value as Yaml;
+    match yaml {
+        Yaml::Null => Value::Null,
+        Yaml::Bool(flag) => Value::Bool(flag),
+        Yaml::Number(number) => serde_json::to_value(&number).unwrap_or(Value::Null),
+        Yaml::String(text) => Value::String(text),
+        Yaml::Sequence(items) => Value::Array(items.into_iter().map(json_of).collect()),
+        Yaml::Mapping(map) => Value::Object(
+            map.into_iter()
+                .map(|(key, value)| {
+                    let key = match key {
+                        Yaml::String(text) => text,
+                        other => serde_norway::to_string(&other)
+                            .map(|text| text.trim().to_string())
+                            .unwrap_or_default(),
+                    };
+                    (key, json_of(value))
+                })
+                .collect(),
+        ),
+        Yaml::Tagged(tagged) => {
+            let value = json_of(tagged.value);
+            if tagged.tag == "reference" {
+                serde_json::json!({ REFERENCE: value })
+            } else {
+                value
+            }
+        }
+    }
+}
+
+/// `!reference [name, key, ...]` tags resolved as GitLab resolves them: after the includes are
+/// merged and before `extends`; a referenced array inside an array is spliced into it; at most
+/// 10 nested references.
+fn resolve_references(
+    config: &serde_json::Map<String, Value>,
+) -> Result<serde_json::Map<String, Value>, String> {
+    fn path_of(value: &Value) -> Option<Vec<String>> {
+        value.as_object()?.get(REFERENCE)?.as_array().map(|items| {
+            items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .map_or_else(|| item.to_string(), str::to_string)
+                })
+                .collect()
+        })
+    }
+    // Ruby's Array#inspect, as GitLab's message prints the path.
+    fn shown(path: &[String]) -> String {
+        let items: Vec<String> = path.iter().map(|item| format!("{item:?}")).collect();
+        format!("!reference [{}]", items.join(", "))
+    }
+    fn resolve(
+        value: &Value,
+        config: &serde_json::Map<String, Value>,
+        depth: usize,
+    ) -> Result<Value, String> {
+        if let Some(path) = path_of(value) {
+            if depth >= 10 {
+                return Err(format!("{} is part of a circular chain", shown(&path)));
+            }
+            let mut target = path.first().and_then(|name| config.get(name));
+            for key in path.iter().skip(1) {
+                target = target.and_then(|found| found.get(key));
+            }
+            let Some(target) = target else {
+                return Err(format!("{} could not be found", shown(&path)));
+            };
+            return resolve(target, config, depth + 1);
+        }
+        match value {
+            Value::Array(items) => {
+                let mut out = Vec::new();
+                for item in items {
+                    let resolved = resolve(item, config, depth)?;
+                    match (path_of(item), resolved) {
+                        (Some(_), Value::Array(spliced)) => out.extend(spliced),
+                        (_, resolved) => out.push(resolved),
+                    }
+                }
+                Ok(Value::Array(out))
+            }
+            Value::Object(map) => Ok(Value::Object(
+                map.iter()
+                    .map(|(key, value)| Ok((key.clone(), resolve(value, config, depth)?)))
+                    .collect::<Result<_, String>>()?,
+            )),
+            other => Ok(other.clone()),
+        }
+    }
+    config
+        .iter()
+        .map(|(key, value)| Ok((key.clone(), resolve(value, config, 0)?)))
         .collect()
 }
 
@@ -831,8 +935,12 @@ fn merge_document(
     config: &mut serde_json::Map<String, Value>,
     includes: &mut usize,
 ) -> Result<(), String> {
-    let document: Value = serde_norway::from_str(text)
+    let mut yaml: serde_norway::Value = serde_norway::from_str(text)
         .map_err(|error| format!("Invalid configuration format: {error}"))?;
+    // YAML's merge keys (`<<: *anchor`), which GitLab's parser applies.
+    yaml.apply_merge()
+        .map_err(|error| format!("Invalid configuration format: {error}"))?;
+    let document = json_of(yaml);
     let Value::Object(document) = document else {
         return Err("Invalid configuration format".to_string());
     };
@@ -990,6 +1098,30 @@ mod tests {
                 "Project `blueprint-apps/shared-code` file `templates/none.yml` does not exist!"
                     .to_string()
             ]))
+        );
+    }
+
+    #[test]
+    fn reference_tags_reuse_sections_and_merge_keys_apply() {
+        let text = ".setup:\n  script: [echo setup, echo more]\n  variables: {A: one}\n.vars: &vars\n  B: two\njob:\n  variables:\n    <<: *vars\n    A: !reference [.setup, variables, A]\n  script:\n    - !reference [.setup, script]\n    - make\n";
+        let jobs = resolve(text, &Context::api("main"), &files).expect("valid");
+        assert_eq!(jobs.len(), 1);
+        assert_eq!(jobs[0].script, ["echo setup", "echo more", "make"]);
+        let missing = "job:\n  script:\n    - !reference [.nope, script]\n";
+        assert_eq!(
+            resolve(missing, &Context::api("main"), &files),
+            Err(CiError::Invalid(vec![
+                "!reference [\".nope\", \"script\"] could not be found".to_string()
+            ]))
+        );
+        let circular = ".a:\n  script: !reference [.b, script]\n.b:\n  script: !reference [.a, script]\njob:\n  script: !reference [.a, script]\n";
+        let Err(CiError::Invalid(messages)) = resolve(circular, &Context::api("main"), &files)
+        else {
+            panic!("a circular chain is an error");
+        };
+        assert!(
+            messages.len() == 1 && messages[0].ends_with("\"script\"] is part of a circular chain"),
+            "{messages:?}"
         );
     }
 
