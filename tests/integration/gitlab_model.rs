@@ -398,3 +398,40 @@ fn the_state_file_is_private_and_holds_no_token() {
     }
     assert!(!text.contains("glrt-"), "the state holds a runner token");
 }
+
+#[test]
+fn lists_honour_order_by_and_sort_and_refuse_unknown_values() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let (status, group) = post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    assert_eq!(status, 201, "{group}");
+    for name in ["beta", "alpha", "gamma"] {
+        let (status, body) = post(
+            &sim,
+            "projects",
+            &format!(
+                r#"{{"name":"{name}","path":"{name}","namespace_id":{}}}"#,
+                group["id"]
+            ),
+        );
+        assert_eq!(status, 201, "{body}");
+    }
+    let names = |query: &str| -> Vec<String> {
+        sim.api_json(&format!("groups/g/projects?{query}"))
+            .as_array()
+            .expect("list")
+            .iter()
+            .map(|p| p["path"].as_str().unwrap_or("").to_string())
+            .collect()
+    };
+    assert_eq!(names("order_by=name&sort=asc"), ["alpha", "beta", "gamma"]);
+    assert_eq!(names("order_by=name&sort=desc"), ["gamma", "beta", "alpha"]);
+    // By id, newest first (GitLab's default direction), then oldest first.
+    assert_eq!(names("order_by=id"), ["gamma", "alpha", "beta"]);
+    assert_eq!(names("order_by=id&sort=asc"), ["beta", "alpha", "gamma"]);
+    let bad = sim.api("GET", "groups/g/projects?order_by=colour", None);
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"], "order_by does not have a valid value");
+    let bad = sim.api("GET", "groups/g/projects?sort=up", None);
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.json()["error"], "sort does not have a valid value");
+}

@@ -337,6 +337,70 @@ fn not_found(what: &str) -> SimResponse {
 }
 
 /// Grape's parameter errors: `{"error": "name is missing"}`.
+/// `order_by` and `sort` of a list request, as GitLab's API takes them: an unknown value is a
+/// 400 in Grape's words; without them the list keeps the endpoint's own order.
+fn order(request: &SimRequest, items: &mut [Value]) -> Result<(), SimResponse> {
+    const ORDER_BY: &[&str] = &[
+        "id",
+        "iid",
+        "name",
+        "path",
+        "key",
+        "status",
+        "ref",
+        "created_at",
+        "updated_at",
+        "last_activity_at",
+    ];
+    let order_by = request.query.get("order_by").map(String::as_str);
+    let sort = request.query.get("sort").map(String::as_str);
+    if order_by.is_none() && sort.is_none() {
+        return Ok(());
+    }
+    if let Some(field) = order_by
+        && !ORDER_BY.contains(&field)
+    {
+        return Err(SimResponse::json(
+            400,
+            &json!({"error": "order_by does not have a valid value"}),
+        ));
+    }
+    let descending = match sort {
+        None => order_by != Some("name") && order_by != Some("path"),
+        Some("asc") => false,
+        Some("desc") => true,
+        Some(_) => {
+            return Err(SimResponse::json(
+                400,
+                &json!({"error": "sort does not have a valid value"}),
+            ));
+        }
+    };
+    let field = order_by.unwrap_or("id");
+    items.sort_by(|a, b| {
+        let ordering = match (&a[field], &b[field]) {
+            (Value::Number(x), Value::Number(y)) => x
+                .as_f64()
+                .partial_cmp(&y.as_f64())
+                .unwrap_or(std::cmp::Ordering::Equal),
+            (x, y) => x.as_str().unwrap_or("").cmp(y.as_str().unwrap_or("")),
+        };
+        // Ties in id order, as a database's stable secondary key.
+        let ordering = ordering.then_with(|| {
+            a["id"]
+                .as_i64()
+                .unwrap_or(0)
+                .cmp(&b["id"].as_i64().unwrap_or(0))
+        });
+        if descending {
+            ordering.reverse()
+        } else {
+            ordering
+        }
+    });
+    Ok(())
+}
+
 fn param_error(text: &str) -> SimResponse {
     SimResponse::json(400, &json!({"error": text}))
 }
@@ -670,9 +734,12 @@ impl GitlabSim {
         format!("{namespace}/{}", project.path)
     }
 
-    fn paginate(&self, request: &SimRequest, items: Vec<Value>) -> SimResponse {
+    fn paginate(&self, request: &SimRequest, mut items: Vec<Value>) -> SimResponse {
         if request.query.get("pagination").map(String::as_str) == Some("keyset") {
             return self.paginate_keyset(request, items);
+        }
+        if let Err(response) = order(request, &mut items) {
+            return response;
         }
         let per_page = request
             .query
