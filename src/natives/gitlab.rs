@@ -329,8 +329,25 @@ pub mod gitlab_functions {
     #[rhai_fn(return_raw)]
     pub fn gitlab_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
         let (session, client) = remote(&context, "gitlab_health")?;
-        // Through the GitLab client, so the CA file and timeouts are GitLab's.
-        let status = client.health_status();
+        // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
+        // it): without one, health is `/-/health` alone and the version is `()`. The two reads
+        // are independent: both at once.
+        let stop = cancelled(&session);
+        let (status, version) = std::thread::scope(|scope| {
+            let version = client
+                .token()
+                .map(|_| scope.spawn(|| client.get("version", &stop)));
+            // Through the GitLab client, so the CA file and timeouts are GitLab's.
+            let status = client.health_status();
+            let version = version.map(|thread| {
+                thread.join().unwrap_or_else(|_| {
+                    Err(ClientError::new(
+                        "gitlab: GET /version: the request thread panicked",
+                    ))
+                })
+            });
+            (status, version)
+        });
         match status {
             Ok(200) => {}
             Ok(other) => {
@@ -350,15 +367,8 @@ pub mod gitlab_functions {
                 ));
             }
         }
-        // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
-        // it): without one, health is `/-/health` alone and the version is `()`.
-        let version = match client.token() {
-            Some(_) => from_json(
-                client
-                    .get("version", &cancelled(&session))
-                    .map_err(native_error)?["version"]
-                    .clone(),
-            ),
+        let version = match version {
+            Some(answer) => from_json(answer.map_err(native_error)?["version"].clone()),
             None => Dynamic::UNIT,
         };
         let mut map = rhai::Map::new();

@@ -1129,3 +1129,61 @@ fn concurrent_runs_ensuring_the_same_group_and_project_all_succeed() {
     let projects = sim.api_json("groups/race/projects");
     assert_eq!(projects.as_array().map(Vec::len), Some(1), "{projects}");
 }
+
+/// The most requests the simulator saw being answered at once, among those `keep` selects.
+fn most_concurrent(log: &serde_json::Value, keep: impl Fn(&serde_json::Value) -> bool) -> u64 {
+    log["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|request| keep(request))
+        .filter_map(|request| request["concurrent"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// With 100 ms added to every answer, a `parallel` far wider than the client's bounds: the
+/// simulator's own count of requests in flight shows the reads overlapping yet at most 32 at
+/// once, and at most 4 writes at once.
+#[test]
+fn the_client_bounds_reads_and_writes_in_flight_per_gitlab() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--latency-ms", "100"]);
+    let test = with_sim(
+        repo().script(
+            r#"step("Reads", || {
+    let reads = [];
+    for i in 0..70 { reads.push(i); }
+    parallel(reads, |i| gitlab_get("version"), 70);
+});
+step("Writes", || {
+    let writes = [];
+    for i in 0..10 { writes.push(`bounded-${i}`); }
+    parallel(writes, |name| gitlab_post("groups", #{name: name, path: name}), 10);
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["-q", "--only", "Reads", "scripts/test.rhai"])
+        .code(0);
+    let log = sim.requests();
+    assert_eq!(log["total"], 70, "{}", log["counters"]);
+    let reads = most_concurrent(&log, |_| true);
+    assert!((2..=32).contains(&reads), "{reads} reads at once");
+    assert!(
+        log["requests"]
+            .as_array()
+            .expect("requests")
+            .iter()
+            .all(|request| request["latency_ms"] == 100),
+        "every answer was held back by --latency-ms"
+    );
+
+    sim.clear_requests();
+    test.run(&["-q", "--only", "Writes", "scripts/test.rhai"])
+        .code(0);
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 10, "{}", log["counters"]);
+    let writes = most_concurrent(&log, |request| request["method"] == "POST");
+    assert!((2..=4).contains(&writes), "{writes} writes at once");
+}

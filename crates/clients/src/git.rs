@@ -106,6 +106,19 @@ fn shared_client(ca_file: Option<&Path>) -> std::io::Result<reqwest::Client> {
     Ok(client)
 }
 
+/// Pushes (receive-pack) one process keeps in flight at most, as the GitLab client bounds its
+/// writes: a script may provision many projects at once, and each push can start a pipeline.
+fn push_permits() -> std::sync::Arc<tokio::sync::Semaphore> {
+    static PUSHES: OnceLock<std::sync::Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    PUSHES
+        .get_or_init(|| {
+            std::sync::Arc::new(tokio::sync::Semaphore::new(
+                crate::gitlab::MAX_CONCURRENT_WRITES,
+            ))
+        })
+        .clone()
+}
+
 struct HttpStream {
     url: String,
     service: Service,
@@ -152,7 +165,13 @@ impl HttpStream {
             if let Some(token) = &self.auth.token {
                 request = request.basic_auth("oauth2", Some(token.reveal()));
             }
+            let pushes = matches!(self.service, Service::ReceivePack).then(push_permits);
             let answer = super::runtime::runtime().block_on(async move {
+                // The semaphore is never closed: a permit always comes.
+                let _permit = match pushes {
+                    Some(pushes) => pushes.acquire_owned().await.ok(),
+                    None => None,
+                };
                 let response = request.send().await?;
                 let status = response.status().as_u16();
                 let body = response.bytes().await?;

@@ -25,6 +25,25 @@ fn token_of(value: &Value) -> Option<TokenInfo> {
 }
 
 impl GitlabClient {
+    fn remember_token(&self, token: &Secret, id: i64) {
+        let mut known = self
+            .known_tokens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !known.iter().any(|(known, _)| known == token) {
+            known.push((token.clone(), id));
+        }
+    }
+
+    fn known_token_id(&self, token: &Secret) -> Option<i64> {
+        self.known_tokens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .find(|(known, _)| known == token)
+            .map(|(_, id)| *id)
+    }
+
     /// `token`'s own record (`GET /personal_access_tokens/self` with it), or `None` when GitLab
     /// no longer accepts it (revoked, expired, or a rebuilt GitLab that never issued it).
     pub fn token_self(
@@ -39,7 +58,13 @@ impl GitlabClient {
             None,
             cancelled,
         ) {
-            Ok(answer) => Ok(token_of(&answer.body).filter(|info| info.active)),
+            Ok(answer) => {
+                let info = token_of(&answer.body).filter(|info| info.active);
+                if let Some(info) = &info {
+                    self.remember_token(token, info.id);
+                }
+                Ok(info)
+            }
             Err(error) if matches!(error.kind, ErrorKind::Unauthorized | ErrorKind::NotFound) => {
                 Ok(None)
             }
@@ -54,10 +79,23 @@ impl GitlabClient {
         name: &str,
         keep: &Secret,
         mode: Mode,
-        cancelled: &dyn Fn() -> bool,
+        cancelled: &(dyn Fn() -> bool + Sync),
     ) -> Result<Outcome<Vec<TokenInfo>>, ClientError> {
-        let kept = self.token_self(keep, cancelled)?.map(|info| info.id);
-        let all = self.get_all("personal_access_tokens", cancelled)?;
+        // The kept token's id: known when the script just checked the token, else asked for
+        // while the list is read (two independent reads, one round trip).
+        let (kept, all) = match self.known_token_id(keep) {
+            Some(id) => (Some(id), self.get_all("personal_access_tokens", cancelled)?),
+            None => std::thread::scope(|scope| {
+                let kept = scope.spawn(|| self.token_self(keep, cancelled));
+                let all = self.get_all("personal_access_tokens", cancelled);
+                let kept = kept.join().unwrap_or_else(|_| {
+                    Err(ClientError::new(
+                        "gitlab: GET /personal_access_tokens/self: the lookup thread panicked",
+                    ))
+                });
+                Ok::<_, ClientError>((kept?.map(|info| info.id), all?))
+            })?,
+        };
         let stale: Vec<TokenInfo> = all
             .iter()
             .filter_map(token_of)
