@@ -121,40 +121,9 @@ pub mod step_functions {
                 "parallel: limit must be at least 1, not {limit}"
             ))));
         }
-        let session = session(&context)?;
-        let workers = (limit as usize).min(items.len()).max(1);
-        let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<ItemResult>>> =
-            Mutex::new((0..items.len()).map(|_| None).collect());
-        let engine = context.engine();
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                let store = crate::engine::detach_context(&context);
-                let (items, body, next, results, session) =
-                    (&items, &body, &next, &results, &session);
-                scope.spawn(move || {
-                    let worker_context = crate::engine::attach_context(&store, engine);
-                    loop {
-                        let index = next.fetch_add(1, Ordering::SeqCst);
-                        if index >= items.len() {
-                            break;
-                        }
-                        let outcome = if session.state.is_cancelled() {
-                            Err(native_error(NativeError::new("parallel: interrupted")))
-                        } else {
-                            body.call_within_context::<Dynamic>(
-                                &worker_context,
-                                (items[index].clone(),),
-                            )
-                        };
-                        lock(results)[index] = Some(outcome);
-                    }
-                });
-            }
-        });
-        let results = results
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let results = run_concurrently(&context, items.len(), limit as usize, |worker, index| {
+            body.call_within_context::<Dynamic>(worker, (items[index].clone(),))
+        })?;
         let mut values = rhai::Array::with_capacity(items.len());
         let mut failures = Vec::new();
         for (index, outcome) in results.into_iter().enumerate() {
@@ -194,6 +163,76 @@ pub mod step_functions {
         )))
     }
 
+    /// Calls every closure of `tasks` at the same time and returns their results in order: for
+    /// independent work, such as reads of different systems, that would otherwise wait for one
+    /// another. When one fails, its error is raised as it is; when several fail, each is named.
+    ///
+    /// ```rhai
+    /// let both = concurrently([|| 1 + 1, || "two"]);
+    /// assert_eq(both, [2, "two"]);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn concurrently(
+        context: NativeCallContext,
+        tasks: rhai::Array,
+    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+        let mut closures = Vec::with_capacity(tasks.len());
+        for (index, task) in tasks.iter().enumerate() {
+            let closure = task
+                .read_lock::<FnPtr>()
+                .map(|f| f.clone())
+                .ok_or_else(|| {
+                    native_error(NativeError::new(format!(
+                        "concurrently: task {} is a {}, not a closure",
+                        index + 1,
+                        task.type_name()
+                    )))
+                })?;
+            closures.push(closure);
+        }
+        let results =
+            run_concurrently(&context, closures.len(), closures.len(), |worker, index| {
+                closures[index].call_within_context::<Dynamic>(worker, ())
+            })?;
+        let mut values = rhai::Array::with_capacity(closures.len());
+        let mut errors = Vec::new();
+        for (index, outcome) in results.into_iter().enumerate() {
+            match outcome {
+                Some(Ok(value)) => values.push(value),
+                Some(Err(error)) => errors.push((index, error)),
+                None => errors.push((
+                    index,
+                    native_error(NativeError::new("concurrently: did not run")),
+                )),
+            }
+        }
+        if let Some(position) = errors
+            .iter()
+            .position(|(_, error)| matches!(**error, EvalAltResult::ErrorTerminated(..)))
+        {
+            return Err(errors.swap_remove(position).1);
+        }
+        match errors.len() {
+            0 => Ok(values),
+            // One failure reads as it would have without the others running alongside.
+            1 => Err(errors.swap_remove(0).1),
+            count => {
+                let mut error = NativeError::new(format!(
+                    "concurrently: {count} of {} tasks failed",
+                    closures.len()
+                ));
+                for (index, failure) in errors {
+                    error = error.caused_by(format!(
+                        "task {}: {}",
+                        index + 1,
+                        crate::diagnostics::headline(&failure)
+                    ));
+                }
+                Err(native_error(error))
+            }
+        }
+    }
+
     /// `parallel(items, body, 4)`.
     ///
     /// ```rhai
@@ -207,6 +246,46 @@ pub mod step_functions {
     ) -> Result<rhai::Array, Box<EvalAltResult>> {
         parallel_with_limit(context, items, body, DEFAULT_PARALLEL_LIMIT)
     }
+}
+
+/// Calls `call(worker_context, index)` for every index below `count`, at most `limit` at a
+/// time on worker threads (each with the caller's context); the outcomes in index order
+/// (`None`: not run, as when the run was interrupted first).
+fn run_concurrently(
+    context: &NativeCallContext,
+    count: usize,
+    limit: usize,
+    call: impl Fn(&NativeCallContext, usize) -> ItemResult + Sync,
+) -> Result<Vec<Option<ItemResult>>, Box<EvalAltResult>> {
+    let session = session(context)?;
+    let workers = limit.min(count).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<ItemResult>>> = Mutex::new((0..count).map(|_| None).collect());
+    let engine = context.engine();
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let store = crate::engine::detach_context(context);
+            let (call, next, results, session) = (&call, &next, &results, &session);
+            scope.spawn(move || {
+                let worker_context = crate::engine::attach_context(&store, engine);
+                loop {
+                    let index = next.fetch_add(1, Ordering::SeqCst);
+                    if index >= count {
+                        break;
+                    }
+                    let outcome = if session.state.is_cancelled() {
+                        Err(native_error(NativeError::new("parallel: interrupted")))
+                    } else {
+                        call(&worker_context, index)
+                    };
+                    lock(results)[index] = Some(outcome);
+                }
+            });
+        }
+    });
+    Ok(results
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// Records a step the top level declares.

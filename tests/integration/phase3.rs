@@ -553,3 +553,62 @@ fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
     );
     out.stdout_contains("[5/6] Provision projects ... changed");
 }
+
+/// `bprun sim all --latency-ms`: every GitLab answer (API and git) is held back, and a no-op
+/// re-run stays read-only with no more requests than before (18 before issue #17: the kept PAT
+/// is no longer looked up twice), overlaps its reads (the simulator counts requests in flight;
+/// no timing), and still provisions shared-code before any other project.
+#[test]
+fn a_no_op_under_latency_overlaps_its_reads_and_keeps_shared_code_first() {
+    let sim = BPRUN.sim(SimKind::All, &["--latency-ms", "20"]);
+    let faults = sim.raw("GET", "/-/sim/faults", None, None).json();
+    assert_eq!(faults["latency_ms"], 20, "{faults}");
+    let copy = phase3_copy(Some(&sim));
+    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
+        .success();
+    sim.clear_requests();
+    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
+        .success();
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    let requests = log["requests"].as_array().expect("requests").clone();
+    assert!(requests.len() <= 17, "{}", log["counters"]);
+    for request in &requests {
+        let path = request["path"].as_str().unwrap_or_default();
+        let expected = if path.starts_with("/-/") { 0 } else { 20 };
+        assert_eq!(
+            request["latency_ms"].as_u64().unwrap_or(0),
+            expected,
+            "{request}"
+        );
+    }
+    assert!(
+        requests
+            .iter()
+            .any(|request| request["concurrent"].as_u64().unwrap_or(0) >= 2),
+        "no two requests overlapped: {requests:?}"
+    );
+    let of_project = |request: &serde_json::Value, name: &str| {
+        let path = request["path"].as_str().unwrap_or_default();
+        path.contains(&format!("blueprint-apps%2F{name}"))
+            || path.contains(&format!("blueprint-apps/{name}.git"))
+    };
+    let last_shared = requests
+        .iter()
+        .rposition(|request| of_project(request, "shared-code"))
+        .expect("shared-code's requests");
+    let first_other = requests
+        .iter()
+        .position(|request| PROJECTS[1..].iter().any(|name| of_project(request, name)))
+        .expect("the other projects' requests");
+    assert!(last_shared < first_other, "{requests:?}");
+    // shared-code costs one request each for its project, variables and git refs.
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|request| of_project(request, "shared-code"))
+            .count(),
+        3,
+        "{requests:?}"
+    );
+}
