@@ -1187,3 +1187,57 @@ step("Writes", || {
     let writes = most_concurrent(&log, |request| request["method"] == "POST");
     assert!((2..=4).contains(&writes), "{writes} writes at once");
 }
+
+/// `parallel(..., #{writes_after_first: true})`: the other items read at once, but their writes
+/// wait for the first item, and are not sent when it fails.
+#[test]
+fn writes_after_the_first_item_are_not_sent_when_it_fails() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script(
+            r#"step("Fan out", || {
+    parallel(["first", "second", "third"], |name| {
+        gitlab_get("version");
+        if name == "first" && args.fail == true { throw "first broke" }
+        gitlab_post("groups", #{name: name, path: name});
+    }, #{limit: 3, writes_after_first: true});
+});
+"#,
+        ),
+        &sim,
+    );
+    let failed = test.run(&["-q", "scripts/test.rhai", "--fail"]);
+    failed.code(1);
+    failed.stderr_contains("  × parallel: 3 of 3 items failed\n");
+    failed.stderr_contains("item 1 (first): first broke");
+    failed.stderr_contains(
+        "item 2 (second): gitlab: POST /groups: not sent, because first failed first (first broke)",
+    );
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    assert_eq!(
+        log["total"], 3,
+        "every read went ahead: {}",
+        log["counters"]
+    );
+
+    sim.clear_requests();
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    let log = sim.requests();
+    let posts: Vec<&serde_json::Value> = log["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|request| request["method"] == "POST")
+        .collect();
+    assert_eq!(posts.len(), 3, "{}", log["counters"]);
+    // Group ids grow with creation: the first item's is the smallest.
+    let groups = sim.api_json("groups");
+    let first_created = groups
+        .as_array()
+        .expect("groups")
+        .iter()
+        .min_by_key(|group| group["id"].as_i64().unwrap_or(i64::MAX))
+        .map(|group| group["path"].clone());
+    assert_eq!(first_created, Some(serde_json::json!("first")), "{groups}");
+}

@@ -272,16 +272,21 @@ pub fn clone_or_pull(
     with_auth(auth, || {
         // A clone killed half-way leaves a `.git` git cannot open, or one without its `origin`
         // (killed right after `git init`): clone again.
-        let unfinished = dir.join(".git").exists()
-            && git2::Repository::open(dir)
-                .map(|repo| repo.find_remote("origin").is_err())
-                .unwrap_or(true);
-        if unfinished {
-            std::fs::remove_dir_all(dir).map_err(|e| {
-                ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
-            })?;
-        }
-        if !dir.join(".git").exists() {
+        // Opened once (each open resolves paths and reads git's config files again).
+        let existing = if dir.join(".git").exists() {
+            match git2::Repository::open(dir) {
+                Ok(repo) if repo.find_remote("origin").is_ok() => Some(repo),
+                _ => {
+                    std::fs::remove_dir_all(dir).map_err(|e| {
+                        ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
+                    })?;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let Some(repo) = existing else {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
                     ClientError::new(format!("cannot create {}: {e}", parent.display()))
@@ -290,9 +295,8 @@ pub fn clone_or_pull(
             git2::Repository::clone(url, dir)
                 .map_err(|error| git_error(&format!("clone of {url}"), shown, error))?;
             return Ok(SyncOutcome::Cloned);
-        }
+        };
         let _lock = lock_tree(dir, shown)?;
-        let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
         let mut remote = repo
             .find_remote("origin")
             .map_err(|error| git_error("find remote origin", shown, error))?;
@@ -304,8 +308,11 @@ pub fn clone_or_pull(
                 .find_remote("origin")
                 .map_err(|error| git_error("find remote origin", shown, error))?;
         }
+        // No FETCH_HEAD: nothing reads it, and writing it made every re-run write a file.
+        let mut fetch_options = git2::FetchOptions::new();
+        fetch_options.update_fetchhead(false);
         remote
-            .fetch(&[BRANCH], None, None)
+            .fetch(&[BRANCH], Some(&mut fetch_options), None)
             .map_err(|error| git_error(&format!("fetch from {url}"), shown, error))?;
         let Ok(fetched) = repo.find_reference(&format!("refs/remotes/origin/{BRANCH}")) else {
             return Ok(SyncOutcome::UpToDate);
@@ -338,6 +345,10 @@ pub fn clone_or_pull(
 /// True when the working tree differs from its last commit (or has files but no commit).
 pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, ClientError> {
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    tree_has_changes(&repo, shown)
+}
+
+fn tree_has_changes(repo: &git2::Repository, shown: &str) -> Result<bool, ClientError> {
     let mut options = git2::StatusOptions::new();
     options.include_untracked(true).recurse_untracked_dirs(true);
     let statuses = repo
@@ -457,8 +468,8 @@ pub fn commit_push(
     auth: &GitAuth,
 ) -> Result<Option<String>, ClientError> {
     let _lock = lock_tree(dir, shown)?;
-    let changed = has_changes(dir, shown)?;
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    let changed = tree_has_changes(&repo, shown)?;
     let local = |repo: &git2::Repository, name: &str| {
         repo.find_reference(name)
             .ok()
@@ -509,6 +520,7 @@ pub fn commit_push(
     if local(&repo, &format!("refs/remotes/origin/{BRANCH}")) == Some(commit) {
         return Ok(None);
     }
+    crate::write_gate::before_remote_write(&format!("git: push from {shown}"), &|| false)?;
     with_auth(auth, || {
         let mut remote = repo
             .find_remote("origin")

@@ -424,6 +424,16 @@ impl GitlabClient {
         read_back: Option<&dyn Fn() -> Result<Option<Value>, ClientError>>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Answer, ClientError> {
+        if method != Method::Get {
+            crate::write_gate::before_remote_write(
+                &format!(
+                    "gitlab: {} /{}",
+                    method.name(),
+                    path.trim_start_matches('/')
+                ),
+                cancelled,
+            )?;
+        }
         let url = self.api_url(path);
         let idempotent = method != Method::Post;
         let mut last = String::new();
