@@ -446,6 +446,46 @@ pub mod gitlab_functions {
         Ok(map)
     }
 
+    /// Whether GitLab still accepts `token` (a `Secret` or a string), and if it does, logs in
+    /// with it and revokes every other active personal access token named `name`, as
+    /// `gitlab_token_valid`, `gitlab_login` and `gitlab_revoke_tokens` in a row would, but with
+    /// the two reads at once: `#{valid, revoked, changed}`. A refused token changes nothing
+    /// (`valid: false`). Honours check mode.
+    ///
+    /// ```rhai
+    /// step("PAT", || {
+    ///     let adopted = gitlab_adopt_token("blueprint-phase3", env_secret("GITLAB_TOKEN"));
+    ///     if !adopted.valid { warn("stale PAT") }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_adopt_token(
+        context: NativeCallContext,
+        name: &str,
+        token: Dynamic,
+    ) -> NativeResult<rhai::Map> {
+        let (session, client) = remote(&context, "gitlab_adopt_token")?;
+        let token = secret_of(token, "gitlab_adopt_token")?;
+        let outcome = client
+            .adopt_token(name, &token, mode(&session), &cancelled(&session))
+            .map_err(native_error)?;
+        let mut map = rhai::Map::new();
+        match outcome {
+            Some(outcome) => {
+                let (revoked, changed) = settle(&session, outcome);
+                map.insert("valid".into(), true.into());
+                map.insert("revoked".into(), (revoked.len() as i64).into());
+                map.insert("changed".into(), changed.into());
+            }
+            None => {
+                map.insert("valid".into(), false.into());
+                map.insert("revoked".into(), 0_i64.into());
+                map.insert("changed".into(), false.into());
+            }
+        }
+        Ok(map)
+    }
+
     /// Ensures a top-level group: `#{id, full_path, visibility, changed}`. Options: `name`
     /// (default: the path), `visibility` (default `internal`), `description`, `update` (true
     /// changes the visibility of an existing group; otherwise a difference is only reported).

@@ -1241,3 +1241,67 @@ fn writes_after_the_first_item_are_not_sent_when_it_fails() {
         .map(|group| group["path"].clone());
     assert_eq!(first_created, Some(serde_json::json!("first")), "{groups}");
 }
+
+/// `gitlab_adopt_token`: a token GitLab accepts is used from then on and the other live tokens
+/// of its name are revoked, its record and the token list read at once (two requests, no
+/// write when nothing is stale); check mode only reports; a refused token changes nothing.
+#[test]
+fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let mint = || {
+        let reply = sim.raw(
+            "POST",
+            "/-/sim/tokens",
+            Some(GITLAB_TOKEN),
+            Some(r#"{"name": "adopted"}"#),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.json()["token"].as_str().expect("token").to_string()
+    };
+    let kept = mint();
+    mint();
+    let live = || {
+        sim.api_json("personal_access_tokens?per_page=100")
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .filter(|token| token["name"] == "adopted" && token["active"] == true)
+            .count()
+    };
+    assert_eq!(live(), 2);
+    const ADOPT: &str = r#"step("Adopt", || {
+    let adopted = gitlab_adopt_token("adopted", env_secret("ADOPTED"));
+    info(`valid ${adopted.valid} revoked ${adopted.revoked} changed ${adopted.changed}`);
+    if adopted.valid { info(`user ${gitlab_get("user").username}`); }
+});
+"#;
+    let with_kept = with_sim(repo().script(ADOPT), &sim).env("ADOPTED", &kept);
+    sim.clear_requests();
+    let checked = with_kept.run(&["--check", "scripts/test.rhai"]);
+    checked.code(0);
+    checked.stdout_contains("valid true revoked 1 changed true");
+    assert_eq!(sim.mutating_requests(), 0);
+    assert_eq!(live(), 2);
+
+    let adopted = with_kept.run(&["scripts/test.rhai"]);
+    adopted.code(0);
+    adopted.stdout_contains("~ revoke personal access token adopted (#");
+    adopted.stdout_contains("valid true revoked 1 changed true");
+    adopted.stdout_contains("user root");
+    assert_eq!(live(), 1);
+
+    sim.clear_requests();
+    let again = with_kept.run(&["scripts/test.rhai"]);
+    again.stdout_contains("valid true revoked 0 changed false");
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    // Its record and the list, then `user` with it.
+    assert_eq!(log["total"], 3, "{}", log["counters"]);
+
+    let refused = with_sim(repo().script(ADOPT), &sim)
+        .env("ADOPTED", "glpat-never-issued-0000")
+        .run(&["scripts/test.rhai"]);
+    refused.code(0);
+    refused.stdout_contains("valid false revoked 0 changed false");
+    assert_eq!(live(), 1);
+}

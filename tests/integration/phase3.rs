@@ -563,8 +563,8 @@ fn of_project(request: &serde_json::Value, name: &str) -> bool {
 
 /// `bprun sim all --latency-ms`: every GitLab answer (API and git) is held back. Provisioning
 /// sends shared-code's writes, its push included, before any write of another project; a no-op
-/// re-run stays read-only with no more requests than before (18 before issue #17: the kept PAT
-/// is no longer looked up twice) and reads the projects together, shared-code's reads not
+/// re-run stays read-only with fewer requests than before (18 before issue #17; the kept PAT
+/// is looked up once now, at the same time as the token list) and reads the projects together, shared-code's reads not
 /// waited for (the simulator's log order and in-flight counts; no timing).
 #[test]
 fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {

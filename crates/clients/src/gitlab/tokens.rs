@@ -96,6 +96,50 @@ impl GitlabClient {
                 Ok::<_, ClientError>((kept?.map(|info| info.id), all?))
             })?,
         };
+        self.revoke_stale(name, kept, &all, mode, cancelled)
+    }
+
+    /// Whether GitLab accepts `token`, and if it does, makes it the token in use and revokes
+    /// every other active token named `name` (as `revoke_tokens_named`). Its own record and
+    /// the token list are read at once with it: one round trip when nothing is stale. `None`
+    /// (and nothing changed) when GitLab refuses the token.
+    pub fn adopt_token(
+        &self,
+        name: &str,
+        token: &Secret,
+        mode: Mode,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<Outcome<Vec<TokenInfo>>>, ClientError> {
+        let with_token = self.with_token(token);
+        let (own, all) = std::thread::scope(|scope| {
+            let own = scope.spawn(|| self.token_self(token, cancelled));
+            let all = with_token.get_all("personal_access_tokens", cancelled);
+            let own = own.join().unwrap_or_else(|_| {
+                Err(ClientError::new(
+                    "gitlab: GET /personal_access_tokens/self: the lookup thread panicked",
+                ))
+            });
+            (own, all)
+        });
+        // A refused token cannot list tokens either: that answer is of no use then.
+        let Some(own) = own? else {
+            return Ok(None);
+        };
+        let all = all?;
+        self.set_token(token.clone());
+        self.revoke_stale(name, Some(own.id), &all, mode, cancelled)
+            .map(Some)
+    }
+
+    /// Revokes the active tokens named `name` of `all` but `kept`.
+    fn revoke_stale(
+        &self,
+        name: &str,
+        kept: Option<i64>,
+        all: &[Value],
+        mode: Mode,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Outcome<Vec<TokenInfo>>, ClientError> {
         let stale: Vec<TokenInfo> = all
             .iter()
             .filter_map(token_of)
