@@ -1,8 +1,13 @@
-//! Phase 3 no-op benchmark (not a test), release build, against `bprun sim all`:
-//! - a no-op re-run of `scripts/phase3.rhai` without the smoke step, four apps (target: < 300 ms);
-//! - the same with a synthetic 100-app manifest (target: < 3 s).
+//! Phase 3 no-op benchmark (not a test), release build, against `bprun sim all`: a no-op re-run
+//! of `scripts/phase3.rhai` without the smoke step, for the four apps and for a synthetic
+//! 100-app manifest, with no added latency and with 50 ms added to every GitLab answer (API and
+//! git; the simulator's `latency_ms` fault, the one `bprun sim all --latency-ms` sets, switched
+//! at run time so one provisioning serves both).
 //!
-//! Reports wall time (median and max of 7 runs) and the GitLab requests one run makes.
+//! Reports wall time (median and max), the GitLab requests one run makes (git smart HTTP
+//! included), the sequential round trips the latency implies ((wall with latency - wall
+//! without) / latency), and bprun's CPU time per app (user + system, `getrusage` of the child
+//! processes), then the goal table of issue #17. Also `bprun --list scripts/phase3.rhai`.
 //!
 //!     cargo bench --bench phase3
 
@@ -10,6 +15,7 @@ use bprun_testkit::{Bprun, Sim, SimKind, Test};
 use std::time::{Duration, Instant};
 
 const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
+const LATENCY_MS: u64 = 50;
 
 /// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
 fn repository_copy(sim: &Sim, apps: usize) -> Test {
@@ -29,6 +35,20 @@ fn repository_copy(sim: &Sim, apps: usize) -> Test {
     test
 }
 
+/// User plus system time of every waited-for child process so far, and their peak RSS (KiB).
+fn children_usage() -> (Duration, i64) {
+    // SAFETY: getrusage fills the struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage);
+        usage
+    };
+    let time = |t: libc::timeval| {
+        Duration::from_secs(t.tv_sec as u64) + Duration::from_micros(t.tv_usec as u64)
+    };
+    (time(usage.ru_utime) + time(usage.ru_stime), usage.ru_maxrss)
+}
+
 fn run(test: &Test, args: &[&str]) -> Duration {
     let started = Instant::now();
     let output = test.run(args);
@@ -37,28 +57,144 @@ fn run(test: &Test, args: &[&str]) -> Duration {
     elapsed
 }
 
-fn measure(apps: usize) {
-    let sim = BPRUN.sim(SimKind::All, &[]);
-    let copy = repository_copy(&sim, apps);
-    let provision = run(&copy, &["-q", "scripts/phase3.rhai"]);
-    let no_op = ["-q", "--skip", "Smoke test", "scripts/phase3.rhai"];
-    run(&copy, &no_op);
+fn ms(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1000.0
+}
+
+struct NoOp {
+    median: Duration,
+    max: Duration,
+    requests_per_run: u64,
+    mutating: u64,
+    cpu_per_run: Duration,
+}
+
+fn no_op_runs(sim: &Sim, copy: &Test, latency_ms: u64, runs: u32) -> NoOp {
+    let reply = sim.raw(
+        "PUT",
+        "/-/sim/faults",
+        None,
+        Some(&format!(r#"{{"latency_ms": {latency_ms}}}"#)),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let args = ["-q", "--skip", "Smoke test", "scripts/phase3.rhai"];
+    run(copy, &args);
     sim.clear_requests();
-    let mut times: Vec<Duration> = (0..7).map(|_| run(&copy, &no_op)).collect();
+    let (cpu_before, _) = children_usage();
+    let mut times: Vec<Duration> = (0..runs).map(|_| run(copy, &args)).collect();
+    let (cpu_after, _) = children_usage();
     let log = sim.requests();
     times.sort();
-    let per_run = log["total"].as_u64().unwrap_or(0) / 7;
+    NoOp {
+        median: times[times.len() / 2],
+        max: times[times.len() - 1],
+        requests_per_run: log["total"].as_u64().unwrap_or(0) / u64::from(runs),
+        mutating: log["mutating"].as_u64().unwrap_or(u64::MAX),
+        cpu_per_run: (cpu_after - cpu_before) / runs,
+    }
+}
+
+struct Measured {
+    apps: usize,
+    plain: NoOp,
+    delayed: NoOp,
+}
+
+fn measure(apps: usize) -> Measured {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = repository_copy(&sim, apps);
+    let started = Instant::now();
+    run(&copy, &["-q", "scripts/phase3.rhai"]);
+    let provision = started.elapsed();
+    let plain = no_op_runs(&sim, &copy, 0, 9);
+    let delayed = no_op_runs(&sim, &copy, LATENCY_MS, 5);
+    for (latency, no_op) in [(0, &plain), (LATENCY_MS, &delayed)] {
+        println!(
+            "phase3 no-op without the smoke step, {apps} apps, {latency} ms added per GitLab answer: median {:.1} ms, max {:.1} ms; {} GitLab requests per run, {} mutating; bprun CPU {:.1} ms per run, {:.2} ms per app",
+            ms(no_op.median),
+            ms(no_op.max),
+            no_op.requests_per_run,
+            no_op.mutating,
+            ms(no_op.cpu_per_run),
+            ms(no_op.cpu_per_run) / apps as f64,
+        );
+    }
     println!(
-        "phase3 no-op without the smoke step, {apps} apps: median {:.1} ms, max {:.1} ms; {} GitLab requests per run, {} mutating in 7 runs (first full run {:.2} s)",
-        times[3].as_secs_f64() * 1000.0,
-        times[6].as_secs_f64() * 1000.0,
-        per_run,
-        log["mutating"],
+        "  {apps} apps: sequential round trips {:.1}; first (provisioning) run {:.2} s",
+        round_trips(&plain, &delayed),
         provision.as_secs_f64()
     );
+    Measured {
+        apps,
+        plain,
+        delayed,
+    }
+}
+
+fn round_trips(plain: &NoOp, delayed: &NoOp) -> f64 {
+    (delayed.median.as_secs_f64() - plain.median.as_secs_f64()) / (LATENCY_MS as f64 / 1000.0)
+}
+
+/// `bprun --list scripts/phase3.rhai` in the workspace: median wall time of 30 runs and the peak
+/// RSS. Measured first, so the peak RSS of the children is that of these runs alone.
+fn list_startup() -> (Duration, i64) {
+    let list = || {
+        let started = Instant::now();
+        let status = BPRUN
+            .command()
+            .args(["--list", "scripts/phase3.rhai"])
+            .current_dir(bprun_testkit::root())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run bprun --list");
+        assert!(status.success(), "bprun --list failed");
+        started.elapsed()
+    };
+    list();
+    let mut times: Vec<Duration> = (0..30).map(|_| list()).collect();
+    times.sort();
+    (times[15], children_usage().1)
 }
 
 fn main() {
-    measure(4);
-    measure(100);
+    let (list_median, list_rss_kib) = list_startup();
+    let four = measure(4);
+    let hundred = measure(100);
+    let cpu_per_app = ms(hundred.plain.cpu_per_run) / hundred.apps as f64;
+    println!();
+    println!("| measure | result | goal |");
+    println!("|---|---|---|");
+    for measured in [&four, &hundred] {
+        let apps = measured.apps;
+        println!(
+            "| {apps}-app no-op, no added latency | {:.1} ms (max {:.1}) | {} |",
+            ms(measured.plain.median),
+            ms(measured.plain.max),
+            if apps == 4 { "<= 45 ms" } else { "<= 0.4 s" }
+        );
+        println!(
+            "| {apps}-app no-op, {LATENCY_MS} ms per GitLab answer | {:.1} ms (max {:.1}); {:.1} sequential round trips | {} |",
+            ms(measured.delayed.median),
+            ms(measured.delayed.max),
+            round_trips(&measured.plain, &measured.delayed),
+            if apps == 4 { "<= 300 ms" } else { "<= 1.0 s" }
+        );
+    }
+    println!(
+        "| bprun CPU per app in a no-op | {cpu_per_app:.2} ms (100 apps; {:.2} ms at 4) | <= 3 ms |",
+        ms(four.plain.cpu_per_run) / four.apps as f64
+    );
+    println!(
+        "| requests in a 4-app no-op | {}, {} mutating (100 apps: {}, {} mutating) | <= 15, 0 mutating |",
+        four.plain.requests_per_run,
+        four.plain.mutating + four.delayed.mutating,
+        hundred.plain.requests_per_run,
+        hundred.plain.mutating + hundred.delayed.mutating
+    );
+    println!(
+        "| `bprun --list scripts/phase3.rhai` | {:.1} ms, {:.1} MiB | < 10 ms, < 20 MiB |",
+        ms(list_median),
+        list_rss_kib as f64 / 1024.0
+    );
 }

@@ -180,6 +180,9 @@ enum SimCommand {
         /// cluster: nodes and CoreDNS only; `bprun scripts/phase2.rhai` builds the rest)
         #[arg(long, value_name = "START", value_parser = ["bare", "phase2"], default_value = "phase2")]
         platform: String,
+        /// Latency added to every GitLab answer (API and git), in milliseconds
+        #[arg(long, default_value_t = 0)]
+        latency_ms: u64,
     },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
@@ -492,7 +495,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             state,
             pipeline_seconds,
             platform,
-        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare"),
+            latency_ms,
+        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare", latency_ms),
         Some(Command::Sim(SimCommand::Kube {
             listen,
             kubeconfig,

@@ -374,12 +374,14 @@ pub fn sim_all(
     state: Option<PathBuf>,
     pipeline_seconds: f64,
     bare: bool,
+    gitlab_latency_ms: u64,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
     let mut prepared = platform::prepare(&root, &state.path, pipeline_seconds)
         .map_err(|message| usage(format!("bprun sim all: {message}")))?;
     prepared.bare = bare;
+    prepared.gitlab_latency_ms = gitlab_latency_ms;
     let platform =
         platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;
     use std::io::Write;

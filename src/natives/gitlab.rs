@@ -334,8 +334,25 @@ pub mod gitlab_functions {
     #[rhai_fn(return_raw)]
     pub fn gitlab_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
         let (session, client) = remote(&context, "gitlab_health")?;
-        // Through the GitLab client, so the CA file and timeouts are GitLab's.
-        let status = client.health_status();
+        // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
+        // it): without one, health is `/-/health` alone and the version is `()`. The two reads
+        // are independent: both at once.
+        let stop = cancelled(&session);
+        let (status, version) = std::thread::scope(|scope| {
+            let version = client
+                .token()
+                .map(|_| scope.spawn(|| client.get("version", &stop)));
+            // Through the GitLab client, so the CA file and timeouts are GitLab's.
+            let status = client.health_status();
+            let version = version.map(|thread| {
+                thread.join().unwrap_or_else(|_| {
+                    Err(ClientError::new(
+                        "gitlab: GET /version: the request thread panicked",
+                    ))
+                })
+            });
+            (status, version)
+        });
         match status {
             Ok(200) => {}
             Ok(other) => {
@@ -355,15 +372,8 @@ pub mod gitlab_functions {
                 ));
             }
         }
-        // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
-        // it): without one, health is `/-/health` alone and the version is `()`.
-        let version = match client.token() {
-            Some(_) => from_json(
-                client
-                    .get("version", &cancelled(&session))
-                    .map_err(native_error)?["version"]
-                    .clone(),
-            ),
+        let version = match version {
+            Some(answer) => from_json(answer.map_err(native_error)?["version"].clone()),
             None => Dynamic::UNIT,
         };
         let mut map = rhai::Map::new();
@@ -438,6 +448,46 @@ pub mod gitlab_functions {
         let mut map = rhai::Map::new();
         map.insert("revoked".into(), (revoked.len() as i64).into());
         map.insert("changed".into(), changed.into());
+        Ok(map)
+    }
+
+    /// Whether GitLab still accepts `token` (a `Secret` or a string), and if it does, logs in
+    /// with it and revokes every other active personal access token named `name`, as
+    /// `gitlab_token_valid`, `gitlab_login` and `gitlab_revoke_tokens` in a row would, but with
+    /// the two reads at once: `#{valid, revoked, changed}`. A refused token changes nothing
+    /// (`valid: false`). Honours check mode.
+    ///
+    /// ```rhai
+    /// step("PAT", || {
+    ///     let adopted = gitlab_adopt_token("blueprint-phase3", env_secret("GITLAB_TOKEN"));
+    ///     if !adopted.valid { warn("stale PAT") }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_adopt_token(
+        context: NativeCallContext,
+        name: &str,
+        token: Dynamic,
+    ) -> NativeResult<rhai::Map> {
+        let (session, client) = remote(&context, "gitlab_adopt_token")?;
+        let token = secret_of(token, "gitlab_adopt_token")?;
+        let outcome = client
+            .adopt_token(name, &token, mode(&session), &cancelled(&session))
+            .map_err(native_error)?;
+        let mut map = rhai::Map::new();
+        match outcome {
+            Some(outcome) => {
+                let (revoked, changed) = settle(&session, outcome);
+                map.insert("valid".into(), true.into());
+                map.insert("revoked".into(), (revoked.len() as i64).into());
+                map.insert("changed".into(), changed.into());
+            }
+            None => {
+                map.insert("valid".into(), false.into());
+                map.insert("revoked".into(), 0_i64.into());
+                map.insert("changed".into(), false.into());
+            }
+        }
         Ok(map)
     }
 

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use crate::engine::{StepDecl, lock, native_error, session};
 use crate::error::NativeError;
 use crate::state::Phase;
+use bprun_clients::write_gate::{self, WriteGate};
 
 type ItemResult = Result<Dynamic, Box<EvalAltResult>>;
 
@@ -226,82 +227,115 @@ pub mod step_functions {
         body: FnPtr,
         limit: i64,
     ) -> Result<rhai::Array, Box<EvalAltResult>> {
-        if limit < 1 {
-            return Err(native_error(NativeError::new(format!(
-                "parallel: limit must be at least 1, not {limit}"
-            ))));
+        parallel_items(context, items, body, limit, false)
+    }
+
+    /// Like `parallel(items, body, limit)` with options: `limit` (default 4), and
+    /// `writes_after_first` (true: the first item runs to its end before any other item sends a
+    /// remote write, a GitLab POST, PUT or DELETE or a git push; the others' reads go ahead
+    /// meanwhile, and their writes are not sent if the first item fails).
+    ///
+    /// ```rhai
+    /// let apps = [#{name: "shared-code"}, #{name: "guestbook"}];
+    /// let names = parallel(apps, |app| app.name, #{limit: 16, writes_after_first: true});
+    /// ```
+    #[rhai_fn(name = "parallel", return_raw)]
+    pub fn parallel_with_options(
+        context: NativeCallContext,
+        items: rhai::Array,
+        body: FnPtr,
+        options: rhai::Map,
+    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+        crate::natives::options::reject_unknown(
+            &options,
+            &["limit", "writes_after_first"],
+            "parallel",
+        )?;
+        let limit = match options.get("limit") {
+            None => DEFAULT_PARALLEL_LIMIT,
+            Some(value) => value.as_int().map_err(|type_name| {
+                native_error(NativeError::new(format!(
+                    "parallel: `limit` must be an integer, not {type_name}"
+                )))
+            })?,
+        };
+        let writes_after_first =
+            crate::natives::options::option_bool(&options, "writes_after_first", "parallel")?
+                .unwrap_or(false);
+        parallel_items(context, items, body, limit, writes_after_first)
+    }
+
+    /// Calls every closure of `tasks` at the same time and returns their results in order: for
+    /// independent work, such as reads of different systems, that would otherwise wait for one
+    /// another. When one fails, its error is raised as it is; when several fail, each is named.
+    ///
+    /// ```rhai
+    /// let both = concurrently([|| 1 + 1, || "two"]);
+    /// assert_eq(both, [2, "two"]);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn concurrently(
+        context: NativeCallContext,
+        tasks: rhai::Array,
+    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+        let mut closures = Vec::with_capacity(tasks.len());
+        for (index, task) in tasks.iter().enumerate() {
+            let closure = task
+                .read_lock::<FnPtr>()
+                .map(|f| f.clone())
+                .ok_or_else(|| {
+                    native_error(NativeError::new(format!(
+                        "concurrently: task {} is a {}, not a closure",
+                        index + 1,
+                        task.type_name()
+                    )))
+                })?;
+            closures.push(closure);
         }
-        let session = session(&context)?;
-        let workers = (limit as usize).min(items.len()).max(1);
-        let next = AtomicUsize::new(0);
-        let results: Mutex<Vec<Option<ItemResult>>> =
-            Mutex::new((0..items.len()).map(|_| None).collect());
-        let engine = context.engine();
-        std::thread::scope(|scope| {
-            for _ in 0..workers {
-                let store = crate::engine::detach_context(&context);
-                let (items, body, next, results, session) =
-                    (&items, &body, &next, &results, &session);
-                scope.spawn(move || {
-                    let worker_context = crate::engine::attach_context(&store, engine);
-                    loop {
-                        let index = next.fetch_add(1, Ordering::SeqCst);
-                        if index >= items.len() {
-                            break;
-                        }
-                        let outcome = if session.state.is_cancelled() {
-                            Err(native_error(NativeError::new("parallel: interrupted")))
-                        } else {
-                            body.call_within_context::<Dynamic>(
-                                &worker_context,
-                                (items[index].clone(),),
-                            )
-                        };
-                        lock(results)[index] = Some(outcome);
-                    }
-                });
-            }
-        });
-        let results = results
-            .into_inner()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let mut values = rhai::Array::with_capacity(items.len());
-        let mut failures = Vec::new();
+        let results = run_concurrently(
+            &context,
+            closures.len(),
+            closures.len(),
+            None,
+            |worker, index| closures[index].call_within_context::<Dynamic>(worker, ()),
+        )?;
+        let mut values = rhai::Array::with_capacity(closures.len());
+        let mut errors = Vec::new();
         for (index, outcome) in results.into_iter().enumerate() {
             match outcome {
                 Some(Ok(value)) => values.push(value),
-                Some(Err(error)) => {
-                    if matches!(*error, EvalAltResult::ErrorTerminated(..)) {
-                        return Err(error);
-                    }
-                    failures.push(format!(
-                        "item {} ({}): {}",
-                        index + 1,
-                        item_label(&items[index]),
-                        crate::diagnostics::headline(&error)
-                    ));
-                }
-                None => failures.push(format!(
-                    "item {} ({}): did not run",
-                    index + 1,
-                    item_label(&items[index])
+                Some(Err(error)) => errors.push((index, error)),
+                None => errors.push((
+                    index,
+                    native_error(NativeError::new("concurrently: did not run")),
                 )),
             }
         }
-        if failures.is_empty() {
-            return Ok(values);
+        if let Some(position) = errors
+            .iter()
+            .position(|(_, error)| matches!(**error, EvalAltResult::ErrorTerminated(..)))
+        {
+            return Err(errors.swap_remove(position).1);
         }
-        let mut error = NativeError::new(format!(
-            "parallel: {} of {} items failed",
-            failures.len(),
-            items.len()
-        ));
-        for failure in failures {
-            error = error.caused_by(failure);
+        match errors.len() {
+            0 => Ok(values),
+            // One failure reads as it would have without the others running alongside.
+            1 => Err(errors.swap_remove(0).1),
+            count => {
+                let mut error = NativeError::new(format!(
+                    "concurrently: {count} of {} tasks failed",
+                    closures.len()
+                ));
+                for (index, failure) in errors {
+                    error = error.caused_by(format!(
+                        "task {}: {}",
+                        index + 1,
+                        crate::diagnostics::headline(&failure)
+                    ));
+                }
+                Err(native_error(error))
+            }
         }
-        Err(native_error(error.with_hint(
-            "each failed item is listed above; the others finished",
-        )))
     }
 
     /// `parallel(items, body, 4)`.
@@ -328,6 +362,126 @@ struct StepOptions {
     keep_going: bool,
     expected: Option<String>,
     tags: Vec<String>,
+}
+
+/// `parallel`: see its forms above.
+fn parallel_items(
+    context: NativeCallContext,
+    items: rhai::Array,
+    body: FnPtr,
+    limit: i64,
+    writes_after_first: bool,
+) -> Result<rhai::Array, Box<EvalAltResult>> {
+    let first_label = if writes_after_first {
+        items.first().map(item_label)
+    } else {
+        None
+    };
+    if limit < 1 {
+        return Err(native_error(NativeError::new(format!(
+            "parallel: limit must be at least 1, not {limit}"
+        ))));
+    }
+    let results = run_concurrently(
+        &context,
+        items.len(),
+        limit as usize,
+        first_label,
+        |worker, index| body.call_within_context::<Dynamic>(worker, (items[index].clone(),)),
+    )?;
+    let mut values = rhai::Array::with_capacity(items.len());
+    let mut failures = Vec::new();
+    for (index, outcome) in results.into_iter().enumerate() {
+        match outcome {
+            Some(Ok(value)) => values.push(value),
+            Some(Err(error)) => {
+                if matches!(*error, EvalAltResult::ErrorTerminated(..)) {
+                    return Err(error);
+                }
+                failures.push(format!(
+                    "item {} ({}): {}",
+                    index + 1,
+                    item_label(&items[index]),
+                    crate::diagnostics::headline(&error)
+                ));
+            }
+            None => failures.push(format!(
+                "item {} ({}): did not run",
+                index + 1,
+                item_label(&items[index])
+            )),
+        }
+    }
+    if failures.is_empty() {
+        return Ok(values);
+    }
+    let mut error = NativeError::new(format!(
+        "parallel: {} of {} items failed",
+        failures.len(),
+        items.len()
+    ));
+    for failure in failures {
+        error = error.caused_by(failure);
+    }
+    Err(native_error(error.with_hint(
+        "each failed item is listed above; the others finished",
+    )))
+}
+
+/// Calls `call(worker_context, index)` for every index below `count`, at most `limit` at a
+/// time on worker threads (each with the caller's context and write gate); the outcomes in
+/// index order (`None`: not run, as when the run was interrupted first). With
+/// `writes_after_first` (the first item's label), the other items' remote writes wait until the
+/// first item has finished, and are not sent if it failed; their reads go ahead.
+fn run_concurrently(
+    context: &NativeCallContext,
+    count: usize,
+    limit: usize,
+    writes_after_first: Option<String>,
+    call: impl Fn(&NativeCallContext, usize) -> ItemResult + Sync,
+) -> Result<Vec<Option<ItemResult>>, Box<EvalAltResult>> {
+    let session = session(context)?;
+    let workers = limit.min(count).max(1);
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<ItemResult>>> = Mutex::new((0..count).map(|_| None).collect());
+    let engine = context.engine();
+    let outer = write_gate::current();
+    let first_gate = writes_after_first.map(WriteGate::new);
+    std::thread::scope(|scope| {
+        for _ in 0..workers {
+            let store = crate::engine::detach_context(context);
+            let (call, next, results, session) = (&call, &next, &results, &session);
+            let (outer, first_gate) = (&outer, &first_gate);
+            scope.spawn(move || {
+                let worker_context = crate::engine::attach_context(&store, engine);
+                loop {
+                    let index = next.fetch_add(1, Ordering::SeqCst);
+                    if index >= count {
+                        break;
+                    }
+                    let gate = match first_gate {
+                        Some(gate) if index > 0 => Some(gate.clone()),
+                        _ => outer.clone(),
+                    };
+                    let outcome = if session.state.is_cancelled() {
+                        Err(native_error(NativeError::new("parallel: interrupted")))
+                    } else {
+                        write_gate::with_gate(gate, || call(&worker_context, index))
+                    };
+                    if let (Some(gate), 0) = (first_gate, index) {
+                        match &outcome {
+                            Ok(_) => gate.open(),
+                            Err(error) => gate.fail(crate::diagnostics::headline(error)),
+                        }
+                    }
+                    lock(results)[index] = Some(outcome);
+                }
+            });
+        }
+    });
+    Ok(results
+        .into_inner()
+        .unwrap_or_else(|poisoned| poisoned.into_inner()))
 }
 
 /// Records a step the top level declares.

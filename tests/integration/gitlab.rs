@@ -1227,3 +1227,179 @@ fn concurrent_runs_ensuring_the_same_group_and_project_all_succeed() {
     let projects = sim.api_json("groups/race/projects");
     assert_eq!(projects.as_array().map(Vec::len), Some(1), "{projects}");
 }
+
+/// The most requests the simulator saw being answered at once, among those `keep` selects.
+fn most_concurrent(log: &serde_json::Value, keep: impl Fn(&serde_json::Value) -> bool) -> u64 {
+    log["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|request| keep(request))
+        .filter_map(|request| request["concurrent"].as_u64())
+        .max()
+        .unwrap_or(0)
+}
+
+/// With 100 ms added to every answer, a `parallel` far wider than the client's bounds: the
+/// simulator's own count of requests in flight shows the reads overlapping yet at most 32 at
+/// once, and at most 4 writes at once.
+#[test]
+fn the_client_bounds_reads_and_writes_in_flight_per_gitlab() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--latency-ms", "100"]);
+    let test = with_sim(
+        repo().script(
+            r#"step("Reads", || {
+    let reads = [];
+    for i in 0..70 { reads.push(i); }
+    parallel(reads, |i| gitlab_get("version"), 70);
+});
+step("Writes", || {
+    let writes = [];
+    for i in 0..10 { writes.push(`bounded-${i}`); }
+    parallel(writes, |name| gitlab_post("groups", #{name: name, path: name}), 10);
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["-q", "--only", "Reads", "scripts/test.rhai"])
+        .code(0);
+    let log = sim.requests();
+    assert_eq!(log["total"], 70, "{}", log["counters"]);
+    let reads = most_concurrent(&log, |_| true);
+    assert!((2..=32).contains(&reads), "{reads} reads at once");
+    assert!(
+        log["requests"]
+            .as_array()
+            .expect("requests")
+            .iter()
+            .all(|request| request["latency_ms"] == 100),
+        "every answer was held back by --latency-ms"
+    );
+
+    sim.clear_requests();
+    test.run(&["-q", "--only", "Writes", "scripts/test.rhai"])
+        .code(0);
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 10, "{}", log["counters"]);
+    let writes = most_concurrent(&log, |request| request["method"] == "POST");
+    assert!((2..=4).contains(&writes), "{writes} writes at once");
+}
+
+/// `parallel(..., #{writes_after_first: true})`: the other items read at once, but their writes
+/// wait for the first item, and are not sent when it fails.
+#[test]
+fn writes_after_the_first_item_are_not_sent_when_it_fails() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script(
+            r#"step("Fan out", || {
+    parallel(["first", "second", "third"], |name| {
+        gitlab_get("version");
+        if name == "first" && args.fail == true { throw "first broke" }
+        gitlab_post("groups", #{name: name, path: name});
+    }, #{limit: 3, writes_after_first: true});
+});
+"#,
+        ),
+        &sim,
+    );
+    let failed = test.run(&["-q", "scripts/test.rhai", "--fail"]);
+    failed.code(1);
+    failed.stderr_contains("  × parallel: 3 of 3 items failed\n");
+    failed.stderr_contains("item 1 (first): first broke");
+    failed.stderr_contains(
+        "item 2 (second): gitlab: POST /groups: not sent, because first failed first (first broke)",
+    );
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    assert_eq!(
+        log["total"], 3,
+        "every read went ahead: {}",
+        log["counters"]
+    );
+
+    sim.clear_requests();
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    let log = sim.requests();
+    let posts: Vec<&serde_json::Value> = log["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|request| request["method"] == "POST")
+        .collect();
+    assert_eq!(posts.len(), 3, "{}", log["counters"]);
+    // Group ids grow with creation: the first item's is the smallest.
+    let groups = sim.api_json("groups");
+    let first_created = groups
+        .as_array()
+        .expect("groups")
+        .iter()
+        .min_by_key(|group| group["id"].as_i64().unwrap_or(i64::MAX))
+        .map(|group| group["path"].clone());
+    assert_eq!(first_created, Some(serde_json::json!("first")), "{groups}");
+}
+
+/// `gitlab_adopt_token`: a token GitLab accepts is used from then on and the other live tokens
+/// of its name are revoked, its record and the token list read at once (two requests, no
+/// write when nothing is stale); check mode only reports; a refused token changes nothing.
+#[test]
+fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let mint = || {
+        let reply = sim.raw(
+            "POST",
+            "/-/sim/tokens",
+            Some(GITLAB_TOKEN),
+            Some(r#"{"name": "adopted"}"#),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.json()["token"].as_str().expect("token").to_string()
+    };
+    let kept = mint();
+    mint();
+    let live = || {
+        sim.api_json("personal_access_tokens?per_page=100")
+            .as_array()
+            .expect("tokens")
+            .iter()
+            .filter(|token| token["name"] == "adopted" && token["active"] == true)
+            .count()
+    };
+    assert_eq!(live(), 2);
+    const ADOPT: &str = r#"step("Adopt", || {
+    let adopted = gitlab_adopt_token("adopted", env_secret("ADOPTED"));
+    info(`valid ${adopted.valid} revoked ${adopted.revoked} changed ${adopted.changed}`);
+    if adopted.valid { info(`user ${gitlab_get("user").username}`); }
+});
+"#;
+    let with_kept = with_sim(repo().script(ADOPT), &sim).env("ADOPTED", &kept);
+    sim.clear_requests();
+    let checked = with_kept.run(&["--check", "scripts/test.rhai"]);
+    checked.code(0);
+    checked.stdout_contains("valid true revoked 1 changed true");
+    assert_eq!(sim.mutating_requests(), 0);
+    assert_eq!(live(), 2);
+
+    let adopted = with_kept.run(&["scripts/test.rhai"]);
+    adopted.code(0);
+    adopted.stdout_contains("~ revoke personal access token adopted (#");
+    adopted.stdout_contains("valid true revoked 1 changed true");
+    adopted.stdout_contains("user root");
+    assert_eq!(live(), 1);
+
+    sim.clear_requests();
+    let again = with_kept.run(&["scripts/test.rhai"]);
+    again.stdout_contains("valid true revoked 0 changed false");
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    // Its record and the list, then `user` with it.
+    assert_eq!(log["total"], 3, "{}", log["counters"]);
+
+    let refused = with_sim(repo().script(ADOPT), &sim)
+        .env("ADOPTED", "glpat-never-issued-0000")
+        .run(&["scripts/test.rhai"]);
+    refused.code(0);
+    refused.stdout_contains("valid false revoked 0 changed false");
+    assert_eq!(live(), 1);
+}

@@ -718,3 +718,101 @@ fn under_a_fifth_of_answers_failing_phase3_converges_in_one_run_without_duplicat
         failures.join("\n\n")
     );
 }
+
+/// Whether a logged request is about project `name` (its API paths or its git remote).
+fn of_project(request: &serde_json::Value, name: &str) -> bool {
+    let path = request["path"].as_str().unwrap_or_default();
+    path.contains(&format!("blueprint-apps%2F{name}"))
+        || path.contains(&format!("blueprint-apps/{name}.git"))
+}
+
+/// `bprun sim all --latency-ms`: every GitLab answer (API and git) is held back. Provisioning
+/// sends shared-code's writes, its push included, before any write of another project; a no-op
+/// re-run stays read-only with fewer requests than before (18 before issue #17; the kept PAT
+/// is looked up once now, at the same time as the token list) and reads the projects together, shared-code's reads not
+/// waited for (the simulator's log order and in-flight counts; no timing).
+#[test]
+fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
+    let sim = BPRUN.sim(SimKind::All, &["--latency-ms", "50"]);
+    let faults = sim.raw("GET", "/-/sim/faults", None, None).json();
+    assert_eq!(faults["latency_ms"], 50, "{faults}");
+    let copy = phase3_copy(Some(&sim));
+    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
+        .success();
+    let log = sim.requests();
+    let writes: Vec<&serde_json::Value> = log["requests"]
+        .as_array()
+        .expect("requests")
+        .iter()
+        .filter(|request| request["method"] != "GET")
+        .collect();
+    let shared_push = writes
+        .iter()
+        .position(|request| request["path"] == "/blueprint-apps/shared-code.git/git-receive-pack")
+        .expect("shared-code's push");
+    let before_push = &writes[..shared_push];
+    assert!(
+        before_push
+            .iter()
+            .all(|request| !PROJECTS[1..].iter().any(|name| of_project(request, name))),
+        "{writes:?}"
+    );
+    assert_eq!(
+        before_push
+            .iter()
+            .filter(|request| request["path"] == "/api/v4/projects")
+            .count(),
+        1,
+        "only shared-code is created before its push: {writes:?}"
+    );
+    assert!(
+        writes[shared_push..]
+            .iter()
+            .any(|request| of_project(request, "guestbook")),
+        "{writes:?}"
+    );
+
+    sim.clear_requests();
+    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
+        .success();
+    let log = sim.requests();
+    assert_eq!(log["mutating"], 0, "{}", log["counters"]);
+    let requests = log["requests"].as_array().expect("requests").clone();
+    assert!(requests.len() <= 17, "{}", log["counters"]);
+    for request in &requests {
+        let path = request["path"].as_str().unwrap_or_default();
+        let expected = if path.starts_with("/-/") { 0 } else { 50 };
+        assert_eq!(
+            request["latency_ms"].as_u64().unwrap_or(0),
+            expected,
+            "{request}"
+        );
+    }
+    let most = requests
+        .iter()
+        .filter_map(|request| request["concurrent"].as_u64())
+        .max()
+        .unwrap_or(0);
+    assert!(
+        most >= 4,
+        "at most {most} requests overlapped: {requests:?}"
+    );
+    let last_shared = requests
+        .iter()
+        .rposition(|request| of_project(request, "shared-code"))
+        .expect("shared-code's requests");
+    let first_other = requests
+        .iter()
+        .position(|request| PROJECTS[1..].iter().any(|name| of_project(request, name)))
+        .expect("the other projects' requests");
+    assert!(first_other < last_shared, "{requests:?}");
+    // shared-code costs one request each for its project, variables and git refs.
+    assert_eq!(
+        requests
+            .iter()
+            .filter(|request| of_project(request, "shared-code"))
+            .count(),
+        3,
+        "{requests:?}"
+    );
+}

@@ -521,7 +521,7 @@ print("args ok");
 
 /// Each item waits for a file the other writes: they can only both finish when they run at the
 /// same time, so this proves concurrency (and, with a bound of 1, the bound) without timing.
-const RENDEZVOUS: &str = r#"
+const RENDEZVOUS_FN: &str = r#"
 fn meet(mine, theirs) {
     write_text(mine, "here");
     let waited = timestamp();
@@ -531,7 +531,9 @@ fn meet(mine, theirs) {
     }
     mine
 }
-step("Meet", || {
+"#;
+
+const PARALLEL_MEET: &str = r#"step("Meet", || {
     let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
     let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
     assert_eq(results, ["out/a", "out/b"]);
@@ -540,13 +542,13 @@ step("Meet", || {
 
 #[test]
 fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
-    let test = repo().script(RENDEZVOUS);
+    let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
     test.run(&["-q", "scripts/test.rhai"]).code(0);
 }
 
 #[test]
 fn parallel_honours_its_bound() {
-    let test = repo().script(RENDEZVOUS);
+    let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
     let output = test.run(&["-q", "scripts/test.rhai", "--limit", "1"]);
     output.code(1);
     output.stderr_contains("  × parallel: 1 of 2 items failed\n");
@@ -567,6 +569,47 @@ fn parallel_reports_every_failure() {
     output.code(1);
     output.stderr_contains("  × parallel: 2 of 3 items failed\n");
     output.stderr_contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n");
+}
+
+/// Two closures that each wait for a file the other writes: both finish only when they run at
+/// the same time (no timing involved).
+#[test]
+fn concurrently_runs_its_closures_at_the_same_time_and_keeps_their_order() {
+    let test = repo().script(&format!(
+        "{RENDEZVOUS_FN}\nstep(\"Both\", || {{\n    let results = concurrently([|| meet(\"out/a\", \"out/b\"), || meet(\"out/b\", \"out/a\"), || 3]);\n    assert_eq(results, [\"out/a\", \"out/b\", 3]);\n}});\n"
+    ));
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+}
+
+#[test]
+fn concurrently_raises_a_single_failure_as_it_is_and_names_several() {
+    let test = repo().script(
+        r#"step("One fails", || {
+    concurrently([|| 1, || { throw "the registry does not answer" }]);
+});
+"#,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.code(1);
+    output.stderr_contains("the registry does not answer");
+    output.stderr_lacks("concurrently:");
+    let test = repo().script(
+        r#"step("Two fail", || {
+    concurrently([|| { throw "first broke" }, || 2, || { throw "third broke" }]);
+});
+"#,
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.code(1);
+    output.stderr_contains("  × concurrently: 2 of 3 tasks failed\n");
+    output.stderr_contains("  caused by: task 1: first broke\n  caused by: task 3: third broke\n");
+    let test = repo().script(
+        r#"step("Not a closure", || { concurrently([|| 1, 2]); });
+"#,
+    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .code(1)
+        .stderr_contains("concurrently: task 2 is a i64, not a closure");
 }
 
 #[test]

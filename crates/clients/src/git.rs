@@ -129,6 +129,19 @@ fn shared_client(ca_file: Option<&Path>) -> std::io::Result<reqwest::Client> {
     Ok(client)
 }
 
+/// Pushes (receive-pack) one process keeps in flight at most, as the GitLab client bounds its
+/// writes: a script may provision many projects at once, and each push can start a pipeline.
+fn push_permits() -> std::sync::Arc<tokio::sync::Semaphore> {
+    static PUSHES: OnceLock<std::sync::Arc<tokio::sync::Semaphore>> = OnceLock::new();
+    PUSHES
+        .get_or_init(|| {
+            std::sync::Arc::new(tokio::sync::Semaphore::new(
+                crate::gitlab::MAX_CONCURRENT_WRITES,
+            ))
+        })
+        .clone()
+}
+
 struct HttpStream {
     url: String,
     service: Service,
@@ -175,7 +188,13 @@ impl HttpStream {
             if let Some(token) = &self.auth.token {
                 request = request.basic_auth("oauth2", Some(token.reveal()));
             }
+            let pushes = matches!(self.service, Service::ReceivePack).then(push_permits);
             let answer = super::runtime::runtime().block_on(async move {
+                // The semaphore is never closed: a permit always comes.
+                let _permit = match pushes {
+                    Some(pushes) => pushes.acquire_owned().await.ok(),
+                    None => None,
+                };
                 let response = request.send().await?;
                 let status = response.status().as_u16();
                 let retry_after = response
@@ -291,16 +310,21 @@ pub fn clone_or_pull(
     with_auth(auth, || {
         // A clone killed half-way leaves a `.git` git cannot open, or one without its `origin`
         // (killed right after `git init`): clone again.
-        let unfinished = dir.join(".git").exists()
-            && git2::Repository::open(dir)
-                .map(|repo| repo.find_remote("origin").is_err())
-                .unwrap_or(true);
-        if unfinished {
-            std::fs::remove_dir_all(dir).map_err(|e| {
-                ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
-            })?;
-        }
-        if !dir.join(".git").exists() {
+        // Opened once (each open resolves paths and reads git's config files again).
+        let existing = if dir.join(".git").exists() {
+            match git2::Repository::open(dir) {
+                Ok(repo) if repo.find_remote("origin").is_ok() => Some(repo),
+                _ => {
+                    std::fs::remove_dir_all(dir).map_err(|e| {
+                        ClientError::new(format!("cannot remove the unfinished clone {shown}: {e}"))
+                    })?;
+                    None
+                }
+            }
+        } else {
+            None
+        };
+        let Some(repo) = existing else {
             if let Some(parent) = dir.parent() {
                 std::fs::create_dir_all(parent).map_err(|e| {
                     ClientError::new(format!("cannot create {}: {e}", parent.display()))
@@ -309,9 +333,8 @@ pub fn clone_or_pull(
             git2::Repository::clone(url, dir)
                 .map_err(|error| git_error(&format!("clone of {url}"), shown, error))?;
             return Ok(SyncOutcome::Cloned);
-        }
+        };
         let _lock = lock_tree(dir, shown)?;
-        let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
         let mut remote = repo
             .find_remote("origin")
             .map_err(|error| git_error("find remote origin", shown, error))?;
@@ -323,8 +346,11 @@ pub fn clone_or_pull(
                 .find_remote("origin")
                 .map_err(|error| git_error("find remote origin", shown, error))?;
         }
+        // No FETCH_HEAD: nothing reads it, and writing it made every re-run write a file.
+        let mut fetch_options = git2::FetchOptions::new();
+        fetch_options.update_fetchhead(false);
         remote
-            .fetch(&[BRANCH], None, None)
+            .fetch(&[BRANCH], Some(&mut fetch_options), None)
             .map_err(|error| git_error(&format!("fetch from {url}"), shown, error))?;
         let Ok(fetched) = repo.find_reference(&format!("refs/remotes/origin/{BRANCH}")) else {
             return Ok(SyncOutcome::UpToDate);
@@ -364,6 +390,10 @@ pub fn origin_url(dir: &Path) -> Option<String> {
 /// True when the working tree differs from its last commit (or has files but no commit).
 pub fn has_changes(dir: &Path, shown: &str) -> Result<bool, ClientError> {
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    tree_has_changes(&repo, shown)
+}
+
+fn tree_has_changes(repo: &git2::Repository, shown: &str) -> Result<bool, ClientError> {
     let mut options = git2::StatusOptions::new();
     options.include_untracked(true).recurse_untracked_dirs(true);
     let statuses = repo
@@ -483,8 +513,8 @@ pub fn commit_push(
     auth: &GitAuth,
 ) -> Result<Option<String>, ClientError> {
     let _lock = lock_tree(dir, shown)?;
-    let changed = has_changes(dir, shown)?;
     let repo = git2::Repository::open(dir).map_err(|error| git_error("open", shown, error))?;
+    let changed = tree_has_changes(&repo, shown)?;
     let local = |repo: &git2::Repository, name: &str| {
         repo.find_reference(name)
             .ok()
@@ -535,6 +565,7 @@ pub fn commit_push(
     if local(&repo, &format!("refs/remotes/origin/{BRANCH}")) == Some(commit) {
         return Ok(None);
     }
+    crate::write_gate::before_remote_write(&format!("git: push from {shown}"), &|| false)?;
     with_auth(auth, || {
         let hint = "is the PAT allowed to push (write_repository)? if the remote moved on, run git_clone_or_pull first";
         let mut attempt = 0;

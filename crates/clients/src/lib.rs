@@ -20,6 +20,7 @@ pub mod secret;
 pub mod tls;
 pub mod tree;
 pub mod values_schema;
+pub mod write_gate;
 
 /// An error and its causes on one line (`a: b: c`), skipping causes the text already holds.
 pub fn error_chain(error: &dyn std::error::Error) -> String {

@@ -12,8 +12,25 @@ pub struct Repos {
     root: PathBuf,
 }
 
+/// `git` found on PATH once, as an absolute path: a command whose PATH is replaced (as the CGI
+/// environment of `http-backend` is) and whose program is looked up by name cannot be started
+/// with `posix_spawn`, and forking this large, many-threaded process for every smart-HTTP
+/// request cost more CPU than the request itself.
+fn git_program() -> &'static Path {
+    static PROGRAM: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PROGRAM.get_or_init(|| {
+        std::env::var_os("PATH")
+            .and_then(|paths| {
+                std::env::split_paths(&paths)
+                    .map(|dir| dir.join("git"))
+                    .find(|path| path.is_file())
+            })
+            .unwrap_or_else(|| PathBuf::from("git"))
+    })
+}
+
 fn git(repo: &Path) -> Command {
-    let mut command = Command::new("git");
+    let mut command = Command::new(git_program());
     command
         .arg("--git-dir")
         .arg(repo)
@@ -67,7 +84,7 @@ impl Repos {
         if path.exists() {
             return Ok(());
         }
-        let mut init = Command::new("git");
+        let mut init = Command::new(git_program());
         init.args(["init", "--quiet", "--bare", "--initial-branch=main"])
             .arg(&path);
         run(init, "git init")?;
@@ -228,7 +245,7 @@ impl Repos {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join("&");
-        let mut command = Command::new("git");
+        let mut command = Command::new(git_program());
         command
             .arg("http-backend")
             .env_clear()
@@ -255,10 +272,12 @@ impl Repos {
         let Ok(mut child) = command.spawn() else {
             return SimResponse::text(500, "git http-backend could not start\n");
         };
+        // A GET has no body: its stdin is closed at once, with no writer thread.
         let body = request.body.to_vec();
         let writer = child
             .stdin
             .take()
+            .filter(|_| !body.is_empty())
             .map(|mut stdin| std::thread::spawn(move || stdin.write_all(&body)));
         let output = child.wait_with_output();
         if let Some(writer) = writer {

@@ -246,16 +246,69 @@ pub struct LoggedRequest {
     /// The answer's status; 0 when the connection was reset or the answer dropped.
     pub status: u16,
     pub fault: Option<String>,
+    /// Milliseconds the answer was held back by the latency fault (absent when none).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub latency_ms: u64,
+    /// Requests being answered when this one arrived, itself included (1: nothing overlapped
+    /// it); tests read concurrency from this, not from wall time.
+    pub concurrent: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 /// Request log and per-route counters, shared by the server and the admin endpoint.
 #[derive(Default)]
 pub struct Accounting {
     pub log: Mutex<Vec<LoggedRequest>>,
+    /// Requests being answered now (see `LoggedRequest::concurrent`).
+    in_flight: std::sync::atomic::AtomicU64,
+}
+
+/// One request being answered: counted in `Accounting::in_flight` until dropped.
+pub struct InFlight<'a> {
+    accounting: &'a Accounting,
+    /// Requests being answered when this one arrived, itself included.
+    pub concurrent: u64,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.accounting
+            .in_flight
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl Accounting {
     pub fn record(&self, method: &str, path: &str, status: u16, fault: Option<&str>) {
+        self.record_delayed(method, path, status, fault, 0, 1);
+    }
+
+    /// A request arrives: counted as being answered until the guard is dropped.
+    pub fn arrive(&self) -> InFlight<'_> {
+        let concurrent = self
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        InFlight {
+            accounting: self,
+            concurrent,
+        }
+    }
+
+    /// Like `record`, for an answer held back `latency_ms` by the latency fault, that arrived
+    /// while `concurrent` requests (itself included) were being answered.
+    pub fn record_delayed(
+        &self,
+        method: &str,
+        path: &str,
+        status: u16,
+        fault: Option<&str>,
+        latency_ms: u64,
+        concurrent: u64,
+    ) {
         // The simulator's own admin routes are not part of what tests count.
         if path.starts_with("/-/sim/") {
             return;
@@ -273,6 +326,8 @@ impl Accounting {
             path: path.to_string(),
             status,
             fault: fault.map(str::to_string),
+            latency_ms,
+            concurrent,
         });
     }
 
@@ -464,13 +519,21 @@ async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimR
     let path = request.path.clone();
     let faults = handler.faults().get();
     let exempt = handler.exempt(&path) || !faults.applies_to(&path);
+    let arrival = handler.accounting().arrive();
     let faults = if exempt { Faults::default() } else { faults };
     if faults.latency_ms > 0 {
         tokio::time::sleep(Duration::from_millis(faults.latency_ms)).await;
     }
     let accounting = handler.accounting();
     if !exempt && handler.faults().take_rate_limit() {
-        accounting.record(&method, &path, 429, Some("rate-limit"));
+        accounting.record_delayed(
+            &method,
+            &path,
+            429,
+            Some("rate-limit"),
+            faults.latency_ms,
+            arrival.concurrent,
+        );
         let retry_after = faults.retry_after_s.max(1);
         let reset = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -490,12 +553,26 @@ async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimR
         return Some(response);
     }
     if faults.reset_rate > 0.0 && fastrand::f64() < faults.reset_rate {
-        accounting.record(&method, &path, 0, Some("reset"));
+        accounting.record_delayed(
+            &method,
+            &path,
+            0,
+            Some("reset"),
+            faults.latency_ms,
+            arrival.concurrent,
+        );
         return None;
     }
     if faults.error_rate > 0.0 && fastrand::f64() < faults.error_rate {
         let status = [500, 502, 503][fastrand::usize(0..3)];
-        accounting.record(&method, &path, status, Some("error"));
+        accounting.record_delayed(
+            &method,
+            &path,
+            status,
+            Some("error"),
+            faults.latency_ms,
+            arrival.concurrent,
+        );
         return Some(SimResponse::json(
             status,
             &serde_json::json!({"message": format!("{status} injected fault")}),
@@ -514,10 +591,24 @@ async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimR
             )
         });
     if drop_answer {
-        accounting.record(&method, &path, 0, Some("dropped-answer"));
+        accounting.record_delayed(
+            &method,
+            &path,
+            0,
+            Some("dropped-answer"),
+            faults.latency_ms,
+            arrival.concurrent,
+        );
         return None;
     }
-    accounting.record(&method, &path, response.status, None);
+    accounting.record_delayed(
+        &method,
+        &path,
+        response.status,
+        None,
+        faults.latency_ms,
+        arrival.concurrent,
+    );
     Some(response)
 }
 

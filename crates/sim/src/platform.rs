@@ -45,6 +45,9 @@ pub struct Prepared {
     /// `kube-system` with CoreDNS, no StorageClass, no CRDs, no GitLab workloads, no OpenBao
     /// and no runner. False by default: the platform as phase 2 leaves it.
     pub bare: bool,
+    /// Milliseconds added to every GitLab answer (API and git smart HTTP; health and the
+    /// simulator's own routes are exempt), as `bprun sim gitlab --latency-ms` does.
+    pub gitlab_latency_ms: u64,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -177,6 +180,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         pipeline_seconds,
         with_runner: true,
         bare: false,
+        gitlab_latency_ms: 0,
     })
 }
 
@@ -280,7 +284,10 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         state_dir: Some(prepared.state_dir.join("gitlab")),
         tokens: vec![prepared.gitlab_admin_token.clone()],
         pipeline_seconds: prepared.pipeline_seconds,
-        faults: Default::default(),
+        faults: crate::http::Faults {
+            latency_ms: prepared.gitlab_latency_ms,
+            ..Default::default()
+        },
         runner: None,
     };
     let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);

@@ -40,6 +40,12 @@ pub const MAX_ATTEMPTS: u32 = 6;
 pub const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Pagination stops after this many pages.
 pub const MAX_PAGES: usize = 1000;
+/// Reads one process keeps in flight to one GitLab at most: a no-op re-run is all reads, and
+/// overlapping them is what brings it to its critical path; GitLab's Puma serves reads cheaply.
+pub const MAX_CONCURRENT_READS: usize = 32;
+/// Writes (POST, PUT, DELETE) one process keeps in flight to one GitLab at most, whatever
+/// the script's `parallel` allows: creating projects and pipelines is what loads GitLab.
+pub const MAX_CONCURRENT_WRITES: usize = 4;
 
 /// Characters left as they are in a path segment: GitLab wants `/` encoded as `%2F`.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
@@ -197,6 +203,12 @@ pub struct GitlabClient {
     token: RwLock<Option<Secret>>,
     requests: std::sync::Arc<AtomicU64>,
     mutating: std::sync::Arc<AtomicU64>,
+    /// Shared by every `with_token` copy: the bounds are per GitLab, not per token.
+    reads: std::sync::Arc<tokio::sync::Semaphore>,
+    writes: std::sync::Arc<tokio::sync::Semaphore>,
+    /// Tokens GitLab accepted in this run and their ids (a token's id never changes), so the
+    /// token a script just checked is not looked up again.
+    known_tokens: std::sync::Arc<std::sync::Mutex<Vec<(Secret, i64)>>>,
 }
 
 impl GitlabClient {
@@ -230,6 +242,9 @@ impl GitlabClient {
             token: RwLock::new(token),
             requests: Default::default(),
             mutating: Default::default(),
+            reads: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_READS)),
+            writes: std::sync::Arc::new(tokio::sync::Semaphore::new(MAX_CONCURRENT_WRITES)),
+            known_tokens: Default::default(),
         })
     }
 
@@ -258,6 +273,9 @@ impl GitlabClient {
             token: RwLock::new(Some(token.clone())),
             requests: self.requests.clone(),
             mutating: self.mutating.clone(),
+            reads: self.reads.clone(),
+            writes: self.writes.clone(),
+            known_tokens: self.known_tokens.clone(),
         }
     }
 
@@ -303,7 +321,14 @@ impl GitlabClient {
         if let Some(body) = body {
             request = request.json(body);
         }
+        let bound = if method == Method::Get {
+            self.reads.clone()
+        } else {
+            self.writes.clone()
+        };
         let result = super::runtime::runtime().block_on(async move {
+            // Held until the answer is read; the semaphore is never closed, so no error.
+            let _permit = bound.acquire_owned().await.ok();
             let response = request.send().await?;
             let status = response.status().as_u16();
             let headers = response.headers().clone();
@@ -399,6 +424,16 @@ impl GitlabClient {
         read_back: Option<&dyn Fn() -> Result<Option<Value>, ClientError>>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Answer, ClientError> {
+        if method != Method::Get {
+            crate::write_gate::before_remote_write(
+                &format!(
+                    "gitlab: {} /{}",
+                    method.name(),
+                    path.trim_start_matches('/')
+                ),
+                cancelled,
+            )?;
+        }
         let url = self.api_url(path);
         let idempotent = method != Method::Post;
         let mut last = String::new();

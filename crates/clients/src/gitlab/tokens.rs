@@ -25,6 +25,25 @@ fn token_of(value: &Value) -> Option<TokenInfo> {
 }
 
 impl GitlabClient {
+    fn remember_token(&self, token: &Secret, id: i64) {
+        let mut known = self
+            .known_tokens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !known.iter().any(|(known, _)| known == token) {
+            known.push((token.clone(), id));
+        }
+    }
+
+    fn known_token_id(&self, token: &Secret) -> Option<i64> {
+        self.known_tokens
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .iter()
+            .find(|(known, _)| known == token)
+            .map(|(_, id)| *id)
+    }
+
     /// `token`'s own record (`GET /personal_access_tokens/self` with it), or `None` when GitLab
     /// no longer accepts it (revoked, expired, or a rebuilt GitLab that never issued it).
     pub fn token_self(
@@ -39,7 +58,13 @@ impl GitlabClient {
             None,
             cancelled,
         ) {
-            Ok(answer) => Ok(token_of(&answer.body).filter(|info| info.active)),
+            Ok(answer) => {
+                let info = token_of(&answer.body).filter(|info| info.active);
+                if let Some(info) = &info {
+                    self.remember_token(token, info.id);
+                }
+                Ok(info)
+            }
             Err(error) if matches!(error.kind, ErrorKind::Unauthorized | ErrorKind::NotFound) => {
                 Ok(None)
             }
@@ -54,10 +79,67 @@ impl GitlabClient {
         name: &str,
         keep: &Secret,
         mode: Mode,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Outcome<Vec<TokenInfo>>, ClientError> {
+        // The kept token's id: known when the script just checked the token, else asked for
+        // while the list is read (two independent reads, one round trip).
+        let (kept, all) = match self.known_token_id(keep) {
+            Some(id) => (Some(id), self.get_all("personal_access_tokens", cancelled)?),
+            None => std::thread::scope(|scope| {
+                let kept = scope.spawn(|| self.token_self(keep, cancelled));
+                let all = self.get_all("personal_access_tokens", cancelled);
+                let kept = kept.join().unwrap_or_else(|_| {
+                    Err(ClientError::new(
+                        "gitlab: GET /personal_access_tokens/self: the lookup thread panicked",
+                    ))
+                });
+                Ok::<_, ClientError>((kept?.map(|info| info.id), all?))
+            })?,
+        };
+        self.revoke_stale(name, kept, &all, mode, cancelled)
+    }
+
+    /// Whether GitLab accepts `token`, and if it does, makes it the token in use and revokes
+    /// every other active token named `name` (as `revoke_tokens_named`). Its own record and
+    /// the token list are read at once with it: one round trip when nothing is stale. `None`
+    /// (and nothing changed) when GitLab refuses the token.
+    pub fn adopt_token(
+        &self,
+        name: &str,
+        token: &Secret,
+        mode: Mode,
+        cancelled: &(dyn Fn() -> bool + Sync),
+    ) -> Result<Option<Outcome<Vec<TokenInfo>>>, ClientError> {
+        let with_token = self.with_token(token);
+        let (own, all) = std::thread::scope(|scope| {
+            let own = scope.spawn(|| self.token_self(token, cancelled));
+            let all = with_token.get_all("personal_access_tokens", cancelled);
+            let own = own.join().unwrap_or_else(|_| {
+                Err(ClientError::new(
+                    "gitlab: GET /personal_access_tokens/self: the lookup thread panicked",
+                ))
+            });
+            (own, all)
+        });
+        // A refused token cannot list tokens either: that answer is of no use then.
+        let Some(own) = own? else {
+            return Ok(None);
+        };
+        let all = all?;
+        self.set_token(token.clone());
+        self.revoke_stale(name, Some(own.id), &all, mode, cancelled)
+            .map(Some)
+    }
+
+    /// Revokes the active tokens named `name` of `all` but `kept`.
+    fn revoke_stale(
+        &self,
+        name: &str,
+        kept: Option<i64>,
+        all: &[Value],
+        mode: Mode,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Outcome<Vec<TokenInfo>>, ClientError> {
-        let kept = self.token_self(keep, cancelled)?.map(|info| info.id);
-        let all = self.get_all("personal_access_tokens", cancelled)?;
         let stale: Vec<TokenInfo> = all
             .iter()
             .filter_map(token_of)
