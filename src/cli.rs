@@ -658,7 +658,66 @@ fn write_definitions(dir: &std::path::Path) -> Result<(), Error> {
         .with_headers(true)
         .include_standard_packages(false)
         .write_to_dir(dir)
-        .map_err(|error| Error::io("write definitions into", dir, error))
+        .map_err(|error| Error::io("write definitions into", dir, error))?;
+    // Rhai's writer lists the runner's internal hook too, and writes `-> ()` for natives that
+    // return nothing: drop the one, shorten the other.
+    let entries = std::fs::read_dir(dir).map_err(|error| Error::io("read", dir, error))?;
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(text) = std::fs::read_to_string(&path) else {
+            continue;
+        };
+        let cleaned = clean_definitions(&text);
+        if cleaned != text {
+            std::fs::write(&path, cleaned).map_err(|error| Error::io("write", &path, error))?;
+        }
+    }
+    Ok(())
+}
+
+/// Definitions without internal functions and with `fn f() -> ();` as `fn f();`.
+fn clean_definitions(text: &str) -> String {
+    let internal = format!("fn {}(", crate::engine::RUN_STEPS_NATIVE);
+    let mut out = String::new();
+    let mut skip_blank = false;
+    for line in text.lines() {
+        if line.starts_with(&internal) {
+            skip_blank = true;
+            continue;
+        }
+        if skip_blank && line.trim().is_empty() {
+            skip_blank = false;
+            continue;
+        }
+        skip_blank = false;
+        let line = line.replace(") -> ();", ");");
+        // Parameter types as Rhai's own definition files spell them (String, Map, Array).
+        let line = if line.starts_with("fn ") || line.starts_with("op ") {
+            let (head, tail) = line.split_once(')').unwrap_or((&line, ""));
+            let head = head
+                .split(", ")
+                .map(|part| {
+                    let (before, ty) = part.rsplit_once([' ', '(']).unwrap_or(("", part));
+                    let separator = &part[before.len()..part.len() - ty.len()];
+                    let ty = match ty {
+                        "string" => "String",
+                        "map" => "Map",
+                        "array" => "Array",
+                        "Fn" => "FnPtr",
+                        other => other,
+                    };
+                    format!("{before}{separator}{ty}")
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            format!("{head}){tail}")
+        } else {
+            line
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
 }
 
 #[cfg(test)]

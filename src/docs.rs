@@ -86,6 +86,16 @@ impl FunctionDoc {
 /// A Rust type as scripts know it: `Result<Map, Box<EvalAltResult>>` is `map`.
 fn script_type(rust: &str) -> String {
     let rust = rust.trim();
+    // `crate::natives::options::RhaiResultOf<Secret>` and the like: the value a native returns.
+    let unqualified = rust.rsplit("::").next().unwrap_or(rust);
+    let rust = if rust.contains("ResultOf<") || rust.starts_with("NativeResult<") {
+        rust.split_once('<')
+            .map_or(unqualified, |(_, rest)| rest)
+            .strip_suffix('>')
+            .unwrap_or(rust)
+    } else {
+        rust
+    };
     if let Some(inner) = rust
         .strip_prefix("NativeResult<")
         .and_then(|rest| rest.strip_suffix('>'))

@@ -1,9 +1,10 @@
 //! The apps manifest and CI rendering as scripts see them.
 
+use rhai::Array;
 use rhai::plugin::*;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{NativeResult, option_str, reject_unknown};
+use super::options::{RhaiResultOf, option_str, reject_unknown};
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
 use bprun_clients::apps::{self, AppSpec};
@@ -12,7 +13,7 @@ use bprun_clients::fs::Confinement;
 /// The default folder of the CI templates, relative to the repository root.
 pub const TEMPLATES: &str = "templates/ci";
 
-fn spec_of(app: &rhai::Map) -> NativeResult<AppSpec> {
+fn spec_of(app: &rhai::Map) -> RhaiResultOf<AppSpec> {
     let json = to_json(&Dynamic::from_map(app.clone()), Secrets::Redact).map_err(native_error)?;
     serde_json::from_value(json).map_err(|error| {
         native_error(
@@ -37,7 +38,7 @@ pub mod apps_functions {
     /// for app in apps { info(app.name) }
     /// ```
     #[rhai_fn(name = "load_manifest", return_raw)]
-    pub fn load_manifest(context: NativeCallContext, path: &str) -> NativeResult<rhai::Array> {
+    pub fn load_manifest(context: NativeCallContext, path: &str) -> RhaiResultOf<Array> {
         load_manifest_with(context, path, rhai::Map::new())
     }
 
@@ -52,7 +53,7 @@ pub mod apps_functions {
         context: NativeCallContext,
         path: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Array> {
+    ) -> RhaiResultOf<Array> {
         let session = session(&context)?;
         reject_unknown(&options, &["app"], "load_manifest")?;
         let wanted = match options.get("app") {
@@ -79,7 +80,7 @@ pub mod apps_functions {
     /// let ci = render_ci(apps[1]);
     /// ```
     #[rhai_fn(name = "render_ci", return_raw)]
-    pub fn render_ci(context: NativeCallContext, app: rhai::Map) -> NativeResult<String> {
+    pub fn render_ci(context: NativeCallContext, app: rhai::Map) -> RhaiResultOf<String> {
         render_ci_with(context, app, rhai::Map::new())
     }
 
@@ -94,7 +95,7 @@ pub mod apps_functions {
         context: NativeCallContext,
         app: rhai::Map,
         options: rhai::Map,
-    ) -> NativeResult<String> {
+    ) -> RhaiResultOf<String> {
         let session = session(&context)?;
         reject_unknown(&options, &["templates"], "render_ci")?;
         let folder = option_str(&options, "templates", "render_ci")?

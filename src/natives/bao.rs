@@ -5,6 +5,7 @@
 //! option wins over both.
 
 use rhai::plugin::*;
+use rhai::{Array, Map};
 use serde_json::Value;
 
 use super::convert::{Secrets, to_json};
@@ -16,7 +17,7 @@ use bprun_clients::fs::Confinement;
 use bprun_clients::secret::Secret;
 
 use super::options::{
-    NativeResult, option_int, option_str, reject_unknown, remote_session as remote,
+    RhaiResultOf, option_int, option_str, reject_unknown, remote_session as remote,
 };
 
 /// Where OpenBao runs in the cluster (`BAO_K8S_SERVICE`, default `openbao/openbao:8200`).
@@ -123,7 +124,7 @@ fn bao(session: &Session) -> &BaoClient {
     })
 }
 
-fn kv_path(path: &str, options: &rhai::Map, native: &str) -> NativeResult<KvPath> {
+fn kv_path(path: &str, options: &rhai::Map, native: &str) -> RhaiResultOf<KvPath> {
     reject_unknown(options, &["mount"], native)?;
     let mount = option_str(options, "mount", native)?;
     KvPath::parse(path, mount.as_deref()).map_err(native_error)
@@ -134,7 +135,7 @@ fn init_file(
     session: &Session,
     options: &rhai::Map,
     native: &str,
-) -> NativeResult<std::path::PathBuf> {
+) -> RhaiResultOf<std::path::PathBuf> {
     let file =
         option_str(options, "file", native)?.unwrap_or_else(|| DEFAULT_INIT_FILE.to_string());
     Confinement::new(&session.state.root)
@@ -150,7 +151,7 @@ fn data_from_map(
     map: &rhai::Map,
     path: &KvPath,
     native: &str,
-) -> NativeResult<serde_json::Map<String, Value>> {
+) -> RhaiResultOf<serde_json::Map<String, Value>> {
     if map.is_empty() {
         return Err(native_error(
             NativeError::new(format!(
@@ -188,7 +189,7 @@ fn report_write(
     action: &str,
     path: &KvPath,
     written: Result<bprun_clients::bao::WriteOutcome, NativeError>,
-) -> NativeResult<rhai::Map> {
+) -> RhaiResultOf<Map> {
     let written = written.map_err(native_error)?;
     if written.changed {
         session.state.record_change(
@@ -205,7 +206,7 @@ fn report_write(
 fn keys_before(
     session: &Session,
     path: &KvPath,
-) -> NativeResult<Option<serde_json::Map<String, Value>>> {
+) -> RhaiResultOf<Option<serde_json::Map<String, Value>>> {
     if !session.state.diff() {
         return Ok(None);
     }
@@ -288,7 +289,7 @@ pub mod bao_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_status(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_status(context: NativeCallContext) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_status")?;
         bao(&session)
             .status()
@@ -302,7 +303,7 @@ pub mod bao_functions {
     /// step("Pre-flight", || { bao_health(); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_health(context: NativeCallContext) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_health")?;
         let status = bao(&session).status().map_err(native_error)?;
         if !status.initialized {
@@ -333,10 +334,7 @@ pub mod bao_functions {
     /// });
     /// ```
     #[rhai_fn(name = "bao_init", return_raw)]
-    pub fn bao_init_with(
-        context: NativeCallContext,
-        options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    pub fn bao_init_with(context: NativeCallContext, options: rhai::Map) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_init")?;
         reject_unknown(&options, &["shares", "threshold", "file"], "bao_init")?;
         let shares = option_int(&options, "shares", "bao_init", 1)?;
@@ -416,7 +414,7 @@ pub mod bao_functions {
     /// step("OpenBao init", || { bao_init(); });
     /// ```
     #[rhai_fn(name = "bao_init", return_raw)]
-    pub fn bao_init(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_init(context: NativeCallContext) -> RhaiResultOf<Map> {
         bao_init_with(context, rhai::Map::new())
     }
 
@@ -427,10 +425,7 @@ pub mod bao_functions {
     /// step("OpenBao unseal", || { bao_unseal(#{file: "infra/secrets/openbao-init.json"}); });
     /// ```
     #[rhai_fn(name = "bao_unseal", return_raw)]
-    pub fn bao_unseal_with(
-        context: NativeCallContext,
-        options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    pub fn bao_unseal_with(context: NativeCallContext, options: rhai::Map) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_unseal")?;
         reject_unknown(&options, &["file"], "bao_unseal")?;
         let file = init_file(&session, &options, "bao_unseal")?;
@@ -464,7 +459,7 @@ pub mod bao_functions {
     /// step("OpenBao unseal", || { bao_unseal(); });
     /// ```
     #[rhai_fn(name = "bao_unseal", return_raw)]
-    pub fn bao_unseal(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_unseal(context: NativeCallContext) -> RhaiResultOf<Map> {
         bao_unseal_with(context, rhai::Map::new())
     }
 
@@ -474,7 +469,7 @@ pub mod bao_functions {
     /// step("Seal", || { bao_seal(); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_seal(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_seal(context: NativeCallContext) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_seal")?;
         let client = bao(&session);
         let status = client.status().map_err(native_error)?;
@@ -501,7 +496,7 @@ pub mod bao_functions {
         context: NativeCallContext,
         path: &str,
         version: i64,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_enable_kv")?;
         if !(1..=2).contains(&version) {
             return Err(native_error(NativeError::new(format!(
@@ -535,7 +530,7 @@ pub mod bao_functions {
     /// step("KV", || { bao_enable_kv(); });
     /// ```
     #[rhai_fn(name = "bao_enable_kv", return_raw)]
-    pub fn bao_enable_kv(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn bao_enable_kv(context: NativeCallContext) -> RhaiResultOf<Map> {
         bao_enable_kv_at(context, "secret", 2)
     }
 
@@ -549,7 +544,7 @@ pub mod bao_functions {
     /// });
     /// ```
     #[rhai_fn(name = "bao_read", return_raw)]
-    pub fn bao_read(context: NativeCallContext, path: &str) -> NativeResult<Dynamic> {
+    pub fn bao_read(context: NativeCallContext, path: &str) -> RhaiResultOf<Dynamic> {
         bao_read_with(context, path, rhai::Map::new())
     }
 
@@ -563,7 +558,7 @@ pub mod bao_functions {
         context: NativeCallContext,
         path: &str,
         options: rhai::Map,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         let session = remote(&context, "bao_read")?;
         let path = kv_path(path, &options, "bao_read")?;
         let secret = bao(&session).kv_read(&path).map_err(native_error)?;
@@ -596,11 +591,7 @@ pub mod bao_functions {
     /// });
     /// ```
     #[rhai_fn(name = "bao_write", return_raw)]
-    pub fn bao_write(
-        context: NativeCallContext,
-        path: &str,
-        data: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    pub fn bao_write(context: NativeCallContext, path: &str, data: rhai::Map) -> RhaiResultOf<Map> {
         bao_write_with(context, path, data, rhai::Map::new())
     }
 
@@ -615,7 +606,7 @@ pub mod bao_functions {
         path: &str,
         data: rhai::Map,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_write")?;
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
@@ -635,11 +626,7 @@ pub mod bao_functions {
     /// step("Rotate", || { bao_patch("gitlab/runner", #{registration_token: secret("glrt-xxxxxxxxxxxx")}); });
     /// ```
     #[rhai_fn(name = "bao_patch", return_raw)]
-    pub fn bao_patch(
-        context: NativeCallContext,
-        path: &str,
-        data: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    pub fn bao_patch(context: NativeCallContext, path: &str, data: rhai::Map) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_patch")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
@@ -658,7 +645,7 @@ pub mod bao_functions {
     /// step("List", || { for key in bao_list("gitlab") { info(key) } });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_list(context: NativeCallContext, path: &str) -> NativeResult<rhai::Array> {
+    pub fn bao_list(context: NativeCallContext, path: &str) -> RhaiResultOf<Array> {
         let session = remote(&context, "bao_list")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_list")?;
         let keys = bao(&session).kv_list(&path).map_err(native_error)?;
@@ -671,7 +658,7 @@ pub mod bao_functions {
     /// step("Forget PAT", || { bao_delete("gitlab/bootstrap/admin_token"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_delete(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+    pub fn bao_delete(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_delete")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_delete")?;
         let changed = bao(&session)
@@ -691,7 +678,7 @@ pub mod bao_functions {
     /// step("Wipe PAT", || { bao_destroy("gitlab/bootstrap/admin_token"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn bao_destroy(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+    pub fn bao_destroy(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_destroy")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_destroy")?;
         let changed = bao(&session)
@@ -717,7 +704,7 @@ pub mod bao_functions {
         context: NativeCallContext,
         name: &str,
         hcl: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_policy_write")?;
         if name.is_empty() || name.contains('/') {
             return Err(native_error(NativeError::new(format!(

@@ -1,6 +1,8 @@
 //! Encodings: base64, JSON, YAML and SHA-256.
 
+use crate::natives::options::RhaiResultOf;
 use base64::Engine as _;
+use rhai::Array;
 use rhai::plugin::*;
 use serde::Deserialize;
 
@@ -9,7 +11,7 @@ use crate::engine::native_error;
 use crate::error::NativeError;
 use bprun_clients::secret::Secret;
 
-fn bytes_of(value: &Dynamic, native: &str) -> Result<(Vec<u8>, bool), Box<EvalAltResult>> {
+fn bytes_of(value: &Dynamic, native: &str) -> RhaiResultOf<(Vec<u8>, bool)> {
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok((secret.reveal().as_bytes().to_vec(), true));
     }
@@ -47,7 +49,7 @@ pub mod codec_functions {
     /// assert_eq(base64_encode("hello"), "aGVsbG8=");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn base64_encode(value: Dynamic) -> Result<Dynamic, Box<EvalAltResult>> {
+    pub fn base64_encode(value: Dynamic) -> RhaiResultOf<Dynamic> {
         let (bytes, is_secret) = bytes_of(&value, "base64_encode")?;
         let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
         Ok(if is_secret {
@@ -63,7 +65,7 @@ pub mod codec_functions {
     /// assert_eq(base64_decode("aGVsbG8="), "hello");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn base64_decode(value: Dynamic) -> Result<Dynamic, Box<EvalAltResult>> {
+    pub fn base64_decode(value: Dynamic) -> RhaiResultOf<Dynamic> {
         let (bytes, is_secret) = bytes_of(&value, "base64_decode")?;
         let trimmed: Vec<u8> = bytes
             .into_iter()
@@ -95,7 +97,7 @@ pub mod codec_functions {
     /// assert_eq(value.id, 7);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn json_parse(text: &str) -> Result<Dynamic, Box<EvalAltResult>> {
+    pub fn json_parse(text: &str) -> RhaiResultOf<Dynamic> {
         let value: serde_json::Value = serde_json::from_str(text).map_err(|error| {
             native_error(NativeError::new(format!(
                 "invalid JSON at line {}, column {}: {error}",
@@ -112,7 +114,7 @@ pub mod codec_functions {
     /// assert_eq(json_string(#{a: 1}), `{"a":1}`);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn json_string(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
+    pub fn json_string(value: Dynamic) -> RhaiResultOf<String> {
         let json = to_json(&value, Secrets::Redact).map_err(native_error)?;
         Ok(json.to_string())
     }
@@ -123,7 +125,7 @@ pub mod codec_functions {
     /// print(json_pretty(#{a: [1, 2]}));
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn json_pretty(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
+    pub fn json_pretty(value: Dynamic) -> RhaiResultOf<String> {
         let json = to_json(&value, Secrets::Redact).map_err(native_error)?;
         serde_json::to_string_pretty(&json)
             .map_err(|error| native_error(NativeError::new(error.to_string())))
@@ -136,7 +138,7 @@ pub mod codec_functions {
     /// assert_eq(apps[1].name, "guestbook");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn yaml_parse(text: &str) -> Result<Dynamic, Box<EvalAltResult>> {
+    pub fn yaml_parse(text: &str) -> RhaiResultOf<Dynamic> {
         let value: serde_json::Value =
             serde_norway::from_str(text).map_err(|error| native_error(yaml_error(error)))?;
         Ok(from_json(value))
@@ -149,7 +151,7 @@ pub mod codec_functions {
     /// assert_eq(docs.len(), 2);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn yaml_parse_all(text: &str) -> Result<rhai::Array, Box<EvalAltResult>> {
+    pub fn yaml_parse_all(text: &str) -> RhaiResultOf<Array> {
         let mut documents = rhai::Array::new();
         for document in serde_norway::Deserializer::from_str(text) {
             let value = serde_json::Value::deserialize(document)
@@ -167,7 +169,7 @@ pub mod codec_functions {
     /// assert_eq(yaml_string(#{a: 1}), "a: 1\n");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn yaml_string(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
+    pub fn yaml_string(value: Dynamic) -> RhaiResultOf<String> {
         let json = to_json(&value, Secrets::Redact).map_err(native_error)?;
         serde_norway::to_string(&json)
             .map_err(|error| native_error(NativeError::new(error.to_string())))
@@ -179,7 +181,7 @@ pub mod codec_functions {
     /// assert_eq(sha256("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn sha256(value: Dynamic) -> Result<String, Box<EvalAltResult>> {
+    pub fn sha256(value: Dynamic) -> RhaiResultOf<String> {
         let (bytes, _) = bytes_of(&value, "sha256")?;
         Ok(bprun_clients::digest::sha256_hex(bytes))
     }

@@ -1,5 +1,6 @@
 //! Logging, environment, time, assertions and check-mode helpers every phase needs.
 
+use crate::natives::options::RhaiResultOf;
 use rhai::plugin::*;
 
 use crate::engine::{native_error, session};
@@ -16,7 +17,7 @@ pub mod core_functions {
     /// info("blueprint-apps group exists; reusing");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn info(context: NativeCallContext, message: Dynamic) -> Result<(), Box<EvalAltResult>> {
+    pub fn info(context: NativeCallContext, message: Dynamic) -> RhaiResultOf<()> {
         session(&context)?
             .state
             .reporter
@@ -30,7 +31,7 @@ pub mod core_functions {
     /// warn("group visibility is private, expected internal");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn warn(context: NativeCallContext, message: Dynamic) -> Result<(), Box<EvalAltResult>> {
+    pub fn warn(context: NativeCallContext, message: Dynamic) -> RhaiResultOf<()> {
         session(&context)?
             .state
             .reporter
@@ -44,10 +45,7 @@ pub mod core_functions {
     /// log_debug(`polling pipeline ${42}`);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn log_debug(
-        context: NativeCallContext,
-        message: Dynamic,
-    ) -> Result<(), Box<EvalAltResult>> {
+    pub fn log_debug(context: NativeCallContext, message: Dynamic) -> RhaiResultOf<()> {
         session(&context)?
             .state
             .reporter
@@ -95,10 +93,7 @@ pub mod core_functions {
     /// sleep(0.5);
     /// ```
     #[rhai_fn(name = "sleep", return_raw, volatile)]
-    pub fn sleep_seconds(
-        context: NativeCallContext,
-        seconds: i64,
-    ) -> Result<(), Box<EvalAltResult>> {
+    pub fn sleep_seconds(context: NativeCallContext, seconds: i64) -> RhaiResultOf<()> {
         sleep_for(&context, Dynamic::from(seconds))
     }
 
@@ -108,10 +103,7 @@ pub mod core_functions {
     /// sleep(0.25);
     /// ```
     #[rhai_fn(name = "sleep", return_raw, volatile)]
-    pub fn sleep_fraction(
-        context: NativeCallContext,
-        seconds: f64,
-    ) -> Result<(), Box<EvalAltResult>> {
+    pub fn sleep_fraction(context: NativeCallContext, seconds: f64) -> RhaiResultOf<()> {
         sleep_for(&context, Dynamic::from(seconds))
     }
 
@@ -121,10 +113,7 @@ pub mod core_functions {
     /// try { sleep("soon") } catch (e) { print(e.message) }
     /// ```
     #[rhai_fn(name = "sleep", return_raw)]
-    pub fn sleep_other(
-        context: NativeCallContext,
-        seconds: Dynamic,
-    ) -> Result<(), Box<EvalAltResult>> {
+    pub fn sleep_other(context: NativeCallContext, seconds: Dynamic) -> RhaiResultOf<()> {
         sleep_for(&context, seconds)
     }
 
@@ -144,7 +133,7 @@ pub mod core_functions {
     /// if check_mode() { info("dry run") }
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn check_mode(context: NativeCallContext) -> Result<bool, Box<EvalAltResult>> {
+    pub fn check_mode(context: NativeCallContext) -> RhaiResultOf<bool> {
         Ok(session(&context)?.state.check())
     }
 
@@ -161,7 +150,7 @@ pub mod core_functions {
         context: NativeCallContext,
         action: &str,
         resource: &str,
-    ) -> Result<(), Box<EvalAltResult>> {
+    ) -> RhaiResultOf<()> {
         session(&context)?.state.record_change(action, resource);
         Ok(())
     }
@@ -172,7 +161,7 @@ pub mod core_functions {
     /// assert(1 + 1 == 2, "arithmetic works");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn assert(condition: bool, message: &str) -> Result<(), Box<EvalAltResult>> {
+    pub fn assert(condition: bool, message: &str) -> RhaiResultOf<()> {
         if condition {
             Ok(())
         } else {
@@ -192,7 +181,7 @@ pub mod core_functions {
         context: NativeCallContext,
         actual: Dynamic,
         expected: Dynamic,
-    ) -> Result<(), Box<EvalAltResult>> {
+    ) -> RhaiResultOf<()> {
         let equal = context
             .call_native_fn::<bool>("==", (actual.clone(), expected.clone()))
             .unwrap_or(false);
@@ -215,7 +204,7 @@ pub mod core_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn skip(reason: &str) -> Result<(), Box<EvalAltResult>> {
+    pub fn skip(reason: &str) -> RhaiResultOf<()> {
         Err(EvalAltResult::ErrorRuntime(
             Dynamic::from(StepSkip(reason.to_string())),
             Position::NONE,
@@ -226,7 +215,7 @@ pub mod core_functions {
 
 /// Our own sleep (Rhai's built-in one cannot be interrupted): script calls resolve here
 /// because the typed variants above match `sleep(30)` and `sleep(0.5)` exactly.
-fn sleep_for(context: &NativeCallContext, seconds: Dynamic) -> Result<(), Box<EvalAltResult>> {
+fn sleep_for(context: &NativeCallContext, seconds: Dynamic) -> RhaiResultOf<()> {
     let duration = super::seconds(&seconds, "sleep")?;
     session(context)?
         .state

@@ -1,5 +1,7 @@
 //! Text files confined to the repository root.
 
+use crate::natives::options::RhaiResultOf;
+use rhai::Map;
 use rhai::plugin::*;
 
 use crate::engine::{native_error, session};
@@ -39,7 +41,7 @@ pub mod fs_functions {
     /// let manifest = yaml_parse(read_text("apps/apps_manifest.yaml"));
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn read_text(context: NativeCallContext, path: &str) -> Result<String, Box<EvalAltResult>> {
+    pub fn read_text(context: NativeCallContext, path: &str) -> RhaiResultOf<String> {
         let session = session(&context)?;
         Confinement::new(&session.state.root)
             .read_text(path)
@@ -60,7 +62,7 @@ pub mod fs_functions {
         context: NativeCallContext,
         path: &str,
         values: rhai::Map,
-    ) -> Result<Dynamic, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Dynamic> {
         let session = session(&context)?;
         let text = Confinement::new(&session.state.root)
             .read_text(path)
@@ -137,7 +139,7 @@ pub mod fs_functions {
     /// if !path_exists("apps/guestbook") { throw "apps/guestbook is missing" }
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn path_exists(context: NativeCallContext, path: &str) -> Result<bool, Box<EvalAltResult>> {
+    pub fn path_exists(context: NativeCallContext, path: &str) -> RhaiResultOf<bool> {
         let session = session(&context)?;
         Confinement::new(&session.state.root)
             .exists(path)
@@ -155,11 +157,7 @@ pub mod fs_functions {
     /// });
     /// ```
     #[rhai_fn(name = "write_text", return_raw)]
-    pub fn write_text(
-        context: NativeCallContext,
-        path: &str,
-        text: Dynamic,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn write_text(context: NativeCallContext, path: &str, text: Dynamic) -> RhaiResultOf<Map> {
         write_text_with(context, path, text, rhai::Map::new())
     }
 
@@ -176,7 +174,7 @@ pub mod fs_functions {
         path: &str,
         text: Dynamic,
         options: rhai::Map,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("write_text").map_err(native_error)?;
@@ -281,7 +279,7 @@ pub mod fs_functions {
         context: NativeCallContext,
         source: &str,
         destination: &str,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Map> {
         sync_tree_with(context, source, destination, rhai::Map::new())
     }
 
@@ -299,7 +297,7 @@ pub mod fs_functions {
         source: &str,
         destination: &str,
         options: rhai::Map,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Map> {
         crate::natives::options::reject_unknown(&options, &["exclude"], "sync_tree")?;
         let exclude: Vec<String> = match options.get("exclude") {
             None => Vec::new(),
@@ -390,10 +388,7 @@ pub mod fs_functions {
     /// step("Reset clones", || { remove_path("apps-local/blueprint-apps"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn remove_path(
-        context: NativeCallContext,
-        path: &str,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn remove_path(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("remove_path").map_err(native_error)?;

@@ -1,8 +1,9 @@
 //! Working trees: clone or fast-forward, commit and push, over HTTP(S) with the GitLab PAT.
 
+use rhai::Map;
 use rhai::plugin::*;
 
-use super::options::{NativeResult, remote_session};
+use super::options::{RhaiResultOf, remote_session};
 use crate::engine::{Session, lock, native_error};
 use bprun_clients::fs::Confinement;
 use bprun_clients::git::{self, GitAuth, SyncOutcome};
@@ -51,7 +52,7 @@ pub mod git_functions {
         context: NativeCallContext,
         url: &str,
         dir: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "git_clone_or_pull")?;
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(dir).map_err(native_error)?;
@@ -108,7 +109,7 @@ pub mod git_functions {
         context: NativeCallContext,
         dir: &str,
         message: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "git_commit_push")?;
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(dir).map_err(native_error)?;

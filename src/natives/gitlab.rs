@@ -3,11 +3,12 @@
 //! wording; the reading, comparing and writing happen in the client's typed operations.
 
 use rhai::plugin::*;
+use rhai::{Array, Map};
 use serde_json::Value;
 use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
 use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
@@ -37,7 +38,7 @@ fn client(session: &Session) -> Result<Arc<GitlabClient>, ClientError> {
 fn remote(
     context: &NativeCallContext,
     native: &str,
-) -> NativeResult<(Arc<Session>, Arc<GitlabClient>)> {
+) -> RhaiResultOf<(Arc<Session>, Arc<GitlabClient>)> {
     let session = remote_session(context, native)?;
     let client = client(&session).map_err(native_error)?;
     Ok((session, client))
@@ -93,7 +94,7 @@ fn masked_as_secrets(value: Value) -> Dynamic {
 }
 
 /// A token argument: a `Secret`, or a string (wrapped, so it never prints).
-fn secret_of(token: Dynamic, native: &str) -> NativeResult<Secret> {
+fn secret_of(token: Dynamic, native: &str) -> RhaiResultOf<Secret> {
     if let Some(secret) = token.read_lock::<Secret>() {
         return Ok(secret.clone());
     }
@@ -152,7 +153,7 @@ fn pipeline_map(project: &str, pipeline: Pipeline) -> rhai::Map {
 }
 
 /// A variable's value as text: a string, a `Secret`, or a number or bool written as text.
-fn text_value(value: &Dynamic, key: &str) -> NativeResult<String> {
+fn text_value(value: &Dynamic, key: &str) -> RhaiResultOf<String> {
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok(secret.reveal().to_string());
     }
@@ -166,7 +167,7 @@ fn text_value(value: &Dynamic, key: &str) -> NativeResult<String> {
 }
 
 /// One entry of `vars`: a value, or an option map with a `value`.
-fn variable_of(key: &str, spec: &Dynamic) -> NativeResult<Variable> {
+fn variable_of(key: &str, spec: &Dynamic) -> RhaiResultOf<Variable> {
     let Some(options) = spec.read_lock::<rhai::Map>() else {
         return Ok(Variable::new(key, text_value(spec, key)?));
     };
@@ -204,7 +205,7 @@ fn variable_of(key: &str, spec: &Dynamic) -> NativeResult<Variable> {
 }
 
 /// One item of `gitlab_wait_pipelines`: `None` for a pipeline check mode only planned.
-fn pipeline_ref(item: &Dynamic) -> NativeResult<Option<PipelineRef>> {
+fn pipeline_ref(item: &Dynamic) -> RhaiResultOf<Option<PipelineRef>> {
     let map = item.read_lock::<rhai::Map>().ok_or_else(|| {
         native_error(NativeError::new(
             "gitlab_wait_pipelines: each item must be a map with `project` and `id`",
@@ -263,7 +264,7 @@ pub mod gitlab_functions {
     /// step("Look", || { let me = gitlab_get("user"); info(me.username); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_get(context: NativeCallContext, path: &str) -> NativeResult<Dynamic> {
+    pub fn gitlab_get(context: NativeCallContext, path: &str) -> RhaiResultOf<Dynamic> {
         let (session, client) = remote(&context, "gitlab_get")?;
         client
             .get(path, &cancelled(&session))
@@ -277,7 +278,7 @@ pub mod gitlab_functions {
     /// step("List", || { for p in gitlab_get_all("groups/blueprint-apps/projects") { info(p.path) } });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_get_all(context: NativeCallContext, path: &str) -> NativeResult<rhai::Array> {
+    pub fn gitlab_get_all(context: NativeCallContext, path: &str) -> RhaiResultOf<Array> {
         let (session, client) = remote(&context, "gitlab_get_all")?;
         client
             .get_all(path, &cancelled(&session))
@@ -296,7 +297,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         path: &str,
         body: rhai::Map,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         raw_write(context, "gitlab_post", Method::Post, path, Some(body))
     }
 
@@ -310,7 +311,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         path: &str,
         body: rhai::Map,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         raw_write(context, "gitlab_put", Method::Put, path, Some(body))
     }
 
@@ -320,7 +321,7 @@ pub mod gitlab_functions {
     /// step("Raw", || { gitlab_delete("projects/blueprint-apps%2Fold"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_delete(context: NativeCallContext, path: &str) -> NativeResult<Dynamic> {
+    pub fn gitlab_delete(context: NativeCallContext, path: &str) -> RhaiResultOf<Dynamic> {
         raw_write(context, "gitlab_delete", Method::Delete, path, None)
     }
 
@@ -332,7 +333,7 @@ pub mod gitlab_functions {
     /// step("Pre-flight", || { info(`GitLab ${gitlab_health().version}`); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_health(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn gitlab_health(context: NativeCallContext) -> RhaiResultOf<Map> {
         let (session, client) = remote(&context, "gitlab_health")?;
         // `/version` needs a token, which a fresh platform does not have yet (phase 3 mints
         // it): without one, health is `/-/health` alone and the version is `()`. The two reads
@@ -389,7 +390,7 @@ pub mod gitlab_functions {
     /// step("Login", || { gitlab_login(env_secret("GITLAB_TOKEN")); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_login(context: NativeCallContext, token: Dynamic) -> NativeResult<()> {
+    pub fn gitlab_login(context: NativeCallContext, token: Dynamic) -> RhaiResultOf<()> {
         let session = session(&context)?;
         let secret = token.read_lock::<Secret>().map(|secret| secret.clone());
         let token = match secret {
@@ -417,7 +418,7 @@ pub mod gitlab_functions {
     /// step("Check PAT", || { if !gitlab_token_valid(env_secret("GITLAB_TOKEN")) { warn("stale PAT") } });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_token_valid(context: NativeCallContext, token: Dynamic) -> NativeResult<bool> {
+    pub fn gitlab_token_valid(context: NativeCallContext, token: Dynamic) -> RhaiResultOf<bool> {
         let (session, client) = remote(&context, "gitlab_token_valid")?;
         let token = secret_of(token, "gitlab_token_valid")?;
         client
@@ -438,7 +439,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         name: &str,
         keep: Dynamic,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, client) = remote(&context, "gitlab_revoke_tokens")?;
         let keep = secret_of(keep, "gitlab_revoke_tokens")?;
         let outcome = client
@@ -468,7 +469,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         name: &str,
         token: Dynamic,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, client) = remote(&context, "gitlab_adopt_token")?;
         let token = secret_of(token, "gitlab_adopt_token")?;
         let outcome = client
@@ -505,7 +506,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         path: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_ensure_group";
         let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(
@@ -533,7 +534,7 @@ pub mod gitlab_functions {
     /// step("Ensure group", || { gitlab_ensure_group("blueprint-apps"); });
     /// ```
     #[rhai_fn(name = "gitlab_ensure_group", return_raw)]
-    pub fn gitlab_ensure_group(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+    pub fn gitlab_ensure_group(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         gitlab_ensure_group_with(context, path, rhai::Map::new())
     }
 
@@ -553,7 +554,7 @@ pub mod gitlab_functions {
         namespace: &str,
         name: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_ensure_project";
         let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(
@@ -586,7 +587,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         namespace: &str,
         name: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         gitlab_ensure_project_with(context, namespace, name, rhai::Map::new())
     }
 
@@ -610,7 +611,7 @@ pub mod gitlab_functions {
         project: &str,
         vars: rhai::Map,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_set_variables";
         let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(&options, &["remove_unlisted"], NATIVE)?;
@@ -648,7 +649,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         project: &str,
         vars: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         gitlab_set_variables_with(context, project, vars, rhai::Map::new())
     }
 
@@ -663,7 +664,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         project: &str,
         reference: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         gitlab_trigger_pipeline_with(context, project, reference, rhai::Map::new())
     }
 
@@ -680,7 +681,7 @@ pub mod gitlab_functions {
         project: &str,
         reference: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_trigger_pipeline";
         let (session, client) = remote(&context, NATIVE)?;
         reject_unknown(&options, &["reuse"], NATIVE)?;
@@ -745,7 +746,7 @@ pub mod gitlab_functions {
         project: &str,
         id: i64,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let mut item = rhai::Map::new();
         item.insert("project".into(), project.to_string().into());
         item.insert("id".into(), id.into());
@@ -771,7 +772,7 @@ pub mod gitlab_functions {
         context: NativeCallContext,
         pipelines: rhai::Array,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Array> {
+    ) -> RhaiResultOf<Array> {
         let (session, client) = remote(&context, "gitlab_wait_pipelines")?;
         reject_unknown(
             &options,
@@ -829,7 +830,7 @@ pub mod gitlab_functions {
         project: &str,
         path: &str,
         reference: &str,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         let (session, client) = remote(&context, "gitlab_file")?;
         let content = client
             .file(project, path, reference, &cancelled(&session))
@@ -843,10 +844,7 @@ pub mod gitlab_functions {
     /// step("Destroy", || { gitlab_delete_project("blueprint-apps/guestbook"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_delete_project(
-        context: NativeCallContext,
-        path: &str,
-    ) -> NativeResult<rhai::Map> {
+    pub fn gitlab_delete_project(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let (session, client) = remote(&context, "gitlab_delete_project")?;
         let outcome = client
             .delete_project(path, mode(&session), &cancelled(&session))
@@ -860,7 +858,7 @@ pub mod gitlab_functions {
     /// step("Destroy", || { gitlab_delete_group("blueprint-apps"); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn gitlab_delete_group(context: NativeCallContext, path: &str) -> NativeResult<rhai::Map> {
+    pub fn gitlab_delete_group(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let (session, client) = remote(&context, "gitlab_delete_group")?;
         let outcome = client
             .delete_group(path, mode(&session), &cancelled(&session))
@@ -881,7 +879,7 @@ fn raw_write(
     method: Method,
     path: &str,
     body: Option<rhai::Map>,
-) -> NativeResult<Dynamic> {
+) -> RhaiResultOf<Dynamic> {
     let (session, client) = remote(&context, native)?;
     session
         .state

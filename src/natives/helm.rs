@@ -2,13 +2,14 @@
 //! decided by a digest stamped on the release, and the version pins of `infra/VERSIONS.json`.
 
 use rhai::plugin::*;
+use rhai::{Array, Map};
 use serde_json::Value;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
 use crate::engine::{Session, native_error, session};
 use crate::error::NativeError;
 use bprun_clients::error::ClientError;
@@ -41,7 +42,7 @@ fn error(message: String) -> Box<EvalAltResult> {
     native_error(NativeError::new(message))
 }
 
-fn require_name(value: &str, what: &str, native: &str) -> NativeResult<()> {
+fn require_name(value: &str, what: &str, native: &str) -> RhaiResultOf<()> {
     if value.trim().is_empty() {
         return Err(native_error(
             NativeError::new(format!("{native}: the {what} is empty"))
@@ -56,7 +57,7 @@ fn values_files(
     options: &rhai::Map,
     files: &Confinement,
     native: &str,
-) -> NativeResult<Vec<(String, PathBuf)>> {
+) -> RhaiResultOf<Vec<(String, PathBuf)>> {
     let items: Vec<Dynamic> = match options.get("values_files") {
         None => return Ok(Vec::new()),
         Some(value) if value.is_string() => vec![value.clone()],
@@ -86,7 +87,7 @@ fn values_files(
 }
 
 /// `values` (a map; `Secret`s inside are revealed for helm, through a private file).
-fn script_values(options: &rhai::Map, native: &str) -> NativeResult<Option<Value>> {
+fn script_values(options: &rhai::Map, native: &str) -> RhaiResultOf<Option<Value>> {
     let Some(value) = options.get("values") else {
         return Ok(None);
     };
@@ -107,7 +108,7 @@ fn script_values(options: &rhai::Map, native: &str) -> NativeResult<Option<Value
     })
 }
 
-fn helm_timeout(options: &rhai::Map, native: &str) -> NativeResult<Duration> {
+fn helm_timeout(options: &rhai::Map, native: &str) -> RhaiResultOf<Duration> {
     match options.get("timeout") {
         None => Ok(helm::DEFAULT_HELM_TIMEOUT),
         Some(value) => {
@@ -253,7 +254,7 @@ fn check_values_schema(
     values: Option<&Value>,
     namespace: &str,
     release: &str,
-) -> NativeResult<()> {
+) -> RhaiResultOf<()> {
     let text = files.read_text(schema_path).map_err(native_error)?;
     let schema: Value = serde_json::from_str(&text).map_err(|error| {
         native_error(NativeError::new(format!(
@@ -307,7 +308,7 @@ fn install(
     chart: &str,
     namespace: &str,
     options: &rhai::Map,
-) -> NativeResult<rhai::Map> {
+) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_install";
     reject_unknown(
         options,
@@ -459,7 +460,7 @@ fn uninstall(
     release: &str,
     namespace: &str,
     options: &rhai::Map,
-) -> NativeResult<rhai::Map> {
+) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_uninstall";
     reject_unknown(options, &["wait", "timeout"], NATIVE)?;
     require_name(release, "release name", NATIVE)?;
@@ -491,7 +492,7 @@ fn template(
     chart: &str,
     namespace: &str,
     options: &rhai::Map,
-) -> NativeResult<String> {
+) -> RhaiResultOf<String> {
     const NATIVE: &str = "helm_template";
     reject_unknown(
         options,
@@ -536,7 +537,7 @@ fn template(
         .map_err(from_helm(NATIVE))
 }
 
-fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> NativeResult<rhai::Map> {
+fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_lint";
     reject_unknown(options, &["strict", "values_files"], NATIVE)?;
     let files = Confinement::new(&session.state.root);
@@ -599,7 +600,7 @@ pub mod helm_functions {
         chart: &str,
         namespace: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_install")?;
         install(session, release, chart, namespace, &options)
     }
@@ -615,7 +616,7 @@ pub mod helm_functions {
         release: &str,
         chart: &str,
         namespace: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_install")?;
         install(session, release, chart, namespace, &rhai::Map::new())
     }
@@ -635,7 +636,7 @@ pub mod helm_functions {
         context: NativeCallContext,
         release: &str,
         namespace: &str,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         const NATIVE: &str = "helm_status";
         let session = remote_session(&context, NATIVE)?;
         require_name(release, "release name", NATIVE)?;
@@ -672,7 +673,7 @@ pub mod helm_functions {
     /// });
     /// ```
     #[rhai_fn(name = "helm_list", return_raw)]
-    pub fn helm_list_in(context: NativeCallContext, namespace: &str) -> NativeResult<rhai::Array> {
+    pub fn helm_list_in(context: NativeCallContext, namespace: &str) -> RhaiResultOf<Array> {
         const NATIVE: &str = "helm_list";
         let session = remote_session(&context, NATIVE)?;
         let scope = match namespace.trim() {
@@ -692,7 +693,7 @@ pub mod helm_functions {
     /// step("Inventory", || { let count = helm_list().len(); });
     /// ```
     #[rhai_fn(name = "helm_list", return_raw)]
-    pub fn helm_list(context: NativeCallContext) -> NativeResult<rhai::Array> {
+    pub fn helm_list(context: NativeCallContext) -> RhaiResultOf<Array> {
         helm_list_in(context, "*")
     }
 
@@ -709,7 +710,7 @@ pub mod helm_functions {
         release: &str,
         namespace: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_uninstall")?;
         uninstall(session, release, namespace, &options)
     }
@@ -724,7 +725,7 @@ pub mod helm_functions {
         context: NativeCallContext,
         release: &str,
         namespace: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_uninstall")?;
         uninstall(session, release, namespace, &rhai::Map::new())
     }
@@ -745,7 +746,7 @@ pub mod helm_functions {
         chart: &str,
         namespace: &str,
         options: rhai::Map,
-    ) -> NativeResult<String> {
+    ) -> RhaiResultOf<String> {
         let session = remote_session(&context, "helm_template")?;
         template(session, release, chart, namespace, &options)
     }
@@ -761,7 +762,7 @@ pub mod helm_functions {
         release: &str,
         chart: &str,
         namespace: &str,
-    ) -> NativeResult<String> {
+    ) -> RhaiResultOf<String> {
         let session = remote_session(&context, "helm_template")?;
         template(session, release, chart, namespace, &rhai::Map::new())
     }
@@ -781,7 +782,7 @@ pub mod helm_functions {
         context: NativeCallContext,
         chart: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_lint")?;
         lint(session, chart, &options)
     }
@@ -792,7 +793,7 @@ pub mod helm_functions {
     /// step("Lint", || { let ok = helm_lint("apps/redis/helm-chart").ok; });
     /// ```
     #[rhai_fn(name = "helm_lint", return_raw)]
-    pub fn helm_lint(context: NativeCallContext, chart: &str) -> NativeResult<rhai::Map> {
+    pub fn helm_lint(context: NativeCallContext, chart: &str) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "helm_lint")?;
         lint(session, chart, &rhai::Map::new())
     }
@@ -805,7 +806,7 @@ pub mod helm_functions {
     /// step("Cache charts", || { for key in ["redis", "gitlab"] { helm_pull(key); } });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn helm_pull(context: NativeCallContext, key: &str) -> NativeResult<rhai::Map> {
+    pub fn helm_pull(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_pull";
         let session = remote_session(&context, NATIVE)?;
         let (_, pins) = load_versions(&session).map_err(native_error)?;
@@ -862,7 +863,7 @@ pub mod helm_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn helm_chart(context: NativeCallContext, key: &str) -> NativeResult<rhai::Map> {
+    pub fn helm_chart(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_chart";
         let session = remote_session(&context, NATIVE)?;
         let (_, pins) = load_versions(&session).map_err(native_error)?;
@@ -941,7 +942,7 @@ pub mod helm_functions {
     /// step("Gateway API CRDs", || { kube_apply(pinned_manifest("gateway-api")); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn pinned_manifest(context: NativeCallContext, key: &str) -> NativeResult<String> {
+    pub fn pinned_manifest(context: NativeCallContext, key: &str) -> RhaiResultOf<String> {
         const NATIVE: &str = "pinned_manifest";
         let session = session(&context)?;
         let (document, _) = load_versions(&session).map_err(native_error)?;
@@ -1023,7 +1024,7 @@ pub mod helm_functions {
     /// info(`GitLab chart ${gitlab.chart_version}`);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn versions(context: NativeCallContext) -> NativeResult<rhai::Map> {
+    pub fn versions(context: NativeCallContext) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let (document, _) = load_versions(&session).map_err(native_error)?;
         from_json(document).try_cast::<rhai::Map>().ok_or_else(|| {

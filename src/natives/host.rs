@@ -1,6 +1,8 @@
 //! The operator's machine, for phase 1: prerequisite tools, their install commands, and the
 //! OpenTofu commands bprun may run (init, validate; never apply).
 
+use crate::natives::options::RhaiResultOf;
+use rhai::Map;
 use rhai::plugin::*;
 use std::time::Duration;
 
@@ -49,10 +51,7 @@ pub mod host_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn tool_status(
-        context: NativeCallContext,
-        name: &str,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn tool_status(context: NativeCallContext, name: &str) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("tool_status").map_err(native_error)?;
@@ -83,10 +82,7 @@ pub mod host_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn install_tool(
-        context: NativeCallContext,
-        name: &str,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn install_tool(context: NativeCallContext, name: &str) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("install_tool").map_err(native_error)?;
@@ -188,7 +184,7 @@ pub mod host_functions {
         context: NativeCallContext,
         args: rhai::Array,
         options: rhai::Map,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("tofu").map_err(native_error)?;

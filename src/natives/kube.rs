@@ -4,11 +4,12 @@
 //! `BPRUN_KUBE_CONTEXT`) names, else the current one.
 
 use rhai::plugin::*;
+use rhai::{Array, Map};
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{NativeResult, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
@@ -41,13 +42,13 @@ pub(crate) fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> 
 fn remote(
     context: &NativeCallContext,
     native: &str,
-) -> NativeResult<(Arc<Session>, Arc<KubeClient>)> {
+) -> RhaiResultOf<(Arc<Session>, Arc<KubeClient>)> {
     let session = remote_session(context, native)?;
     let client = client(&session).map_err(native_error)?;
     Ok((session, client))
 }
 
-fn timeout(options: &rhai::Map, native: &str, default: u64) -> NativeResult<Duration> {
+fn timeout(options: &rhai::Map, native: &str, default: u64) -> RhaiResultOf<Duration> {
     match options.get("timeout") {
         Some(value) => super::seconds(value, &format!("{native}: timeout")),
         None => Ok(Duration::from_secs(default)),
@@ -86,7 +87,7 @@ fn objects_of(input: &Dynamic) -> Result<Vec<serde_json::Value>, NativeError> {
     )))
 }
 
-fn labels_text(options: &rhai::Map, native: &str) -> NativeResult<String> {
+fn labels_text(options: &rhai::Map, native: &str) -> RhaiResultOf<String> {
     match options.get("labels") {
         None => Ok(String::new()),
         Some(value) if value.is_string() => Ok(value.to_string()),
@@ -155,7 +156,7 @@ pub mod kube_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn kube_apply(context: NativeCallContext, manifest: Dynamic) -> NativeResult<rhai::Map> {
+    pub fn kube_apply(context: NativeCallContext, manifest: Dynamic) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_apply")?;
         let objects = objects_of(&manifest).map_err(native_error)?;
         let check = session.state.check();
@@ -226,7 +227,7 @@ pub mod kube_functions {
         kind: &str,
         ns: &str,
         name: &str,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         let (_, kube) = remote(&context, "kube_get")?;
         let found = kube.get(kind, ns, name).map_err(native_error)?;
         Ok(found
@@ -240,11 +241,7 @@ pub mod kube_functions {
     /// step("Pods", || { for pod in kube_list("pods", "gitlab") { info(pod.metadata.name) } });
     /// ```
     #[rhai_fn(name = "kube_list", return_raw)]
-    pub fn kube_list(
-        context: NativeCallContext,
-        kind: &str,
-        ns: &str,
-    ) -> NativeResult<rhai::Array> {
+    pub fn kube_list(context: NativeCallContext, kind: &str, ns: &str) -> RhaiResultOf<Array> {
         kube_list_with(context, kind, ns, rhai::Map::new())
     }
 
@@ -260,7 +257,7 @@ pub mod kube_functions {
         kind: &str,
         ns: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Array> {
+    ) -> RhaiResultOf<Array> {
         let (_, kube) = remote(&context, "kube_list")?;
         reject_unknown(&options, &["labels", "fields"], "kube_list")?;
         let labels = labels_text(&options, "kube_list")?;
@@ -285,7 +282,7 @@ pub mod kube_functions {
         kind: &str,
         ns: &str,
         name: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         kube_delete_with(context, kind, ns, name, rhai::Map::new())
     }
 
@@ -302,7 +299,7 @@ pub mod kube_functions {
         ns: &str,
         name: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_delete")?;
         reject_unknown(&options, &["wait", "timeout"], "kube_delete")?;
         let wait = option_bool(&options, "wait", "kube_delete")?.unwrap_or(false);
@@ -336,7 +333,7 @@ pub mod kube_functions {
         name: &str,
         patch: Dynamic,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_patch")?;
         reject_unknown(&options, &["type"], "kube_patch")?;
         let patch_type =
@@ -382,7 +379,7 @@ pub mod kube_functions {
         context: NativeCallContext,
         ns: &str,
         name: &str,
-    ) -> NativeResult<Dynamic> {
+    ) -> RhaiResultOf<Dynamic> {
         use base64::Engine;
         let (_, kube) = remote(&context, "kube_secret_read")?;
         let Some(secret) = kube.get("secrets", ns, name).map_err(native_error)? else {
@@ -420,7 +417,7 @@ pub mod kube_functions {
         ns: &str,
         name: &str,
         data: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         secret_write(&context, ns, name, &data, &rhai::Map::new())
     }
 
@@ -442,7 +439,7 @@ pub mod kube_functions {
         name: &str,
         data: rhai::Map,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         secret_write(&context, ns, name, &data, &options)
     }
 
@@ -458,7 +455,7 @@ pub mod kube_functions {
         kind: &str,
         ns: &str,
         name: &str,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_rollout_restart")?;
         let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
         let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
@@ -504,7 +501,7 @@ pub mod kube_functions {
         name_or_selector: &str,
         condition: Dynamic,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Array> {
+    ) -> RhaiResultOf<Array> {
         let (session, kube) = remote(&context, "kube_wait")?;
         reject_unknown(&options, &["timeout"], "kube_wait")?;
         let limit = timeout(&options, "kube_wait", 300)?;
@@ -619,7 +616,7 @@ pub mod kube_functions {
         pod_or_selector: &str,
         command: rhai::Array,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_exec")?;
         reject_unknown(
             &options,
@@ -710,7 +707,7 @@ pub mod kube_functions {
         ns: &str,
         target: &str,
         port: i64,
-    ) -> NativeResult<String> {
+    ) -> RhaiResultOf<String> {
         let (_, kube) = remote(&context, "kube_port_forward")?;
         let port = u16::try_from(port).map_err(|_| {
             native_error(NativeError::new(format!(
@@ -728,7 +725,7 @@ pub mod kube_functions {
     /// step("CI", || { let kubeconfig = kube_config_b64(); });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn kube_config_b64(context: NativeCallContext) -> NativeResult<Secret> {
+    pub fn kube_config_b64(context: NativeCallContext) -> RhaiResultOf<Secret> {
         use base64::Engine;
         let (_, kube) = remote(&context, "kube_config_b64")?;
         let text = kube.kubeconfig_text().map_err(native_error)?;
@@ -744,7 +741,7 @@ fn secret_write(
     name: &str,
     data: &rhai::Map,
     options: &rhai::Map,
-) -> NativeResult<rhai::Map> {
+) -> RhaiResultOf<Map> {
     const NATIVE: &str = "kube_secret_write";
     reject_unknown(options, &["type"], NATIVE)?;
     let kind = option_str(options, "type", NATIVE)?.unwrap_or_else(|| "Opaque".to_string());

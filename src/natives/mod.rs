@@ -2,6 +2,7 @@
 //! `bprun functions` and `bprun defs`. Adapters convert arguments and results and call the plain
 //! clients in `crate::clients`; the guarantees (check mode, changes, timeouts) are kept here.
 
+use crate::natives::options::RhaiResultOf;
 use rhai::Engine;
 use rhai::plugin::*;
 
@@ -51,10 +52,7 @@ pub fn native_module() -> Module {
 }
 
 /// Reads a whole-seconds-or-fractional timeout argument.
-pub(crate) fn seconds(
-    value: &Dynamic,
-    what: &str,
-) -> Result<std::time::Duration, Box<EvalAltResult>> {
+pub(crate) fn seconds(value: &Dynamic, what: &str) -> RhaiResultOf<std::time::Duration> {
     let seconds = if let Ok(int) = value.as_int() {
         int as f64
     } else if let Ok(float) = value.as_float() {

@@ -1,5 +1,6 @@
 //! Health checks: TCP reachability and HTTP status.
 
+use crate::natives::options::RhaiResultOf;
 use rhai::plugin::*;
 
 use crate::engine::{native_error, session};
@@ -25,7 +26,7 @@ pub mod net_functions {
         host: &str,
         port: i64,
         timeout: Dynamic,
-    ) -> Result<bool, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<bool> {
         let session = session(&context)?;
         session
             .state
@@ -54,7 +55,7 @@ pub mod net_functions {
         context: NativeCallContext,
         url: &str,
         timeout: Dynamic,
-    ) -> Result<Dynamic, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Dynamic> {
         let session = session(&context)?;
         session
             .state

@@ -9,6 +9,10 @@ use crate::error::NativeError;
 
 pub type NativeResult<T> = Result<T, Box<EvalAltResult>>;
 
+/// The same as [`NativeResult`], under the name Rhai's metadata reads as "returns T or raises"
+/// (`bprun functions` and `bprun defs` then show `-> T`).
+pub type RhaiResultOf<T> = Result<T, Box<EvalAltResult>>;
+
 /// The session, after checking that a native with side effects may run now (inside a step,
 /// not interrupted).
 pub fn remote_session(context: &NativeCallContext, native: &str) -> NativeResult<Arc<Session>> {

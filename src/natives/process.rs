@@ -1,5 +1,7 @@
 //! Running programs: `{ok, code, stdout, stderr}` instead of throwing.
 
+use crate::natives::options::RhaiResultOf;
+use rhai::Map;
 use rhai::plugin::*;
 use std::time::Duration;
 
@@ -13,7 +15,7 @@ use bprun_clients::secret::Secret;
 /// The default timeout of `run_command`.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(600);
 
-fn text_arg(value: &Dynamic, what: &str) -> Result<(String, String), Box<EvalAltResult>> {
+fn text_arg(value: &Dynamic, what: &str) -> RhaiResultOf<(String, String)> {
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok((
             secret.reveal().to_string(),
@@ -53,7 +55,7 @@ pub mod process_functions {
         context: NativeCallContext,
         argv: rhai::Array,
         options: rhai::Map,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("run_command").map_err(native_error)?;
@@ -190,10 +192,7 @@ pub mod process_functions {
     /// });
     /// ```
     #[rhai_fn(name = "run_command", return_raw)]
-    pub fn run_command(
-        context: NativeCallContext,
-        argv: rhai::Array,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn run_command(context: NativeCallContext, argv: rhai::Array) -> RhaiResultOf<Map> {
         run_command_with(context, argv, rhai::Map::new())
     }
 }

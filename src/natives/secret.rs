@@ -41,7 +41,7 @@ pub mod secret_functions {
     /// assert(password.len == 32, "length");
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn random_secret(length: i64) -> Result<Secret, Box<rhai::EvalAltResult>> {
+    pub fn random_secret(length: i64) -> crate::natives::options::RhaiResultOf<Secret> {
         if !(12..=256).contains(&length) {
             return Err(format!(
                 "random_secret: a length of {length} is outside 12..=256 (hint: passwords phase 2 mints are 32 characters)"

@@ -1,7 +1,9 @@
 //! Declaring steps, and running a closure over items in parallel.
 
+use crate::natives::options::RhaiResultOf;
 use rhai::FnPtr;
 use rhai::plugin::*;
+use rhai::{Array, Map};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -49,10 +51,7 @@ pub mod step_functions {
     /// info(`waiting up to ${args.smoke_timeout} s`);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn params(
-        context: NativeCallContext,
-        spec: rhai::Map,
-    ) -> Result<rhai::Map, Box<EvalAltResult>> {
+    pub fn params(context: NativeCallContext, spec: rhai::Map) -> RhaiResultOf<Map> {
         let session = session(&context)?;
         if let Some(bound) = lock(&session.params).as_ref() {
             return Ok(bound.values.clone());
@@ -76,11 +75,7 @@ pub mod step_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn step(
-        context: NativeCallContext,
-        name: &str,
-        body: FnPtr,
-    ) -> Result<(), Box<EvalAltResult>> {
+    pub fn step(context: NativeCallContext, name: &str, body: FnPtr) -> RhaiResultOf<()> {
         declare(&context, name, body, StepOptions::default())
     }
 
@@ -114,13 +109,13 @@ pub mod step_functions {
         name: &str,
         options: rhai::Map,
         body: FnPtr,
-    ) -> Result<(), Box<EvalAltResult>> {
+    ) -> RhaiResultOf<()> {
         crate::natives::options::reject_unknown(
             &options,
             &["always", "on_failure", "needs", "keep_going", "tags"],
             "step",
         )?;
-        let names = |option: &str, what: &str| -> Result<Vec<String>, Box<EvalAltResult>> {
+        let names = |option: &str, what: &str| -> RhaiResultOf<Vec<String>> {
             match options.get(option) {
                 None => Ok(Vec::new()),
                 Some(value) => Ok(value
@@ -184,7 +179,7 @@ pub mod step_functions {
         name: &str,
         options: rhai::Map,
         body: FnPtr,
-    ) -> Result<(), Box<EvalAltResult>> {
+    ) -> RhaiResultOf<()> {
         crate::natives::options::reject_unknown(&options, &["expected", "hint"], "check_row")?;
         let Some(expected) =
             crate::natives::options::option_str(&options, "expected", "check_row")?
@@ -226,7 +221,7 @@ pub mod step_functions {
         items: rhai::Array,
         body: FnPtr,
         limit: i64,
-    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Array> {
         parallel_items(context, items, body, limit, false)
     }
 
@@ -245,7 +240,7 @@ pub mod step_functions {
         items: rhai::Array,
         body: FnPtr,
         options: rhai::Map,
-    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Array> {
         crate::natives::options::reject_unknown(
             &options,
             &["limit", "writes_after_first"],
@@ -274,10 +269,7 @@ pub mod step_functions {
     /// assert_eq(both, [2, "two"]);
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn concurrently(
-        context: NativeCallContext,
-        tasks: rhai::Array,
-    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+    pub fn concurrently(context: NativeCallContext, tasks: rhai::Array) -> RhaiResultOf<Array> {
         let mut closures = Vec::with_capacity(tasks.len());
         for (index, task) in tasks.iter().enumerate() {
             let closure = task
@@ -348,7 +340,7 @@ pub mod step_functions {
         context: NativeCallContext,
         items: rhai::Array,
         body: FnPtr,
-    ) -> Result<rhai::Array, Box<EvalAltResult>> {
+    ) -> RhaiResultOf<Array> {
         parallel_with_limit(context, items, body, DEFAULT_PARALLEL_LIMIT)
     }
 }
@@ -371,7 +363,7 @@ fn parallel_items(
     body: FnPtr,
     limit: i64,
     writes_after_first: bool,
-) -> Result<rhai::Array, Box<EvalAltResult>> {
+) -> RhaiResultOf<Array> {
     let first_label = if writes_after_first {
         items.first().map(item_label)
     } else {
@@ -490,7 +482,7 @@ fn declare(
     name: &str,
     body: FnPtr,
     options: StepOptions,
-) -> Result<(), Box<EvalAltResult>> {
+) -> RhaiResultOf<()> {
     let session = session(context)?;
     if session.state.phase() == Phase::Running {
         return Err(native_error(

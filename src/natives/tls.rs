@@ -1,14 +1,15 @@
 //! TLS natives: the platform's self-signed CA and wildcard certificate, minted only when needed.
 
+use rhai::Map;
 use rhai::plugin::*;
 
-use super::options::{NativeResult, option_int, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_int, option_str, reject_unknown, remote_session};
 use crate::engine::native_error;
 use crate::error::NativeError;
 use bprun_clients::fs::Confinement;
 use bprun_clients::tls;
 
-fn days(options: &rhai::Map, native: &str) -> NativeResult<u32> {
+fn days(options: &rhai::Map, native: &str) -> RhaiResultOf<u32> {
     let days = option_int(options, "days", native, 3650)?;
     u32::try_from(days)
         .ok()
@@ -46,7 +47,7 @@ pub mod tls_functions {
         context: NativeCallContext,
         dir: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "tls_ensure_ca")?;
         reject_unknown(&options, &["cn", "days"], "tls_ensure_ca")?;
         let cn = option_str(&options, "cn", "tls_ensure_ca")?
@@ -78,7 +79,7 @@ pub mod tls_functions {
         dir: &str,
         ca_dir: &str,
         options: rhai::Map,
-    ) -> NativeResult<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "tls_ensure_cert")?;
         reject_unknown(&options, &["dns_names", "days"], "tls_ensure_cert")?;
         let names: Vec<String> = match options.get("dns_names") {

@@ -100,6 +100,48 @@ fn defs_writes_editor_definition_files() {
         text.contains("Writes `text`"),
         "docs missing from definitions"
     );
+    // Every declaration is one line of Rhai's definition format, with script-level types only:
+    // no Rust result types, no broken generics, no internal functions.
+    let declaration = regex::Regex::new(
+        r"^(module [a-z_]+;|(fn|op) (get |set )?[^ (]+\((([a-z_]+: )?[A-Za-z?()]+(, )?)*\)( -> [A-Za-z?]+)?;)$",
+    )
+    .expect("regex");
+    let mut functions = 0;
+    for line in text.lines() {
+        let line = line.trim_end();
+        if line.is_empty() || line.starts_with("//") {
+            continue;
+        }
+        assert!(declaration.is_match(line), "not a definition: {line}");
+        functions += line.starts_with("fn ") as usize;
+    }
+    assert!(functions > 100, "{functions} functions");
+    let declarations: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for broken in [
+        "Result<",
+        "Box<",
+        " >",
+        "EvalAltResult",
+        "bprun_run_declared_steps",
+        "-> ()",
+    ] {
+        assert!(
+            !declarations.contains(broken),
+            "definitions contain {broken:?}"
+        );
+    }
+    assert!(
+        text.contains("fn random_secret(length: int) -> Secret;"),
+        "{text}"
+    );
+    assert!(
+        text.contains("fn bao_write(path: String, data: Map) -> Map;"),
+        "{text}"
+    );
 }
 
 #[test]
