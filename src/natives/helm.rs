@@ -150,6 +150,8 @@ fn values_diff(
     helm: &Helm,
     release: &str,
     namespace: &str,
+    chart: &helm::ChartRef,
+    version: Option<&str>,
     values_files: &[(String, PathBuf)],
     values: Option<&Value>,
 ) -> Result<String, NativeError> {
@@ -162,11 +164,31 @@ fn values_diff(
     }
     let installed = helm.user_values(release, namespace)?;
     let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
-    Ok(crate::output::unified_diff(
+    let values_part = crate::output::unified_diff(
         &format!("helm release {namespace}/{release} values"),
         installed.as_ref().map(yaml).as_deref(),
         Some(&yaml(&merged)),
-    ))
+    );
+    // The manifests: what the release deployed against what the chart renders now (`helm
+    // template`, which knows no cluster: a chart that generates random values or looks up live
+    // objects shows those lines as changed every time).
+    let temp = values.map(TempValues::write).transpose()?;
+    let mut files: Vec<String> = values_files
+        .iter()
+        .map(|(shown, _)| shown.clone())
+        .collect();
+    if let Some(temp) = &temp {
+        files.push(temp.path().display().to_string());
+    }
+    let rendered = helm.template(release, &chart.arg, namespace, version, &files)?;
+    drop(temp);
+    let deployed = helm.manifest(release, namespace)?;
+    let manifest_part = crate::output::unified_diff(
+        &format!("helm release {namespace}/{release} manifest"),
+        deployed.as_deref(),
+        Some(&rendered),
+    );
+    Ok(format!("{values_part}{manifest_part}"))
 }
 
 fn install_digest(
@@ -400,8 +422,16 @@ fn install(
     // Read before an upgrade replaces them.
     let diff = if session.state.diff() {
         Some(
-            values_diff(&helm, release, namespace, &value_files, values.as_ref())
-                .map_err(native_error)?,
+            values_diff(
+                &helm,
+                release,
+                namespace,
+                &chart_ref,
+                version.as_deref(),
+                &value_files,
+                values.as_ref(),
+            )
+            .map_err(native_error)?,
         )
     } else {
         None

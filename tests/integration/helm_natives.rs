@@ -141,8 +141,15 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     planned.stdout_contains(
         "      --- a/helm release redis/redis values\n      +++ b/helm release redis/redis values\n      @@ -1,2 +1,2 @@\n       image:\n      -  tag: 7.4.2\n      +  tag: 7.4.3\n",
     );
+    // The manifests too: the rendered image changes, nothing else.
+    planned.stdout_contains("      --- a/helm release redis/redis manifest\n");
+    planned.stdout_contains(
+        "      -          image: \"redis:7.4.2\"\n      +          image: \"redis:7.4.3\"\n",
+    );
     assert!(
-        helm_calls(&test).iter().all(|c| !c.contains("7.4.3")),
+        helm_calls(&test)
+            .iter()
+            .all(|c| !c.starts_with("upgrade") || !c.contains("7.4.3")),
         "check mode ran no upgrade"
     );
     let image = sim.kubectl(&[

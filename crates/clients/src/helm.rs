@@ -675,6 +675,19 @@ impl Helm {
         })
     }
 
+    /// The manifest a release deployed (`helm get manifest`); `None` when it does not exist.
+    pub fn manifest(&self, release: &str, namespace: &str) -> Result<Option<String>, ClientError> {
+        let args = strings(&["get", "manifest", release, "-n", namespace]);
+        let output = self.run(&args, READ_TIMEOUT)?;
+        if output.code != 0 {
+            if is_not_found(&output) {
+                return Ok(None);
+            }
+            return Err(Self::failure(&args, &output));
+        }
+        Ok(Some(output.stdout))
+    }
+
     /// The chart name and version of a release (`helm get metadata`), when helm can tell.
     pub fn chart_of(&self, release: &str, namespace: &str) -> Option<(String, String)> {
         let args = strings(&["get", "metadata", release, "-n", namespace, "-o", "json"]);
