@@ -1506,7 +1506,8 @@ pub fn hide_secret_values(
         side.map(|object| {
             let mut copy = object.clone();
             for field in ["data", "stringData"] {
-                if let Some(values) = copy[field].as_object_mut() {
+                // `get_mut`, not indexing: indexing a missing key would add it as null.
+                if let Some(values) = copy.get_mut(field).and_then(Value::as_object_mut) {
                     for (key, value) in values.iter_mut() {
                         let changed = value_of(other, field, key).as_ref() != Some(value);
                         *value = json!(if new_side && changed {
