@@ -149,6 +149,11 @@ enum SimCommand {
         /// cluster: nodes and CoreDNS only; `bprun scripts/phase2.rhai` builds the rest)
         #[arg(long, value_name = "START", value_parser = ["bare", "phase2"], default_value = "phase2")]
         platform: String,
+        /// The host folder every simulated node mounts at /var/local/shared, as phase 1's kind
+        /// cluster mounts the repository's infra/data/shared/ (OpenBao's stable volume keeps
+        /// its data there) [default: infra/data/shared of the current folder]
+        #[arg(long, value_name = "DIR")]
+        node_shared: Option<PathBuf>,
     },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
@@ -436,7 +441,8 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             state,
             pipeline_seconds,
             platform,
-        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare"),
+            node_shared,
+        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare", node_shared),
         Some(Command::Sim(SimCommand::Kube {
             listen,
             kubeconfig,

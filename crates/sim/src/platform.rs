@@ -45,6 +45,11 @@ pub struct Prepared {
     /// `kube-system` with CoreDNS, no StorageClass, no CRDs, no GitLab workloads, no OpenBao
     /// and no runner. False by default: the platform as phase 2 leaves it.
     pub bare: bool,
+    /// The host folder every node mounts at `/var/local/shared` (phase 1's kind `extra_mounts`
+    /// of the repository's `infra/data/shared/`): where the data of the stable volumes' pods
+    /// lives (OpenBao's raft storage). None: no node folder is backed, programs keep their data
+    /// in the simulator's state folder.
+    pub node_shared: Option<PathBuf>,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -172,6 +177,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         pipeline_seconds,
         with_runner: true,
         bare: false,
+        node_shared: None,
     })
 }
 
@@ -334,9 +340,15 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 Ok(minter_sim.create_instance_runner(description))
             }
         });
-    let kube_sim = Arc::new(crate::kube::KubeSim::new(
+    let node = prepared
+        .node_shared
+        .clone()
+        .map(crate::kube::programs::node::NodeMounts::shared)
+        .unwrap_or_default();
+    let kube_sim = Arc::new(crate::kube::KubeSim::with_programs(
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),
+        crate::kube::programs::Programs::standard_on(node),
     ));
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;

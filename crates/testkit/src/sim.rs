@@ -96,6 +96,13 @@ impl Sim {
                     .arg(home.path().join("state"));
             }
         }
+        // The nodes' /var/local/shared: the simulator's own folder unless the test names the
+        // repository copy its scripts run in, never the checkout the tests run from.
+        if matches!(kind, SimKind::All | SimKind::Bare) && !extra.contains(&"--node-shared") {
+            command
+                .arg("--node-shared")
+                .arg(home.path().join("node-shared"));
+        }
         let mut child = command
             .args(extra)
             .current_dir(crate::root())
