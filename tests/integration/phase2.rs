@@ -769,6 +769,33 @@ const UP_TO_OPENBAO: &[&str] = &[
     "OpenBao",
 ];
 
+/// Waits (at most 60 s) until a pod openbao-0 exists again and runs (sealed is fine).
+fn openbao_pod_running(sim: &crate::support::Sim) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let phase = || {
+        kubectl(
+            sim,
+            &[
+                "-n",
+                "openbao",
+                "get",
+                "pod",
+                "openbao-0",
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+        )
+    };
+    while phase() != "Running" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "openbao-0: {}",
+            phase()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
 fn openbao_status(sim: &crate::support::Sim) -> String {
     kubectl(
         sim,
@@ -786,7 +813,8 @@ fn openbao_status(sim: &crate::support::Sim) -> String {
 }
 
 #[test]
-fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initialised_again() {
+fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initialised_again_and_nothing_else_is()
+ {
     let copy = with_tools();
     let sim = bare_platform_on(&copy);
     let copy = copy.envs(&fresh_platform_vars(&sim));
@@ -804,33 +832,33 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
     assert_ne!(unreachable.code, 0, "{unreachable:?}");
     assert!(!init_file.exists());
 
-    // What a kill between OpenBao's answer and the file leaves: OpenBao initialised by an
-    // answer nobody kept, and the empty 0600 file bao_init creates before it asks.
-    let discarded = kubectl(
-        &sim,
-        &[
-            "-n",
-            "openbao",
-            "exec",
-            "openbao-0",
-            "--",
-            "bao",
-            "operator",
-            "init",
-            "-key-shares=1",
-            "-key-threshold=1",
-            "-format=json",
-        ],
-    );
-    let discarded: serde_json::Value = serde_json::from_str(&discarded).expect("init answer");
-    let discarded_token = discarded["root_token"].as_str().expect("root token");
+    // A kill after bao_init created its empty 0600 file, before it asked OpenBao: the file
+    // holds nothing, OpenBao is uninitialised; the run initialises it in the file's place.
+    std::fs::create_dir_all(init_file.parent().expect("folder")).expect("infra/secrets");
+    std::fs::write(&init_file, "").expect("empty init file");
+    let initialised = copy.run(UP_TO_OPENBAO);
+    initialised.code(0);
+    initialised.stderr_lacks("never reached");
+    let first: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&init_file).expect("init file")).expect("init JSON");
+    let first_token = first["root_token"]
+        .as_str()
+        .expect("root token")
+        .to_string();
     // The server keeps its raft storage on the volume: the node folder of PV stable-openbao.
     assert!(
         data.join("vault.db").is_file(),
         "no raft storage in {data:?}"
     );
-    std::fs::create_dir_all(init_file.parent().expect("folder")).expect("infra/secrets");
+
+    // A kill after OpenBao answered, before the answer reached the file: OpenBao initialised
+    // (sealed, once restarted) with keys that exist nowhere, and the empty file.
     std::fs::write(&init_file, "").expect("empty init file");
+    kubectl(
+        &sim,
+        &["-n", "openbao", "delete", "pod", "openbao-0", "--wait=true"],
+    );
+    openbao_pod_running(&sim);
     let uid = || {
         kubectl(
             &sim,
@@ -869,7 +897,7 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
     let kept: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&init_file).expect("init file")).expect("init JSON");
     let token = kept["root_token"].as_str().expect("root token");
-    assert!(!token.is_empty() && token != discarded_token, "{token}");
+    assert!(!token.is_empty() && token != first_token, "{token}");
     assert_ne!(uid(), uid_before, "the pod was not replaced");
     assert!(openbao_status(&sim).contains("\"sealed\": false"));
     assert!(!said.contains(token), "the root token was printed");

@@ -86,6 +86,81 @@ pub fn volume_node_path(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kube::server::KubeSim;
+    use serde_json::json;
+
+    fn pod(volume: Value) -> Value {
+        json!({
+            "metadata": {"name": "openbao-0", "namespace": "openbao"},
+            "spec": {
+                "containers": [{"name": "openbao", "volumeMounts": [
+                    {"name": "config", "mountPath": "/openbao/config"},
+                    {"name": "data", "mountPath": "/openbao/data"}]}],
+                "volumes": [{"name": "config", "configMap": {"name": "openbao-config"}}, volume]
+            }
+        })
+    }
+
+    #[test]
+    fn a_data_volume_is_at_its_own_host_path_or_at_the_host_path_of_its_bound_volume() {
+        let sim = KubeSim::with_programs(
+            String::new(),
+            crate::kube::builtin_exec(None),
+            super::super::Programs::new(Vec::new()),
+        );
+        {
+            let mut cluster = sim.cluster();
+            cluster.commit(
+                "persistentvolumeclaims",
+                "openbao",
+                "data-openbao-0",
+                Some(
+                    json!({"metadata": {"name": "data-openbao-0", "namespace": "openbao"},
+                            "spec": {"volumeName": "stable-openbao"}}),
+                ),
+            );
+            cluster.commit(
+                "persistentvolumes",
+                "",
+                "stable-openbao",
+                Some(json!({"metadata": {"name": "stable-openbao"},
+                            "spec": {"hostPath": {"path": "/var/local/shared/stable/openbao"}}})),
+            );
+            cluster.commit(
+                "persistentvolumeclaims",
+                "openbao",
+                "unbound",
+                Some(json!({"metadata": {"name": "unbound", "namespace": "openbao"}, "spec": {}})),
+            );
+        }
+        let host = Host { sim: &sim };
+        let claimed =
+            pod(json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-openbao-0"}}));
+        assert_eq!(
+            volume_node_path(&claimed, "openbao", "/openbao/data", &host).as_deref(),
+            Some("/var/local/shared/stable/openbao")
+        );
+        let direct = pod(json!({"name": "data", "hostPath": {"path": "/var/local/shared/x"}}));
+        assert_eq!(
+            volume_node_path(&direct, "openbao", "/openbao/data", &host).as_deref(),
+            Some("/var/local/shared/x")
+        );
+        let unbound =
+            pod(json!({"name": "data", "persistentVolumeClaim": {"claimName": "unbound"}}));
+        assert_eq!(
+            volume_node_path(&unbound, "openbao", "/openbao/data", &host),
+            None
+        );
+        let scratch = pod(json!({"name": "data", "emptyDir": {}}));
+        assert_eq!(
+            volume_node_path(&scratch, "openbao", "/openbao/data", &host),
+            None
+        );
+        assert_eq!(
+            volume_node_path(&claimed, "other", "/openbao/data", &host),
+            None
+        );
+    }
 
     #[test]
     fn a_path_under_the_shared_mount_is_in_the_host_folder_and_nothing_else_is() {
