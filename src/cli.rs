@@ -183,6 +183,11 @@ enum SimCommand {
         /// Latency added to every GitLab answer (API and git), in milliseconds
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
+        /// The host folder every simulated node mounts at /var/local/shared, as phase 1's kind
+        /// cluster mounts the repository's infra/data/shared/ (OpenBao's stable volume keeps
+        /// its data there) [default: infra/data/shared of the current folder]
+        #[arg(long, value_name = "DIR")]
+        node_shared: Option<PathBuf>,
     },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
@@ -496,7 +501,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             pipeline_seconds,
             platform,
             latency_ms,
-        })) => crate::rehearse::sim_all(state, pipeline_seconds, platform == "bare", latency_ms),
+            node_shared,
+        })) => crate::rehearse::sim_all(
+            state,
+            pipeline_seconds,
+            platform == "bare",
+            latency_ms,
+            node_shared,
+        ),
         Some(Command::Sim(SimCommand::Kube {
             listen,
             kubeconfig,

@@ -10,8 +10,20 @@ use crate::error::{Error, ExitCode};
 use crate::runner::{self, RunOptions};
 use bprun_sim::platform;
 
-/// What the repository copy leaves out: build output, tools, the working trees and run state.
-const NOT_COPIED: &[&str] = &[".git", "target", ".tools", "apps-local", ".bprun"];
+/// What the repository copy leaves out: build output, tools, the working trees and run state,
+/// and the data of the operator's volumes (the rehearsal's nodes mount the copy's own
+/// `infra/data/shared/`, which starts empty as the rehearsal's cluster does).
+const NOT_COPIED: &[&str] = &[
+    ".git",
+    "target",
+    ".tools",
+    "apps-local",
+    ".bprun",
+    NODE_SHARED,
+];
+
+/// The repository folder phase 1's kind cluster mounts at `/var/local/shared` on every node.
+const NODE_SHARED: &str = "infra/data/shared";
 
 fn usage(message: impl Into<String>) -> Error {
     Error::usage(message.into(), None)
@@ -217,10 +229,20 @@ pub fn rehearse(
         .ok()
         .and_then(|path| path.strip_prefix(&root).ok().map(Path::to_path_buf));
     copy_repository(&root, &work, state_inside.as_deref())?;
+    // The simulated cluster starts fresh, so do its nodes' volumes (a kept --state folder may
+    // hold an earlier rehearsal's).
+    let node_shared = work.join(NODE_SHARED);
+    if node_shared.exists() {
+        std::fs::remove_dir_all(&node_shared)
+            .map_err(|error| Error::io("empty the rehearsal's node folder", &node_shared, error))?;
+    }
+    std::fs::create_dir_all(&node_shared)
+        .map_err(|error| Error::io("create the rehearsal's node folder", &node_shared, error))?;
     let mut prepared = platform::prepare(&root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     prepared.with_runner = with_runner && !bare;
     prepared.bare = bare;
+    prepared.node_shared = Some(node_shared);
     export(&prepared, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
@@ -369,12 +391,15 @@ fn helm_releases(work: &Path) -> String {
     }
 }
 
-/// `bprun sim all [--state DIR]`: serves the platform and prints its environment.
+/// `bprun sim all [--state DIR] [--node-shared DIR]`: serves the platform and prints its
+/// environment. The nodes mount `node_shared` (default: the current folder's
+/// `infra/data/shared`, the repository phase 2 runs in) at `/var/local/shared`.
 pub fn sim_all(
     state: Option<PathBuf>,
     pipeline_seconds: f64,
     bare: bool,
     gitlab_latency_ms: u64,
+    node_shared: Option<PathBuf>,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
@@ -382,6 +407,10 @@ pub fn sim_all(
         .map_err(|message| usage(format!("bprun sim all: {message}")))?;
     prepared.bare = bare;
     prepared.gitlab_latency_ms = gitlab_latency_ms;
+    prepared.node_shared = Some(
+        std::path::absolute(node_shared.unwrap_or_else(|| root.join(NODE_SHARED)))
+            .map_err(|error| usage(format!("bprun sim all: --node-shared: {error}")))?,
+    );
     let platform =
         platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;
     use std::io::Write;

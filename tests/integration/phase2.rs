@@ -312,8 +312,9 @@ fn kube_mutating(sim: &crate::support::Sim) -> u64 {
 
 #[test]
 fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing() {
-    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
-    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
     let first = copy.run(&["scripts/phase2.rhai"]);
     first.code(0);
     let phase3 = copy.run(&["scripts/phase3.rhai"]);
@@ -515,8 +516,9 @@ fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
 
 #[test]
 fn phase2_killed_at_random_points_converges_and_then_changes_nothing() {
-    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
-    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -631,8 +633,9 @@ fn check_mode_on_a_bare_platform_plans_every_step_and_changes_nothing() {
 
 #[test]
 fn destroy_with_preserve_data_then_phase2_again_reuses_every_secret_and_volume() {
-    let sim = crate::support::Sim::start(BPRUN, crate::support::SimKind::Bare, &[]);
-    let copy = with_tools().envs(&fresh_platform_vars(&sim));
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
     copy.run(&["scripts/phase2.rhai"]).code(0);
     let secrets = copy.path().join("infra/secrets");
     let read =
@@ -740,4 +743,217 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
 "#,
     );
     shipped.run(&["-q", "scripts/check.rhai"]).code(0);
+}
+
+/// A bare platform whose nodes mount `copy`'s `infra/data/shared/` at `/var/local/shared`, as
+/// phase 1's kind cluster mounts the repository's: the volume folders the copy's scripts see are
+/// the ones the simulated pods keep their data in.
+fn bare_platform_on(copy: &crate::support::Test) -> crate::support::Sim {
+    let shared = copy.path().join("infra/data/shared");
+    let shared = shared.to_str().expect("a UTF-8 temporary path");
+    crate::support::Sim::start(
+        BPRUN,
+        crate::support::SimKind::Bare,
+        &["--node-shared", shared],
+    )
+}
+
+/// Phase 2 up to and with its OpenBao step (what OpenBao needs, nothing after it).
+const UP_TO_OPENBAO: &[&str] = &[
+    "scripts/phase2.rhai",
+    "--only",
+    "local-path StorageClass",
+    "--only",
+    "Stable storage",
+    "--only",
+    "OpenBao",
+];
+
+/// Waits (at most 60 s) until a pod openbao-0 exists again and runs (sealed is fine).
+fn openbao_pod_running(sim: &crate::support::Sim) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let phase = || {
+        kubectl(
+            sim,
+            &[
+                "-n",
+                "openbao",
+                "get",
+                "pod",
+                "openbao-0",
+                "-o",
+                "jsonpath={.status.phase}",
+            ],
+        )
+    };
+    while phase() != "Running" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "openbao-0: {}",
+            phase()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+}
+
+fn openbao_status(sim: &crate::support::Sim) -> String {
+    kubectl(
+        sim,
+        &[
+            "-n",
+            "openbao",
+            "exec",
+            "openbao-0",
+            "--",
+            "bao",
+            "status",
+            "-format=json",
+        ],
+    )
+}
+
+#[test]
+fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initialised_again_and_nothing_else_is()
+ {
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
+    let init_file = copy.path().join("infra/secrets/openbao-init.json");
+    let data = copy.path().join("infra/data/shared/stable/openbao");
+
+    // OpenBao installed, then its step stopped before bao_init could reach it (no Service of
+    // that name): installed, Running, uninitialised, no init file.
+    let unreachable = copy
+        .command(UP_TO_OPENBAO)
+        .env("BAO_K8S_SERVICE", "openbao/no-such-service:8200")
+        .output()
+        .expect("run phase 2");
+    let unreachable = crate::support::Output::raw(unreachable);
+    assert_ne!(unreachable.code, 0, "{unreachable:?}");
+    assert!(!init_file.exists());
+
+    // A kill after bao_init created its empty 0600 file, before it asked OpenBao: the file
+    // holds nothing, OpenBao is uninitialised; the run initialises it in the file's place.
+    std::fs::create_dir_all(init_file.parent().expect("folder")).expect("infra/secrets");
+    std::fs::write(&init_file, "").expect("empty init file");
+    let initialised = copy.run(UP_TO_OPENBAO);
+    initialised.code(0);
+    initialised.stderr_lacks("never reached");
+    let first: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&init_file).expect("init file")).expect("init JSON");
+    let first_token = first["root_token"]
+        .as_str()
+        .expect("root token")
+        .to_string();
+    // The server keeps its raft storage on the volume: the node folder of PV stable-openbao.
+    assert!(
+        data.join("vault.db").is_file(),
+        "no raft storage in {data:?}"
+    );
+
+    // A kill after OpenBao answered, before the answer reached the file: OpenBao initialised
+    // (sealed, once restarted) with keys that exist nowhere, and the empty file.
+    std::fs::write(&init_file, "").expect("empty init file");
+    kubectl(
+        &sim,
+        &["-n", "openbao", "delete", "pod", "openbao-0", "--wait=true"],
+    );
+    openbao_pod_running(&sim);
+    let uid = || {
+        kubectl(
+            &sim,
+            &[
+                "-n",
+                "openbao",
+                "get",
+                "pod",
+                "openbao-0",
+                "-o",
+                "jsonpath={.metadata.uid}",
+            ],
+        )
+    };
+    let uid_before = uid();
+
+    // Check mode says what it would do, and does nothing.
+    let check = copy.run(&[UP_TO_OPENBAO, &["--check"]].concat());
+    check.code(0);
+    check.stdout_contains("would wipe OpenBao's storage infra/data/shared/stable/openbao");
+    assert_eq!(std::fs::read(&init_file).expect("init file"), b"");
+    assert!(data.join("vault.db").is_file(), "check mode wiped {data:?}");
+    assert_eq!(uid(), uid_before, "check mode replaced the pod");
+
+    // The run wipes the storage, initialises again, and keeps the new keys.
+    let recovered = copy.run(UP_TO_OPENBAO);
+    recovered.code(0);
+    let said = format!("{}{}", recovered.stdout, recovered.stderr);
+    for words in [
+        "OpenBao is initialised, but its unseal keys and root token never reached infra/secrets/openbao-init.json",
+        "nothing recoverable is lost",
+        "its storage (infra/data/shared/stable/openbao) is wiped and OpenBao initialised again",
+    ] {
+        assert!(said.contains(words), "{words}:\n{said}");
+    }
+    let kept: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&init_file).expect("init file")).expect("init JSON");
+    let token = kept["root_token"].as_str().expect("root token");
+    assert!(!token.is_empty() && token != first_token, "{token}");
+    assert_ne!(uid(), uid_before, "the pod was not replaced");
+    assert!(openbao_status(&sim).contains("\"sealed\": false"));
+    assert!(!said.contains(token), "the root token was printed");
+
+    // Converged: the next run changes nothing.
+    kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
+    let again = copy.run(UP_TO_OPENBAO);
+    again.code(0);
+    assert_eq!(kube_mutating(&sim), 0, "{again:?}");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&std::fs::read(&init_file).expect("init"))
+            .expect("init JSON"),
+        kept
+    );
+
+    // Any other state of the init file is refused, and nothing is wiped: an init file of
+    // another OpenBao, and no init file at all (each with OpenBao restarted, so sealed).
+    let good = std::fs::read(&init_file).expect("init file");
+    // The shape of `bao operator init -format=json`'s answer, with a key of another OpenBao.
+    let key = [0xa5u8; 32];
+    let foreign = serde_json::json!({
+        "keys": [key.iter().map(|b| format!("{b:02x}")).collect::<String>()],
+        "keys_base64": [base64::Engine::encode(&base64::engine::general_purpose::STANDARD, key)],
+        "root_token": "s.foreign-root-token",
+    })
+    .to_string();
+    let refusals = [
+        (
+            "foreign init file",
+            Some(foreign.as_str()),
+            "the file does not belong to this OpenBao",
+        ),
+        ("no init file", None, "cannot read the OpenBao init file"),
+    ];
+    for (case, file, reason) in refusals {
+        match file {
+            Some(text) => std::fs::write(&init_file, text).expect("write"),
+            None => std::fs::remove_file(&init_file).expect("remove"),
+        }
+        kubectl(
+            &sim,
+            &["-n", "openbao", "delete", "pod", "openbao-0", "--wait=true"],
+        );
+        let refused = copy.run(UP_TO_OPENBAO);
+        assert_ne!(refused.code, 0, "{case}: {refused:?}");
+        let said = format!("{}{}", refused.stdout, refused.stderr);
+        refused.stderr_contains(reason);
+        assert!(!said.contains("never reached"), "{case}: {said}");
+        assert!(data.join("vault.db").is_file(), "{case}: {data:?} wiped");
+        match file {
+            Some(text) => assert_eq!(std::fs::read_to_string(&init_file).expect("kept"), text),
+            None => assert!(!init_file.exists(), "{case}: a file was written"),
+        }
+        // The same OpenBao, with its data: it unseals with the keys kept before.
+        std::fs::write(&init_file, &good).expect("restore");
+        copy.run(UP_TO_OPENBAO).code(0);
+        assert!(openbao_status(&sim).contains("\"sealed\": false"), "{case}");
+    }
 }

@@ -579,7 +579,18 @@ impl BaoClient {
                 None,
                 None,
             ))
-            .map_err(|error| self.describe(error, "PUT sys/unseal"))?;
+            .map_err(|error| {
+                let described = self.describe(error, "PUT sys/unseal");
+                // A key OpenBao refuses (400) is the key of another OpenBao, not a fault to retry.
+                if described.status == Some(400) {
+                    let file = self.settings.init_file.display();
+                    described.with_hint(format!(
+                        "OpenBao refuses the unseal key of {file}: the file does not belong to this OpenBao; restore this OpenBao's init file from your backup (bprun never replaces it)"
+                    ))
+                } else {
+                    described
+                }
+            })?;
             if !response.sealed {
                 // A raft node answers "not active" for a moment after its last key.
                 self.wait_active()?;

@@ -48,6 +48,11 @@ pub struct Prepared {
     /// Milliseconds added to every GitLab answer (API and git smart HTTP; health and the
     /// simulator's own routes are exempt), as `bprun sim gitlab --latency-ms` does.
     pub gitlab_latency_ms: u64,
+    /// The host folder every node mounts at `/var/local/shared` (phase 1's kind `extra_mounts`
+    /// of the repository's `infra/data/shared/`): where the data of the stable volumes' pods
+    /// lives (OpenBao's raft storage). None: no node folder is backed, programs keep their data
+    /// in the simulator's state folder.
+    pub node_shared: Option<PathBuf>,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -181,6 +186,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         with_runner: true,
         bare: false,
         gitlab_latency_ms: 0,
+        node_shared: None,
     })
 }
 
@@ -346,9 +352,15 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 Ok(minter_sim.create_instance_runner(description))
             }
         });
-    let kube_sim = Arc::new(crate::kube::KubeSim::new(
+    let node = prepared
+        .node_shared
+        .clone()
+        .map(crate::kube::programs::node::NodeMounts::shared)
+        .unwrap_or_default();
+    let kube_sim = Arc::new(crate::kube::KubeSim::with_programs(
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),
+        crate::kube::programs::Programs::standard_on(node),
     ));
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;

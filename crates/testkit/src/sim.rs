@@ -29,7 +29,9 @@ pub enum SimKind {
     All,
     /// `sim all --platform bare --pipeline-seconds 0.3 --state HOME/state`: a fresh kind
     /// cluster for phase 2 (nodes and CoreDNS only); prints five variables (no OpenBao yet:
-    /// BAO_K8S_SERVICE instead of BAO_ADDR and BAO_TOKEN).
+    /// BAO_K8S_SERVICE instead of BAO_ADDR and BAO_TOKEN). `All` and `Bare` get
+    /// `--node-shared HOME/node-shared` unless the test passes its own (the repository copy's
+    /// `infra/data/shared` its scripts run in).
     Bare,
 }
 
@@ -95,6 +97,13 @@ impl Sim {
                     .args(["--platform", "bare", "--pipeline-seconds", "0.3", "--state"])
                     .arg(home.path().join("state"));
             }
+        }
+        // The nodes' /var/local/shared: the simulator's own folder unless the test names the
+        // repository copy its scripts run in, never the checkout the tests run from.
+        if matches!(kind, SimKind::All | SimKind::Bare) && !extra.contains(&"--node-shared") {
+            command
+                .arg("--node-shared")
+                .arg(home.path().join("node-shared"));
         }
         let mut child = command
             .args(extra)

@@ -1,7 +1,13 @@
 //! OpenBao's server image (`quay.io/openbao/openbao`, the openbao chart's): when the pod starts,
 //! a real `bao server` (not `-dev`: uninitialised and sealed, as the chart's pod starts) on a
-//! free loopback port with its storage in the simulator's state folder, kept per pod name so a
-//! restarted pod finds its data and comes back sealed. `bao ...` in the pod runs the real `bao`
+//! free loopback port. Its storage is where a real pod's would be: the volume mounted at
+//! `/openbao/data` (the chart's storage path) when that is a hostPath, or a claim bound to a
+//! hostPath PersistentVolume, under a node folder backed by a host folder ([`node::NodeMounts`]:
+//! phase 2's `stable-openbao` at `/var/local/shared/stable/openbao` is the repository's
+//! `infra/data/shared/stable/openbao`), so wiping that folder wipes OpenBao as on a kind node;
+//! otherwise the simulator's state folder, per pod name. Either way a restarted pod finds its
+//! data and comes back sealed, and two pods never serve one storage folder at once (the old
+//! server stops first, as a real pod is gone before its StatefulSet replaces it). `bao ...` in the pod runs the real `bao`
 //! against it (`BAO_ADDR` set, stdin passed), so `operator init`, `operator unseal` and `status`
 //! answer in the real tool's words and exit codes; the chart's readiness probe
 //! (`bao status -tls-skip-verify`, exit 2 while sealed) runs the same way, so the pod is Ready
@@ -14,6 +20,7 @@
 //! server of its own: `bao` talks to that one. Without a `bao` binary nothing serves OpenBao:
 //! the pod's event, and every `bao` command, say so.
 
+use super::node::{self, NodeMounts};
 use super::process;
 use super::{ExecCall, ExecOutcome, Host, Program};
 use std::collections::HashMap;
@@ -25,9 +32,15 @@ use std::time::{Duration, Instant};
 
 pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
 
+/// Where the chart's configuration keeps OpenBao's data (`storage ... { path = "/openbao/data" }`),
+/// the mount path of its `data` volume.
+const DATA_MOUNT_PATH: &str = "/openbao/data";
+
 struct Server {
     child: Child,
     address: SocketAddr,
+    /// The raft folder it serves.
+    storage: PathBuf,
 }
 
 /// Runs `bao server -config=$2` (`$1` the binary) and stops it (SIGTERM, then waits) when it
@@ -44,6 +57,8 @@ wait "$child""#;
 pub struct OpenBao {
     binary: Option<PathBuf>,
     state_dir: PathBuf,
+    /// The node folders backed by host folders (a pod's hostPath data lives there).
+    node: NodeMounts,
     /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
     /// start two servers for one pod.
     servers: Mutex<HashMap<String, Server>>,
@@ -78,10 +93,11 @@ fn forwarded(call: &ExecCall) -> Option<SocketAddr> {
 }
 
 impl OpenBao {
-    pub fn new(binary: Option<PathBuf>, state_dir: PathBuf) -> OpenBao {
+    pub fn new(binary: Option<PathBuf>, state_dir: PathBuf, node: NodeMounts) -> OpenBao {
         OpenBao {
             binary,
             state_dir,
+            node,
             servers: Mutex::new(HashMap::new()),
         }
     }
@@ -95,12 +111,25 @@ impl OpenBao {
         self.state_dir.join(&call.namespace).join(&call.pod)
     }
 
+    /// The raft folder of the pod: the host folder of its data volume's node path when a node
+    /// mount holds it, else its own folder in the simulator's state.
+    fn storage(&self, call: &ExecCall, host: Option<&Host>) -> PathBuf {
+        host.and_then(|host| {
+            let pod = host.object("pods", &call.namespace, &call.pod)?;
+            let node_path = node::volume_node_path(&pod, &call.container, DATA_MOUNT_PATH, host)?;
+            self.node.host_path(&node_path)
+        })
+        .unwrap_or_else(|| self.pod_dir(call).join("data"))
+    }
+
     /// The server of the pod, started when it has none.
-    fn server(&self, call: &ExecCall) -> Result<SocketAddr, String> {
+    fn server(&self, call: &ExecCall, host: Option<&Host>) -> Result<SocketAddr, String> {
         if let Some(address) = forwarded(call) {
             return Ok(address);
         }
         let binary = self.binary.clone().ok_or_else(Self::no_binary)?;
+        // Read from the store before the servers' lock is taken (never the other way round).
+        let storage = self.storage(call, host);
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(server) = servers.get_mut(&call.pod_uid) {
             match server.child.try_wait() {
@@ -111,7 +140,21 @@ impl OpenBao {
             }
         }
         let folder = self.pod_dir(call);
-        let storage = folder.join("data");
+        // The server of a pod that is gone may still run on this folder (the kubelet part stops
+        // it on its next pass): stop it now, so one folder never has two servers.
+        let previous: Vec<String> = servers
+            .iter()
+            .filter(|(uid, server)| **uid != call.pod_uid && server.storage == storage)
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in previous {
+            if let Some(mut server) = servers.remove(&uid) {
+                process::terminate(&mut server.child);
+            }
+        }
+        std::fs::create_dir_all(&folder)
+            .map_err(|error| format!("cannot create {}: {error}", folder.display()))?;
+        // A hostPath of type DirectoryOrCreate (the stable PVs'): the kubelet creates it.
         std::fs::create_dir_all(&storage)
             .map_err(|error| format!("cannot create {}: {error}", storage.display()))?;
         let api = free_port()?;
@@ -164,19 +207,20 @@ impl OpenBao {
             Server {
                 child,
                 address: api,
+                storage,
             },
         );
         Ok(api)
     }
 
     /// `bao ARGS` against the pod's server, as the real tool.
-    fn bao(&self, call: &ExecCall, args: &[String]) -> ExecOutcome {
+    fn bao(&self, call: &ExecCall, args: &[String], host: Option<&Host>) -> ExecOutcome {
         let fail = |message: String| ExecOutcome {
             code: 1,
             stdout: Vec::new(),
             stderr: format!("{message}\n").into_bytes(),
         };
-        let address = match self.server(call) {
+        let address = match self.server(call, host) {
             Ok(address) => address,
             Err(message) => return fail(message),
         };
@@ -210,10 +254,10 @@ impl Program for OpenBao {
         IMAGES
     }
 
-    fn exec(&self, call: &ExecCall, argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+    fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome> {
         match argv {
             [program, args @ ..] if program == "bao" || program == "vault" => {
-                Some(self.bao(call, args))
+                Some(self.bao(call, args, Some(host)))
             }
             _ => None,
         }
@@ -223,8 +267,8 @@ impl Program for OpenBao {
         true
     }
 
-    fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
-        self.server(call).map(|_| ())
+    fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
+        self.server(call, Some(host)).map(|_| ())
     }
 
     fn stop(&self, pod_uid: &str) {
@@ -287,22 +331,26 @@ mod tests {
 
     #[test]
     fn without_a_binary_every_bao_command_says_why() {
-        let openbao = OpenBao::new(None, std::env::temp_dir().join("bprun-no-bao"));
+        let openbao = OpenBao::new(
+            None,
+            std::env::temp_dir().join("bprun-no-bao"),
+            NodeMounts::default(),
+        );
         let call = ExecCall {
             namespace: "openbao".into(),
             pod: "openbao-0".into(),
             pod_uid: "u".into(),
             ..Default::default()
         };
-        let outcome = openbao.bao(&call, &["status".to_string()]);
+        let outcome = openbao.bao(&call, &["status".to_string()], None);
         assert_eq!(outcome.code, 1);
         assert!(String::from_utf8_lossy(&outcome.stderr).contains("found no bao binary"));
-        assert!(openbao.server(&call).is_err());
+        assert!(openbao.server(&call, None).is_err());
         // A pod whose port is served elsewhere needs no binary to know its address.
         let mut served = call.clone();
         served
             .annotations
             .insert("sim.bprun.dev/forward-8200".into(), "127.0.0.1:8300".into());
-        assert_eq!(openbao.server(&served).map(|a| a.port()), Ok(8300));
+        assert_eq!(openbao.server(&served, None).map(|a| a.port()), Ok(8300));
     }
 }

@@ -33,6 +33,7 @@ pub mod bao;
 pub mod env;
 pub mod gitlab;
 pub mod minio;
+pub mod node;
 pub mod postgres;
 pub mod process;
 pub mod redis;
@@ -542,12 +543,19 @@ impl Programs {
     /// The programs of the platform's images. OpenBao runs the `bao` binary found as the
     /// embedded platform finds it (`BPRUN_BAO_BIN`, PATH, `.tools/bin/bao` of the working folder).
     pub fn standard() -> Programs {
+        Programs::standard_on(node::NodeMounts::default())
+    }
+
+    /// [`Programs::standard`] on nodes whose folders `node` backs with host folders (where a
+    /// pod's hostPath data lives).
+    pub fn standard_on(node: node::NodeMounts) -> Programs {
         let state_dir = Programs::fresh_state_dir();
         let root = std::env::current_dir().unwrap_or_default();
         let registry: Vec<Arc<dyn Program>> = vec![
             Arc::new(bao::OpenBao::new(
                 crate::platform::find_bao(&root),
                 state_dir.join("openbao"),
+                node,
             )),
             Arc::new(postgres::Postgres),
             Arc::new(gitlab::Webservice::default()),
