@@ -7,11 +7,12 @@
 //! `infra/data/shared/stable/openbao`), so wiping that folder wipes OpenBao as on a kind node;
 //! otherwise the simulator's state folder, per pod name. Either way a restarted pod finds its
 //! data and comes back sealed, and two pods never serve one storage folder at once (the old
-//! server stops first, as a real pod is gone before its StatefulSet replaces it). `bao ...` in the pod runs the real `bao`
-//! against it (`BAO_ADDR` set, stdin passed), so `operator init`, `operator unseal` and `status`
-//! answer in the real tool's words and exit codes; the chart's readiness probe
-//! (`bao status -tls-skip-verify`, exit 2 while sealed) runs the same way, so the pod is Ready
-//! once unsealed. Port 8200 forwards to the server.
+//! server stops first, as a real pod is gone before its StatefulSet replaces it).
+//!
+//! `bao ...` in the pod runs the real `bao` against it (`BAO_ADDR` set, stdin passed), so
+//! `operator init`, `operator unseal` and `status` answer in the real tool's words and exit
+//! codes; the chart's readiness probe (`bao status -tls-skip-verify`, exit 2 while sealed) runs
+//! the same way, so the pod is Ready once unsealed. Port 8200 forwards to the server.
 //!
 //! The chart's standalone configuration uses `storage "file"`, which the `bao` found here (2.4
 //! and later) no longer has; the server runs single-node `raft` instead, which keeps data the
