@@ -143,7 +143,22 @@ fn text_or_unit(text: &str) -> Dynamic {
     }
 }
 
-/// The digest of what `helm_install` would deploy.
+/// The values helm deploys: the values files in order, then the values map, merged as helm
+/// merges them.
+fn merged_values(
+    values_files: &[(String, PathBuf)],
+    values: Option<&Value>,
+) -> Result<Value, NativeError> {
+    let mut merged = Value::Object(serde_json::Map::new());
+    for (shown, path) in values_files {
+        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
+    }
+    if let Some(values) = values {
+        helm::merge_values(&mut merged, values.clone());
+    }
+    Ok(merged)
+}
+
 /// `--diff` of a release's values: what it was installed with against what this call gives
 /// (value files, then the values map, merged as helm merges them), as YAML.
 fn values_diff(
@@ -155,13 +170,7 @@ fn values_diff(
     values_files: &[(String, PathBuf)],
     values: Option<&Value>,
 ) -> Result<String, NativeError> {
-    let mut merged = Value::Object(serde_json::Map::new());
-    for (shown, path) in values_files {
-        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
-    }
-    if let Some(values) = values {
-        helm::merge_values(&mut merged, values.clone());
-    }
+    let merged = merged_values(values_files, values)?;
     let installed = helm.user_values(release, namespace)?;
     let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
     let values_part = crate::output::unified_diff(
@@ -191,6 +200,7 @@ fn values_diff(
     Ok(format!("{values_part}{manifest_part}"))
 }
 
+/// The digest of what `helm_install` would deploy.
 fn install_digest(
     helm: &Helm,
     native: &str,
@@ -199,13 +209,7 @@ fn install_digest(
     values_files: &[(String, PathBuf)],
     values: Option<&Value>,
 ) -> Result<String, NativeError> {
-    let mut merged = Value::Object(serde_json::Map::new());
-    for (shown, path) in values_files {
-        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
-    }
-    if let Some(values) = values {
-        helm::merge_values(&mut merged, values.clone());
-    }
+    let merged = merged_values(values_files, values)?;
     let (chart_name, chart_version, files) = match &chart.source {
         ChartSource::Dir(dir) => {
             let (name, version) = helm::chart_yaml(dir, &chart.arg)?;

@@ -963,12 +963,8 @@ fn health_checks_the_instance_and_the_token() {
     ));
 }
 
-#[test]
-fn a_run_killed_between_commit_and_push_is_finished_by_the_next() {
-    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
-    let test = with_sim(
-        repo().file("apps/demo/a.txt", "a\n").script(
-            r#"
+/// One project synced from `apps/demo`, committed and pushed.
+const PROVISION_DEMO: &str = r#"
 const TREE = "apps-local/blueprint-apps/demo";
 step("Provision", || {
     gitlab_ensure_group("blueprint-apps");
@@ -977,8 +973,13 @@ step("Provision", || {
     sync_tree("apps/demo", TREE);
     git_commit_push(TREE, "bprun: sync demo");
 });
-"#,
-        ),
+"#;
+
+#[test]
+fn a_run_killed_between_commit_and_push_is_finished_by_the_next() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().file("apps/demo/a.txt", "a\n").script(PROVISION_DEMO),
         &sim,
     );
     test.run(&["-q", "scripts/test.rhai"]).code(0);
@@ -1027,18 +1028,7 @@ step("Provision", || {
 fn push_under_faults(faults: &str) -> (Sim, Test, Output) {
     let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        repo().file("apps/demo/a.txt", "a\n").script(
-            r#"
-const TREE = "apps-local/blueprint-apps/demo";
-step("Provision", || {
-    gitlab_ensure_group("blueprint-apps");
-    let project = gitlab_ensure_project("blueprint-apps", "demo");
-    git_clone_or_pull(project.http_url_to_repo, TREE);
-    sync_tree("apps/demo", TREE);
-    git_commit_push(TREE, "bprun: sync demo");
-});
-"#,
-        ),
+        repo().file("apps/demo/a.txt", "a\n").script(PROVISION_DEMO),
         &sim,
     )
     .env("BPRUN_GITLAB_BACKOFF_MS", "5");
