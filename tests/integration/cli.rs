@@ -287,6 +287,18 @@ fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
             vars.push((key.to_string(), value.to_string()));
         }
     }
+    // SIGTERM, as an operator's Ctrl-C: the platform stops its own servers (its OpenBao);
+    // a SIGKILL would leave them running.
+    // SAFETY: signalling our own child by its pid.
+    unsafe {
+        libc::kill(child.id() as i32, libc::SIGTERM);
+    }
+    for _ in 0..100 {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     let _ = child.kill();
     let _ = child.wait();
     assert_eq!(vars.len(), 6, "{vars:?}");
