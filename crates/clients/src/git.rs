@@ -541,7 +541,13 @@ pub fn commit_push(
             .map_err(|error| git_error("read the tree", shown, error))?;
         let signature = git2::Signature::now("bprun", "bprun@localhost")
             .map_err(|error| git_error("sign", shown, error))?;
-        let parent = repo.head().ok().and_then(|head| head.peel_to_commit().ok());
+        // The tip of `main` itself: a run killed inside a pull can leave HEAD elsewhere, and
+        // libgit2 refuses a commit on `main` whose parent is not main's tip.
+        let parent = repo
+            .find_reference(&format!("refs/heads/{BRANCH}"))
+            .ok()
+            .and_then(|reference| reference.peel_to_commit().ok())
+            .or_else(|| repo.head().ok().and_then(|head| head.peel_to_commit().ok()));
         let parents: Vec<&git2::Commit> = parent.iter().collect();
         let commit = repo
             .commit(
