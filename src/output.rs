@@ -79,11 +79,8 @@ impl Reporter {
     }
 
     /// One JSON line, with the time it happened (`ts`, RFC 3339 UTC, milliseconds).
-    fn event(&self, mut value: Value) {
-        if let Value::Object(map) = &mut value {
-            map.insert("ts".to_string(), Value::String(timestamp()));
-        }
-        Self::write_stdout(&format!("{value}\n"));
+    fn event(&self, value: Value) {
+        print_event(value);
     }
 
     /// Ends a half-written step header so the next line starts clean.
@@ -349,8 +346,17 @@ pub struct ErrorEvent<'a> {
     pub hint: Option<&'a str>,
 }
 
+/// One JSON event on stdout, stamped with the time it happened (`ts`) and scrubbed of live
+/// secrets: every `--json` line goes through here.
+pub fn print_event(mut value: Value) {
+    if let Value::Object(map) = &mut value {
+        map.insert("ts".to_string(), Value::String(timestamp()));
+    }
+    Reporter::write_stdout(&format!("{value}\n"));
+}
+
 /// Now, as RFC 3339 UTC with milliseconds: `2026-11-30T23:59:01.123Z`.
-pub fn timestamp() -> String {
+fn timestamp() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 

@@ -281,11 +281,9 @@ pub fn rehearse(
     let show = |title: &str, part: &str, text: &str| {
         if options.json {
             let lines: Vec<&str> = text.lines().collect();
-            let event = serde_json::json!({
-                "event": "end_state", "part": part, "lines": lines,
-                "ts": crate::output::timestamp(),
-            });
-            println!("{}", bprun_clients::secret::scrub(&event.to_string()));
+            crate::output::print_event(
+                serde_json::json!({"event": "end_state", "part": part, "lines": lines}),
+            );
         } else {
             println!("\nEnd state of the rehearsal {title}:");
             print!("{}", bprun_clients::secret::scrub(text));

@@ -1013,23 +1013,12 @@ fn record(
 /// `bprun --timings SCRIPT`: the last real run's table, compared with the run before it.
 /// `--summary`: where the last run stopped and the next three steps, from the journal alone
 /// (no script step runs, no server is contacted).
-/// One JSON line on stdout (`--json` forms of `--summary` and `--timings`), scrubbed.
-fn print_event(mut value: serde_json::Value) {
-    if let serde_json::Value::Object(map) = &mut value {
-        map.insert(
-            "ts".to_string(),
-            serde_json::Value::String(crate::output::timestamp()),
-        );
-    }
-    println!("{}", bprun_clients::secret::scrub(&value.to_string()));
-}
-
 pub fn summary(script: &Path, json: bool) -> Result<ExitCode, Error> {
     let location = ScriptLocation::find(script)?;
     let journal = Journal::load(&location.root, &location.display)?;
     let Some(last) = journal.last_real_run() else {
         if json {
-            print_event(serde_json::json!({
+            crate::output::print_event(serde_json::json!({
                 "event": "summary", "script": location.display, "last_run": null,
                 "stopped_at": null, "next": [],
             }));
@@ -1067,7 +1056,7 @@ pub fn summary(script: &Path, json: bool) -> Result<ExitCode, Error> {
                     .collect()
             })
             .unwrap_or_default();
-        print_event(serde_json::json!({
+        crate::output::print_event(serde_json::json!({
             "event": "summary", "script": location.display,
             "last_run": {"started": last.started, "outcome": last.outcome,
                          "duration_s": last.duration_s, "steps": total},
@@ -1128,7 +1117,7 @@ pub fn timings(script: &Path, json: bool) -> Result<ExitCode, Error> {
     let last = journal.last_real_run();
     let previous = journal.previous_real_run();
     if json {
-        print_event(serde_json::json!({
+        crate::output::print_event(serde_json::json!({
             "event": "timings", "script": location.display, "last_run": last,
             "previous_run": previous,
         }));

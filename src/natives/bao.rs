@@ -196,53 +196,22 @@ fn report_write(
             action,
             &format!("secret {path} (version {})", written.version),
         );
+        // --diff: the keys by name, never a value.
+        use bprun_clients::bao::KeyChange;
+        let lines: Vec<String> = written
+            .keys
+            .iter()
+            .map(|change| match change {
+                KeyChange::Added(key) => format!("+ {key} (added, value hidden)"),
+                KeyChange::Changed(key) => format!("~ {key} (changed, value hidden)"),
+                KeyChange::Removed(key) => format!("- {key} (removed)"),
+            })
+            .collect();
+        session.state.record_diff(&lines.join("\n"));
     }
     let mut result = outcome(written.changed);
     result.insert("version".into(), (written.version as i64).into());
     Ok(result)
-}
-
-/// With `--diff`: the secret's data before a write (read once, only then).
-fn keys_before(
-    session: &Session,
-    path: &KvPath,
-) -> RhaiResultOf<Option<serde_json::Map<String, Value>>> {
-    if !session.state.diff() {
-        return Ok(None);
-    }
-    Ok(bao(session).kv_read(path).map_err(native_error)?.data)
-}
-
-/// `--diff` of a KV write: its keys by name (added, changed, removed), never a value.
-/// `replaces` is a write (keys not given are removed); a patch keeps them.
-fn diff_keys(
-    session: &Session,
-    result: &rhai::Map,
-    before: Option<serde_json::Map<String, Value>>,
-    data: &serde_json::Map<String, Value>,
-    replaces: bool,
-) {
-    let changed = result
-        .get("changed")
-        .is_some_and(|c| c.as_bool() == Ok(true));
-    if !session.state.diff() || !changed {
-        return;
-    }
-    let before = before.unwrap_or_default();
-    let mut lines = Vec::new();
-    for (key, value) in data {
-        match before.get(key) {
-            None => lines.push(format!("+ {key} (added, value hidden)")),
-            Some(old) if old != value => lines.push(format!("~ {key} (changed, value hidden)")),
-            Some(_) => {}
-        }
-    }
-    if replaces {
-        for key in before.keys().filter(|key| !data.contains_key(*key)) {
-            lines.push(format!("- {key} (removed)"));
-        }
-    }
-    session.state.record_diff(&lines.join("\n"));
 }
 
 fn write_init_file(
@@ -610,13 +579,10 @@ pub mod bao_functions {
         let session = remote(&context, "bao_write")?;
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
-        let before = keys_before(&session, &path)?;
         let written = bao(&session)
             .kv_write(&path, &data, session.state.check())
             .map_err(NativeError::from);
-        let result = report_write(&session, "write", &path, written)?;
-        diff_keys(&session, &result, before, &data, true);
-        Ok(result)
+        report_write(&session, "write", &path, written)
     }
 
     /// Merges keys into an existing KV v2 secret (read, merge, check-and-set write); unchanged
@@ -630,13 +596,10 @@ pub mod bao_functions {
         let session = remote(&context, "bao_patch")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
-        let before = keys_before(&session, &path)?;
         let written = bao(&session)
             .kv_patch(&path, &data, session.state.check())
             .map_err(NativeError::from);
-        let result = report_write(&session, "patch", &path, written)?;
-        diff_keys(&session, &result, before, &data, false);
-        Ok(result)
+        report_write(&session, "patch", &path, written)
     }
 
     /// The keys under a KV v2 folder (sub-folders end with `/`); `[]` when there are none.

@@ -169,7 +169,9 @@ fn text_value(value: &Dynamic, key: &str) -> RhaiResultOf<String> {
 /// One entry of `vars`: a value, or an option map with a `value`.
 fn variable_of(key: &str, spec: &Dynamic) -> RhaiResultOf<Variable> {
     let Some(options) = spec.read_lock::<rhai::Map>() else {
-        return Ok(Variable::new(key, text_value(spec, key)?));
+        let mut variable = Variable::new(key, text_value(spec, key)?);
+        variable.secret = spec.is::<Secret>();
+        return Ok(variable);
     };
     let native = format!("CI variable {key}");
     reject_unknown(
@@ -191,6 +193,7 @@ fn variable_of(key: &str, spec: &Dynamic) -> RhaiResultOf<Variable> {
         )))
     })?;
     let mut variable = Variable::new(key, text_value(value, key)?);
+    variable.secret = value.is::<Secret>();
     variable.masked = option_bool(&options, "masked", &native)?.unwrap_or(false);
     variable.protected = option_bool(&options, "protected", &native)?.unwrap_or(false);
     variable.raw = option_bool(&options, "raw", &native)?.unwrap_or(false);

@@ -159,38 +159,45 @@ fn merged_values(
     Ok(merged)
 }
 
-/// `--diff` of a release's values: what it was installed with against what this call gives
-/// (value files, then the values map, merged as helm merges them), as YAML.
+/// helm's `-f` arguments: the values files in order, then the values map written to a 0600
+/// temporary file (kept while the returned guard lives).
+fn values_args(
+    values_files: &[(String, PathBuf)],
+    values: Option<&Value>,
+) -> Result<(Vec<String>, Option<TempValues>), NativeError> {
+    let temp = values.map(TempValues::write).transpose()?;
+    let mut args: Vec<String> = values_files
+        .iter()
+        .map(|(shown, _)| shown.clone())
+        .collect();
+    if let Some(temp) = &temp {
+        args.push(temp.path().display().to_string());
+    }
+    Ok((args, temp))
+}
+
+/// `--diff` of a release: its values (what it was installed with against `merged`) and its
+/// manifests (deployed against rendered with `values_args`, helm's `-f` arguments), as YAML.
 fn values_diff(
     helm: &Helm,
     release: &str,
     namespace: &str,
     chart: &helm::ChartRef,
     version: Option<&str>,
-    values_files: &[(String, PathBuf)],
-    values: Option<&Value>,
+    merged: &Value,
+    values_args: &[String],
 ) -> Result<String, NativeError> {
-    let merged = merged_values(values_files, values)?;
     let installed = helm.user_values(release, namespace)?;
     let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
     let values_part = crate::output::unified_diff(
         &format!("helm release {namespace}/{release} values"),
         installed.as_ref().map(yaml).as_deref(),
-        Some(&yaml(&merged)),
+        Some(&yaml(merged)),
     );
     // The manifests: what the release deployed against what the chart renders now (`helm
     // template`, which knows no cluster: a chart that generates random values or looks up live
     // objects shows those lines as changed every time).
-    let temp = values.map(TempValues::write).transpose()?;
-    let mut files: Vec<String> = values_files
-        .iter()
-        .map(|(shown, _)| shown.clone())
-        .collect();
-    if let Some(temp) = &temp {
-        files.push(temp.path().display().to_string());
-    }
-    let rendered = helm.template(release, &chart.arg, namespace, version, &files)?;
-    drop(temp);
+    let rendered = helm.template(release, &chart.arg, namespace, version, values_args)?;
     let deployed = helm.manifest(release, namespace)?;
     let manifest_part = crate::output::unified_diff(
         &format!("helm release {namespace}/{release} manifest"),
@@ -200,16 +207,14 @@ fn values_diff(
     Ok(format!("{values_part}{manifest_part}"))
 }
 
-/// The digest of what `helm_install` would deploy.
+/// The digest of what `helm_install` would deploy (`merged`: see [`merged_values`]).
 fn install_digest(
     helm: &Helm,
     native: &str,
     chart: &helm::ChartRef,
     version: Option<&str>,
-    values_files: &[(String, PathBuf)],
-    values: Option<&Value>,
+    merged: &Value,
 ) -> Result<String, NativeError> {
-    let merged = merged_values(values_files, values)?;
     let (chart_name, chart_version, files) = match &chart.source {
         ChartSource::Dir(dir) => {
             let (name, version) = helm::chart_yaml(dir, &chart.arg)?;
@@ -240,7 +245,7 @@ fn install_digest(
         chart_name,
         chart_version,
         files,
-        values: merged,
+        values: merged.clone(),
     }))
 }
 
@@ -373,15 +378,10 @@ fn install(
         )?;
     }
     let helm = client(&session);
-    let digest = install_digest(
-        &helm,
-        NATIVE,
-        &chart_ref,
-        version.as_deref(),
-        &value_files,
-        values.as_ref(),
-    )
-    .map_err(native_error)?;
+    // Read once: the digest and `--diff` both need them.
+    let merged = merged_values(&value_files, values.as_ref()).map_err(native_error)?;
+    let digest = install_digest(&helm, NATIVE, &chart_ref, version.as_deref(), &merged)
+        .map_err(native_error)?;
     let current = helm.status(release, namespace).map_err(from_helm(NATIVE))?;
     let reason = match &current {
         None => Some("not installed".to_string()),
@@ -425,6 +425,8 @@ fn install(
     result.insert("reason".into(), reason.clone().into());
     // Read before an upgrade replaces them.
     let diff = if session.state.diff() {
+        let (args, _values_file) =
+            values_args(&value_files, values.as_ref()).map_err(native_error)?;
         Some(
             values_diff(
                 &helm,
@@ -432,8 +434,8 @@ fn install(
                 namespace,
                 &chart_ref,
                 version.as_deref(),
-                &value_files,
-                values.as_ref(),
+                &merged,
+                &args,
             )
             .map_err(native_error)?,
         )
@@ -456,15 +458,7 @@ fn install(
         result.insert("chart".into(), text_or_unit(&found.chart));
         return Ok(result);
     }
-    let temp = values
-        .as_ref()
-        .map(TempValues::write)
-        .transpose()
-        .map_err(native_error)?;
-    let mut file_args: Vec<String> = value_files.into_iter().map(|(shown, _)| shown).collect();
-    if let Some(temp) = &temp {
-        file_args.push(temp.path().display().to_string());
-    }
+    let (file_args, temp) = values_args(&value_files, values.as_ref()).map_err(native_error)?;
     let installed = helm
         .upgrade_install(&InstallSpec {
             release: release.to_string(),
@@ -551,15 +545,8 @@ fn template(
             release,
         )?;
     }
-    let mut file_args: Vec<String> = listed.into_iter().map(|(shown, _)| shown).collect();
-    let temp = values
-        .as_ref()
-        .map(TempValues::write)
-        .transpose()
-        .map_err(native_error)?;
-    if let Some(temp) = &temp {
-        file_args.push(temp.path().display().to_string());
-    }
+    // The guard keeps the temporary values file until helm has read it.
+    let (file_args, _values_file) = values_args(&listed, values.as_ref()).map_err(native_error)?;
     client(&session)
         .template(
             release,

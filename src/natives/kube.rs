@@ -140,6 +140,24 @@ fn object_value(object: serde_json::Value, secret: bool) -> Dynamic {
     map.into()
 }
 
+/// `--diff` of a Kubernetes object (or of one `field` of it) as YAML; a Secret's values are
+/// hidden first ([`bprun_clients::kube::hide_secret_values`]).
+fn object_diff(
+    shown: &str,
+    before: Option<&serde_json::Value>,
+    after: Option<&serde_json::Value>,
+    field: Option<&str>,
+) -> String {
+    let (before, after) = bprun_clients::kube::hide_secret_values(before, after);
+    let yaml = |side: Option<serde_json::Value>| {
+        side.map(|object| {
+            let part = field.map_or(&object, |field| &object[field]);
+            serde_norway::to_string(part).unwrap_or_default()
+        })
+    };
+    crate::output::unified_diff(shown, yaml(before).as_deref(), yaml(after).as_deref())
+}
+
 #[export_module]
 pub mod kube_functions {
     use super::*;
@@ -175,27 +193,17 @@ pub mod kube_functions {
                     &display(&outcome.kind, &outcome.namespace, &outcome.name),
                 );
                 if session.state.diff() {
-                    let (before, after) = bprun_clients::kube::hide_secret_values(
+                    let namespace = if outcome.namespace.is_empty() {
+                        String::new()
+                    } else {
+                        format!("{}/", outcome.namespace)
+                    };
+                    let shown = format!("{}/{namespace}{}", outcome.kind, outcome.name);
+                    session.state.record_diff(&object_diff(
+                        &shown,
                         outcome.before.as_ref(),
                         outcome.after.as_ref(),
-                    );
-                    let yaml = |side: Option<serde_json::Value>| {
-                        side.map(|object| serde_norway::to_string(&object).unwrap_or_default())
-                    };
-                    let shown = format!(
-                        "{}/{}{}",
-                        outcome.kind,
-                        if outcome.namespace.is_empty() {
-                            String::new()
-                        } else {
-                            format!("{}/", outcome.namespace)
-                        },
-                        outcome.name
-                    );
-                    session.state.record_diff(&crate::output::unified_diff(
-                        &shown,
-                        yaml(before).as_deref(),
-                        yaml(after).as_deref(),
+                        None,
                     ));
                 }
             }
@@ -761,43 +769,20 @@ fn secret_write(
         };
         values.insert(key.to_string(), text);
     }
-    // --diff: the keys before the write (values never shown, see hide_secret_values).
-    let before = if session.state.diff() {
-        kube.get("secrets", ns, name).map_err(native_error)?
-    } else {
-        None
-    };
-    let changed = kube
+    let written = kube
         .secret_write(ns, name, &values, &kind, session.state.check())
         .map_err(native_error)?;
+    let changed = written.changed;
     if changed {
         session
             .state
             .record_change("write", &display("Secret", ns, name));
         if session.state.diff() {
-            use base64::Engine;
-            let secret_data = |object: &serde_json::Value| serde_json::json!({"kind": "Secret", "data": object["data"].clone()});
-            let encoded: serde_json::Map<String, serde_json::Value> = values
-                .iter()
-                .map(|(key, value)| {
-                    (
-                        key.clone(),
-                        serde_json::json!(base64::engine::general_purpose::STANDARD.encode(value)),
-                    )
-                })
-                .collect();
-            let after = serde_json::json!({"kind": "Secret", "data": encoded});
-            let (old, new) = bprun_clients::kube::hide_secret_values(
-                before.as_ref().map(secret_data).as_ref(),
-                Some(&after),
-            );
-            let yaml = |side: Option<serde_json::Value>| {
-                side.map(|object| serde_norway::to_string(&object["data"]).unwrap_or_default())
-            };
-            session.state.record_diff(&crate::output::unified_diff(
+            session.state.record_diff(&object_diff(
                 &format!("Secret/{ns}/{name}"),
-                yaml(old).as_deref(),
-                yaml(new).as_deref(),
+                written.before.as_ref(),
+                Some(&written.after),
+                Some("data"),
             ));
         }
     }

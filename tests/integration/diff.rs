@@ -17,6 +17,8 @@ step("Variables", || {
     gitlab_set_variables("blueprint-apps/demo", #{
         PLAIN: args.version,
         HIDDEN: #{value: secret(args.token), masked: true},
+        // Not masked, but a Secret: its values (the old one too) stay out of the diff.
+        UNMASKED_SECRET: secret(args.token),
     });
 });
 step("Push and smoke", || {
@@ -57,6 +59,9 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
     );
     planned.stdout_contains(
         "    ~ would update CI variable HIDDEN of blueprint-apps/demo\n      value: changed, value hidden\n",
+    );
+    planned.stdout_contains(
+        "    ~ would update CI variable UNMASKED_SECRET of blueprint-apps/demo\n      value: changed, value hidden\n",
     );
     // The downstream effect: the push moves the head, so a new pipeline would start.
     planned.stdout_contains("    ~ would commit and push apps-local/blueprint-apps/demo\n");
@@ -144,4 +149,32 @@ fn kubernetes_objects_diff_as_yaml_and_secrets_name_their_keys_only() {
         "jsonpath={.data.mode}",
     ]);
     assert_eq!(live.ok(), "fast", "--check changed nothing");
+}
+
+#[test]
+fn openbao_writes_diff_their_keys_by_name_only() {
+    let server = crate::support::BaoServer::dev();
+    let script =
+        |data: &str| format!("step(\"Store\", || {{ bao_write(\"demo/app\", #{{{data}}}); }});\n");
+    let test = repo()
+        .script(&script(
+            "user: \"admin\", password: secret(\"pw-old-canary-111\"), gone: \"x\"",
+        ))
+        .env("BAO_ADDR", &server.address)
+        .env("BAO_TOKEN", "root");
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    std::fs::write(
+        test.join("scripts/test.rhai"),
+        script("user: \"admin\", password: secret(\"pw-new-canary-222\"), added: \"y\""),
+    )
+    .expect("edit");
+    let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
+    planned.code(0);
+    planned.stdout_contains(
+        "      + added (added, value hidden)\n      ~ password (changed, value hidden)\n      - gone (removed)\n",
+    );
+    planned
+        .stdout_lacks("pw-old-canary-111")
+        .stdout_lacks("pw-new-canary-222")
+        .stdout_lacks("user (");
 }

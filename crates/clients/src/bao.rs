@@ -157,6 +157,40 @@ pub struct WriteOutcome {
     pub changed: bool,
     /// The version now current (or, in check mode, the one that would be written).
     pub version: u64,
+    /// The keys the write adds, changes or removes, by name (never a value; for `--diff`).
+    pub keys: Vec<KeyChange>,
+}
+
+/// How one key of a KV secret changes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyChange {
+    Added(String),
+    Changed(String),
+    Removed(String),
+}
+
+/// The keys that differ between a secret's current data and the data a write gives it.
+pub fn key_changes(
+    current: Option<&Map<String, Value>>,
+    desired: &Map<String, Value>,
+) -> Vec<KeyChange> {
+    let empty = Map::new();
+    let current = current.unwrap_or(&empty);
+    let mut changes: Vec<KeyChange> = desired
+        .iter()
+        .filter_map(|(key, value)| match current.get(key) {
+            None => Some(KeyChange::Added(key.clone())),
+            Some(old) if old != value => Some(KeyChange::Changed(key.clone())),
+            Some(_) => None,
+        })
+        .collect();
+    changes.extend(
+        current
+            .keys()
+            .filter(|key| !desired.contains_key(*key))
+            .map(|key| KeyChange::Removed(key.clone())),
+    );
+    changes
 }
 
 /// A `GET` of an OpenBao API path that vaultrs has no (or no OpenBao-compatible) request for:
@@ -781,12 +815,15 @@ impl BaoClient {
                 return Ok(WriteOutcome {
                     changed: false,
                     version: current.version,
+                    keys: Vec::new(),
                 });
             }
+            let keys = key_changes(current.data.as_ref(), &desired);
             if check {
                 return Ok(WriteOutcome {
                     changed: true,
                     version: current.version + 1,
+                    keys,
                 });
             }
             let client = self.vault()?;
@@ -805,6 +842,7 @@ impl BaoClient {
                     return Ok(WriteOutcome {
                         changed: true,
                         version: metadata.version,
+                        keys,
                     });
                 }
                 // Lost a race: another writer created a version since our read. Read again.
@@ -907,6 +945,28 @@ impl BaoClient {
                 .map_err(|error| self.describe(error, &format!("PUT sys/policies/acl/{name}")))?;
         }
         Ok(true)
+    }
+}
+
+#[cfg(test)]
+mod key_change_tests {
+    use super::*;
+
+    #[test]
+    fn a_write_names_the_keys_it_adds_changes_and_removes() {
+        let map = |value: Value| value.as_object().cloned().unwrap_or_default();
+        let current = map(serde_json::json!({"a": "1", "b": "2", "gone": "x"}));
+        let desired = map(serde_json::json!({"a": "1", "b": "3", "new": "y"}));
+        assert_eq!(
+            key_changes(Some(&current), &desired),
+            [
+                KeyChange::Changed("b".into()),
+                KeyChange::Added("new".into()),
+                KeyChange::Removed("gone".into()),
+            ]
+        );
+        assert_eq!(key_changes(None, &desired).len(), 3);
+        assert!(key_changes(Some(&desired), &desired).is_empty());
     }
 }
 

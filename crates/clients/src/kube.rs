@@ -33,6 +33,15 @@ pub struct KubeClient {
     in_cluster: Option<(Vec<Vec<u8>>, Option<String>)>,
 }
 
+/// What `secret_write` did: whether it changed the Secret, and its data before and after
+/// (`{kind: Secret, data}`, base64 values: hide them before showing).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SecretWritten {
+    pub changed: bool,
+    pub before: Option<Value>,
+    pub after: Value,
+}
+
 /// One object's outcome in `apply`.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Applied {
@@ -673,7 +682,9 @@ impl KubeClient {
         })
     }
 
-    /// Creates or updates a Secret from string values; false when it already held them.
+    /// Creates or updates a Secret from string values; `changed` is false when it already held
+    /// them. The Secret as it was and as written come back for `--diff`
+    /// ([`hide_secret_values`] before showing them).
     pub fn secret_write(
         &self,
         namespace: &str,
@@ -681,7 +692,7 @@ impl KubeClient {
         data: &std::collections::BTreeMap<String, String>,
         kind: &str,
         dry_run: bool,
-    ) -> Result<bool, ClientError> {
+    ) -> Result<SecretWritten, ClientError> {
         use base64::Engine;
         let shown = display("Secret", namespace, name);
         let encoded: serde_json::Map<String, Value> = data
@@ -694,6 +705,13 @@ impl KubeClient {
             })
             .collect();
         let live = self.get("secrets", namespace, name)?;
+        let written = |changed: bool| SecretWritten {
+            changed,
+            before: live
+                .as_ref()
+                .map(|live| json!({"kind": "Secret", "data": live["data"].clone()})),
+            after: json!({"kind": "Secret", "data": encoded.clone()}),
+        };
         if let Some(live) = &live {
             let live_kind = live["type"].as_str().unwrap_or("Opaque");
             if live_kind != kind {
@@ -706,11 +724,11 @@ impl KubeClient {
                 )));
             }
             if live["data"].as_object() == Some(&encoded) {
-                return Ok(false);
+                return Ok(written(false));
             }
         }
         if dry_run {
-            return Ok(true);
+            return Ok(written(true));
         }
         let object = json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": namespace},
                             "type": kind, "data": encoded});
@@ -729,7 +747,7 @@ impl KubeClient {
                 )
                 .await;
             result
-                .map(|_| true)
+                .map(|_| written(true))
                 .map_err(|error| api_error(&format!("kube_secret_write {shown}"), &error))
         })
     }

@@ -20,6 +20,9 @@ pub struct Variable {
     pub variable_type: String,
     pub environment_scope: String,
     pub description: Option<String>,
+    /// The value came from a `Secret`: `--diff` never shows it (nor the value it replaces),
+    /// masked or not.
+    pub secret: bool,
 }
 
 impl Variable {
@@ -34,6 +37,7 @@ impl Variable {
             variable_type: "env_var".into(),
             environment_scope: "*".into(),
             description: None,
+            secret: false,
         }
     }
 
@@ -82,7 +86,7 @@ impl Variable {
 /// A failed write, naming the changes that took effect before it (they are not rolled back;
 /// a re-run converges).
 /// How a CI/CD variable changes, for `--diff`: each attribute that differs as `old -> new`;
-/// a masked or hidden value (on either side) only as `changed, value hidden`.
+/// a masked, hidden or secret value (on either side) only as `changed, value hidden`.
 pub fn variable_diff(desired: Option<&Variable>, existing: Option<&Value>) -> String {
     let text = |value: &Value| match value {
         Value::Null => "(none)".to_string(),
@@ -112,7 +116,7 @@ pub fn variable_diff(desired: Option<&Variable>, existing: Option<&Value>) -> St
         {
             continue;
         }
-        if field == "value" && (desired.masked || hidden_now) {
+        if field == "value" && (desired.masked || desired.secret || hidden_now) {
             lines.push(match old {
                 None => "value: set, value hidden".to_string(),
                 Some(_) => "value: changed, value hidden".to_string(),
