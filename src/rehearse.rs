@@ -34,7 +34,19 @@ fn usage(message: impl Into<String>) -> Error {
 /// SAFETY of `set_var`: callers run this before anything has started a thread (the shared
 /// runtime, the Ctrl-C handler and the simulators all start afterwards), so no other thread
 /// can be reading the environment.
-fn export(prepared: &platform::Prepared, keep_token: bool) {
+fn export(prepared: &platform::Prepared, root: &Path, keep_token: bool) {
+    // The tools `./test.sh` installs (helm, kubectl, bao) serve the rehearsal too, as the
+    // platform's OpenBao already finds `.tools/bin/bao`: first on PATH when they are there.
+    let tools = root.join(".tools/bin");
+    if tools.is_dir() {
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        let joined =
+            std::env::join_paths(std::iter::once(tools).chain(std::env::split_paths(&path)));
+        if let Ok(joined) = joined {
+            // SAFETY: single-threaded at this point (see above).
+            unsafe { std::env::set_var("PATH", joined) };
+        }
+    }
     for (key, value) in prepared.env() {
         if key == "GITLAB_TOKEN" && !keep_token {
             // A rehearsal starts as a fresh platform does: no GitLab token (phase 3 mints one).
@@ -243,7 +255,7 @@ pub fn rehearse(
     prepared.with_runner = with_runner && !bare;
     prepared.bare = bare;
     prepared.node_shared = Some(node_shared);
-    export(&prepared, false);
+    export(&prepared, &root, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform, with_runner && !bare, bare);
@@ -449,7 +461,7 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let state = state_dir(None, "repl")?;
     let prepared = platform::prepare(&root, &state.path, 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    export(&prepared, true);
+    export(&prepared, &root, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform, true, false);

@@ -522,3 +522,22 @@ fn the_readmes_rhai_examples_compile_and_call_only_existing_functions() {
         );
     }
 }
+
+#[test]
+fn a_rehearsal_finds_the_tools_test_sh_installed_without_them_on_path() {
+    // `./test.sh` puts helm, kubectl and bao into .tools/bin; the main job must find them there.
+    let test = repo()
+        .file(".tools/bin/helm", "#!/bin/sh\necho stand-in helm\n")
+        .script("step(\"Which\", || { info(`helm: ${which(\"helm\")}`); });\n");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        test.join(".tools/bin/helm"),
+        std::fs::Permissions::from_mode(0o755),
+    )
+    .expect("chmod");
+    let output = test
+        .env("PATH", "/usr/bin:/bin")
+        .run(&["rehearse", "scripts/test.rhai"]);
+    output.code(0);
+    output.stdout_contains("/.tools/bin/helm\n");
+}
