@@ -1,7 +1,7 @@
 //! The GitLab simulator's model and validation, as GitLab answers: path rules and reserved
 //! names, subgroups, visibility bounds, token scopes and revocation, `?private_token=`, list
 //! links, `search`/`simple`, the files API's `start_branch` and `HEAD`, protected branches,
-//! `pipelines/latest`, and the multiple-scope variable conflict.
+//! `pipelines/latest`, the multiple-scope variable conflict, and the commits API.
 
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
 use crate::support::{Test, repo};
@@ -337,11 +337,35 @@ fn files_branches_pipelines_latest_and_variable_scopes() {
         204
     );
 
-    // pipelines/latest: 403 while the head commit has no pipeline, then that pipeline.
+    // pipelines/latest: 403 while the head commit has no pipeline. A commit through the files
+    // API starts a push pipeline, as any commit does, and that is the latest one.
+    post(&sim, "projects", r#"{"name":"q","namespace_id":"g"}"#);
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fq/repository/files/README.md",
+        r#"{"branch":"main","content":"no CI yet\n","commit_message":"readme"}"#,
+    );
+    assert_eq!(status, 201);
     assert_eq!(
-        sim.api("GET", "projects/g%2Fp/pipelines/latest", None)
+        sim.api("GET", "projects/g%2Fq/pipelines/latest", None)
             .status,
         403
+    );
+    assert_eq!(
+        sim.api_json("projects/g%2Fq/pipelines"),
+        serde_json::json!([])
+    );
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fq/repository/files/.gitlab-ci.yml",
+        r#"{"branch":"main","content":"build:\n  script: [make]\n","commit_message":"ci"}"#,
+    );
+    assert_eq!(status, 201);
+    let pushed = sim.api_json("projects/g%2Fq/pipelines?source=push");
+    assert_eq!(pushed.as_array().map(Vec::len), Some(1), "{pushed}");
+    assert_eq!(
+        sim.api_json("projects/g%2Fq/pipelines/latest?ref=main")["id"],
+        pushed[0]["id"]
     );
     let (status, pipeline) = post(&sim, "projects/g%2Fp/pipeline", r#"{"ref":"main"}"#);
     assert_eq!(status, 201);
@@ -434,4 +458,216 @@ fn lists_honour_order_by_and_sort_and_refuse_unknown_values() {
     let bad = sim.api("GET", "groups/g/projects?sort=up", None);
     assert_eq!(bad.status, 400);
     assert_eq!(bad.json()["error"], "sort does not have a valid value");
+}
+
+#[test]
+fn the_commits_api_commits_actions_lists_and_reads_as_gitlab_does() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"g"}"#);
+    let commits = "projects/g%2Fp/repository/commits";
+    // Grape's parameter errors come first, all of them in one answer.
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","actions":[{"action":"rename","file_path":"a"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        "commit_message is missing, actions[0][action] does not have a valid value"
+    );
+
+    // The first commit of an empty repository: several files at once, and it becomes the
+    // default branch with a push pipeline for its CI configuration.
+    let (status, first) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"Initial files\n\nTwo of them.","author_name":"Ops","author_email":"ops@example.com",
+            "actions":[{"action":"create","file_path":"README.md","content":"hello\n"},
+                       {"action":"create","file_path":".gitlab-ci.yml","content":"build:\n  script: [make]\n"},
+                       {"action":"create","file_path":"bin/run","content":"IyEvYmluL3NoCg==","encoding":"base64","execute_filemode":true}]}"#,
+    );
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["title"], "Initial files");
+    assert_eq!(first["author_name"], "Ops");
+    assert_eq!(first["parent_ids"], serde_json::json!([]));
+    assert_eq!(first["stats"]["additions"], 4);
+    assert_eq!(sim.api_json("projects/g%2Fp")["default_branch"], "main");
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/bin%2Frun/raw?ref=main",
+            None
+        )
+        .body,
+        "#!/bin/sh\n"
+    );
+    let pushed = sim.api_json("projects/g%2Fp/pipelines?source=push");
+    assert_eq!(pushed[0]["sha"], first["id"], "{pushed}");
+
+    // Actions see the tree as the earlier ones left it; one failing action commits nothing.
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"x","actions":[{"action":"delete","file_path":"README.md"},
+                                                              {"action":"update","file_path":"README.md","content":"y"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "A file with this name doesn't exist");
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"README.md","content":"y"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "A file with this name already exists");
+    let (status, second) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"main","commit_message":"Move the readme","actions":[
+                {{"action":"move","previous_path":"README.md","file_path":"docs/README.md","last_commit_id":"{}"}},
+                {{"action":"update","file_path":".gitlab-ci.yml","content":"build:\n  script: [make all]\n"}}]}}"#,
+            first["id"].as_str().expect("id")
+        ),
+    );
+    assert_eq!(status, 201, "{second}");
+    assert_eq!(second["parent_ids"][0], first["id"]);
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/README.md?ref=main",
+            None
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/docs%2FREADME.md/raw?ref=main",
+            None
+        )
+        .body,
+        "hello\n"
+    );
+    // A stale last_commit_id is refused: the file changed since.
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"main","commit_message":"x","actions":[{{"action":"update","file_path":".gitlab-ci.yml","content":"z","last_commit_id":"{}"}}]}}"#,
+            first["id"].as_str().expect("id")
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "You are attempting to update a file that has changed since you started editing it."
+    );
+
+    // Branches: a new one needs a start; an existing one is not overwritten without force.
+    let one = r#"[{"action":"create","file_path":"f.txt","content":"f"}]"#;
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(r#"{{"branch":"feature","commit_message":"f","actions":{one}}}"#),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "You can only create or edit files when you are on a branch"
+    );
+    let (status, feature) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","commit_message":"f","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 201, "{feature}");
+    assert_eq!(feature["parent_ids"][0], second["id"]);
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","commit_message":"f","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "A branch called 'feature' already exists. Switch to that branch in order to make changes"
+    );
+    let (status, forced) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","force":true,"commit_message":"again","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 201, "{forced}");
+    assert_eq!(forced["parent_ids"][0], second["id"]);
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(r#"{{"branch":"x","start_sha":"zz","commit_message":"f","actions":{one}}}"#),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "Invalid start_sha 'zz'");
+
+    // Lists: newest first, paginated with the query kept, `path` and `ref_name` filters; an
+    // unknown ref lists nothing.
+    let listed = sim.api_json(commits);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            second["id"].as_str().expect("id"),
+            first["id"].as_str().expect("id")
+        ]
+    );
+    let page = sim.api(
+        "GET",
+        &format!("{commits}?ref_name=feature&per_page=1"),
+        None,
+    );
+    assert_eq!(page.header("x-total"), Some("3"));
+    assert!(
+        page.header("link")
+            .is_some_and(|link| link.contains("ref_name=feature")),
+        "{:?}",
+        page.header("link")
+    );
+    assert_eq!(page.json()[0]["id"], forced["id"]);
+    assert_eq!(
+        sim.api_json(&format!("{commits}?path=docs%2FREADME.md"))
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        sim.api_json(&format!("{commits}?ref_name=nothing")),
+        serde_json::json!([])
+    );
+
+    // One commit, by sha, short sha or branch.
+    let short = &second["id"].as_str().expect("id")[..8];
+    assert_eq!(
+        sim.api_json(&format!("{commits}/{short}"))["id"],
+        second["id"]
+    );
+    assert_eq!(
+        sim.api_json(&format!("{commits}/feature"))["id"],
+        forced["id"]
+    );
+    let missing = sim.api("GET", &format!("{commits}/0123456789abcdef"), None);
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["message"], "404 Commit Not Found");
 }

@@ -15,6 +15,8 @@ use bprun_clients::digest::sha256_hex;
 use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
 
 use super::ci;
+
+mod commits;
 use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
 
 /// Simulator settings (`bprun sim gitlab` flags).
@@ -1298,6 +1300,9 @@ impl GitlabSim {
                 message(202, "202 Accepted")
             }
             (_, ["projects", id, "variables", rest @ ..]) => self.variables(request, id, rest),
+            (_, ["projects", id, "repository", "commits", rest @ ..]) => {
+                self.commits(request, id, rest)
+            }
             (_, ["projects", id, "repository", "files", file, rest @ ..]) => {
                 self.files(request, id, file, rest)
             }
@@ -2365,9 +2370,11 @@ impl GitlabSim {
                         None => return param_error("content is not valid base64"),
                     }
                 }
+                // `changes:` of the push pipeline compare with the branch's previous head.
+                let before = self.repos.head(&full, &branch);
                 // A new branch starts from `start_branch`; without it, only an empty
                 // repository may get its first branch this way.
-                if !self.repos.branch_exists(&full, &branch) {
+                if before.is_none() {
                     let start = string_field(&body, "start_branch");
                     let start_head = start
                         .as_deref()
@@ -2409,12 +2416,7 @@ impl GitlabSim {
                 {
                     return message(500, &format!("500 Internal Server Error: {error}"));
                 }
-                if let Some(project) = state.projects.get_mut(&project_id)
-                    && project.default_branch.is_none()
-                {
-                    project.default_branch = Some(branch.clone());
-                    self.repos.set_head(&full, &branch);
-                }
+                self.after_api_commit(&mut state, project_id, &full, &branch, before.as_deref());
                 drop(state);
                 self.persist();
                 SimResponse::json(
