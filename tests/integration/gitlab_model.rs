@@ -671,3 +671,94 @@ fn the_commits_api_commits_actions_lists_and_reads_as_gitlab_does() {
     assert_eq!(missing.status, 404);
     assert_eq!(missing.json()["message"], "404 Commit Not Found");
 }
+
+#[test]
+fn tokens_expire_on_their_date_for_the_api_and_for_git() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let today = sim.raw("GET", "/-/sim/clock", None, None).json()["today"]
+        .as_str()
+        .expect("today")
+        .to_string();
+    let (status, body) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"x","scopes":["api"],"expires_at":"next week"}"#,
+    );
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("expires_at is invalid"))
+    );
+    // Without a date GitLab 16+ gives the longest lifetime: a year.
+    let (status, yearly) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"yearly","scopes":["api"]}"#,
+    );
+    assert_eq!(status, 201, "{yearly}");
+    let year: i32 = today[..4].parse().expect("year");
+    assert!(
+        yearly["expires_at"]
+            .as_str()
+            .is_some_and(|date| date.starts_with(&(year + 1).to_string())),
+        "{yearly} (today {today})"
+    );
+    sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    sim.api(
+        "POST",
+        "projects",
+        Some(r#"{"name":"p","namespace_id":"g"}"#),
+    );
+    // A token expiring tomorrow works today...
+    let tomorrow = sim
+        .raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": 1}"#))
+        .json()["today"]
+        .as_str()
+        .expect("today")
+        .to_string();
+    sim.raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": -1}"#));
+    let (status, short) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        &format!(r#"{{"name":"short","scopes":["api"],"expires_at":"{tomorrow}"}}"#),
+    );
+    assert_eq!(status, 201, "{short}");
+    let token = short["token"].as_str().expect("token").to_string();
+    let me = sim.raw(
+        "GET",
+        "/api/v4/personal_access_tokens/self",
+        Some(&token),
+        None,
+    );
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.json()["active"], true);
+    let remote = format!("{}/g/p.git", sim.gitlab_url())
+        .replace("http://", &format!("http://oauth2:{token}@"));
+    let ls_remote = || {
+        std::process::Command::new("git")
+            .args(["ls-remote", &remote])
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output()
+            .expect("git")
+    };
+    assert!(ls_remote().status.success());
+    // ... and is refused from its date on, by the API and by git; the list shows it inactive.
+    sim.raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": 1}"#));
+    let refused = sim.raw("GET", "/api/v4/projects", Some(&token), None);
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["error_description"], "Token has expired.");
+    let git = ls_remote();
+    assert!(!git.status.success());
+    assert!(
+        String::from_utf8_lossy(&git.stderr).contains("Authentication failed"),
+        "{}",
+        String::from_utf8_lossy(&git.stderr)
+    );
+    let listed = sim.api_json("personal_access_tokens?per_page=100");
+    let short = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|t| t["name"] == "short")
+        .expect("listed");
+    assert_eq!(short["active"], false);
+}

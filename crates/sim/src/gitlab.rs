@@ -293,12 +293,43 @@ fn admin_scopes() -> Vec<String> {
     ADMIN_SCOPES.iter().map(|s| s.to_string()).collect()
 }
 
-fn token_json(meta: &TokenMeta) -> Value {
+fn token_json(meta: &TokenMeta, today: time::Date) -> Value {
     json!({
         "id": meta.id, "name": meta.name, "revoked": meta.revoked, "created_at": meta.created_at,
         "scopes": meta.scopes, "user_id": meta.user_id, "last_used_at": null,
-        "active": !meta.revoked, "expires_at": meta.expires_at,
+        "active": !meta.revoked && !meta.expired(today), "expires_at": meta.expires_at,
     })
+}
+
+/// A `YYYY-MM-DD` date, as Grape's `Date` parameters take it.
+fn parse_date(text: &str) -> Option<time::Date> {
+    let mut parts = text.splitn(3, '-');
+    let year = parts.next()?.parse().ok()?;
+    let month = time::Month::try_from(parts.next()?.parse::<u8>().ok()?).ok()?;
+    let day = parts.next()?.parse().ok()?;
+    time::Date::from_calendar_date(year, month, day).ok()
+}
+
+fn format_date(date: time::Date) -> String {
+    format!(
+        "{:04}-{:02}-{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    )
+}
+
+/// GitLab 16+ gives a token without an expiry date the longest lifetime allowed: a year.
+const DEFAULT_TOKEN_LIFETIME_DAYS: i64 = 365;
+
+impl TokenMeta {
+    /// GitLab's `active` scope: a token is good through the day before its `expires_at`.
+    fn expired(&self, today: time::Date) -> bool {
+        self.expires_at
+            .as_deref()
+            .and_then(parse_date)
+            .is_some_and(|expires| expires <= today)
+    }
 }
 
 pub struct GitlabSim {
@@ -312,6 +343,9 @@ pub struct GitlabSim {
     state: Mutex<State>,
     faults: FaultState,
     accounting: Accounting,
+    /// Days the simulator's calendar is ahead of the machine's (`PUT /-/sim/clock`), so a test
+    /// can let tokens expire.
+    clock_days: std::sync::atomic::AtomicI64,
 }
 
 /// How the simulator keeps tokens: their sha256 digest.
@@ -609,6 +643,7 @@ impl GitlabSim {
             state: Mutex::new(state),
             faults,
             accounting: Accounting::default(),
+            clock_days: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -616,9 +651,19 @@ impl GitlabSim {
         self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Today on the simulator's calendar (UTC, moved by `PUT /-/sim/clock`).
+    fn today(&self) -> time::Date {
+        let days = self.clock_days.load(std::sync::atomic::Ordering::Relaxed);
+        let today = time::OffsetDateTime::now_utc().date();
+        today
+            .checked_add(time::Duration::days(days))
+            .unwrap_or(today)
+    }
+
     /// Mints a personal access token named `name` for `root` (the toolbox's `gitlab-rails
-    /// runner` does this).
-    pub fn mint_token(&self, name: &str) -> String {
+    /// runner` does this), expiring `expires_in_days` from today when given
+    /// (`expires_at: 365.days.from_now`).
+    pub fn mint_token(&self, name: &str, expires_in_days: Option<i64>) -> String {
         let token = format!(
             "glpat-{}",
             (0..20)
@@ -627,7 +672,14 @@ impl GitlabSim {
         );
         let mut state = self.lock();
         let root = state.users[0].id;
-        state.add_token(token_digest(&token), root, name, admin_scopes());
+        let digest = token_digest(&token);
+        state.add_token(digest.clone(), root, name, admin_scopes());
+        let expires_at = expires_in_days
+            .and_then(|days| self.today().checked_add(time::Duration::days(days)))
+            .map(format_date);
+        if let Some(meta) = state.token_meta.get_mut(&digest) {
+            meta.expires_at = expires_at;
+        }
         drop(state);
         self.persist();
         token
@@ -868,8 +920,22 @@ impl GitlabSim {
     }
 
     fn authenticate(&self, request: &SimRequest) -> Option<u64> {
-        let token = Self::request_token(request)?;
-        self.lock().tokens.get(&token_digest(token)).copied()
+        self.token_user(Self::request_token(request)?)
+    }
+
+    /// The user of a live token: known, not revoked, not expired.
+    fn token_user(&self, token: &str) -> Option<u64> {
+        let digest = token_digest(token);
+        let today = self.today();
+        let state = self.lock();
+        if state
+            .token_meta
+            .get(&digest)
+            .is_some_and(|meta| meta.expired(today))
+        {
+            return None;
+        }
+        state.tokens.get(&digest).copied()
     }
 
     /// GitLab's answers to a token that is not good for this request: revoked (401
@@ -877,12 +943,19 @@ impl GitlabSim {
     /// reads `api` or `read_api`).
     fn refuse_token(&self, request: &SimRequest) -> Option<SimResponse> {
         let digest = token_digest(Self::request_token(request)?);
+        let today = self.today();
         let state = self.lock();
         let meta = state.token_meta.get(&digest)?;
         if meta.revoked {
             return Some(SimResponse::json(
                 401,
                 &json!({"error": "invalid_token", "error_description": "Token was revoked. You have to re-authorize from the user."}),
+            ));
+        }
+        if meta.expired(today) {
+            return Some(SimResponse::json(
+                401,
+                &json!({"error": "invalid_token", "error_description": "Token has expired."}),
             ));
         }
         let has = |scope: &str| meta.scopes.iter().any(|s| s == scope);
@@ -904,7 +977,12 @@ impl GitlabSim {
         let mut state = self.lock();
         match (request.method.as_str(), rest) {
             ("GET", []) => {
-                let items = state.token_meta.values().map(token_json).collect();
+                let today = self.today();
+                let items = state
+                    .token_meta
+                    .values()
+                    .map(|meta| token_json(meta, today))
+                    .collect();
                 drop(state);
                 self.paginate(request, items)
             }
@@ -923,7 +1001,10 @@ impl GitlabSim {
                     return message(404, "404 Not Found");
                 };
                 match method {
-                    "GET" => SimResponse::json(200, &token_json(&state.token_meta[&target])),
+                    "GET" => SimResponse::json(
+                        200,
+                        &token_json(&state.token_meta[&target], self.today()),
+                    ),
                     "DELETE" => {
                         if let Some(meta) = state.token_meta.get_mut(&target) {
                             meta.revoked = true;
@@ -957,6 +1038,16 @@ impl GitlabSim {
         if scopes.is_empty() || scopes.iter().any(|s| !VALID_SCOPES.contains(&s.as_str())) {
             return param_error("scopes does not have a valid value");
         }
+        let expires_at = match string_field(&body, "expires_at") {
+            Some(text) => match parse_date(&text) {
+                Some(date) => date,
+                None => return param_error("expires_at is invalid"),
+            },
+            None => self
+                .today()
+                .checked_add(time::Duration::days(DEFAULT_TOKEN_LIFETIME_DAYS))
+                .unwrap_or_else(|| self.today()),
+        };
         let mut state = self.lock();
         let Some(user) = user
             .parse::<u64>()
@@ -974,9 +1065,9 @@ impl GitlabSim {
         let digest = token_digest(&token);
         state.add_token(digest.clone(), user, &name, scopes);
         if let Some(meta) = state.token_meta.get_mut(&digest) {
-            meta.expires_at = string_field(&body, "expires_at");
+            meta.expires_at = Some(format_date(expires_at));
         }
-        let mut answer = token_json(&state.token_meta[&digest]);
+        let mut answer = token_json(&state.token_meta[&digest], self.today());
         answer["token"] = json!(token);
         drop(state);
         self.persist();
@@ -1121,12 +1212,26 @@ impl GitlabSim {
                 if self.authenticate(request).is_none() {
                     return message(401, "401 Unauthorized");
                 }
-                let name = string_field(&request.json(), "name")
+                let body = request.json();
+                let name = string_field(&body, "name")
                     .unwrap_or_else(|| "minted by gitlab-rails runner".to_string());
+                let expires_in_days = body.get("expires_in_days").and_then(Value::as_i64);
                 return SimResponse::json(
                     201,
-                    &json!({"token": self.mint_token(&name), "username": "root"}),
+                    &json!({"token": self.mint_token(&name, expires_in_days), "username": "root"}),
                 );
+            }
+            // The simulator's calendar: tests move it forward to let tokens expire.
+            ("GET", "/-/sim/clock") => {
+                return SimResponse::json(200, &json!({"today": format_date(self.today())}));
+            }
+            ("PUT", "/-/sim/clock") => {
+                let Some(days) = request.json().get("advance_days").and_then(Value::as_i64) else {
+                    return param_error("advance_days is missing");
+                };
+                self.clock_days
+                    .fetch_add(days, std::sync::atomic::Ordering::Relaxed);
+                return SimResponse::json(200, &json!({"today": format_date(self.today())}));
             }
             // `Ci::Runner.create!` through the toolbox, for `bprun sim kube --gitlab-url`.
             ("POST", "/-/sim/runners") => {
@@ -2444,9 +2549,7 @@ impl GitlabSim {
                 pair.split_once(':')
                     .map(|(_, password)| password.to_string())
             });
-        let user = password
-            .as_ref()
-            .and_then(|token| self.lock().tokens.get(&token_digest(token)).copied());
+        let user = password.as_ref().and_then(|token| self.token_user(token));
         if user.is_none() {
             return SimResponse::text(401, "HTTP Basic: Access denied\n")
                 .with_header("www-authenticate", "Basic realm=\"GitLab\"");
