@@ -762,3 +762,235 @@ fn tokens_expire_on_their_date_for_the_api_and_for_git() {
         .expect("listed");
     assert_eq!(short["active"], false);
 }
+
+#[test]
+fn a_user_who_is_not_an_administrator_gets_gitlabs_refusals() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    // Users are the administrator's to create; GitLab's parameter and uniqueness errors.
+    let (status, body) = post(&sim, "users", r#"{"username":"dev"}"#);
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        "email is missing, name is missing, password, reset_password, force_random_password are missing, at least one parameter must be provided"
+    );
+    let (status, dev) = post(
+        &sim,
+        "users",
+        r#"{"username":"dev","name":"Dev","email":"dev@example.com","password":"s3cret-pass"}"#,
+    );
+    assert_eq!(status, 201, "{dev}");
+    assert_eq!(dev["is_admin"], false);
+    let (status, body) = post(
+        &sim,
+        "users",
+        r#"{"username":"DEV","name":"x","email":"other@example.com","password":"s3cret-pass"}"#,
+    );
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (409, Some("Username has already been taken"))
+    );
+    let dev_id = dev["id"].as_u64().expect("id");
+    let (status, minted) = post(
+        &sim,
+        &format!("users/{dev_id}/personal_access_tokens"),
+        r#"{"name":"dev","scopes":["api"]}"#,
+    );
+    assert_eq!(status, 201, "{minted}");
+    let token = minted["token"].as_str().expect("token").to_string();
+    let as_dev = |method: &str, path: &str, body: Option<&str>| {
+        sim.raw(method, &format!("/api/v4/{path}"), Some(&token), body)
+    };
+    assert_eq!(as_dev("GET", "user", None).json()["is_admin"], false);
+    assert_eq!(
+        as_dev("POST", "users", Some(r#"{"username":"x"}"#)).status,
+        403
+    );
+
+    // Top-level groups need can_create_group; the creator owns the group.
+    sim.api(
+        "PUT",
+        &format!("users/{dev_id}"),
+        Some(r#"{"can_create_group":false}"#),
+    );
+    let refused = as_dev("POST", "groups", Some(r#"{"name":"devs","path":"devs"}"#));
+    assert_eq!(
+        (refused.status, refused.json()["message"].clone()),
+        (403, "403 Forbidden".into())
+    );
+    sim.api(
+        "PUT",
+        &format!("users/{dev_id}"),
+        Some(r#"{"can_create_group":true}"#),
+    );
+    let own = as_dev("POST", "groups", Some(r#"{"name":"devs","path":"devs"}"#));
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(
+        as_dev("GET", "groups/devs/members", None).json()[0]["access_level"],
+        50
+    );
+    // A personal project lives in the user's namespace.
+    let mine = as_dev("POST", "projects", Some(r#"{"name":"mine"}"#));
+    assert_eq!(
+        mine.json()["path_with_namespace"],
+        "dev/mine",
+        "{}",
+        mine.body
+    );
+
+    // A private group of the administrator's: invisible, as if it did not exist.
+    post(
+        &sim,
+        "groups",
+        r#"{"name":"apps","path":"apps","visibility":"private"}"#,
+    );
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"apps"}"#);
+    post(
+        &sim,
+        "projects/apps%2Fp/repository/files/README.md",
+        r#"{"branch":"main","content":"hi\n","commit_message":"readme"}"#,
+    );
+    let hidden = as_dev("GET", "projects/apps%2Fp", None);
+    assert_eq!(
+        (hidden.status, hidden.json()["message"].clone()),
+        (404, "404 Project Not Found".into())
+    );
+    assert_eq!(as_dev("GET", "groups/apps", None).status, 404);
+    let listed = as_dev("GET", "projects", None).json();
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(1),
+        "only dev/mine: {listed}"
+    );
+    let (status, body) = {
+        let reply = as_dev(
+            "POST",
+            "projects",
+            Some(r#"{"name":"q","namespace_id":"apps"}"#),
+        );
+        (reply.status, reply.json())
+    };
+    assert_eq!(status, 400);
+    assert_eq!(body["message"]["namespace"][0], "is not valid");
+    let work = tempfile::tempdir().expect("work");
+    let remote = format!("{}/apps/p.git", sim.gitlab_url())
+        .replace("http://", &format!("http://dev:{token}@"));
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(work.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("HOME", work.path())
+            .env("GIT_AUTHOR_NAME", "Dev")
+            .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+            .env("GIT_COMMITTER_NAME", "Dev")
+            .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+            .output()
+            .expect("git")
+    };
+    let denied = git(&["clone", "--quiet", &remote, "p"]);
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("could not be found"),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+
+    // A Developer of the group: reads, runs pipelines, pushes to unprotected branches only,
+    // and may not manage variables or make subgroups.
+    let (status, _) = post(
+        &sim,
+        "groups/apps/members",
+        &format!(r#"{{"user_id":{dev_id},"access_level":30}}"#),
+    );
+    assert_eq!(status, 201);
+    assert_eq!(as_dev("GET", "projects/apps%2Fp", None).status, 200);
+    assert_eq!(
+        as_dev("GET", "projects/apps%2Fp/variables", None).status,
+        403
+    );
+    let protected = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/files/x.txt",
+        Some(r#"{"branch":"main","content":"x","commit_message":"x"}"#),
+    );
+    assert_eq!(protected.status, 403);
+    assert_eq!(
+        protected.json()["message"],
+        "403 Forbidden - You are not allowed to push into this branch"
+    );
+    let protected = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/commits",
+        Some(
+            r#"{"branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"x.txt","content":"x"}]}"#,
+        ),
+    );
+    assert_eq!(protected.status, 400);
+    assert_eq!(
+        protected.json()["message"],
+        "You are not allowed to push into this branch"
+    );
+    let feature = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/commits",
+        Some(
+            r#"{"branch":"feature","start_branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"x.txt","content":"x"}]}"#,
+        ),
+    );
+    assert_eq!(feature.status, 201, "{}", feature.body);
+    assert!(git(&["clone", "--quiet", &remote, "p"]).status.success());
+    let checkout = work.path().join("p");
+    let in_checkout = |args: &[&str]| {
+        let mut all = vec!["-C", checkout.to_str().expect("utf-8")];
+        all.extend_from_slice(args);
+        git(&all)
+    };
+    std::fs::write(checkout.join("y.txt"), "y\n").expect("write");
+    assert!(in_checkout(&["add", "y.txt"]).status.success());
+    assert!(
+        in_checkout(&["commit", "--quiet", "-m", "y"])
+            .status
+            .success()
+    );
+    let main_head =
+        || sim.api_json("projects/apps%2Fp/repository/branches/main")["commit"]["id"].clone();
+    let before = main_head();
+    let pushed = in_checkout(&["push", "origin", "HEAD:main"]);
+    let said = String::from_utf8_lossy(&pushed.stderr).to_string();
+    assert!(!pushed.status.success(), "{said}");
+    assert!(
+        said.contains("remote: GitLab: You are not allowed to push code to protected branches on this project.")
+            && said.contains("pre-receive hook declined"),
+        "{said}"
+    );
+    assert_eq!(main_head(), before, "the declined push moved nothing");
+    let pushed = in_checkout(&["push", "--quiet", "origin", "HEAD:topic"]);
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let subgroup = format!(
+        r#"{{"name":"team","path":"team","parent_id":{}}}"#,
+        sim.api_json("groups/apps")["id"]
+    );
+    assert_eq!(as_dev("POST", "groups", Some(&subgroup)).status, 403);
+
+    // A Maintainer may.
+    let promoted = sim.api(
+        "PUT",
+        &format!("groups/apps/members/{dev_id}"),
+        Some(r#"{"access_level":40}"#),
+    );
+    assert_eq!(promoted.status, 200, "{}", promoted.body);
+    assert_eq!(as_dev("POST", "groups", Some(&subgroup)).status, 201);
+    let variable = as_dev(
+        "POST",
+        "projects/apps%2Fp/variables",
+        Some(r#"{"key":"K","value":"v"}"#),
+    );
+    assert_eq!(variable.status, 201, "{}", variable.body);
+    // Tokens: a user sees only their own.
+    let tokens = as_dev("GET", "personal_access_tokens", None).json();
+    assert_eq!(tokens.as_array().map(Vec::len), Some(1), "{tokens}");
+}

@@ -16,8 +16,11 @@ use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
 
 use super::ci;
 
+mod access;
 mod commits;
+
 use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
+use access::{DEVELOPER, OWNER};
 
 /// Simulator settings (`bprun sim gitlab` flags).
 #[derive(Debug, Clone)]
@@ -189,6 +192,20 @@ struct User {
     id: u64,
     username: String,
     name: String,
+    /// Users made before users had roles were the administrator.
+    #[serde(default = "yes")]
+    is_admin: bool,
+    /// GitLab's `can_create_group` (the instance default is true).
+    #[serde(default = "yes")]
+    can_create_group: bool,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    created_at: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A personal access token's record (the token itself is never kept, only its digest).
@@ -257,6 +274,11 @@ struct State {
     protected: BTreeMap<u64, Vec<String>>,
     #[serde(default)]
     unprotected: BTreeMap<u64, Vec<String>>,
+    /// Direct members of groups and projects: user id -> access level (10 guest ... 50 owner).
+    #[serde(default)]
+    group_members: BTreeMap<u64, BTreeMap<u64, u8>>,
+    #[serde(default)]
+    project_members: BTreeMap<u64, BTreeMap<u64, u8>>,
 }
 
 impl State {
@@ -613,6 +635,10 @@ impl GitlabSim {
                 id,
                 username: "root".into(),
                 name: "Administrator".into(),
+                is_admin: true,
+                can_create_group: true,
+                email: "admin@example.com".into(),
+                created_at: timestamp(),
             });
         }
         let root = state.users[0].id;
@@ -736,14 +762,14 @@ impl GitlabSim {
         let namespace = state.groups.get(&project.namespace_id);
         let (namespace_path, namespace_name) = match namespace {
             Some(group) => Self::group_full(state, group.id),
-            None => ("root".to_string(), "Administrator".to_string()),
+            None => Self::personal_namespace(state, project),
         };
         let full = format!("{namespace_path}/{}", project.path);
         let base = self.base_url();
         let mut value = json!({
             "id": project.id, "name": project.name, "path": project.path, "description": project.description,
             "path_with_namespace": full, "name_with_namespace": format!("{namespace_name} / {}", project.name),
-            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace.map(|g| g.path.clone()).unwrap_or_else(|| "root".into()), "kind": if namespace.is_some() { "group" } else { "user" }, "full_path": namespace_path, "parent_id": namespace.and_then(|g| g.parent_id)},
+            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()).unwrap_or_else(|| namespace_name.clone()), "path": namespace.map(|g| g.path.clone()).unwrap_or_else(|| namespace_path.clone()), "kind": if namespace.is_some() { "group" } else { "user" }, "full_path": namespace_path, "parent_id": namespace.and_then(|g| g.parent_id)},
             "default_branch": project.default_branch,
             "web_url": format!("{base}/{full}"), "http_url_to_repo": format!("{base}/{full}.git"),
             "ssh_url_to_repo": format!("git@127.0.0.1:{full}.git"), "created_at": project.created_at,
@@ -783,9 +809,21 @@ impl GitlabSim {
         let namespace = if state.groups.contains_key(&project.namespace_id) {
             Self::group_full(state, project.namespace_id).0
         } else {
-            "root".to_string()
+            Self::personal_namespace(state, project).0
         };
         format!("{namespace}/{}", project.path)
+    }
+
+    /// A personal project's namespace: its owner's username and name (the ids of users and
+    /// groups come from one sequence here, so a personal project's `namespace_id` is its
+    /// owner's id; older states used 0 for root's).
+    fn personal_namespace(state: &State, project: &Project) -> (String, String) {
+        state
+            .users
+            .iter()
+            .find(|user| user.id == project.namespace_id)
+            .map(|user| (user.username.clone(), user.name.clone()))
+            .unwrap_or_else(|| ("root".to_string(), "Administrator".to_string()))
     }
 
     fn paginate(&self, request: &SimRequest, mut items: Vec<Value>) -> SimResponse {
@@ -972,15 +1010,23 @@ impl GitlabSim {
     }
 
     /// `/personal_access_tokens/...` and `POST /users/:id/personal_access_tokens`.
-    fn personal_access_tokens(&self, request: &SimRequest, rest: &[&str]) -> SimResponse {
+    fn personal_access_tokens(
+        &self,
+        request: &SimRequest,
+        user: u64,
+        rest: &[&str],
+    ) -> SimResponse {
         let digest = Self::request_token(request).map(token_digest);
         let mut state = self.lock();
+        // Others than administrators see and revoke only their own tokens.
+        let admin = Self::is_admin(&state, user);
         match (request.method.as_str(), rest) {
             ("GET", []) => {
                 let today = self.today();
                 let items = state
                     .token_meta
                     .values()
+                    .filter(|meta| admin || meta.user_id == user)
                     .map(|meta| token_json(meta, today))
                     .collect();
                 drop(state);
@@ -994,6 +1040,7 @@ impl GitlabSim {
                     state
                         .token_meta
                         .iter()
+                        .filter(|(_, meta)| admin || meta.user_id == user)
                         .find(|(_, meta)| Some(meta.id) == id)
                         .map(|(digest, _)| digest.clone())
                 };
@@ -1267,23 +1314,21 @@ impl GitlabSim {
             return message(401, "401 Unauthorized");
         };
         let segments: Vec<&str> = api.trim_start_matches('/').split('/').collect();
+        if let Some(refused) = self.authorize(&self.lock(), user, request, &segments) {
+            return refused;
+        }
         match (request.method.as_str(), segments.as_slice()) {
             ("GET", ["version"]) => {
                 SimResponse::json(200, &json!({"version": "17.9.0", "revision": "bprun-sim"}))
             }
-            ("GET", ["user"]) => {
-                let state = self.lock();
-                let Some(found) = state.users.iter().find(|u| u.id == user) else {
-                    return message(401, "401 Unauthorized");
-                };
-                SimResponse::json(
-                    200,
-                    &json!({"id": found.id, "username": found.username, "name": found.name, "state": "active", "is_admin": true}),
-                )
-            }
+            ("GET", ["user"]) => self.current_user(user),
+            (_, ["users"]) => self.users(request, user, &[]),
+            (_, ["users", id]) => self.users(request, user, &[id]),
+            (_, ["groups", id, "members", rest @ ..]) => self.members(request, true, id, rest),
+            (_, ["projects", id, "members", rest @ ..]) => self.members(request, false, id, rest),
             ("POST", ["user", "runners"]) => self.create_runner(request),
             (_, ["personal_access_tokens", rest @ ..]) => {
-                self.personal_access_tokens(request, rest)
+                self.personal_access_tokens(request, user, rest)
             }
             ("POST", ["users", id, "personal_access_tokens"]) => self.create_token(request, id),
             ("GET", ["runners", "all"]) => self.list_runners(request, |_| true),
@@ -1341,7 +1386,7 @@ impl GitlabSim {
                     _ => runner.project_id == Some(project.id),
                 })
             }
-            ("POST", ["groups"]) => self.create_group(request),
+            ("POST", ["groups"]) => self.create_group(request, user),
             ("GET", ["groups"]) => {
                 let state = self.lock();
                 let search = request
@@ -1352,6 +1397,7 @@ impl GitlabSim {
                 let items = state
                     .groups
                     .values()
+                    .filter(|g| Self::group_visible(&state, user, g.id))
                     .filter(|g| {
                         g.path.to_lowercase().contains(&search)
                             || g.name.to_lowercase().contains(&search)
@@ -1375,12 +1421,12 @@ impl GitlabSim {
             ("GET", ["groups", id, "projects"]) => {
                 let group = Self::find_group(&self.lock(), id);
                 match group {
-                    Some(group) => self.list_projects(request, Some(group)),
+                    Some(group) => self.list_projects(request, user, Some(group)),
                     None => not_found("Group"),
                 }
             }
             ("POST", ["projects"]) => self.create_project(request, user),
-            ("GET", ["projects"]) => self.list_projects(request, None),
+            ("GET", ["projects"]) => self.list_projects(request, user, None),
             ("GET", ["projects", id]) => {
                 let state = self.lock();
                 match Self::find_project(&state, id) {
@@ -1986,7 +2032,7 @@ impl GitlabSim {
     }
 
     /// All projects, or those of one group, paginated.
-    fn list_projects(&self, request: &SimRequest, group: Option<u64>) -> SimResponse {
+    fn list_projects(&self, request: &SimRequest, user: u64, group: Option<u64>) -> SimResponse {
         let state = self.lock();
         let search = request
             .query
@@ -1998,6 +2044,7 @@ impl GitlabSim {
             .projects
             .values()
             .filter(|p| group.is_none_or(|group| p.namespace_id == group))
+            .filter(|p| Self::project_visible(&state, user, p))
             .filter(|p| {
                 p.name.to_lowercase().contains(&search) || p.path.to_lowercase().contains(&search)
             })
@@ -2018,7 +2065,7 @@ impl GitlabSim {
         state.pipelines.get(&id).filter(|p| p.project_id == project)
     }
 
-    fn create_group(&self, request: &SimRequest) -> SimResponse {
+    fn create_group(&self, request: &SimRequest, user: u64) -> SimResponse {
         let body = request.json();
         let Some(name) = string_field(&body, "name") else {
             return param_error("name is missing");
@@ -2093,6 +2140,12 @@ impl GitlabSim {
             created_at: timestamp(),
         };
         state.groups.insert(id, group.clone());
+        // The creator owns the group, as on GitLab.
+        state
+            .group_members
+            .entry(id)
+            .or_default()
+            .insert(user, OWNER);
         let answer = self.group_json(&state, &group);
         drop(state);
         self.persist();
@@ -2163,7 +2216,7 @@ impl GitlabSim {
         message(202, "202 Accepted")
     }
 
-    fn create_project(&self, request: &SimRequest, _user: u64) -> SimResponse {
+    fn create_project(&self, request: &SimRequest, user: u64) -> SimResponse {
         let body = request.json();
         let name = string_field(&body, "name");
         let path = string_field(&body, "path");
@@ -2187,8 +2240,16 @@ impl GitlabSim {
                 Some(id) => id,
                 None => return not_found("Namespace"),
             },
-            None => 0,
+            // The creator's personal namespace.
+            None => user,
         };
+        // `Projects::CreateService`: a namespace the user may not create projects in.
+        if state.groups.contains_key(&namespace_id)
+            && !Self::is_admin(&state, user)
+            && Self::group_level(&state, user, namespace_id) < DEVELOPER
+        {
+            return field_errors(json!({"namespace": ["is not valid"]}));
+        }
         let siblings: Vec<&Project> = state
             .projects
             .values()
@@ -2549,11 +2610,10 @@ impl GitlabSim {
                 pair.split_once(':')
                     .map(|(_, password)| password.to_string())
             });
-        let user = password.as_ref().and_then(|token| self.token_user(token));
-        if user.is_none() {
+        let Some(user) = password.as_ref().and_then(|token| self.token_user(token)) else {
             return SimResponse::text(401, "HTTP Basic: Access denied\n")
                 .with_header("www-authenticate", "Basic realm=\"GitLab\"");
-        }
+        };
         let project_id = {
             let state = self.lock();
             Self::find_project(
@@ -2561,6 +2621,8 @@ impl GitlabSim {
                 &percent_encoding::utf8_percent_encode(full, percent_encoding::NON_ALPHANUMERIC)
                     .to_string(),
             )
+            // A project the user may not see answers as one that does not exist.
+            .filter(|id| Self::project_visible(&state, user, &state.projects[id]))
         };
         let Some(project_id) = project_id else {
             return SimResponse::text(
@@ -2569,6 +2631,11 @@ impl GitlabSim {
             );
         };
         let pushing = request.method == "POST" && rest == "git-receive-pack";
+        if pushing
+            && let Some(declined) = self.push_refusal(&self.lock(), user, project_id, &request.body)
+        {
+            return declined;
+        }
         let before: Vec<(String, Option<String>)> = if pushing {
             self.repos
                 .branches(full)
