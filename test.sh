@@ -84,6 +84,12 @@ if ! [ -x "$TOOLS/pypi/bin/check-jsonschema" ]; then
   python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/pypi" "check-jsonschema==0.39.0"
 fi
 
+# python-gitlab (PyPI): a real GitLab client the GitLab simulator must satisfy, as a user would use it.
+if ! [ -d "$TOOLS/pygitlab/gitlab" ]; then
+  echo "test.sh: installing python-gitlab 8.6.0 (PyPI) into .tools/pygitlab" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/pygitlab" "python-gitlab==8.6.0"
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

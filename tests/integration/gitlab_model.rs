@@ -994,3 +994,28 @@ fn a_user_who_is_not_an_administrator_gets_gitlabs_refusals() {
     let tokens = as_dev("GET", "personal_access_tokens", None).json();
     assert_eq!(tokens.as_array().map(Vec::len), Some(1), "{tokens}");
 }
+
+#[test]
+fn python_gitlab_finds_gitlabs_behaviour() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let script = bprun_testkit::root().join("tests/scripts/python_gitlab_session.py");
+    let out = bprun_testkit::python_gitlab(
+        &script,
+        &[
+            ("GITLAB_URL", sim.gitlab_url()),
+            ("GITLAB_TOKEN", GITLAB_TOKEN),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every check ran (a script that stopped early would print fewer).
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        23,
+        "{stdout}"
+    );
+}

@@ -480,10 +480,31 @@ fn string_field(body: &Value, key: &str) -> Option<String> {
     }
 }
 
+/// A Boolean parameter as Grape coerces it (dry-types' `Params::Bool`): `true`, `True`, `1`,
+/// `yes`, `on`, ... are true; `false`, `False`, `0`, `no`, `off`, ... false.
+fn grape_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "on" | "On" | "ON" | "t" | "true" | "True" | "TRUE" | "T" | "y" | "yes" | "Yes"
+        | "YES" | "Y" => Some(true),
+        "0" | "off" | "Off" | "OFF" | "f" | "false" | "False" | "FALSE" | "F" | "n" | "no"
+        | "No" | "NO" | "N" => Some(false),
+        _ => None,
+    }
+}
+
+/// A Boolean query parameter (false when absent or not a Boolean).
+fn query_flag(request: &SimRequest, key: &str) -> bool {
+    request
+        .query
+        .get(key)
+        .and_then(|value| grape_bool(value))
+        .unwrap_or(false)
+}
+
 fn bool_field(body: &Value, key: &str) -> Option<bool> {
     match body.get(key) {
         Some(Value::Bool(flag)) => Some(*flag),
-        Some(Value::String(text)) => Some(text == "true"),
+        Some(Value::String(text)) => grape_bool(text),
         _ => None,
     }
 }
@@ -1660,7 +1681,7 @@ impl GitlabSim {
             .filter(|runner| {
                 query
                     .get("paused")
-                    .is_none_or(|paused| (paused == "true") == runner.paused)
+                    .is_none_or(|paused| grape_bool(paused) == Some(runner.paused))
             })
             .filter(|runner| tags.iter().all(|tag| runner.tag_list.contains(tag)))
             .map(|runner| self.runner_json(runner, false))
@@ -2039,7 +2060,7 @@ impl GitlabSim {
             .get("search")
             .map(|text| text.to_lowercase())
             .unwrap_or_default();
-        let simple = request.query.get("simple").map(String::as_str) == Some("true");
+        let simple = query_flag(request, "simple");
         let items = state
             .projects
             .values()

@@ -235,7 +235,7 @@ impl GitlabSim {
         };
         match (request.method.as_str(), rest) {
             ("GET", []) => {
-                let all = request.query.get("all").map(String::as_str) == Some("true");
+                let all = super::query_flag(request, "all");
                 let reference = request
                     .query
                     .get("ref_name")
