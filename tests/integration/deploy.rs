@@ -2,11 +2,10 @@
 //! manifests against the Kubernetes simulator with the real kubectl (server-side dry run, then for
 //! real), and the Job's command line and environment against what bprun understands.
 //!
-//! Not checked here: the container image (no container engine on this machine) and the RBAC's
-//! sufficiency. The simulator's single token is an admin and it does not enforce RBAC, so
-//! `kubectl auth can-i --as=system:serviceaccount:bprun:bprun` would say yes to anything: the
-//! Role in deploy/kubernetes/20-rbac.yaml was derived by reading the natives phase 3 calls, and is
-//! only checked here for being accepted by the API server and for naming what the code uses.
+//! Not checked here: the container image (no container engine on this machine). The RBAC's
+//! sufficiency is checked by running phase 3 as the ServiceAccount under the simulator's RBAC
+//! (tests/integration/in_cluster.rs); here the Role is checked for being accepted by the API server
+//! and for naming what the code uses.
 
 use crate::support::{BPRUN, SimKind};
 use serde::Deserialize;

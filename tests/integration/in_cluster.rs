@@ -54,6 +54,17 @@ fn service_account(sim: &Sim, token: &str) -> ServiceAccount {
 /// Runs bprun as in a pod: in its own mount namespace, /run a tmpfs holding the service
 /// account's files (when `mounted`), no KUBECONFIG, HOME empty.
 fn run_in_pod(test: &Test, account: &ServiceAccount, token: &str, mounted: bool) -> Output {
+    run_in_pod_with(test, account, token, mounted, &["scripts/test.rhai"], &[])
+}
+
+fn run_in_pod_with(
+    test: &Test,
+    account: &ServiceAccount,
+    token: &str,
+    mounted: bool,
+    args: &[&str],
+    env: &[(String, String)],
+) -> Output {
     let home = tempfile::tempdir().expect("home");
     let setup = if mounted {
         "mount -t tmpfs tmpfs /run && mkdir -p /run/secrets/kubernetes.io/serviceaccount && cp \"$1\"/* /run/secrets/kubernetes.io/serviceaccount/ && "
@@ -70,9 +81,13 @@ fn run_in_pod(test: &Test, account: &ServiceAccount, token: &str, mounted: bool)
         ])
         .arg(account.dir.path())
         .arg(BPRUN.path())
-        .arg("scripts/test.rhai")
+        .args(args)
         .current_dir(test.path())
         .env_clear()
+        .envs(
+            env.iter()
+                .map(|(key, value)| (key.as_str(), value.as_str())),
+        )
         .env("PATH", "/usr/bin:/bin")
         .env("HOME", home.path())
         .env("NO_COLOR", "1")
@@ -119,4 +134,98 @@ fn in_a_pod_bprun_uses_the_service_account_without_a_kubeconfig() {
     let refused = run_in_pod(&test, &stranger, "sim-not-the-token", true);
     refused.code(1);
     refused.stderr_contains("401");
+}
+
+/// The ServiceAccount `bprun/bprun` with deploy/kubernetes's RBAC, as an operator sets it up:
+/// its token from the TokenRequest API (`kubectl create token`), its namespace in the pod.
+fn deployed_account(sim: &Sim) -> (ServiceAccount, String) {
+    let deploy = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    for file in [
+        "00-namespace.yaml",
+        "10-serviceaccount.yaml",
+        "20-rbac.yaml",
+    ] {
+        let path = deploy.join(file);
+        sim.kubectl(&["apply", "-f", path.to_str().expect("utf-8")])
+            .success();
+    }
+    let token = sim
+        .kubectl(&["create", "token", "bprun", "-n", "bprun"])
+        .ok()
+        .trim()
+        .to_string();
+    let account = service_account(sim, &token);
+    std::fs::write(account.dir.path().join("namespace"), "bprun").expect("namespace");
+    (account, token)
+}
+
+#[test]
+fn phase3_runs_in_a_pod_as_the_deployed_service_account_with_exactly_its_rbac() {
+    let sim = Sim::start(BPRUN, SimKind::All, &[]);
+    let (account, token) = deployed_account(&sim);
+    // The token is the account's: RBAC decides, in the API server's words.
+    let whoami = sim.kubectl(&[
+        "auth",
+        "whoami",
+        "--token",
+        &token,
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]);
+    assert_eq!(whoami.ok(), "system:serviceaccount:bprun:bprun");
+    let can = |args: &[&str]| {
+        let mut all = vec!["auth", "can-i", "--token", &token];
+        all.extend_from_slice(args);
+        sim.kubectl(&all).stdout.trim().to_string()
+    };
+    assert_eq!(
+        can(&["create", "pods", "--subresource=exec", "-n", "gitlab"]),
+        "yes"
+    );
+    // `pods/exec` would be the pod named exec, which the Role lets no one create.
+    assert_eq!(can(&["create", "pods/exec", "-n", "gitlab"]), "no");
+    assert_eq!(can(&["list", "secrets", "-n", "gitlab"]), "no");
+    let refused = sim.kubectl(&["get", "secrets", "-n", "gitlab", "--token", &token]);
+    refused.code(1);
+    refused.stderr_contains("Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"gitlab\"");
+
+    // Phase 3, in the pod: the platform's addresses and tokens from the environment, the
+    // cluster from the service account (no kubeconfig). Everything it does in the cluster (the
+    // registry's port-forward, the toolbox's exec) is within the Role.
+    let env: Vec<(String, String)> = sim
+        .vars()
+        .iter()
+        .filter(|(key, _)| key != "KUBECONFIG")
+        .cloned()
+        .collect();
+    let copy = BPRUN.test_in_repository_copy();
+    let run = run_in_pod_with(
+        &copy,
+        &account,
+        &token,
+        true,
+        &["scripts/phase3.rhai"],
+        &env,
+    );
+    run.code(0);
+
+    // Without the RoleBinding the same run stops at its first cluster call, saying why.
+    sim.kubectl(&["delete", "rolebinding", "bprun-phase3", "-n", "gitlab"])
+        .success();
+    let denied = run_in_pod_with(
+        &copy,
+        &account,
+        &token,
+        true,
+        &["scripts/phase3.rhai"],
+        &env,
+    );
+    denied.code(1);
+    denied.stderr_contains("is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot");
+    // A deleted account's token no longer authenticates.
+    sim.kubectl(&["delete", "serviceaccount", "bprun", "-n", "bprun"])
+        .success();
+    let gone = sim.kubectl(&["get", "pods", "-n", "gitlab", "--token", &token]);
+    gone.code(1);
+    gone.stderr_contains("Unauthorized");
 }

@@ -18,6 +18,7 @@ pub mod kubelet;
 pub mod merge;
 pub mod programs;
 pub mod protobuf;
+pub mod rbac;
 pub mod resources;
 pub mod rollout;
 pub mod scale;

@@ -137,7 +137,7 @@ const BUILTIN: &[Builtin] = &[
         "serviceaccounts",
         true,
         &["sa"],
-        &[],
+        &["token"],
     ),
     (
         "",

@@ -3,6 +3,7 @@
 
 use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
 use super::programs::{self, Programs};
+use super::rbac;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, crd_schema, protobuf, scale, table};
@@ -51,6 +52,18 @@ pub struct KubeSim {
     pub exec: ExecRuntime,
     /// What runs in the containers of known images (`programs`).
     pub programs: Programs,
+    /// Tokens the TokenRequest API issued: token -> its ServiceAccount and expiry.
+    service_account_tokens: Mutex<std::collections::HashMap<String, IssuedToken>>,
+}
+
+/// A ServiceAccount token the TokenRequest API issued.
+#[derive(Debug, Clone)]
+struct IssuedToken {
+    namespace: String,
+    name: String,
+    /// The account's uid: a token outlives neither its account nor a new one of the same name.
+    uid: String,
+    expires: std::time::SystemTime,
 }
 
 impl KubeSim {
@@ -69,7 +82,59 @@ impl KubeSim {
             token,
             exec,
             programs,
+            service_account_tokens: Mutex::new(std::collections::HashMap::new()),
         }
+    }
+
+    /// Who a request's `Authorization` header says it is: the simulator's own token is the
+    /// cluster admin, an issued token its ServiceAccount (while the account exists and the token
+    /// has not expired); anything else is no one (401).
+    pub fn authenticate(&self, authorization: &str) -> Option<rbac::Identity> {
+        if self.token.is_empty() {
+            return Some(rbac::Identity::admin());
+        }
+        let token = authorization.strip_prefix("Bearer ")?.trim();
+        if token == self.token {
+            return Some(rbac::Identity::admin());
+        }
+        let issued = self
+            .service_account_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(token)
+            .cloned()?;
+        if issued.expires < std::time::SystemTime::now() {
+            return None;
+        }
+        let cluster = self.cluster();
+        let account = cluster.lookup("serviceaccounts", &issued.namespace, &issued.name)?;
+        (account["metadata"]["uid"].as_str() == Some(issued.uid.as_str()))
+            .then(|| rbac::Identity::service_account(&issued.namespace, &issued.name))
+    }
+
+    /// The RBAC authorizer's answer to `identity` asking `attributes`.
+    pub fn authorized(&self, identity: &rbac::Identity, attributes: &rbac::Attributes) -> bool {
+        if identity.admin {
+            return true;
+        }
+        let cluster = self.cluster();
+        let all = |key: &str| cluster.all(key);
+        let (roles, cluster_roles, role_bindings, cluster_role_bindings) = (
+            all("roles.rbac.authorization.k8s.io"),
+            all("clusterroles.rbac.authorization.k8s.io"),
+            all("rolebindings.rbac.authorization.k8s.io"),
+            all("clusterrolebindings.rbac.authorization.k8s.io"),
+        );
+        rbac::allowed(
+            identity,
+            attributes,
+            &rbac::Policies {
+                roles: &roles,
+                cluster_roles: &cluster_roles,
+                role_bindings: &role_bindings,
+                cluster_role_bindings: &cluster_role_bindings,
+            },
+        )
     }
 
     /// Runs a command in a container: its image's program, else the shell basics.
@@ -250,17 +315,25 @@ async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
     let path = request.path.clone();
     let on_upgrade = request.upgrade.take();
     let header = |name: &str| request.header(name).unwrap_or("").to_string();
-    if !sim.token.is_empty() {
-        let expected = format!("Bearer {}", sim.token);
-        if header("authorization") != expected {
-            sim.accounting.record(&method, &path, 401, None);
-            return json_response(
-                401,
-                &ApiError::new(401, "Unauthorized", "Unauthorized").status(),
-            );
-        }
+    let Some(identity) = sim.authenticate(&header("authorization")) else {
+        sim.accounting.record(&method, &path, 401, None);
+        return json_response(
+            401,
+            &ApiError::new(401, "Unauthorized", "Unauthorized").status(),
+        );
+    };
+    // exec, port-forward and logs are pods' subresources: RBAC decides them before they start.
+    if let Some(refused) = refuse_subresource(&sim, &identity, &method, &path) {
+        sim.accounting.record(&method, &path, refused.status, None);
+        return refused;
     }
-    // The simulator's request log (tests count writes with it); behind the same token.
+    // The simulator's request log (tests count writes with it); the admin's only.
+    if path == "/-/sim/requests" && !identity.admin {
+        return forbidden(&format!(
+            "forbidden: User {:?} cannot get path \"/-/sim/requests\"",
+            identity.user
+        ));
+    }
     if path == "/-/sim/requests" {
         return match method.as_str() {
             "GET" => json_response(200, &sim.accounting.snapshot()),
@@ -307,6 +380,7 @@ async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
     }
     let response = route(
         &sim,
+        &identity,
         &method,
         &path,
         &request.query_pairs,
@@ -347,6 +421,7 @@ fn program_logs(sim: &KubeSim, path: &str, pairs: &[(String, String)]) -> Option
 #[allow(clippy::too_many_arguments)]
 async fn route(
     sim: &Arc<KubeSim>,
+    identity: &rbac::Identity,
     method: &str,
     path: &str,
     pairs: &[(String, String)],
@@ -447,6 +522,35 @@ async fn route(
         }
     };
     let watch = matches!(query_value(pairs, "watch"), Some("1" | "true"));
+    let attributes = attributes_of(&target, method, watch);
+    // Self-subject reviews are every authenticated user's (the `system:basic-user` role).
+    let basic_user = resources::is_review(&target.rt.kind) && attributes.verb == "create";
+    if !basic_user && !sim.authorized(identity, &attributes) {
+        return forbidden_target(identity, &attributes, &target);
+    }
+    if method == "POST" && resources::is_review(&target.rt.kind) {
+        let request = parse_body(content_type, body).unwrap_or(json!({}));
+        return json_response(
+            201,
+            &review_as(
+                sim,
+                identity,
+                &target.rt.kind,
+                &target.rt.api_version(),
+                &request,
+            ),
+        );
+    }
+    if method == "POST" && target.subresource.as_deref() == Some("token") {
+        return match issue_token(
+            sim,
+            &target,
+            &parse_body(content_type, body).unwrap_or(json!({})),
+        ) {
+            Ok(answer) => json_response(201, &answer),
+            Err(error) => error_response(&error),
+        };
+    }
     if method == "GET" && watch {
         return watch_response(sim, &target, pairs);
     }
@@ -647,7 +751,185 @@ fn resource_call(
     }
 }
 
-/// The answer to a review: the simulator's single token is a cluster admin, allowed everything.
+/// What a resource request asks, as the authorizer sees it.
+fn attributes_of(target: &Target, method: &str, watch: bool) -> rbac::Attributes {
+    let subresource = target.subresource.clone().unwrap_or_default();
+    rbac::Attributes {
+        verb: rbac::Attributes::verb_of(method, target.name.is_some(), watch, &subresource)
+            .to_string(),
+        group: target.rt.group.clone(),
+        resource: target.rt.plural.clone(),
+        subresource,
+        namespace: target.namespace.clone().unwrap_or_default(),
+        name: target.name.clone().unwrap_or_default(),
+    }
+}
+
+fn forbidden(message: &str) -> SimResponse {
+    error_response(&ApiError::new(403, "Forbidden", message))
+}
+
+/// The API server's 403 for a request RBAC refuses (`details` names the resource).
+fn forbidden_target(
+    identity: &rbac::Identity,
+    attributes: &rbac::Attributes,
+    target: &Target,
+) -> SimResponse {
+    let mut error = ApiError::new(
+        403,
+        "Forbidden",
+        rbac::forbidden_message(identity, attributes),
+    );
+    let mut details = json!({"kind": target.rt.plural});
+    if let Some(name) = &target.name {
+        details["name"] = json!(name);
+    }
+    if !target.rt.group.is_empty() {
+        details["group"] = json!(target.rt.group);
+    }
+    error.details = details;
+    error_response(&error)
+}
+
+/// RBAC's answer for a pod's exec, port-forward or log request (`None`: go on).
+fn refuse_subresource(
+    sim: &KubeSim,
+    identity: &rbac::Identity,
+    method: &str,
+    path: &str,
+) -> Option<SimResponse> {
+    if identity.admin
+        || !(path.ends_with("/exec") || path.ends_with("/portforward") || path.ends_with("/log"))
+    {
+        return None;
+    }
+    let (group, version, rest) = split_api_path(path)?;
+    let target = resolve(&sim.cluster(), &group, &version, &rest).ok()?;
+    let attributes = attributes_of(&target, method, false);
+    (!sim.authorized(identity, &attributes))
+        .then(|| forbidden_target(identity, &attributes, &target))
+}
+
+/// `POST .../serviceaccounts/NAME/token` (TokenRequest, `kubectl create token`): a token that
+/// authenticates as the account until it expires (`expirationSeconds`, default an hour) or the
+/// account is deleted.
+fn issue_token(sim: &KubeSim, target: &Target, request: &Value) -> Result<Value, ApiError> {
+    use base64::Engine as _;
+    let namespace = target.namespace.clone().unwrap_or_default();
+    let name = target.name.clone().unwrap_or_default();
+    let account = sim.cluster().get(&target.rt, &namespace, &name)?;
+    let uid = account["metadata"]["uid"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let seconds = request["spec"]["expirationSeconds"]
+        .as_u64()
+        .unwrap_or(3600)
+        .clamp(600, 48 * 3600);
+    let now = std::time::SystemTime::now();
+    let expires = now + std::time::Duration::from_secs(seconds);
+    let epoch = |time: std::time::SystemTime| {
+        time.duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(0)
+    };
+    let audiences = request["spec"]["audiences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_else(|| vec![json!("https://kubernetes.default.svc.cluster.local")]);
+    // Shaped as the API server's JWTs are; the simulator knows its tokens by their text.
+    let encode =
+        |value: &Value| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value.to_string());
+    let header = encode(&json!({"alg": "RS256", "kid": "bprun-sim"}));
+    let claims = encode(&json!({
+        "aud": audiences, "exp": epoch(expires), "iat": epoch(now),
+        "iss": "https://kubernetes.default.svc.cluster.local",
+        "kubernetes.io": {"namespace": namespace, "serviceaccount": {"name": name, "uid": uid}},
+        "nbf": epoch(now), "sub": format!("system:serviceaccount:{namespace}:{name}"),
+    }));
+    let signature: String = (0..43).map(|_| fastrand::alphanumeric()).collect();
+    let token = format!("{header}.{claims}.{signature}");
+    sim.service_account_tokens
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(
+            token.clone(),
+            IssuedToken {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                uid,
+                expires,
+            },
+        );
+    Ok(json!({
+        "kind": "TokenRequest", "apiVersion": "authentication.k8s.io/v1",
+        "metadata": {"name": name, "namespace": namespace, "creationTimestamp": null},
+        "spec": {"audiences": audiences, "expirationSeconds": seconds, "boundObjectRef": null},
+        "status": {"token": token,
+                   "expirationTimestamp": humantime::format_rfc3339_seconds(expires).to_string()}
+    }))
+}
+
+/// The answer to a review by `identity`: what RBAC allows it.
+fn review_as(
+    sim: &KubeSim,
+    identity: &rbac::Identity,
+    kind: &str,
+    api_version: &str,
+    request: &Value,
+) -> Value {
+    if identity.admin {
+        return review(kind, api_version, request);
+    }
+    let attributes = &request["spec"]["resourceAttributes"];
+    let text = |key: &str| attributes[key].as_str().unwrap_or("").to_string();
+    let status = match kind {
+        "SelfSubjectAccessReview" => {
+            let asked = rbac::Attributes {
+                verb: text("verb"),
+                group: text("group"),
+                resource: text("resource"),
+                subresource: text("subresource"),
+                namespace: text("namespace"),
+                name: text("name"),
+            };
+            if sim.authorized(identity, &asked) {
+                json!({"allowed": true, "reason": "RBAC: allowed by a binding"})
+            } else {
+                json!({"allowed": false})
+            }
+        }
+        "SelfSubjectRulesReview" => {
+            let namespace = request["spec"]["namespace"].as_str().unwrap_or("");
+            let cluster = sim.cluster();
+            let all = |key: &str| cluster.all(key);
+            let (roles, cluster_roles, role_bindings, cluster_role_bindings) = (
+                all("roles.rbac.authorization.k8s.io"),
+                all("clusterroles.rbac.authorization.k8s.io"),
+                all("rolebindings.rbac.authorization.k8s.io"),
+                all("clusterrolebindings.rbac.authorization.k8s.io"),
+            );
+            let rules = rbac::rules_in(
+                identity,
+                namespace,
+                &rbac::Policies {
+                    roles: &roles,
+                    cluster_roles: &cluster_roles,
+                    role_bindings: &role_bindings,
+                    cluster_role_bindings: &cluster_role_bindings,
+                },
+            );
+            json!({"resourceRules": rules,
+                   "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"]}],
+                   "incomplete": false})
+        }
+        _ => json!({"userInfo": {"username": identity.user, "groups": identity.groups}}),
+    };
+    json!({"kind": kind, "apiVersion": api_version, "metadata": {"creationTimestamp": null},
+           "spec": request.get("spec").cloned().unwrap_or(json!({})), "status": status})
+}
+
+/// The answer to a review by the cluster admin (the simulator's own token): everything.
 fn review(kind: &str, api_version: &str, request: &Value) -> Value {
     let status = match kind {
         "SelfSubjectAccessReview" => json!({"allowed": true,

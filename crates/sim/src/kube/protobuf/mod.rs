@@ -29,6 +29,7 @@ use self::core::{decode_config_map, decode_namespace, decode_secret, decode_serv
 use self::meta::decode_delete_options;
 use self::wire::{Reader, hex};
 
+mod authorization;
 mod core;
 mod json;
 mod meta;
@@ -54,8 +55,8 @@ pub fn is_protobuf(content_type: &str) -> bool {
 /// contentEncoding=3, contentType=4) into the JSON object the JSON API would
 /// have received (with "apiVersion" and "kind" set from typeMeta).
 ///
-/// Supported kinds: Secret, ConfigMap, Namespace, ServiceAccount (core `v1`)
-/// and DeleteOptions (any group version). Anything else is an `Err` naming
+/// Supported kinds: Secret, ConfigMap, Namespace, ServiceAccount (core `v1`), the
+/// self-subject reviews, and DeleteOptions (any group version). Anything else is an `Err` naming
 /// the kind.
 pub fn decode(body: &[u8]) -> Result<Value, String> {
     if body.len() < MAGIC.len() || &body[..MAGIC.len()] != MAGIC {
@@ -94,6 +95,9 @@ pub fn decode(body: &[u8]) -> Result<Value, String> {
         "ConfigMap" if core => decode_config_map(raw, raw_off, &mut obj)?,
         "Namespace" if core => decode_namespace(raw, raw_off, &mut obj)?,
         "ServiceAccount" if core => decode_service_account(raw, raw_off, &mut obj)?,
+        kind @ ("SelfSubjectAccessReview" | "SelfSubjectRulesReview" | "SelfSubjectReview") => {
+            authorization::decode_review(kind, raw, raw_off, &mut obj)?
+        }
         // DeleteOptions is registered in every group version.
         "DeleteOptions" => decode_delete_options(raw, raw_off, &mut obj)?,
         kind => {
