@@ -1196,3 +1196,79 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
     ])
     .ok();
 }
+
+/// A Deployment with a typo deep in its container (`imagee`), and another field (`portz`).
+const WEB_TYPO: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+                        spec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+                        \x20   spec:\n      containers:\n        - name: web\n          image: nginx:1.27\n          imagee: nginx:1.28\n          portz: [80]\n";
+
+#[test]
+fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    // kubectl sends fieldValidation=Strict: every unknown field, joined, and nothing stored.
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], WEB_TYPO);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\", unknown field \"spec.template.spec.containers[0].portz\"",
+    );
+    sim.kubectl(&["get", "deploy"])
+        .stderr("No resources found in default namespace.\n");
+    // A wrong type is a decoding error whatever the validation asked.
+    let wrong_type = WEB_TYPO
+        .replace("          imagee: nginx:1.28\n          portz: [80]\n", "")
+        .replace("spec:\n  selector", "spec:\n  replicas: two\n  selector");
+    let refused = sim.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], &wrong_type);
+    refused.code(1);
+    refused.stderr_contains(
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+    );
+    // Server-side apply types the object with structured-merge-diff, whatever was asked.
+    let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], WEB_TYPO);
+    applied.code(1);
+    applied.stderr_contains(
+        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema",
+    );
+    // --validate=warn: stored without the unknown fields, kubectl prints the warnings.
+    let warned = sim.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], WEB_TYPO);
+    warned.code(0);
+    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].imagee\"");
+    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].portz\"");
+    let stored = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{.spec.template.spec.containers[0]}",
+    );
+    assert!(!stored.contains("imagee"), "{stored}");
+    // kubectl patch sends no fieldValidation: the API server's default, Warn.
+    let patched = sim.kubectl(&[
+        "patch",
+        "deploy/web",
+        "--type=merge",
+        "-p",
+        "{\"spec\":{\"template\":{\"spec\":{\"dnsPolicyy\":\"None\"}}}}",
+    ]);
+    patched.code(0);
+    patched.stderr_contains("Warning: unknown field \"spec.template.spec.dnsPolicyy\"");
+    // Applied over the live object (a strategic merge patch): the patched object's unknown
+    // fields, without the create's prefix.
+    let refused = sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &WEB_TYPO.replace("nginx:1.28", "nginx:1.29"),
+    );
+    refused.code(1);
+    refused.stderr_contains(
+        "strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\"",
+    );
+    assert!(
+        !refused.stderr.contains("cannot be handled"),
+        "{}",
+        refused.stderr
+    );
+    // --validate=false (Ignore): dropped silently.
+    let ignored = sim.kubectl_stdin(
+        &["apply", "--validate=false", "-f", "-"],
+        &WEB_TYPO.replace("nginx:1.28", "nginx:1.30"),
+    );
+    ignored.code(0);
+    assert!(!ignored.stderr.contains("Warning"), "{}", ignored.stderr);
+}

@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod builtin_schema;
 pub mod cluster;
 pub mod cnpg;
 pub mod controllers;
