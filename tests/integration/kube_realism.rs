@@ -1272,3 +1272,95 @@ fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked(
     ignored.code(0);
     assert!(!ignored.stderr.contains("Warning"), "{}", ignored.stderr);
 }
+
+#[test]
+fn kubectl_explain_reads_the_real_descriptions_of_built_in_kinds() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let containers = sim.kubectl(&["explain", "deployment.spec.template.spec.containers"]);
+    let text = containers.ok();
+    assert!(text.contains("KIND:       Deployment"), "{text}");
+    assert!(text.contains("GROUP:      apps"), "{text}");
+    assert!(text.contains("FIELD: containers <[]Container>"), "{text}");
+    assert!(
+        text.contains("List of containers belonging to the pod."),
+        "{text}"
+    );
+    assert!(text.contains("image\t<string>"), "{text}");
+    assert!(text.contains("name\t<string> -required-"), "{text}");
+    let pods = sim.kubectl(&["explain", "pods", "--recursive"]);
+    let text = pods.ok();
+    assert!(text.contains("KIND:       Pod"), "{text}");
+    assert!(text.contains("serviceAccountName\t<string>"), "{text}");
+    let missing = sim.kubectl(&["explain", "deployment.spec.replicaz"]);
+    missing.code(1);
+    missing.stderr_contains("field \"replicaz\" does not exist");
+}
+
+#[test]
+fn a_rolling_update_to_pods_that_never_get_ready_keeps_the_old_pod_serving() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let web = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+               spec:\n  progressDeadlineSeconds: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+               \x20   spec: {containers: [{name: web, image: nginx:1.27}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], web).code(0);
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=15s"])
+        .ok();
+    let first = sim.jsonpath("pods", "default", "{.items[*].metadata.name}");
+    // The new revision needs a Secret that does not exist: its pod never gets Ready.
+    let broken = WEB_WITH_SECRET
+        .replace("namespace: demo", "namespace: default")
+        .replace(
+            "spec:\n  selector",
+            "spec:\n  progressDeadlineSeconds: 2\n  selector",
+        );
+    sim.kubectl_stdin(&["apply", "-f", "-"], &broken).code(0);
+    let status = sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=20s"]);
+    status.code(1);
+    status.stderr_contains("error: deployment \"web\" exceeded its progress deadline");
+    // The old pod is still there and Ready, beside the new one waiting for its Secret.
+    let ready = sim.jsonpath(
+        "pods",
+        "default",
+        "{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}",
+    );
+    assert!(ready.contains(&format!("{first}=True")), "{first}: {ready}");
+    assert_eq!(ready.matches("=False").count(), 1, "{ready}");
+    let conditions = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{range .status.conditions[*]}{.type}={.status}/{.reason} {end}",
+    );
+    assert!(
+        conditions.contains("Available=True/MinimumReplicasAvailable"),
+        "{conditions}"
+    );
+    assert!(
+        conditions.contains("Progressing=False/ProgressDeadlineExceeded"),
+        "{conditions}"
+    );
+    // The Secret appears: the new pod gets Ready, then the old one goes.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "web-storage",
+        "--from-literal=connection=s3://x",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "deploy/web",
+        "--for=condition=Progressing=True",
+        "--timeout=15s",
+    ])
+    .ok();
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=15s"])
+        .ok();
+    sim.kubectl(&[
+        "wait",
+        &format!("pod/{first}"),
+        "--for=delete",
+        "--timeout=15s",
+    ])
+    .ok();
+}

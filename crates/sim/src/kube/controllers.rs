@@ -554,17 +554,44 @@ fn deployments(cluster: &mut Cluster) -> usize {
             .as_u64()
             .unwrap_or(10) as usize;
         let plan = rollout::plan(&owned, &current_name, history_limit);
-        for stale in &plan.pruned {
-            cluster.remove_with_dependents("replicasets.apps", &namespace, stale);
-            writes += 1;
-        }
-        for kept in &plan.kept {
-            if let Some(mut rs) = cluster
-                .lookup("replicasets.apps", &namespace, kept)
+        let counted = |rs: &Value| rollout::ReplicaSetCount {
+            name: name_of(rs),
+            replicas: rs["spec"]["replicas"].as_u64().unwrap_or(0),
+            available: rs["status"]["readyReplicas"].as_u64().unwrap_or(0),
+        };
+        // Old ReplicaSets, oldest first: those past the history limit go once scaled to 0.
+        let old: Vec<rollout::ReplicaSetCount> = plan
+            .pruned
+            .iter()
+            .chain(&plan.kept)
+            .filter_map(|old| owned.iter().find(|rs| name_of(rs) == *old))
+            .map(counted)
+            .collect();
+        let new_count = owned
+            .iter()
+            .find(|rs| name_of(rs) == current_name)
+            .map(counted)
+            .unwrap_or(rollout::ReplicaSetCount {
+                name: current_name.clone(),
+                replicas: 0,
+                available: 0,
+            });
+        let strategy = &deployment["spec"]["strategy"];
+        let (new_replicas, old_replicas) =
+            rollout::rolling_step(strategy, desired, &new_count, &old);
+        for (old_name, replicas) in &old_replicas {
+            let Some(mut rs) = cluster
+                .lookup("replicasets.apps", &namespace, old_name)
                 .cloned()
-                && rs["spec"]["replicas"] != 0
-            {
-                rs["spec"]["replicas"] = json!(0);
+            else {
+                continue;
+            };
+            let idle = *replicas == 0 && rs["status"]["replicas"].as_u64().unwrap_or(0) == 0;
+            if idle && plan.pruned.contains(old_name) {
+                cluster.remove_with_dependents("replicasets.apps", &namespace, old_name);
+                writes += 1;
+            } else if rs["spec"]["replicas"] != *replicas {
+                rs["spec"]["replicas"] = json!(replicas);
                 rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] =
                     json!(desired.to_string());
                 writes += write(cluster, "replicasets.apps", rs);
@@ -583,7 +610,7 @@ fn deployments(cluster: &mut Cluster) -> usize {
         let revision = plan.revision.to_string();
         let current = owned.iter().find(|rs| name_of(rs) == current_name).cloned();
         let wanted_spec =
-            json!({"replicas": desired, "selector": selector, "template": rs_template});
+            json!({"replicas": new_replicas, "selector": selector, "template": rs_template});
         match current {
             Some(rs)
                 if rs["spec"] == wanted_spec
@@ -629,16 +656,32 @@ fn deployments(cluster: &mut Cluster) -> usize {
             .map(|rs| rs["status"].clone())
             .unwrap_or(Value::Null);
         let updated_replicas = rs_status["replicas"].as_u64().unwrap_or(0);
-        let ready = rs_status["readyReplicas"].as_u64().unwrap_or(0);
-        // Pods of old ReplicaSets still terminating count in `replicas`.
-        let replicas = updated_replicas
-            + plan
-                .kept
+        // Old ReplicaSets' pods (serving during a rolling update, or terminating) count too.
+        let all_sets: Vec<Value> = std::iter::once(current_name.clone())
+            .chain(old_replicas.iter().map(|(name, _)| name.clone()))
+            .filter_map(|name| {
+                cluster
+                    .lookup("replicasets.apps", &namespace, &name)
+                    .cloned()
+            })
+            .collect();
+        let sum = |field: &str| -> u64 {
+            all_sets
                 .iter()
-                .filter_map(|old| cluster.lookup("replicasets.apps", &namespace, old))
-                .map(|rs| rs["status"]["replicas"].as_u64().unwrap_or(0))
-                .sum::<u64>();
-        let available = ready >= desired;
+                .map(|rs| rs["status"][field].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let (replicas, ready) = (sum("replicas"), sum("readyReplicas"));
+        let wanted_pods: u64 = all_sets
+            .iter()
+            .map(|rs| rs["spec"]["replicas"].as_u64().unwrap_or(0))
+            .sum();
+        let (_, max_unavailable) = rollout::rolling_bounds(strategy, desired);
+        let available = if strategy["type"] == "Recreate" {
+            ready >= desired
+        } else {
+            ready >= desired.saturating_sub(max_unavailable)
+        };
         let now = now_rfc3339();
         let previous_conditions = deployment["status"]["conditions"].clone();
         let condition = |kind: &str, status: bool, reason: &str, message: &str| {
@@ -672,6 +715,8 @@ fn deployments(cluster: &mut Cluster) -> usize {
             rollout::progressing(&rollout::Progress {
                 previous: &deployment["status"],
                 replica_set: &current_name,
+                updated: updated_replicas,
+                replicas,
                 ready,
                 desired,
                 deadline: deployment["spec"]["progressDeadlineSeconds"].as_u64(),
@@ -689,7 +734,7 @@ fn deployments(cluster: &mut Cluster) -> usize {
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas, "updatedReplicas": updated_replicas,
             "readyReplicas": ready, "availableReplicas": ready,
-            "unavailableReplicas": desired.saturating_sub(ready),
+            "unavailableReplicas": wanted_pods.max(desired).saturating_sub(ready),
             "conditions": conditions
         });
         if deployment["status"] != status
