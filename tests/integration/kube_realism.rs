@@ -450,6 +450,59 @@ fn stateful_set_pods_come_up_in_order() {
             .ok(),
         "pod/gitaly-0\npod/gitaly-1\n"
     );
+    // A rolling update to a template whose pods never get Ready: the highest ordinal goes
+    // first, and gitaly-0 keeps serving the old template.
+    let broken = set.replace("gitaly-secret", "gitaly-secret-v2");
+    sim.kubectl_stdin(&["apply", "-f", "-"], &broken).code(0);
+    sim.kubectl(&[
+        "wait", "pod/gitaly-1", "-n", "demo", "--timeout=10s",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=CreateContainerConfigError",
+    ])
+    .ok();
+    let status = sim.kubectl(&[
+        "rollout",
+        "status",
+        "statefulset/gitaly",
+        "-n",
+        "demo",
+        "--timeout=2s",
+    ]);
+    status.code(1);
+    status.stdout_contains("Waiting for 1 pods to be ready...");
+    let ready = sim.jsonpath(
+        "pod/gitaly-0",
+        "demo",
+        "{.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].envFrom[0].secretRef.name}",
+    );
+    assert_eq!(ready, "True gitaly-secret");
+    // Its Secret appears: gitaly-1 gets Ready, then gitaly-0 is replaced too.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitaly-secret-v2",
+        "-n",
+        "demo",
+        "--from-literal=token=t",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "statefulset/gitaly",
+        "-n",
+        "demo",
+        "--timeout=15s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.jsonpath(
+            "pods",
+            "demo",
+            "{.items[*].spec.containers[0].envFrom[0].secretRef.name}"
+        ),
+        "gitaly-secret-v2 gitaly-secret-v2"
+    );
 }
 
 #[test]

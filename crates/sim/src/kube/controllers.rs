@@ -299,14 +299,31 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         };
         let owned: Vec<Value> = owned_by(cluster, "pods", &namespace, &uid);
         // Rollout: pods of an older template go, new ones come.
-        let (current, stale): (Vec<Value>, Vec<Value>) = owned
-            .into_iter()
+        let (updated, stale): (Vec<Value>, Vec<Value>) = owned
+            .iter()
+            .cloned()
             .partition(|pod| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str());
-        for pod in &stale {
-            cluster.remove_with_dependents("pods", &namespace, &name_of(pod));
-            writes += 1;
-        }
-        let mut current = current;
+        let mut current = if kind == "StatefulSet" {
+            // A StatefulSet's pods keep their identity: a rolling update replaces one at a time
+            // (see `stateful_set_update`), and the others serve meanwhile.
+            let replaced = stateful_set_update(&workload, &owned, &hash, desired);
+            for pod in &replaced {
+                cluster.remove_with_dependents("pods", &namespace, pod);
+                writes += 1;
+            }
+            let mut kept: Vec<Value> = owned
+                .into_iter()
+                .filter(|pod| !replaced.contains(&name_of(pod)))
+                .collect();
+            kept.sort_by_key(|pod| ordinal(&name_of(pod)));
+            kept
+        } else {
+            for pod in &stale {
+                cluster.remove_with_dependents("pods", &namespace, &name_of(pod));
+                writes += 1;
+            }
+            updated.clone()
+        };
         while (current.len() as u64) > desired {
             if let Some(pod) = current.pop() {
                 cluster.remove_with_dependents("pods", &namespace, &name_of(&pod));
@@ -387,12 +404,29 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         let ready = current.iter().filter(|pod| pod_ready(pod)).count() as u64;
         let generation = workload["metadata"]["generation"].clone();
         let status = match kind {
-            "StatefulSet" => json!({
-                "observedGeneration": generation, "replicas": current.len(),
-                "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current.len(),
-                "updatedReplicas": current.len(), "currentRevision": format!("{name}-{hash}"),
-                "updateRevision": format!("{name}-{hash}"), "collisionCount": 0
-            }),
+            "StatefulSet" => {
+                // The current revision stays the old one until every pod runs the new one.
+                let is_updated =
+                    |pod: &&Value| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str();
+                let updated_count = current.iter().filter(is_updated).count();
+                let old_hash = current
+                    .iter()
+                    .find(|pod| !is_updated(pod))
+                    .and_then(|pod| pod["metadata"]["labels"]["pod-template-hash"].as_str())
+                    .unwrap_or(&hash)
+                    .to_string();
+                let current_count = if old_hash == hash {
+                    updated_count
+                } else {
+                    current.len() - updated_count
+                };
+                json!({
+                    "observedGeneration": generation, "replicas": current.len(),
+                    "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current_count,
+                    "updatedReplicas": updated_count, "currentRevision": format!("{name}-{old_hash}"),
+                    "updateRevision": format!("{name}-{hash}"), "collisionCount": 0
+                })
+            }
             "DaemonSet" => json!({
                 "observedGeneration": generation, "desiredNumberScheduled": desired,
                 "currentNumberScheduled": current.len(), "updatedNumberScheduled": current.len(),
@@ -422,6 +456,39 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         }
     }
     writes
+}
+
+/// A StatefulSet pod's ordinal (`web-2` -> 2).
+fn ordinal(pod_name: &str) -> u64 {
+    pod_name
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The StatefulSet controller's rolling update (the default `RollingUpdate` strategy, partition
+/// honoured): once every pod exists and is Ready, the highest-ordinal pod of an older template
+/// goes, one at a time; it comes back with the new template, and the next waits until it is
+/// Ready. A new template whose pods never get Ready leaves the other pods as they were.
+/// `OnDelete` replaces nothing. Returns the pods to delete now.
+pub fn stateful_set_update(set: &Value, pods: &[Value], hash: &str, desired: u64) -> Vec<String> {
+    let strategy = &set["spec"]["updateStrategy"];
+    if strategy["type"] == "OnDelete" {
+        return Vec::new();
+    }
+    let partition = strategy["rollingUpdate"]["partition"].as_u64().unwrap_or(0);
+    let settled = pods.len() as u64 >= desired && pods.iter().all(pod_ready);
+    if !settled {
+        return Vec::new();
+    }
+    pods.iter()
+        .filter(|pod| pod["metadata"]["labels"]["pod-template-hash"] != hash)
+        .map(|pod| name_of(pod))
+        .filter(|name| ordinal(name) >= partition && ordinal(name) < desired)
+        .max_by_key(|name| ordinal(name))
+        .into_iter()
+        .collect()
 }
 
 /// A StatefulSet pod's claims from `volumeClaimTemplates`: `<template>-<pod>` is created when
@@ -1387,6 +1454,31 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stateful_set_replaces_one_pod_at_a_time_from_the_highest_ordinal() {
+        let mut documents =
+            super::super::test_fixtures::documents("rollout", "stateful-set-pods.yaml");
+        let set = documents.remove(0);
+        // db-2 runs the new template but is not Ready: nothing else goes.
+        assert!(stateful_set_update(&set, &documents, "new", 3).is_empty());
+        // Once it is Ready, db-1 goes next (then db-0).
+        documents[2]["status"]["conditions"][0]["status"] = json!("True");
+        assert_eq!(
+            stateful_set_update(&set, &documents, "new", 3),
+            vec!["db-1"]
+        );
+        // A partition keeps the ordinals below it.
+        let mut partitioned = set.clone();
+        partitioned["spec"]["updateStrategy"]["rollingUpdate"] = json!({"partition": 2});
+        assert!(stateful_set_update(&partitioned, &documents, "new", 3).is_empty());
+        // OnDelete leaves every pod to its user.
+        let mut on_delete = set.clone();
+        on_delete["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        assert!(stateful_set_update(&on_delete, &documents, "new", 3).is_empty());
+        // A pod missing (being recreated): wait for it.
+        assert!(stateful_set_update(&set, &documents[..2], "new", 3).is_empty());
+    }
 
     #[test]
     fn a_pod_is_ready_only_after_its_readiness_probes_initial_delay() {
