@@ -378,7 +378,17 @@ fn namespaces_hold_their_service_account_and_ca_and_a_missing_account_refuses_po
         "demo",
         "{.status.conditions[?(@.type==\"ReplicaFailure\")].message}",
     );
-    assert!(message.contains("is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found"), "{message}");
+    assert!(message.starts_with("pods \"runner-"), "{message}");
+    assert!(message.ends_with("-\" is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found"), "{message}");
+    let events = sim.jsonpath(
+        "events",
+        "demo",
+        "{.items[?(@.reason==\"FailedCreate\")].message}",
+    );
+    assert!(
+        events.starts_with("Error creating: pods \"runner-"),
+        "{events}"
+    );
     assert_eq!(
         sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
             .ok(),
@@ -1416,4 +1426,55 @@ fn a_rolling_update_to_pods_that_never_get_ready_keeps_the_old_pod_serving() {
         "--timeout=15s",
     ])
     .ok();
+}
+
+#[test]
+fn pods_get_their_service_account_token_unless_they_opt_out_and_a_missing_account_is_refused() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&[
+        "wait",
+        "serviceaccount/default",
+        "--for=create",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&["run", "web", "--image=nginx:1.27"]).ok();
+    let spec = sim.jsonpath(
+        "pod/web",
+        "default",
+        "{.spec.serviceAccountName} {.spec.volumes[0].name} {.spec.volumes[0].projected.sources[1].configMap.name} {.spec.containers[0].volumeMounts[0].mountPath} {.spec.containers[0].volumeMounts[0].readOnly}",
+    );
+    let parts: Vec<&str> = spec.split(' ').collect();
+    assert_eq!(parts.len(), 5, "{spec}");
+    assert_eq!(parts[0], "default");
+    assert!(
+        parts[1].starts_with("kube-api-access-") && parts[1].len() == 21,
+        "{spec}"
+    );
+    assert_eq!(
+        &parts[2..],
+        &[
+            "kube-root-ca.crt",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+            "true"
+        ]
+    );
+    sim.kubectl(&["wait", "pod/web", "--for=condition=Ready", "--timeout=10s"])
+        .ok();
+    // automountServiceAccountToken: false on the pod: no token volume.
+    let quiet = "apiVersion: v1\nkind: Pod\nmetadata: {name: quiet}\n\
+                 spec: {automountServiceAccountToken: false, containers: [{name: web, image: nginx:1.27}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], quiet).code(0);
+    assert_eq!(sim.jsonpath("pod/quiet", "default", "{.spec.volumes}"), "");
+    // A pod naming an account that does not exist is refused by admission.
+    let refused = sim.kubectl(&[
+        "run",
+        "runner",
+        "--image=gitlab/gitlab-runner:v17.5.0",
+        "--overrides={\"spec\":{\"serviceAccountName\":\"gitlab-runner\"}}",
+    ]);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error from server (Forbidden): pods \"runner\" is forbidden: error looking up service account default/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
+    );
 }

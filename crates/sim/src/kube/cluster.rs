@@ -9,6 +9,7 @@ use super::crd_schema;
 use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::service_accounts;
 use super::validation;
 use super::validation::is_dns_subdomain;
 use serde_json::{Map, Value, json};
@@ -674,6 +675,7 @@ impl Cluster {
             ));
         }
         check_type(rt, &object)?;
+        let name_for_admission = service_accounts::name_for_errors(&object);
         let mut name = object["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -711,6 +713,25 @@ impl Cluster {
         }
         if !applied {
             self.validate(rt, &name, &mut object, options, Decoding::Body)?;
+        }
+        if rt.kind == "Pod" {
+            let account = self
+                .lookup(
+                    "serviceaccounts",
+                    &namespace,
+                    service_accounts::account_of(&object["spec"]),
+                )
+                .cloned();
+            service_accounts::admit(
+                &mut object,
+                &name_for_admission,
+                &namespace,
+                account.as_ref(),
+                &random_suffix(),
+            )
+            .map_err(|message| {
+                ApiError::new(403, "Forbidden", message).with_details(rt, &name_for_admission)
+            })?;
         }
         self.admit(rt, &namespace, &object, "CREATE")?;
         let object_has_spec = object.get("spec").is_some();
@@ -1639,6 +1660,14 @@ fn same_ignoring_times(a: &Value, b: &Value) -> bool {
         copy
     }
     normalise(a) == normalise(b)
+}
+
+/// Five characters as the API server generates names (`generateName`, `kube-api-access-`).
+pub fn random_suffix() -> String {
+    let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| alphabet[fastrand::usize(..alphabet.len())] as char)
+        .collect()
 }
 
 pub fn new_uid() -> String {

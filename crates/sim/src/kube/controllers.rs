@@ -10,12 +10,13 @@
 //! without its operator).
 
 use super::batch;
-use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339};
+use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339, random_suffix};
 use super::cnpg;
 use super::kubelet;
 use super::programs;
 use super::rollout::{self, template_hash};
 use super::selectors::LabelSelector;
+use super::service_accounts;
 use super::storage::{self, Decision, StorageView};
 use serde_json::{Value, json};
 
@@ -330,25 +331,31 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 writes += 1;
             }
         }
-        // The ServiceAccount admission plugin refuses pods whose account does not exist.
-        let account = template["spec"]["serviceAccountName"]
-            .as_str()
-            .or(template["spec"]["serviceAccount"].as_str())
-            .unwrap_or("default")
-            .to_string();
-        let refused = (current.len() as u64) < desired
-            && cluster
-                .lookup("serviceaccounts", &namespace, &account)
-                .is_none();
+        // The ServiceAccount admission plugin refuses pods whose account does not exist (a
+        // StatefulSet names its pods; the others' pods have a generateName, `<owner>-`).
+        let account = service_accounts::account_of(&template["spec"]).to_string();
+        let account_object = cluster
+            .lookup("serviceaccounts", &namespace, &account)
+            .cloned();
+        let refused = (current.len() as u64) < desired && account_object.is_none();
+        let next_ordinal = (0..desired)
+            .find(|index| {
+                !current
+                    .iter()
+                    .any(|pod| name_of(pod) == format!("{name}-{index}"))
+            })
+            .unwrap_or(0);
         writes += replica_failure(
             cluster,
             &workload,
             store_key,
             refused.then(|| {
-                format!(
-                    "pods \"{name}-{}\" is forbidden: error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found",
-                    if kind == "StatefulSet" { "0".to_string() } else { suffix() }
-                )
+                let pod_name = if kind == "StatefulSet" {
+                    format!("{name}-{next_ordinal}")
+                } else {
+                    format!("{name}-")
+                };
+                service_accounts::refusal(&pod_name, &namespace, &account)
             }),
         );
         // A StatefulSet (OrderedReady, the default) starts pod N+1 once pod N is Ready.
@@ -391,6 +398,17 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 metadata.remove("annotations");
             }
             pod["spec"]["nodeName"] = json!("sim-control-plane");
+            if service_accounts::admit(
+                &mut pod,
+                &pod_name,
+                &namespace,
+                account_object.as_ref(),
+                &random_suffix(),
+            )
+            .is_err()
+            {
+                break;
+            }
             if kind == "StatefulSet" {
                 writes += claim_templates(cluster, &workload, &pod_name, &mut pod);
             }
@@ -1272,9 +1290,30 @@ fn jobs(cluster: &mut Cluster) -> usize {
                 pod["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
             }
             pod["spec"]["nodeName"] = json!("sim-control-plane");
-            cluster.commit("pods", &namespace, &pod_name, Some(pod));
-            writes += 1;
-            status["active"] = json!(status["active"].as_u64().unwrap_or(0) + 1);
+            let account = service_accounts::account_of(&pod["spec"]).to_string();
+            let account_object = cluster
+                .lookup("serviceaccounts", &namespace, &account)
+                .cloned();
+            if let Err(refusal) = service_accounts::admit(
+                &mut pod,
+                &format!("{name}-"),
+                &namespace,
+                account_object.as_ref(),
+                &random_suffix(),
+            ) {
+                writes += ensure_event(
+                    cluster,
+                    &job,
+                    "Warning",
+                    "FailedCreate",
+                    &format!("Error creating: {refusal}"),
+                    "job-controller",
+                );
+            } else {
+                cluster.commit("pods", &namespace, &pod_name, Some(pod));
+                writes += 1;
+                status["active"] = json!(status["active"].as_u64().unwrap_or(0) + 1);
+            }
         }
         if job["status"] != status {
             let mut updated = job.clone();

@@ -24,6 +24,7 @@ pub mod rollout;
 pub mod scale;
 pub mod selectors;
 pub mod server;
+pub mod service_accounts;
 pub mod storage;
 pub mod table;
 #[cfg(test)]
