@@ -900,6 +900,17 @@ fn crd_schemas_reject_prune_default_and_print_their_columns() {
     refused.stderr_contains(
         "spec.listeners[0].allowedRoutes.namespaces.from: Unsupported value: \"Nowhere\": supported values: \"All\", \"Selector\", \"Same\"",
     );
+    // Bounds and patterns, in kube-openapi's words.
+    let out_of_bounds = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: bounds, namespace: default}\n\
+                         spec:\n  gatewayClassName: sim\n  listeners: [{name: HTTP_1, port: 70000, protocol: HTTP}]\n";
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], out_of_bounds);
+    refused.code(1);
+    refused.stderr_contains(
+        "spec.listeners[0].name: Invalid value: \"HTTP_1\": spec.listeners[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
+    );
+    refused.stderr_contains(
+        "spec.listeners[0].port: Invalid value: 70000: spec.listeners[0].port in body should be less than or equal to 65535",
+    );
     // The CRD's printer columns.
     let table = sim.kubectl(&["get", "gateways"]);
     let header: Vec<&str> = table
