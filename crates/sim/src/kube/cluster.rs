@@ -553,7 +553,9 @@ impl Cluster {
         decoding: Decoding,
     ) -> Result<(), ApiError> {
         validate_names_and_data(rt, name, object)?;
-        if rt.custom || options.subresource.is_some() {
+        // A /status write decodes the whole object too; other subresources have bodies of
+        // their own kinds.
+        if rt.custom || options.subresource.as_deref().is_some_and(|sub| sub != "status") {
             return Ok(());
         }
         let decoded = builtin_schema::decode(&rt.kind, object);
