@@ -502,7 +502,7 @@ pub fn stateful_set_update(set: &Value, pods: &[Value], hash: &str, desired: u64
     }
     pods.iter()
         .filter(|pod| pod["metadata"]["labels"]["pod-template-hash"] != hash)
-        .map(|pod| name_of(pod))
+        .map(name_of)
         .filter(|name| ordinal(name) >= partition && ordinal(name) < desired)
         .max_by_key(|name| ordinal(name))
         .into_iter()
