@@ -1489,3 +1489,33 @@ fn pods_get_their_service_account_token_unless_they_opt_out_and_a_missing_accoun
         "Error from server (Forbidden): pods \"runner\" is forbidden: error looking up service account default/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
     );
 }
+
+#[test]
+fn helm_4_refuses_a_chart_with_an_unknown_field_and_helm_3_installs_it_with_a_warning() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let chart = tempfile::tempdir().expect("chart folder");
+    std::fs::create_dir(chart.path().join("templates")).expect("templates");
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: typo\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(chart.path().join("templates/web.yaml"), WEB_TYPO).expect("template");
+    let chart = chart.path().to_string_lossy().to_string();
+    // helm 4 installs with server-side apply: structured-merge-diff refuses the field.
+    let refused = sim.run("helm", &["install", "typo", &chart], None);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema",
+    );
+    // helm 3 sends no fieldValidation: the API server's default warns and drops the fields.
+    let warned = sim.run("helm3", &["install", "typo-v3", &chart], None);
+    warned.code(0);
+    warned.stderr_contains("unknown field \"spec.template.spec.containers[0].imagee\"");
+    let stored = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{.spec.template.spec.containers[0]}",
+    );
+    assert!(!stored.contains("imagee"), "{stored}");
+}

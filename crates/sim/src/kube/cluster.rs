@@ -555,7 +555,12 @@ impl Cluster {
         validate_names_and_data(rt, name, object)?;
         // A /status write decodes the whole object too; other subresources have bodies of
         // their own kinds.
-        if rt.custom || options.subresource.as_deref().is_some_and(|sub| sub != "status") {
+        if rt.custom
+            || options
+                .subresource
+                .as_deref()
+                .is_some_and(|sub| sub != "status")
+        {
             return Ok(());
         }
         let decoded = builtin_schema::decode(&rt.kind, object);
