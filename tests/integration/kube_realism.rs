@@ -1300,7 +1300,12 @@ fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked(
     let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], WEB_TYPO);
     applied.code(1);
     applied.stderr_contains(
-        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema",
+        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
+    );
+    let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &wrong_type);
+    applied.code(1);
+    applied.stderr_contains(
+        "Error from server: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
     );
     // --validate=warn: stored without the unknown fields, kubectl prints the warnings.
     let warned = sim.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], WEB_TYPO);
@@ -1506,7 +1511,7 @@ fn helm_4_refuses_a_chart_with_an_unknown_field_and_helm_3_installs_it_with_a_wa
     let refused = sim.run("helm", &["install", "typo", &chart], None);
     refused.code(1);
     refused.stderr_contains(
-        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema",
+        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
     );
     // helm 3 sends no fieldValidation: the API server's default warns and drops the fields.
     let warned = sim.run("helm3", &["install", "typo-v3", &chart], None);

@@ -578,24 +578,73 @@ impl Walk<'_> {
     }
 }
 
-/// Server-side apply's verdict on an applied object with fields its schema does not declare:
-/// the path of the first, as structured-merge-diff writes it (`.spec.containers[name="web"].x`).
-pub fn undeclared_in_apply(kind: &str, object: &Value) -> Option<String> {
+/// Server-side apply's verdict on an applied object, as structured-merge-diff types it: fields
+/// the schema does not declare (`.spec.containers[name="web"].x: field not declared in
+/// schema`) and scalars of the wrong type; one error alone, several as its `errors:` list.
+pub fn apply_errors(kind: &str, object: &Value) -> Option<String> {
     let schemas = schemas();
     let name = schemas.kinds.get(kind)?;
     let walk = Walk {
         definitions: &schemas.definitions,
     };
-    let mut typed = Vec::new();
+    let mut found = Vec::new();
     let schema = json!({"$ref": format!("#/components/schemas/{name}")});
-    walk.typed_unknown(object, &schema, &Position::root(kind), &mut typed);
-    typed.into_iter().next()
+    walk.typed(object, &schema, &Position::root(kind), &mut found);
+    match found.len() {
+        0 => None,
+        1 => found.pop(),
+        _ => Some(
+            std::iter::once("errors:".to_string())
+                .chain(found.iter().map(|error| format!("  {error}")))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        ),
+    }
+}
+
+/// Go's `%#v` of an unstructured value (`map[string]interface {}{"a":1}`).
+fn go_syntax(value: &Value) -> String {
+    match value {
+        Value::Null => "interface {}(nil)".into(),
+        Value::String(text) => format!("{text:?}"),
+        Value::Array(items) => format!(
+            "[]interface {{}}{{{}}}",
+            items.iter().map(go_syntax).collect::<Vec<_>>().join(", ")
+        ),
+        Value::Object(map) => format!(
+            "map[string]interface {{}}{{{}}}",
+            map.iter()
+                .map(|(key, value)| format!("{key:?}:{}", go_syntax(value)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        other => other.to_string(),
+    }
+}
+
+/// Go's `%T` of an unstructured value.
+fn go_type_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "<nil>",
+        Value::String(_) => "string",
+        Value::Bool(_) => "bool",
+        Value::Number(number) if number.is_f64() => "float64",
+        Value::Number(_) => "int64",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
 }
 
 impl Walk<'_> {
-    fn typed_unknown(&self, value: &Value, schema: &Value, at: &Position, found: &mut Vec<String>) {
+    fn typed(&self, value: &Value, schema: &Value, at: &Position, found: &mut Vec<String>) {
         let (resolved, _) = referenced(self.definitions, schema);
+        let path = if at.typed_path.is_empty() {
+            "."
+        } else {
+            at.typed_path.as_str()
+        };
         match (value, resolved["type"].as_str()) {
+            (Value::Null, _) => {}
             (Value::Object(map), Some("object")) => {
                 if let Some(properties) = resolved["properties"].as_object() {
                     for (key, child) in map {
@@ -609,15 +658,10 @@ impl Walk<'_> {
                                             property["x-kubernetes-patch-merge-key"].as_str();
                                         for (index, item) in items.iter().enumerate() {
                                             let position = position.item(index, item, merge_key);
-                                            self.typed_unknown(
-                                                item,
-                                                &list["items"],
-                                                &position,
-                                                found,
-                                            );
+                                            self.typed(item, &list["items"], &position, found);
                                         }
                                     }
-                                    _ => self.typed_unknown(child, property, &position, found),
+                                    _ => self.typed(child, property, &position, found),
                                 }
                             }
                             None => found.push(format!(
@@ -628,19 +672,32 @@ impl Walk<'_> {
                     }
                 } else if let Some(values) = resolved.get("additionalProperties") {
                     for (key, child) in map {
-                        self.typed_unknown(child, values, &at.map_value(key), found);
+                        self.typed(child, values, &at.map_value(key), found);
                     }
                 }
             }
             (Value::Array(items), Some("array")) => {
                 for (index, item) in items.iter().enumerate() {
-                    self.typed_unknown(
-                        item,
-                        &resolved["items"],
-                        &at.item(index, item, None),
-                        found,
-                    );
+                    self.typed(item, &resolved["items"], &at.item(index, item, None), found);
                 }
+            }
+            (Value::String(_), Some("string"))
+            | (Value::Bool(_), Some("boolean"))
+            | (Value::Number(_), Some("integer" | "number")) => {}
+            (other, Some("string")) => found.push(format!(
+                "{path}: expected string, got &value.valueUnstructured{{Value:{}}}",
+                go_syntax(other)
+            )),
+            (other, Some("integer" | "number")) => found.push(format!(
+                "{path}: expected numeric (int or float), got {}",
+                go_type_of(other)
+            )),
+            (other, Some("boolean")) => {
+                let shown = match other {
+                    Value::String(text) => text.clone(),
+                    value => go_syntax(value),
+                };
+                found.push(format!("{path}: expected boolean, got &{{{shown}}}"))
             }
             _ => {}
         }
@@ -702,15 +759,20 @@ mod tests {
             ]
         );
         assert_eq!(
-            undeclared_in_apply("Deployment", &objects["typo-deep"]).as_deref(),
-            Some(".metadata.labelz: field not declared in schema")
+            apply_errors("Deployment", &objects["typo-deep"]).as_deref(),
+            Some(
+                "errors:\n  .metadata.labelz: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"side\"].env[name=\"A\"].valueFromm: field not declared in schema"
+            )
         );
         let mut only_container = objects["typo-deep"].clone();
         only_container["metadata"]
             .as_object_mut()
             .map(|m| m.remove("labelz"));
+        only_container["spec"]["template"]["spec"]["containers"]
+            .as_array_mut()
+            .map(|containers| containers.truncate(1));
         assert_eq!(
-            undeclared_in_apply("Deployment", &only_container).as_deref(),
+            apply_errors("Deployment", &only_container).as_deref(),
             Some(
                 ".spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema"
             )
@@ -723,7 +785,18 @@ mod tests {
             pruned["spec"]["template"]["spec"]["containers"][1]["env"][0],
             json!({"name": "A"})
         );
-        assert_eq!(undeclared_in_apply("Deployment", &objects["valid"]), None);
+        assert_eq!(apply_errors("Deployment", &objects["valid"]), None);
+        // Scalars of the wrong type, as structured-merge-diff words them.
+        assert_eq!(
+            apply_errors("Deployment", &objects["replicas-text"]).as_deref(),
+            Some(".spec.replicas: expected numeric (int or float), got string")
+        );
+        assert_eq!(
+            apply_errors("Deployment", &objects["env-number"]).as_deref(),
+            Some(
+                ".spec.template.spec.containers[name=\"web\"].env[name=\"PORT\"].value: expected string, got &value.valueUnstructured{Value:8080}"
+            )
+        );
     }
 
     #[test]

@@ -1594,7 +1594,8 @@ fn validate_names_and_data(rt: &ResourceType, name: &str, object: &Value) -> Res
     Ok(())
 }
 
-/// An unknown-field decoding error of a built-in kind, worded after how the body was decoded.
+/// A decoding error of a built-in kind (a type mismatch; under server-side apply an undeclared
+/// field too), worded after how the body was decoded.
 fn decoding_error(
     rt: &ResourceType,
     name: &str,
@@ -1603,39 +1604,39 @@ fn decoding_error(
     decoded: &builtin_schema::Decoded,
     decoding: Decoding,
 ) -> Option<ApiError> {
-    let prefix = format!(
-        "{kind} in version \"{}\" cannot be handled as a {kind}: ",
-        rt.version,
-        kind = rt.kind
-    );
-    if let Some(type_error) = &decoded.type_error {
-        return Some(match decoding {
-            Decoding::Patched => ApiError::new(
-                422,
-                "Invalid",
-                format!(
-                    " \"\" is invalid: patch: Invalid value: {:?}: {type_error}",
-                    object.to_string()
-                ),
-            ),
-            _ => ApiError::bad_request(format!("{prefix}{type_error}")),
-        });
-    }
-    if decoding == Decoding::Applied {
+    if decoding == Decoding::Applied
+        && let Some(errors) = builtin_schema::apply_errors(&rt.kind, object)
+    {
         // structured-merge-diff types the applied object whatever fieldValidation says, and
         // its error is not a Status: the API server answers 500 without a reason.
-        let undeclared = builtin_schema::undeclared_in_apply(&rt.kind, object)?;
         return Some(ApiError::new(
             500,
             "",
             format!(
-                "failed to create typed patch object ({namespace}/{name}; {}, Kind={}): {undeclared}",
+                "failed to create typed patch object ({namespace}/{name}; {}, Kind={}): {errors}",
                 rt.api_version(),
                 rt.kind
             ),
         ));
     }
-    None
+    let type_error = decoded.type_error.as_ref()?;
+    Some(match decoding {
+        Decoding::Patched => ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                " \"\" is invalid: patch: Invalid value: {:?}: {type_error}",
+                object.to_string()
+            ),
+        ),
+        // A create's or an update's body; an applied object that structured-merge-diff took
+        // (a malformed quantity) fails when converted, in words close to these.
+        _ => ApiError::bad_request(format!(
+            "{kind} in version \"{}\" cannot be handled as a {kind}: {type_error}",
+            rt.version,
+            kind = rt.kind
+        )),
+    })
 }
 
 /// Everything but metadata and status: what bumps `generation`.
