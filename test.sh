@@ -10,11 +10,14 @@ export PATH="$TOOLS/bin:$PATH"
 
 need() { command -v "$1" >/dev/null 2>&1; }
 
-# git (real repositories behind the GitLab simulator) and openssl (verifies the TLS natives'
-# certificates): Debian packages, installed when missing.
+# git (real repositories behind the GitLab simulator), openssl (verifies the TLS natives'
+# certificates) and busybox: Debian packages, installed when missing.
 missing=()
 need git || missing+=(git)
 need openssl || missing+=(openssl)
+# busybox-static: the userland of the busybox and alpine images whose scripts the Kubernetes
+# simulator runs (phase 2's node pods).
+need busybox || missing+=(busybox-static)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "test.sh: installing ${missing[*]} (Debian packages)" >&2
   apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
@@ -82,6 +85,12 @@ fi
 if ! [ -x "$TOOLS/pypi/bin/check-jsonschema" ]; then
   echo "test.sh: installing check-jsonschema 0.39.0 (PyPI) into .tools/pypi" >&2
   python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/pypi" "check-jsonschema==0.39.0"
+fi
+
+# python-gitlab (PyPI): a real GitLab client the GitLab simulator must satisfy, as a user would use it.
+if ! [ -d "$TOOLS/pygitlab/gitlab" ]; then
+  echo "test.sh: installing python-gitlab 8.6.0 (PyPI) into .tools/pygitlab" >&2
+  python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/pygitlab" "python-gitlab==8.6.0"
 fi
 
 echo "== cargo fmt --check"

@@ -131,21 +131,18 @@ impl Reporter {
     }
 
     /// A change a native made (or, in check mode, would make).
-    pub fn change(&self, action: &str, resource: &str, check: bool) {
+    pub fn change(&self, action: &str, resource: &crate::state::Resource, check: bool) {
         let mut state = self.lock();
         match self.format {
-            Format::Json => {
-                let (kind, name) = resource_kind_and_name(action, resource);
-                self.event(json!({
-                    "event": "change", "step": state.step, "action": action,
-                    "kind": kind, "name": name, "resource": resource, "check": check,
-                }))
-            }
+            Format::Json => self.event(json!({
+                "event": "change", "step": state.step, "action": action,
+                "kind": resource.kind, "name": resource.name, "resource": resource.text, "check": check,
+            })),
             Format::Human if self.verbosity >= 0 => {
                 Self::break_header(&mut state);
                 let would = if check { "would " } else { "" };
                 let indent = if state.step.is_some() { "    " } else { "" };
-                Self::write_stdout(&format!("{indent}~ {would}{action} {resource}\n"));
+                Self::write_stdout(&format!("{indent}~ {would}{action} {}\n", resource.text));
             }
             Format::Human => {}
         }
@@ -370,11 +367,11 @@ const MULTI_WORD_KINDS: &[&str] = &[
     "kv version",
 ];
 
-/// A change's resource text as its kind and name, for `--json`'s `change` events. Natives write
-/// `KIND NAME [detail]` (`project blueprint-apps/demo`, `file out.txt`, `Deployment gitlab/web`,
-/// `helm release gitlab/gitlab from ... (...)`); the git and file natives start with a path
-/// (`URL into TREE`, `TREE (commit)`, `TO from FROM (...)`) and commands with the command line
-/// in backticks: their kind comes from the action.
+/// The kind and name of a change a script reported in its own words (`report_change`), for
+/// `--json`'s `change` events: `KIND NAME [detail]` (`project blueprint-apps/demo`,
+/// `helm release gitlab/gitlab from ... (...)`), a path (`URL into TREE`, `TREE (commit)`), whose
+/// kind comes from the action, or a command line in backticks. Natives give theirs as a
+/// [`crate::state::Resource`].
 pub fn resource_kind_and_name(action: &str, resource: &str) -> (String, String) {
     let resource = resource.trim();
     let first_word = |text: &str| {

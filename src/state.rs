@@ -21,7 +21,57 @@ pub enum Phase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Change {
     pub action: String,
-    pub resource: String,
+    pub resource: Resource,
+}
+
+/// What a change touched: its kind and name, as `--json`'s `change` events carry them, and the
+/// text the journal and the step lines show (`group blueprint-apps (internal)`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resource {
+    pub kind: String,
+    pub name: String,
+    pub text: String,
+}
+
+impl Resource {
+    pub fn new(kind: impl Into<String>, name: impl Into<String>, text: impl Into<String>) -> Self {
+        Resource {
+            kind: kind.into(),
+            name: name.into(),
+            text: text.into(),
+        }
+    }
+
+    /// A resource shown as `KIND NAME`.
+    pub fn named(kind: &str, name: &str) -> Self {
+        Resource::new(kind, name, format!("{kind} {name}"))
+    }
+
+    /// A Kubernetes object, shown as `Kind/name in namespace`, named `namespace/name`.
+    pub fn object(kind: &str, namespace: &str, name: &str) -> Self {
+        let qualified = if namespace.is_empty() {
+            name.to_string()
+        } else {
+            format!("{namespace}/{name}")
+        };
+        Resource::new(
+            kind,
+            qualified,
+            bprun_clients::kube::display(kind, namespace, name),
+        )
+    }
+
+    /// A command a native ran, shown in backticks.
+    pub fn command(line: &str) -> Self {
+        Resource::new("command", line, format!("`{line}`"))
+    }
+
+    /// What a script reported itself (`report_change`): its free text, the kind and name read
+    /// from it (`KIND NAME ...`).
+    pub fn reported(action: &str, text: &str) -> Self {
+        let (kind, name) = crate::output::resource_kind_and_name(action, text);
+        Resource::new(kind, name, text)
+    }
 }
 
 pub struct RunState {
@@ -157,15 +207,15 @@ impl RunState {
     }
 
     /// Records one change (in check mode: one change that would happen) and reports it.
-    pub fn record_change(&self, action: &str, resource: &str) {
-        self.reporter.change(action, resource, self.check());
+    pub fn record_change(&self, action: &str, resource: Resource) {
+        self.reporter.change(action, &resource, self.check());
         self.change_count.fetch_add(1, Ordering::SeqCst);
         self.changes
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .push(Change {
                 action: action.to_string(),
-                resource: resource.to_string(),
+                resource,
             });
     }
 
@@ -190,5 +240,27 @@ impl RunState {
             }
             std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
         }
+    }
+}
+
+#[cfg(test)]
+mod resource_tests {
+    use super::Resource;
+
+    #[test]
+    fn natives_name_what_they_change_and_scripts_words_are_read() {
+        assert_eq!(
+            Resource::object("Deployment", "gitlab", "web"),
+            Resource::new("Deployment", "gitlab/web", "Deployment/web in gitlab")
+        );
+        assert_eq!(
+            Resource::object("Namespace", "", "gitlab").text,
+            "Namespace/gitlab"
+        );
+        assert_eq!(Resource::command("helm version").text, "`helm version`");
+        assert_eq!(
+            Resource::reported("write", "glab config for gitlab.local.example.net"),
+            Resource::new("glab", "config", "glab config for gitlab.local.example.net")
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! `gitlab/bootstrap/admin_token`; `kv:apps/x` addresses mount `kv`; an explicit `#{mount: "kv"}`
 //! option wins over both.
 
+use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use serde_json::Value;
@@ -194,7 +195,11 @@ fn report_write(
     if written.changed {
         session.state.record_change(
             action,
-            &format!("secret {path} (version {})", written.version),
+            Resource::new(
+                "secret",
+                path.to_string(),
+                format!("secret {path} (version {})", written.version),
+            ),
         );
         // --diff: the keys by name, never a value.
         use bprun_clients::bao::KeyChange;
@@ -333,7 +338,10 @@ pub mod bao_functions {
             status.address
         );
         if session.state.check() {
-            session.state.record_change("initialise", &description);
+            session.state.record_change(
+                "initialise",
+                Resource::new("openbao", &status.address, &description),
+            );
             result.insert("changed".into(), true.into());
             return Ok(result);
         }
@@ -368,7 +376,10 @@ pub mod bao_functions {
             }
         };
         write_init_file(&session, &file, &init).map_err(native_error)?;
-        session.state.record_change("initialise", &description);
+        session.state.record_change(
+            "initialise",
+            Resource::new("openbao", &status.address, &description),
+        );
         result.insert("changed".into(), true.into());
         result.insert(
             "root_token".into(),
@@ -418,7 +429,7 @@ pub mod bao_functions {
         }
         session
             .state
-            .record_change("unseal", &format!("openbao {}", status.address));
+            .record_change("unseal", Resource::named("openbao", &status.address));
         Ok(outcome(true))
     }
 
@@ -450,7 +461,7 @@ pub mod bao_functions {
         }
         session
             .state
-            .record_change("seal", &format!("openbao {}", status.address));
+            .record_change("seal", Resource::named("openbao", &status.address));
         Ok(outcome(true))
     }
 
@@ -487,7 +498,10 @@ pub mod bao_functions {
                 if !session.state.check() {
                     client.enable_kv(mount, version as u8).map_err(native_error)?;
                 }
-                session.state.record_change("mount", &format!("kv version {version} at {mount}/"));
+                session.state.record_change(
+                    "mount",
+                    Resource::new("secrets engine", format!("{mount}/"), format!("kv version {version} at {mount}/")),
+                );
                 Ok(outcome(true))
             }
         }
@@ -628,9 +642,14 @@ pub mod bao_functions {
             .kv_delete(&path, session.state.check())
             .map_err(native_error)?;
         if changed {
-            session
-                .state
-                .record_change("delete", &format!("latest version of secret {path}"));
+            session.state.record_change(
+                "delete",
+                Resource::new(
+                    "secret",
+                    path.to_string(),
+                    format!("latest version of secret {path}"),
+                ),
+            );
         }
         Ok(outcome(changed))
     }
@@ -648,9 +667,14 @@ pub mod bao_functions {
             .kv_destroy(&path, session.state.check())
             .map_err(native_error)?;
         if changed {
-            session
-                .state
-                .record_change("destroy", &format!("all versions of secret {path}"));
+            session.state.record_change(
+                "destroy",
+                Resource::new(
+                    "secret",
+                    path.to_string(),
+                    format!("all versions of secret {path}"),
+                ),
+            );
         }
         Ok(outcome(changed))
     }
@@ -680,7 +704,7 @@ pub mod bao_functions {
         if changed {
             session
                 .state
-                .record_change("write", &format!("policy {name}"));
+                .record_change("write", Resource::named("policy", name));
         }
         Ok(outcome(changed))
     }

@@ -151,7 +151,9 @@ pub mod core_functions {
         action: &str,
         resource: &str,
     ) -> RhaiResultOf<()> {
-        session(&context)?.state.record_change(action, resource);
+        session(&context)?
+            .state
+            .record_change(action, crate::state::Resource::reported(action, resource));
         Ok(())
     }
 

@@ -1,6 +1,7 @@
 //! Text files confined to the repository root.
 
 use crate::natives::options::RhaiResultOf;
+use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 
@@ -246,7 +247,7 @@ pub mod fs_functions {
             if state.check() {
                 state.plan_write(full.clone());
             }
-            state.record_change(action, &format!("file {shown}"));
+            state.record_change(action, Resource::named("file", &shown));
             if state.diff() {
                 state.record_diff(&file_diff(
                     &shown,
@@ -343,13 +344,17 @@ pub mod fs_functions {
             }
             state.record_change(
                 "sync",
-                &format!(
-                    "{} from {} ({} created, {} updated, {} deleted)",
+                Resource::new(
+                    "directory",
                     files.display(&to),
-                    files.display(&from),
-                    report.created.len(),
-                    report.updated.len(),
-                    report.deleted.len()
+                    format!(
+                        "{} from {} ({} created, {} updated, {} deleted)",
+                        files.display(&to),
+                        files.display(&from),
+                        report.created.len(),
+                        report.updated.len(),
+                        report.deleted.len()
+                    ),
                 ),
             );
             let shown_to = files.display(&to);
@@ -401,7 +406,8 @@ pub mod fs_functions {
         }
         let exists = std::fs::symlink_metadata(&full).is_ok();
         if exists {
-            state.record_change("delete", &files.display(&full));
+            let shown = files.display(&full);
+            state.record_change("delete", Resource::new("path", &shown, &shown));
             if !state.check() {
                 let removed = if full.is_dir() && !full.is_symlink() {
                     std::fs::remove_dir_all(&full)

@@ -1,5 +1,6 @@
 //! Working trees: clone or fast-forward, commit and push, over HTTP(S) with the GitLab PAT.
 
+use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 
@@ -66,9 +67,10 @@ pub mod git_functions {
                 "clone"
             };
             if action == "clone" {
-                session
-                    .state
-                    .record_change("clone", &format!("{url} into {shown}"));
+                session.state.record_change(
+                    "clone",
+                    Resource::new("working tree", &shown, format!("{url} into {shown}")),
+                );
             }
             result.insert("changed".into(), (action == "clone").into());
             result.insert("action".into(), format!("would-{action}").into());
@@ -88,7 +90,7 @@ pub mod git_functions {
                 } else {
                     "pull"
                 },
-                &format!("{url} into {shown}"),
+                Resource::new("working tree", &shown, format!("{url} into {shown}")),
             );
         }
         result.insert("changed".into(), (outcome != SyncOutcome::UpToDate).into());
@@ -122,7 +124,10 @@ pub mod git_functions {
                 || git::has_changes(&full, &shown).map_err(native_error)?
                 || git::unpushed(&full);
             if changed {
-                session.state.record_change("commit and push", &shown);
+                session.state.record_change(
+                    "commit and push",
+                    Resource::new("working tree", &shown, &shown),
+                );
                 // The push would move the project's head: a pipeline of today's head is stale.
                 let remote = crate::engine::lock(&session.tree_remotes)
                     .get(&shown)
@@ -141,7 +146,11 @@ pub mod git_functions {
         if let Some(commit) = &commit {
             session.state.record_change(
                 "commit and push",
-                &format!("{shown} ({})", &commit[..8.min(commit.len())]),
+                Resource::new(
+                    "working tree",
+                    &shown,
+                    format!("{shown} ({})", &commit[..8.min(commit.len())]),
+                ),
             );
         }
         result.insert("changed".into(), commit.is_some().into());

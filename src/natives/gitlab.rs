@@ -2,6 +2,7 @@
 //! results, record the changes the client reports, log its warnings and add the script's
 //! wording; the reading, comparing and writing happen in the client's typed operations.
 
+use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use serde_json::Value;
@@ -58,7 +59,10 @@ fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
         session.state.reporter.log(Level::Warn, warning);
     }
     for change in &outcome.changes {
-        session.state.record_change(change.action, &change.resource);
+        session.state.record_change(
+            change.action,
+            Resource::new(change.kind, &change.name, &change.resource),
+        );
         if let Some(detail) = &change.detail {
             session.state.record_diff(detail);
         }
@@ -694,8 +698,12 @@ pub mod gitlab_functions {
         if session.state.check() && crate::engine::lock(&session.pending_heads).contains(project) {
             session.state.record_change(
                 "start",
-                &format!(
-                    "pipeline of {project} at {reference} (its head commit would change: a push is planned)"
+                Resource::new(
+                    "pipeline",
+                    project,
+                    format!(
+                        "pipeline of {project} at {reference} (its head commit would change: a push is planned)"
+                    ),
                 ),
             );
             let mut map = rhai::Map::new();
@@ -895,9 +903,11 @@ fn raw_write(
     let answer = client
         .request(method, path, body.as_ref(), None, &cancelled(&session))
         .map_err(native_error)?;
-    session.state.record_change(
-        &method.name().to_ascii_lowercase(),
-        &format!("/api/v4/{}", path.trim_start_matches('/')),
-    );
+    session
+        .state
+        .record_change(&method.name().to_ascii_lowercase(), {
+            let shown = format!("/api/v4/{}", path.trim_start_matches('/'));
+            Resource::new("path", &shown, &shown)
+        });
     Ok(from_json(answer.body))
 }

@@ -1,6 +1,7 @@
 //! Helm natives: the real `helm` binary (v3 or v4, `HELM_BIN` or PATH), idempotent installs
 //! decided by a digest stamped on the release, and the version pins of `infra/VERSIONS.json`.
 
+use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use serde_json::Value;
@@ -443,7 +444,10 @@ fn install(
         None
     };
     if session.state.check() {
-        session.state.record_change(action, &resource);
+        session.state.record_change(
+            action,
+            Resource::new("helm release", format!("{namespace}/{release}"), &resource),
+        );
         if let Some(diff) = &diff {
             session.state.record_diff(diff);
         }
@@ -473,7 +477,10 @@ fn install(
         })
         .map_err(from_helm(NATIVE))?;
     drop(temp);
-    session.state.record_change(action, &resource);
+    session.state.record_change(
+        action,
+        Resource::new("helm release", format!("{namespace}/{release}"), &resource),
+    );
     if let Some(diff) = &diff {
         session.state.record_diff(diff);
     }
@@ -509,7 +516,10 @@ fn uninstall(
         helm.uninstall(release, namespace, wait, timeout)
             .map_err(from_helm(NATIVE))?;
     }
-    session.state.record_change("uninstall", &resource);
+    session.state.record_change(
+        "uninstall",
+        Resource::new("helm release", format!("{namespace}/{release}"), &resource),
+    );
     result.insert("changed".into(), true.into());
     Ok(result)
 }
@@ -864,7 +874,9 @@ pub mod helm_functions {
                 return Err(from_helm(NATIVE)(error));
             }
         }
-        session.state.record_change("pull", &resource);
+        session
+            .state
+            .record_change("pull", Resource::new("chart", &relative, &resource));
         result.insert("changed".into(), true.into());
         Ok(result)
     }

@@ -2,6 +2,7 @@
 //! OpenTofu commands bprun may run (init, validate; never apply).
 
 use crate::natives::options::RhaiResultOf;
+use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 use std::time::Duration;
@@ -118,7 +119,10 @@ pub mod host_functions {
         };
         let command_line = argv.join(" ");
         result.insert("command".into(), command_line.clone().into());
-        state.record_change("install", &format!("{name} with `{command_line}`"));
+        state.record_change(
+            "install",
+            Resource::new("tool", name, format!("{name} with `{command_line}`")),
+        );
         result.insert("changed".into(), true.into());
         if state.check() {
             return Ok(result);
@@ -229,7 +233,7 @@ pub mod host_functions {
         let before = (std::fs::read(&lock).ok(), dir.join(".terraform").is_dir());
         let mut result = rhai::Map::new();
         if !read_only && state.check() {
-            state.record_change("run", &format!("`{command_line}`"));
+            state.record_change("run", Resource::command(&command_line));
             result.insert("changed".into(), true.into());
             result.insert("ok".into(), true.into());
             return Ok(result);
@@ -261,7 +265,7 @@ pub mod host_functions {
         let after = (std::fs::read(&lock).ok(), dir.join(".terraform").is_dir());
         let changed = !read_only && before != after;
         if changed {
-            state.record_change("run", &format!("`{command_line}`"));
+            state.record_change("run", Resource::command(&command_line));
         }
         result.insert("changed".into(), changed.into());
         result.insert("ok".into(), true.into());

@@ -3,6 +3,7 @@
 //! KUBECONFIG (or in-cluster config), with the context `--kube-context` (or
 //! `BPRUN_KUBE_CONTEXT`) names, else the current one.
 
+use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use std::sync::Arc;
@@ -190,7 +191,7 @@ pub mod kube_functions {
                     } else {
                         "configure"
                     },
-                    &display(&outcome.kind, &outcome.namespace, &outcome.name),
+                    Resource::object(&outcome.kind, &outcome.namespace, &outcome.name),
                 );
                 if session.state.diff() {
                     let namespace = if outcome.namespace.is_empty() {
@@ -320,7 +321,7 @@ pub mod kube_functions {
         if deleted {
             session
                 .state
-                .record_change("delete", &display(kind, ns, name));
+                .record_change("delete", Resource::object(kind, ns, name));
         }
         let mut result = rhai::Map::new();
         result.insert("changed".into(), deleted.into());
@@ -369,7 +370,7 @@ pub mod kube_functions {
         if changed {
             session
                 .state
-                .record_change("patch", &display(kind, ns, name));
+                .record_change("patch", Resource::object(kind, ns, name));
         }
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
@@ -481,7 +482,7 @@ pub mod kube_functions {
             .map_err(native_error)?;
         session
             .state
-            .record_change("restart", &display(kind, ns, name));
+            .record_change("restart", Resource::object(kind, ns, name));
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
         Ok(result)
@@ -679,9 +680,13 @@ pub mod kube_functions {
         if !read_only {
             session.state.record_change(
                 "exec",
-                &format!(
-                    "{} in {ns}/{pod_or_selector}",
-                    argv.first().map(String::as_str).unwrap_or("")
+                Resource::new(
+                    "command",
+                    argv.join(" "),
+                    format!(
+                        "{} in {ns}/{pod_or_selector}",
+                        argv.first().map(String::as_str).unwrap_or("")
+                    ),
                 ),
             );
         }
@@ -776,7 +781,7 @@ fn secret_write(
     if changed {
         session
             .state
-            .record_change("write", &display("Secret", ns, name));
+            .record_change("write", Resource::object("Secret", ns, name));
         if session.state.diff() {
             session.state.record_diff(&object_diff(
                 &format!("Secret/{ns}/{name}"),

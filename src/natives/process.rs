@@ -1,6 +1,7 @@
 //! Running programs: `{ok, code, stdout, stderr}` instead of throwing.
 
 use crate::natives::options::RhaiResultOf;
+use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 use std::time::Duration;
@@ -144,7 +145,7 @@ pub mod process_functions {
             .log(Level::Debug, &format!("run: {command_line}"));
         let output = run(&spec, state.cancel_flag()).map_err(native_error)?;
         if !read_only {
-            state.record_change("run", &format!("`{command_line}`"));
+            state.record_change("run", Resource::command(&command_line));
         }
         if check_exit && output.code != 0 {
             let tail: Vec<&str> = output

@@ -1,5 +1,6 @@
 //! TLS natives: the platform's self-signed CA and wildcard certificate, minted only when needed.
 
+use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 
@@ -57,9 +58,14 @@ pub mod tls_functions {
         let outcome =
             tls::ensure_ca(&files, dir, &cn, days, session.state.check()).map_err(native_error)?;
         if let Some(reason) = &outcome.reason {
-            session
-                .state
-                .record_change("mint", &format!("CA {dir}/ca.pem ({reason})"));
+            session.state.record_change(
+                "mint",
+                Resource::new(
+                    "CA",
+                    format!("{dir}/ca.pem"),
+                    format!("CA {dir}/ca.pem ({reason})"),
+                ),
+            );
         }
         Ok(result(outcome))
     }
@@ -113,9 +119,13 @@ pub mod tls_functions {
             // Check mode before the CA exists (tls_ensure_ca only planned it): so is this.
             session.state.record_change(
                 "mint",
-                &format!(
-                    "certificate {dir}/cert.pem for {} (its CA {ca_file} is not minted yet)",
-                    names.join(", ")
+                Resource::new(
+                    "certificate",
+                    format!("{dir}/cert.pem"),
+                    format!(
+                        "certificate {dir}/cert.pem for {} (its CA {ca_file} is not minted yet)",
+                        names.join(", ")
+                    ),
                 ),
             );
             let mut result = rhai::Map::new();
@@ -128,9 +138,13 @@ pub mod tls_functions {
         if let Some(reason) = &outcome.reason {
             session.state.record_change(
                 "mint",
-                &format!(
-                    "certificate {dir}/cert.pem for {} ({reason})",
-                    names.join(", ")
+                Resource::new(
+                    "certificate",
+                    format!("{dir}/cert.pem"),
+                    format!(
+                        "certificate {dir}/cert.pem for {} ({reason})",
+                        names.join(", ")
+                    ),
                 ),
             );
         }

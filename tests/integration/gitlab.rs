@@ -677,7 +677,8 @@ fn git_push_and_clone_round_trip_over_smart_http() {
         .iter()
         .filter(|p| p["source"] == "push")
         .collect();
-    assert_eq!(pushed.len(), 2, "{pipelines}");
+    // Three: main's first push, the files API's README commit (a commit like any), broken.
+    assert_eq!(pushed.len(), 3, "{pipelines}");
     let broken = pushed
         .iter()
         .find(|p| p["ref"] == "broken")
@@ -870,11 +871,21 @@ fn pipeline_lists_filter_by_ref() {
             201
         );
     }
+    // Each branch has its API pipeline and the push pipeline of its files API commit.
     let main = sim
         .api("GET", "projects/g%2Fp/pipelines?ref=main", None)
         .json();
-    assert_eq!(main.as_array().map(Vec::len), Some(1));
-    assert_eq!(main[0]["ref"], "main");
+    assert_eq!(main.as_array().map(Vec::len), Some(2), "{main}");
+    assert!(
+        main.as_array()
+            .into_iter()
+            .flatten()
+            .all(|p| p["ref"] == "main")
+    );
+    let api = sim
+        .api("GET", "projects/g%2Fp/pipelines?ref=main&source=api", None)
+        .json();
+    assert_eq!(api.as_array().map(Vec::len), Some(1), "{api}");
 }
 
 #[test]

@@ -89,8 +89,27 @@ step("Green", || {
     );
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.code(0);
-    // The files API commits start no pipeline (only pushes and API calls do).
-    assert_eq!(pipelines(&sim).len(), 1);
+    // The files API commits are commits: each starts a push pipeline unless its rules leave
+    // no job. The first (main only runs on other branches) and the last (api only) start none;
+    // the workflow one runs, the one without script fails; then the API's.
+    let sources: Vec<(String, String)> = pipelines(&sim)
+        .iter()
+        .rev()
+        .map(|p| {
+            (
+                p["source"].as_str().unwrap_or("").to_string(),
+                p["status"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    let sources: Vec<(&str, &str)> = sources
+        .iter()
+        .map(|(a, b)| (a.as_str(), b.as_str()))
+        .collect();
+    assert_eq!(sources[0].0, "push");
+    assert_eq!(sources[1], ("push", "failed"));
+    assert_eq!(sources[2], ("api", "success"));
+    assert_eq!(sources.len(), 3);
 
     // Pushes: `changes:` compares with the branch's previous head; a push whose jobs are all
     // filtered out creates no pipeline; an invalid configuration gives a failed one.
@@ -111,7 +130,7 @@ step("Green", || {
     git(&tree, home, &["commit", "--quiet", "-m", "src"]);
     git(&tree, home, &["push", "--quiet", "origin", "main"]);
     let after_src = pipelines(&sim);
-    assert_eq!(after_src.len(), 2, "{after_src:?}");
+    assert_eq!(after_src.len(), 4, "{after_src:?}");
     assert_eq!(after_src[0]["source"], "push");
 
     std::fs::write(tree.join("README.md"), "docs\n").expect("write");
@@ -120,7 +139,7 @@ step("Green", || {
     git(&tree, home, &["push", "--quiet", "origin", "main"]);
     assert_eq!(
         pipelines(&sim).len(),
-        2,
+        4,
         "a push changing no file under src/ starts no pipeline"
     );
 
@@ -128,7 +147,7 @@ step("Green", || {
     git(&tree, home, &["commit", "--quiet", "-am", "broken"]);
     git(&tree, home, &["push", "--quiet", "origin", "main"]);
     let broken = pipelines(&sim);
-    assert_eq!(broken.len(), 3);
+    assert_eq!(broken.len(), 5);
     let detail = sim.api_json(&format!("projects/g%2Fp/pipelines/{}", broken[0]["id"]));
     assert_eq!(detail["status"], "failed");
     assert_eq!(

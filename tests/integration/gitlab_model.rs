@@ -1,7 +1,7 @@
 //! The GitLab simulator's model and validation, as GitLab answers: path rules and reserved
 //! names, subgroups, visibility bounds, token scopes and revocation, `?private_token=`, list
 //! links, `search`/`simple`, the files API's `start_branch` and `HEAD`, protected branches,
-//! `pipelines/latest`, and the multiple-scope variable conflict.
+//! `pipelines/latest`, the multiple-scope variable conflict, and the commits API.
 
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
 use crate::support::{Test, repo};
@@ -337,11 +337,35 @@ fn files_branches_pipelines_latest_and_variable_scopes() {
         204
     );
 
-    // pipelines/latest: 403 while the head commit has no pipeline, then that pipeline.
+    // pipelines/latest: 403 while the head commit has no pipeline. A commit through the files
+    // API starts a push pipeline, as any commit does, and that is the latest one.
+    post(&sim, "projects", r#"{"name":"q","namespace_id":"g"}"#);
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fq/repository/files/README.md",
+        r#"{"branch":"main","content":"no CI yet\n","commit_message":"readme"}"#,
+    );
+    assert_eq!(status, 201);
     assert_eq!(
-        sim.api("GET", "projects/g%2Fp/pipelines/latest", None)
+        sim.api("GET", "projects/g%2Fq/pipelines/latest", None)
             .status,
         403
+    );
+    assert_eq!(
+        sim.api_json("projects/g%2Fq/pipelines"),
+        serde_json::json!([])
+    );
+    let (status, _) = post(
+        &sim,
+        "projects/g%2Fq/repository/files/.gitlab-ci.yml",
+        r#"{"branch":"main","content":"build:\n  script: [make]\n","commit_message":"ci"}"#,
+    );
+    assert_eq!(status, 201);
+    let pushed = sim.api_json("projects/g%2Fq/pipelines?source=push");
+    assert_eq!(pushed.as_array().map(Vec::len), Some(1), "{pushed}");
+    assert_eq!(
+        sim.api_json("projects/g%2Fq/pipelines/latest?ref=main")["id"],
+        pushed[0]["id"]
     );
     let (status, pipeline) = post(&sim, "projects/g%2Fp/pipeline", r#"{"ref":"main"}"#);
     assert_eq!(status, 201);
@@ -434,4 +458,564 @@ fn lists_honour_order_by_and_sort_and_refuse_unknown_values() {
     let bad = sim.api("GET", "groups/g/projects?sort=up", None);
     assert_eq!(bad.status, 400);
     assert_eq!(bad.json()["error"], "sort does not have a valid value");
+}
+
+#[test]
+fn the_commits_api_commits_actions_lists_and_reads_as_gitlab_does() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"g"}"#);
+    let commits = "projects/g%2Fp/repository/commits";
+    // Grape's parameter errors come first, all of them in one answer.
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","actions":[{"action":"rename","file_path":"a"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        "commit_message is missing, actions[0][action] does not have a valid value"
+    );
+
+    // The first commit of an empty repository: several files at once, and it becomes the
+    // default branch with a push pipeline for its CI configuration.
+    let (status, first) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"Initial files\n\nTwo of them.","author_name":"Ops","author_email":"ops@example.com",
+            "actions":[{"action":"create","file_path":"README.md","content":"hello\n"},
+                       {"action":"create","file_path":".gitlab-ci.yml","content":"build:\n  script: [make]\n"},
+                       {"action":"create","file_path":"bin/run","content":"IyEvYmluL3NoCg==","encoding":"base64","execute_filemode":true}]}"#,
+    );
+    assert_eq!(status, 201, "{first}");
+    assert_eq!(first["title"], "Initial files");
+    assert_eq!(first["author_name"], "Ops");
+    assert_eq!(first["parent_ids"], serde_json::json!([]));
+    assert_eq!(first["stats"]["additions"], 4);
+    assert_eq!(sim.api_json("projects/g%2Fp")["default_branch"], "main");
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/bin%2Frun/raw?ref=main",
+            None
+        )
+        .body,
+        "#!/bin/sh\n"
+    );
+    let pushed = sim.api_json("projects/g%2Fp/pipelines?source=push");
+    assert_eq!(pushed[0]["sha"], first["id"], "{pushed}");
+
+    // Actions see the tree as the earlier ones left it; one failing action commits nothing.
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"x","actions":[{"action":"delete","file_path":"README.md"},
+                                                              {"action":"update","file_path":"README.md","content":"y"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "A file with this name doesn't exist");
+    let (status, body) = post(
+        &sim,
+        commits,
+        r#"{"branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"README.md","content":"y"}]}"#,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "A file with this name already exists");
+    let (status, second) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"main","commit_message":"Move the readme","actions":[
+                {{"action":"move","previous_path":"README.md","file_path":"docs/README.md","last_commit_id":"{}"}},
+                {{"action":"update","file_path":".gitlab-ci.yml","content":"build:\n  script: [make all]\n"}}]}}"#,
+            first["id"].as_str().expect("id")
+        ),
+    );
+    assert_eq!(status, 201, "{second}");
+    assert_eq!(second["parent_ids"][0], first["id"]);
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/README.md?ref=main",
+            None
+        )
+        .status,
+        404
+    );
+    assert_eq!(
+        sim.api(
+            "GET",
+            "projects/g%2Fp/repository/files/docs%2FREADME.md/raw?ref=main",
+            None
+        )
+        .body,
+        "hello\n"
+    );
+    // A stale last_commit_id is refused: the file changed since.
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"main","commit_message":"x","actions":[{{"action":"update","file_path":".gitlab-ci.yml","content":"z","last_commit_id":"{}"}}]}}"#,
+            first["id"].as_str().expect("id")
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "You are attempting to update a file that has changed since you started editing it."
+    );
+
+    // Branches: a new one needs a start; an existing one is not overwritten without force.
+    let one = r#"[{"action":"create","file_path":"f.txt","content":"f"}]"#;
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(r#"{{"branch":"feature","commit_message":"f","actions":{one}}}"#),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "You can only create or edit files when you are on a branch"
+    );
+    let (status, feature) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","commit_message":"f","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 201, "{feature}");
+    assert_eq!(feature["parent_ids"][0], second["id"]);
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","commit_message":"f","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["message"],
+        "A branch called 'feature' already exists. Switch to that branch in order to make changes"
+    );
+    let (status, forced) = post(
+        &sim,
+        commits,
+        &format!(
+            r#"{{"branch":"feature","start_branch":"main","force":true,"commit_message":"again","actions":{one}}}"#
+        ),
+    );
+    assert_eq!(status, 201, "{forced}");
+    assert_eq!(forced["parent_ids"][0], second["id"]);
+    let (status, body) = post(
+        &sim,
+        commits,
+        &format!(r#"{{"branch":"x","start_sha":"zz","commit_message":"f","actions":{one}}}"#),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(body["message"], "Invalid start_sha 'zz'");
+
+    // Lists: newest first, paginated with the query kept, `path` and `ref_name` filters; an
+    // unknown ref lists nothing.
+    let listed = sim.api_json(commits);
+    let ids: Vec<&str> = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .filter_map(|c| c["id"].as_str())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            second["id"].as_str().expect("id"),
+            first["id"].as_str().expect("id")
+        ]
+    );
+    let page = sim.api(
+        "GET",
+        &format!("{commits}?ref_name=feature&per_page=1"),
+        None,
+    );
+    assert_eq!(page.header("x-total"), Some("3"));
+    assert!(
+        page.header("link")
+            .is_some_and(|link| link.contains("ref_name=feature")),
+        "{:?}",
+        page.header("link")
+    );
+    assert_eq!(page.json()[0]["id"], forced["id"]);
+    assert_eq!(
+        sim.api_json(&format!("{commits}?path=docs%2FREADME.md"))
+            .as_array()
+            .map(Vec::len),
+        Some(1)
+    );
+    assert_eq!(
+        sim.api_json(&format!("{commits}?ref_name=nothing")),
+        serde_json::json!([])
+    );
+
+    // One commit, by sha, short sha or branch.
+    let short = &second["id"].as_str().expect("id")[..8];
+    assert_eq!(
+        sim.api_json(&format!("{commits}/{short}"))["id"],
+        second["id"]
+    );
+    assert_eq!(
+        sim.api_json(&format!("{commits}/feature"))["id"],
+        forced["id"]
+    );
+    let missing = sim.api("GET", &format!("{commits}/0123456789abcdef"), None);
+    assert_eq!(missing.status, 404);
+    assert_eq!(missing.json()["message"], "404 Commit Not Found");
+}
+
+#[test]
+fn tokens_expire_on_their_date_for_the_api_and_for_git() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let today = sim.raw("GET", "/-/sim/clock", None, None).json()["today"]
+        .as_str()
+        .expect("today")
+        .to_string();
+    let (status, body) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"x","scopes":["api"],"expires_at":"next week"}"#,
+    );
+    assert_eq!(
+        (status, body["error"].as_str()),
+        (400, Some("expires_at is invalid"))
+    );
+    // Without a date GitLab 16+ gives the longest lifetime: a year.
+    let (status, yearly) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        r#"{"name":"yearly","scopes":["api"]}"#,
+    );
+    assert_eq!(status, 201, "{yearly}");
+    let year: i32 = today[..4].parse().expect("year");
+    assert!(
+        yearly["expires_at"]
+            .as_str()
+            .is_some_and(|date| date.starts_with(&(year + 1).to_string())),
+        "{yearly} (today {today})"
+    );
+    sim.api("POST", "groups", Some(r#"{"name":"g","path":"g"}"#));
+    sim.api(
+        "POST",
+        "projects",
+        Some(r#"{"name":"p","namespace_id":"g"}"#),
+    );
+    // A token expiring tomorrow works today...
+    let tomorrow = sim
+        .raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": 1}"#))
+        .json()["today"]
+        .as_str()
+        .expect("today")
+        .to_string();
+    sim.raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": -1}"#));
+    let (status, short) = post(
+        &sim,
+        "users/1/personal_access_tokens",
+        &format!(r#"{{"name":"short","scopes":["api"],"expires_at":"{tomorrow}"}}"#),
+    );
+    assert_eq!(status, 201, "{short}");
+    let token = short["token"].as_str().expect("token").to_string();
+    let me = sim.raw(
+        "GET",
+        "/api/v4/personal_access_tokens/self",
+        Some(&token),
+        None,
+    );
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.json()["active"], true);
+    let remote = format!("{}/g/p.git", sim.gitlab_url())
+        .replace("http://", &format!("http://oauth2:{token}@"));
+    let ls_remote = || {
+        std::process::Command::new("git")
+            .args(["ls-remote", &remote])
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output()
+            .expect("git")
+    };
+    assert!(ls_remote().status.success());
+    // ... and is refused from its date on, by the API and by git; the list shows it inactive.
+    sim.raw("PUT", "/-/sim/clock", None, Some(r#"{"advance_days": 1}"#));
+    let refused = sim.raw("GET", "/api/v4/projects", Some(&token), None);
+    assert_eq!(refused.status, 401);
+    assert_eq!(refused.json()["error_description"], "Token has expired.");
+    let git = ls_remote();
+    assert!(!git.status.success());
+    assert!(
+        String::from_utf8_lossy(&git.stderr).contains("Authentication failed"),
+        "{}",
+        String::from_utf8_lossy(&git.stderr)
+    );
+    let listed = sim.api_json("personal_access_tokens?per_page=100");
+    let short = listed
+        .as_array()
+        .expect("list")
+        .iter()
+        .find(|t| t["name"] == "short")
+        .expect("listed");
+    assert_eq!(short["active"], false);
+}
+
+#[test]
+fn a_user_who_is_not_an_administrator_gets_gitlabs_refusals() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    // Users are the administrator's to create; GitLab's parameter and uniqueness errors.
+    let (status, body) = post(&sim, "users", r#"{"username":"dev"}"#);
+    assert_eq!(status, 400);
+    assert_eq!(
+        body["error"],
+        "email is missing, name is missing, password, reset_password, force_random_password are missing, at least one parameter must be provided"
+    );
+    let (status, dev) = post(
+        &sim,
+        "users",
+        r#"{"username":"dev","name":"Dev","email":"dev@example.com","password":"s3cret-pass"}"#,
+    );
+    assert_eq!(status, 201, "{dev}");
+    assert_eq!(dev["is_admin"], false);
+    let (status, body) = post(
+        &sim,
+        "users",
+        r#"{"username":"DEV","name":"x","email":"other@example.com","password":"s3cret-pass"}"#,
+    );
+    assert_eq!(
+        (status, body["message"].as_str()),
+        (409, Some("Username has already been taken"))
+    );
+    let dev_id = dev["id"].as_u64().expect("id");
+    let (status, minted) = post(
+        &sim,
+        &format!("users/{dev_id}/personal_access_tokens"),
+        r#"{"name":"dev","scopes":["api"]}"#,
+    );
+    assert_eq!(status, 201, "{minted}");
+    let token = minted["token"].as_str().expect("token").to_string();
+    let as_dev = |method: &str, path: &str, body: Option<&str>| {
+        sim.raw(method, &format!("/api/v4/{path}"), Some(&token), body)
+    };
+    assert_eq!(as_dev("GET", "user", None).json()["is_admin"], false);
+    assert_eq!(
+        as_dev("POST", "users", Some(r#"{"username":"x"}"#)).status,
+        403
+    );
+
+    // Top-level groups need can_create_group; the creator owns the group.
+    sim.api(
+        "PUT",
+        &format!("users/{dev_id}"),
+        Some(r#"{"can_create_group":false}"#),
+    );
+    let refused = as_dev("POST", "groups", Some(r#"{"name":"devs","path":"devs"}"#));
+    assert_eq!(
+        (refused.status, refused.json()["message"].clone()),
+        (403, "403 Forbidden".into())
+    );
+    sim.api(
+        "PUT",
+        &format!("users/{dev_id}"),
+        Some(r#"{"can_create_group":true}"#),
+    );
+    let own = as_dev("POST", "groups", Some(r#"{"name":"devs","path":"devs"}"#));
+    assert_eq!(own.status, 201, "{}", own.body);
+    assert_eq!(
+        as_dev("GET", "groups/devs/members", None).json()[0]["access_level"],
+        50
+    );
+    // A personal project lives in the user's namespace.
+    let mine = as_dev("POST", "projects", Some(r#"{"name":"mine"}"#));
+    assert_eq!(
+        mine.json()["path_with_namespace"],
+        "dev/mine",
+        "{}",
+        mine.body
+    );
+
+    // A private group of the administrator's: invisible, as if it did not exist.
+    post(
+        &sim,
+        "groups",
+        r#"{"name":"apps","path":"apps","visibility":"private"}"#,
+    );
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"apps"}"#);
+    post(
+        &sim,
+        "projects/apps%2Fp/repository/files/README.md",
+        r#"{"branch":"main","content":"hi\n","commit_message":"readme"}"#,
+    );
+    let hidden = as_dev("GET", "projects/apps%2Fp", None);
+    assert_eq!(
+        (hidden.status, hidden.json()["message"].clone()),
+        (404, "404 Project Not Found".into())
+    );
+    assert_eq!(as_dev("GET", "groups/apps", None).status, 404);
+    let listed = as_dev("GET", "projects", None).json();
+    assert_eq!(
+        listed.as_array().map(Vec::len),
+        Some(1),
+        "only dev/mine: {listed}"
+    );
+    let (status, body) = {
+        let reply = as_dev(
+            "POST",
+            "projects",
+            Some(r#"{"name":"q","namespace_id":"apps"}"#),
+        );
+        (reply.status, reply.json())
+    };
+    assert_eq!(status, 400);
+    assert_eq!(body["message"]["namespace"][0], "is not valid");
+    let work = tempfile::tempdir().expect("work");
+    let remote = format!("{}/apps/p.git", sim.gitlab_url())
+        .replace("http://", &format!("http://dev:{token}@"));
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .args(args)
+            .current_dir(work.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("HOME", work.path())
+            .env("GIT_AUTHOR_NAME", "Dev")
+            .env("GIT_AUTHOR_EMAIL", "dev@example.com")
+            .env("GIT_COMMITTER_NAME", "Dev")
+            .env("GIT_COMMITTER_EMAIL", "dev@example.com")
+            .output()
+            .expect("git")
+    };
+    let denied = git(&["clone", "--quiet", &remote, "p"]);
+    assert!(!denied.status.success());
+    assert!(
+        String::from_utf8_lossy(&denied.stderr).contains("could not be found"),
+        "{}",
+        String::from_utf8_lossy(&denied.stderr)
+    );
+
+    // A Developer of the group: reads, runs pipelines, pushes to unprotected branches only,
+    // and may not manage variables or make subgroups.
+    let (status, _) = post(
+        &sim,
+        "groups/apps/members",
+        &format!(r#"{{"user_id":{dev_id},"access_level":30}}"#),
+    );
+    assert_eq!(status, 201);
+    assert_eq!(as_dev("GET", "projects/apps%2Fp", None).status, 200);
+    assert_eq!(
+        as_dev("GET", "projects/apps%2Fp/variables", None).status,
+        403
+    );
+    let protected = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/files/x.txt",
+        Some(r#"{"branch":"main","content":"x","commit_message":"x"}"#),
+    );
+    assert_eq!(protected.status, 403);
+    assert_eq!(
+        protected.json()["message"],
+        "403 Forbidden - You are not allowed to push into this branch"
+    );
+    let protected = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/commits",
+        Some(
+            r#"{"branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"x.txt","content":"x"}]}"#,
+        ),
+    );
+    assert_eq!(protected.status, 400);
+    assert_eq!(
+        protected.json()["message"],
+        "You are not allowed to push into this branch"
+    );
+    let feature = as_dev(
+        "POST",
+        "projects/apps%2Fp/repository/commits",
+        Some(
+            r#"{"branch":"feature","start_branch":"main","commit_message":"x","actions":[{"action":"create","file_path":"x.txt","content":"x"}]}"#,
+        ),
+    );
+    assert_eq!(feature.status, 201, "{}", feature.body);
+    assert!(git(&["clone", "--quiet", &remote, "p"]).status.success());
+    let checkout = work.path().join("p");
+    let in_checkout = |args: &[&str]| {
+        let mut all = vec!["-C", checkout.to_str().expect("utf-8")];
+        all.extend_from_slice(args);
+        git(&all)
+    };
+    std::fs::write(checkout.join("y.txt"), "y\n").expect("write");
+    assert!(in_checkout(&["add", "y.txt"]).status.success());
+    assert!(
+        in_checkout(&["commit", "--quiet", "-m", "y"])
+            .status
+            .success()
+    );
+    let main_head =
+        || sim.api_json("projects/apps%2Fp/repository/branches/main")["commit"]["id"].clone();
+    let before = main_head();
+    let pushed = in_checkout(&["push", "origin", "HEAD:main"]);
+    let said = String::from_utf8_lossy(&pushed.stderr).to_string();
+    assert!(!pushed.status.success(), "{said}");
+    assert!(
+        said.contains("remote: GitLab: You are not allowed to push code to protected branches on this project.")
+            && said.contains("pre-receive hook declined"),
+        "{said}"
+    );
+    assert_eq!(main_head(), before, "the declined push moved nothing");
+    let pushed = in_checkout(&["push", "--quiet", "origin", "HEAD:topic"]);
+    assert!(
+        pushed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pushed.stderr)
+    );
+    let subgroup = format!(
+        r#"{{"name":"team","path":"team","parent_id":{}}}"#,
+        sim.api_json("groups/apps")["id"]
+    );
+    assert_eq!(as_dev("POST", "groups", Some(&subgroup)).status, 403);
+
+    // A Maintainer may.
+    let promoted = sim.api(
+        "PUT",
+        &format!("groups/apps/members/{dev_id}"),
+        Some(r#"{"access_level":40}"#),
+    );
+    assert_eq!(promoted.status, 200, "{}", promoted.body);
+    assert_eq!(as_dev("POST", "groups", Some(&subgroup)).status, 201);
+    let variable = as_dev(
+        "POST",
+        "projects/apps%2Fp/variables",
+        Some(r#"{"key":"K","value":"v"}"#),
+    );
+    assert_eq!(variable.status, 201, "{}", variable.body);
+    // Tokens: a user sees only their own.
+    let tokens = as_dev("GET", "personal_access_tokens", None).json();
+    assert_eq!(tokens.as_array().map(Vec::len), Some(1), "{tokens}");
+}
+
+#[test]
+fn python_gitlab_finds_gitlabs_behaviour() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let script = bprun_testkit::root().join("tests/scripts/python_gitlab_session.py");
+    let out = bprun_testkit::python_gitlab(
+        &script,
+        &[
+            ("GITLAB_URL", sim.gitlab_url()),
+            ("GITLAB_TOKEN", GITLAB_TOKEN),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Every check ran (a script that stopped early would print fewer).
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("ok ")).count(),
+        23,
+        "{stdout}"
+    );
 }

@@ -1524,3 +1524,110 @@ fn helm_4_refuses_a_chart_with_an_unknown_field_and_helm_3_installs_it_with_a_wa
     );
     assert!(!stored.contains("imagee"), "{stored}");
 }
+
+#[test]
+fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let pod = |name: &str, node: &str, script: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  restartPolicy: Never\n  nodeName: {node}\n\
+             \x20 containers:\n  - name: run\n    image: docker.io/library/busybox:1.37\n    command: [sh, -c, {script:?}]\n\
+             \x20   env: [{{name: GREETING, valueFrom: {{configMapKeyRef: {{name: settings, key: greeting}}}}}}]\n\
+             \x20   volumeMounts: [{{name: host, mountPath: /host}}, {{name: settings, mountPath: /settings, readOnly: true}}]\n\
+             \x20 volumes:\n  - {{name: host, hostPath: {{path: /etc, type: DirectoryOrCreate}}}}\n  - {{name: settings, configMap: {{name: settings}}}}\n"
+        )
+    };
+    let settings = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: settings, namespace: demo}\ndata: {greeting: hello, pin: '10.96.0.9 registry.example.net'}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], settings).code(0);
+    let finished = |name: &str| {
+        sim.kubectl(&[
+            "wait",
+            &format!("pod/{name}"),
+            "-n",
+            "demo",
+            "--timeout=30s",
+            "--for=jsonpath={.status.phase}=Succeeded",
+        ])
+    };
+    // The node's /etc/hosts is kind's; the script edits it as phase 2's registry pin does.
+    let edit = "set -e; echo \"$GREETING from $(hostname)\"; grep -v ' registry.example.net$' /host/hosts > /tmp/hosts || true; cat /settings/pin >> /tmp/hosts; echo >> /tmp/hosts; cat /tmp/hosts > /host/hosts";
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pod("pin", "sim-control-plane", edit),
+    )
+    .code(0);
+    finished("pin").code(0);
+    let logs = sim.kubectl(&["logs", "pin", "-n", "demo"]);
+    logs.code(0);
+    logs.stdout_contains("hello from pin");
+    // Another pod on the same node sees the edit; the file keeps kind's lines.
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pod("read", "sim-control-plane", "cat /host/hosts"),
+    )
+    .code(0);
+    finished("read").code(0);
+    let hosts = sim.kubectl(&["logs", "read", "-n", "demo"]);
+    hosts.stdout_contains("127.0.0.1\tlocalhost");
+    hosts.stdout_contains("10.96.0.9 registry.example.net");
+    // A broken script fails as on a node: the shell's words in the log, the exit code in the
+    // status, the pod Failed; a read-only volume refuses writes.
+    let broken = "set -e; cpy /settings/pin /host/pin";
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pod("broken", "sim-control-plane", broken),
+    )
+    .code(0);
+    sim.kubectl(&[
+        "wait",
+        "pod/broken",
+        "-n",
+        "demo",
+        "--timeout=30s",
+        "--for=jsonpath={.status.phase}=Failed",
+    ])
+    .code(0);
+    assert_eq!(
+        sim.jsonpath(
+            "pod/broken",
+            "demo",
+            "{.status.containerStatuses[0].state.terminated.exitCode}"
+        ),
+        "127"
+    );
+    sim.kubectl(&["logs", "broken", "-n", "demo"])
+        .stdout_contains("cpy: not found");
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pod("readonly", "sim-control-plane", "echo x > /settings/pin"),
+    )
+    .code(0);
+    sim.kubectl(&[
+        "wait",
+        "pod/readonly",
+        "-n",
+        "demo",
+        "--timeout=30s",
+        "--for=jsonpath={.status.phase}=Failed",
+    ])
+    .code(0);
+    sim.kubectl(&["logs", "readonly", "-n", "demo"])
+        .stdout_contains("Read-only file system");
+    // Another node has its own /etc/hosts, without the pin.
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: sim-worker}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], node).code(0);
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &pod("other", "sim-worker", "cat /host/hosts"),
+    )
+    .code(0);
+    finished("other").code(0);
+    let other = sim.kubectl(&["logs", "other", "-n", "demo"]);
+    other.stdout_contains("172.18.0.2\tsim-worker");
+    assert!(
+        !other.stdout.contains("registry.example.net"),
+        "{}",
+        other.stdout
+    );
+}

@@ -219,6 +219,21 @@ fn rehearse_reordered(moves: &[(&str, &str)]) -> crate::support::Output {
 }
 
 #[test]
+fn a_broken_node_script_fails_its_step_with_the_shells_words() {
+    // The registry pin's script with a typo: its pods fail on the nodes, as on a real one.
+    let copy = edited_phase2(|source| {
+        source.replace(
+            "cat /tmp/hosts > /host/hosts`;",
+            "catt /tmp/hosts > /host/hosts`;",
+        )
+    });
+    let run = copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "60"]);
+    run.code(1);
+    run.stderr_contains("error: step \"Registry hosts pin\" failed");
+    run.stderr_contains("the registry-hosts pod's script failed (exit 127): sh: catt: not found");
+}
+
+#[test]
 fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
     // MinIO moved after GitLab: everything else GitLab reads exists.
     let run = rehearse_reordered(&[("MinIO", "Snapshot GitLab secrets")]);
@@ -319,6 +334,40 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
     first.code(0);
     let phase3 = copy.run(&["scripts/phase3.rhai"]);
     phase3.code(0);
+
+    // What the node pods did to a node, read as on a real cluster: by a pod on that node.
+    let probe = "apiVersion: v1\nkind: Pod\nmetadata: {name: node-look, namespace: default}\nspec:\n  restartPolicy: Never\n  nodeName: sim-worker3\n\
+                 \x20 containers:\n  - {name: look, image: docker.io/library/busybox:1.37, command: [sh, -c, 'cat /host/hosts /host/containerd/certs.d/registry.local.example.net/hosts.toml'],\n\
+                 \x20    volumeMounts: [{name: host, mountPath: /host}]}\n  volumes: [{name: host, hostPath: {path: /etc}}]\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], probe).code(0);
+    sim.kubectl(&[
+        "wait",
+        "pod/node-look",
+        "--timeout=30s",
+        "--for=jsonpath={.status.phase}=Succeeded",
+    ])
+    .code(0);
+    let node_files = kubectl(&sim, &["logs", "node-look"]);
+    let gateway = kubectl(
+        &sim,
+        &[
+            "-n",
+            "gitlab",
+            "get",
+            "service",
+            "gitlab-gateway",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ],
+    );
+    assert!(
+        node_files.contains(&format!("{gateway} registry.local.example.net\n"))
+            && node_files.contains("127.0.0.1\tlocalhost")
+            && node_files.contains(
+                "[host.\"https://registry.local.example.net\"]\n  ca = \"/etc/containerd/certs.d/registry.local.example.net/ca.pem\""
+            ),
+        "{node_files}"
+    );
 
     // The seed's smoke table, every row that can be checked here.
     assert_eq!(

@@ -590,6 +590,24 @@ fn a_stale_pat_is_replaced_and_stray_pats_are_revoked() {
     let second = stored_token_id(&sim).expect("the new stored PAT works");
     assert_ne!(second, first);
     assert_eq!(live_phase3_tokens(&sim), vec![second]);
+    // The toolbox mints it for 365 days (`expires_at: 365.days.from_now`); a year on, GitLab
+    // refuses it as expired and the next run mints a new one.
+    let clock = sim.raw(
+        "PUT",
+        "/-/sim/clock",
+        None,
+        Some(r#"{"advance_days": 365}"#),
+    );
+    assert_eq!(clock.status, 200, "{}", clock.body);
+    assert_eq!(stored_token_id(&sim), None, "the stored PAT has expired");
+    let renewed = copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"]);
+    renewed.success();
+    renewed.stdout_contains(
+        "the admin PAT in OpenBao is no longer accepted by GitLab; minting a new one",
+    );
+    let third = stored_token_id(&sim).expect("the new stored PAT works");
+    assert_ne!(third, second);
+    assert_eq!(live_phase3_tokens(&sim), vec![third]);
 }
 
 #[test]

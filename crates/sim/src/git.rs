@@ -12,6 +12,65 @@ pub struct Repos {
     root: PathBuf,
 }
 
+/// One change to a tree, as the commits API's actions come down to.
+#[derive(Debug, Clone)]
+pub enum TreeChange {
+    Write {
+        path: String,
+        content: Vec<u8>,
+        executable: bool,
+    },
+    Remove {
+        path: String,
+    },
+}
+
+/// What `git log` says of a commit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CommitInfo {
+    pub id: String,
+    pub parent_ids: Vec<String>,
+    pub author_name: String,
+    pub author_email: String,
+    pub authored_date: String,
+    pub committer_name: String,
+    pub committer_email: String,
+    pub committed_date: String,
+    pub message: String,
+}
+
+/// Fields separated by US (0x1f), records ended by RS (0x1e): neither appears in a message.
+const LOG_FORMAT: &str = "--format=%H%x1f%P%x1f%an%x1f%ae%x1f%aI%x1f%cn%x1f%ce%x1f%cI%x1f%B%x1e";
+
+impl CommitInfo {
+    fn parse(record: &str) -> Option<CommitInfo> {
+        let record = record.trim_start_matches('\n');
+        if record.is_empty() {
+            return None;
+        }
+        let fields: Vec<&str> = record.splitn(9, '\u{1f}').collect();
+        let [id, parents, an, ae, ad, cn, ce, cd, message] = fields.as_slice() else {
+            return None;
+        };
+        Some(CommitInfo {
+            id: id.to_string(),
+            parent_ids: parents.split_whitespace().map(str::to_string).collect(),
+            author_name: an.to_string(),
+            author_email: ae.to_string(),
+            authored_date: ad.to_string(),
+            committer_name: cn.to_string(),
+            committer_email: ce.to_string(),
+            committed_date: cd.to_string(),
+            message: message.to_string(),
+        })
+    }
+
+    /// The first line of the message, as GitLab's `title`.
+    pub fn title(&self) -> &str {
+        self.message.lines().next().unwrap_or("")
+    }
+}
+
 /// `git` found on PATH once, as an absolute path: a command whose PATH is replaced (as the CGI
 /// environment of `http-backend` is) and whose program is looked up by name cannot be started
 /// with `posix_spawn`, and forking this large, many-threaded process for every smart-HTTP
@@ -47,6 +106,32 @@ fn run(mut command: Command, what: &str) -> Result<String, String> {
     let output = command
         .output()
         .map_err(|error| format!("{what}: cannot run git: {error}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "{what}: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+/// Runs a git command with `input` on its standard input; its standard output, trimmed.
+fn run_with_input(command: &mut Command, input: &[u8], what: &str) -> Result<String, String> {
+    command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .map_err(|error| format!("{what}: cannot run git: {error}"))?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin
+            .write_all(input)
+            .map_err(|error| format!("{what}: {error}"))?;
+    }
+    let output = child
+        .wait_with_output()
+        .map_err(|error| format!("{what}: {error}"))?;
     if !output.status.success() {
         return Err(format!(
             "{what}: {}",
@@ -172,61 +257,201 @@ impl Repos {
         content: &str,
         message: &str,
     ) -> Result<String, String> {
-        let repo = self.path(full_path);
         let parent = self.head(full_path, branch);
-        let index = repo.join(format!("bprun-index-{}", std::process::id()));
+        let executable = parent
+            .as_deref()
+            .and_then(|parent| self.file_entry(full_path, parent, file))
+            .is_some_and(|(executable, _)| executable);
+        let change = TreeChange::Write {
+            path: file.to_string(),
+            content: content.as_bytes().to_vec(),
+            executable,
+        };
+        let parent = parent.as_deref();
+        self.commit_changes(full_path, branch, parent, parent, &[change], message, None)
+    }
+
+    /// Applies `changes` on top of `parent` (none: an empty repository) in one commit and moves
+    /// `branch` there, compare-and-swap against `old_head` (none: the branch must not exist).
+    /// Returns the new commit. The changes were checked by the caller against the parent's
+    /// tree; a git failure is an `Err`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_changes(
+        &self,
+        full_path: &str,
+        branch: &str,
+        old_head: Option<&str>,
+        parent: Option<&str>,
+        changes: &[TreeChange],
+        message: &str,
+        author: Option<(&str, &str)>,
+    ) -> Result<String, String> {
+        let repo = self.path(full_path);
+        // One index per commit: two API commits may run at once.
+        static NEXT_INDEX: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let index = repo.join(format!(
+            "bprun-index-{}-{}",
+            std::process::id(),
+            NEXT_INDEX.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        ));
         let with_index = |args: &[&str]| {
             let mut command = git(&repo);
             command.env("GIT_INDEX_FILE", &index).args(args);
             command
         };
         let result = (|| {
-            if let Some(parent) = &parent {
+            if let Some(parent) = parent {
                 run(with_index(&["read-tree", parent]), "git read-tree")?;
             }
-            let mut hash = git(&repo);
-            hash.args(["hash-object", "-w", "--stdin"])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped());
-            let mut child = hash
-                .spawn()
-                .map_err(|error| format!("git hash-object: {error}"))?;
-            if let Some(mut stdin) = child.stdin.take() {
-                stdin
-                    .write_all(content.as_bytes())
-                    .map_err(|error| format!("git hash-object: {error}"))?;
+            // One `--index-info` call for every change: a mode of 0 removes a path (a bare
+            // repository has no work tree, which `--force-remove` would want).
+            let mut index_info = String::new();
+            for change in changes {
+                match change {
+                    TreeChange::Write {
+                        path,
+                        content,
+                        executable,
+                    } => {
+                        let blob = run_with_input(
+                            git(&repo).args(["hash-object", "-w", "--stdin"]),
+                            content,
+                            "git hash-object",
+                        )?;
+                        let mode = if *executable { "100755" } else { "100644" };
+                        index_info.push_str(&format!("{mode} {blob}\t{path}\n"));
+                    }
+                    TreeChange::Remove { path } => {
+                        index_info.push_str(&format!("0 {}\t{path}\n", "0".repeat(40)));
+                    }
+                }
             }
-            let output = child
-                .wait_with_output()
-                .map_err(|error| format!("git hash-object: {error}"))?;
-            let blob = String::from_utf8_lossy(&output.stdout).trim().to_string();
-            run(
-                with_index(&[
-                    "update-index",
-                    "--add",
-                    "--cacheinfo",
-                    &format!("100644,{blob},{file}"),
-                ]),
+            run_with_input(
+                &mut with_index(&["update-index", "--index-info"]),
+                index_info.as_bytes(),
                 "git update-index",
             )?;
             let tree = run(with_index(&["write-tree"]), "git write-tree")?;
             let mut commit = git(&repo);
             commit.args(["commit-tree", &tree, "-m", message]);
-            if let Some(parent) = &parent {
+            if let Some((name, email)) = author {
+                commit
+                    .env("GIT_AUTHOR_NAME", name)
+                    .env("GIT_AUTHOR_EMAIL", email);
+            }
+            if let Some(parent) = parent {
                 commit.args(["-p", parent]);
             }
             let commit = run(commit, "git commit-tree")?;
             let mut update = git(&repo);
             update.args(["update-ref", &format!("refs/heads/{branch}"), &commit]);
-            if let Some(parent) = &parent {
-                update.arg(parent);
-            }
+            // Refuses when the branch moved since it was read (a push in between).
+            update.arg(old_head.unwrap_or("0000000000000000000000000000000000000000"));
             run(update, "git update-ref")?;
             Ok(commit)
         })();
         let _ = std::fs::remove_file(&index);
         result
+    }
+
+    /// A file's mode and content at a commit (`None`: no such file).
+    pub fn file_entry(&self, full_path: &str, commit: &str, file: &str) -> Option<(bool, Vec<u8>)> {
+        let listing = self.lines(full_path, &["ls-tree", commit, "--", file]);
+        let line = listing.first()?;
+        let (meta, _) = line.split_once('\t')?;
+        let mut parts = meta.split_whitespace();
+        let mode = parts.next()?;
+        if parts.next()? != "blob" {
+            return None;
+        }
+        let mut command = git(&self.path(full_path));
+        command.args(["cat-file", "blob", &format!("{commit}:{file}")]);
+        let output = command.output().ok()?;
+        output
+            .status
+            .success()
+            .then(|| (mode == "100755", output.stdout))
+    }
+
+    /// Whether `path` is a directory in the tree of `commit`.
+    pub fn is_directory(&self, full_path: &str, commit: &str, path: &str) -> bool {
+        self.lines(full_path, &["ls-tree", commit, "--", path])
+            .first()
+            .is_some_and(|line| line.split_whitespace().nth(1) == Some("tree"))
+    }
+
+    /// The commit a revision (sha, abbreviated sha, branch) names.
+    pub fn resolve(&self, full_path: &str, revision: &str) -> Option<String> {
+        if revision.starts_with('-') {
+            return None;
+        }
+        let mut command = git(&self.path(full_path));
+        command.args([
+            "rev-parse",
+            "--verify",
+            "--quiet",
+            "--end-of-options",
+            &format!("{revision}^{{commit}}"),
+        ]);
+        run(command, "git rev-parse").ok().filter(|s| !s.is_empty())
+    }
+
+    /// Commits reachable from `revisions` (`--all` for every branch), newest first as `git log`
+    /// lists them, optionally only those touching `path` or within `since`/`until`.
+    pub fn log(
+        &self,
+        full_path: &str,
+        revisions: &[&str],
+        path: Option<&str>,
+        since: Option<&str>,
+        until: Option<&str>,
+    ) -> Vec<CommitInfo> {
+        let since = since.map(|date| format!("--since={date}"));
+        let until = until.map(|date| format!("--until={date}"));
+        let mut args = vec!["log", LOG_FORMAT];
+        args.extend(since.as_deref());
+        args.extend(until.as_deref());
+        args.extend(revisions);
+        args.push("--");
+        args.extend(path);
+        self.commits(full_path, &args)
+    }
+
+    /// One commit's details and its line statistics against its first parent.
+    pub fn commit_info(&self, full_path: &str, commit: &str) -> Option<(CommitInfo, (u64, u64))> {
+        let info = self
+            .commits(full_path, &["log", LOG_FORMAT, "--max-count=1", commit])
+            .into_iter()
+            .next()?;
+        let mut additions = 0;
+        let mut deletions = 0;
+        for line in self.lines(full_path, &["show", "--numstat", "--format=", commit]) {
+            let mut parts = line.split_whitespace();
+            additions += parts
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+            deletions += parts
+                .next()
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+        Some((info, (additions, deletions)))
+    }
+
+    fn commits(&self, full_path: &str, args: &[&str]) -> Vec<CommitInfo> {
+        let mut command = git(&self.path(full_path));
+        command.args(args);
+        let Ok(output) = command.output() else {
+            return Vec::new();
+        };
+        if !output.status.success() {
+            return Vec::new();
+        }
+        String::from_utf8_lossy(&output.stdout)
+            .split('\u{1e}')
+            .filter_map(CommitInfo::parse)
+            .collect()
     }
 
     /// Points HEAD at `branch` (the project's default branch).

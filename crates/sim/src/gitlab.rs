@@ -15,7 +15,12 @@ use bprun_clients::digest::sha256_hex;
 use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
 
 use super::ci;
+
+mod access;
+mod commits;
+
 use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
+use access::{DEVELOPER, OWNER};
 
 /// Simulator settings (`bprun sim gitlab` flags).
 #[derive(Debug, Clone)]
@@ -187,6 +192,20 @@ struct User {
     id: u64,
     username: String,
     name: String,
+    /// Users made before users had roles were the administrator.
+    #[serde(default = "yes")]
+    is_admin: bool,
+    /// GitLab's `can_create_group` (the instance default is true).
+    #[serde(default = "yes")]
+    can_create_group: bool,
+    #[serde(default)]
+    email: String,
+    #[serde(default)]
+    created_at: String,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// A personal access token's record (the token itself is never kept, only its digest).
@@ -255,6 +274,11 @@ struct State {
     protected: BTreeMap<u64, Vec<String>>,
     #[serde(default)]
     unprotected: BTreeMap<u64, Vec<String>>,
+    /// Direct members of groups and projects: user id -> access level (10 guest ... 50 owner).
+    #[serde(default)]
+    group_members: BTreeMap<u64, BTreeMap<u64, u8>>,
+    #[serde(default)]
+    project_members: BTreeMap<u64, BTreeMap<u64, u8>>,
 }
 
 impl State {
@@ -291,12 +315,43 @@ fn admin_scopes() -> Vec<String> {
     ADMIN_SCOPES.iter().map(|s| s.to_string()).collect()
 }
 
-fn token_json(meta: &TokenMeta) -> Value {
+fn token_json(meta: &TokenMeta, today: time::Date) -> Value {
     json!({
         "id": meta.id, "name": meta.name, "revoked": meta.revoked, "created_at": meta.created_at,
         "scopes": meta.scopes, "user_id": meta.user_id, "last_used_at": null,
-        "active": !meta.revoked, "expires_at": meta.expires_at,
+        "active": !meta.revoked && !meta.expired(today), "expires_at": meta.expires_at,
     })
+}
+
+/// A `YYYY-MM-DD` date, as Grape's `Date` parameters take it.
+fn parse_date(text: &str) -> Option<time::Date> {
+    let mut parts = text.splitn(3, '-');
+    let year = parts.next()?.parse().ok()?;
+    let month = time::Month::try_from(parts.next()?.parse::<u8>().ok()?).ok()?;
+    let day = parts.next()?.parse().ok()?;
+    time::Date::from_calendar_date(year, month, day).ok()
+}
+
+fn format_date(date: time::Date) -> String {
+    format!(
+        "{:04}-{:02}-{:02}",
+        date.year(),
+        u8::from(date.month()),
+        date.day()
+    )
+}
+
+/// GitLab 16+ gives a token without an expiry date the longest lifetime allowed: a year.
+const DEFAULT_TOKEN_LIFETIME_DAYS: i64 = 365;
+
+impl TokenMeta {
+    /// GitLab's `active` scope: a token is good through the day before its `expires_at`.
+    fn expired(&self, today: time::Date) -> bool {
+        self.expires_at
+            .as_deref()
+            .and_then(parse_date)
+            .is_some_and(|expires| expires <= today)
+    }
 }
 
 pub struct GitlabSim {
@@ -310,6 +365,9 @@ pub struct GitlabSim {
     state: Mutex<State>,
     faults: FaultState,
     accounting: Accounting,
+    /// Days the simulator's calendar is ahead of the machine's (`PUT /-/sim/clock`), so a test
+    /// can let tokens expire.
+    clock_days: std::sync::atomic::AtomicI64,
 }
 
 /// How the simulator keeps tokens: their sha256 digest.
@@ -422,10 +480,31 @@ fn string_field(body: &Value, key: &str) -> Option<String> {
     }
 }
 
+/// A Boolean parameter as Grape coerces it (dry-types' `Params::Bool`): `true`, `True`, `1`,
+/// `yes`, `on`, ... are true; `false`, `False`, `0`, `no`, `off`, ... false.
+fn grape_bool(text: &str) -> Option<bool> {
+    match text {
+        "1" | "on" | "On" | "ON" | "t" | "true" | "True" | "TRUE" | "T" | "y" | "yes" | "Yes"
+        | "YES" | "Y" => Some(true),
+        "0" | "off" | "Off" | "OFF" | "f" | "false" | "False" | "FALSE" | "F" | "n" | "no"
+        | "No" | "NO" | "N" => Some(false),
+        _ => None,
+    }
+}
+
+/// A Boolean query parameter (false when absent or not a Boolean).
+fn query_flag(request: &SimRequest, key: &str) -> bool {
+    request
+        .query
+        .get(key)
+        .and_then(|value| grape_bool(value))
+        .unwrap_or(false)
+}
+
 fn bool_field(body: &Value, key: &str) -> Option<bool> {
     match body.get(key) {
         Some(Value::Bool(flag)) => Some(*flag),
-        Some(Value::String(text)) => Some(text == "true"),
+        Some(Value::String(text)) => grape_bool(text),
         _ => None,
     }
 }
@@ -577,6 +656,10 @@ impl GitlabSim {
                 id,
                 username: "root".into(),
                 name: "Administrator".into(),
+                is_admin: true,
+                can_create_group: true,
+                email: "admin@example.com".into(),
+                created_at: timestamp(),
             });
         }
         let root = state.users[0].id;
@@ -607,6 +690,7 @@ impl GitlabSim {
             state: Mutex::new(state),
             faults,
             accounting: Accounting::default(),
+            clock_days: std::sync::atomic::AtomicI64::new(0),
         })
     }
 
@@ -614,9 +698,19 @@ impl GitlabSim {
         self.url.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// Today on the simulator's calendar (UTC, moved by `PUT /-/sim/clock`).
+    fn today(&self) -> time::Date {
+        let days = self.clock_days.load(std::sync::atomic::Ordering::Relaxed);
+        let today = time::OffsetDateTime::now_utc().date();
+        today
+            .checked_add(time::Duration::days(days))
+            .unwrap_or(today)
+    }
+
     /// Mints a personal access token named `name` for `root` (the toolbox's `gitlab-rails
-    /// runner` does this).
-    pub fn mint_token(&self, name: &str) -> String {
+    /// runner` does this), expiring `expires_in_days` from today when given
+    /// (`expires_at: 365.days.from_now`).
+    pub fn mint_token(&self, name: &str, expires_in_days: Option<i64>) -> String {
         let token = format!(
             "glpat-{}",
             (0..20)
@@ -625,7 +719,14 @@ impl GitlabSim {
         );
         let mut state = self.lock();
         let root = state.users[0].id;
-        state.add_token(token_digest(&token), root, name, admin_scopes());
+        let digest = token_digest(&token);
+        state.add_token(digest.clone(), root, name, admin_scopes());
+        let expires_at = expires_in_days
+            .and_then(|days| self.today().checked_add(time::Duration::days(days)))
+            .map(format_date);
+        if let Some(meta) = state.token_meta.get_mut(&digest) {
+            meta.expires_at = expires_at;
+        }
         drop(state);
         self.persist();
         token
@@ -682,14 +783,14 @@ impl GitlabSim {
         let namespace = state.groups.get(&project.namespace_id);
         let (namespace_path, namespace_name) = match namespace {
             Some(group) => Self::group_full(state, group.id),
-            None => ("root".to_string(), "Administrator".to_string()),
+            None => Self::personal_namespace(state, project),
         };
         let full = format!("{namespace_path}/{}", project.path);
         let base = self.base_url();
         let mut value = json!({
             "id": project.id, "name": project.name, "path": project.path, "description": project.description,
             "path_with_namespace": full, "name_with_namespace": format!("{namespace_name} / {}", project.name),
-            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()), "path": namespace.map(|g| g.path.clone()).unwrap_or_else(|| "root".into()), "kind": if namespace.is_some() { "group" } else { "user" }, "full_path": namespace_path, "parent_id": namespace.and_then(|g| g.parent_id)},
+            "namespace": {"id": project.namespace_id, "name": namespace.map(|g| g.name.clone()).unwrap_or_else(|| namespace_name.clone()), "path": namespace.map(|g| g.path.clone()).unwrap_or_else(|| namespace_path.clone()), "kind": if namespace.is_some() { "group" } else { "user" }, "full_path": namespace_path, "parent_id": namespace.and_then(|g| g.parent_id)},
             "default_branch": project.default_branch,
             "web_url": format!("{base}/{full}"), "http_url_to_repo": format!("{base}/{full}.git"),
             "ssh_url_to_repo": format!("git@127.0.0.1:{full}.git"), "created_at": project.created_at,
@@ -729,9 +830,21 @@ impl GitlabSim {
         let namespace = if state.groups.contains_key(&project.namespace_id) {
             Self::group_full(state, project.namespace_id).0
         } else {
-            "root".to_string()
+            Self::personal_namespace(state, project).0
         };
         format!("{namespace}/{}", project.path)
+    }
+
+    /// A personal project's namespace: its owner's username and name (the ids of users and
+    /// groups come from one sequence here, so a personal project's `namespace_id` is its
+    /// owner's id; older states used 0 for root's).
+    fn personal_namespace(state: &State, project: &Project) -> (String, String) {
+        state
+            .users
+            .iter()
+            .find(|user| user.id == project.namespace_id)
+            .map(|user| (user.username.clone(), user.name.clone()))
+            .unwrap_or_else(|| ("root".to_string(), "Administrator".to_string()))
     }
 
     fn paginate(&self, request: &SimRequest, mut items: Vec<Value>) -> SimResponse {
@@ -866,8 +979,22 @@ impl GitlabSim {
     }
 
     fn authenticate(&self, request: &SimRequest) -> Option<u64> {
-        let token = Self::request_token(request)?;
-        self.lock().tokens.get(&token_digest(token)).copied()
+        self.token_user(Self::request_token(request)?)
+    }
+
+    /// The user of a live token: known, not revoked, not expired.
+    fn token_user(&self, token: &str) -> Option<u64> {
+        let digest = token_digest(token);
+        let today = self.today();
+        let state = self.lock();
+        if state
+            .token_meta
+            .get(&digest)
+            .is_some_and(|meta| meta.expired(today))
+        {
+            return None;
+        }
+        state.tokens.get(&digest).copied()
     }
 
     /// GitLab's answers to a token that is not good for this request: revoked (401
@@ -875,12 +1002,19 @@ impl GitlabSim {
     /// reads `api` or `read_api`).
     fn refuse_token(&self, request: &SimRequest) -> Option<SimResponse> {
         let digest = token_digest(Self::request_token(request)?);
+        let today = self.today();
         let state = self.lock();
         let meta = state.token_meta.get(&digest)?;
         if meta.revoked {
             return Some(SimResponse::json(
                 401,
                 &json!({"error": "invalid_token", "error_description": "Token was revoked. You have to re-authorize from the user."}),
+            ));
+        }
+        if meta.expired(today) {
+            return Some(SimResponse::json(
+                401,
+                &json!({"error": "invalid_token", "error_description": "Token has expired."}),
             ));
         }
         let has = |scope: &str| meta.scopes.iter().any(|s| s == scope);
@@ -897,12 +1031,25 @@ impl GitlabSim {
     }
 
     /// `/personal_access_tokens/...` and `POST /users/:id/personal_access_tokens`.
-    fn personal_access_tokens(&self, request: &SimRequest, rest: &[&str]) -> SimResponse {
+    fn personal_access_tokens(
+        &self,
+        request: &SimRequest,
+        user: u64,
+        rest: &[&str],
+    ) -> SimResponse {
         let digest = Self::request_token(request).map(token_digest);
         let mut state = self.lock();
+        // Others than administrators see and revoke only their own tokens.
+        let admin = Self::is_admin(&state, user);
         match (request.method.as_str(), rest) {
             ("GET", []) => {
-                let items = state.token_meta.values().map(token_json).collect();
+                let today = self.today();
+                let items = state
+                    .token_meta
+                    .values()
+                    .filter(|meta| admin || meta.user_id == user)
+                    .map(|meta| token_json(meta, today))
+                    .collect();
                 drop(state);
                 self.paginate(request, items)
             }
@@ -914,6 +1061,7 @@ impl GitlabSim {
                     state
                         .token_meta
                         .iter()
+                        .filter(|(_, meta)| admin || meta.user_id == user)
                         .find(|(_, meta)| Some(meta.id) == id)
                         .map(|(digest, _)| digest.clone())
                 };
@@ -921,7 +1069,10 @@ impl GitlabSim {
                     return message(404, "404 Not Found");
                 };
                 match method {
-                    "GET" => SimResponse::json(200, &token_json(&state.token_meta[&target])),
+                    "GET" => SimResponse::json(
+                        200,
+                        &token_json(&state.token_meta[&target], self.today()),
+                    ),
                     "DELETE" => {
                         if let Some(meta) = state.token_meta.get_mut(&target) {
                             meta.revoked = true;
@@ -955,6 +1106,16 @@ impl GitlabSim {
         if scopes.is_empty() || scopes.iter().any(|s| !VALID_SCOPES.contains(&s.as_str())) {
             return param_error("scopes does not have a valid value");
         }
+        let expires_at = match string_field(&body, "expires_at") {
+            Some(text) => match parse_date(&text) {
+                Some(date) => date,
+                None => return param_error("expires_at is invalid"),
+            },
+            None => self
+                .today()
+                .checked_add(time::Duration::days(DEFAULT_TOKEN_LIFETIME_DAYS))
+                .unwrap_or_else(|| self.today()),
+        };
         let mut state = self.lock();
         let Some(user) = user
             .parse::<u64>()
@@ -972,9 +1133,9 @@ impl GitlabSim {
         let digest = token_digest(&token);
         state.add_token(digest.clone(), user, &name, scopes);
         if let Some(meta) = state.token_meta.get_mut(&digest) {
-            meta.expires_at = string_field(&body, "expires_at");
+            meta.expires_at = Some(format_date(expires_at));
         }
-        let mut answer = token_json(&state.token_meta[&digest]);
+        let mut answer = token_json(&state.token_meta[&digest], self.today());
         answer["token"] = json!(token);
         drop(state);
         self.persist();
@@ -1119,12 +1280,26 @@ impl GitlabSim {
                 if self.authenticate(request).is_none() {
                     return message(401, "401 Unauthorized");
                 }
-                let name = string_field(&request.json(), "name")
+                let body = request.json();
+                let name = string_field(&body, "name")
                     .unwrap_or_else(|| "minted by gitlab-rails runner".to_string());
+                let expires_in_days = body.get("expires_in_days").and_then(Value::as_i64);
                 return SimResponse::json(
                     201,
-                    &json!({"token": self.mint_token(&name), "username": "root"}),
+                    &json!({"token": self.mint_token(&name, expires_in_days), "username": "root"}),
                 );
+            }
+            // The simulator's calendar: tests move it forward to let tokens expire.
+            ("GET", "/-/sim/clock") => {
+                return SimResponse::json(200, &json!({"today": format_date(self.today())}));
+            }
+            ("PUT", "/-/sim/clock") => {
+                let Some(days) = request.json().get("advance_days").and_then(Value::as_i64) else {
+                    return param_error("advance_days is missing");
+                };
+                self.clock_days
+                    .fetch_add(days, std::sync::atomic::Ordering::Relaxed);
+                return SimResponse::json(200, &json!({"today": format_date(self.today())}));
             }
             // `Ci::Runner.create!` through the toolbox, for `bprun sim kube --gitlab-url`.
             ("POST", "/-/sim/runners") => {
@@ -1160,23 +1335,21 @@ impl GitlabSim {
             return message(401, "401 Unauthorized");
         };
         let segments: Vec<&str> = api.trim_start_matches('/').split('/').collect();
+        if let Some(refused) = self.authorize(&self.lock(), user, request, &segments) {
+            return refused;
+        }
         match (request.method.as_str(), segments.as_slice()) {
             ("GET", ["version"]) => {
                 SimResponse::json(200, &json!({"version": "17.9.0", "revision": "bprun-sim"}))
             }
-            ("GET", ["user"]) => {
-                let state = self.lock();
-                let Some(found) = state.users.iter().find(|u| u.id == user) else {
-                    return message(401, "401 Unauthorized");
-                };
-                SimResponse::json(
-                    200,
-                    &json!({"id": found.id, "username": found.username, "name": found.name, "state": "active", "is_admin": true}),
-                )
-            }
+            ("GET", ["user"]) => self.current_user(user),
+            (_, ["users"]) => self.users(request, user, &[]),
+            (_, ["users", id]) => self.users(request, user, &[id]),
+            (_, ["groups", id, "members", rest @ ..]) => self.members(request, true, id, rest),
+            (_, ["projects", id, "members", rest @ ..]) => self.members(request, false, id, rest),
             ("POST", ["user", "runners"]) => self.create_runner(request),
             (_, ["personal_access_tokens", rest @ ..]) => {
-                self.personal_access_tokens(request, rest)
+                self.personal_access_tokens(request, user, rest)
             }
             ("POST", ["users", id, "personal_access_tokens"]) => self.create_token(request, id),
             ("GET", ["runners", "all"]) => self.list_runners(request, |_| true),
@@ -1234,7 +1407,7 @@ impl GitlabSim {
                     _ => runner.project_id == Some(project.id),
                 })
             }
-            ("POST", ["groups"]) => self.create_group(request),
+            ("POST", ["groups"]) => self.create_group(request, user),
             ("GET", ["groups"]) => {
                 let state = self.lock();
                 let search = request
@@ -1245,6 +1418,7 @@ impl GitlabSim {
                 let items = state
                     .groups
                     .values()
+                    .filter(|g| Self::group_visible(&state, user, g.id))
                     .filter(|g| {
                         g.path.to_lowercase().contains(&search)
                             || g.name.to_lowercase().contains(&search)
@@ -1268,12 +1442,12 @@ impl GitlabSim {
             ("GET", ["groups", id, "projects"]) => {
                 let group = Self::find_group(&self.lock(), id);
                 match group {
-                    Some(group) => self.list_projects(request, Some(group)),
+                    Some(group) => self.list_projects(request, user, Some(group)),
                     None => not_found("Group"),
                 }
             }
             ("POST", ["projects"]) => self.create_project(request, user),
-            ("GET", ["projects"]) => self.list_projects(request, None),
+            ("GET", ["projects"]) => self.list_projects(request, user, None),
             ("GET", ["projects", id]) => {
                 let state = self.lock();
                 match Self::find_project(&state, id) {
@@ -1298,6 +1472,9 @@ impl GitlabSim {
                 message(202, "202 Accepted")
             }
             (_, ["projects", id, "variables", rest @ ..]) => self.variables(request, id, rest),
+            (_, ["projects", id, "repository", "commits", rest @ ..]) => {
+                self.commits(request, id, rest)
+            }
             (_, ["projects", id, "repository", "files", file, rest @ ..]) => {
                 self.files(request, id, file, rest)
             }
@@ -1504,7 +1681,7 @@ impl GitlabSim {
             .filter(|runner| {
                 query
                     .get("paused")
-                    .is_none_or(|paused| (paused == "true") == runner.paused)
+                    .is_none_or(|paused| grape_bool(paused) == Some(runner.paused))
             })
             .filter(|runner| tags.iter().all(|tag| runner.tag_list.contains(tag)))
             .map(|runner| self.runner_json(runner, false))
@@ -1876,18 +2053,19 @@ impl GitlabSim {
     }
 
     /// All projects, or those of one group, paginated.
-    fn list_projects(&self, request: &SimRequest, group: Option<u64>) -> SimResponse {
+    fn list_projects(&self, request: &SimRequest, user: u64, group: Option<u64>) -> SimResponse {
         let state = self.lock();
         let search = request
             .query
             .get("search")
             .map(|text| text.to_lowercase())
             .unwrap_or_default();
-        let simple = request.query.get("simple").map(String::as_str) == Some("true");
+        let simple = query_flag(request, "simple");
         let items = state
             .projects
             .values()
             .filter(|p| group.is_none_or(|group| p.namespace_id == group))
+            .filter(|p| Self::project_visible(&state, user, p))
             .filter(|p| {
                 p.name.to_lowercase().contains(&search) || p.path.to_lowercase().contains(&search)
             })
@@ -1908,7 +2086,7 @@ impl GitlabSim {
         state.pipelines.get(&id).filter(|p| p.project_id == project)
     }
 
-    fn create_group(&self, request: &SimRequest) -> SimResponse {
+    fn create_group(&self, request: &SimRequest, user: u64) -> SimResponse {
         let body = request.json();
         let Some(name) = string_field(&body, "name") else {
             return param_error("name is missing");
@@ -1983,6 +2161,12 @@ impl GitlabSim {
             created_at: timestamp(),
         };
         state.groups.insert(id, group.clone());
+        // The creator owns the group, as on GitLab.
+        state
+            .group_members
+            .entry(id)
+            .or_default()
+            .insert(user, OWNER);
         let answer = self.group_json(&state, &group);
         drop(state);
         self.persist();
@@ -2053,7 +2237,7 @@ impl GitlabSim {
         message(202, "202 Accepted")
     }
 
-    fn create_project(&self, request: &SimRequest, _user: u64) -> SimResponse {
+    fn create_project(&self, request: &SimRequest, user: u64) -> SimResponse {
         let body = request.json();
         let name = string_field(&body, "name");
         let path = string_field(&body, "path");
@@ -2077,8 +2261,16 @@ impl GitlabSim {
                 Some(id) => id,
                 None => return not_found("Namespace"),
             },
-            None => 0,
+            // The creator's personal namespace.
+            None => user,
         };
+        // `Projects::CreateService`: a namespace the user may not create projects in.
+        if state.groups.contains_key(&namespace_id)
+            && !Self::is_admin(&state, user)
+            && Self::group_level(&state, user, namespace_id) < DEVELOPER
+        {
+            return field_errors(json!({"namespace": ["is not valid"]}));
+        }
         let siblings: Vec<&Project> = state
             .projects
             .values()
@@ -2365,9 +2557,11 @@ impl GitlabSim {
                         None => return param_error("content is not valid base64"),
                     }
                 }
+                // `changes:` of the push pipeline compare with the branch's previous head.
+                let before = self.repos.head(&full, &branch);
                 // A new branch starts from `start_branch`; without it, only an empty
                 // repository may get its first branch this way.
-                if !self.repos.branch_exists(&full, &branch) {
+                if before.is_none() {
                     let start = string_field(&body, "start_branch");
                     let start_head = start
                         .as_deref()
@@ -2409,12 +2603,7 @@ impl GitlabSim {
                 {
                     return message(500, &format!("500 Internal Server Error: {error}"));
                 }
-                if let Some(project) = state.projects.get_mut(&project_id)
-                    && project.default_branch.is_none()
-                {
-                    project.default_branch = Some(branch.clone());
-                    self.repos.set_head(&full, &branch);
-                }
+                self.after_api_commit(&mut state, project_id, &full, &branch, before.as_deref());
                 drop(state);
                 self.persist();
                 SimResponse::json(
@@ -2442,13 +2631,10 @@ impl GitlabSim {
                 pair.split_once(':')
                     .map(|(_, password)| password.to_string())
             });
-        let user = password
-            .as_ref()
-            .and_then(|token| self.lock().tokens.get(&token_digest(token)).copied());
-        if user.is_none() {
+        let Some(user) = password.as_ref().and_then(|token| self.token_user(token)) else {
             return SimResponse::text(401, "HTTP Basic: Access denied\n")
                 .with_header("www-authenticate", "Basic realm=\"GitLab\"");
-        }
+        };
         let project_id = {
             let state = self.lock();
             Self::find_project(
@@ -2456,6 +2642,8 @@ impl GitlabSim {
                 &percent_encoding::utf8_percent_encode(full, percent_encoding::NON_ALPHANUMERIC)
                     .to_string(),
             )
+            // A project the user may not see answers as one that does not exist.
+            .filter(|id| Self::project_visible(&state, user, &state.projects[id]))
         };
         let Some(project_id) = project_id else {
             return SimResponse::text(
@@ -2464,6 +2652,11 @@ impl GitlabSim {
             );
         };
         let pushing = request.method == "POST" && rest == "git-receive-pack";
+        if pushing
+            && let Some(declined) = self.push_refusal(&self.lock(), user, project_id, &request.body)
+        {
+            return declined;
+        }
         let before: Vec<(String, Option<String>)> = if pushing {
             self.repos
                 .branches(full)

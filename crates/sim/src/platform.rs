@@ -345,9 +345,10 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let minter_sim = gitlab.clone();
     let minter: crate::kube::TokenMinter =
         Arc::new(move |request: crate::kube::TokenRequest| match request {
-            crate::kube::TokenRequest::PersonalAccessToken { name } => {
-                Ok(minter_sim.mint_token(name))
-            }
+            crate::kube::TokenRequest::PersonalAccessToken {
+                name,
+                expires_in_days,
+            } => Ok(minter_sim.mint_token(name, expires_in_days)),
             crate::kube::TokenRequest::InstanceRunner { description } => {
                 Ok(minter_sim.create_instance_runner(description))
             }

@@ -110,8 +110,6 @@ pub fn unindent(text: &str) -> String {
         .join("\n")
 }
 
-/// A free loopback port below Linux's ephemeral range (32768-60999), so that no outgoing
-/// connection of another test can take it while a server restarts on it.
 /// check-jsonschema from ./test.sh's .tools/pypi, with GitLab's CI schema built in, on `files`.
 pub fn check_gitlab_ci(files: &[PathBuf]) -> std::process::Output {
     let tools = root().join(".tools/pypi");
@@ -129,6 +127,32 @@ pub fn check_gitlab_ci(files: &[PathBuf]) -> std::process::Output {
         .expect("run check-jsonschema")
 }
 
+/// Runs a Python script with python-gitlab from ./test.sh's .tools/pygitlab, with `env`.
+pub fn python_gitlab(script: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
+    let tools = root().join(".tools/pygitlab");
+    assert!(
+        tools.join("gitlab").is_dir(),
+        "python-gitlab is missing: run ./test.sh, which installs it into .tools/pygitlab"
+    );
+    let mut command = std::process::Command::new("python3");
+    command
+        .arg(script)
+        .env("PYTHONPATH", &tools)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        // Loopback only: no proxy may take the simulator's requests elsewhere.
+        .env("NO_PROXY", "127.0.0.1,localhost")
+        .env_remove("HTTP_PROXY")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("http_proxy")
+        .env_remove("https_proxy");
+    for (key, value) in env {
+        command.env(key, value);
+    }
+    command.output().expect("run python3")
+}
+
+/// A free loopback port below Linux's ephemeral range (32768-60999), so that no outgoing
+/// connection of another test can take it while a server restarts on it.
 pub fn free_port() -> u16 {
     for _ in 0..1000 {
         let port = fastrand::u16(20_000..32_000);

@@ -70,7 +70,7 @@ impl GitlabClient {
             }
             let change = format!("visibility of group {path} from {current} to {visibility}");
             if !mode.writes() {
-                return Ok(Outcome::changed_by(group, "update", change));
+                return Ok(Outcome::changed_by(group, "update", "group", path, change));
             }
             let updated = self.request(
                 Method::Put,
@@ -82,6 +82,8 @@ impl GitlabClient {
             return Ok(Outcome::changed_by(
                 group_of(updated.body, &format!("group {path}"))?,
                 "update",
+                "group",
+                path,
                 change,
             ));
         }
@@ -93,7 +95,9 @@ impl GitlabClient {
                 visibility: visibility.to_string(),
                 web_url: None,
             };
-            return Ok(Outcome::changed_by(planned, "create", change));
+            return Ok(Outcome::changed_by(
+                planned, "create", "group", path, change,
+            ));
         }
         let mut body = json!({
             "name": spec.name.as_deref().unwrap_or(path),
@@ -123,6 +127,8 @@ impl GitlabClient {
         Ok(Outcome::changed_by(
             group_of(created.body, &format!("group {path}"))?,
             "create",
+            "group",
+            path,
             change,
         ))
     }
@@ -136,7 +142,8 @@ impl GitlabClient {
     ) -> Result<Outcome<()>, ClientError> {
         self.delete_if_present(
             &format!("groups/{}", encode(path)),
-            &format!("group {path}"),
+            "group",
+            path,
             mode,
             cancelled,
         )
@@ -146,7 +153,8 @@ impl GitlabClient {
     pub(super) fn delete_if_present(
         &self,
         api_path: &str,
-        resource: &str,
+        kind: &'static str,
+        name: &str,
         mode: Mode,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Outcome<()>, ClientError> {
@@ -156,6 +164,12 @@ impl GitlabClient {
         if mode.writes() {
             self.request(Method::Delete, api_path, None, None, cancelled)?;
         }
-        Ok(Outcome::changed_by((), "delete", resource))
+        Ok(Outcome::changed_by(
+            (),
+            "delete",
+            kind,
+            name,
+            format!("{kind} {name}"),
+        ))
     }
 }

@@ -25,6 +25,10 @@ impl Mode {
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Change {
     pub action: &'static str,
+    /// What kind of thing changed (`group`, `project`, `CI variable`, ...) and its name.
+    pub kind: &'static str,
+    pub name: String,
+    /// How the journal shows it.
     pub resource: String,
     /// How it changes, for `--diff` (`value: "a" -> "b"`; hidden values never shown).
     pub detail: Option<String>,
@@ -47,11 +51,19 @@ impl<T> Outcome<T> {
         }
     }
 
-    pub fn changed_by(value: T, action: &'static str, resource: impl Into<String>) -> Outcome<T> {
+    pub fn changed_by(
+        value: T,
+        action: &'static str,
+        kind: &'static str,
+        name: impl Into<String>,
+        resource: impl Into<String>,
+    ) -> Outcome<T> {
         Outcome {
             value,
             changes: vec![Change {
                 action,
+                kind,
+                name: name.into(),
                 resource: resource.into(),
                 detail: None,
             }],

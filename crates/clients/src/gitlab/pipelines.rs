@@ -178,7 +178,13 @@ impl GitlabClient {
         }
         let change = format!("pipeline of {project} on {reference}");
         if !mode.writes() {
-            return Ok(Outcome::changed_by(Started::WouldStart, "start", change));
+            return Ok(Outcome::changed_by(
+                Started::WouldStart,
+                "start",
+                "pipeline",
+                project,
+                change,
+            ));
         }
         let known: Vec<i64> = self
             .recent_pipelines(project, reference, cancelled)?
@@ -201,6 +207,8 @@ impl GitlabClient {
         Ok(Outcome::changed_by(
             Started::New(pipeline_of(answer.body, &change)?),
             "start",
+            "pipeline",
+            project,
             change,
         ))
     }

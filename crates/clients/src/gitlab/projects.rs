@@ -83,10 +83,12 @@ impl GitlabClient {
         let change = format!("project {full}");
         if !mode.writes() {
             let planned = Project {
-                path_with_namespace: full,
+                path_with_namespace: full.clone(),
                 ..Project::default()
             };
-            return Ok(Outcome::changed_by(planned, "create", change));
+            return Ok(Outcome::changed_by(
+                planned, "create", "project", full, change,
+            ));
         }
         let namespace = &spec.namespace;
         let group = self.group(namespace, cancelled)?.ok_or_else(|| {
@@ -128,6 +130,8 @@ impl GitlabClient {
         Ok(Outcome::changed_by(
             project_of(created.body, &change)?,
             "create",
+            "project",
+            full,
             change,
         ))
     }
@@ -141,7 +145,8 @@ impl GitlabClient {
     ) -> Result<Outcome<()>, ClientError> {
         self.delete_if_present(
             &format!("projects/{}", encode(full_path)),
-            &format!("project {full_path}"),
+            "project",
+            full_path,
             mode,
             cancelled,
         )

@@ -158,6 +158,8 @@ impl GitlabClient {
             }
             changes.push(Change {
                 action: "revoke",
+                kind: "personal access token",
+                name: token.name.clone(),
                 resource: format!("personal access token {} (#{})", token.name, token.id),
                 detail: None,
             });

@@ -209,6 +209,8 @@ impl GitlabClient {
                     }
                     changes.push(Change {
                         action: "update",
+                        kind: "CI variable",
+                        name: variable.key.clone(),
                         resource: resource(&variable.key),
                         detail: Some(variable_diff(Some(variable), current)),
                     });
@@ -228,6 +230,8 @@ impl GitlabClient {
                     }
                     changes.push(Change {
                         action: "create",
+                        kind: "CI variable",
+                        name: variable.key.clone(),
                         resource: resource(&variable.key),
                         detail: Some(variable_diff(Some(variable), None)),
                     });
@@ -251,6 +255,8 @@ impl GitlabClient {
                 }
                 changes.push(Change {
                     action: "delete",
+                    kind: "CI variable",
+                    name: key.to_string(),
                     resource: resource(key),
                     detail: Some(variable_diff(None, Some(current))),
                 });

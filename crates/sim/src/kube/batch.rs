@@ -39,6 +39,48 @@ pub fn finished_status(pod: &Value, failed: bool, index: usize, now: &str) -> Va
     })
 }
 
+/// The status of a pod whose script containers ended with `exits` (the others exited 0): the
+/// real exit codes, `Completed` or `Error`, and as the message the log's end when the container
+/// asks for it (`terminationMessagePolicy: FallbackToLogsOnError`) and failed.
+pub fn exited_status(
+    pod: &Value,
+    exits: &std::collections::BTreeMap<String, super::programs::script::Exit>,
+    index: usize,
+    now: &str,
+) -> Value {
+    let failed = exits.values().any(|exit| exit.code != 0);
+    let mut status = finished_status(pod, failed, index, now);
+    let policies: std::collections::BTreeMap<&str, &str> = pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| {
+            Some((
+                c["name"].as_str()?,
+                c["terminationMessagePolicy"].as_str().unwrap_or("File"),
+            ))
+        })
+        .collect();
+    if let Some(statuses) = status["containerStatuses"].as_array_mut() {
+        for container in statuses {
+            let name = container["name"].as_str().unwrap_or("").to_string();
+            let exit = exits.get(&name);
+            let code = exit.map_or(0, |exit| exit.code);
+            let terminated = &mut container["state"]["terminated"];
+            terminated["exitCode"] = json!(code);
+            terminated["reason"] = json!(if code == 0 { "Completed" } else { "Error" });
+            if let Some(exit) = exit.filter(|exit| exit.code != 0)
+                && policies.get(name.as_str()) == Some(&"FallbackToLogsOnError")
+            {
+                let tail: Vec<&str> = exit.log.lines().rev().take(80).collect();
+                let tail: Vec<&str> = tail.into_iter().rev().collect();
+                terminated["message"] = json!(tail.join("\n"));
+            }
+        }
+    }
+    status
+}
+
 /// What the Job controller does next.
 #[derive(Debug, PartialEq)]
 pub enum JobStep {

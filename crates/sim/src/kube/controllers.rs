@@ -1035,13 +1035,22 @@ fn pods(cluster: &mut Cluster) -> usize {
         // A container whose program runs its readiness probe can turn unready again (OpenBao
         // sealed), so its pod is looked at even when Ready.
         let probed = programs::probed(&pod, &cluster.probes);
+        // A pod whose script really runs stays Running until the script ends.
+        let scripted =
+            programs::runs_scripts(&pod, &cluster.probes) && behaviour(&pod["metadata"]) != "fail";
         if pod["metadata"]["deletionTimestamp"].is_string()
             || matches!(phase, "Succeeded" | "Failed")
-            || (pod_ready(&pod) && !probed)
+            || (pod_ready(&pod) && !probed && !scripted)
         {
             continue;
         }
         let now = now_rfc3339();
+        if scripted && let Some(exits) = programs::script_exits(&pod, &cluster.probes) {
+            let mut updated = pod.clone();
+            updated["status"] = batch::exited_status(&pod, &exits, index, &now);
+            writes += write(cluster, "pods", updated);
+            continue;
+        }
         let uid = pod["metadata"]["uid"].as_str().unwrap_or("").to_string();
         if let Some(message) = cluster.probes.start_errors.get(&uid).cloned() {
             writes += ensure_event(cluster, &pod, "Warning", "Failed", &message, "kubelet");
@@ -1089,7 +1098,9 @@ fn pods(cluster: &mut Cluster) -> usize {
         }
         let verdict = kubelet::verdict(&pod, &*cluster, &cluster.images);
         let status = kubelet::waiting_status(&pod, &verdict, &now).unwrap_or_else(|| {
-            if batch::runs_to_completion(&pod) {
+            if scripted {
+                running_status(&pod, index, &now)
+            } else if batch::runs_to_completion(&pod) {
                 batch::finished_status(&pod, mode == "fail", index, &now)
             } else if probed {
                 programs::with_readiness(&pod, &running_status(&pod, index, &now), &cluster.probes)

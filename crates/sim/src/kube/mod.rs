@@ -41,8 +41,12 @@ use std::sync::Arc;
 /// What the toolbox pod's `gitlab-rails runner` asks GitLab for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum TokenRequest<'a> {
-    /// `User.find_by_username('root').personal_access_tokens.create!(name: ...)`: a PAT.
-    PersonalAccessToken { name: &'a str },
+    /// `User.find_by_username('root').personal_access_tokens.create!(name: ...)`: a PAT, with
+    /// `expires_at: N.days.from_now` when the code says so.
+    PersonalAccessToken {
+        name: &'a str,
+        expires_in_days: Option<i64>,
+    },
     /// `Ci::Runner.create!(runner_type: :instance_type, description: ...)`: an instance runner
     /// and its authentication token (`glrt-...`).
     InstanceRunner { description: &'a str },
@@ -79,6 +83,23 @@ fn token_name(code: &str) -> String {
         .next()
         .unwrap_or_default()
         .to_string()
+}
+
+/// The `N` of `expires_at: N.days.from_now` (also `N.day`, `N.years`, `N.year`) in Ruby code.
+fn expires_in_days(code: &str) -> Option<i64> {
+    let start = code.find("expires_at:")?;
+    let rest = code[start + "expires_at:".len()..].trim_start();
+    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    let count: i64 = digits.parse().ok()?;
+    let unit = rest[digits.len()..].strip_prefix('.')?;
+    let per_unit = if unit.starts_with("day") {
+        1
+    } else if unit.starts_with("year") {
+        365
+    } else {
+        return None;
+    };
+    Some(count * per_unit)
 }
 
 /// The images of GitLab's toolbox, where `gitlab-rails` is.
@@ -147,7 +168,10 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
                         description: &request,
                     }
                 } else {
-                    TokenRequest::PersonalAccessToken { name: &request }
+                    TokenRequest::PersonalAccessToken {
+                        name: &request,
+                        expires_in_days: expires_in_days(&code),
+                    }
                 };
                 match &minter {
                     Some(mint) => match mint(request) {
@@ -176,9 +200,13 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
 pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
     Arc::new(move |request: TokenRequest| {
         let (endpoint, body) = match request {
-            TokenRequest::PersonalAccessToken { name } => {
-                ("tokens", serde_json::json!({"name": name}))
-            }
+            TokenRequest::PersonalAccessToken {
+                name,
+                expires_in_days,
+            } => (
+                "tokens",
+                serde_json::json!({"name": name, "expires_in_days": expires_in_days}),
+            ),
             TokenRequest::InstanceRunner { description } => {
                 ("runners", serde_json::json!({"description": description}))
             }
@@ -588,7 +616,7 @@ mod toolbox_tests {
         });
         let exec = builtin_exec(Some(minter));
         let pat = exec(&toolbox_call(
-            "token = User.find_by_username('root').personal_access_tokens.create!(scopes: ['api'], name: 'blueprint-phase3'); puts token.token",
+            "token = User.find_by_username('root').personal_access_tokens.create!(scopes: ['api'], name: 'blueprint-phase3', expires_at: 365.days.from_now); puts token.token",
         ));
         assert_eq!((pat.code, pat.stdout), (0, b"glpat-minted\n".to_vec()));
         let runner = exec(&toolbox_call(
@@ -601,7 +629,7 @@ mod toolbox_tests {
         assert_eq!(
             *asked.lock().unwrap(),
             [
-                "PersonalAccessToken { name: \"blueprint-phase3\" }",
+                "PersonalAccessToken { name: \"blueprint-phase3\", expires_in_days: Some(365) }",
                 "InstanceRunner { description: \"blueprint gitlab-runner\" }"
             ]
         );

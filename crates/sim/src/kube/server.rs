@@ -62,6 +62,7 @@ impl KubeSim {
         let mut cluster = Cluster::new();
         cluster.probes.probed_images = programs.probed_images();
         cluster.probes.start_gated_images = programs.start_gated_images();
+        cluster.probes.script_images = programs.script_images();
         KubeSim {
             cluster: Mutex::new(cluster),
             accounting: Accounting::default(),

@@ -37,6 +37,7 @@ pub mod node;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod script;
 pub mod volumes;
 
 use super::cluster::Cluster;
@@ -261,6 +262,18 @@ pub trait Program: Send + Sync {
         None
     }
 
+    /// How the container of pod `pod_uid` ended, for programs that run a pod's command to its
+    /// end ([`script::Scripts`]); `None` while it runs, or for programs that serve.
+    fn finished(&self, _pod_uid: &str, _container: &str) -> Option<script::Exit> {
+        None
+    }
+
+    /// Whether a pod that runs to completion (`restartPolicy: Never` or `OnFailure`) ends when
+    /// this program's run of its command ends (its exit code, its log), rather than at once.
+    fn runs_to_its_end(&self) -> bool {
+        false
+    }
+
     /// Whether the container's process is what `start` starts, so that a failed `start` is the
     /// container exiting: the kubelet restarts it after a back-off (`CrashLoopBackOff`, the
     /// error as the last state's message, `start` called again), and the container is Ready
@@ -309,6 +322,11 @@ pub struct ProbeBook {
     pub started: BTreeMap<String, BTreeSet<String>>,
     /// pod uid -> container -> its last exit, while it crash-loops.
     pub crashes: BTreeMap<String, BTreeMap<String, Crash>>,
+    /// Images whose run-to-completion pods end when their command ends (see
+    /// [`Program::runs_to_its_end`]); set when the simulator is built.
+    pub script_images: Vec<String>,
+    /// pod uid -> container -> how its command ended, for such pods.
+    pub completions: BTreeMap<String, BTreeMap<String, script::Exit>>,
 }
 
 /// A container that exited because its program's `start` failed.
@@ -333,6 +351,38 @@ impl ProbeBook {
         let wanted = canonical_repository(container["image"].as_str().unwrap_or(""));
         self.start_gated_images.contains(&wanted)
     }
+}
+
+/// Whether `pod` runs to completion with a container whose command really runs (a script):
+/// it is Running until every such container ended.
+pub fn runs_scripts(pod: &Value, book: &ProbeBook) -> bool {
+    super::batch::runs_to_completion(pod) && script_containers(pod, book).next().is_some()
+}
+
+fn script_containers<'a>(
+    pod: &'a Value,
+    book: &'a ProbeBook,
+) -> impl Iterator<Item = &'a str> + 'a {
+    pod["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|container| {
+            let image = canonical_repository(container["image"].as_str().unwrap_or(""));
+            book.script_images.contains(&image)
+        })
+        .filter_map(|container| container["name"].as_str())
+}
+
+/// How each script container of `pod` ended, once all of them did.
+pub fn script_exits(pod: &Value, book: &ProbeBook) -> Option<BTreeMap<String, script::Exit>> {
+    let uid = pod["metadata"]["uid"].as_str()?;
+    let ended = book.completions.get(uid)?;
+    let mut exits = BTreeMap::new();
+    for name in script_containers(pod, book) {
+        exits.insert(name.to_string(), ended.get(name)?.clone());
+    }
+    Some(exits)
 }
 
 /// The exec readiness probe command of a container, when its image's program runs it.
@@ -555,7 +605,7 @@ impl Programs {
             Arc::new(bao::OpenBao::new(
                 crate::platform::find_bao(&root),
                 state_dir.join("openbao"),
-                node,
+                node.clone(),
             )),
             Arc::new(postgres::Postgres),
             Arc::new(gitlab::Webservice::default()),
@@ -563,6 +613,11 @@ impl Programs {
             Arc::new(gitlab::Runner::default()),
             Arc::new(redis::Redis::default()),
             Arc::new(minio::Minio),
+            Arc::new(script::Scripts::new(
+                state_dir.join("nodes"),
+                node,
+                state_dir.join("scripts"),
+            )),
         ];
         Programs::with_state_dir(registry, state_dir)
     }
@@ -582,6 +637,16 @@ impl Programs {
         self.registry
             .iter()
             .filter(|program| program.exits_when_start_fails())
+            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
+            .collect()
+    }
+
+    /// The image repositories whose run-to-completion pods end when their command ends (the
+    /// store's [`ProbeBook::script_images`]).
+    pub fn script_images(&self) -> Vec<String> {
+        self.registry
+            .iter()
+            .filter(|program| program.runs_to_its_end())
             .flat_map(|program| program.images().iter().map(|image| image.to_string()))
             .collect()
     }
@@ -829,6 +894,16 @@ pub fn tend(sim: &KubeSim) {
             .probes
             .crashes
             .retain(|uid, _| running.contains(uid));
+        // How scripts ended stays while their pods exist (their status says it).
+        let existing: BTreeSet<String> = cluster
+            .all("pods")
+            .iter()
+            .filter_map(|pod| pod["metadata"]["uid"].as_str().map(str::to_string))
+            .collect();
+        cluster
+            .probes
+            .completions
+            .retain(|uid, _| existing.contains(uid));
     }
     programs
         .exited
@@ -844,6 +919,14 @@ pub fn tend(sim: &KubeSim) {
     for (call, probe, period, index) in probes {
         let program = &programs.registry[index];
         programs.ensure_started(index, program, &call, &host);
+        if let Some(exit) = program.finished(&call.pod_uid, &call.container) {
+            sim.cluster()
+                .probes
+                .completions
+                .entry(call.pod_uid.clone())
+                .or_default()
+                .insert(call.container.clone(), exit);
+        }
         if probe.is_empty() {
             continue;
         }
