@@ -378,7 +378,17 @@ fn namespaces_hold_their_service_account_and_ca_and_a_missing_account_refuses_po
         "demo",
         "{.status.conditions[?(@.type==\"ReplicaFailure\")].message}",
     );
-    assert!(message.contains("is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found"), "{message}");
+    assert!(message.starts_with("pods \"runner-"), "{message}");
+    assert!(message.ends_with("-\" is forbidden: error looking up service account demo/gitlab-runner: serviceaccount \"gitlab-runner\" not found"), "{message}");
+    let events = sim.jsonpath(
+        "events",
+        "demo",
+        "{.items[?(@.reason==\"FailedCreate\")].message}",
+    );
+    assert!(
+        events.starts_with("Error creating: pods \"runner-"),
+        "{events}"
+    );
     assert_eq!(
         sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
             .ok(),
@@ -449,6 +459,59 @@ fn stateful_set_pods_come_up_in_order() {
         sim.kubectl(&["get", "pods", "-n", "demo", "-o", "name"])
             .ok(),
         "pod/gitaly-0\npod/gitaly-1\n"
+    );
+    // A rolling update to a template whose pods never get Ready: the highest ordinal goes
+    // first, and gitaly-0 keeps serving the old template.
+    let broken = set.replace("gitaly-secret", "gitaly-secret-v2");
+    sim.kubectl_stdin(&["apply", "-f", "-"], &broken).code(0);
+    sim.kubectl(&[
+        "wait", "pod/gitaly-1", "-n", "demo", "--timeout=10s",
+        "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=CreateContainerConfigError",
+    ])
+    .ok();
+    let status = sim.kubectl(&[
+        "rollout",
+        "status",
+        "statefulset/gitaly",
+        "-n",
+        "demo",
+        "--timeout=2s",
+    ]);
+    status.code(1);
+    status.stdout_contains("Waiting for 1 pods to be ready...");
+    let ready = sim.jsonpath(
+        "pod/gitaly-0",
+        "demo",
+        "{.status.conditions[?(@.type==\"Ready\")].status} {.spec.containers[0].envFrom[0].secretRef.name}",
+    );
+    assert_eq!(ready, "True gitaly-secret");
+    // Its Secret appears: gitaly-1 gets Ready, then gitaly-0 is replaced too.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "gitaly-secret-v2",
+        "-n",
+        "demo",
+        "--from-literal=token=t",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "statefulset/gitaly",
+        "-n",
+        "demo",
+        "--timeout=15s",
+    ])
+    .ok();
+    assert_eq!(
+        sim.jsonpath(
+            "pods",
+            "demo",
+            "{.items[*].spec.containers[0].envFrom[0].secretRef.name}"
+        ),
+        "gitaly-secret-v2 gitaly-secret-v2"
     );
 }
 
@@ -837,6 +900,17 @@ fn crd_schemas_reject_prune_default_and_print_their_columns() {
     refused.stderr_contains(
         "spec.listeners[0].allowedRoutes.namespaces.from: Unsupported value: \"Nowhere\": supported values: \"All\", \"Selector\", \"Same\"",
     );
+    // Bounds and patterns, in kube-openapi's words.
+    let out_of_bounds = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: bounds, namespace: default}\n\
+                         spec:\n  gatewayClassName: sim\n  listeners: [{name: HTTP_1, port: 70000, protocol: HTTP}]\n";
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], out_of_bounds);
+    refused.code(1);
+    refused.stderr_contains(
+        "spec.listeners[0].name: Invalid value: \"HTTP_1\": spec.listeners[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
+    );
+    refused.stderr_contains(
+        "spec.listeners[0].port: Invalid value: 70000: spec.listeners[0].port in body should be less than or equal to 65535",
+    );
     // The CRD's printer columns.
     let table = sim.kubectl(&["get", "gateways"]);
     let header: Vec<&str> = table
@@ -1195,6 +1269,260 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
         "--for=jsonpath={.status.containerStatuses[0].state.waiting.reason}=ErrImagePull",
     ])
     .ok();
+}
+
+/// A Deployment with a typo deep in its container (`imagee`), and another field (`portz`).
+const WEB_TYPO: &str = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+                        spec:\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+                        \x20   spec:\n      containers:\n        - name: web\n          image: nginx:1.27\n          imagee: nginx:1.28\n          portz: [80]\n";
+
+#[test]
+fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    // kubectl sends fieldValidation=Strict: every unknown field, joined, and nothing stored.
+    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], WEB_TYPO);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\", unknown field \"spec.template.spec.containers[0].portz\"",
+    );
+    sim.kubectl(&["get", "deploy"])
+        .stderr("No resources found in default namespace.\n");
+    // A wrong type is a decoding error whatever the validation asked.
+    let wrong_type = WEB_TYPO
+        .replace("          imagee: nginx:1.28\n          portz: [80]\n", "")
+        .replace("spec:\n  selector", "spec:\n  replicas: two\n  selector");
+    let refused = sim.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], &wrong_type);
+    refused.code(1);
+    refused.stderr_contains(
+        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+    );
+    // Server-side apply types the object with structured-merge-diff, whatever was asked.
+    let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], WEB_TYPO);
+    applied.code(1);
+    applied.stderr_contains(
+        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
+    );
+    let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &wrong_type);
+    applied.code(1);
+    applied.stderr_contains(
+        "Error from server: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
+    );
+    // --validate=warn: stored without the unknown fields, kubectl prints the warnings.
+    let warned = sim.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], WEB_TYPO);
+    warned.code(0);
+    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].imagee\"");
+    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].portz\"");
+    let stored = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{.spec.template.spec.containers[0]}",
+    );
+    assert!(!stored.contains("imagee"), "{stored}");
+    // kubectl patch sends no fieldValidation: the API server's default, Warn.
+    let patched = sim.kubectl(&[
+        "patch",
+        "deploy/web",
+        "--type=merge",
+        "-p",
+        "{\"spec\":{\"template\":{\"spec\":{\"dnsPolicyy\":\"None\"}}}}",
+    ]);
+    patched.code(0);
+    patched.stderr_contains("Warning: unknown field \"spec.template.spec.dnsPolicyy\"");
+    // Applied over the live object (a strategic merge patch): the patched object's unknown
+    // fields, without the create's prefix.
+    let refused = sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &WEB_TYPO.replace("nginx:1.28", "nginx:1.29"),
+    );
+    refused.code(1);
+    refused.stderr_contains(
+        "strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\"",
+    );
+    assert!(
+        !refused.stderr.contains("cannot be handled"),
+        "{}",
+        refused.stderr
+    );
+    // --validate=false (Ignore): dropped silently.
+    let ignored = sim.kubectl_stdin(
+        &["apply", "--validate=false", "-f", "-"],
+        &WEB_TYPO.replace("nginx:1.28", "nginx:1.30"),
+    );
+    ignored.code(0);
+    assert!(!ignored.stderr.contains("Warning"), "{}", ignored.stderr);
+}
+
+#[test]
+fn kubectl_explain_reads_the_real_descriptions_of_built_in_kinds() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let containers = sim.kubectl(&["explain", "deployment.spec.template.spec.containers"]);
+    let text = containers.ok();
+    assert!(text.contains("KIND:       Deployment"), "{text}");
+    assert!(text.contains("GROUP:      apps"), "{text}");
+    assert!(text.contains("FIELD: containers <[]Container>"), "{text}");
+    assert!(
+        text.contains("List of containers belonging to the pod."),
+        "{text}"
+    );
+    assert!(text.contains("image\t<string>"), "{text}");
+    assert!(text.contains("name\t<string> -required-"), "{text}");
+    let pods = sim.kubectl(&["explain", "pods", "--recursive"]);
+    let text = pods.ok();
+    assert!(text.contains("KIND:       Pod"), "{text}");
+    assert!(text.contains("serviceAccountName\t<string>"), "{text}");
+    let missing = sim.kubectl(&["explain", "deployment.spec.replicaz"]);
+    missing.code(1);
+    missing.stderr_contains("field \"replicaz\" does not exist");
+}
+
+#[test]
+fn a_rolling_update_to_pods_that_never_get_ready_keeps_the_old_pod_serving() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let web = "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+               spec:\n  progressDeadlineSeconds: 2\n  selector: {matchLabels: {app: web}}\n  template:\n    metadata: {labels: {app: web}}\n\
+               \x20   spec: {containers: [{name: web, image: nginx:1.27}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], web).code(0);
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=15s"])
+        .ok();
+    let first = sim.jsonpath("pods", "default", "{.items[*].metadata.name}");
+    // The new revision needs a Secret that does not exist: its pod never gets Ready.
+    let broken = WEB_WITH_SECRET
+        .replace("namespace: demo", "namespace: default")
+        .replace(
+            "spec:\n  selector",
+            "spec:\n  progressDeadlineSeconds: 2\n  selector",
+        );
+    sim.kubectl_stdin(&["apply", "-f", "-"], &broken).code(0);
+    let status = sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=20s"]);
+    status.code(1);
+    status.stderr_contains("error: deployment \"web\" exceeded its progress deadline");
+    // The old pod is still there and Ready, beside the new one waiting for its Secret.
+    let ready = sim.jsonpath(
+        "pods",
+        "default",
+        "{range .items[*]}{.metadata.name}={.status.conditions[?(@.type==\"Ready\")].status} {end}",
+    );
+    assert!(ready.contains(&format!("{first}=True")), "{first}: {ready}");
+    assert_eq!(ready.matches("=False").count(), 1, "{ready}");
+    let conditions = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{range .status.conditions[*]}{.type}={.status}/{.reason} {end}",
+    );
+    assert!(
+        conditions.contains("Available=True/MinimumReplicasAvailable"),
+        "{conditions}"
+    );
+    assert!(
+        conditions.contains("Progressing=False/ProgressDeadlineExceeded"),
+        "{conditions}"
+    );
+    // The Secret appears: the new pod gets Ready, then the old one goes.
+    sim.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "web-storage",
+        "--from-literal=connection=s3://x",
+    ])
+    .ok();
+    sim.kubectl(&[
+        "wait",
+        "deploy/web",
+        "--for=condition=Progressing=True",
+        "--timeout=15s",
+    ])
+    .ok();
+    sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=15s"])
+        .ok();
+    sim.kubectl(&[
+        "wait",
+        &format!("pod/{first}"),
+        "--for=delete",
+        "--timeout=15s",
+    ])
+    .ok();
+}
+
+#[test]
+fn pods_get_their_service_account_token_unless_they_opt_out_and_a_missing_account_is_refused() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&[
+        "wait",
+        "serviceaccount/default",
+        "--for=create",
+        "--timeout=10s",
+    ])
+    .ok();
+    sim.kubectl(&["run", "web", "--image=nginx:1.27"]).ok();
+    let spec = sim.jsonpath(
+        "pod/web",
+        "default",
+        "{.spec.serviceAccountName} {.spec.volumes[0].name} {.spec.volumes[0].projected.sources[1].configMap.name} {.spec.containers[0].volumeMounts[0].mountPath} {.spec.containers[0].volumeMounts[0].readOnly}",
+    );
+    let parts: Vec<&str> = spec.split(' ').collect();
+    assert_eq!(parts.len(), 5, "{spec}");
+    assert_eq!(parts[0], "default");
+    assert!(
+        parts[1].starts_with("kube-api-access-") && parts[1].len() == 21,
+        "{spec}"
+    );
+    assert_eq!(
+        &parts[2..],
+        &[
+            "kube-root-ca.crt",
+            "/var/run/secrets/kubernetes.io/serviceaccount",
+            "true"
+        ]
+    );
+    sim.kubectl(&["wait", "pod/web", "--for=condition=Ready", "--timeout=10s"])
+        .ok();
+    // automountServiceAccountToken: false on the pod: no token volume.
+    let quiet = "apiVersion: v1\nkind: Pod\nmetadata: {name: quiet}\n\
+                 spec: {automountServiceAccountToken: false, containers: [{name: web, image: nginx:1.27}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], quiet).code(0);
+    assert_eq!(sim.jsonpath("pod/quiet", "default", "{.spec.volumes}"), "");
+    // A pod naming an account that does not exist is refused by admission.
+    let refused = sim.kubectl(&[
+        "run",
+        "runner",
+        "--image=gitlab/gitlab-runner:v17.5.0",
+        "--overrides={\"spec\":{\"serviceAccountName\":\"gitlab-runner\"}}",
+    ]);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error from server (Forbidden): pods \"runner\" is forbidden: error looking up service account default/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
+    );
+}
+
+#[test]
+fn helm_4_refuses_a_chart_with_an_unknown_field_and_helm_3_installs_it_with_a_warning() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let chart = tempfile::tempdir().expect("chart folder");
+    std::fs::create_dir(chart.path().join("templates")).expect("templates");
+    std::fs::write(
+        chart.path().join("Chart.yaml"),
+        "apiVersion: v2\nname: typo\nversion: 0.1.0\n",
+    )
+    .expect("Chart.yaml");
+    std::fs::write(chart.path().join("templates/web.yaml"), WEB_TYPO).expect("template");
+    let chart = chart.path().to_string_lossy().to_string();
+    // helm 4 installs with server-side apply: structured-merge-diff refuses the field.
+    let refused = sim.run("helm", &["install", "typo", &chart], None);
+    refused.code(1);
+    refused.stderr_contains(
+        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
+    );
+    // helm 3 sends no fieldValidation: the API server's default warns and drops the fields.
+    let warned = sim.run("helm3", &["install", "typo-v3", &chart], None);
+    warned.code(0);
+    warned.stderr_contains("unknown field \"spec.template.spec.containers[0].imagee\"");
+    let stored = sim.jsonpath(
+        "deploy/web",
+        "default",
+        "{.spec.template.spec.containers[0]}",
+    );
+    assert!(!stored.contains("imagee"), "{stored}");
 }
 
 #[test]

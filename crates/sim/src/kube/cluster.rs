@@ -4,10 +4,12 @@
 //! (re-)register in discovery, and a bounded event history for watches.
 
 use super::admission;
+use super::builtin_schema;
 use super::crd_schema;
 use super::merge;
 use super::resources::{self, ResourceType};
 use super::selectors::{FieldSelector, LabelSelector};
+use super::service_accounts;
 use super::validation;
 use super::validation::is_dns_subdomain;
 use serde_json::{Map, Value, json};
@@ -99,6 +101,12 @@ impl ApiError {
             "kind": "Status", "apiVersion": "v1", "metadata": {},
             "status": "Failure", "message": self.message, "reason": self.reason, "code": self.code
         });
+        // Errors that are not a Status (an InternalError from a plain Go error) carry no reason.
+        if self.reason.is_empty()
+            && let Some(map) = status.as_object_mut()
+        {
+            map.remove("reason");
+        }
         if !self.details.is_null() {
             status["details"] = self.details.clone();
         }
@@ -176,12 +184,47 @@ pub struct WriteOptions {
     pub manager: String,
     pub dry_run: bool,
     pub force: bool,
-    /// fieldValidation=Strict: unknown top-level or metadata fields are errors.
-    pub strict: bool,
+    /// What unknown fields do (`fieldValidation`).
+    pub field_validation: FieldValidation,
     pub subresource: Option<String>,
 }
 
+/// The `fieldValidation` parameter: unknown fields refused (kubectl and helm send Strict),
+/// reported as `Warning` headers (the API server's default), or dropped silently.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum FieldValidation {
+    /// The controllers' own writes: nothing to report to.
+    #[default]
+    Ignore,
+    Warn,
+    Strict,
+}
+
+impl FieldValidation {
+    /// The query parameter's value; absent means Warn, as on the API server.
+    pub fn from_query(value: Option<&str>) -> FieldValidation {
+        match value {
+            Some("Strict") => FieldValidation::Strict,
+            Some("Ignore") => FieldValidation::Ignore,
+            _ => FieldValidation::Warn,
+        }
+    }
+}
+
+/// How the body being validated was decoded: the API server words its errors after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoding {
+    /// A create's or an update's body: `Deployment in version "v1" cannot be handled as ...`.
+    Body,
+    /// The result of a JSON, merge or strategic merge patch.
+    Patched,
+    /// A server-side apply patch (typed by structured-merge-diff).
+    Applied,
+}
+
 pub struct Cluster {
+    /// The answer's `Warning` headers of the write in progress (unknown fields under Warn).
+    pub warnings: Vec<String>,
     pub resources: Vec<ResourceType>,
     /// store key -> (namespace, name) -> object
     objects: BTreeMap<String, BTreeMap<(String, String), Value>>,
@@ -213,6 +256,7 @@ impl Cluster {
     pub fn new() -> Cluster {
         let (events, _) = tokio::sync::broadcast::channel(4096);
         let mut cluster = Cluster {
+            warnings: Vec::new(),
             resources: resources::builtin(),
             objects: BTreeMap::new(),
             resource_version: 100,
@@ -428,7 +472,7 @@ impl Cluster {
     /// required fields and enums validated. A write to the main resource leaves the status
     /// (which comes from the live object) alone.
     fn structural(
-        &self,
+        &mut self,
         rt: &ResourceType,
         name: &str,
         object: &mut Value,
@@ -457,7 +501,14 @@ impl Cluster {
             object.as_object_mut().and_then(|map| map.remove("status"))
         };
         let unknown = crd_schema::prune(&schema, object);
-        let result = if options.strict && !unknown.is_empty() {
+        if options.field_validation == FieldValidation::Warn {
+            self.warnings.extend(
+                unknown
+                    .iter()
+                    .map(|path| format!("unknown field \"{path}\"")),
+            );
+        }
+        let result = if options.field_validation == FieldValidation::Strict && !unknown.is_empty() {
             let fields: Vec<String> = unknown
                 .iter()
                 .map(|path| format!("unknown field \"{path}\""))
@@ -488,6 +539,69 @@ impl Cluster {
             object["status"] = status;
         }
         result
+    }
+
+    /// What the API server's decoding and validation refuse before anything is stored: bad
+    /// names, malformed Secret data, and for built-in kinds type mismatches and unknown fields
+    /// at any depth (refused under fieldValidation=Strict, `Warning` headers under Warn).
+    fn validate(
+        &mut self,
+        rt: &ResourceType,
+        name: &str,
+        object: &mut Value,
+        options: &WriteOptions,
+        decoding: Decoding,
+    ) -> Result<(), ApiError> {
+        validate_names_and_data(rt, name, object)?;
+        // A /status write decodes the whole object too; other subresources have bodies of
+        // their own kinds.
+        if rt.custom
+            || options
+                .subresource
+                .as_deref()
+                .is_some_and(|sub| sub != "status")
+        {
+            return Ok(());
+        }
+        let decoded = builtin_schema::decode(&rt.kind, object);
+        let namespace = object["metadata"]["namespace"].as_str().unwrap_or("");
+        if let Some(error) = decoding_error(rt, name, namespace, object, &decoded, decoding) {
+            return Err(error);
+        }
+        if decoding == Decoding::Applied || decoded.unknown.is_empty() {
+            return Ok(());
+        }
+        let fields: Vec<String> = decoded
+            .unknown
+            .iter()
+            .map(|path| format!("unknown field \"{path}\""))
+            .collect();
+        match options.field_validation {
+            FieldValidation::Ignore => {
+                builtin_schema::prune(&rt.kind, object);
+                Ok(())
+            }
+            FieldValidation::Warn => {
+                self.warnings.extend(fields);
+                builtin_schema::prune(&rt.kind, object);
+                Ok(())
+            }
+            FieldValidation::Strict => {
+                let prefix = if decoding == Decoding::Body {
+                    format!(
+                        "{kind} in version \"{}\" cannot be handled as a {kind}: ",
+                        rt.version,
+                        kind = rt.kind
+                    )
+                } else {
+                    String::new()
+                };
+                Err(ApiError::bad_request(format!(
+                    "{prefix}strict decoding error: {}",
+                    fields.join(", ")
+                )))
+            }
+        }
     }
 
     /// The admission webhooks' verdict on a write (see `admission`).
@@ -568,6 +682,7 @@ impl Cluster {
             ));
         }
         check_type(rt, &object)?;
+        let name_for_admission = service_accounts::name_for_errors(&object);
         let mut name = object["metadata"]["name"]
             .as_str()
             .unwrap_or_default()
@@ -603,7 +718,28 @@ impl Cluster {
             )
             .with_details(rt, &name));
         }
-        validate(rt, &name, &object, options.strict)?;
+        if !applied {
+            self.validate(rt, &name, &mut object, options, Decoding::Body)?;
+        }
+        if rt.kind == "Pod" {
+            let account = self
+                .lookup(
+                    "serviceaccounts",
+                    &namespace,
+                    service_accounts::account_of(&object["spec"]),
+                )
+                .cloned();
+            service_accounts::admit(
+                &mut object,
+                &name_for_admission,
+                &namespace,
+                account.as_ref(),
+                &random_suffix(),
+            )
+            .map_err(|message| {
+                ApiError::new(403, "Forbidden", message).with_details(rt, &name_for_admission)
+            })?;
+        }
         self.admit(rt, &namespace, &object, "CREATE")?;
         let object_has_spec = object.get("spec").is_some();
         let metadata = object["metadata"]
@@ -747,12 +883,13 @@ impl Cluster {
             )
             .with_details(rt, name));
         }
-        self.write_over(rt, &namespace, name, &live, object, options)
+        self.write_over(rt, &namespace, name, &live, object, options, Decoding::Body)
             .map(|value| (value, false))
     }
 
     /// Stores `object` over `live`: server-owned metadata kept, status only through /status,
     /// generation bumped on spec changes, no-op writes leave the resourceVersion alone.
+    #[allow(clippy::too_many_arguments)]
     fn write_over(
         &mut self,
         rt: &ResourceType,
@@ -761,8 +898,9 @@ impl Cluster {
         live: &Value,
         mut object: Value,
         options: &WriteOptions,
+        decoding: Decoding,
     ) -> Result<Value, ApiError> {
-        validate(rt, name, &object, options.strict)?;
+        self.validate(rt, name, &mut object, options, decoding)?;
         let status_write = options.subresource.as_deref() == Some("status");
         if status_write {
             // Only the status comes from the body of a /status write.
@@ -826,7 +964,8 @@ impl Cluster {
                     "the name of the object ({applied_name}) does not match the name on the URL ({name})"
                 )));
             }
-            validate(rt, name, &patch, options.strict)?;
+            let mut patch = patch;
+            self.validate(rt, name, &mut patch, options, Decoding::Applied)?;
             let mut applied = patch.clone();
             if options.subresource.as_deref() != Some("status")
                 && let Some(map) = applied.as_object_mut()
@@ -889,8 +1028,16 @@ impl Cluster {
             patched["metadata"]["name"] = json!(name);
         }
         let namespace = namespace.to_string();
-        self.write_over(rt, &namespace, name, &live, patched, options)
-            .map(|value| (value, false))
+        self.write_over(
+            rt,
+            &namespace,
+            name,
+            &live,
+            patched,
+            options,
+            Decoding::Patched,
+        )
+        .map(|value| (value, false))
     }
 
     /// Stores the result of an apply over `live`, keeping server-owned metadata and status.
@@ -1333,87 +1480,6 @@ fn check_type(rt: &ResourceType, object: &Value) -> Result<(), ApiError> {
     Ok(())
 }
 
-const OBJECT_META_FIELDS: &[&str] = &[
-    "name",
-    "generateName",
-    "namespace",
-    "selfLink",
-    "uid",
-    "resourceVersion",
-    "generation",
-    "creationTimestamp",
-    "deletionTimestamp",
-    "deletionGracePeriodSeconds",
-    "labels",
-    "annotations",
-    "ownerReferences",
-    "finalizers",
-    "managedFields",
-];
-
-fn top_level_fields(kind: &str) -> Option<&'static [&'static str]> {
-    Some(match kind {
-        "ConfigMap" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "data",
-            "binaryData",
-            "immutable",
-        ],
-        "Secret" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "data",
-            "stringData",
-            "type",
-            "immutable",
-        ],
-        "ServiceAccount" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "secrets",
-            "imagePullSecrets",
-            "automountServiceAccountToken",
-        ],
-        "Role" | "ClusterRole" => &["apiVersion", "kind", "metadata", "rules", "aggregationRule"],
-        "RoleBinding" | "ClusterRoleBinding" => {
-            &["apiVersion", "kind", "metadata", "subjects", "roleRef"]
-        }
-        "Endpoints" => &["apiVersion", "kind", "metadata", "subsets"],
-        "ValidatingWebhookConfiguration" | "MutatingWebhookConfiguration" => {
-            &["apiVersion", "kind", "metadata", "webhooks"]
-        }
-        "StorageClass" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "provisioner",
-            "parameters",
-            "reclaimPolicy",
-            "mountOptions",
-            "allowVolumeExpansion",
-            "volumeBindingMode",
-            "allowedTopologies",
-        ],
-        "PriorityClass" => &[
-            "apiVersion",
-            "kind",
-            "metadata",
-            "value",
-            "globalDefault",
-            "description",
-            "preemptionPolicy",
-        ],
-        "ControllerRevision" => &["apiVersion", "kind", "metadata", "data", "revision"],
-        "Event" => return None,
-        "CustomResourceDefinition" => &["apiVersion", "kind", "metadata", "spec", "status"],
-        _ => &["apiVersion", "kind", "metadata", "spec", "status"],
-    })
-}
-
 /// How a DELETE treats the deleted object's dependents (`propagationPolicy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Propagation {
@@ -1483,9 +1549,8 @@ fn workload_defaults(kind: &str, object: &mut Value) {
     }
 }
 
-/// What the API server rejects before storing: bad names, malformed Secret data, and with
-/// fieldValidation=Strict, unknown top-level or metadata fields of built-in kinds.
-fn validate(rt: &ResourceType, name: &str, object: &Value, strict: bool) -> Result<(), ApiError> {
+/// What the API server rejects before storing: bad names, malformed Secret data.
+fn validate_names_and_data(rt: &ResourceType, name: &str, object: &Value) -> Result<(), ApiError> {
     let label_only = matches!(rt.kind.as_str(), "Namespace" | "Service");
     let valid_name = if label_only {
         is_dns_subdomain(name) && !name.contains('.') && name.len() <= 63
@@ -1526,31 +1591,52 @@ fn validate(rt: &ResourceType, name: &str, object: &Value, strict: bool) -> Resu
             "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: json: cannot unmarshal non-string into Go struct field ConfigMap.data of type string (data.{key})"
         )));
     }
-    if strict && !rt.custom {
-        let mut unknown = Vec::new();
-        if let (Some(allowed), Some(map)) = (top_level_fields(&rt.kind), object.as_object()) {
-            unknown.extend(
-                map.keys()
-                    .filter(|key| !allowed.contains(&key.as_str()))
-                    .map(|key| format!("unknown field \"{key}\"")),
-            );
-        }
-        if let Some(metadata) = object["metadata"].as_object() {
-            unknown.extend(
-                metadata
-                    .keys()
-                    .filter(|key| !OBJECT_META_FIELDS.contains(&key.as_str()))
-                    .map(|key| format!("unknown field \"metadata.{key}\"")),
-            );
-        }
-        if !unknown.is_empty() {
-            return Err(ApiError::bad_request(format!(
-                "strict decoding error: {}",
-                unknown.join(", ")
-            )));
-        }
-    }
     Ok(())
+}
+
+/// A decoding error of a built-in kind (a type mismatch; under server-side apply an undeclared
+/// field too), worded after how the body was decoded.
+fn decoding_error(
+    rt: &ResourceType,
+    name: &str,
+    namespace: &str,
+    object: &Value,
+    decoded: &builtin_schema::Decoded,
+    decoding: Decoding,
+) -> Option<ApiError> {
+    if decoding == Decoding::Applied
+        && let Some(errors) = builtin_schema::apply_errors(&rt.kind, object)
+    {
+        // structured-merge-diff types the applied object whatever fieldValidation says, and
+        // its error is not a Status: the API server answers 500 without a reason.
+        return Some(ApiError::new(
+            500,
+            "",
+            format!(
+                "failed to create typed patch object ({namespace}/{name}; {}, Kind={}): {errors}",
+                rt.api_version(),
+                rt.kind
+            ),
+        ));
+    }
+    let type_error = decoded.type_error.as_ref()?;
+    Some(match decoding {
+        Decoding::Patched => ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                " \"\" is invalid: patch: Invalid value: {:?}: {type_error}",
+                object.to_string()
+            ),
+        ),
+        // A create's or an update's body; an applied object that structured-merge-diff took
+        // (a malformed quantity) fails when converted, in words close to these.
+        _ => ApiError::bad_request(format!(
+            "{kind} in version \"{}\" cannot be handled as a {kind}: {type_error}",
+            rt.version,
+            kind = rt.kind
+        )),
+    })
 }
 
 /// Everything but metadata and status: what bumps `generation`.
@@ -1582,6 +1668,14 @@ fn same_ignoring_times(a: &Value, b: &Value) -> bool {
         copy
     }
     normalise(a) == normalise(b)
+}
+
+/// Five characters as the API server generates names (`generateName`, `kube-api-access-`).
+pub fn random_suffix() -> String {
+    let alphabet = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..5)
+        .map(|_| alphabet[fastrand::usize(..alphabet.len())] as char)
+        .collect()
 }
 
 pub fn new_uid() -> String {

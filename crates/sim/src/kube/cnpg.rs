@@ -71,6 +71,13 @@ pub fn desired(cluster: &Value, password: &str) -> Vec<(&'static str, Value)> {
         .as_str()
         .unwrap_or(DEFAULT_IMAGE)
         .to_string();
+    // The instances' account first: the ServiceAccount admission plugin refuses pods whose
+    // account does not exist yet.
+    objects.push((
+        "serviceaccounts",
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": metadata(cluster, name, json!({"cnpg.io/cluster": name}))}),
+    ));
     for index in 1..=instances(cluster) {
         let instance = format!("{name}-{index}");
         let role = if index == 1 { "primary" } else { "replica" };
@@ -96,11 +103,6 @@ pub fn desired(cluster: &Value, password: &str) -> Vec<(&'static str, Value)> {
                    "status": {"phase": "Pending", "qosClass": "BestEffort"}}),
         ));
     }
-    objects.push((
-        "serviceaccounts",
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": metadata(cluster, name, json!({"cnpg.io/cluster": name}))}),
-    ));
     for (suffix, selector) in [
         (
             "rw",
@@ -242,18 +244,18 @@ mod tests {
         assert_eq!(
             names,
             vec![
+                "serviceaccounts/pg",
                 "persistentvolumeclaims/pg-1",
                 "pods/pg-1",
                 "persistentvolumeclaims/pg-2",
                 "pods/pg-2",
-                "serviceaccounts/pg",
                 "services/pg-rw",
                 "services/pg-ro",
                 "services/pg-r",
                 "secrets/pg-app"
             ]
         );
-        let claim = &objects[0].1;
+        let claim = &objects[1].1;
         assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "5Gi");
         assert_eq!(claim["spec"]["storageClassName"], "fast");
         assert_eq!(claim["metadata"]["ownerReferences"][0]["uid"], "c-1");

@@ -10,12 +10,13 @@
 //! without its operator).
 
 use super::batch;
-use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339};
+use super::cluster::{Cluster, WriteOptions, is_owned_by, new_uid, now_rfc3339, random_suffix};
 use super::cnpg;
 use super::kubelet;
 use super::programs;
 use super::rollout::{self, template_hash};
 use super::selectors::LabelSelector;
+use super::service_accounts;
 use super::storage::{self, Decision, StorageView};
 use serde_json::{Value, json};
 
@@ -299,39 +300,62 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         };
         let owned: Vec<Value> = owned_by(cluster, "pods", &namespace, &uid);
         // Rollout: pods of an older template go, new ones come.
-        let (current, stale): (Vec<Value>, Vec<Value>) = owned
-            .into_iter()
+        let (updated, stale): (Vec<Value>, Vec<Value>) = owned
+            .iter()
+            .cloned()
             .partition(|pod| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str());
-        for pod in &stale {
-            cluster.remove_with_dependents("pods", &namespace, &name_of(pod));
-            writes += 1;
-        }
-        let mut current = current;
+        let mut current = if kind == "StatefulSet" {
+            // A StatefulSet's pods keep their identity: a rolling update replaces one at a time
+            // (see `stateful_set_update`), and the others serve meanwhile.
+            let replaced = stateful_set_update(&workload, &owned, &hash, desired);
+            for pod in &replaced {
+                cluster.remove_with_dependents("pods", &namespace, pod);
+                writes += 1;
+            }
+            let mut kept: Vec<Value> = owned
+                .into_iter()
+                .filter(|pod| !replaced.contains(&name_of(pod)))
+                .collect();
+            kept.sort_by_key(|pod| ordinal(&name_of(pod)));
+            kept
+        } else {
+            for pod in &stale {
+                cluster.remove_with_dependents("pods", &namespace, &name_of(pod));
+                writes += 1;
+            }
+            updated.clone()
+        };
         while (current.len() as u64) > desired {
             if let Some(pod) = current.pop() {
                 cluster.remove_with_dependents("pods", &namespace, &name_of(&pod));
                 writes += 1;
             }
         }
-        // The ServiceAccount admission plugin refuses pods whose account does not exist.
-        let account = template["spec"]["serviceAccountName"]
-            .as_str()
-            .or(template["spec"]["serviceAccount"].as_str())
-            .unwrap_or("default")
-            .to_string();
-        let refused = (current.len() as u64) < desired
-            && cluster
-                .lookup("serviceaccounts", &namespace, &account)
-                .is_none();
+        // The ServiceAccount admission plugin refuses pods whose account does not exist (a
+        // StatefulSet names its pods; the others' pods have a generateName, `<owner>-`).
+        let account = service_accounts::account_of(&template["spec"]).to_string();
+        let account_object = cluster
+            .lookup("serviceaccounts", &namespace, &account)
+            .cloned();
+        let refused = (current.len() as u64) < desired && account_object.is_none();
+        let next_ordinal = (0..desired)
+            .find(|index| {
+                !current
+                    .iter()
+                    .any(|pod| name_of(pod) == format!("{name}-{index}"))
+            })
+            .unwrap_or(0);
         writes += replica_failure(
             cluster,
             &workload,
             store_key,
             refused.then(|| {
-                format!(
-                    "pods \"{name}-{}\" is forbidden: error looking up service account {namespace}/{account}: serviceaccount \"{account}\" not found",
-                    if kind == "StatefulSet" { "0".to_string() } else { suffix() }
-                )
+                let pod_name = if kind == "StatefulSet" {
+                    format!("{name}-{next_ordinal}")
+                } else {
+                    format!("{name}-")
+                };
+                service_accounts::refusal(&pod_name, &namespace, &account)
             }),
         );
         // A StatefulSet (OrderedReady, the default) starts pod N+1 once pod N is Ready.
@@ -374,6 +398,17 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
                 metadata.remove("annotations");
             }
             pod["spec"]["nodeName"] = json!("sim-control-plane");
+            if service_accounts::admit(
+                &mut pod,
+                &pod_name,
+                &namespace,
+                account_object.as_ref(),
+                &random_suffix(),
+            )
+            .is_err()
+            {
+                break;
+            }
             if kind == "StatefulSet" {
                 writes += claim_templates(cluster, &workload, &pod_name, &mut pod);
             }
@@ -387,12 +422,29 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         let ready = current.iter().filter(|pod| pod_ready(pod)).count() as u64;
         let generation = workload["metadata"]["generation"].clone();
         let status = match kind {
-            "StatefulSet" => json!({
-                "observedGeneration": generation, "replicas": current.len(),
-                "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current.len(),
-                "updatedReplicas": current.len(), "currentRevision": format!("{name}-{hash}"),
-                "updateRevision": format!("{name}-{hash}"), "collisionCount": 0
-            }),
+            "StatefulSet" => {
+                // The current revision stays the old one until every pod runs the new one.
+                let is_updated =
+                    |pod: &&Value| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str();
+                let updated_count = current.iter().filter(is_updated).count();
+                let old_hash = current
+                    .iter()
+                    .find(|pod| !is_updated(pod))
+                    .and_then(|pod| pod["metadata"]["labels"]["pod-template-hash"].as_str())
+                    .unwrap_or(&hash)
+                    .to_string();
+                let current_count = if old_hash == hash {
+                    updated_count
+                } else {
+                    current.len() - updated_count
+                };
+                json!({
+                    "observedGeneration": generation, "replicas": current.len(),
+                    "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current_count,
+                    "updatedReplicas": updated_count, "currentRevision": format!("{name}-{old_hash}"),
+                    "updateRevision": format!("{name}-{hash}"), "collisionCount": 0
+                })
+            }
             "DaemonSet" => json!({
                 "observedGeneration": generation, "desiredNumberScheduled": desired,
                 "currentNumberScheduled": current.len(), "updatedNumberScheduled": current.len(),
@@ -422,6 +474,39 @@ fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> usize {
         }
     }
     writes
+}
+
+/// A StatefulSet pod's ordinal (`web-2` -> 2).
+fn ordinal(pod_name: &str) -> u64 {
+    pod_name
+        .rsplit('-')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The StatefulSet controller's rolling update (the default `RollingUpdate` strategy, partition
+/// honoured): once every pod exists and is Ready, the highest-ordinal pod of an older template
+/// goes, one at a time; it comes back with the new template, and the next waits until it is
+/// Ready. A new template whose pods never get Ready leaves the other pods as they were.
+/// `OnDelete` replaces nothing. Returns the pods to delete now.
+pub fn stateful_set_update(set: &Value, pods: &[Value], hash: &str, desired: u64) -> Vec<String> {
+    let strategy = &set["spec"]["updateStrategy"];
+    if strategy["type"] == "OnDelete" {
+        return Vec::new();
+    }
+    let partition = strategy["rollingUpdate"]["partition"].as_u64().unwrap_or(0);
+    let settled = pods.len() as u64 >= desired && pods.iter().all(pod_ready);
+    if !settled {
+        return Vec::new();
+    }
+    pods.iter()
+        .filter(|pod| pod["metadata"]["labels"]["pod-template-hash"] != hash)
+        .map(name_of)
+        .filter(|name| ordinal(name) >= partition && ordinal(name) < desired)
+        .max_by_key(|name| ordinal(name))
+        .into_iter()
+        .collect()
 }
 
 /// A StatefulSet pod's claims from `volumeClaimTemplates`: `<template>-<pod>` is created when
@@ -554,17 +639,44 @@ fn deployments(cluster: &mut Cluster) -> usize {
             .as_u64()
             .unwrap_or(10) as usize;
         let plan = rollout::plan(&owned, &current_name, history_limit);
-        for stale in &plan.pruned {
-            cluster.remove_with_dependents("replicasets.apps", &namespace, stale);
-            writes += 1;
-        }
-        for kept in &plan.kept {
-            if let Some(mut rs) = cluster
-                .lookup("replicasets.apps", &namespace, kept)
+        let counted = |rs: &Value| rollout::ReplicaSetCount {
+            name: name_of(rs),
+            replicas: rs["spec"]["replicas"].as_u64().unwrap_or(0),
+            available: rs["status"]["readyReplicas"].as_u64().unwrap_or(0),
+        };
+        // Old ReplicaSets, oldest first: those past the history limit go once scaled to 0.
+        let old: Vec<rollout::ReplicaSetCount> = plan
+            .pruned
+            .iter()
+            .chain(&plan.kept)
+            .filter_map(|old| owned.iter().find(|rs| name_of(rs) == *old))
+            .map(counted)
+            .collect();
+        let new_count = owned
+            .iter()
+            .find(|rs| name_of(rs) == current_name)
+            .map(counted)
+            .unwrap_or(rollout::ReplicaSetCount {
+                name: current_name.clone(),
+                replicas: 0,
+                available: 0,
+            });
+        let strategy = &deployment["spec"]["strategy"];
+        let (new_replicas, old_replicas) =
+            rollout::rolling_step(strategy, desired, &new_count, &old);
+        for (old_name, replicas) in &old_replicas {
+            let Some(mut rs) = cluster
+                .lookup("replicasets.apps", &namespace, old_name)
                 .cloned()
-                && rs["spec"]["replicas"] != 0
-            {
-                rs["spec"]["replicas"] = json!(0);
+            else {
+                continue;
+            };
+            let idle = *replicas == 0 && rs["status"]["replicas"].as_u64().unwrap_or(0) == 0;
+            if idle && plan.pruned.contains(old_name) {
+                cluster.remove_with_dependents("replicasets.apps", &namespace, old_name);
+                writes += 1;
+            } else if rs["spec"]["replicas"] != *replicas {
+                rs["spec"]["replicas"] = json!(replicas);
                 rs["metadata"]["annotations"]["deployment.kubernetes.io/desired-replicas"] =
                     json!(desired.to_string());
                 writes += write(cluster, "replicasets.apps", rs);
@@ -583,7 +695,7 @@ fn deployments(cluster: &mut Cluster) -> usize {
         let revision = plan.revision.to_string();
         let current = owned.iter().find(|rs| name_of(rs) == current_name).cloned();
         let wanted_spec =
-            json!({"replicas": desired, "selector": selector, "template": rs_template});
+            json!({"replicas": new_replicas, "selector": selector, "template": rs_template});
         match current {
             Some(rs)
                 if rs["spec"] == wanted_spec
@@ -629,16 +741,32 @@ fn deployments(cluster: &mut Cluster) -> usize {
             .map(|rs| rs["status"].clone())
             .unwrap_or(Value::Null);
         let updated_replicas = rs_status["replicas"].as_u64().unwrap_or(0);
-        let ready = rs_status["readyReplicas"].as_u64().unwrap_or(0);
-        // Pods of old ReplicaSets still terminating count in `replicas`.
-        let replicas = updated_replicas
-            + plan
-                .kept
+        // Old ReplicaSets' pods (serving during a rolling update, or terminating) count too.
+        let all_sets: Vec<Value> = std::iter::once(current_name.clone())
+            .chain(old_replicas.iter().map(|(name, _)| name.clone()))
+            .filter_map(|name| {
+                cluster
+                    .lookup("replicasets.apps", &namespace, &name)
+                    .cloned()
+            })
+            .collect();
+        let sum = |field: &str| -> u64 {
+            all_sets
                 .iter()
-                .filter_map(|old| cluster.lookup("replicasets.apps", &namespace, old))
-                .map(|rs| rs["status"]["replicas"].as_u64().unwrap_or(0))
-                .sum::<u64>();
-        let available = ready >= desired;
+                .map(|rs| rs["status"][field].as_u64().unwrap_or(0))
+                .sum()
+        };
+        let (replicas, ready) = (sum("replicas"), sum("readyReplicas"));
+        let wanted_pods: u64 = all_sets
+            .iter()
+            .map(|rs| rs["spec"]["replicas"].as_u64().unwrap_or(0))
+            .sum();
+        let (_, max_unavailable) = rollout::rolling_bounds(strategy, desired);
+        let available = if strategy["type"] == "Recreate" {
+            ready >= desired
+        } else {
+            ready >= desired.saturating_sub(max_unavailable)
+        };
         let now = now_rfc3339();
         let previous_conditions = deployment["status"]["conditions"].clone();
         let condition = |kind: &str, status: bool, reason: &str, message: &str| {
@@ -672,6 +800,8 @@ fn deployments(cluster: &mut Cluster) -> usize {
             rollout::progressing(&rollout::Progress {
                 previous: &deployment["status"],
                 replica_set: &current_name,
+                updated: updated_replicas,
+                replicas,
                 ready,
                 desired,
                 deadline: deployment["spec"]["progressDeadlineSeconds"].as_u64(),
@@ -689,7 +819,7 @@ fn deployments(cluster: &mut Cluster) -> usize {
             "observedGeneration": deployment["metadata"]["generation"],
             "replicas": replicas, "updatedReplicas": updated_replicas,
             "readyReplicas": ready, "availableReplicas": ready,
-            "unavailableReplicas": desired.saturating_sub(ready),
+            "unavailableReplicas": wanted_pods.max(desired).saturating_sub(ready),
             "conditions": conditions
         });
         if deployment["status"] != status
@@ -1171,9 +1301,30 @@ fn jobs(cluster: &mut Cluster) -> usize {
                 pod["metadata"]["annotations"] = template["metadata"]["annotations"].clone();
             }
             pod["spec"]["nodeName"] = json!("sim-control-plane");
-            cluster.commit("pods", &namespace, &pod_name, Some(pod));
-            writes += 1;
-            status["active"] = json!(status["active"].as_u64().unwrap_or(0) + 1);
+            let account = service_accounts::account_of(&pod["spec"]).to_string();
+            let account_object = cluster
+                .lookup("serviceaccounts", &namespace, &account)
+                .cloned();
+            if let Err(refusal) = service_accounts::admit(
+                &mut pod,
+                &format!("{name}-"),
+                &namespace,
+                account_object.as_ref(),
+                &random_suffix(),
+            ) {
+                writes += ensure_event(
+                    cluster,
+                    &job,
+                    "Warning",
+                    "FailedCreate",
+                    &format!("Error creating: {refusal}"),
+                    "job-controller",
+                );
+            } else {
+                cluster.commit("pods", &namespace, &pod_name, Some(pod));
+                writes += 1;
+                status["active"] = json!(status["active"].as_u64().unwrap_or(0) + 1);
+            }
         }
         if job["status"] != status {
             let mut updated = job.clone();
@@ -1353,6 +1504,31 @@ fn custom_resources(cluster: &mut Cluster) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stateful_set_replaces_one_pod_at_a_time_from_the_highest_ordinal() {
+        let mut documents =
+            super::super::test_fixtures::documents("rollout", "stateful-set-pods.yaml");
+        let set = documents.remove(0);
+        // db-2 runs the new template but is not Ready: nothing else goes.
+        assert!(stateful_set_update(&set, &documents, "new", 3).is_empty());
+        // Once it is Ready, db-1 goes next (then db-0).
+        documents[2]["status"]["conditions"][0]["status"] = json!("True");
+        assert_eq!(
+            stateful_set_update(&set, &documents, "new", 3),
+            vec!["db-1"]
+        );
+        // A partition keeps the ordinals below it.
+        let mut partitioned = set.clone();
+        partitioned["spec"]["updateStrategy"]["rollingUpdate"] = json!({"partition": 2});
+        assert!(stateful_set_update(&partitioned, &documents, "new", 3).is_empty());
+        // OnDelete leaves every pod to its user.
+        let mut on_delete = set.clone();
+        on_delete["spec"]["updateStrategy"] = json!({"type": "OnDelete"});
+        assert!(stateful_set_update(&on_delete, &documents, "new", 3).is_empty());
+        // A pod missing (being recreated): wait for it.
+        assert!(stateful_set_update(&set, &documents[..2], "new", 3).is_empty());
+    }
 
     #[test]
     fn a_pod_is_ready_only_after_its_readiness_probes_initial_delay() {

@@ -1,7 +1,8 @@
 //! Structural schemas of CustomResourceDefinitions (`openAPIV3Schema`), as the API server applies
 //! them to custom resources: unknown fields pruned (or, under `fieldValidation=Strict`, refused)
-//! unless `x-kubernetes-preserve-unknown-fields`, `default`s filled in, then types, `required`
-//! and `enum` validated.
+//! unless `x-kubernetes-preserve-unknown-fields`, `default`s filled in, then types, `required`,
+//! `enum`, bounds, lengths, patterns, item counts and formats validated. `x-kubernetes-validations`
+//! (CEL) rules are not evaluated: a rehearsal accepts what they would refuse.
 
 use super::validation::{ErrorKind, FieldError};
 use serde_json::Value;
@@ -184,6 +185,7 @@ fn validate_at(
             },
         });
     }
+    errors.extend(value_bounds(schema, value, path));
     match value {
         Value::Object(map) => {
             for required in schema["required"].as_array().into_iter().flatten() {
@@ -226,6 +228,111 @@ fn validate_at(
         }
         _ => {}
     }
+}
+
+/// A value against its schema's `minimum`/`maximum` (and exclusive ones), `minLength`/`maxLength`,
+/// `pattern`, `minItems`/`maxItems` and `format`, in kube-openapi's words as the API server
+/// reports them (`spec.replicas in body should be less than or equal to 10`).
+fn value_bounds(schema: &Value, value: &Value, path: &str) -> Vec<FieldError> {
+    let mut errors = Vec::new();
+    let invalid = |detail: String| FieldError {
+        field: path.to_string(),
+        kind: ErrorKind::Invalid {
+            value: value.to_string(),
+            detail,
+        },
+    };
+    if let Some(number) = value.as_f64() {
+        let exclusive = |key: &str| schema[key] == true;
+        if let Some(maximum) = schema["maximum"].as_f64() {
+            if exclusive("exclusiveMaximum") && number >= maximum {
+                errors.push(invalid(format!(
+                    "{path} in body should be less than {}",
+                    schema["maximum"]
+                )));
+            } else if number > maximum {
+                errors.push(invalid(format!(
+                    "{path} in body should be less than or equal to {}",
+                    schema["maximum"]
+                )));
+            }
+        }
+        if let Some(minimum) = schema["minimum"].as_f64() {
+            if exclusive("exclusiveMinimum") && number <= minimum {
+                errors.push(invalid(format!(
+                    "{path} in body should be greater than {}",
+                    schema["minimum"]
+                )));
+            } else if number < minimum {
+                errors.push(invalid(format!(
+                    "{path} in body should be greater than or equal to {}",
+                    schema["minimum"]
+                )));
+            }
+        }
+    }
+    if let Some(text) = value.as_str() {
+        let length = text.chars().count() as u64;
+        if let Some(max) = schema["maxLength"].as_u64()
+            && length > max
+        {
+            errors.push(FieldError {
+                field: path.to_string(),
+                kind: ErrorKind::TooLong { max },
+            });
+        }
+        if let Some(min) = schema["minLength"].as_u64()
+            && length < min
+        {
+            errors.push(invalid(format!(
+                "{path} in body should be at least {min} chars long"
+            )));
+        }
+        if let Some(pattern) = schema["pattern"].as_str()
+            && let Ok(regex) = regex::Regex::new(pattern)
+            && !regex.is_match(text)
+        {
+            errors.push(invalid(format!("{path} in body should match '{pattern}'")));
+        }
+        if let Some(format) = schema["format"].as_str()
+            && !format_fits(format, text)
+        {
+            errors.push(invalid(format!(
+                "{path} in body must be of type {format}: {text:?}"
+            )));
+        }
+    }
+    if let Some(items) = value.as_array() {
+        let count = items.len() as u64;
+        if let Some(max) = schema["maxItems"].as_u64()
+            && count > max
+        {
+            errors.push(FieldError {
+                field: path.to_string(),
+                kind: ErrorKind::TooMany { actual: count, max },
+            });
+        }
+        if let Some(min) = schema["minItems"].as_u64()
+            && count < min
+        {
+            errors.push(invalid(format!(
+                "{path} in body should have at least {min} items"
+            )));
+        }
+    }
+    errors
+}
+
+/// The string formats the API server checks (others pass, as unknown formats do).
+fn format_fits(format: &str, text: &str) -> bool {
+    let pattern = match format {
+        "date-time" => r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$",
+        "date" => r"^\d{4}-\d{2}-\d{2}$",
+        "uuid" => r"^(?i)[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$",
+        "byte" => r"^[A-Za-z0-9+/]*={0,2}$",
+        _ => return true,
+    };
+    regex::Regex::new(pattern).is_ok_and(|regex| regex.is_match(text))
 }
 
 /// The printer columns of a CRD's version: (name, type, JSONPath).
@@ -391,6 +498,29 @@ mod tests {
                 "spec.size: Unsupported value: \"huge\": supported values: \"small\", \"large\"".to_string(),
             ]
         );
+    }
+
+    #[test]
+    fn bounds_patterns_lengths_and_formats_are_checked_in_kube_openapis_words() {
+        let documents = documents("crd", "bounds.yaml");
+        let schema = version_schema(&documents[0], "v1").unwrap();
+        let errors: Vec<String> = validate(schema, &documents[1])
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            errors,
+            vec![
+                "spec.at: Invalid value: \"yesterday\": spec.at in body must be of type date-time: \"yesterday\"".to_string(),
+                "spec.name: Too long: may not be more than 8 bytes".to_string(),
+                "spec.name: Invalid value: \"Not-A-DNS-Name\": spec.name in body should match '^[a-z0-9-]+$'".to_string(),
+                "spec.replicas: Invalid value: 11: spec.replicas in body should be less than or equal to 10".to_string(),
+                "spec.shards: Invalid value: 0: spec.shards in body should be greater than 0".to_string(),
+                "spec.tags: Too many: 3: must have at most 2 items".to_string(),
+                "spec.tier: Invalid value: \"a\": spec.tier in body should be at least 2 chars long".to_string(),
+            ]
+        );
+        assert!(validate(schema, &documents[2]).is_empty());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 
 pub mod admission;
 pub mod batch;
+pub mod builtin_schema;
 pub mod cluster;
 pub mod cnpg;
 pub mod controllers;
@@ -24,6 +25,7 @@ pub mod rollout;
 pub mod scale;
 pub mod selectors;
 pub mod server;
+pub mod service_accounts;
 pub mod storage;
 pub mod table;
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! The API resources the Kubernetes simulator serves: the built-in table, CRD-registered ones,
 //! and the discovery and OpenAPI v3 documents built from them.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 /// One served resource (a plural under a group/version).
 #[derive(Debug, Clone, PartialEq)]
@@ -632,7 +632,7 @@ pub fn api_resource_list(resources: &[ResourceType], group: &str, version: &str)
     )
 }
 
-/// `GET /openapi/v3`: one entry per group/version, each with a hash that changes with its resources.
+/// `GET /openapi/v3`: one entry per group/version, each with a hash that changes with its content.
 pub fn openapi_index(resources: &[ResourceType]) -> Value {
     let mut paths = serde_json::Map::new();
     let mut keys: Vec<(String, String)> = vec![(String::new(), "v1".to_string())];
@@ -647,13 +647,72 @@ pub fn openapi_index(resources: &[ResourceType]) -> Value {
         } else {
             format!("apis/{group}/{version}")
         };
-        let hash = openapi_hash(&openapi_document(resources, &group, &version));
+        let hash = document_hash(resources, &group, &version);
         paths.insert(
             key.clone(),
             json!({"serverRelativeURL": format!("/openapi/v3/{key}?hash={hash}")}),
         );
     }
     json!({"paths": paths})
+}
+
+/// A group/version's hash; the documents of built-in group/versions never change, so theirs are
+/// computed once (a document holds the kinds' whole schemas: hashing it on every index request
+/// would cost more than the request).
+fn document_hash(resources: &[ResourceType], group: &str, version: &str) -> String {
+    use std::collections::BTreeMap;
+    use std::sync::{Mutex, OnceLock};
+    static BUILTIN_HASHES: OnceLock<Mutex<BTreeMap<(String, String), String>>> = OnceLock::new();
+    let built_in_only = resources
+        .iter()
+        .filter(|r| r.group == group && r.version == version)
+        .all(|r| !r.custom);
+    if !built_in_only {
+        return openapi_hash(&openapi_document(resources, group, version));
+    }
+    let cache = BUILTIN_HASHES.get_or_init(Default::default);
+    let key = (group.to_string(), version.to_string());
+    if let Some(hash) = cache.lock().ok().and_then(|c| c.get(&key).cloned()) {
+        return hash;
+    }
+    let hash = openapi_hash(&openapi_document(resources, group, version));
+    if let Ok(mut cache) = cache.lock() {
+        cache.insert(key, hash.clone());
+    }
+    hash
+}
+
+/// Adds `name` and every definition it refers to, transitively, to `into`.
+fn add_with_references(
+    name: &str,
+    definitions: &Map<String, Value>,
+    into: &mut Map<String, Value>,
+) {
+    fn references<'a>(value: &'a Value, found: &mut Vec<&'a str>) {
+        match value {
+            Value::Object(map) => {
+                if let Some(reference) = map.get("$ref").and_then(Value::as_str)
+                    && let Some(name) = reference.strip_prefix("#/components/schemas/")
+                {
+                    found.push(name);
+                }
+                map.values().for_each(|child| references(child, found));
+            }
+            Value::Array(items) => items.iter().for_each(|child| references(child, found)),
+            _ => {}
+        }
+    }
+    let mut pending = vec![name];
+    while let Some(next) = pending.pop() {
+        if into.contains_key(next) {
+            continue;
+        }
+        let Some(definition) = definitions.get(next) else {
+            continue;
+        };
+        into.insert(next.to_string(), definition.clone());
+        references(definition, &mut pending);
+    }
 }
 
 fn openapi_hash(document: &Value) -> String {
@@ -664,7 +723,9 @@ fn openapi_hash(document: &Value) -> String {
 
 /// The OpenAPI v3 document of one group/version: every resource's paths, each PATCH declaring
 /// the `fieldValidation` parameter (kubectl checks it to know the server validates fields), and
-/// a permissive schema per kind carrying its group/version/kind.
+/// a schema per kind carrying its group/version/kind: a built-in kind's real one (descriptions
+/// for `kubectl explain`, strategic-merge-patch keys for `kubectl apply`), a permissive one for
+/// custom resources.
 pub fn openapi_document(resources: &[ResourceType], group: &str, version: &str) -> Value {
     let mut paths = serde_json::Map::new();
     let mut schemas = serde_json::Map::new();
@@ -687,16 +748,20 @@ pub fn openapi_document(resources: &[ResourceType], group: &str, version: &str) 
             version,
             resource.kind
         );
-        let reference = json!({"$ref": format!("#/components/schemas/{schema_name}")});
         let gvk = json!([{"group": group, "version": version, "kind": resource.kind}]);
-        // Built-in kinds publish no schema: kubectl then computes strategic merge patches from
-        // its compiled-in types (a schema without fields would make it warn and fall back).
-        let reference = if resource.custom {
-            reference
+        let builtin = super::builtin_schema::schemas();
+        let builtin_name = builtin
+            .kinds
+            .get(resource.kind.as_str())
+            .filter(|_| !resource.custom);
+        let schema_name = builtin_name.cloned().unwrap_or(schema_name);
+        let reference = json!({"$ref": format!("#/components/schemas/{schema_name}")});
+        if let Some(name) = builtin_name {
+            add_with_references(name, &builtin.definitions, &mut schemas);
+            if let Some(schema) = schemas.get_mut(name.as_str()) {
+                schema["x-kubernetes-group-version-kind"] = gvk.clone();
+            }
         } else {
-            json!({"type": "object"})
-        };
-        if resource.custom {
             schemas.insert(
                 schema_name.clone(),
                 json!({

@@ -84,13 +84,127 @@ pub fn template_hash(template: &Value) -> String {
         .collect()
 }
 
+/// One ReplicaSet of a Deployment, as the rolling update sees it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplicaSetCount {
+    pub name: String,
+    /// `spec.replicas`.
+    pub replicas: u64,
+    /// Ready pods (`status.readyReplicas`; minReadySeconds is not modelled, so Ready is available).
+    pub available: u64,
+}
+
+/// `maxSurge` / `maxUnavailable` of a `RollingUpdate` strategy against `desired` pods: an
+/// integer, or a percentage rounded up (surge) or down (unavailable); both 0 means 1 unavailable.
+pub fn rolling_bounds(strategy: &Value, desired: u64) -> (u64, u64) {
+    let resolve = |value: &Value, round_up: bool| -> u64 {
+        match value {
+            Value::Number(number) => number.as_u64().unwrap_or(0),
+            Value::String(text) => {
+                let percent: u64 = text.trim_end_matches('%').parse().unwrap_or(25);
+                let scaled = percent * desired;
+                if round_up {
+                    scaled.div_ceil(100)
+                } else {
+                    scaled / 100
+                }
+            }
+            _ => {
+                if round_up {
+                    (25 * desired).div_ceil(100)
+                } else {
+                    25 * desired / 100
+                }
+            }
+        }
+    };
+    let rolling = &strategy["rollingUpdate"];
+    let surge = resolve(&rolling["maxSurge"], true);
+    let unavailable = resolve(&rolling["maxUnavailable"], false);
+    if surge == 0 && unavailable == 0 {
+        (0, 1)
+    } else {
+        (surge, unavailable)
+    }
+}
+
+/// One pass of the Deployment controller's rolling update (`rolling.go`): the new ReplicaSet's
+/// replicas and the old ones' (oldest first in `old`). It scales the new one up within
+/// `desired + maxSurge` pods; only when it did not, it scales old ones down, never below
+/// `desired - maxUnavailable` available pods counting the new one's unavailable ones: so an
+/// old pod keeps serving until a new one is Ready. `Recreate` drops every old pod first.
+pub fn rolling_step(
+    strategy: &Value,
+    desired: u64,
+    new: &ReplicaSetCount,
+    old: &[ReplicaSetCount],
+) -> (u64, Vec<(String, u64)>) {
+    let unchanged: Vec<(String, u64)> = old
+        .iter()
+        .map(|rs| (rs.name.clone(), rs.replicas))
+        .collect();
+    if strategy["type"] == "Recreate" {
+        let old_gone = old.iter().all(|rs| rs.replicas == 0);
+        let scaled_down = old.iter().map(|rs| (rs.name.clone(), 0)).collect();
+        return (if old_gone { desired } else { new.replicas }, scaled_down);
+    }
+    let (surge, unavailable) = rolling_bounds(strategy, desired);
+    let old_total: u64 = old.iter().map(|rs| rs.replicas).sum();
+    // The new ReplicaSet: straight to `desired` when it is bigger, else up within the surge.
+    if new.replicas > desired {
+        return (desired, unchanged);
+    }
+    if new.replicas < desired {
+        let total = new.replicas + old_total;
+        let ceiling = desired + surge;
+        if total < ceiling {
+            let up = (ceiling - total).min(desired - new.replicas);
+            return (new.replicas + up, unchanged);
+        }
+    }
+    if old_total == 0 {
+        return (new.replicas, unchanged);
+    }
+    let all = new.replicas + old_total;
+    let min_available = desired.saturating_sub(unavailable);
+    let new_unavailable = new.replicas.saturating_sub(new.available);
+    let mut budget = all as i64 - min_available as i64 - new_unavailable as i64;
+    let mut scaled: Vec<(String, u64)> = unchanged;
+    if budget <= 0 {
+        return (new.replicas, scaled);
+    }
+    // First the old pods that are not Ready anyway, then Ready ones down to the minimum.
+    for (index, rs) in old.iter().enumerate() {
+        let unhealthy = rs.replicas.saturating_sub(rs.available) as i64;
+        let down = unhealthy.min(budget);
+        scaled[index].1 -= down as u64;
+        budget -= down;
+    }
+    let available: u64 = new.available
+        + old
+            .iter()
+            .zip(&scaled)
+            .map(|(rs, (_, replicas))| rs.available.min(*replicas))
+            .sum::<u64>();
+    let mut over = available.saturating_sub(min_available);
+    for (_, replicas) in scaled.iter_mut() {
+        let down = (*replicas).min(over);
+        *replicas -= down;
+        over -= down;
+    }
+    (new.replicas, scaled)
+}
+
 /// Where a rollout stands.
 pub struct Progress<'a> {
-    /// The Deployment's status before this pass (its Progressing condition, readyReplicas).
+    /// The Deployment's status before this pass (its Progressing condition and counts).
     pub previous: &'a Value,
     /// The current ReplicaSet.
     pub replica_set: &'a str,
-    /// Ready pods of the current ReplicaSet, and how many are wanted.
+    /// The status counts of this pass: pods of the current ReplicaSet (`updatedReplicas`), all
+    /// pods, Ready ones (of every ReplicaSet), and how many are wanted.
+    pub updated: u64,
+    pub replicas: u64,
     pub ready: u64,
     pub desired: u64,
     /// `spec.progressDeadlineSeconds`.
@@ -112,8 +226,14 @@ pub fn progressing(progress: &Progress<'_>) -> Value {
     let same_rollout = previous["message"]
         .as_str()
         .is_some_and(|m| m.starts_with(&format!("ReplicaSet \"{}\" ", progress.replica_set)));
-    let moved =
-        !same_rollout || progress.previous["readyReplicas"].as_u64() != Some(progress.ready);
+    // As the Deployment controller sees progress: more updated, Ready pods, or fewer old ones.
+    let before = |field: &str| progress.previous[field].as_u64().unwrap_or(0);
+    let old_pods = |replicas: u64, updated: u64| replicas.saturating_sub(updated);
+    let moved = !same_rollout
+        || progress.updated > before("updatedReplicas")
+        || progress.ready > before("readyReplicas")
+        || old_pods(before("replicas"), before("updatedReplicas"))
+            > old_pods(progress.replicas, progress.updated);
     let condition = |status: &str, reason: &str, message: String, updated: &Value| {
         let since = if previous["status"] == status {
             previous["lastTransitionTime"].clone()
@@ -123,7 +243,10 @@ pub fn progressing(progress: &Progress<'_>) -> Value {
         json!({"type": "Progressing", "status": status, "reason": reason, "message": message,
                "lastUpdateTime": updated, "lastTransitionTime": since})
     };
-    if progress.ready >= progress.desired {
+    let complete = progress.updated == progress.desired
+        && progress.replicas == progress.desired
+        && progress.ready >= progress.desired;
+    if complete {
         let updated = if previous["reason"] == "NewReplicaSetAvailable" && same_rollout {
             previous["lastUpdateTime"].clone()
         } else {
@@ -190,6 +313,76 @@ mod tests {
         assert_eq!(undone.kept, vec!["web-b".to_string(), "web-c".to_string()]);
     }
 
+    fn count(name: &str, replicas: u64, available: u64) -> ReplicaSetCount {
+        ReplicaSetCount {
+            name: name.into(),
+            replicas,
+            available,
+        }
+    }
+
+    #[test]
+    fn a_rolling_update_keeps_old_pods_until_new_ones_are_ready() {
+        let default = json!({"type": "RollingUpdate"});
+        // One replica: 25% surges to 1 and leaves 0 unavailable.
+        assert_eq!(rolling_bounds(&default, 1), (1, 0));
+        assert_eq!(rolling_bounds(&default, 10), (3, 2));
+        assert_eq!(
+            rolling_bounds(
+                &json!({"rollingUpdate": {"maxSurge": 0, "maxUnavailable": "0%"}}),
+                4
+            ),
+            (0, 1)
+        );
+        // The new ReplicaSet comes up beside the old one.
+        let old = [count("web-old", 1, 1)];
+        assert_eq!(
+            rolling_step(&default, 1, &count("web-new", 0, 0), &old),
+            (1, vec![("web-old".into(), 1)])
+        );
+        // Its pod never gets Ready: the old one stays.
+        assert_eq!(
+            rolling_step(&default, 1, &count("web-new", 1, 0), &old),
+            (1, vec![("web-old".into(), 1)])
+        );
+        // Once it is Ready, the old one goes.
+        assert_eq!(
+            rolling_step(&default, 1, &count("web-new", 1, 1), &old),
+            (1, vec![("web-old".into(), 0)])
+        );
+        // Ten replicas: 3 new at once, then 2 old ones may go while none is Ready.
+        let old = [count("web-old", 10, 10)];
+        assert_eq!(
+            rolling_step(&default, 10, &count("web-new", 0, 0), &old).0,
+            3
+        );
+        assert_eq!(
+            rolling_step(&default, 10, &count("web-new", 3, 0), &old),
+            (3, vec![("web-old".into(), 8)])
+        );
+        // Recreate: old pods first, then the new ones.
+        let recreate = json!({"type": "Recreate"});
+        assert_eq!(
+            rolling_step(
+                &recreate,
+                2,
+                &count("web-new", 0, 0),
+                &[count("web-old", 2, 2)]
+            ),
+            (0, vec![("web-old".into(), 0)])
+        );
+        assert_eq!(
+            rolling_step(
+                &recreate,
+                2,
+                &count("web-new", 0, 0),
+                &[count("web-old", 0, 0)]
+            )
+            .0,
+            2
+        );
+    }
+
     #[test]
     fn a_typed_round_trip_of_a_template_keeps_its_hash() {
         let sent = json!({"metadata": {"labels": {"app": "web"}},
@@ -208,17 +401,22 @@ mod tests {
         let first = progressing(&Progress {
             previous: &Value::Null,
             replica_set: "web-x",
+            updated: 1,
+            replicas: 1,
             ready: 0,
             desired: 1,
             deadline: Some(60),
             now: start,
         });
         assert_eq!(first["reason"], "ReplicaSetUpdated");
-        let previous = json!({"readyReplicas": 0, "conditions": [first]});
+        let previous =
+            json!({"replicas": 1, "updatedReplicas": 1, "readyReplicas": 0, "conditions": [first]});
         let later = |seconds: u64| {
             progressing(&Progress {
                 previous: &previous,
                 replica_set: "web-x",
+                updated: 1,
+                replicas: 1,
                 ready: 0,
                 desired: 1,
                 deadline: Some(60),
@@ -237,8 +435,10 @@ mod tests {
         );
         // Once its pods are Ready, it has progressed.
         let done = progressing(&Progress {
-            previous: &json!({"readyReplicas": 0, "conditions": [overdue]}),
+            previous: &json!({"replicas": 1, "updatedReplicas": 1, "readyReplicas": 0, "conditions": [overdue]}),
             replica_set: "web-x",
+            updated: 1,
+            replicas: 1,
             ready: 1,
             desired: 1,
             deadline: Some(60),

@@ -1,7 +1,7 @@
 //! The HTTP side of the Kubernetes simulator: routing, content negotiation (JSON, YAML apply
 //! patches, protobuf bodies, Tables), streamed watches, and WebSocket exec and port-forward.
 
-use super::cluster::{ApiError, Cluster, PatchType, Propagation, WriteOptions};
+use super::cluster::{ApiError, Cluster, FieldValidation, PatchType, Propagation, WriteOptions};
 use super::programs::{self, Programs};
 use super::rbac;
 use super::resources::{self, ResourceType};
@@ -554,7 +554,8 @@ async fn route(
     if method == "GET" && watch {
         return watch_response(sim, &target, pairs);
     }
-    match resource_call(
+    let mut warnings = Vec::new();
+    let response = match resource_call(
         sim,
         method,
         &target,
@@ -563,6 +564,7 @@ async fn route(
         accept,
         user_agent,
         body,
+        &mut warnings,
     ) {
         Ok((status, value)) => {
             if method == "GET" && table::wants_table(accept) && target.subresource.is_none() {
@@ -596,7 +598,11 @@ async fn route(
             json_response(status, &value)
         }
         Err(error) => error_response(&error),
-    }
+    };
+    // RFC 7234 warnings, as the API server sends them (kubectl prints `Warning: <text>`).
+    warnings.into_iter().fold(response, |response, text| {
+        response.with_header("warning", format!("299 - {text:?}"))
+    })
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -609,6 +615,7 @@ fn resource_call(
     _accept: &str,
     user_agent: &str,
     body: &[u8],
+    warnings: &mut Vec<String>,
 ) -> Result<(u16, Value), ApiError> {
     let rt = &target.rt;
     let namespace = target.namespace.clone().unwrap_or_default();
@@ -626,7 +633,7 @@ fn resource_call(
         manager: manager_of(pairs, user_agent),
         dry_run: query_value(pairs, "dryRun").is_some_and(|v| v == "All"),
         force: query_value(pairs, "force").is_some_and(|v| v == "true"),
-        strict: query_value(pairs, "fieldValidation").is_some_and(|v| v == "Strict"),
+        field_validation: FieldValidation::from_query(query_value(pairs, "fieldValidation")),
         subresource: target.subresource.clone(),
     };
     if resources::is_review(&rt.kind) {
@@ -655,7 +662,8 @@ fn resource_call(
             &options,
         );
     }
-    match (method, &target.name, target.subresource.as_deref()) {
+    cluster.warnings.clear();
+    let result = match (method, &target.name, target.subresource.as_deref()) {
         ("GET", None, _) => {
             let labels = LabelSelector::parse(query_value(pairs, "labelSelector").unwrap_or(""))
                 .map_err(ApiError::bad_request)?;
@@ -748,7 +756,9 @@ fn resource_call(
             "MethodNotAllowed",
             format!("{method} is not supported on this path"),
         )),
-    }
+    };
+    *warnings = std::mem::take(&mut cluster.warnings);
+    result
 }
 
 /// What a resource request asks, as the authorizer sees it.

@@ -22,6 +22,10 @@ pub enum ErrorKind {
     Forbidden(String),
     /// `Unsupported value: <value>: supported values: <supported>`
     Unsupported { value: String, supported: String },
+    /// `Too long: may not be more than <n> bytes` (the value omitted)
+    TooLong { max: u64 },
+    /// `Too many: <actual>: must have at most <max> items`
+    TooMany { actual: u64, max: u64 },
 }
 
 impl FieldError {
@@ -44,6 +48,14 @@ impl FieldError {
             ErrorKind::Unsupported { value, supported } => {
                 format!("Unsupported value: {value}: supported values: {supported}")
             }
+            ErrorKind::TooLong { max } => format!(
+                "Too long: may not be more than {max} {}",
+                if *max == 1 { "byte" } else { "bytes" }
+            ),
+            ErrorKind::TooMany { actual, max } => format!(
+                "Too many: {actual}: must have at most {max} {}",
+                if *max == 1 { "item" } else { "items" }
+            ),
         }
     }
 
@@ -53,6 +65,8 @@ impl FieldError {
             ErrorKind::Required => "FieldValueRequired",
             ErrorKind::Forbidden(_) => "FieldValueForbidden",
             ErrorKind::Unsupported { .. } => "FieldValueNotSupported",
+            ErrorKind::TooLong { .. } => "FieldValueTooLong",
+            ErrorKind::TooMany { .. } => "FieldValueTooMany",
         }
     }
 
