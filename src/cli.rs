@@ -550,6 +550,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 tokens,
                 pipeline_seconds,
                 runner: runner.then_some(runner_tags),
+                jobs: bprun_sim::ci_jobs::Settings::from_env(),
                 faults: bprun_sim::http::Faults {
                     latency_ms,
                     error_rate,

@@ -295,6 +295,13 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             ..Default::default()
         },
         runner: None,
+        // The platform's runner (infra/helm-values/runner.yaml) defaults to alpine:3.20; its
+        // registry is GitLab's, at registry.<domain>.
+        jobs: crate::ci_jobs::Settings {
+            default_image: Some("alpine:3.20".to_string()),
+            registry: Some("registry.local.example.net".to_string()),
+            ..crate::ci_jobs::Settings::from_env()
+        },
     };
     let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);
     *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
