@@ -46,6 +46,10 @@ pub struct Settings {
     /// The registry's address GitLab gives jobs (`CI_REGISTRY`); `None`: no registry, as a
     /// GitLab without one.
     pub registry: Option<String>,
+    /// The platform's registry, shared with the Kubernetes simulator's nodes: kaniko pushes
+    /// only to its names, and what it pushes becomes pullable. `None`: kaniko's pushes go
+    /// nowhere and any destination is accepted.
+    pub image_store: Option<crate::kube::kubelet::PlatformRegistry>,
 }
 
 impl Settings {
@@ -112,6 +116,8 @@ pub struct JobSpec {
     /// `group/project`: the working copy lives in `builds/<project_path>`.
     pub project_path: String,
     pub runner_description: String,
+    /// The registry names kaniko can push to (empty: any).
+    pub registry_hosts: Vec<String>,
 }
 
 /// How a job ended.
@@ -303,6 +309,7 @@ usage() {
   echo "  executor [command]"
 }
 set -f
+registries="@REGISTRIES@"
 context=/workspace/
 dockerfile=Dockerfile
 destinations=
@@ -359,6 +366,16 @@ fi
 for destination in $destinations; do
   case "${destination##*/}" in *:*) repository="${destination%:*}" ;; *) repository="$destination" ;; esac
   path="${repository#*/}"
+  host="${destination%%/*}"
+  if [ -n "$registries" ]; then
+    case " $registries " in
+      *" $host "*) ;;
+      *)
+        echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": creating push check transport for $host failed: Get \"https://$host/v2/\": dial tcp: lookup ${host%%:*}: no such host"
+        exit 1
+        ;;
+    esac
+  fi
   if [ -z "$repository" ]; then
     echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: getting tag for destination: a repository name must be specified"
     exit 1
@@ -537,7 +554,8 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
         }
         Runtime::Kaniko => {
             let executor = root.join("kaniko").join("executor");
-            std::fs::write(&executor, KANIKO_EXECUTOR)
+            let script = KANIKO_EXECUTOR.replace("@REGISTRIES@", &spec.registry_hosts.join(" "));
+            std::fs::write(&executor, script)
                 .and_then(|()| {
                     use std::os::unix::fs::PermissionsExt;
                     std::fs::set_permissions(&executor, std::fs::Permissions::from_mode(0o755))

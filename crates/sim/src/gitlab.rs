@@ -647,6 +647,7 @@ impl GitlabSim {
                 pushed: Vec::new(),
             });
         }
+        jobs::restore_pushed_images(&state, &config.jobs);
         if state.users.is_empty() {
             let id = state.id();
             state.users.push(User {

@@ -285,6 +285,13 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let runtime = bprun_clients::runtime::runtime();
     let env = prepared.env();
     // GitLab.
+    // GitLab's registry, shared by the GitLab simulator (kaniko pushes there) and the
+    // Kubernetes simulator's nodes (they pull from it under registry.<domain>).
+    let image_store = crate::kube::kubelet::PlatformRegistry {
+        node_hosts: vec!["registry.local.example.net".to_string()],
+        cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".to_string()],
+        pushed: Default::default(),
+    };
     let gitlab_config = crate::gitlab::Config {
         listen: "127.0.0.1:0".into(),
         state_dir: Some(prepared.state_dir.join("gitlab")),
@@ -300,6 +307,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         jobs: crate::ci_jobs::Settings {
             default_image: Some("alpine:3.20".to_string()),
             registry: Some("registry.local.example.net".to_string()),
+            image_store: Some(image_store.clone()),
             ..crate::ci_jobs::Settings::from_env()
         },
     };
@@ -369,6 +377,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         crate::kube::builtin_exec(Some(minter)),
         crate::kube::programs::Programs::standard_on(node),
     ));
+    kube_sim.cluster().images.registry = Some(image_store);
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
         // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a

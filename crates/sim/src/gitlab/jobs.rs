@@ -87,6 +87,11 @@ impl GitlabSim {
             reference: pipeline.reference.clone(),
             project_path,
             runner_description: runner.description.clone(),
+            registry_hosts: settings
+                .image_store
+                .as_ref()
+                .map(|store| store.hosts())
+                .unwrap_or_default(),
         }))
     }
 
@@ -210,9 +215,16 @@ impl GitlabSim {
     /// Runs the job on its own thread; its outcome lands in the state when it ends.
     pub(super) fn start_execution(&self, pipeline: u64, spec: JobSpec) {
         let shared = self.state.clone();
+        let image_store = self.config.jobs.image_store.clone();
         let state_dir = self.config.state_dir.clone();
         let job_id = spec.id;
         let record = move |outcome: Outcome| {
+            // What the job pushed is in the registry before anyone sees the job succeed.
+            if let Some(store) = &image_store {
+                for image in &outcome.pushed {
+                    store.record_push(image);
+                }
+            }
             let mut state = shared.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(job) = state
                 .pipelines
@@ -237,6 +249,24 @@ impl GitlabSim {
                 ),
                 pushed: Vec::new(),
             });
+        }
+    }
+}
+
+/// Puts what earlier jobs pushed back into the registry (the simulator restarted).
+pub(super) fn restore_pushed_images(state: &State, settings: &ci_jobs::Settings) {
+    let Some(store) = &settings.image_store else {
+        return;
+    };
+    for outcome in state
+        .pipelines
+        .values()
+        .flat_map(|pipeline| &pipeline.jobs)
+        .filter_map(|job| job.outcome.as_ref())
+        .filter(|outcome| outcome.success)
+    {
+        for image in &outcome.pushed {
+            store.record_push(image);
         }
     }
 }
