@@ -373,6 +373,53 @@ fn phase3_smoke_pipelines_pass_because_lint_build_and_deploy_ran() {
             );
         }
     }
+    // guestbook's pod pulls the image the build job pushed; an image nobody built does not
+    // pull, as on a real node.
+    let guestbook_image = sim.jsonpath(
+        "pods",
+        "guestbook",
+        "{.items[0].status.containerStatuses[0].image}",
+    );
+    assert_eq!(
+        guestbook_image,
+        "registry.local.example.net/blueprint-apps/guestbook:latest"
+    );
+    let ready = sim.jsonpath(
+        "pods",
+        "guestbook",
+        "{.items[0].status.containerStatuses[0].ready}",
+    );
+    assert_eq!(ready, "true");
+    sim.kubectl(&[
+        "run",
+        "nobody-built-it",
+        "-n",
+        "default",
+        "--image=registry.local.example.net/blueprint-apps/nobody:latest",
+    ])
+    .ok();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let waiting = loop {
+        let reason = sim
+            .kubectl(&[
+                "get",
+                "pod",
+                "nobody-built-it",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.status.containerStatuses[0].state.waiting.reason}: {.status.containerStatuses[0].state.waiting.message}",
+            ])
+            .stdout;
+        if reason.starts_with("ErrImagePull") || Instant::now() > deadline {
+            break reason;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(
+        waiting,
+        "ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/nobody:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/nobody:latest\": registry.local.example.net/blueprint-apps/nobody:latest: not found"
+    );
     // The deploys are real Helm releases on the simulated cluster.
     let releases = sim.helm(&["list", "-A", "-o", "json"]);
     for release in ["guestbook", "redis-master-demo", "redis-slave-demo"] {
