@@ -749,6 +749,7 @@ fn run_step(
     // The parent's copies of the pipe's write end must go, or the reader never sees its end.
     drop(command);
     let mut child = spawned.map_err(|error| format!("cannot start sh: {error}"))?;
+    running().push((child.id(), root.to_path_buf()));
     let collector = std::thread::spawn(move || {
         let mut kept = Vec::new();
         let mut chunk = [0u8; 8192];
@@ -774,6 +775,8 @@ fn run_step(
     };
     // Whatever the script left running goes with it.
     kill_group(child.id());
+    // Forgotten before it is reaped: until then its id cannot name another process.
+    running().retain(|(group, _)| *group != child.id());
     let _ = child.wait();
     let output = collector.join().unwrap_or_default();
     Ok(StepResult {
@@ -781,6 +784,23 @@ fn run_step(
         code,
         timed_out,
     })
+}
+
+/// The process groups and private roots of the jobs running now, so a simulator that stops
+/// stops them too ([`stop_running_jobs`]) instead of leaving a `helm --wait` behind.
+static RUNNING: std::sync::Mutex<Vec<(u32, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills every running job's process group and removes its folder: the simulator is stopping
+/// (as stopping a runner ends its builds).
+pub fn stop_running_jobs() {
+    for (group, root) in running().drain(..) {
+        kill_group(group);
+        let _ = std::fs::remove_dir_all(root);
+    }
 }
 
 /// SIGKILL to a process group, by its id.

@@ -2902,6 +2902,7 @@ pub fn run(config: Config) -> Result<(), String> {
         if let Some(runner) = runner {
             runner.abort();
         }
+        super::ci_jobs::stop_running_jobs();
         tokio::time::sleep(Duration::from_millis(10)).await;
         if let Some(folder) = &temporary_repos {
             let _ = std::fs::remove_dir_all(folder);
