@@ -506,6 +506,9 @@ pub fn execute(spec: &JobSpec) -> Outcome {
             (false, Vec::new())
         }
     };
+    // Paths as the container has them: the job's private root is the container's `/`
+    // (`/builds/group/project`, `/tmp/kubeconfig`, `/kaniko/executor` in messages).
+    let trace = trace.replace(&root.0.display().to_string(), "");
     let mut trace = mask(&trace, &secrets);
     if trace.len() > TRACE_LIMIT {
         let mut cut = TRACE_LIMIT;

@@ -15,9 +15,10 @@ use bprun_clients::digest::sha256_hex;
 use bprun_clients::gitlab::rules::{maskable, valid_variable_key as valid_key};
 
 use super::ci;
-
-mod jobs;
 use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
+
+/// Jobs that really run: which, with what, and their outcomes (`gitlab/jobs.rs`).
+mod jobs;
 
 /// Simulator settings (`bprun sim gitlab` flags).
 #[derive(Debug, Clone)]
