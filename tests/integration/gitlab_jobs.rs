@@ -322,9 +322,19 @@ fn phase3_with(
     edit: &dyn Fn(String) -> String,
     args: &[&str],
 ) -> crate::support::Output {
+    phase3_with_file(sim, "scripts/phase3.rhai", edit, args)
+}
+
+/// Phase 3 on the embedded platform with `file` of the repository copy changed by `edit`.
+fn phase3_with_file(
+    sim: &Sim,
+    file: &str,
+    edit: &dyn Fn(String) -> String,
+    args: &[&str],
+) -> crate::support::Output {
     let test = BPRUN.test_in_repository_copy().envs(sim.vars());
-    let script = test.path().join("scripts/phase3.rhai");
-    let text = std::fs::read_to_string(&script).expect("phase3.rhai");
+    let script = test.path().join(file);
+    let text = std::fs::read_to_string(&script).expect("file to edit");
     let edited = edit(text.clone());
     assert!(
         edited != text || edit("".into()).is_empty(),
@@ -478,4 +488,30 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
         !run.stderr.contains("bm90IGEga3ViZWNvbmZpZw==")
             && !run.stdout.contains("bm90IGEga3ViZWNvbmZpZw==")
     );
+}
+
+#[test]
+fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses_it() {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    // ci-common.yml without the lines that write kaniko's Docker config.
+    let run = phase3_with_file(
+        &sim,
+        "apps/shared-code/templates/ci-common.yml",
+        &|text| {
+            let start = text
+                .find("    - mkdir -p /kaniko/.docker")
+                .unwrap_or(text.len());
+            let end = text
+                .find("    - >-\n      /kaniko/executor")
+                .unwrap_or(start);
+            format!("{}{}", &text[..start], &text[end..])
+        },
+        &["--app", "guestbook", "--smoke-timeout", "120"],
+    );
+    run.code(1);
+    run.stderr_contains("job build failed; end of its trace:");
+    run.stderr_contains(
+        "checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:",
+    );
+    run.stderr_contains("UNAUTHORIZED: authentication required");
 }

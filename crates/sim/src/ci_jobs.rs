@@ -310,6 +310,7 @@ usage() {
 }
 set -f
 registries="@REGISTRIES@"
+scheme=https
 context=/workspace/
 dockerfile=Dockerfile
 destinations=
@@ -339,7 +340,8 @@ while [ $# -gt 0 ]; do
       esac
       ;;
     --no-push) no_push=1 ;;
-    --insecure|--skip-tls-verify|--insecure-pull|--skip-tls-verify-pull|--cache|--cleanup|--single-snapshot|--reproducible|--use-new-run|--cache-copy-layers|--cache-run-layers|--compressed-caching|--skip-unused-stages|--ignore-var-run|--force|--no-push-cache|--push-ignore-immutable-tag-errors|--skip-push-permission-check) ;;
+    --insecure) scheme=http ;;
+    --skip-tls-verify|--insecure-pull|--skip-tls-verify-pull|--cache|--cleanup|--single-snapshot|--reproducible|--use-new-run|--cache-copy-layers|--cache-run-layers|--compressed-caching|--skip-unused-stages|--ignore-var-run|--force|--no-push-cache|--push-ignore-immutable-tag-errors|--skip-push-permission-check) ;;
     version) echo "Kaniko version :  v1.23.2"; exit 0 ;;
     *)
       echo "Error: unknown flag: $name"
@@ -387,6 +389,30 @@ for destination in $destinations; do
       ;;
   esac
 done
+# GitLab's registry takes no anonymous push: credentials for the destination's registry must be
+# in the Docker config (DOCKER_CONFIG, by default /kaniko/.docker), and a CI job token must be
+# this job's.
+if [ -z "$no_push" ] && [ -n "$registries" ]; then
+  config="${DOCKER_CONFIG:-$(dirname "$0")/.docker}/config.json"
+  for destination in $destinations; do
+    host="${destination%%/*}"
+    repository="${destination#*/}"
+    repository="${repository%:*}"
+    auth=
+    if [ -f "$config" ]; then
+      auth=$(tr -d ' \n' < "$config" | sed -n "s|.*\"$host\":{\"auth\":\"\([^\"]*\)\".*|\1|p")
+    fi
+    if [ -z "$auth" ]; then
+      echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": POST $scheme://$host/v2/$repository/blobs/uploads/: UNAUTHORIZED: authentication required; [map[Action:pull Class: Name:$repository Type:repository] map[Action:push Class: Name:$repository Type:repository]]"
+      exit 1
+    fi
+    credentials=$(printf '%s' "$auth" | base64 -d 2>/dev/null)
+    if [ "${credentials%%:*}" = "gitlab-ci-token" ] && [ "${credentials#*:}" != "$CI_JOB_TOKEN" ]; then
+      echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": POST $scheme://$host/v2/$repository/blobs/uploads/: UNAUTHORIZED: HTTP Basic: Access denied"
+      exit 1
+    fi
+  done
+fi
 grep -i '^[[:space:]]*FROM[[:space:]]' "$dockerfile_path" | while read -r _ image _; do
   echo "INFO[0000] Retrieving image manifest $image"
 done
