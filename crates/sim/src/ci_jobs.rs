@@ -503,8 +503,21 @@ fn quoted(text: &str) -> String {
 /// The job's private root: removed when dropped, whatever happened.
 struct JobRoot(PathBuf);
 
+impl JobRoot {
+    /// A fresh root for job `id`, known to [`stop_running_jobs`] until dropped.
+    fn new(id: u64) -> JobRoot {
+        let root = std::env::temp_dir().join(format!("bprun-job-{id}-{}", fastrand::u64(..)));
+        running().push(RunningJob {
+            root: root.clone(),
+            group: None,
+        });
+        JobRoot(root)
+    }
+}
+
 impl Drop for JobRoot {
     fn drop(&mut self) {
+        running().retain(|job| job.root != self.0);
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
@@ -522,8 +535,7 @@ pub fn execute(spec: &JobSpec) -> Outcome {
         "Running with gitlab-runner 17.9.0 (bprun-sim)\n  on {} \nPreparing the \"kubernetes\" executor\nUsing Kubernetes executor with image {} ...\n",
         spec.runner_description, spec.image
     );
-    let root =
-        JobRoot(std::env::temp_dir().join(format!("bprun-job-{}-{}", spec.id, fastrand::u64(..))));
+    let root = JobRoot::new(spec.id);
     let result = run_in(&root.0, spec, &mut trace);
     let (success, pushed) = match result {
         Ok(run) => run,
@@ -778,7 +790,7 @@ fn run_step(
     // The parent's copies of the pipe's write end must go, or the reader never sees its end.
     drop(command);
     let mut child = spawned.map_err(|error| format!("cannot start sh: {error}"))?;
-    running().push((child.id(), root.to_path_buf()));
+    set_running_group(root, Some(child.id()));
     let collector = std::thread::spawn(move || {
         let mut kept = Vec::new();
         let mut chunk = [0u8; 8192];
@@ -805,7 +817,7 @@ fn run_step(
     // Whatever the script left running goes with it.
     kill_group(child.id());
     // Forgotten before it is reaped: until then its id cannot name another process.
-    running().retain(|(group, _)| *group != child.id());
+    set_running_group(root, None);
     let _ = child.wait();
     let output = collector.join().unwrap_or_default();
     Ok(StepResult {
@@ -815,20 +827,35 @@ fn run_step(
     })
 }
 
-/// The process groups and private roots of the jobs running now, so a simulator that stops
-/// stops them too ([`stop_running_jobs`]) instead of leaving a `helm --wait` behind.
-static RUNNING: std::sync::Mutex<Vec<(u32, PathBuf)>> = std::sync::Mutex::new(Vec::new());
+/// A job running now: its private root and, while a script stage runs, its process group.
+struct RunningJob {
+    root: PathBuf,
+    group: Option<u32>,
+}
 
-fn running() -> std::sync::MutexGuard<'static, Vec<(u32, PathBuf)>> {
+/// The jobs running now, so a simulator that stops stops them too ([`stop_running_jobs`])
+/// instead of leaving a `helm --wait` or a half-made folder behind.
+static RUNNING: std::sync::Mutex<Vec<RunningJob>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<RunningJob>> {
     RUNNING.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Kills every running job's process group and removes its folder: the simulator is stopping
 /// (as stopping a runner ends its builds).
 pub fn stop_running_jobs() {
-    for (group, root) in running().drain(..) {
-        kill_group(group);
-        let _ = std::fs::remove_dir_all(root);
+    for job in running().drain(..) {
+        if let Some(group) = job.group {
+            kill_group(group);
+        }
+        let _ = std::fs::remove_dir_all(job.root);
+    }
+}
+
+/// Records the process group of the stage running in `root` (`None` once it ended).
+fn set_running_group(root: &Path, group: Option<u32>) {
+    if let Some(job) = running().iter_mut().find(|job| job.root == root) {
+        job.group = group;
     }
 }
 
