@@ -188,6 +188,10 @@ enum SimCommand {
         /// its data there) [default: infra/data/shared of the current folder]
         #[arg(long, value_name = "DIR")]
         node_shared: Option<PathBuf>,
+        /// Play every CI job instead of running its script (for tests about GitLab's API and
+        /// convergence, not what jobs do; also BPRUN_SIM_PLAY_JOBS=1)
+        #[arg(long)]
+        play_jobs: bool,
     },
     /// A Kubernetes API server simulator on loopback that kubectl, helm and kube-rs can drive;
     /// writes a kubeconfig and prints KUBECONFIG
@@ -235,6 +239,10 @@ enum SimCommand {
         /// A tag of that runner (repeatable; it also takes untagged jobs)
         #[arg(long = "runner-tag", value_name = "TAG", requires = "runner")]
         runner_tags: Vec<String>,
+        /// Play every CI job instead of running its script (for tests about GitLab's API and
+        /// convergence, not what jobs do; also BPRUN_SIM_PLAY_JOBS=1)
+        #[arg(long)]
+        play_jobs: bool,
         /// Latency added to every answer, in milliseconds
         #[arg(long, default_value_t = 0)]
         latency_ms: u64,
@@ -502,12 +510,14 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             platform,
             latency_ms,
             node_shared,
+            play_jobs,
         })) => crate::rehearse::sim_all(
             state,
             pipeline_seconds,
             platform == "bare",
             latency_ms,
             node_shared,
+            play_jobs,
         ),
         Some(Command::Sim(SimCommand::Kube {
             listen,
@@ -537,6 +547,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             pipeline_seconds,
             runner,
             runner_tags,
+            play_jobs,
             latency_ms,
             error_rate,
             rate_limit_burst,
@@ -550,6 +561,11 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 tokens,
                 pipeline_seconds,
                 runner: runner.then_some(runner_tags),
+                jobs: {
+                    let mut jobs = bprun_sim::ci_jobs::Settings::from_env();
+                    jobs.play |= play_jobs;
+                    jobs
+                },
                 faults: bprun_sim::http::Faults {
                     latency_ms,
                     error_rate,

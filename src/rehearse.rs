@@ -410,6 +410,7 @@ pub fn sim_all(
     bare: bool,
     gitlab_latency_ms: u64,
     node_shared: Option<PathBuf>,
+    play_jobs: bool,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
@@ -417,6 +418,7 @@ pub fn sim_all(
         .map_err(|message| usage(format!("bprun sim all: {message}")))?;
     prepared.bare = bare;
     prepared.gitlab_latency_ms = gitlab_latency_ms;
+    prepared.play_jobs = play_jobs;
     prepared.node_shared = Some(
         std::path::absolute(node_shared.unwrap_or_else(|| root.join(NODE_SHARED)))
             .map_err(|error| usage(format!("bprun sim all: --node-shared: {error}")))?,

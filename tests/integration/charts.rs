@@ -31,7 +31,7 @@ fn every_chart_passes_helm_lint_and_template() {
             "guestbook",
             "guestbook",
             "guestbook",
-            "127.0.0.1:5000/blueprint-apps/guestbook:latest",
+            "registry.local.example.net/blueprint-apps/guestbook:latest",
         ),
         (
             "apps/redis/helm-chart",

@@ -13,6 +13,7 @@ mod diagnostics;
 mod diff;
 mod gitlab;
 mod gitlab_ci;
+mod gitlab_jobs;
 mod gitlab_model;
 mod gitlab_programs;
 mod gitlab_runners;

@@ -514,7 +514,16 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
 
     // A second run of both changes nothing: no Kubernetes or GitLab write, no new helm revision.
     let revisions = helm_revisions(&sim);
-    assert_eq!(revisions.len(), 6, "{revisions:?}");
+    // Phase 2's six releases and the three apps phase 3's smoke pipelines deployed for real
+    // (their deploy jobs ran helm against the cluster).
+    assert_eq!(revisions.len(), 9, "{revisions:?}");
+    for app in [
+        "guestbook/guestbook 1",
+        "redis-demo/redis-master-demo 1",
+        "redis-slave-demo/redis-slave-demo 1",
+    ] {
+        assert!(revisions.contains(&app.to_string()), "{app}: {revisions:?}");
+    }
     kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
     sim.clear_requests();
     let again = copy.run(&["scripts/phase2.rhai"]);

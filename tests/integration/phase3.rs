@@ -668,8 +668,11 @@ fn under_a_fifth_of_answers_failing_phase3_converges_in_one_run_without_duplicat
         r#"{"reset_rate": 0.2}"#,
         r#"{"drop_answer_rate": 0.2}"#,
     ];
+    // About GitLab's answers and duplicates, not what jobs do: the platform plays its jobs
+    // (`--play-jobs`), which halves the test's time (20 trials of 4 smoke pipelines each).
+    // Jobs run for real in the other phase 3 tests and in gitlab_jobs.rs.
     let (reference, reference_pipelines) = {
-        let sim = BPRUN.sim(SimKind::All, &[]);
+        let sim = BPRUN.sim(SimKind::All, &["--play-jobs"]);
         phase3_copy(Some(&sim))
             .run(&["scripts/phase3.rhai"])
             .success();
@@ -682,7 +685,7 @@ fn under_a_fifth_of_answers_failing_phase3_converges_in_one_run_without_duplicat
     let mut injected = 0;
     for trial in 0..TRIALS {
         let faults = kinds[trial % kinds.len()];
-        let sim = BPRUN.sim(SimKind::All, &[]);
+        let sim = BPRUN.sim(SimKind::All, &["--play-jobs"]);
         let copy = phase3_copy(Some(&sim)).env("BPRUN_GITLAB_BACKOFF_MS", "5");
         sim.set_faults(faults);
         let run = copy.run(&["scripts/phase3.rhai"]);

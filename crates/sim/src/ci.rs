@@ -33,6 +33,32 @@ pub struct CiJob {
     pub tags: Vec<String>,
     /// `on_success`, `always`, `manual` or `delayed` (from `rules:` or the job's `when`).
     pub when: String,
+    /// What the job runs, as a runner needs it: its image, scripts, YAML variables, timeout
+    /// and environment.
+    pub run: JobRun,
+}
+
+/// The parts of a job a runner uses to run it (the job's own keys, else `default:`, else the
+/// file's top-level keys, as GitLab merges them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JobRun {
+    /// `image:` (a string or `{name: ...}`); `None`: the runner's default image.
+    #[serde(default)]
+    pub image: Option<String>,
+    #[serde(default)]
+    pub before_script: Vec<String>,
+    #[serde(default)]
+    pub after_script: Vec<String>,
+    /// The YAML `variables:`, the file's first and then the job's (a later key wins), as GitLab
+    /// gives them to the job (below every CI/CD variable of the project).
+    #[serde(default)]
+    pub variables: Vec<(String, String)>,
+    /// `timeout:` as written (`1h 30m`, `10 minutes`); `None`: the project's timeout.
+    #[serde(default)]
+    pub timeout: Option<String>,
+    /// `environment:` (its name): which environment-scoped CI/CD variables the job sees.
+    #[serde(default)]
+    pub environment: Option<String>,
 }
 
 /// Where included files come from: `(project path or None for this project, ref, file path)`.
@@ -217,6 +243,7 @@ pub fn resolve(text: &str, context: &Context, fetch: &Fetch) -> Result<Vec<CiJob
             Some(Value::String(tag)) => vec![tag.clone()],
             _ => Vec::new(),
         };
+        let run = job_run(&config, job);
         jobs.push((
             CiJob {
                 name: name.clone(),
@@ -224,6 +251,7 @@ pub fn resolve(text: &str, context: &Context, fetch: &Fetch) -> Result<Vec<CiJob
                 script,
                 tags,
                 when: "on_success".to_string(),
+                run,
             },
             job.clone(),
         ));
@@ -292,6 +320,61 @@ pub fn resolve(text: &str, context: &Context, fetch: &Fetch) -> Result<Vec<CiJob
             .unwrap_or(usize::MAX)
     });
     Ok(ordered)
+}
+
+/// A job's run settings: its own keys first, then `default:`, then the file's top level.
+fn job_run(
+    config: &serde_json::Map<String, Value>,
+    job: &serde_json::Map<String, Value>,
+) -> JobRun {
+    let default = config.get("default").and_then(Value::as_object);
+    let inherited = |key: &str| -> Option<&Value> {
+        job.get(key)
+            .or_else(|| default.and_then(|default| default.get(key)))
+            .or_else(|| config.get(key))
+    };
+    let lines = |value: Option<&Value>| -> Vec<String> {
+        match value {
+            Some(Value::String(line)) => vec![line.clone()],
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|item| {
+                    item.as_str()
+                        .map(str::to_string)
+                        .unwrap_or_else(|| item.to_string())
+                })
+                .collect(),
+            _ => Vec::new(),
+        }
+    };
+    let name_of = |value: Option<&Value>| -> Option<String> {
+        match value {
+            Some(Value::String(name)) => Some(name.clone()),
+            Some(Value::Object(spec)) => {
+                spec.get("name").and_then(Value::as_str).map(str::to_string)
+            }
+            _ => None,
+        }
+    };
+    let mut variables = Vec::new();
+    if let Some(Value::Object(global)) = config.get("variables") {
+        variables.extend(variable_pairs(global));
+    }
+    if let Some(Value::Object(own)) = job.get("variables") {
+        variables.extend(variable_pairs(own));
+    }
+    JobRun {
+        image: name_of(inherited("image")).filter(|name| !name.is_empty()),
+        before_script: lines(inherited("before_script")),
+        after_script: lines(inherited("after_script")),
+        variables,
+        timeout: job
+            .get("timeout")
+            .or_else(|| default.and_then(|default| default.get("timeout")))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        environment: name_of(job.get("environment")),
+    }
 }
 
 /// `needs:` naming a job that is not in `jobs` (optional needs excepted).

@@ -22,6 +22,9 @@ mod commits;
 use super::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse, decode};
 use access::{DEVELOPER, OWNER};
 
+/// Jobs that really run: which, with what, and their outcomes (`gitlab/jobs.rs`).
+mod jobs;
+
 /// Simulator settings (`bprun sim gitlab` flags).
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -34,6 +37,8 @@ pub struct Config {
     /// Start the runner stand-in (an online instance runner) with these tags; `None`: no
     /// runner, so jobs stay pending until one is registered and polls.
     pub runner: Option<Vec<String>>,
+    /// Which jobs run for real and which are played (see `ci_jobs`).
+    pub jobs: super::ci_jobs::Settings,
 }
 
 impl Default for Config {
@@ -45,6 +50,7 @@ impl Default for Config {
             pipeline_seconds: 2.0,
             faults: Faults::default(),
             runner: None,
+            jobs: super::ci_jobs::Settings::default(),
         }
     }
 }
@@ -104,6 +110,14 @@ struct Job {
     /// `on_success`, `always` or `manual` (manual jobs wait for a person: never run here).
     #[serde(default)]
     when: String,
+    /// Image, scripts, YAML variables, timeout (see `ci_jobs`).
+    #[serde(default)]
+    run: ci::JobRun,
+    /// The runner runs it for real (its image is known): it ends when its script does.
+    #[serde(default)]
+    executes: bool,
+    #[serde(default)]
+    outcome: Option<super::ci_jobs::Outcome>,
 }
 
 /// A runner as GitLab 17/18 keeps it: created with `POST /user/runners` (an authentication
@@ -362,12 +376,44 @@ pub struct GitlabSim {
     pub temporary_repos: Option<PathBuf>,
     /// Where the simulator is reachable, for URLs in answers.
     pub url: Mutex<String>,
-    state: Mutex<State>,
+    /// Shared with the threads that run jobs (they record each job's outcome).
+    state: Arc<Mutex<State>>,
     faults: FaultState,
     accounting: Accounting,
     /// Days the simulator's calendar is ahead of the machine's (`PUT /-/sim/clock`), so a test
     /// can let tokens expire.
     clock_days: std::sync::atomic::AtomicI64,
+}
+
+/// Writes the state into `dir`: `gitlab-state.json` without the values of masked and hidden
+/// variables, which go to `gitlab-secrets.json` (both mode 0600, written whole and renamed).
+fn write_state(dir: &std::path::Path, state: &State) {
+    let mut public = state.clone();
+    let mut secrets: BTreeMap<String, String> = BTreeMap::new();
+    for (project, list) in public.variables.iter_mut() {
+        for variable in list.iter_mut().filter(|v| v.masked || v.hidden) {
+            secrets.insert(
+                secret_key(*project, &variable.key, &variable.environment_scope),
+                std::mem::take(&mut variable.value),
+            );
+        }
+    }
+    let (Ok(text), Ok(secret_text)) = (
+        serde_json::to_string_pretty(&public),
+        serde_json::to_string_pretty(&secrets),
+    ) else {
+        return;
+    };
+    let _ = std::fs::create_dir_all(dir);
+    // The secrets first: a state naming a masked variable always finds its value.
+    let _ =
+        bprun_clients::fs::write_private(&dir.join("gitlab-secrets.json"), secret_text.as_bytes());
+    let _ = bprun_clients::fs::write_private(&dir.join("gitlab-state.json"), text.as_bytes());
+}
+
+/// Where a masked variable's value is in `gitlab-secrets.json`.
+fn secret_key(project: u64, key: &str, scope: &str) -> String {
+    format!("{project}/{key}/{scope}")
 }
 
 /// How the simulator keeps tokens: their sha256 digest.
@@ -650,6 +696,38 @@ impl GitlabSim {
             },
             None => State::default(),
         };
+        if let Some(dir) = &config.state_dir
+            && let Ok(text) = std::fs::read_to_string(dir.join("gitlab-secrets.json"))
+        {
+            let secrets: BTreeMap<String, String> =
+                serde_json::from_str(&text).map_err(|error| {
+                    format!("invalid simulator secrets in {}: {error}", dir.display())
+                })?;
+            for (project, list) in state.variables.iter_mut() {
+                for variable in list.iter_mut().filter(|v| v.masked || v.hidden) {
+                    let key = secret_key(*project, &variable.key, &variable.environment_scope);
+                    if let Some(value) = secrets.get(&key) {
+                        variable.value = value.clone();
+                    }
+                }
+            }
+        }
+        // A job that ran when the simulator stopped has lost its runner: it fails, as GitLab
+        // fails a job whose runner went away (sooner here, so a re-run does not wait an hour).
+        for job in state
+            .pipelines
+            .values_mut()
+            .flat_map(|pipeline| pipeline.jobs.iter_mut())
+            .filter(|job| job.executes && job.outcome.is_none())
+        {
+            job.outcome = Some(super::ci_jobs::Outcome {
+                success: false,
+                trace: "ERROR: Job failed (system failure): the runner stopped while the job ran\n"
+                    .to_string(),
+                pushed: Vec::new(),
+            });
+        }
+        jobs::restore_pushed_images(&state, &config.jobs);
         if state.users.is_empty() {
             let id = state.id();
             state.users.push(User {
@@ -687,7 +765,7 @@ impl GitlabSim {
             repos,
             temporary_repos,
             url: Mutex::new(String::new()),
-            state: Mutex::new(state),
+            state: Arc::new(Mutex::new(state)),
             faults,
             accounting: Accounting::default(),
             clock_days: std::sync::atomic::AtomicI64::new(0),
@@ -737,16 +815,9 @@ impl GitlabSim {
     }
 
     fn persist(&self) {
-        let Some(dir) = &self.config.state_dir else {
-            return;
-        };
-        let text = match serde_json::to_string_pretty(&*self.lock()) {
-            Ok(text) => text,
-            Err(_) => return,
-        };
-        let _ = std::fs::create_dir_all(dir);
-        // Mode 0600, written whole and renamed: the state names every project and variable.
-        let _ = bprun_clients::fs::write_private(&dir.join("gitlab-state.json"), text.as_bytes());
+        if let Some(dir) = &self.config.state_dir {
+            write_state(dir, &self.lock());
+        }
     }
 
     /// A group's full path (`parent/child`) and full name (`Parent / Child`).
@@ -1173,6 +1244,11 @@ impl GitlabSim {
             let (mut all_success, mut stage_failed) = (true, false);
             for (offset, job) in jobs[index..end].iter().enumerate() {
                 let status = match job.picked_ms {
+                    Some(_) if job.executes => match &job.outcome {
+                        None => "running",
+                        Some(outcome) if outcome.success => "success",
+                        Some(_) => "failed",
+                    },
                     Some(at) if now.saturating_sub(at) < run_ms => "running",
                     Some(_) if Self::fails(job) => "failed",
                     Some(_) => "success",
@@ -1229,6 +1305,12 @@ impl GitlabSim {
     }
 
     fn job_trace(job: &Job, status: &str) -> String {
+        if job.executes {
+            return match &job.outcome {
+                Some(outcome) => outcome.trace.clone(),
+                None => "Running with gitlab-runner 17.9.0 (bprun-sim)\n".to_string(),
+            };
+        }
         let mut trace = format!(
             "Running with bprun-sim\nJob {} (stage {})\n",
             job.name, job.stage
@@ -1853,7 +1935,9 @@ impl GitlabSim {
                 }
             }
         }
+        let mut executions = Vec::new();
         for (pipeline, index) in &taken {
+            let execution = self.job_execution(&state, *pipeline, *index, &runner);
             if let Some(job) = state
                 .pipelines
                 .get_mut(pipeline)
@@ -1861,9 +1945,27 @@ impl GitlabSim {
             {
                 job.picked_ms = Some(now);
                 job.runner_id = Some(runner_id);
+                match execution {
+                    Some(Ok(spec)) => {
+                        job.executes = true;
+                        executions.push((*pipeline, spec));
+                    }
+                    Some(Err(reason)) => {
+                        job.executes = true;
+                        job.outcome = Some(super::ci_jobs::Outcome {
+                            success: false,
+                            trace: format!("ERROR: Job failed (system failure): {reason}\n"),
+                            pushed: Vec::new(),
+                        });
+                    }
+                    None => {}
+                }
             }
         }
         drop(state);
+        for (pipeline, spec) in executions {
+            self.start_execution(pipeline, spec);
+        }
         if !taken.is_empty() {
             self.persist();
         }
@@ -2854,6 +2956,9 @@ impl GitlabSim {
                 picked_ms: None,
                 runner_id: None,
                 when: job.when,
+                run: job.run,
+                executes: false,
+                outcome: None,
             });
         }
         let pipeline = Pipeline {
@@ -2991,6 +3096,7 @@ pub fn run(config: Config) -> Result<(), String> {
         if let Some(runner) = runner {
             runner.abort();
         }
+        super::ci_jobs::stop_running_jobs();
         tokio::time::sleep(Duration::from_millis(10)).await;
         if let Some(folder) = &temporary_repos {
             let _ = std::fs::remove_dir_all(folder);

@@ -4,6 +4,7 @@
 
 pub mod bao;
 pub mod ci;
+pub mod ci_jobs;
 pub mod git;
 pub mod gitlab;
 pub mod http;

@@ -48,6 +48,8 @@ pub struct Prepared {
     /// Milliseconds added to every GitLab answer (API and git smart HTTP; health and the
     /// simulator's own routes are exempt), as `bprun sim gitlab --latency-ms` does.
     pub gitlab_latency_ms: u64,
+    /// Play every CI job instead of running it (`bprun sim all --play-jobs`).
+    pub play_jobs: bool,
     /// The host folder every node mounts at `/var/local/shared` (phase 1's kind `extra_mounts`
     /// of the repository's `infra/data/shared/`): where the data of the stable volumes' pods
     /// lives (OpenBao's raft storage). None: no node folder is backed, programs keep their data
@@ -186,6 +188,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         with_runner: true,
         bare: false,
         gitlab_latency_ms: 0,
+        play_jobs: false,
         node_shared: None,
     })
 }
@@ -260,6 +263,7 @@ impl Drop for Platform {
         for task in &self.tasks {
             task.abort();
         }
+        crate::ci_jobs::stop_running_jobs();
         if let Some(folder) = &self.gitlab.temporary_repos {
             let _ = std::fs::remove_dir_all(folder);
         }
@@ -285,6 +289,22 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let runtime = bprun_clients::runtime::runtime();
     let env = prepared.env();
     // GitLab.
+    // GitLab's registry, shared by the GitLab simulator (kaniko pushes there) and the
+    // Kubernetes simulator's nodes (they pull from it under registry.<domain>).
+    let image_store = crate::kube::kubelet::PlatformRegistry {
+        node_hosts: vec!["registry.local.example.net".to_string()],
+        cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".to_string()],
+        pushed: Default::default(),
+    };
+    let mut jobs = crate::ci_jobs::Settings {
+        // The platform's runner (infra/helm-values/runner.yaml) defaults to alpine:3.20; its
+        // registry is GitLab's, at registry.<domain>.
+        default_image: Some("alpine:3.20".to_string()),
+        registry: Some("registry.local.example.net".to_string()),
+        image_store: Some(image_store.clone()),
+        ..crate::ci_jobs::Settings::from_env()
+    };
+    jobs.play |= prepared.play_jobs;
     let gitlab_config = crate::gitlab::Config {
         listen: "127.0.0.1:0".into(),
         state_dir: Some(prepared.state_dir.join("gitlab")),
@@ -295,6 +315,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             ..Default::default()
         },
         runner: None,
+        jobs,
     };
     let gitlab = Arc::new(crate::gitlab::GitlabSim::new(gitlab_config)?);
     *gitlab.url.lock().unwrap_or_else(|p| p.into_inner()) = prepared.gitlab_url.clone();
@@ -363,6 +384,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         crate::kube::builtin_exec(Some(minter)),
         crate::kube::programs::Programs::standard_on(node),
     ));
+    kube_sim.cluster().images.registry = Some(image_store);
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
         // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a

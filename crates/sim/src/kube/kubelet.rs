@@ -27,6 +27,100 @@ pub const GONE_IMAGES: &[&str] = &["docker.io/bitnami/"];
 pub struct ImagePolicy {
     pub allow_prefixes: Vec<String>,
     pub deny_prefixes: Vec<String>,
+    /// The platform's own registry, when the cluster has one (the embedded platform).
+    pub registry: Option<PlatformRegistry>,
+}
+
+/// The platform's container registry (GitLab's) as the cluster sees it. Every name serves the
+/// same storage, but a node resolves only `node_hosts` (phase 2 pins `registry.<domain>` in
+/// every node's /etc/hosts; cluster DNS names such as `gitlab-registry.gitlab.svc:5000` resolve
+/// in pods, not on nodes), and nothing listens on a node's loopback. An image under a node host
+/// pulls only once a CI job pushed it.
+#[derive(Debug, Clone, Default)]
+pub struct PlatformRegistry {
+    pub node_hosts: Vec<String>,
+    pub cluster_hosts: Vec<String>,
+    /// Pushed images as `path:tag`, without the host.
+    pub pushed: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl PlatformRegistry {
+    /// Every name of the registry (where a job may push).
+    pub fn hosts(&self) -> Vec<String> {
+        self.node_hosts
+            .iter()
+            .chain(&self.cluster_hosts)
+            .cloned()
+            .collect()
+    }
+
+    /// Records `image` as pushed when it names this registry; false for another registry.
+    pub fn record_push(&self, image: &str) -> bool {
+        let (host, rest) = split_host(image);
+        if !self.hosts().iter().any(|known| known == host) {
+            return false;
+        }
+        self.pushed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(with_tag(rest));
+        true
+    }
+
+    /// Why a node cannot pull `image` (containerd's words after `failed to pull and unpack
+    /// image "...": `), or `None` when it can or the image is not this registry's business.
+    fn pull_error(&self, image: &str) -> Option<String> {
+        let (host, rest) = split_host(image);
+        let manifest = || {
+            let reference = with_tag(rest);
+            let (path, tag) = reference.rsplit_once(':').unwrap_or((&reference, "latest"));
+            format!("https://{host}/v2/{path}/manifests/{tag}")
+        };
+        if self.node_hosts.iter().any(|known| known == host) {
+            let pushed = self.pushed.lock().unwrap_or_else(|p| p.into_inner());
+            return (!pushed.contains(&with_tag(rest)))
+                .then(|| format!("failed to resolve reference \"{image}\": {image}: not found"));
+        }
+        if self.cluster_hosts.iter().any(|known| known == host) {
+            let name = host.split(':').next().unwrap_or(host);
+            return Some(format!(
+                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp: lookup {name}: no such host",
+                manifest()
+            ));
+        }
+        let loopback = ["127.0.0.1:", "localhost:", "[::1]:"];
+        if loopback.iter().any(|prefix| host.starts_with(prefix)) {
+            let port = host.rsplit(':').next().unwrap_or("443");
+            return Some(format!(
+                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp 127.0.0.1:{port}: connect: connection refused",
+                manifest()
+            ));
+        }
+        None
+    }
+}
+
+/// `(registry host, rest)` of an image reference whose first part names a registry (it has a
+/// `.` or a `:` or is `localhost`); `("", image)` for Docker Hub names.
+fn split_host(image: &str) -> (&str, &str) {
+    match image.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (first, rest)
+        }
+        _ => ("", image),
+    }
+}
+
+/// `path:tag`, with `latest` when the reference has no tag.
+fn with_tag(reference: &str) -> String {
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    if last.contains(':') || reference.contains('@') {
+        reference.to_string()
+    } else {
+        format!("{reference}:latest")
+    }
 }
 
 impl Default for ImagePolicy {
@@ -37,11 +131,25 @@ impl Default for ImagePolicy {
                 .iter()
                 .map(|prefix| prefix.to_string())
                 .collect(),
+            registry: None,
         }
     }
 }
 
 impl ImagePolicy {
+    /// Why a node cannot pull `image` (what follows `failed to pull and unpack image "...": `
+    /// in containerd's message), or `None` when it can.
+    pub fn pull_error(&self, image: &str) -> Option<String> {
+        if let Some(error) = self
+            .registry
+            .as_ref()
+            .and_then(|registry| registry.pull_error(image))
+        {
+            return Some(error);
+        }
+        (!self.allows(image)).then(|| "not found".to_string())
+    }
+
     pub fn allows(&self, image: &str) -> bool {
         let matches = |prefixes: &[String]| {
             prefixes
@@ -63,7 +171,12 @@ pub enum Verdict {
     /// Placed; a volume cannot be mounted (event `FailedMount`, containers `ContainerCreating`).
     MountFailed { volume: String, message: String },
     /// Placed; an image cannot be pulled (`ErrImagePull`).
-    ImagePull { container: String, image: String },
+    ImagePull {
+        container: String,
+        image: String,
+        /// containerd's reason (`not found`, `failed to resolve reference ...`).
+        reason: String,
+    },
     /// Placed; a container's configuration names something missing
     /// (`CreateContainerConfigError`).
     ConfigError { container: String, message: String },
@@ -304,10 +417,11 @@ fn containers(
     for container in all {
         let name = text(container, "name").to_string();
         let image = text(container, "image");
-        if !images.allows(image) {
+        if let Some(reason) = images.pull_error(image) {
             return Some(Verdict::ImagePull {
                 container: name,
                 image: image.to_string(),
+                reason,
             });
         }
         if let Some(message) = container_config(container, namespace, view) {
@@ -357,10 +471,15 @@ pub fn event(verdict: &Verdict) -> Option<(&'static str, String, &'static str)> 
             "default-scheduler",
         )),
         Verdict::MountFailed { message, .. } => Some(("FailedMount", message.clone(), "kubelet")),
-        Verdict::ImagePull { image, .. } => Some((
+        Verdict::ImagePull { image, reason, .. } => Some((
             "Failed",
             format!(
-                "Failed to pull image \"{image}\": rpc error: code = NotFound desc = failed to pull and unpack image \"{image}\": not found"
+                "Failed to pull image \"{image}\": rpc error: code = {} desc = failed to pull and unpack image \"{image}\": {reason}",
+                if reason.ends_with("not found") {
+                    "NotFound"
+                } else {
+                    "Unknown"
+                }
             ),
             "kubelet",
         )),
@@ -419,11 +538,15 @@ pub fn waiting_status(pod: &Value, verdict: &Verdict, now: &str) -> Option<Value
             "conditions": scheduled("True"),
             "containerStatuses": waiting(&|_| ("ContainerCreating".to_string(), None))
         }),
-        Verdict::ImagePull { container, image } => json!({
+        Verdict::ImagePull {
+            container,
+            image,
+            reason,
+        } => json!({
             "phase": "Pending", "qosClass": "BestEffort", "hostIP": "172.18.0.2", "startTime": now,
             "conditions": scheduled("True"),
             "containerStatuses": waiting(&|name| if name == container {
-                ("ErrImagePull".to_string(), Some(format!("failed to pull and unpack image \"{image}\": not found")))
+                ("ErrImagePull".to_string(), Some(format!("failed to pull and unpack image \"{image}\": {reason}")))
             } else {
                 ("PodInitializing".to_string(), None)
             })
@@ -624,16 +747,61 @@ mod tests {
         let policy = ImagePolicy {
             allow_prefixes: vec!["docker.io/bitnamilegacy/".into()],
             deny_prefixes: Vec::new(),
+            registry: None,
         };
         assert_eq!(
             verdict(&fixture.pod, &fixture, &policy),
             Verdict::ImagePull {
                 container: "app".into(),
-                image: "busybox:1.36".into()
+                image: "busybox:1.36".into(),
+                reason: "not found".into(),
             }
         );
         assert!(ImagePolicy::default().allows("anything"));
         assert!(!ImagePolicy::default().allows("docker.io/bitnami/redis:7.2.5-debian-12-r4"));
         assert!(ImagePolicy::default().allows("docker.io/bitnamilegacy/redis:7.2.5-debian-12-r4"));
+    }
+
+    #[test]
+    fn the_platform_registry_serves_nodes_only_what_jobs_pushed_under_the_name_nodes_resolve() {
+        let registry = PlatformRegistry {
+            node_hosts: vec!["registry.local.example.net".into()],
+            cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".into()],
+            pushed: Default::default(),
+        };
+        let policy = ImagePolicy {
+            registry: Some(registry.clone()),
+            ..ImagePolicy::default()
+        };
+        let image = "registry.local.example.net/blueprint-apps/guestbook:latest";
+        assert_eq!(
+            policy.pull_error(image),
+            Some(format!(
+                "failed to resolve reference \"{image}\": {image}: not found"
+            ))
+        );
+        assert!(
+            registry.record_push("gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:latest")
+        );
+        assert!(!registry.record_push("docker.io/library/guestbook:latest"));
+        assert_eq!(policy.pull_error(image), None);
+        assert_eq!(
+            policy.pull_error("registry.local.example.net/blueprint-apps/guestbook"),
+            None
+        );
+        assert!(
+            policy
+                .pull_error("gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:latest")
+                .is_some_and(|error| error
+                    .ends_with("dial tcp: lookup gitlab-registry.gitlab.svc: no such host"))
+        );
+        assert!(
+            policy
+                .pull_error("127.0.0.1:5000/blueprint-apps/guestbook:latest")
+                .is_some_and(
+                    |error| error.ends_with("dial tcp 127.0.0.1:5000: connect: connection refused")
+                )
+        );
+        assert_eq!(policy.pull_error("redis:7.4.1"), None);
     }
 }

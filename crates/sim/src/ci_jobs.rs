@@ -1,0 +1,975 @@
+//! CI jobs that really run: the GitLab analogue of the Kubernetes simulator's programs. When
+//! the simulator knows a job's image ([`runtime_for`]), the job's script runs as GitLab Runner
+//! runs it: a POSIX `sh` in a working copy of the pipeline's commit, with GitLab's variables
+//! (predefined, YAML, the project's CI/CD variables; file-type ones written to files) and
+//! nothing of the host's environment, the tools the image has on its `PATH`, a timeout, and a
+//! trace in the runner's format with masked values replaced by `[MASKED]`.
+//!
+//! Images it knows:
+//! - `alpine/helm:3.*` (and `4.*`): `sh`, basic utilities, and the real helm of that major
+//!   (`helm3` on the simulator's `PATH` presented as `helm` for 3, `helm` for 4);
+//! - `alpine:*`, `busybox:*`: `sh` and basic utilities;
+//! - `gcr.io/kaniko-project/executor:*debug`: `sh`, basic utilities and a stand-in for
+//!   `/kaniko/executor` ([`KANIKO_EXECUTOR`]) that checks what kaniko checks before a build, in
+//!   kaniko's words, and records the images it would push.
+//!
+//! A job whose image the simulator does not know is played, as before (see docs/gitlab-sim.md).
+//!
+//! What a container has and a host process does not, and how it is stood in for: the container's
+//! `/tmp` and `/kaniko` are folders of the job's private root; a script's literal `/tmp...` and
+//! `/kaniko...` paths are rewritten to them before the line runs (the trace shows the line as
+//! written). `CI_PROJECT_DIR` is the working copy's real path under that root. Outbound HTTP
+//! goes through a proxy that does not exist (loopback excepted), so a job never reaches a
+//! non-loopback address by HTTP(S).
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// GitLab's default job timeout (a project's `build_timeout`, 60 minutes).
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
+/// GitLab Runner's default `output_limit` (4096 KiB): the trace stops growing beyond it.
+pub const TRACE_LIMIT: usize = 4096 * 1024;
+
+/// How the GitLab simulator treats jobs (part of its `Config`).
+#[derive(Debug, Clone, Default)]
+pub struct Settings {
+    /// Play every job (the behaviour before jobs ran: `exit N` fails a job, nothing runs), for
+    /// tests about GitLab's API and convergence rather than what jobs do. Set by the
+    /// environment variable `BPRUN_SIM_PLAY_JOBS=1` ([`Settings::from_env`]).
+    pub play: bool,
+    /// The runner's default image, for jobs without `image:` (the platform's runner is
+    /// configured with `alpine:3.20`); `None`: such jobs are played.
+    pub default_image: Option<String>,
+    /// The registry's address GitLab gives jobs (`CI_REGISTRY`); `None`: no registry, as a
+    /// GitLab without one.
+    pub registry: Option<String>,
+    /// The platform's registry, shared with the Kubernetes simulator's nodes: kaniko pushes
+    /// only to its names, and what it pushes becomes pullable. `None`: kaniko's pushes go
+    /// nowhere and any destination is accepted.
+    pub image_store: Option<crate::kube::kubelet::PlatformRegistry>,
+}
+
+impl Settings {
+    /// Settings with `play` from `BPRUN_SIM_PLAY_JOBS` (`1` or `true`).
+    pub fn from_env() -> Settings {
+        Settings {
+            play: std::env::var("BPRUN_SIM_PLAY_JOBS")
+                .is_ok_and(|value| value == "1" || value.eq_ignore_ascii_case("true")),
+            ..Settings::default()
+        }
+    }
+}
+
+/// What a known image provides to a job's script.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runtime {
+    /// `sh` and basic utilities (alpine, busybox).
+    Shell,
+    /// `sh`, basic utilities and a real helm binary presented as `helm`.
+    Helm { helm: PathBuf },
+    /// kaniko's debug image: busybox `sh` and the `/kaniko/executor` stand-in.
+    Kaniko,
+}
+
+/// A CI/CD or predefined variable as the job receives it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobVariable {
+    pub key: String,
+    pub value: String,
+    /// Masked (or hidden): the value never appears in the trace.
+    pub masked: bool,
+    /// File-type: the value is written to a file and the variable holds its path.
+    pub file: bool,
+}
+
+impl JobVariable {
+    pub fn plain(key: &str, value: &str) -> JobVariable {
+        JobVariable {
+            key: key.to_string(),
+            value: value.to_string(),
+            masked: false,
+            file: false,
+        }
+    }
+}
+
+/// Everything needed to run one job.
+#[derive(Debug, Clone)]
+pub struct JobSpec {
+    pub id: u64,
+    pub name: String,
+    pub image: String,
+    pub runtime: Runtime,
+    pub before_script: Vec<String>,
+    pub script: Vec<String>,
+    pub after_script: Vec<String>,
+    /// Lowest precedence first: a later variable with the same key wins.
+    pub variables: Vec<JobVariable>,
+    pub timeout: Duration,
+    /// The project's bare repository and the pipeline's commit.
+    pub repository: PathBuf,
+    pub sha: String,
+    pub reference: String,
+    /// `group/project`: the working copy lives in `builds/<project_path>`.
+    pub project_path: String,
+    pub runner_description: String,
+    /// The registry names kaniko can push to (empty: any).
+    pub registry_hosts: Vec<String>,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Outcome {
+    pub success: bool,
+    pub trace: String,
+    /// Image references the job pushed (kaniko's destinations).
+    #[serde(default)]
+    pub pushed: Vec<String>,
+}
+
+/// A project (or group, or instance) CI/CD variable, as the job assembly reads it.
+#[derive(Debug, Clone)]
+pub struct CiCdVariable {
+    pub key: String,
+    pub value: String,
+    /// Masked or hidden.
+    pub masked: bool,
+    pub file: bool,
+    pub protected: bool,
+    pub environment_scope: String,
+}
+
+/// Whether an environment scope (`*`, `production`, `review/*`) covers the job's environment:
+/// `*` covers every job; any other scope only a job whose `environment:` matches it.
+pub fn scope_matches(scope: &str, environment: Option<&str>) -> bool {
+    if scope == "*" {
+        return true;
+    }
+    let Some(environment) = environment else {
+        return false;
+    };
+    // `*` in a scope is a wildcard (GitLab's `environment_scope` matching).
+    let pattern = format!(
+        "^{}$",
+        scope
+            .split('*')
+            .map(regex::escape)
+            .collect::<Vec<_>>()
+            .join(".*")
+    );
+    regex::Regex::new(&pattern).is_ok_and(|regex| regex.is_match(environment))
+}
+
+/// The job's variables in GitLab's precedence, lowest first (a later key wins): predefined
+/// variables, then the YAML `variables:` (the file's, then the job's), then the CI/CD
+/// variables (instance, group, project, as the caller orders them). A protected CI/CD variable
+/// reaches only jobs of protected refs; an environment-scoped one only jobs of a matching
+/// environment, and a specific scope wins over `*`.
+pub fn job_variables(
+    predefined: Vec<JobVariable>,
+    yaml: &[(String, String)],
+    cicd: &[CiCdVariable],
+    protected_ref: bool,
+    environment: Option<&str>,
+) -> Vec<JobVariable> {
+    let mut variables = predefined;
+    variables.extend(
+        yaml.iter()
+            .map(|(key, value)| JobVariable::plain(key, value)),
+    );
+    let mut reaching: Vec<&CiCdVariable> = cicd
+        .iter()
+        .filter(|variable| protected_ref || !variable.protected)
+        .filter(|variable| scope_matches(&variable.environment_scope, environment))
+        .collect();
+    // Stable: `*` first, so a variable of the job's own scope overrides it.
+    reaching.sort_by_key(|variable| variable.environment_scope != "*");
+    variables.extend(reaching.into_iter().map(|variable| JobVariable {
+        key: variable.key.clone(),
+        value: variable.value.clone(),
+        masked: variable.masked,
+        file: variable.file,
+    }));
+    variables
+}
+
+/// What the simulator runs for `image`: `Ok(None)` for an image it does not know (the job is
+/// played); `Err` for a known image whose tool is missing on this machine.
+pub fn runtime_for(image: &str) -> Result<Option<Runtime>, String> {
+    let repository = crate::kube::programs::canonical_repository(image);
+    let tag = image_tag(image);
+    let runtime = match repository.as_str() {
+        "docker.io/library/alpine" | "docker.io/library/busybox" => Runtime::Shell,
+        "docker.io/alpine/helm" => {
+            let tool = match tag.split('.').next() {
+                Some("3") => "helm3",
+                Some("4") => "helm",
+                _ => return Ok(None),
+            };
+            let helm = find_on_path(tool).ok_or_else(|| {
+                format!("the simulator runs image {image} with the real {tool}, which is not on its PATH")
+            })?;
+            Runtime::Helm { helm }
+        }
+        "gcr.io/kaniko-project/executor" if tag.contains("debug") => Runtime::Kaniko,
+        _ => return Ok(None),
+    };
+    Ok(Some(runtime))
+}
+
+/// The tag of an image reference (`latest` when none).
+fn image_tag(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
+    match without_digest[last_slash..].rfind(':') {
+        Some(colon) => &without_digest[last_slash + colon + 1..],
+        None => "latest",
+    }
+}
+
+fn find_on_path(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|candidate| candidate.is_file())
+}
+
+/// A job's `timeout:` (`1h 30m`, `10 minutes`, `3600`), as GitLab's chronic duration reads the
+/// common forms; `None` when it cannot be read.
+pub fn parse_timeout(text: &str) -> Option<Duration> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    humantime::parse_duration(text).ok()
+}
+
+/// The utilities an alpine image's busybox provides, taken from the host (`/usr/bin`, `/bin`).
+/// No network tools: a job reaches nothing but the simulated platform's loopback services.
+const UTILITIES: &[&str] = &[
+    "sh",
+    "base64",
+    "basename",
+    "cat",
+    "chmod",
+    "cp",
+    "cut",
+    "date",
+    "dirname",
+    "echo",
+    "env",
+    "expr",
+    "false",
+    "find",
+    "grep",
+    "gzip",
+    "head",
+    "id",
+    "ls",
+    "mkdir",
+    "mktemp",
+    "mv",
+    "printf",
+    "pwd",
+    "readlink",
+    "rm",
+    "rmdir",
+    "sed",
+    "seq",
+    "sha256sum",
+    "sleep",
+    "sort",
+    "tail",
+    "tar",
+    "tee",
+    "test",
+    "[",
+    "touch",
+    "tr",
+    "true",
+    "uname",
+    "uniq",
+    "wc",
+    "xargs",
+    "awk",
+];
+
+/// The stand-in for kaniko's `/kaniko/executor` (v1.23): parses its flags, fails as kaniko
+/// fails before a build (no destination, an unknown flag, a Dockerfile that is not there, a
+/// destination that is not an image reference, a `COPY` source missing from the context), and
+/// otherwise records each destination as pushed (in `.pushed` next to itself). Messages are
+/// kaniko's (cobra's `Error: ...` and the `error ...` lines its `exit` prints).
+pub const KANIKO_EXECUTOR: &str = r#"#!/bin/sh
+usage() {
+  echo "Usage:"
+  echo "  executor [flags]"
+  echo "  executor [command]"
+}
+set -f
+registries="@REGISTRIES@"
+scheme=https
+context=/workspace/
+dockerfile=Dockerfile
+destinations=
+no_push=
+while [ $# -gt 0 ]; do
+  flag="$1"
+  case "$flag" in
+    --*=*) name="${flag%%=*}"; value="${flag#*=}"; has_value=1 ;;
+    -?=*) name="${flag%%=*}"; value="${flag#*=}"; has_value=1 ;;
+    *) name="$flag"; value=; has_value= ;;
+  esac
+  case "$name" in
+    --context|-c|--dockerfile|-f|--destination|-d|--build-arg|--cache-repo|--cache-dir|--target|--label|--registry-mirror|--verbosity|-v|--tar-path|--digest-file|--image-name-with-digest-file|--image-name-tag-with-digest-file|--snapshot-mode|--custom-platform|--cache-ttl|--registry-certificate|--registry-map|--kaniko-dir|--ignore-path|--push-retry|--image-fs-extract-retry|--git|--log-format|--log-timestamp|--oci-layout-path|--insecure-registry|--skip-tls-verify-registry)
+      if [ -z "$has_value" ]; then
+        if [ $# -lt 2 ]; then
+          echo "Error: flag needs an argument: $name"
+          usage
+          exit 1
+        fi
+        shift
+        value="$1"
+      fi
+      case "$name" in
+        --context|-c) context="${value#dir://}" ;;
+        --dockerfile|-f) dockerfile="$value" ;;
+        --destination|-d) destinations="$destinations $value" ;;
+      esac
+      ;;
+    --no-push) no_push=1 ;;
+    --insecure) scheme=http ;;
+    --skip-tls-verify|--insecure-pull|--skip-tls-verify-pull|--cache|--cleanup|--single-snapshot|--reproducible|--use-new-run|--cache-copy-layers|--cache-run-layers|--compressed-caching|--skip-unused-stages|--ignore-var-run|--force|--no-push-cache|--push-ignore-immutable-tag-errors|--skip-push-permission-check) ;;
+    version) echo "Kaniko version :  v1.23.2"; exit 0 ;;
+    *)
+      echo "Error: unknown flag: $name"
+      usage
+      exit 1
+      ;;
+  esac
+  shift
+done
+if [ -z "$no_push" ] && [ -z "$destinations" ]; then
+  echo "Error: you must provide --destination, or use --no-push"
+  usage
+  exit 1
+fi
+if [ -f "$dockerfile" ]; then
+  dockerfile_path="$dockerfile"
+elif [ -f "$context/$dockerfile" ]; then
+  dockerfile_path="$context/$dockerfile"
+else
+  echo "Error: error resolving dockerfile path: please provide a valid path to a Dockerfile within the build context with --dockerfile"
+  usage
+  exit 1
+fi
+for destination in $destinations; do
+  case "${destination##*/}" in *:*) repository="${destination%:*}" ;; *) repository="$destination" ;; esac
+  path="${repository#*/}"
+  host="${destination%%/*}"
+  if [ -n "$registries" ]; then
+    case " $registries " in
+      *" $host "*) ;;
+      *)
+        echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": creating push check transport for $host failed: Get \"https://$host/v2/\": dial tcp: lookup ${host%%:*}: no such host"
+        exit 1
+        ;;
+    esac
+  fi
+  if [ -z "$repository" ]; then
+    echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: getting tag for destination: a repository name must be specified"
+    exit 1
+  fi
+  case "$path" in
+    *[!abcdefghijklmnopqrstuvwxyz0123456789_./-]*)
+      echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: getting tag for destination: repository can only contain the characters \`abcdefghijklmnopqrstuvwxyz0123456789_-./\`: $path"
+      exit 1
+      ;;
+  esac
+done
+# GitLab's registry takes no anonymous push: credentials for the destination's registry must be
+# in the Docker config (DOCKER_CONFIG, by default /kaniko/.docker), and a CI job token must be
+# this job's.
+if [ -z "$no_push" ] && [ -n "$registries" ]; then
+  config="${DOCKER_CONFIG:-$(dirname "$0")/.docker}/config.json"
+  for destination in $destinations; do
+    host="${destination%%/*}"
+    repository="${destination#*/}"
+    repository="${repository%:*}"
+    auth=
+    if [ -f "$config" ]; then
+      auth=$(tr -d ' \n' < "$config" | sed -n "s|.*\"$host\":{\"auth\":\"\([^\"]*\)\".*|\1|p")
+    fi
+    if [ -z "$auth" ]; then
+      echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": POST $scheme://$host/v2/$repository/blobs/uploads/: UNAUTHORIZED: authentication required; [map[Action:pull Class: Name:$repository Type:repository] map[Action:push Class: Name:$repository Type:repository]]"
+      exit 1
+    fi
+    credentials=$(printf '%s' "$auth" | base64 -d 2>/dev/null)
+    if [ "${credentials%%:*}" = "gitlab-ci-token" ] && [ "${credentials#*:}" != "$CI_JOB_TOKEN" ]; then
+      echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": POST $scheme://$host/v2/$repository/blobs/uploads/: UNAUTHORIZED: HTTP Basic: Access denied"
+      exit 1
+    fi
+  done
+fi
+grep -i '^[[:space:]]*FROM[[:space:]]' "$dockerfile_path" | while read -r _ image _; do
+  echo "INFO[0000] Retrieving image manifest $image"
+done
+grep -i '^[[:space:]]*\(COPY\|ADD\)[[:space:]]' "$dockerfile_path" | grep -v -- '--from' | while read -r _ rest; do
+  set -- $rest
+  while [ $# -gt 1 ]; do
+    case "$1" in
+      --*|http://*|https://*|*\**|*\?*) ;;
+      *)
+        if [ ! -e "$context/$1" ]; then
+          echo "error building image: error building stage: failed to get files used from context: failed to get fileinfo for $context/$1: lstat $context/$1: no such file or directory"
+          exit 1
+        fi
+        ;;
+    esac
+    shift
+  done
+done || exit 1
+digest=$(sha256sum "$dockerfile_path" | cut -c1-64)
+echo "INFO[0001] Building stage from $dockerfile_path"
+echo "INFO[0002] Taking snapshot of full filesystem..."
+if [ -n "$no_push" ]; then
+  echo "INFO[0002] Skipping push to container registry due to --no-push flag"
+  exit 0
+fi
+for destination in $destinations; do
+  echo "INFO[0002] Pushing image to $destination"
+  echo "$destination" >> "$(dirname "$0")/.pushed"
+  case "${destination##*/}" in *:*) repository="${destination%:*}" ;; *) repository="$destination" ;; esac
+  echo "INFO[0003] Pushed $repository@sha256:$digest"
+done
+"#;
+
+/// Replaces every masked value in `text` by `[MASKED]` (longest first, so a value containing
+/// another is masked whole).
+pub fn mask(text: &str, secrets: &[String]) -> String {
+    let mut secrets: Vec<&String> = secrets.iter().filter(|s| !s.is_empty()).collect();
+    secrets.sort_by_key(|secret| std::cmp::Reverse(secret.len()));
+    let mut masked = text.to_string();
+    for secret in secrets {
+        masked = masked.replace(secret.as_str(), "[MASKED]");
+    }
+    masked
+}
+
+/// A script line with the container paths (`/tmp`, `/kaniko`) moved under the job's root: a
+/// path starts where a word does (line start, blank, quote, `=`, `>`, `<`, `(`, `:`, `;`).
+pub fn rewrite_container_paths(line: &str, root: &Path) -> String {
+    const CONTAINER_DIRS: &[&str] = &["/tmp", "/kaniko"];
+    let root = root.display().to_string();
+    let mut out = String::with_capacity(line.len());
+    let mut previous: Option<char> = None;
+    let mut index = 0;
+    while index < line.len() {
+        let rest = &line[index..];
+        let at_word_start = previous.is_none_or(|c| {
+            c.is_whitespace() || matches!(c, '"' | '\'' | '=' | '>' | '<' | '(' | ':' | ';')
+        });
+        if at_word_start
+            && let Some(dir) = CONTAINER_DIRS.iter().find(|dir| {
+                rest.starts_with(**dir)
+                    && rest[dir.len()..].chars().next().is_none_or(|c| {
+                        c == '/' || c.is_whitespace() || matches!(c, '"' | '\'' | ';' | ')')
+                    })
+            })
+        {
+            out.push_str(&root);
+            out.push_str(dir);
+            index += dir.len();
+            previous = dir.chars().last();
+            continue;
+        }
+        let Some(c) = rest.chars().next() else {
+            break;
+        };
+        out.push(c);
+        previous = Some(c);
+        index += c.len_utf8();
+    }
+    out
+}
+
+/// Single-quotes `text` for `sh`.
+fn quoted(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
+}
+
+/// The job's private root: removed when dropped, whatever happened.
+struct JobRoot(PathBuf);
+
+impl JobRoot {
+    /// A fresh root for job `id`, known to [`stop_running_jobs`] until dropped.
+    fn new(id: u64) -> JobRoot {
+        let root = std::env::temp_dir().join(format!("bprun-job-{id}-{}", fastrand::u64(..)));
+        running().push(RunningJob {
+            root: root.clone(),
+            group: None,
+        });
+        JobRoot(root)
+    }
+}
+
+impl Drop for JobRoot {
+    fn drop(&mut self) {
+        running().retain(|job| job.root != self.0);
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Runs the job and returns its outcome (never panics on the job's doing: a failure to set up
+/// ends the job failed, with the reason in its trace).
+pub fn execute(spec: &JobSpec) -> Outcome {
+    let secrets: Vec<String> = spec
+        .variables
+        .iter()
+        .filter(|variable| variable.masked)
+        .map(|variable| variable.value.clone())
+        .collect();
+    let mut trace = format!(
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n  on {} \nPreparing the \"kubernetes\" executor\nUsing Kubernetes executor with image {} ...\n",
+        spec.runner_description, spec.image
+    );
+    let root = JobRoot::new(spec.id);
+    let result = run_in(&root.0, spec, &mut trace);
+    let (success, pushed) = match result {
+        Ok(run) => run,
+        Err(reason) => {
+            trace.push_str(&format!("ERROR: Job failed: {reason}\n"));
+            (false, Vec::new())
+        }
+    };
+    // Paths as the container has them: the job's private root is the container's `/`
+    // (`/builds/group/project`, `/tmp/kubeconfig`, `/kaniko/executor` in messages).
+    let trace = trace.replace(&root.0.display().to_string(), "");
+    let mut trace = mask(&trace, &secrets);
+    if trace.len() > TRACE_LIMIT {
+        let mut cut = TRACE_LIMIT;
+        while !trace.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        trace.truncate(cut);
+        trace.push_str(&format!(
+            "\nJob's log exceeded limit of {TRACE_LIMIT} bytes.\nJob execution will continue but no more output will be collected.\n"
+        ));
+    }
+    drop(root);
+    Outcome {
+        success,
+        trace,
+        pushed,
+    }
+}
+
+/// Sets up the job's root and runs its scripts; `Ok((success, pushed images))`, `Err` for a
+/// system failure (the trace then ends with it).
+fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<String>), String> {
+    let project_dir = root.join("builds").join(&spec.project_path);
+    for dir in ["bin", "root", "tmp", "kaniko"] {
+        std::fs::create_dir_all(root.join(dir))
+            .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
+    }
+    std::fs::create_dir_all(&project_dir)
+        .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
+    let tools = root.join("bin");
+    for utility in UTILITIES {
+        if let Some(found) = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| Path::new(dir).join(utility))
+            .find(|candidate| candidate.is_file())
+        {
+            let _ = std::os::unix::fs::symlink(found, tools.join(utility));
+        }
+    }
+    let mut path = tools.display().to_string();
+    match &spec.runtime {
+        Runtime::Shell => {}
+        Runtime::Helm { helm } => {
+            std::os::unix::fs::symlink(helm, tools.join("helm"))
+                .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
+        }
+        Runtime::Kaniko => {
+            let executor = root.join("kaniko").join("executor");
+            let script = KANIKO_EXECUTOR.replace("@REGISTRIES@", &spec.registry_hosts.join(" "));
+            std::fs::write(&executor, script)
+                .and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    std::fs::set_permissions(&executor, std::fs::Permissions::from_mode(0o755))
+                })
+                .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
+            path.push_str(&format!(":{}", root.join("kaniko").display()));
+        }
+    }
+
+    // The source, as the runner fetches it: a fresh working copy of the pipeline's commit.
+    trace.push_str(&format!(
+        "Getting source from Git repository\nInitialized empty Git repository in {}/.git/\nCreated fresh repository.\nChecking out {} as detached HEAD (ref is {})...\nSkipping Git submodules setup\n",
+        project_dir.display(),
+        spec.sha.get(..8).unwrap_or(&spec.sha),
+        spec.reference
+    ));
+    let clone = Command::new("git")
+        .args(["clone", "--quiet", "--no-checkout"])
+        .arg(&spec.repository)
+        .arg(&project_dir)
+        .stdin(Stdio::null())
+        .output()
+        .and_then(|cloned| {
+            if !cloned.status.success() {
+                return Ok(cloned);
+            }
+            Command::new("git")
+                .args([
+                    "-c",
+                    "advice.detachedHead=false",
+                    "checkout",
+                    "--quiet",
+                    "--detach",
+                ])
+                .arg(&spec.sha)
+                .current_dir(&project_dir)
+                .stdin(Stdio::null())
+                .output()
+        })
+        .map_err(|error| format!("cannot run git: {error}"))?;
+    if !clone.status.success() {
+        trace.push_str(&String::from_utf8_lossy(&clone.stderr));
+        return Err("exit code 1".to_string());
+    }
+
+    // The job's environment: GitLab's variables only, file-type ones as paths to their files
+    // (the runner writes them next to the working copy, in `<project dir>.tmp/`).
+    let mut environment: BTreeMap<String, String> = BTreeMap::new();
+    let file_dir = PathBuf::from(format!("{}.tmp", project_dir.display()));
+    for variable in &spec.variables {
+        let value = if variable.file {
+            std::fs::create_dir_all(&file_dir)
+                .and_then(|()| {
+                    bprun_clients::fs::write_private(
+                        &file_dir.join(&variable.key),
+                        variable.value.as_bytes(),
+                    )
+                })
+                .map_err(|error| format!("cannot write file variable {}: {error}", variable.key))?;
+            file_dir.join(&variable.key).display().to_string()
+        } else {
+            variable.value.clone()
+        };
+        environment.insert(variable.key.clone(), value);
+    }
+    environment.insert("CI_PROJECT_DIR".into(), project_dir.display().to_string());
+    environment.insert(
+        "CI_BUILDS_DIR".into(),
+        root.join("builds").display().to_string(),
+    );
+    environment.insert("HOME".into(), root.join("root").display().to_string());
+    environment.insert("PATH".into(), path);
+    // Any HTTP(S) request to a non-loopback address goes to a proxy that refuses connections.
+    for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
+        environment.insert(key.into(), "http://127.0.0.1:9".into());
+    }
+    for key in ["NO_PROXY", "no_proxy"] {
+        environment.insert(key.into(), "127.0.0.1,localhost,::1".into());
+    }
+
+    let deadline = Instant::now() + spec.timeout;
+    trace.push_str("Executing \"step_script\" stage of the job script\n");
+    let lines: Vec<&String> = spec.before_script.iter().chain(&spec.script).collect();
+    let step = run_step(
+        root,
+        "step_script",
+        &lines,
+        &environment,
+        &project_dir,
+        deadline,
+    )?;
+    trace.push_str(&step.output);
+    if !spec.after_script.is_empty() && !step.timed_out {
+        trace.push_str("Running after_script\nRunning after script...\n");
+        let after_lines: Vec<&String> = spec.after_script.iter().collect();
+        // GitLab Runner gives after_script its own 5-minute budget.
+        let after_deadline = Instant::now() + Duration::from_secs(300);
+        let after = run_step(
+            root,
+            "after_script",
+            &after_lines,
+            &environment,
+            &project_dir,
+            after_deadline,
+        )?;
+        trace.push_str(&after.output);
+        if after.code != Some(0) {
+            trace.push_str(&format!(
+                "WARNING: after_script failed, but job will continue unaffected: exit code {}\n",
+                after.code.unwrap_or(1)
+            ));
+        }
+    }
+    trace.push_str("Cleaning up project directory and file based variables\n");
+    let pushed: Vec<String> = std::fs::read_to_string(root.join("kaniko").join(".pushed"))
+        .unwrap_or_default()
+        .lines()
+        .map(str::to_string)
+        .collect();
+    if step.timed_out {
+        trace.push_str(&format!(
+            "ERROR: Job failed: execution took longer than {} seconds\n",
+            humantime::format_duration(spec.timeout)
+        ));
+        return Ok((false, pushed));
+    }
+    match step.code {
+        Some(0) => {
+            trace.push_str("Job succeeded\n");
+            Ok((true, pushed))
+        }
+        code => {
+            trace.push_str(&format!(
+                "ERROR: Job failed: exit code {}\n",
+                code.unwrap_or(1)
+            ));
+            Ok((false, pushed))
+        }
+    }
+}
+
+struct StepResult {
+    output: String,
+    code: Option<i32>,
+    timed_out: bool,
+}
+
+/// One of the runner's script stages: the lines in one `sh`, each echoed as `$ line` before it
+/// runs, stopping at the first failure (`errexit`, and `pipefail` where the shell has it).
+fn run_step(
+    root: &Path,
+    stage: &str,
+    lines: &[&String],
+    environment: &BTreeMap<String, String>,
+    project_dir: &Path,
+    deadline: Instant,
+) -> Result<StepResult, String> {
+    let mut script = String::from(
+        "if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n",
+    );
+    for line in lines {
+        script.push_str(&format!(
+            "printf '%s\\n' {}\n",
+            quoted(&format!("$ {line}"))
+        ));
+        script.push_str(&rewrite_container_paths(line, root));
+        script.push('\n');
+    }
+    let script_path = root.join(format!(".{stage}.sh"));
+    std::fs::write(&script_path, script)
+        .map_err(|error| format!("cannot write the job's script: {error}"))?;
+    let (mut reader, writer) =
+        std::io::pipe().map_err(|error| format!("cannot start the job: {error}"))?;
+    let writer_err = writer
+        .try_clone()
+        .map_err(|error| format!("cannot start the job: {error}"))?;
+    let mut command = Command::new(root.join("bin").join("sh"));
+    use std::os::unix::process::CommandExt;
+    command
+        .arg(&script_path)
+        .env_clear()
+        .envs(environment)
+        .current_dir(project_dir)
+        .stdin(Stdio::null())
+        .stdout(writer)
+        .stderr(writer_err)
+        // Its own process group, so the timeout (and the end of the job) stops everything it
+        // started, as removing the build container does.
+        .process_group(0);
+    let spawned = command.spawn();
+    // The parent's copies of the pipe's write end must go, or the reader never sees its end.
+    drop(command);
+    let mut child = spawned.map_err(|error| format!("cannot start sh: {error}"))?;
+    set_running_group(root, Some(child.id()));
+    let collector = std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut chunk = [0u8; 8192];
+        loop {
+            match reader.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                // Beyond the limit the output is drained, not kept, so the job never blocks.
+                Ok(read) if kept.len() < TRACE_LIMIT + 4096 => {
+                    kept.extend_from_slice(&chunk[..read])
+                }
+                Ok(_) => {}
+            }
+        }
+        kept
+    });
+    let (code, timed_out) = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break (status.code(), false),
+            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) => break (None, true),
+            Err(_) => break (None, false),
+        }
+    };
+    // Whatever the script left running goes with it.
+    kill_group(child.id());
+    // Forgotten before it is reaped: until then its id cannot name another process.
+    set_running_group(root, None);
+    let _ = child.wait();
+    let output = collector.join().unwrap_or_default();
+    Ok(StepResult {
+        output: String::from_utf8_lossy(&output).into_owned(),
+        code,
+        timed_out,
+    })
+}
+
+/// A job running now: its private root and, while a script stage runs, its process group.
+struct RunningJob {
+    root: PathBuf,
+    group: Option<u32>,
+}
+
+/// The jobs running now, so a simulator that stops stops them too ([`stop_running_jobs`])
+/// instead of leaving a `helm --wait` or a half-made folder behind.
+static RUNNING: std::sync::Mutex<Vec<RunningJob>> = std::sync::Mutex::new(Vec::new());
+
+fn running() -> std::sync::MutexGuard<'static, Vec<RunningJob>> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Kills every running job's process group and removes its folder: the simulator is stopping
+/// (as stopping a runner ends its builds).
+pub fn stop_running_jobs() {
+    for job in running().drain(..) {
+        if let Some(group) = job.group {
+            kill_group(group);
+        }
+        let _ = std::fs::remove_dir_all(job.root);
+    }
+}
+
+/// Records the process group of the stage running in `root` (`None` once it ended).
+fn set_running_group(root: &Path, group: Option<u32>) {
+    if let Some(job) = running().iter_mut().find(|job| job.root == root) {
+        job.group = group;
+    }
+}
+
+/// SIGKILL to a process group, by its id.
+fn kill_group(group: u32) {
+    let _ = Command::new("kill")
+        .args(["-KILL", "--", &format!("-{group}")])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_images_and_unknown_ones() {
+        assert_eq!(runtime_for("alpine:3.20"), Ok(Some(Runtime::Shell)));
+        assert_eq!(runtime_for("busybox"), Ok(Some(Runtime::Shell)));
+        assert_eq!(
+            runtime_for("gcr.io/kaniko-project/executor:v1.23.2-debug"),
+            Ok(Some(Runtime::Kaniko))
+        );
+        assert_eq!(
+            runtime_for("gcr.io/kaniko-project/executor:v1.23.2"),
+            Ok(None)
+        );
+        assert_eq!(runtime_for("ruby:3.3"), Ok(None));
+        assert_eq!(runtime_for("alpine/helm:latest"), Ok(None));
+        assert_eq!(image_tag("alpine/helm:3.16.4"), "3.16.4");
+        assert_eq!(image_tag("localhost:5000/x"), "latest");
+    }
+
+    #[test]
+    fn container_paths_move_under_the_root_only_where_a_word_starts() {
+        let root = Path::new("/r");
+        assert_eq!(
+            rewrite_container_paths("echo x | base64 -d > /tmp/kubeconfig", root),
+            "echo x | base64 -d > /r/tmp/kubeconfig"
+        );
+        assert_eq!(
+            rewrite_container_paths("export KUBECONFIG=/tmp/kubeconfig", root),
+            "export KUBECONFIG=/r/tmp/kubeconfig"
+        );
+        assert_eq!(
+            rewrite_container_paths("/kaniko/executor --context \"/tmp\"", root),
+            "/r/kaniko/executor --context \"/r/tmp\""
+        );
+        assert_eq!(
+            rewrite_container_paths("ls a/tmp/b /tmpfoo", root),
+            "ls a/tmp/b /tmpfoo"
+        );
+    }
+
+    #[test]
+    fn masking_replaces_every_occurrence_longest_first() {
+        let secrets = vec!["abcdefgh".to_string(), "abcdefgh12".to_string()];
+        assert_eq!(
+            mask("x abcdefgh12 y abcdefgh", &secrets),
+            "x [MASKED] y [MASKED]"
+        );
+    }
+
+    #[test]
+    fn project_variables_override_yaml_ones_and_scopes_and_protection_apply() {
+        let cicd = |key: &str, value: &str, scope: &str, protected: bool| CiCdVariable {
+            key: key.into(),
+            value: value.into(),
+            masked: false,
+            file: false,
+            protected,
+            environment_scope: scope.into(),
+        };
+        let yaml = vec![
+            ("A".to_string(), "yaml".to_string()),
+            ("B".to_string(), "yaml".to_string()),
+        ];
+        let project = vec![
+            cicd("A", "project", "*", false),
+            cicd("C", "prod", "production", false),
+            cicd("C", "any", "*", false),
+            cicd("D", "protected", "*", true),
+        ];
+        let final_values =
+            |protected_ref: bool, environment: Option<&str>| -> BTreeMap<String, String> {
+                job_variables(
+                    vec![JobVariable::plain("CI", "true")],
+                    &yaml,
+                    &project,
+                    protected_ref,
+                    environment,
+                )
+                .into_iter()
+                .map(|variable| (variable.key, variable.value))
+                .collect()
+            };
+        let on_main = final_values(true, Some("production"));
+        assert_eq!(on_main["A"], "project");
+        assert_eq!(on_main["B"], "yaml");
+        assert_eq!(on_main["C"], "prod");
+        assert_eq!(on_main["D"], "protected");
+        let elsewhere = final_values(false, None);
+        assert_eq!(elsewhere["C"], "any");
+        assert!(!elsewhere.contains_key("D"));
+        assert!(scope_matches("review/*", Some("review/x")));
+        assert!(!scope_matches("review/*", Some("production")));
+    }
+
+    #[test]
+    fn timeouts_read_gitlab_forms() {
+        assert_eq!(parse_timeout("1h 30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_timeout("10 minutes"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_timeout("90"), Some(Duration::from_secs(90)));
+    }
+}
