@@ -1019,3 +1019,32 @@ fn python_gitlab_finds_gitlabs_behaviour() {
         "{stdout}"
     );
 }
+
+#[test]
+fn a_commit_that_says_skip_ci_gets_a_skipped_pipeline_and_the_api_still_runs_one() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--runner"]);
+    post(&sim, "groups", r#"{"name":"g","path":"g"}"#);
+    post(&sim, "projects", r#"{"name":"p","namespace_id":"g"}"#);
+    let (status, commit) = post(
+        &sim,
+        "projects/g%2Fp/repository/commits",
+        r#"{"branch":"main","commit_message":"CI file [skip ci]","actions":[{"action":"create","file_path":".gitlab-ci.yml","content":"build:\n  script: [make]\n"}]}"#,
+    );
+    assert_eq!(status, 201, "{commit}");
+    let pushed = sim.api_json("projects/g%2Fp/pipelines?source=push");
+    assert_eq!(pushed.as_array().map(Vec::len), Some(1), "{pushed}");
+    assert_eq!(pushed[0]["status"], "skipped");
+    assert_eq!(pushed[0]["sha"], commit["id"]);
+    let jobs = sim.api_json(&format!(
+        "projects/g%2Fp/pipelines/{}/jobs",
+        pushed[0]["id"]
+    ));
+    assert_eq!(jobs, serde_json::json!([]));
+    // The API ignores the commit message, as GitLab's does.
+    let (status, started) = post(&sim, "projects/g%2Fp/pipeline", r#"{"ref":"main"}"#);
+    assert_eq!(status, 201, "{started}");
+    assert_ne!(
+        sim.api_json(&format!("projects/g%2Fp/pipelines/{}", started["id"]))["status"],
+        "skipped"
+    );
+}

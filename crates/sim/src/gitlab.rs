@@ -199,6 +199,21 @@ struct Pipeline {
     /// A push pipeline whose configuration is invalid is created failed, with these errors.
     #[serde(default)]
     yaml_errors: Option<String>,
+    /// A push whose head commit says `[skip ci]` (or `[ci skip]`) gets a pipeline that is
+    /// `skipped` at once, without jobs (GitLab's `Chain::Skip`).
+    #[serde(default)]
+    skipped: bool,
+}
+
+/// GitLab's `Chain::Skip::SKIP_PATTERN`: `[ci skip]`, `[skip ci]`, with ` `, `_` or `-`, any case.
+fn skips_ci(message: &str) -> bool {
+    let lower = message.to_ascii_lowercase();
+    ["ci", "skip"].iter().any(|first| {
+        let second = if *first == "ci" { "skip" } else { "ci" };
+        [' ', '_', '-']
+            .iter()
+            .any(|sep| lower.contains(&format!("[{first}{sep}{second}]")))
+    })
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -1270,6 +1285,9 @@ impl GitlabSim {
 
     /// The pipeline's status (GitLab's composite of its jobs' statuses) and its jobs' statuses.
     fn pipeline_status(&self, pipeline: &Pipeline) -> (String, Vec<String>) {
+        if pipeline.skipped {
+            return ("skipped".to_string(), Vec::new());
+        }
         if pipeline.yaml_errors.is_some() {
             return ("failed".to_string(), Vec::new());
         }
@@ -2866,6 +2884,39 @@ impl GitlabSim {
             ]));
         };
         let after = self.repos.head(&this_path, reference);
+        // A push skipped by its commit message: a skipped pipeline, nothing evaluated.
+        if source == "push"
+            && let Some(head) = &after
+            && self
+                .repos
+                .commit_info(&this_path, head)
+                .is_some_and(|(info, _)| skips_ci(&info.message))
+        {
+            let id = state.id();
+            let iid = state
+                .pipelines
+                .values()
+                .filter(|p| p.project_id == project_id)
+                .count() as u64
+                + 1;
+            state.pipelines.insert(
+                id,
+                Pipeline {
+                    id,
+                    iid,
+                    project_id,
+                    reference: reference.to_string(),
+                    sha: head.clone(),
+                    created_ms: now_ms(),
+                    created_at: timestamp(),
+                    jobs: Vec::new(),
+                    source: source.to_string(),
+                    yaml_errors: None,
+                    skipped: true,
+                },
+            );
+            return Ok(id);
+        }
         let context = ci::Context {
             source,
             reference,
@@ -2972,6 +3023,7 @@ impl GitlabSim {
             jobs: pipeline_jobs,
             source: source.to_string(),
             yaml_errors,
+            skipped: false,
         };
         state.pipelines.insert(id, pipeline);
         Ok(id)
@@ -3103,6 +3155,24 @@ pub fn run(config: Config) -> Result<(), String> {
         };
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod skip_tests {
+    #[test]
+    fn the_skip_pattern_is_gitlabs() {
+        for message in [
+            "docs [skip ci]",
+            "[CI SKIP] x",
+            "a\n\n[skip-ci]",
+            "[ci_skip]",
+        ] {
+            assert!(super::skips_ci(message), "{message}");
+        }
+        for message in ["skip ci", "[skipci]", "[ci  skip]", "(skip ci)"] {
+            assert!(!super::skips_ci(message), "{message}");
+        }
+    }
 }
 
 #[cfg(test)]
