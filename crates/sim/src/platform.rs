@@ -342,7 +342,28 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         _ if prepared.bare => Bao::None,
         BaoKind::Real(binary) => {
             // The root token goes through the environment, not the command line (`ps` shows that).
-            let child = Command::new(binary)
+            let mut command = Command::new(binary);
+            // The dev server ends with this process even when it is killed (SIGKILL runs no
+            // destructor): the kernel sends it SIGTERM when its parent goes.
+            // SAFETY: the closure runs between fork and exec and only calls prctl and getppid,
+            // which are async-signal-safe.
+            unsafe {
+                use std::os::unix::process::CommandExt;
+                let parent = std::process::id() as libc::pid_t;
+                command.pre_exec(move || {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    // The parent may have gone before prctl took effect.
+                    if libc::getppid() != parent {
+                        return Err(std::io::Error::other(
+                            "the simulator ended before OpenBao started",
+                        ));
+                    }
+                    Ok(())
+                });
+            }
+            let child = command
                 .args([
                     "server",
                     "-dev",
