@@ -199,14 +199,17 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         .cloned()
         .collect();
     let copy = BPRUN.test_in_repository_copy();
-    let run = run_in_pod_with(
-        &copy,
-        &account,
-        &token,
-        true,
-        &["scripts/phase3.rhai"],
-        &env,
-    );
+    let phase3_in_pod = || {
+        run_in_pod_with(
+            &copy,
+            &account,
+            &token,
+            true,
+            &["scripts/phase3.rhai"],
+            &env,
+        )
+    };
+    let run = phase3_in_pod();
     // Phase 3 itself stays within the Role: every step up to the smoke test succeeds. The apps'
     // pipelines then deploy with the kubeconfig bprun hands them, which carries this same
     // account's token (deploy/README.md): the Role does not let them deploy, and their jobs fail
@@ -222,14 +225,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
                     roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: app-deployer}\n\
                     subjects: [{kind: ServiceAccount, name: bprun, namespace: bprun}]\n";
     sim.kubectl_stdin(&["apply", "-f", "-"], deployer).success();
-    let granted = run_in_pod_with(
-        &copy,
-        &account,
-        &token,
-        true,
-        &["scripts/phase3.rhai"],
-        &env,
-    );
+    let granted = phase3_in_pod();
     granted.code(0);
     sim.kubectl(&["delete", "clusterrolebinding", "bprun-app-deployer"])
         .success();
@@ -237,14 +233,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     // Without the RoleBinding the same run stops at its first cluster call, saying why.
     sim.kubectl(&["delete", "rolebinding", "bprun-phase3", "-n", "gitlab"])
         .success();
-    let denied = run_in_pod_with(
-        &copy,
-        &account,
-        &token,
-        true,
-        &["scripts/phase3.rhai"],
-        &env,
-    );
+    let denied = phase3_in_pod();
     denied.code(1);
     denied.stderr_contains("is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot");
     // A deleted account's token no longer authenticates.

@@ -117,28 +117,38 @@ fn run(mut command: Command, what: &str) -> Result<String, String> {
 
 /// Runs a git command with `input` on its standard input; its standard output, trimmed.
 fn run_with_input(command: &mut Command, input: &[u8], what: &str) -> Result<String, String> {
+    let output = run_bytes(command, input).map_err(|error| format!("{what}: {error}"))?;
+    Ok(String::from_utf8_lossy(&output).trim().to_string())
+}
+
+/// Runs a git command with `input` on its standard input; its standard output as it is.
+fn run_bytes(command: &mut Command, input: &[u8]) -> Result<Vec<u8>, String> {
     command
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let mut child = command
         .spawn()
-        .map_err(|error| format!("{what}: cannot run git: {error}"))?;
-    if let Some(mut stdin) = child.stdin.take() {
-        stdin
-            .write_all(input)
-            .map_err(|error| format!("{what}: {error}"))?;
-    }
+        .map_err(|error| format!("cannot run git: {error}"))?;
+    // Written from another thread: git may fill its output pipe before it has read all of
+    // its input (`cat-file --batch`), and both would wait for ever.
+    let writer = child.stdin.take().map(|mut stdin| {
+        let input = input.to_vec();
+        std::thread::spawn(move || stdin.write_all(&input))
+    });
     let output = child
         .wait_with_output()
-        .map_err(|error| format!("{what}: {error}"))?;
-    if !output.status.success() {
-        return Err(format!(
-            "{what}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ));
+        .map_err(|error| error.to_string())?;
+    if let Some(writer) = writer {
+        writer
+            .join()
+            .map_err(|_| "the writer thread panicked".to_string())?
+            .map_err(|error| error.to_string())?;
     }
-    Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
+    if !output.status.success() {
+        return Err(String::from_utf8_lossy(&output.stderr).trim().to_string());
+    }
+    Ok(output.stdout)
 }
 
 impl Repos {
@@ -373,11 +383,59 @@ impl Repos {
             .then(|| (mode == "100755", output.stdout))
     }
 
-    /// Whether `path` is a directory in the tree of `commit`.
-    pub fn is_directory(&self, full_path: &str, commit: &str, path: &str) -> bool {
-        self.lines(full_path, &["ls-tree", commit, "--", path])
-            .first()
-            .is_some_and(|line| line.split_whitespace().nth(1) == Some("tree"))
+    /// Every file of the tree at `commit` with its mode and content: one `ls-tree -r` and one
+    /// `cat-file --batch`, not two processes per file.
+    pub fn tree_files(
+        &self,
+        full_path: &str,
+        commit: &str,
+    ) -> std::collections::BTreeMap<String, (bool, Vec<u8>)> {
+        let mut files = std::collections::BTreeMap::new();
+        // `mode type sha<TAB>path`, submodules (`commit`) skipped.
+        let entries: Vec<(bool, String, String)> = self
+            .lines(full_path, &["ls-tree", "-r", commit])
+            .iter()
+            .filter_map(|line| {
+                let (meta, path) = line.split_once('\t')?;
+                let mut parts = meta.split_whitespace();
+                let (mode, kind, sha) = (parts.next()?, parts.next()?, parts.next()?);
+                (kind == "blob").then(|| (mode == "100755", sha.to_string(), path.to_string()))
+            })
+            .collect();
+        if entries.is_empty() {
+            return files;
+        }
+        let input: String = entries
+            .iter()
+            .map(|(_, sha, _)| format!("{sha}\n"))
+            .collect();
+        let mut command = git(&self.path(full_path));
+        command.args(["cat-file", "--batch"]);
+        let Ok(output) = run_bytes(&mut command, input.as_bytes()) else {
+            return files;
+        };
+        // Each answer: `sha blob size\n`, the content, `\n`.
+        let mut rest = output.as_slice();
+        for (executable, _, path) in entries {
+            let Some(end) = rest.iter().position(|b| *b == b'\n') else {
+                break;
+            };
+            let header = String::from_utf8_lossy(&rest[..end]).to_string();
+            let Some(size) = header
+                .split_whitespace()
+                .nth(2)
+                .and_then(|n| n.parse::<usize>().ok())
+            else {
+                break;
+            };
+            let start = end + 1;
+            if rest.len() < start + size + 1 {
+                break;
+            }
+            files.insert(path, (executable, rest[start..start + size].to_vec()));
+            rest = &rest[start + size + 1..];
+        }
+        files
     }
 
     /// The commit a revision (sha, abbreviated sha, branch) names.

@@ -553,6 +553,15 @@ fn grape_bool(text: &str) -> Option<bool> {
     }
 }
 
+/// The `search` parameter of a list, lower-cased (GitLab's search ignores case); empty: all.
+fn search_term(request: &SimRequest) -> String {
+    request
+        .query
+        .get("search")
+        .map(|text| text.to_lowercase())
+        .unwrap_or_default()
+}
+
 /// A Boolean query parameter (false when absent or not a Boolean).
 fn query_flag(request: &SimRequest, key: &str) -> bool {
     request
@@ -1510,11 +1519,7 @@ impl GitlabSim {
             ("POST", ["groups"]) => self.create_group(request, user),
             ("GET", ["groups"]) => {
                 let state = self.lock();
-                let search = request
-                    .query
-                    .get("search")
-                    .map(|text| text.to_lowercase())
-                    .unwrap_or_default();
+                let search = search_term(request);
                 let items = state
                     .groups
                     .values()
@@ -2175,11 +2180,7 @@ impl GitlabSim {
     /// All projects, or those of one group, paginated.
     fn list_projects(&self, request: &SimRequest, user: u64, group: Option<u64>) -> SimResponse {
         let state = self.lock();
-        let search = request
-            .query
-            .get("search")
-            .map(|text| text.to_lowercase())
-            .unwrap_or_default();
+        let search = search_term(request);
         let simple = query_flag(request, "simple");
         let items = state
             .projects

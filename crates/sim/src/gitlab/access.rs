@@ -340,11 +340,7 @@ impl GitlabSim {
         match (request.method.as_str(), rest) {
             ("GET", []) => {
                 let username = request.query.get("username").map(|u| u.to_lowercase());
-                let search = request
-                    .query
-                    .get("search")
-                    .map(|text| text.to_lowercase())
-                    .unwrap_or_default();
+                let search = super::search_term(request);
                 let items = state
                     .users
                     .iter()

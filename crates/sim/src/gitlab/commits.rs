@@ -110,6 +110,16 @@ fn parse_actions(body: &Value) -> Result<Vec<Action>, String> {
 /// The tree as the actions see it, one after another: path -> (executable, content).
 type Files = std::collections::BTreeMap<String, (bool, Vec<u8>)>;
 
+/// Puts `path` into `files` and says so as a tree change.
+fn write(files: &mut Files, path: &str, executable: bool, content: Vec<u8>) -> TreeChange {
+    files.insert(path.to_string(), (executable, content.clone()));
+    TreeChange::Write {
+        path: path.to_string(),
+        content,
+        executable,
+    }
+}
+
 /// Applies one action to `files` in Gitaly's words; returns the tree changes it makes.
 fn apply(files: &mut Files, action: &Action) -> Result<Vec<TreeChange>, String> {
     const EXISTS: &str = "A file with this name already exists";
@@ -129,24 +139,14 @@ fn apply(files: &mut Files, action: &Action) -> Result<Vec<TreeChange>, String> 
             }
             let content = action.content.clone().unwrap_or_default();
             let executable = action.executable.unwrap_or(false);
-            files.insert(path.clone(), (executable, content.clone()));
-            Ok(vec![TreeChange::Write {
-                path: path.clone(),
-                content,
-                executable,
-            }])
+            Ok(vec![write(files, path, executable, content)])
         }
         "update" => {
             let Some((executable, _)) = files.get(path).cloned() else {
                 return Err(MISSING.to_string());
             };
             let content = action.content.clone().unwrap_or_default();
-            files.insert(path.clone(), (executable, content.clone()));
-            Ok(vec![TreeChange::Write {
-                path: path.clone(),
-                content,
-                executable,
-            }])
+            Ok(vec![write(files, path, executable, content)])
         }
         "delete" => {
             if files.remove(path).is_none() {
@@ -159,12 +159,7 @@ fn apply(files: &mut Files, action: &Action) -> Result<Vec<TreeChange>, String> 
                 return Err(MISSING.to_string());
             };
             let executable = action.executable.unwrap_or(false);
-            files.insert(path.clone(), (executable, content.clone()));
-            Ok(vec![TreeChange::Write {
-                path: path.clone(),
-                content,
-                executable,
-            }])
+            Ok(vec![write(files, path, executable, content)])
         }
         "move" => {
             let previous = action.previous_path.clone().unwrap_or_else(|| path.clone());
@@ -177,16 +172,11 @@ fn apply(files: &mut Files, action: &Action) -> Result<Vec<TreeChange>, String> 
             // Without `content`, the file moves as it is.
             let content = action.content.clone().unwrap_or(old_content);
             files.remove(&previous);
-            files.insert(path.clone(), (executable, content.clone()));
             let mut changes = Vec::new();
             if previous != *path {
                 changes.push(TreeChange::Remove { path: previous });
             }
-            changes.push(TreeChange::Write {
-                path: path.clone(),
-                content,
-                executable,
-            });
+            changes.push(write(files, path, executable, content));
             Ok(changes)
         }
         other => Err(format!("Unknown action '{other}'")),
@@ -345,14 +335,11 @@ impl GitlabSim {
                 "A branch called '{branch}' already exists. Switch to that branch in order to make changes"
             ));
         }
-        let mut files = Files::new();
-        if let Some(parent) = &parent {
-            for path in self.repos.list_files(full, parent) {
-                if let Some(entry) = self.repos.file_entry(full, parent, &path) {
-                    files.insert(path, entry);
-                }
-            }
-        }
+        // The parent's tree in two git processes, whatever its size.
+        let mut files: Files = match &parent {
+            Some(parent) => self.repos.tree_files(full, parent),
+            None => Files::new(),
+        };
         let mut changes = Vec::new();
         for action in &actions {
             if let (Some(last), Some(parent)) = (&action.last_commit_id, &parent) {

@@ -171,29 +171,32 @@ fn rules_of<'a>(binding: &Value, policies: &'a Policies) -> Vec<&'a Value> {
         .unwrap_or_default()
 }
 
-/// The RBAC authorizer's decision.
-pub fn allowed(identity: &Identity, attributes: &Attributes, policies: &Policies) -> bool {
-    if identity.admin {
-        return true;
-    }
+/// The rules bound to `identity` that apply in `namespace` (empty: cluster-scoped requests,
+/// which RoleBindings never grant): its ClusterRoleBindings', then that namespace's RoleBindings'.
+fn granted<'a>(
+    identity: &'a Identity,
+    namespace: &'a str,
+    policies: &'a Policies,
+) -> impl Iterator<Item = &'a Value> + 'a {
     let cluster_wide = policies
         .cluster_role_bindings
         .iter()
-        .filter(|binding| binds(binding, identity))
-        .flat_map(|binding| rules_of(binding, policies));
-    // RoleBindings grant only within their namespace.
-    let namespaced = policies
-        .role_bindings
-        .iter()
-        .filter(|binding| {
-            !attributes.namespace.is_empty()
-                && binding["metadata"]["namespace"].as_str() == Some(attributes.namespace.as_str())
-                && binds(binding, identity)
-        })
-        .flat_map(|binding| rules_of(binding, policies));
+        .filter(move |binding| binds(binding, identity));
+    let namespaced = policies.role_bindings.iter().filter(move |binding| {
+        !namespace.is_empty()
+            && binding["metadata"]["namespace"].as_str() == Some(namespace)
+            && binds(binding, identity)
+    });
     cluster_wide
         .chain(namespaced)
-        .any(|rule| rule_allows(rule, attributes))
+        .flat_map(move |binding| rules_of(binding, policies))
+}
+
+/// The RBAC authorizer's decision.
+pub fn allowed(identity: &Identity, attributes: &Attributes, policies: &Policies) -> bool {
+    identity.admin
+        || granted(identity, &attributes.namespace, policies)
+            .any(|rule| rule_allows(rule, attributes))
 }
 
 /// The API server's 403 message for a refused request.
@@ -227,19 +230,7 @@ pub fn rules_in(identity: &Identity, namespace: &str, policies: &Policies) -> Ve
     if identity.admin {
         return vec![serde_json::json!({"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]})];
     }
-    let cluster_wide = policies
-        .cluster_role_bindings
-        .iter()
-        .filter(|binding| binds(binding, identity))
-        .flat_map(|binding| rules_of(binding, policies));
-    let namespaced = policies
-        .role_bindings
-        .iter()
-        .filter(|binding| {
-            binding["metadata"]["namespace"].as_str() == Some(namespace) && binds(binding, identity)
-        })
-        .flat_map(|binding| rules_of(binding, policies));
-    cluster_wide.chain(namespaced).cloned().collect()
+    granted(identity, namespace, policies).cloned().collect()
 }
 
 #[cfg(test)]

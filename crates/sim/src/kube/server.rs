@@ -114,27 +114,20 @@ impl KubeSim {
 
     /// The RBAC authorizer's answer to `identity` asking `attributes`.
     pub fn authorized(&self, identity: &rbac::Identity, attributes: &rbac::Attributes) -> bool {
-        if identity.admin {
-            return true;
-        }
+        identity.admin
+            || self.with_policies(|policies| rbac::allowed(identity, attributes, policies))
+    }
+
+    /// Runs `decide` over the cluster's Roles, ClusterRoles and their bindings.
+    fn with_policies<T>(&self, decide: impl FnOnce(&rbac::Policies) -> T) -> T {
         let cluster = self.cluster();
         let all = |key: &str| cluster.all(key);
-        let (roles, cluster_roles, role_bindings, cluster_role_bindings) = (
-            all("roles.rbac.authorization.k8s.io"),
-            all("clusterroles.rbac.authorization.k8s.io"),
-            all("rolebindings.rbac.authorization.k8s.io"),
-            all("clusterrolebindings.rbac.authorization.k8s.io"),
-        );
-        rbac::allowed(
-            identity,
-            attributes,
-            &rbac::Policies {
-                roles: &roles,
-                cluster_roles: &cluster_roles,
-                role_bindings: &role_bindings,
-                cluster_role_bindings: &cluster_role_bindings,
-            },
-        )
+        decide(&rbac::Policies {
+            roles: &all("roles.rbac.authorization.k8s.io"),
+            cluster_roles: &all("clusterroles.rbac.authorization.k8s.io"),
+            role_bindings: &all("rolebindings.rbac.authorization.k8s.io"),
+            cluster_role_bindings: &all("clusterrolebindings.rbac.authorization.k8s.io"),
+        })
     }
 
     /// Runs a command in a container: its image's program, else the shell basics.
@@ -911,24 +904,7 @@ fn review_as(
         }
         "SelfSubjectRulesReview" => {
             let namespace = request["spec"]["namespace"].as_str().unwrap_or("");
-            let cluster = sim.cluster();
-            let all = |key: &str| cluster.all(key);
-            let (roles, cluster_roles, role_bindings, cluster_role_bindings) = (
-                all("roles.rbac.authorization.k8s.io"),
-                all("clusterroles.rbac.authorization.k8s.io"),
-                all("rolebindings.rbac.authorization.k8s.io"),
-                all("clusterrolebindings.rbac.authorization.k8s.io"),
-            );
-            let rules = rbac::rules_in(
-                identity,
-                namespace,
-                &rbac::Policies {
-                    roles: &roles,
-                    cluster_roles: &cluster_roles,
-                    role_bindings: &role_bindings,
-                    cluster_role_bindings: &cluster_role_bindings,
-                },
-            );
+            let rules = sim.with_policies(|policies| rbac::rules_in(identity, namespace, policies));
             json!({"resourceRules": rules,
                    "nonResourceRules": [{"verbs": ["get"], "nonResourceURLs": ["/api", "/api/*", "/apis", "/apis/*", "/openapi", "/openapi/*", "/version", "/version/"]}],
                    "incomplete": false})
