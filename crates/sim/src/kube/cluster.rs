@@ -114,6 +114,24 @@ impl ApiError {
     }
 }
 
+/// The decoder's refusal of unknown fields under `fieldValidation=Strict`; a whole body (create,
+/// update) is also said not to be handled as its kind, a patch is not.
+fn strict_decoding_error(rt: &ResourceType, whole_body: bool, fields: &[String]) -> ApiError {
+    let prefix = if whole_body {
+        format!(
+            "{kind} in version \"{}\" cannot be handled as a {kind}: ",
+            rt.version,
+            kind = rt.kind
+        )
+    } else {
+        String::new()
+    };
+    ApiError::bad_request(format!(
+        "{prefix}strict decoding error: {}",
+        fields.join(", ")
+    ))
+}
+
 /// `Deployment.apps` or `Pod`, as validation errors name kinds.
 fn qualified_kind(rt: &ResourceType) -> String {
     if rt.group.is_empty() || rt.kind.contains('.') {
@@ -513,19 +531,7 @@ impl Cluster {
                 .iter()
                 .map(|path| format!("unknown field \"{path}\""))
                 .collect();
-            let prefix = if creating {
-                format!(
-                    "{kind} in version \"{}\" cannot be handled as a {kind}: ",
-                    rt.version,
-                    kind = rt.kind
-                )
-            } else {
-                String::new()
-            };
-            Err(ApiError::bad_request(format!(
-                "{prefix}strict decoding error: {}",
-                fields.join(", ")
-            )))
+            Err(strict_decoding_error(rt, creating, &fields))
         } else {
             crd_schema::apply_defaults(&schema, object);
             let errors = crd_schema::validate(&schema, object);
@@ -586,21 +592,11 @@ impl Cluster {
                 builtin_schema::prune(&rt.kind, object);
                 Ok(())
             }
-            FieldValidation::Strict => {
-                let prefix = if decoding == Decoding::Body {
-                    format!(
-                        "{kind} in version \"{}\" cannot be handled as a {kind}: ",
-                        rt.version,
-                        kind = rt.kind
-                    )
-                } else {
-                    String::new()
-                };
-                Err(ApiError::bad_request(format!(
-                    "{prefix}strict decoding error: {}",
-                    fields.join(", ")
-                )))
-            }
+            FieldValidation::Strict => Err(strict_decoding_error(
+                rt,
+                decoding == Decoding::Body,
+                &fields,
+            )),
         }
     }
 

@@ -830,11 +830,15 @@ type ContainerToTend = (ExecCall, Vec<String>, Duration, usize);
 /// and runs the due readiness probes, recording their verdicts in the store.
 pub fn tend(sim: &KubeSim) {
     let programs = &sim.programs;
-    let (running, probes): (BTreeSet<String>, Vec<ContainerToTend>) = {
+    let (existing, running, probes): (BTreeSet<String>, BTreeSet<String>, Vec<ContainerToTend>) = {
         let cluster = sim.cluster();
+        let mut existing = BTreeSet::new();
         let mut running = BTreeSet::new();
         let mut probes = Vec::new();
         for pod in cluster.all("pods") {
+            if let Some(uid) = pod["metadata"]["uid"].as_str() {
+                existing.insert(uid.to_string());
+            }
             let live = pod["status"]["phase"] == "Running"
                 && !pod["metadata"]["deletionTimestamp"].is_string();
             if !live {
@@ -856,7 +860,7 @@ pub fn tend(sim: &KubeSim) {
                 ));
             }
         }
-        (running, probes)
+        (existing, running, probes)
     };
     // Pods that are gone: stop their programs, forget their verdicts.
     let gone: Vec<((String, String), usize)> = {
@@ -895,11 +899,6 @@ pub fn tend(sim: &KubeSim) {
             .crashes
             .retain(|uid, _| running.contains(uid));
         // How scripts ended stays while their pods exist (their status says it).
-        let existing: BTreeSet<String> = cluster
-            .all("pods")
-            .iter()
-            .filter_map(|pod| pod["metadata"]["uid"].as_str().map(str::to_string))
-            .collect();
         cluster
             .probes
             .completions
