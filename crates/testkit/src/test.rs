@@ -13,6 +13,9 @@ pub struct Test {
     dir: tempfile::TempDir,
     env: Vec<(String, String)>,
     args: Vec<String>,
+    /// Text that varies between runs (a simulator's address, a temporary folder) and the
+    /// placeholder every `run`'s normalised output shows instead.
+    replacements: Vec<(String, String)>,
 }
 
 impl Test {
@@ -30,6 +33,7 @@ impl Test {
             dir,
             env: Vec::new(),
             args: Vec::new(),
+            replacements: Vec::new(),
         }
     }
 
@@ -77,6 +81,16 @@ impl Test {
         self
     }
 
+    /// Every `run`'s normalised output shows `placeholder` where it printed `varying` (a
+    /// simulator's URL, a port, a folder), so that whole output can be compared.
+    pub fn replace(mut self, varying: impl AsRef<str>, placeholder: &str) -> Test {
+        let varying = varying.as_ref().to_string();
+        if !varying.is_empty() {
+            self.replacements.push((varying, placeholder.to_string()));
+        }
+        self
+    }
+
     pub fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -108,7 +122,11 @@ impl Test {
 
     /// Runs the binary to its end (stdin closed).
     pub fn run(&self, args: &[&str]) -> Output {
-        Output::normalized(self.command(args).output().expect("run bprun"))
+        let mut output = Output::normalized(self.command(args).output().expect("run bprun"));
+        for (varying, placeholder) in &self.replacements {
+            output = output.replace(varying, placeholder);
+        }
+        output
     }
 }
 
@@ -144,6 +162,25 @@ impl Output {
             raw_stdout,
             raw_stderr,
         }
+    }
+
+    /// The normalised streams with `varying` shown as `placeholder` (the printed ones stay as
+    /// they were, for secret checks).
+    pub fn replace(mut self, varying: &str, placeholder: &str) -> Output {
+        if !varying.is_empty() {
+            self.stdout = self.stdout.replace(varying, placeholder);
+            self.stderr = self.stderr.replace(varying, placeholder);
+        }
+        self
+    }
+
+    /// The normalised streams with every match of `pattern` shown as `placeholder` (`$1` names
+    /// a group), for values no test can know in advance (generated IDs, process IDs).
+    pub fn replace_regex(mut self, pattern: &str, placeholder: &str) -> Output {
+        let regex = regex::Regex::new(pattern).unwrap_or_else(|e| panic!("{pattern}: {e}"));
+        self.stdout = regex.replace_all(&self.stdout, placeholder).into_owned();
+        self.stderr = regex.replace_all(&self.stderr, placeholder).into_owned();
+        self
     }
 
     #[track_caller]
@@ -203,6 +240,26 @@ impl Output {
                 "{stream} differs\n--- expected {stream} ---\n{expected}\n--- first difference ---\n{}",
                 first_difference(&expected, actual)
             ));
+        }
+        self
+    }
+
+    /// The named exception to whole-output comparison: stdout holds `part`, where the rest of
+    /// the output truly varies (`why` says how, and shows in the failure).
+    #[track_caller]
+    pub fn partial_stdout(&self, part: &str, why: &str) -> &Output {
+        if !self.stdout.contains(part) {
+            self.fail(format!("stdout lacks {part:?} (partial check: {why})"));
+        }
+        self
+    }
+
+    /// The named exception to whole-output comparison: stderr holds `part`, where the rest of
+    /// the output truly varies (`why` says how, and shows in the failure).
+    #[track_caller]
+    pub fn partial_stderr(&self, part: &str, why: &str) -> &Output {
+        if !self.stderr.contains(part) {
+            self.fail(format!("stderr lacks {part:?} (partial check: {why})"));
         }
         self
     }
