@@ -446,7 +446,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                     .into_iter()
                     .map(|doc| doc.name)
                     .collect();
-                let hint = match crate::diagnostics::closest(&wanted, &names) {
+                let hint = match crate::text::closest(&wanted, &names) {
                     Some(name) => {
                         format!("did you mean `{name}`? `bprun functions` lists them all")
                     }

@@ -6,8 +6,25 @@ use miette::{GraphicalReportHandler, GraphicalTheme, LabeledSpan, MietteDiagnost
 use rhai::{EvalAltResult, ParseError, Position};
 use std::sync::Arc;
 
-use crate::engine::Session;
 use crate::error::{NativeError, StepSkip};
+
+/// What a report needs from the session that compiled the script: the source text of each file
+/// by its display name, and the names of the functions for did-you-mean hints. The engine's
+/// `Session` provides them; diagnostics need nothing else of it.
+pub trait ScriptSources {
+    fn source(&self, name: &str) -> Option<Arc<str>>;
+    fn function_names(&self) -> &[String];
+}
+
+impl<T: ScriptSources + ?Sized> ScriptSources for Arc<T> {
+    fn source(&self, name: &str) -> Option<Arc<str>> {
+        T::source(self, name)
+    }
+
+    fn function_names(&self) -> &[String] {
+        T::function_names(self)
+    }
+}
 
 /// A rendered report plus its one-line headline (for the journal and JSON events).
 #[derive(Debug, Clone)]
@@ -130,44 +147,11 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
     }
 }
 
-/// The name in `names` closest to `wanted` (at most two edits away), for did-you-mean hints.
-pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
-    nearest(wanted, names)
-}
-
 fn suggest(signature: &str, functions: &[String]) -> Option<String> {
-    nearest(
+    crate::text::closest(
         signature.split(['(', ' ']).next().unwrap_or(signature),
         functions,
     )
-}
-
-fn nearest(wanted: &str, functions: &[String]) -> Option<String> {
-    let mut best: Option<(usize, &String)> = None;
-    for name in functions {
-        let distance = edit_distance(wanted, name);
-        if distance <= 2 && name != wanted && best.is_none_or(|(d, _)| distance < d) {
-            best = Some((distance, name));
-        }
-    }
-    best.map(|(_, name)| name.clone())
-}
-
-fn edit_distance(a: &str, b: &str) -> usize {
-    let b: Vec<char> = b.chars().collect();
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, ca) in a.chars().enumerate() {
-        let mut previous = row[0];
-        row[0] = i + 1;
-        for (j, cb) in b.iter().enumerate() {
-            let current = row[j + 1];
-            row[j + 1] = (previous + usize::from(ca != *cb))
-                .min(row[j] + 1)
-                .min(current + 1);
-            previous = current;
-        }
-    }
-    row[b.len()]
 }
 
 /// Byte span of the token at `position` in `text`.
@@ -262,7 +246,7 @@ fn use_color() -> bool {
 /// `in_step` drops the outermost frame when it is the step's own closure: the runner calls it,
 /// so its call position would point at no line the operator wrote.
 pub fn runtime_error(
-    session: &Session,
+    session: &dyn ScriptSources,
     error: &EvalAltResult,
     main_source: &str,
     in_step: bool,
@@ -339,7 +323,7 @@ pub fn runtime_error(
 }
 
 /// Renders a syntax error in `source_name`.
-pub fn parse_error(session: &Session, error: &ParseError, source_name: &str) -> Report {
+pub fn parse_error(session: &dyn ScriptSources, error: &ParseError, source_name: &str) -> Report {
     let (headline, hint) = match error.err_type() {
         rhai::ParseErrorType::VariableUndefined(name) => (
             format!("unknown variable `{name}`"),
@@ -506,11 +490,5 @@ mod tests {
             brace_mismatch("}\n").as_deref(),
             Some("the `}` at line 1:1 closes nothing: the braces do not balance")
         );
-    }
-
-    #[test]
-    fn edit_distance_counts_edits() {
-        assert_eq!(edit_distance("write_txt", "write_text"), 1);
-        assert_eq!(edit_distance("abc", "abc"), 0);
     }
 }

@@ -2,8 +2,7 @@
 //! strict variables, confined imports, output hooks, cancellation and every native.
 
 use rhai::{
-    Dynamic, Engine, EvalAltResult, FnPtr, Module, ModuleResolver, NativeCallContext, Position,
-    Scope,
+    Dynamic, Engine, EvalAltResult, Module, ModuleResolver, NativeCallContext, Position, Scope,
 };
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -21,28 +20,7 @@ pub const MAX_ARRAY_SIZE: usize = 100_000;
 pub const MAX_MAP_SIZE: usize = 100_000;
 pub const MAX_MODULES: usize = 64;
 
-/// A step declared by the script's top level.
-#[derive(Clone)]
-pub struct StepDecl {
-    pub name: String,
-    pub body: FnPtr,
-    pub position: Position,
-    pub source: Option<String>,
-    /// Runs whatever `--only`, `--from` or `--resume` select (only `--skip NAME` leaves it
-    /// out): for steps later steps depend on, such as logging in.
-    pub always: bool,
-    /// What to look at when the step fails (the seed's failure mapping), shown after its error.
-    pub on_failure: Option<String>,
-    /// Steps whose work this one needs (`needs: [...]`): the plan warns when one runs later.
-    pub needs: Vec<String>,
-    /// A failure is reported and the run goes on with the next step (it still exits 1):
-    /// `keep_going: true`, and every `check_row`.
-    pub keep_going: bool,
-    /// For a `check_row`: what the row expects to find (its body returns what it found).
-    pub expected: Option<String>,
-    /// Labels `--tags` and `--skip-tags` select by (`tags: ["gitlab"]`).
-    pub tags: Vec<String>,
-}
+pub use crate::decl::StepDecl;
 
 /// What runs when the script's top level has finished (the runner runs the steps).
 pub type RunHook = Box<dyn FnMut(&NativeCallContext, &Session) + Send>;
@@ -123,6 +101,16 @@ pub fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// Nesting limits of expressions at the top level and inside functions (Rhai's release defaults).
 const MAX_EXPR_DEPTH: usize = 64;
 const MAX_FUNCTION_EXPR_DEPTH: usize = 32;
+
+impl crate::diagnostics::ScriptSources for Session {
+    fn source(&self, name: &str) -> Option<Arc<str>> {
+        Session::source(self, name)
+    }
+
+    fn function_names(&self) -> &[String] {
+        Session::function_names(self)
+    }
+}
 
 /// The session, stored in the engine's tag so every native can reach it.
 #[derive(Clone)]

@@ -4,6 +4,7 @@
 //! timeouts, named errors, secrets kept out of output).
 
 pub mod cli;
+pub mod decl;
 pub mod diagnostics;
 pub mod docs;
 pub mod engine;
@@ -17,4 +18,5 @@ pub mod rehearse;
 pub mod repl;
 pub mod runner;
 pub mod state;
+pub mod text;
 pub mod values;

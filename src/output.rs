@@ -131,7 +131,7 @@ impl Reporter {
     }
 
     /// A change a native made (or, in check mode, would make).
-    pub fn change(&self, action: &str, resource: &crate::state::Resource, check: bool) {
+    pub fn change(&self, action: &str, resource: &crate::decl::Resource, check: bool) {
         let mut state = self.lock();
         match self.format {
             Format::Json => self.event(json!({
@@ -181,7 +181,7 @@ impl Reporter {
         &self,
         script: &str,
         steps: &[(String, Option<String>)],
-        params: Option<&[crate::params::ParamDecl]>,
+        params: Option<&[crate::decl::ParamDecl]>,
     ) {
         if self.format == Format::Json {
             let steps: Vec<Value> = steps
@@ -357,74 +357,6 @@ fn timestamp() -> String {
     humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string()
 }
 
-/// Kinds of resources whose names are more than one word, as natives describe them.
-const MULTI_WORD_KINDS: &[&str] = &[
-    "personal access token",
-    "helm release",
-    "CI variable",
-    "latest version of secret",
-    "all versions of secret",
-    "kv version",
-];
-
-/// The kind and name of a change a script reported in its own words (`report_change`), for
-/// `--json`'s `change` events: `KIND NAME [detail]` (`project blueprint-apps/demo`,
-/// `helm release gitlab/gitlab from ... (...)`), a path (`URL into TREE`, `TREE (commit)`), whose
-/// kind comes from the action, or a command line in backticks. Natives give theirs as a
-/// [`crate::state::Resource`].
-pub fn resource_kind_and_name(action: &str, resource: &str) -> (String, String) {
-    let resource = resource.trim();
-    let first_word = |text: &str| {
-        text.split_whitespace()
-            .next()
-            .unwrap_or("")
-            .trim_matches(|c| c == '"' || c == '\'')
-            .to_string()
-    };
-    if let Some(command) = resource.strip_prefix('`') {
-        let line = command.split('`').next().unwrap_or(command);
-        return ("command".to_string(), line.to_string());
-    }
-    if let Some(kind) = MULTI_WORD_KINDS
-        .iter()
-        .find(|kind| resource.starts_with(&format!("{kind} ")))
-    {
-        return (kind.to_string(), first_word(&resource[kind.len()..]));
-    }
-    let first = first_word(resource);
-    // Kubernetes objects: `Kind/name in namespace` (crates/clients/src/kube.rs `display`).
-    if let Some((kind, name)) = first.split_once('/')
-        && kind.starts_with(|c: char| c.is_ascii_uppercase())
-        && kind.chars().all(|c| c.is_ascii_alphanumeric())
-        && !name.contains('/')
-    {
-        let namespace = resource
-            .split_once(" in ")
-            .map(|(_, namespace)| first_word(namespace));
-        let name = match namespace {
-            Some(namespace) => format!("{namespace}/{name}"),
-            None => name.to_string(),
-        };
-        return (kind.to_string(), name);
-    }
-    let looks_like_a_path = first.contains('/') || first.contains("://") || first.starts_with('.');
-    if !looks_like_a_path {
-        let rest = resource.split_once(' ').map_or("", |(_, rest)| rest);
-        return (first, first_word(rest));
-    }
-    let kind = match action {
-        "clone" | "pull" | "commit and push" => "working tree",
-        "sync" => "directory",
-        _ => "path",
-    };
-    // `URL into TREE`: the tree is what changed.
-    let name = match resource.split_once(" into ") {
-        Some((_, tree)) => first_word(tree),
-        None => first,
-    };
-    (kind.to_string(), name)
-}
-
 fn round_ms(seconds: f64) -> f64 {
     (seconds * 1000.0).round() / 1000.0
 }
@@ -565,7 +497,7 @@ pub struct CheckLine {
 impl CheckLine {
     pub fn new(
         index: usize,
-        step: &crate::engine::StepDecl,
+        step: &crate::decl::StepDecl,
         found: &str,
         result: CheckResult,
     ) -> Self {
@@ -670,7 +602,7 @@ pub fn recap_summary(steps: &[StepRecord], duration: Duration) -> String {
 
 #[cfg(test)]
 mod resource_tests {
-    use super::resource_kind_and_name;
+    use crate::decl::resource_kind_and_name;
 
     #[test]
     fn every_natives_resource_text_has_a_kind_and_a_name() {

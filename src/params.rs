@@ -8,82 +8,7 @@ use rhai::{AST, ASTNode, Dynamic, Expr, Position, Stmt};
 /// The name of the native that declares parameters.
 pub const PARAMS_NATIVE: &str = "params";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ParamKind {
-    /// A flag: `--destroy` (or `--destroy=false`).
-    Bool,
-    Int,
-    String,
-    /// Repeatable: `--tag a --tag b` gives `["a", "b"]`.
-    List,
-}
-
-impl ParamKind {
-    fn parse(text: &str) -> Option<ParamKind> {
-        match text {
-            "bool" => Some(ParamKind::Bool),
-            "int" => Some(ParamKind::Int),
-            "string" => Some(ParamKind::String),
-            "list" => Some(ParamKind::List),
-            _ => None,
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ParamKind::Bool => "bool",
-            ParamKind::Int => "int",
-            ParamKind::String => "string",
-            ParamKind::List => "list",
-        }
-    }
-
-    /// What `--help` shows after the flag.
-    fn placeholder(self) -> &'static str {
-        match self {
-            ParamKind::Bool => "",
-            ParamKind::Int => " N",
-            ParamKind::String => " TEXT",
-            ParamKind::List => " TEXT...",
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ParamDecl {
-    /// The key in `args` (`smoke_timeout`); the flag is `--smoke-timeout`.
-    pub name: String,
-    pub kind: ParamKind,
-    pub default: Option<Dynamic>,
-    pub help: String,
-}
-
-impl ParamDecl {
-    pub fn flag(&self) -> String {
-        format!("--{}", self.name.replace('_', "-"))
-    }
-
-    /// The two columns of `--help`: `--smoke-timeout N` and `Seconds ... (default: 600)`.
-    pub fn help_columns(&self) -> (String, String) {
-        let default = match &self.default {
-            // A flag's false needs no mention.
-            Some(value) if !value.is_unit() && value.as_bool() != Ok(false) => {
-                format!(" (default: {value})")
-            }
-            _ => String::new(),
-        };
-        (
-            format!("{}{}", self.flag(), self.kind.placeholder()),
-            format!("{}{default}", self.help),
-        )
-    }
-
-    /// One line of `--help`: `--smoke-timeout N  Seconds ... (default: 600)`.
-    pub fn help_line(&self) -> String {
-        let (flag, help) = self.help_columns();
-        format!("{flag}  {help}")
-    }
-}
+pub use crate::decl::{ParamDecl, ParamKind};
 
 /// The parameters as aligned `--help` lines.
 pub fn help_lines(decls: &[ParamDecl]) -> Vec<String> {
@@ -312,8 +237,8 @@ pub fn bind(decls: &[ParamDecl], words: &[String]) -> Result<rhai::Map, BindErro
         };
         let flag = format!("--{name}");
         let Some(decl) = decls.iter().find(|decl| decl.flag() == flag) else {
-            let suggestion = crate::diagnostics::closest(&flag, &flags)
-                .map(|near| format!("did you mean {near}?"));
+            let suggestion =
+                crate::text::closest(&flag, &flags).map(|near| format!("did you mean {near}?"));
             return Err(BindError {
                 message: format!("unknown parameter {flag}"),
                 hint: usage_hint(suggestion),

@@ -177,7 +177,7 @@ fn words_per_script(
         let mut unique = flags.clone();
         unique.sort();
         unique.dedup();
-        let suggestion = crate::diagnostics::closest(word, &flags)
+        let suggestion = crate::text::closest(word, &flags)
             .map(|near| format!("did you mean {near}? "))
             .unwrap_or_default();
         return Err(Error::usage(

@@ -224,7 +224,7 @@ fn resolve_tags(args: &[String], steps: &[StepDecl], flag: &str) -> Result<Vec<S
             } else {
                 format!("the steps' tags: {}", known.join(", "))
             };
-            let hint = match crate::diagnostics::closest(tag, &known) {
+            let hint = match crate::text::closest(tag, &known) {
                 Some(near) => format!("did you mean \"{near}\"? {valid}"),
                 None => valid,
             };
@@ -264,7 +264,7 @@ fn resolve_step(arg: &str, names: &[&str], flag: &str) -> Result<String, Error> 
         return Ok(name.to_string());
     }
     let slugs: Vec<String> = names.iter().map(|name| slug(name)).collect();
-    let closest = crate::diagnostics::closest(&wanted, &slugs)
+    let closest = crate::text::closest(&wanted, &slugs)
         .and_then(|found| names.iter().find(|name| slug(name) == found));
     let valid = names
         .iter()
@@ -598,7 +598,7 @@ fn order_warnings(steps: &[StepDecl]) -> Result<Vec<String>, Error> {
             match position(need) {
                 None => {
                     let names: Vec<String> = steps.iter().map(|s| s.name.clone()).collect();
-                    let hint = match crate::diagnostics::closest(need, &names) {
+                    let hint = match crate::text::closest(need, &names) {
                         Some(name) => format!("did you mean \"{name}\"?"),
                         None => format!("steps: {}", names.join(", ")),
                     };

@@ -24,55 +24,7 @@ pub struct Change {
     pub resource: Resource,
 }
 
-/// What a change touched: its kind and name, as `--json`'s `change` events carry them, and the
-/// text the journal and the step lines show (`group blueprint-apps (internal)`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Resource {
-    pub kind: String,
-    pub name: String,
-    pub text: String,
-}
-
-impl Resource {
-    pub fn new(kind: impl Into<String>, name: impl Into<String>, text: impl Into<String>) -> Self {
-        Resource {
-            kind: kind.into(),
-            name: name.into(),
-            text: text.into(),
-        }
-    }
-
-    /// A resource shown as `KIND NAME`.
-    pub fn named(kind: &str, name: &str) -> Self {
-        Resource::new(kind, name, format!("{kind} {name}"))
-    }
-
-    /// A Kubernetes object, shown as `Kind/name in namespace`, named `namespace/name`.
-    pub fn object(kind: &str, namespace: &str, name: &str) -> Self {
-        let qualified = if namespace.is_empty() {
-            name.to_string()
-        } else {
-            format!("{namespace}/{name}")
-        };
-        Resource::new(
-            kind,
-            qualified,
-            bprun_clients::kube::display(kind, namespace, name),
-        )
-    }
-
-    /// A command a native ran, shown in backticks.
-    pub fn command(line: &str) -> Self {
-        Resource::new("command", line, format!("`{line}`"))
-    }
-
-    /// What a script reported itself (`report_change`): its free text, the kind and name read
-    /// from it (`KIND NAME ...`).
-    pub fn reported(action: &str, text: &str) -> Self {
-        let (kind, name) = crate::output::resource_kind_and_name(action, text);
-        Resource::new(kind, name, text)
-    }
-}
+pub use crate::decl::Resource;
 
 pub struct RunState {
     /// Check mode: natives report what they would change. The REPL toggles it (`:check on`).

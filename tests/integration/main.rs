@@ -18,6 +18,7 @@ mod gitlab_model;
 mod gitlab_programs;
 mod gitlab_runners;
 mod helm_natives;
+mod house;
 mod in_cluster;
 mod kube_natives;
 mod kube_realism;

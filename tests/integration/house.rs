@@ -1,0 +1,277 @@
+//! The house rules the source keeps (docs/architecture.md, "Rules the graph keeps"): no module
+//! cycle inside a crate but natives <-> engine (the natives register into the engine that calls
+//! them), simulators that import each other only where GitLab's webservice program serves the
+//! GitLab simulator, no simulator file over 1,500 lines, and whole-output checks outnumbering
+//! substring checks in these tests. Read from the source, so a change that breaks a rule fails
+//! here with the offending modules named.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use bprun_testkit::root;
+
+/// A module's path inside its crate (`["kube", "programs", "gitlab"]`; the crate root is `[]`).
+type ModulePath = Vec<String>;
+
+/// Every `.rs` file under `dir`, sorted.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(&folder).expect("read source folder") {
+            let path = entry.expect("folder entry").path();
+            if path.is_dir() {
+                folders.push(path);
+            } else if path.extension().is_some_and(|ext| ext == "rs") {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+fn module_of(src: &Path, file: &Path) -> ModulePath {
+    let relative = file
+        .strip_prefix(src)
+        .expect("file under src")
+        .with_extension("");
+    let mut path: ModulePath = relative
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        path.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        path.pop();
+    }
+    path
+}
+
+/// Test-only modules: what they import is no part of the crate's graph.
+fn is_test_module(module: &ModulePath) -> bool {
+    matches!(
+        module.last().map(String::as_str),
+        Some("tests" | "test_fixtures")
+    )
+}
+
+/// The source without comments and without its trailing `#[cfg(test)] mod tests { ... }`.
+fn production_code(text: &str) -> String {
+    let text = match text.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &text[..at],
+        None => text,
+    };
+    text.lines()
+        .map(|line| match line.find("//") {
+            Some(at) => &line[..at],
+            None => line,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The modules each module of the crate at `src` names (`crate::a::b`, `super::c`,
+/// `crate::{a, b}`), resolved to the longest module that exists.
+fn imports(src: &Path) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
+    let paths = regex::Regex::new(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)").unwrap();
+    let groups = regex::Regex::new(r"\bcrate::\{([^}]*)\}").unwrap();
+    let names = regex::Regex::new(r"\b([a-z_][a-z0-9_]*)\b").unwrap();
+    let files = rust_files(src);
+    let modules: BTreeSet<ModulePath> = files.iter().map(|f| module_of(src, f)).collect();
+    let resolve = |target: &[String]| -> ModulePath {
+        (0..=target.len())
+            .rev()
+            .map(|n| target[..n].to_vec())
+            .find(|prefix| modules.contains(prefix))
+            .unwrap_or_default()
+    };
+    let mut graph = BTreeMap::new();
+    for file in &files {
+        let module = module_of(src, file);
+        if is_test_module(&module) {
+            continue;
+        }
+        let text = production_code(&std::fs::read_to_string(file).expect("read source"));
+        let mut targets = BTreeSet::new();
+        for found in paths.captures_iter(&text) {
+            let segments: Vec<String> = found[2].split("::").skip(1).map(str::to_string).collect();
+            let mut target = if &found[1] == "crate" {
+                Vec::new()
+            } else {
+                module[..module.len().saturating_sub(1)].to_vec()
+            };
+            target.extend(segments);
+            targets.insert(resolve(&target));
+        }
+        for group in groups.captures_iter(&text) {
+            for name in names.captures_iter(&group[1]) {
+                targets.insert(resolve(&[name[1].to_string()]));
+            }
+        }
+        graph.insert(module, targets);
+    }
+    graph
+}
+
+/// The import cycles among sibling modules, at every level of the crate at `src`:
+/// `PARENT: a <-> b <-> c`, each strongly connected set once, sorted.
+fn cycles(src: &Path) -> Vec<String> {
+    let graph = imports(src);
+    let parents: BTreeSet<ModulePath> = graph
+        .keys()
+        .flat_map(|module| (0..module.len()).map(|n| module[..n].to_vec()))
+        .collect();
+    let mut found = Vec::new();
+    for parent in parents {
+        let depth = parent.len();
+        let mut edges: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (from, targets) in &graph {
+            for to in targets {
+                let under = |m: &ModulePath| m.len() > depth && m[..depth] == parent[..];
+                if under(from) && under(to) && from[depth] != to[depth] {
+                    edges
+                        .entry(from[depth].clone())
+                        .or_default()
+                        .insert(to[depth].clone());
+                }
+            }
+        }
+        let label = if parent.is_empty() {
+            "crate".to_string()
+        } else {
+            parent.join("::")
+        };
+        for set in strongly_connected(&edges) {
+            found.push(format!("{label}: {}", set.join(" <-> ")));
+        }
+    }
+    found.sort();
+    found
+}
+
+/// The strongly connected sets of more than one node (a plain reachability check: the graphs
+/// are small).
+fn strongly_connected(edges: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    let reachable = |from: &String| {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(node) = todo.pop() {
+            for next in edges.get(&node).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reach: BTreeMap<&String, BTreeSet<String>> =
+        edges.keys().map(|node| (node, reachable(node))).collect();
+    let mut sets = BTreeSet::new();
+    for (node, reached) in &reach {
+        let mut set: Vec<String> = reached
+            .iter()
+            .filter(|other| reach.get(other).is_some_and(|back| back.contains(*node)))
+            .cloned()
+            .collect();
+        if !set.contains(*node) {
+            continue;
+        }
+        set.sort();
+        if set.len() > 1 {
+            sets.insert(set);
+        }
+    }
+    sets.into_iter().collect()
+}
+
+#[test]
+fn no_module_cycle_inside_a_crate_but_natives_and_engine() {
+    let mut found = Vec::new();
+    for krate in [
+        "src",
+        "crates/clients/src",
+        "crates/sim/src",
+        "crates/testkit/src",
+    ] {
+        for cycle in cycles(&root().join(krate)) {
+            found.push(format!("{krate}: {cycle}"));
+        }
+    }
+    assert_eq!(found, ["src: crate: engine <-> natives"]);
+}
+
+/// The simulators are the sim crate's top-level modules but its plumbing (the HTTP stack, git,
+/// the neutral modules they share) and the platform, which composes them and which none imports.
+#[test]
+fn simulators_import_each_other_only_where_gitlabs_webservice_serves_gitlab() {
+    let simulators = ["gitlab", "kube", "bao"];
+    let graph = imports(&root().join("crates/sim/src"));
+    let mut crossings = Vec::new();
+    for (from, targets) in &graph {
+        for to in targets {
+            let (Some(a), Some(b)) = (from.first(), to.first()) else {
+                continue;
+            };
+            let a_simulator = simulators.contains(&a.as_str());
+            let b_simulator = simulators.contains(&b.as_str());
+            // A simulator naming another, or anything naming the platform that composes them.
+            if a != b && ((a_simulator && b_simulator) || b == "platform") {
+                crossings.push(format!("{} -> {}", from.join("::"), to.join("::")));
+            }
+        }
+    }
+    let expected: Vec<String> = crossings
+        .iter()
+        .filter(|line| line.starts_with("kube::programs::gitlab -> gitlab"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        crossings, expected,
+        "only GitLab's webservice program may cross"
+    );
+    assert!(
+        !expected.is_empty(),
+        "GitLab's webservice program serves the GitLab simulator"
+    );
+}
+
+#[test]
+fn no_simulator_file_is_over_1500_lines() {
+    let src = root().join("crates/sim/src");
+    let long: Vec<String> = rust_files(&src)
+        .iter()
+        .filter_map(|file| {
+            let lines = std::fs::read_to_string(file).expect("read").lines().count();
+            let name = file.strip_prefix(&src).expect("under src").display();
+            (lines > 1500).then(|| format!("{name}: {lines} lines"))
+        })
+        .collect();
+    assert_eq!(long, Vec::<String>::new());
+}
+
+/// Whole-output checks (`expect(code, stdout, stderr)`, `.stdout(..)`, `.stderr(..)`) against
+/// substring checks (`partial_stdout`/`partial_stderr` with their reason, `assert!(...contains)`)
+/// in this folder's tests.
+#[test]
+fn whole_output_checks_outnumber_substring_checks() {
+    let exact =
+        regex::Regex::new(r"\.(stdout|stderr)\(|\.expect\(\s*(-?\d+|[a-z_]*code\b)").unwrap();
+    let partial =
+        regex::Regex::new(r"_contains\(|\.partial_(stdout|stderr)\(|assert!\([^;]*\.contains\(")
+            .unwrap();
+    let (mut exact_checks, mut partial_checks) = (0, 0);
+    for file in rust_files(&root().join("tests/integration")) {
+        if file.ends_with("house.rs") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read test");
+        exact_checks += exact.find_iter(&text).count();
+        partial_checks += partial.find_iter(&text).count();
+    }
+    assert!(
+        exact_checks > partial_checks,
+        "{exact_checks} whole-output checks, {partial_checks} substring checks"
+    );
+}
