@@ -203,10 +203,27 @@ fn tokens_have_scopes_and_can_be_revoked_and_the_query_token_is_accepted() {
     let test = repo()
         .script("step(\"Write\", || { gitlab_ensure_group(\"g\"); });\n")
         .env("GITLAB_URL", sim.gitlab_url())
-        .env("GITLAB_TOKEN", &reader);
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("403");
+        .env("GITLAB_TOKEN", &reader)
+        .replace(sim.gitlab_url(), "<gitlab>");
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        1,
+        "[1/1] Write ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step   status            changes       time\n\
+         \x20 1  Write  failed                  0     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Write\" failed\n\
+         \x20 × gitlab: POST /groups -> 403: insufficient_scope\n\
+         \x20  ╭─[scripts/test.rhai:1:20]\n\
+         \x201 │ step(\"Write\", || { gitlab_ensure_group(\"g\"); });\n\
+         \x20  ·                    ─────────┬─────────\n\
+         \x20  ·                             ╰── failed here\n\
+         \x20  ╰────\n\
+         \x20 caused by: at <gitlab>/api/v4/groups\n\
+         \x20 hint: the token lacks the permission or scope for this (phase 3 mints an admin PAT with api and sudo)\n\
+         re-run with --resume to continue from here\n",
+    );
 
     // Revoked: 401 from then on.
     assert_eq!(
