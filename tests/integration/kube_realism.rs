@@ -844,67 +844,96 @@ fn a_rollout_whose_pods_never_become_ready_exceeds_its_progress_deadline() {
 fn the_api_server_refuses_invalid_objects_and_changes_to_immutable_fields_in_its_words() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     let labelled = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: labelled\n  labels: {app: \"bad value!\"}\n";
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], labelled);
-    refused.expect(
-        1,
-        "",
-        "The ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')\n",
-    );
     let mismatch = WEB.replace(
         "metadata: {labels: {app: web}}",
         "metadata: {labels: {app: api}}",
     );
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &mismatch);
-    refused.expect(
-        1,
-        "",
-        "The Deployment \"web\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"api\"}: `selector` does not match template `labels`\n",
-    );
     let imageless = WEB.replace("image: nginx:1.27", "imagePullPolicy: Always");
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &imageless);
-    refused.expect(
-        1,
-        "",
-        "The Deployment \"web\" is invalid: spec.template.spec.containers[0].image: Required value\n",
+    assert_refused(
+        &sim,
+        &[
+            Refusal {
+                name: "an invalid label",
+                before: vec![],
+                manifest: labelled.to_string(),
+                stderr: "The ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')\n",
+            },
+            Refusal {
+                name: "a selector that does not match the template",
+                before: vec![],
+                manifest: mismatch,
+                stderr: "The Deployment \"web\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"api\"}: `selector` does not match template `labels`\n",
+            },
+            Refusal {
+                name: "a container without image",
+                before: vec![],
+                manifest: imageless,
+                stderr: "The Deployment \"web\" is invalid: spec.template.spec.containers[0].image: Required value\n",
+            },
+        ],
     );
     sim.kubectl(&["get", "deploy"])
         .stderr("No resources found in default namespace.\n");
-    // Immutable fields: a workload's selector.
-    sim.kubectl_stdin(&["apply", "-f", "-"], WEB).code(0);
-    let reselected = WEB.replace("app: web", "app: api");
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &reselected);
-    refused.expect(
-        1,
-        "",
-        "The Deployment \"web\" is invalid: spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"api\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable\n",
-    );
-    // An immutable ConfigMap keeps its data; its labels may change.
     let frozen = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: frozen}\nimmutable: true\ndata: {a: \"1\"}\n";
-    sim.kubectl_stdin(&["apply", "-f", "-"], frozen).code(0);
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &frozen.replace("\"1\"", "\"2\""));
-    refused.expect(
-        1,
-        "",
-        "The ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set\n",
-    );
-    sim.kubectl(&["label", "configmap/frozen", "team=a"]).ok();
-    // A claim's spec, except its requested size.
     let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\n\
                  spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
-    sim.kubectl_stdin(&["apply", "-f", "-"], claim).code(0);
-    sim.kubectl_stdin(&["apply", "-f", "-"], &claim.replace("1Gi", "2Gi"))
-        .code(0);
-    let refused = sim.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &claim
-            .replace("1Gi", "2Gi")
-            .replace("ReadWriteOnce", "ReadWriteMany"),
+    assert_refused(
+        &sim,
+        &[
+            Refusal {
+                name: "a workload's selector changed",
+                before: vec![WEB.to_string()],
+                manifest: WEB.replace("app: web", "app: api"),
+                stderr: "The Deployment \"web\" is invalid: spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"api\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable\n",
+            },
+            Refusal {
+                name: "an immutable ConfigMap's data changed",
+                before: vec![frozen.to_string()],
+                manifest: frozen.replace("\"1\"", "\"2\""),
+                stderr: "The ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set\n",
+            },
+            Refusal {
+                // Its requested size may change.
+                name: "a claim's spec changed",
+                before: vec![claim.to_string(), claim.replace("1Gi", "2Gi")],
+                manifest: claim
+                    .replace("1Gi", "2Gi")
+                    .replace("ReadWriteOnce", "ReadWriteMany"),
+                stderr: "The PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n",
+            },
+        ],
     );
-    refused.expect(
-        1,
-        "",
-        "The PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n",
-    );
+    // The immutable ConfigMap's labels may change.
+    sim.kubectl(&["label", "configmap/frozen", "team=a"]).ok();
+}
+
+/// A manifest `kubectl apply` sends and the API server refuses, in kubectl's whole words.
+struct Refusal {
+    name: &'static str,
+    /// Applied first, each accepted.
+    before: Vec<String>,
+    manifest: String,
+    stderr: &'static str,
+}
+
+#[track_caller]
+fn assert_refused(sim: &crate::support::Sim, refusals: &[Refusal]) {
+    for refusal in refusals {
+        for accepted in &refusal.before {
+            sim.kubectl_stdin(&["apply", "-f", "-"], accepted).code(0);
+        }
+        let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &refusal.manifest);
+        assert_eq!(
+            (
+                refused.code,
+                refused.stdout.as_str(),
+                refused.stderr.as_str()
+            ),
+            (1, "", refusal.stderr),
+            "case {:?}",
+            refusal.name
+        );
+    }
 }
 
 #[test]
