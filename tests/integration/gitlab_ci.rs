@@ -87,8 +87,24 @@ step("Green", || {
         ),
         &sim,
     );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "[1/5] Set up ... changed (#.## s)\n\
+         [2/5] Rules exclude every job ... ok (#.## s)\n\
+         [3/5] Workflow rules ... changed (#.## s)\n\
+         [4/5] A job without script ... changed (#.## s)\n\
+         [5/5] Green ... changed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step                     status            changes       time\n\
+         \x20 1  Set up                   changed                 3     #.## s\n\
+         \x20 2  Rules exclude every job  ok                      0     #.## s\n\
+         \x20 3  Workflow rules           changed                 1     #.## s\n\
+         \x20 4  A job without script     changed                 1     #.## s\n\
+         \x20 5  Green                    changed                 2     #.## s\n\
+         5 steps: 1 ok, 4 changed, 0 skipped, 0 failed in #.## s\n",
+        "",
+    );
     // The files API commits are commits: each starts a push pipeline unless its rules leave
     // no job. The first (main only runs on other branches) and the last (api only) start none;
     // the workflow one runs, the one without script fails; then the API's.

@@ -41,6 +41,28 @@ fn project_with_variables_and_ci(sim: &Sim, variables: &[Value], ci: &str) {
     assert_eq!(started.status, 201, "{}", started.body);
 }
 
+/// `actual` is `expected` (unindented) exactly; a failure shows both whole.
+// Belongs in testkit: an exact comparison of text that is not a bprun run's output.
+#[track_caller]
+fn assert_text(actual: &str, expected: &str) {
+    let expected = bprun_testkit::unindent(expected);
+    assert!(
+        actual == expected,
+        "text differs\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n--- end ---"
+    );
+}
+
+/// A job's trace with what differs between runs as placeholders: the commit (its time is
+/// part of it) and the simulator's address.
+fn steady_trace(sim: &Sim, project: &str, trace: &str) -> String {
+    let pipelines = sim.api_json(&format!("projects/{project}/pipelines"));
+    let sha = pipelines[0]["sha"].as_str().unwrap_or("no sha");
+    trace
+        .replace(sha, "<sha>")
+        .replace(sha.get(..8).unwrap_or(sha), "<short sha>")
+        .replace(sim.gitlab_url(), "<gitlab>")
+}
+
 /// Waits for the latest pipeline of `project` to end; its status and each job's name, status
 /// and trace.
 fn finished_pipeline(sim: &Sim, project: &str) -> (String, Vec<(String, String, String)>) {
@@ -127,16 +149,42 @@ show:
         ("success", "show", "success"),
         "{trace}"
     );
-    assert!(
-        trace.contains("Using Kubernetes executor with image alpine:3.20"),
-        "{trace}"
+    // Project variables override YAML ones; nothing of the host: the PATH is the image's
+    // tools only; a bare GitLab has no registry; a production-scoped variable does not reach
+    // a job without that environment.
+    assert_text(
+        &steady_trace(&sim, "g%2Fp", trace),
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
+         \x20 on bprun-sim runner stand-in \n\
+         Preparing the \"kubernetes\" executor\n\
+         Using Kubernetes executor with image alpine:3.20 ...\n\
+         Getting source from Git repository\n\
+         Initialized empty Git repository in /builds/g/p/.git/\n\
+         Created fresh repository.\n\
+         Checking out <short sha> as detached HEAD (ref is main)...\n\
+         Skipping Git submodules setup\n\
+         Executing \"step_script\" stage of the job script\n\
+         $ echo \"before\"\n\
+         before\n\
+         $ echo \"greeting=$GREETING job=$JOB_ONLY overridden=$OVERRIDDEN\"\n\
+         greeting=from-file job=from-job overridden=from-project\n\
+         $ echo \"secret=$SECRET_TOKEN\"\n\
+         secret=[MASKED]\n\
+         $ echo \"file=$CONFIG_FILE\"\n\
+         file=/builds/g/p.tmp/CONFIG_FILE\n\
+         $ cat \"$CONFIG_FILE\"\n\
+         file-content-xyz$ echo \"project=$CI_PROJECT_PATH name=$CI_PROJECT_NAME job=$CI_JOB_NAME stage=$CI_JOB_STAGE ref=$CI_COMMIT_REF_NAME ci=$CI gitlab=$GITLAB_CI\"\n\
+         project=g/p name=p job=show stage=test ref=main ci=true gitlab=true\n\
+         $ echo \"short=$CI_COMMIT_SHORT_SHA api=$CI_API_V4_URL\"\n\
+         short=<short sha> api=<gitlab>/api/v4\n\
+         $ echo \"path=$PATH\"\n\
+         path=/bin\n\
+         $ test -f .gitlab-ci.yml && test \"$(pwd)\" = \"$CI_PROJECT_DIR\"\n\
+         $ echo \"registry=${CI_REGISTRY:-none} protected=${ONLY_PROTECTED:-absent} scoped=${PROD_ONLY:-absent}\"\n\
+         registry=none protected=yes scoped=absent\n\
+         Cleaning up project directory and file based variables\n\
+         Job succeeded\n",
     );
-    assert!(trace.contains("$ echo \"before\"\nbefore\n"), "{trace}");
-    assert!(
-        trace.contains("$ echo \"greeting=$GREETING job=$JOB_ONLY overridden=$OVERRIDDEN\"\ngreeting=from-file job=from-job overridden=from-project\n"),
-        "project variables override YAML ones: {trace}"
-    );
-    assert!(trace.contains("secret=[MASKED]\n"), "{trace}");
     assert!(!trace.contains("s3cr3t-value-123"), "{trace}");
     // A file-type variable holds the path of a file with the value.
     let file_line = trace
@@ -144,31 +192,6 @@ show:
         .find(|line| line.starts_with("file="))
         .expect("file line");
     assert_eq!(file_line, "file=/builds/g/p.tmp/CONFIG_FILE");
-    assert!(
-        trace.contains("$ cat \"$CONFIG_FILE\"\nfile-content-xyz"),
-        "{trace}"
-    );
-    assert!(
-        trace.contains("project=g/p name=p job=show stage=test ref=main ci=true gitlab=true\n"),
-        "{trace}"
-    );
-    let pipelines = sim.api_json("projects/g%2Fp/pipelines");
-    let sha = pipelines[0]["sha"].as_str().expect("sha");
-    assert!(
-        trace.contains(&format!(
-            "short={} api={}/api/v4\n",
-            &sha[..8],
-            sim.gitlab_url()
-        )),
-        "{trace}"
-    );
-    // Nothing of the host: the PATH is the image's tools only.
-    assert!(trace.contains("\npath=/bin\n"), "{trace}");
-    assert!(
-        trace.contains("registry=none protected=yes scoped=absent\n"),
-        "a bare GitLab has no registry; a production-scoped variable does not reach a job without that environment: {trace}"
-    );
-    assert!(trace.ends_with("Job succeeded\n"), "{trace}");
 }
 
 #[test]
@@ -201,13 +224,24 @@ deploy:
         .expect("build")
         .clone();
     assert_eq!(build_status, "failed");
-    assert!(trace.contains("token is [MASKED]\n"), "{trace}");
-    assert!(trace.contains("$ ls /no/such/dir\n"), "{trace}");
-    assert!(trace.contains("No such file or directory"), "{trace}");
-    assert!(!trace.contains("never printed"), "{trace}");
-    assert!(
-        trace.ends_with("ERROR: Job failed: exit code 2\n"),
-        "{trace}"
+    assert_text(
+        &steady_trace(&sim, "g%2Fp", trace),
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
+         \x20 on bprun-sim runner stand-in \n\
+         Preparing the \"kubernetes\" executor\n\
+         Using Kubernetes executor with image alpine:3.20 ...\n\
+         Getting source from Git repository\n\
+         Initialized empty Git repository in /builds/g/p/.git/\n\
+         Created fresh repository.\n\
+         Checking out <short sha> as detached HEAD (ref is main)...\n\
+         Skipping Git submodules setup\n\
+         Executing \"step_script\" stage of the job script\n\
+         $ echo \"token is $API_TOKEN\"\n\
+         token is [MASKED]\n\
+         $ ls /no/such/dir\n\
+         ls: cannot access '/no/such/dir': No such file or directory\n\
+         Cleaning up project directory and file based variables\n\
+         ERROR: Job failed: exit code 2\n",
     );
     let deploy = jobs.iter().find(|(n, _, _)| n == "deploy").expect("deploy");
     assert_eq!(deploy.1, "skipped");
@@ -237,15 +271,25 @@ build:
     );
     let build = jobs.iter().find(|(n, _, _)| n == "build").expect("build");
     assert_eq!(build.1, "failed");
-    assert!(
-        build.2.contains("Error: error resolving dockerfile path: please provide a valid path to a Dockerfile within the build context with --dockerfile\nUsage:\n  executor [flags]\n"),
-        "{}",
-        build.2
-    );
-    assert!(
-        build.2.ends_with("ERROR: Job failed: exit code 1\n"),
-        "{}",
-        build.2
+    assert_text(
+        &steady_trace(&sim, "g%2Fp", &build.2),
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
+         \x20 on bprun-sim runner stand-in \n\
+         Preparing the \"kubernetes\" executor\n\
+         Using Kubernetes executor with image gcr.io/kaniko-project/executor:v1.23.2-debug ...\n\
+         Getting source from Git repository\n\
+         Initialized empty Git repository in /builds/g/p/.git/\n\
+         Created fresh repository.\n\
+         Checking out <short sha> as detached HEAD (ref is main)...\n\
+         Skipping Git submodules setup\n\
+         Executing \"step_script\" stage of the job script\n\
+         $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/nope/Dockerfile\" --destination \"registry.example/g/p:1\"\n\
+         Error: error resolving dockerfile path: please provide a valid path to a Dockerfile within the build context with --dockerfile\n\
+         Usage:\n\
+         \x20 executor [flags]\n\
+         \x20 executor [command]\n\
+         Cleaning up project directory and file based variables\n\
+         ERROR: Job failed: exit code 1\n",
     );
 }
 
@@ -263,12 +307,22 @@ fn a_job_over_its_timeout_is_killed_with_everything_it_started() {
         started.elapsed()
     );
     assert_eq!(status, "failed");
-    assert!(
-        jobs[0]
-            .2
-            .ends_with("ERROR: Job failed: execution took longer than 2s seconds\n"),
-        "{}",
-        jobs[0].2
+    assert_text(
+        &steady_trace(&sim, "g%2Fp", &jobs[0].2),
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
+         \x20 on bprun-sim runner stand-in \n\
+         Preparing the \"kubernetes\" executor\n\
+         Using Kubernetes executor with image alpine:3.20 ...\n\
+         Getting source from Git repository\n\
+         Initialized empty Git repository in /builds/g/p/.git/\n\
+         Created fresh repository.\n\
+         Checking out <short sha> as detached HEAD (ref is main)...\n\
+         Skipping Git submodules setup\n\
+         Executing \"step_script\" stage of the job script\n\
+         $ sleep 60 &\n\
+         $ sleep 60\n\
+         Cleaning up project directory and file based variables\n\
+         ERROR: Job failed: execution took longer than 2s seconds\n",
     );
 }
 
@@ -314,6 +368,16 @@ fn masked_values_stay_out_of_the_state_file_and_survive_a_restart() {
     let masked = restarted.api_json("projects/g%2Fp/variables/MASKED_ONE");
     assert_eq!(masked["value"], "masked-value-0001");
     let _ = GITLAB_TOKEN;
+}
+
+/// A failed phase 3 run with the simulator's address and the commits' ids (their time is part
+/// of them) as placeholders.
+fn steady_failure(sim: &Sim, run: crate::support::Output) -> crate::support::Output {
+    run.replace(sim.gitlab_url(), "<gitlab>")
+        .replace_regex(r"\b[0-9a-f]{8}\b", "<commit>")
+        // An empty line of a quoted trace keeps the quote's indentation, which an expected
+        // text cannot show (unindent blanks whitespace-only lines).
+        .replace_regex(r"(?m)^    $", "")
 }
 
 /// Phase 3 on the embedded platform with a changed `scripts/phase3.rhai` (the repository copy's).
@@ -450,10 +514,32 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
         },
         &["--app", "redis", "--smoke-timeout", "120"],
     );
-    run.code(1);
-    run.stderr_contains("job lint failed; end of its trace:");
-    run.stderr_contains("Error: 1 chart(s) linted, 1 chart(s) failed");
-    run.stderr_contains("ERROR: Job failed: exit code 1");
+    // The provisioning's lines come in the order parallel work finishes: only the failure's
+    // report is compared.
+    steady_failure(&sim, run).code(1).stderr(
+        "error: step \"Smoke test\" failed\n\
+         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
+         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
+         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
+         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
+         \x20    ·     ──────────┬──────────\n\
+         \x20    ·               ╰── failed here\n\
+         \x20181 │ });\n\
+         \x20    ╰────\n\
+         \x20 caused by: job lint failed; end of its trace:\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ helm lint \"$CI_HELM_CHART_DIR\"\n\
+         \x20   ==> Linting charts/missing\n\
+         \x20   Error unable to check Chart.yaml file in chart: stat charts/missing/Chart.yaml: no such file or directory\n\
+         \x20   \n\
+         \x20   Error: 1 chart(s) linted, 1 chart(s) failed\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         re-run with --resume to continue from here\n",
+    );
 }
 
 #[test]
@@ -470,11 +556,31 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
         },
         &["--app", "redis", "--smoke-timeout", "120"],
     );
-    run.code(1);
-    run.stderr_contains("job deploy failed; end of its trace:");
     // helm's words, with the path as the job's script wrote it.
-    run.stderr_contains(
-        "Error: Kubernetes cluster unreachable: error loading config file \"/tmp/kubeconfig\"",
+    let run = steady_failure(&sim, run);
+    run.code(1).stderr(
+        "error: step \"Smoke test\" failed\n\
+         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
+         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
+         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
+         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
+         \x20    ·     ──────────┬──────────\n\
+         \x20    ·               ╰── failed here\n\
+         \x20181 │ });\n\
+         \x20    ╰────\n\
+         \x20 caused by: job deploy failed; end of its trace:\n\
+         \x20   Created fresh repository.\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig\n\
+         \x20   $ export KUBECONFIG=/tmp/kubeconfig\n\
+         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m\n\
+         \x20   Error: Kubernetes cluster unreachable: error loading config file \"/tmp/kubeconfig\": couldn't get version/kind; json parse error: json: cannot unmarshal string into Go value of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         re-run with --resume to continue from here\n",
     );
     let (_, jobs) = finished_pipeline(&sim, "blueprint-apps%2Fredis");
     let deploy = jobs.iter().find(|(n, _, _)| n == "deploy").expect("deploy");
@@ -508,10 +614,28 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
         },
         &["--app", "guestbook", "--smoke-timeout", "120"],
     );
-    run.code(1);
-    run.stderr_contains("job build failed; end of its trace:");
-    run.stderr_contains(
-        "checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:",
+    steady_failure(&sim, run).code(1).stderr(
+        "error: step \"Smoke test\" failed\n\
+         \x20 × gitlab: pipeline #7 of blueprint-apps/guestbook failed\n\
+         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
+         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
+         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
+         \x20    ·     ──────────┬──────────\n\
+         \x20    ·               ╰── failed here\n\
+         \x20181 │ });\n\
+         \x20    ╰────\n\
+         \x20 caused by: job build failed; end of its trace:\n\
+         \x20   Getting source from Git repository\n\
+         \x20   Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/\n\
+         \x20   Created fresh repository.\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --insecure --skip-tls-verify\n\
+         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": POST http://gitlab-registry.gitlab.svc:5000/v2/blueprint-apps/guestbook/blobs/uploads/: UNAUTHORIZED: authentication required; [map[Action:pull Class: Name:blueprint-apps/guestbook Type:repository] map[Action:push Class: Name:blueprint-apps/guestbook Type:repository]]\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
+         re-run with --resume to continue from here\n",
     );
-    run.stderr_contains("UNAUTHORIZED: authentication required");
 }

@@ -10,6 +10,7 @@ use crate::support::{Test, repo};
 fn with_sim(test: Test, sim: &Sim) -> Test {
     test.env("GITLAB_URL", sim.gitlab_url())
         .env("GITLAB_TOKEN", GITLAB_TOKEN)
+        .replace(sim.gitlab_url(), "<gitlab>")
 }
 
 /// A group `g`, projects `g/p` (with `ci` as its `.gitlab-ci.yml`) and `g/other`.
@@ -93,24 +94,37 @@ step("Smoke", || {
         &sim,
     );
     let output = test.run(&["scripts/test.rhai"]);
-    output.code(1);
     let pipeline = &sim.api_json("projects/g%2Fp/pipelines")[0];
-    let line = format!(
-        "): pending; jobs: build pending, deploy created; {}\n",
-        pipeline["web_url"].as_str().expect("web_url")
+    assert_eq!(
+        pipeline["id"], 8,
+        "the pipeline id the expected output shows"
     );
-    let lines: Vec<&str> = output
-        .stdout
-        .lines()
-        .filter(|l| {
-            l.contains(&format!(
-                "waiting for pipeline #{} of g/p (",
-                pipeline["id"]
-            ))
-        })
-        .collect();
-    assert!(lines.len() >= 2, "a line a second:\n{}", output.stdout);
-    output.stdout_contains(&line);
+    // A line a second, each with the pipeline's page.
+    output.expect(
+        1,
+        "[1/1] Smoke ...\n\
+         \x20   ~ start pipeline of g/p on main\n\
+         \x20   pipeline #8 of g/p: pending (0 s)\n\
+         \x20   waiting for pipeline #8 of g/p (1 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
+         \x20   waiting for pipeline #8 of g/p (2 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
+         [1/1] Smoke ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step   status            changes       time\n\
+         \x20 1  Smoke  failed                  1     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Smoke\" failed\n\
+         \x20 × gitlab: pipelines did not finish within 2 s: #8 of g/p is pending; no online runner can take job build\n\
+         \x20  ╭─[scripts/test.rhai:4:5]\n\
+         \x203 │     let started = gitlab_trigger_pipeline(\"g/p\", \"main\");\n\
+         \x204 │     gitlab_wait_pipeline(\"g/p\", started.id, #{timeout: 2.5, interval: 0.2, progress: 1});\n\
+         \x20  ·     ──────────┬─────────\n\
+         \x20  ·               ╰── failed here\n\
+         \x205 │ });\n\
+         \x20  ╰────\n\
+         \x20 hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n\
+         re-run with --resume to continue from here\n",
+    );
 }
 
 #[test]
@@ -132,16 +146,29 @@ step("Smoke", || {
         ),
         &sim,
     );
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("× gitlab: pipelines did not finish within 1 s: #");
-    output.stderr_contains(" of g/p is pending; no online runner can take job build\n");
-    output.stderr_contains("hint: register a runner that serves the project");
     // The later stage waits for the first: `created`, not pending, so it is not named.
-    assert!(
-        !output.stderr.contains("take job deploy"),
-        "{}",
-        output.stderr
+    test.run(&["scripts/test.rhai"]).expect(
+        1,
+        "[1/1] Smoke ...\n\
+         \x20   ~ start pipeline of g/p on main\n\
+         \x20   pipeline #8 of g/p: pending (0 s)\n\
+         [1/1] Smoke ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step   status            changes       time\n\
+         \x20 1  Smoke  failed                  1     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Smoke\" failed\n\
+         \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is pending; no online runner can take job build\n\
+         \x20  ╭─[scripts/test.rhai:4:5]\n\
+         \x203 │     let started = gitlab_trigger_pipeline(\"g/p\", \"main\");\n\
+         \x204 │     gitlab_wait_pipeline(\"g/p\", started.id, #{timeout: 1, interval: 0.2});\n\
+         \x20  ·     ──────────┬─────────\n\
+         \x20  ·               ╰── failed here\n\
+         \x205 │ });\n\
+         \x20  ╰────\n\
+         \x20 hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n\
+         re-run with --resume to continue from here\n",
     );
     let pipelines = sim.api_json("projects/g%2Fp/pipelines");
     assert_eq!(pipelines[0]["status"], "pending");
@@ -290,10 +317,28 @@ fn a_runner_polling_for_jobs_is_online_and_takes_the_jobs_its_scope_and_tags_all
         )),
         &sim,
     );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output
-        .stderr_contains(" of g/p is running; no online runner can take job deploy (tags: k8s)\n");
+    assert_eq!(
+        pipeline["id"], 8,
+        "the pipeline id the expected output shows"
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        1,
+        "[1/1] Wait ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step  status            changes       time\n\
+         \x20 1  Wait  failed                  0     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Wait\" failed\n\
+         \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)\n\
+         \x20  ╭─[scripts/test.rhai:1:19]\n\
+         \x201 │ step(\"Wait\", || { gitlab_wait_pipeline(\"g/p\", 8, #{timeout: 1, interval: 0.2}); });\n\
+         \x20  ·                   ──────────┬─────────\n\
+         \x20  ·                             ╰── failed here\n\
+         \x20  ╰────\n\
+         \x20 hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n\
+         re-run with --resume to continue from here\n",
+    );
 
     // Given the tag, the runner takes the job on its next poll and the pipeline goes green.
     let updated = sim.api(

@@ -2,7 +2,15 @@
 //! words, and recovers by itself once the missing piece appears: driven by the real kubectl and
 //! helm 4, with the real upstream charts from infra/helm-charts.
 
-use crate::support::{BPRUN, SimKind};
+use crate::support::{BPRUN, Output, SimKind};
+
+/// helm's output with the release's and the test hooks' times, which are the clock's.
+fn helm_times(output: Output) -> Output {
+    output.replace_regex(
+        r"(?m)^(LAST DEPLOYED: |Last Started:   |Last Completed: ).*$",
+        "$1<time>",
+    )
+}
 
 fn root(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
@@ -119,11 +127,29 @@ fn kube_wait_names_the_missing_secret() {
     let test = BPRUN.test().envs(sim.vars()).script(
         r#"step("Wait", || { kube_wait("pods", "demo", "app=web", "Ready", #{timeout: 2}); });"#,
     );
-    let out = test.run(&["scripts/test.rhai"]);
-    out.code(1);
-    out.stderr_contains("kube_wait pods matching app=web in demo: not ready after 2s");
-    out.stderr_contains(
-        "container web waiting (CreateContainerConfigError: secret \"web-storage\" not found)",
+    // The pod's name ends in the template's hash and a random suffix.
+    let out = test
+        .run(&["scripts/test.rhai"])
+        .replace_regex(r"Pod/web-[a-z0-9]+-[a-z0-9]{5}:", "Pod/web-<hash>-<id>:");
+    out.expect(
+        1,
+        "[1/1] Wait ... failed (#.## s)\n\
+         \n\
+         Recap of scripts/test.rhai\n\
+         \x20 #  step  status            changes       time\n\
+         \x20 1  Wait  failed                  0     #.## s\n\
+         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        "error: step \"Wait\" failed\n\
+         \x20 × kube_wait pods matching app=web in demo: not ready after 2s\n\
+         \x20  ╭─[scripts/test.rhai:1:19]\n\
+         \x201 │ step(\"Wait\", || { kube_wait(\"pods\", \"demo\", \"app=web\", \"Ready\", #{timeout: 2}); });\n\
+         \x20  ·                   ────┬────\n\
+         \x20  ·                       ╰── failed here\n\
+         \x20  ╰────\n\
+         \x20 caused by: Pod/web-<hash>-<id>: phase Pending; container web waiting (CreateContainerConfigError: secret \"web-storage\" not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)\n\
+         \x20 caused by: event Failed: Error: secret \"web-storage\" not found\n\
+         \x20 hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})\n\
+         re-run with --resume to continue from here\n",
     );
 }
 
@@ -324,9 +350,10 @@ fn a_webhook_without_endpoints_refuses_writes_until_its_operator_runs() {
     let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: default}\n\
                    spec: {instances: 1, storage: {size: 1Gi}}\n";
     let refused = sim.kubectl_stdin(&["apply", "-f", "-"], cluster);
-    refused.code(1);
-    refused.stderr_contains(
-        "Error from server (InternalError): error when creating \"STDIN\": Internal error occurred: failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"",
+    refused.expect(
+        1,
+        "",
+        "Error from server (InternalError): error when creating \"STDIN\": Internal error occurred: failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"\n",
     );
     sim.helm(&[
         "upgrade",
@@ -477,8 +504,11 @@ fn stateful_set_pods_come_up_in_order() {
         "demo",
         "--timeout=2s",
     ]);
-    status.code(1);
-    status.stdout_contains("Waiting for 1 pods to be ready...");
+    status.expect(
+        1,
+        "Waiting for 1 pods to be ready...\n",
+        "error: timed out waiting for the condition\n",
+    );
     let ready = sim.jsonpath(
         "pod/gitaly-0",
         "demo",
@@ -668,8 +698,7 @@ fn kubectl_scale_goes_through_the_scale_subresource() {
         "--current-replicas=2",
         "--replicas=1",
     ]);
-    stale.code(1);
-    stale.stderr_contains("Expected replicas to be 2, was 3");
+    stale.expect(1, "", "error: Expected replicas to be 2, was 3\n");
     let set = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: db, namespace: default}\n\
                spec:\n  serviceName: db\n  selector: {matchLabels: {app: db}}\n  template:\n    metadata: {labels: {app: db}}\n\
                \x20   spec: {containers: [{name: db, image: postgres:17}]}\n";
@@ -717,7 +746,23 @@ fn rollout_history_lists_revisions_and_undo_restores_the_previous_template() {
         vec!["nginx:1.27=0", "nginx:1.28=2"]
     );
     sim.kubectl(&["rollout", "history", "deploy/web", "--revision=1"])
-        .stdout_contains("Image:\tnginx:1.27");
+        .stdout(
+            "deployment.apps/web with revision #1\n\
+             Pod Template:\n\
+             \x20 Labels:\tapp=web\n\
+             \tpod-template-hash=dlltsx8slf\n\
+             \x20 Containers:\n\
+             \x20  web:\n\
+             \x20   Image:\tnginx:1.27\n\
+             \x20   Port:\t<none>\n\
+             \x20   Host Port:\t<none>\n\
+             \x20   Environment:\t<none>\n\
+             \x20   Mounts:\t<none>\n\
+             \x20 Volumes:\t<none>\n\
+             \x20 Node-Selectors:\t<none>\n\
+             \x20 Tolerations:\t<none>\n\
+             \n",
+        );
     sim.kubectl(&["rollout", "undo", "deploy/web"])
         .stdout("deployment.apps/web rolled back\n");
     sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=10s"])
@@ -769,8 +814,11 @@ fn a_rollout_whose_pods_never_become_ready_exceeds_its_progress_deadline() {
     ]);
     assert_eq!(reason.ok(), "ProgressDeadlineExceeded");
     let status = sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=10s"]);
-    status.code(1);
-    status.stderr_contains("error: deployment \"web\" exceeded its progress deadline");
+    status.expect(
+        1,
+        "",
+        "error: deployment \"web\" exceeded its progress deadline\n",
+    );
     // The Secret appears: the pods run and the rollout completes (a real rollout status
     // still fails at once while the condition says the deadline passed, so wait for it).
     sim.kubectl(&[
@@ -796,59 +844,96 @@ fn a_rollout_whose_pods_never_become_ready_exceeds_its_progress_deadline() {
 fn the_api_server_refuses_invalid_objects_and_changes_to_immutable_fields_in_its_words() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     let labelled = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: labelled\n  labels: {app: \"bad value!\"}\n";
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], labelled);
-    refused.code(1);
-    refused.stderr_contains(
-        "ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')",
-    );
     let mismatch = WEB.replace(
         "metadata: {labels: {app: web}}",
         "metadata: {labels: {app: api}}",
     );
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &mismatch);
-    refused.code(1);
-    refused.stderr_contains(
-        "The Deployment \"web\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"api\"}: `selector` does not match template `labels`",
-    );
     let imageless = WEB.replace("image: nginx:1.27", "imagePullPolicy: Always");
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &imageless);
-    refused.code(1);
-    refused.stderr_contains("spec.template.spec.containers[0].image: Required value");
+    assert_refused(
+        &sim,
+        &[
+            Refusal {
+                name: "an invalid label",
+                before: vec![],
+                manifest: labelled.to_string(),
+                stderr: "The ConfigMap \"labelled\" is invalid: metadata.labels: Invalid value: \"bad value!\": a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')\n",
+            },
+            Refusal {
+                name: "a selector that does not match the template",
+                before: vec![],
+                manifest: mismatch,
+                stderr: "The Deployment \"web\" is invalid: spec.template.metadata.labels: Invalid value: map[string]string{\"app\":\"api\"}: `selector` does not match template `labels`\n",
+            },
+            Refusal {
+                name: "a container without image",
+                before: vec![],
+                manifest: imageless,
+                stderr: "The Deployment \"web\" is invalid: spec.template.spec.containers[0].image: Required value\n",
+            },
+        ],
+    );
     sim.kubectl(&["get", "deploy"])
         .stderr("No resources found in default namespace.\n");
-    // Immutable fields: a workload's selector.
-    sim.kubectl_stdin(&["apply", "-f", "-"], WEB).code(0);
-    let reselected = WEB.replace("app: web", "app: api");
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &reselected);
-    refused.code(1);
-    refused.stderr_contains(
-        "spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"api\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable",
-    );
-    // An immutable ConfigMap keeps its data; its labels may change.
     let frozen = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: frozen}\nimmutable: true\ndata: {a: \"1\"}\n";
-    sim.kubectl_stdin(&["apply", "-f", "-"], frozen).code(0);
-    let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &frozen.replace("\"1\"", "\"2\""));
-    refused.code(1);
-    refused.stderr_contains(
-        "ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set",
-    );
-    sim.kubectl(&["label", "configmap/frozen", "team=a"]).ok();
-    // A claim's spec, except its requested size.
     let claim = "apiVersion: v1\nkind: PersistentVolumeClaim\nmetadata: {name: data}\n\
                  spec: {accessModes: [ReadWriteOnce], resources: {requests: {storage: 1Gi}}}\n";
-    sim.kubectl_stdin(&["apply", "-f", "-"], claim).code(0);
-    sim.kubectl_stdin(&["apply", "-f", "-"], &claim.replace("1Gi", "2Gi"))
-        .code(0);
-    let refused = sim.kubectl_stdin(
-        &["apply", "-f", "-"],
-        &claim
-            .replace("1Gi", "2Gi")
-            .replace("ReadWriteOnce", "ReadWriteMany"),
+    assert_refused(
+        &sim,
+        &[
+            Refusal {
+                name: "a workload's selector changed",
+                before: vec![WEB.to_string()],
+                manifest: WEB.replace("app: web", "app: api"),
+                stderr: "The Deployment \"web\" is invalid: spec.selector: Invalid value: v1.LabelSelector{MatchLabels:map[string]string{\"app\":\"api\"}, MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable\n",
+            },
+            Refusal {
+                name: "an immutable ConfigMap's data changed",
+                before: vec![frozen.to_string()],
+                manifest: frozen.replace("\"1\"", "\"2\""),
+                stderr: "The ConfigMap \"frozen\" is invalid: data: Forbidden: field is immutable when `immutable` is set\n",
+            },
+            Refusal {
+                // Its requested size may change.
+                name: "a claim's spec changed",
+                before: vec![claim.to_string(), claim.replace("1Gi", "2Gi")],
+                manifest: claim
+                    .replace("1Gi", "2Gi")
+                    .replace("ReadWriteOnce", "ReadWriteMany"),
+                stderr: "The PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims\n",
+            },
+        ],
     );
-    refused.code(1);
-    refused.stderr_contains(
-        "PersistentVolumeClaim \"data\" is invalid: spec: Forbidden: spec is immutable after creation except resources.requests and volumeAttributesClassName for bound claims",
-    );
+    // The immutable ConfigMap's labels may change.
+    sim.kubectl(&["label", "configmap/frozen", "team=a"]).ok();
+}
+
+/// A manifest `kubectl apply` sends and the API server refuses, in kubectl's whole words.
+struct Refusal {
+    name: &'static str,
+    /// Applied first, each accepted.
+    before: Vec<String>,
+    manifest: String,
+    stderr: &'static str,
+}
+
+#[track_caller]
+fn assert_refused(sim: &crate::support::Sim, refusals: &[Refusal]) {
+    for refusal in refusals {
+        for accepted in &refusal.before {
+            sim.kubectl_stdin(&["apply", "-f", "-"], accepted).code(0);
+        }
+        let refused = sim.kubectl_stdin(&["apply", "-f", "-"], &refusal.manifest);
+        assert_eq!(
+            (
+                refused.code,
+                refused.stdout.as_str(),
+                refused.stderr.as_str()
+            ),
+            (1, "", refusal.stderr),
+            "case {:?}",
+            refusal.name
+        );
+    }
 }
 
 #[test]
@@ -876,8 +961,11 @@ fn crd_schemas_reject_prune_default_and_print_their_columns() {
                    spec:\n  gatewayClassName: sim\n  colour: red\n  listeners: [{name: http, port: 80, protocol: HTTP}]\n";
     // kubectl validates strictly by default: the unknown field is refused.
     let refused = sim.kubectl_stdin(&["apply", "-f", "-"], gateway);
-    refused.code(1);
-    refused.stderr_contains("strict decoding error: unknown field \"spec.colour\"");
+    refused.expect(
+        1,
+        "",
+        "Error from server (BadRequest): error when creating \"STDIN\": Gateway in version \"v1\" cannot be handled as a Gateway: strict decoding error: unknown field \"spec.colour\"\n",
+    );
     // Without validation it is pruned, and defaults fill in.
     sim.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], gateway)
         .code(0);
@@ -892,24 +980,24 @@ fn crd_schemas_reject_prune_default_and_print_their_columns() {
     let wrong = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: wrong, namespace: default}\n\
                  spec:\n  listeners: [{name: http, port: \"80\", protocol: HTTP, allowedRoutes: {namespaces: {from: Nowhere}}}]\n";
     let refused = sim.kubectl_stdin(&["apply", "-f", "-"], wrong);
-    refused.code(1);
-    refused.stderr_contains("spec.gatewayClassName: Required value");
-    refused.stderr_contains(
-        "spec.listeners[0].port: Invalid value: \"string\": spec.listeners[0].port in body must be of type integer: \"string\"",
-    );
-    refused.stderr_contains(
-        "spec.listeners[0].allowedRoutes.namespaces.from: Unsupported value: \"Nowhere\": supported values: \"All\", \"Selector\", \"Same\"",
+    refused.expect(
+        1,
+        "",
+        "The Gateway \"wrong\" is invalid: \n\
+         * spec.gatewayClassName: Required value\n\
+         * spec.listeners[0].allowedRoutes.namespaces.from: Unsupported value: \"Nowhere\": supported values: \"All\", \"Selector\", \"Same\"\n\
+         * spec.listeners[0].port: Invalid value: \"string\": spec.listeners[0].port in body must be of type integer: \"string\"\n",
     );
     // Bounds and patterns, in kube-openapi's words.
     let out_of_bounds = "apiVersion: gateway.networking.k8s.io/v1\nkind: Gateway\nmetadata: {name: bounds, namespace: default}\n\
                          spec:\n  gatewayClassName: sim\n  listeners: [{name: HTTP_1, port: 70000, protocol: HTTP}]\n";
     let refused = sim.kubectl_stdin(&["apply", "-f", "-"], out_of_bounds);
-    refused.code(1);
-    refused.stderr_contains(
-        "spec.listeners[0].name: Invalid value: \"HTTP_1\": spec.listeners[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'",
-    );
-    refused.stderr_contains(
-        "spec.listeners[0].port: Invalid value: 70000: spec.listeners[0].port in body should be less than or equal to 65535",
+    refused.expect(
+        1,
+        "",
+        "The Gateway \"bounds\" is invalid: \n\
+         * spec.listeners[0].name: Invalid value: \"HTTP_1\": spec.listeners[0].name in body should match '^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$'\n\
+         * spec.listeners[0].port: Invalid value: 70000: spec.listeners[0].port in body should be less than or equal to 65535\n",
     );
     // The CRD's printer columns.
     let table = sim.kubectl(&["get", "gateways"]);
@@ -1098,10 +1186,21 @@ fn helm_test_finishes_and_a_failing_pre_upgrade_hook_fails_the_upgrade() {
     let chart = root(HOOKS_CHART);
     sim.helm(&["install", "hooks", &chart, "--wait", "--timeout", "20s"])
         .ok();
-    let test = sim.helm(&["test", "hooks", "--timeout", "20s"]);
-    test.code(0);
-    test.stdout_contains("TEST SUITE:     hooks-test");
-    test.stdout_contains("Phase:          Succeeded");
+    let test = helm_times(sim.helm(&["test", "hooks", "--timeout", "20s"]));
+    test.expect(
+        0,
+        "NAME: hooks\n\
+         LAST DEPLOYED: <time>\n\
+         NAMESPACE: default\n\
+         STATUS: deployed\n\
+         REVISION: 1\n\
+         DESCRIPTION: Install complete\n\
+         TEST SUITE:     hooks-test\n\
+         Last Started:   <time>\n\
+         Last Completed: <time>\n\
+         Phase:          Succeeded\n",
+        "",
+    );
     let failing = sim.helm(&[
         "upgrade",
         "hooks",
@@ -1113,9 +1212,21 @@ fn helm_test_finishes_and_a_failing_pre_upgrade_hook_fails_the_upgrade() {
         "20s",
     ]);
     failing.code(0);
-    let test = sim.helm(&["test", "hooks", "--timeout", "20s"]);
-    test.code(1);
-    test.stdout_contains("Phase:          Failed");
+    let test = helm_times(sim.helm(&["test", "hooks", "--timeout", "20s"]));
+    test.expect(
+        1,
+        "NAME: hooks\n\
+         LAST DEPLOYED: <time>\n\
+         NAMESPACE: default\n\
+         STATUS: deployed\n\
+         REVISION: 2\n\
+         DESCRIPTION: Upgrade complete\n\
+         TEST SUITE:     hooks-test\n\
+         Last Started:   <time>\n\
+         Last Completed: <time>\n\
+         Phase:          Failed\n",
+        "Error: resource Pod/default/hooks-test not ready. status: Failed, message: pod hooks-test failed\n",
+    );
     // A failing pre-upgrade hook Job fails the upgrade: the release stays at its revision.
     let upgrade = sim.helm(&[
         "upgrade",
@@ -1127,8 +1238,12 @@ fn helm_test_finishes_and_a_failing_pre_upgrade_hook_fails_the_upgrade() {
         "--timeout",
         "20s",
     ]);
-    upgrade.code(1);
-    upgrade.stderr_contains("pre-upgrade hooks failed");
+    upgrade.expect(
+        1,
+        "",
+        "level=WARN msg=\"upgrade failed\" name=hooks error=\"pre-upgrade hooks failed: resource Job/default/hooks-migrate not ready. status: Failed, message: Job Failed. failed: 2/1\"\n\
+         Error: UPGRADE FAILED: pre-upgrade hooks failed: resource Job/default/hooks-migrate not ready. status: Failed, message: Job Failed. failed: 2/1\n",
+    );
     let message = sim.kubectl(&[
         "get",
         "configmap/hooks-settings",
@@ -1145,8 +1260,11 @@ fn kubectl_auth_can_i_answers_yes_for_the_admin_token() {
         .stdout("yes\n");
     sim.kubectl(&["auth", "can-i", "delete", "nodes"])
         .stdout("yes\n");
-    sim.kubectl(&["auth", "can-i", "--list"])
-        .stdout_contains("*.*");
+    sim.kubectl(&["auth", "can-i", "--list"]).stdout(
+        "Resources   Non-Resource URLs   Resource Names   Verbs\n\
+         *.*         []                  []               [*]\n\
+         \x20           [*]                 []               [*]\n",
+    );
     sim.kubectl(&[
         "auth",
         "whoami",
@@ -1281,9 +1399,10 @@ fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked(
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     // kubectl sends fieldValidation=Strict: every unknown field, joined, and nothing stored.
     let refused = sim.kubectl_stdin(&["apply", "-f", "-"], WEB_TYPO);
-    refused.code(1);
-    refused.stderr_contains(
-        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\", unknown field \"spec.template.spec.containers[0].portz\"",
+    refused.expect(
+        1,
+        "",
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\", unknown field \"spec.template.spec.containers[0].portz\"\n",
     );
     sim.kubectl(&["get", "deploy"])
         .stderr("No resources found in default namespace.\n");
@@ -1292,26 +1411,34 @@ fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked(
         .replace("          imagee: nginx:1.28\n          portz: [80]\n", "")
         .replace("spec:\n  selector", "spec:\n  replicas: two\n  selector");
     let refused = sim.kubectl_stdin(&["apply", "--validate=false", "-f", "-"], &wrong_type);
-    refused.code(1);
-    refused.stderr_contains(
-        "Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32",
+    refused.expect(
+        1,
+        "",
+        "Error from server (BadRequest): error when creating \"STDIN\": Deployment in version \"v1\" cannot be handled as a Deployment: json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32\n",
     );
     // Server-side apply types the object with structured-merge-diff, whatever was asked.
     let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], WEB_TYPO);
-    applied.code(1);
-    applied.stderr_contains(
-        "failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
+    applied.expect(
+        1,
+        "",
+        "Error from server: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n\
+         \x20 .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n\
+         \x20 .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
     );
     let applied = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], &wrong_type);
-    applied.code(1);
-    applied.stderr_contains(
-        "Error from server: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string",
+    applied.expect(
+        1,
+        "",
+        "Error from server: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): .spec.replicas: expected numeric (int or float), got string\n",
     );
     // --validate=warn: stored without the unknown fields, kubectl prints the warnings.
     let warned = sim.kubectl_stdin(&["apply", "--validate=warn", "-f", "-"], WEB_TYPO);
-    warned.code(0);
-    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].imagee\"");
-    warned.stderr_contains("Warning: unknown field \"spec.template.spec.containers[0].portz\"");
+    warned.expect(
+        0,
+        "deployment.apps/web created\n",
+        "Warning: unknown field \"spec.template.spec.containers[0].imagee\"\n\
+         Warning: unknown field \"spec.template.spec.containers[0].portz\"\n",
+    );
     let stored = sim.jsonpath(
         "deploy/web",
         "default",
@@ -1326,30 +1453,33 @@ fn unknown_fields_deep_in_built_in_kinds_are_refused_warned_or_dropped_as_asked(
         "-p",
         "{\"spec\":{\"template\":{\"spec\":{\"dnsPolicyy\":\"None\"}}}}",
     ]);
-    patched.code(0);
-    patched.stderr_contains("Warning: unknown field \"spec.template.spec.dnsPolicyy\"");
+    patched.expect(
+        0,
+        "deployment.apps/web patched (no change)\n",
+        "Warning: unknown field \"spec.template.spec.dnsPolicyy\"\n",
+    );
     // Applied over the live object (a strategic merge patch): the patched object's unknown
     // fields, without the create's prefix.
     let refused = sim.kubectl_stdin(
         &["apply", "-f", "-"],
         &WEB_TYPO.replace("nginx:1.28", "nginx:1.29"),
     );
-    refused.code(1);
-    refused.stderr_contains(
-        "strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\"",
-    );
-    assert!(
-        !refused.stderr.contains("cannot be handled"),
-        "{}",
-        refused.stderr
+    refused.expect(
+        1,
+        "",
+        "Error from server (BadRequest): error when applying patch:\n\
+         {\"metadata\":{\"annotations\":{\"kubectl.kubernetes.io/last-applied-configuration\":\"{\\\"apiVersion\\\":\\\"apps/v1\\\",\\\"kind\\\":\\\"Deployment\\\",\\\"metadata\\\":{\\\"annotations\\\":{},\\\"name\\\":\\\"web\\\",\\\"namespace\\\":\\\"default\\\"},\\\"spec\\\":{\\\"selector\\\":{\\\"matchLabels\\\":{\\\"app\\\":\\\"web\\\"}},\\\"template\\\":{\\\"metadata\\\":{\\\"labels\\\":{\\\"app\\\":\\\"web\\\"}},\\\"spec\\\":{\\\"containers\\\":[{\\\"image\\\":\\\"nginx:1.27\\\",\\\"imagee\\\":\\\"nginx:1.29\\\",\\\"name\\\":\\\"web\\\",\\\"portz\\\":[80]}]}}}}\\n\"}},\"spec\":{\"template\":{\"spec\":{\"$setElementOrder/containers\":[{\"name\":\"web\"}],\"containers\":[{\"imagee\":\"nginx:1.29\",\"name\":\"web\",\"portz\":[80]}]}}}}\n\
+         to:\n\
+         Resource: \"apps/v1, Resource=deployments\", GroupVersionKind: \"apps/v1, Kind=Deployment\"\n\
+         Name: \"web\", Namespace: \"default\"\n\
+         for: \"STDIN\": error when patching \"STDIN\": strict decoding error: unknown field \"spec.template.spec.containers[0].imagee\", unknown field \"spec.template.spec.containers[0].portz\"\n",
     );
     // --validate=false (Ignore): dropped silently.
     let ignored = sim.kubectl_stdin(
         &["apply", "--validate=false", "-f", "-"],
         &WEB_TYPO.replace("nginx:1.28", "nginx:1.30"),
     );
-    ignored.code(0);
-    assert!(!ignored.stderr.contains("Warning"), "{}", ignored.stderr);
+    ignored.expect(0, "deployment.apps/web configured\n", "");
 }
 
 #[test]
@@ -1371,8 +1501,14 @@ fn kubectl_explain_reads_the_real_descriptions_of_built_in_kinds() {
     assert!(text.contains("KIND:       Pod"), "{text}");
     assert!(text.contains("serviceAccountName\t<string>"), "{text}");
     let missing = sim.kubectl(&["explain", "deployment.spec.replicaz"]);
-    missing.code(1);
-    missing.stderr_contains("field \"replicaz\" does not exist");
+    missing.expect(
+        1,
+        "GROUP:      apps\n\
+         KIND:       Deployment\n\
+         VERSION:    v1\n\
+         \n",
+        "error: field \"replicaz\" does not exist\n",
+    );
 }
 
 #[test]
@@ -1394,8 +1530,14 @@ fn a_rolling_update_to_pods_that_never_get_ready_keeps_the_old_pod_serving() {
         );
     sim.kubectl_stdin(&["apply", "-f", "-"], &broken).code(0);
     let status = sim.kubectl(&["rollout", "status", "deploy/web", "--timeout=20s"]);
-    status.code(1);
-    status.stderr_contains("error: deployment \"web\" exceeded its progress deadline");
+    status
+        .code(1)
+        .stderr("error: deployment \"web\" exceeded its progress deadline\n")
+        .partial_stdout(
+            "Waiting for deployment \"web\" rollout to finish: 1 old replicas are pending termination...\n",
+            "kubectl prints the rollout's state each time it sees it change: whether it saw \
+             the new replica set before its pod was created depends on timing",
+        );
     // The old pod is still there and Ready, beside the new one waiting for its Secret.
     let ready = sim.jsonpath(
         "pods",
@@ -1489,9 +1631,10 @@ fn pods_get_their_service_account_token_unless_they_opt_out_and_a_missing_accoun
         "--image=gitlab/gitlab-runner:v17.5.0",
         "--overrides={\"spec\":{\"serviceAccountName\":\"gitlab-runner\"}}",
     ]);
-    refused.code(1);
-    refused.stderr_contains(
-        "Error from server (Forbidden): pods \"runner\" is forbidden: error looking up service account default/gitlab-runner: serviceaccount \"gitlab-runner\" not found",
+    refused.expect(
+        1,
+        "",
+        "Error from server (Forbidden): pods \"runner\" is forbidden: error looking up service account default/gitlab-runner: serviceaccount \"gitlab-runner\" not found\n",
     );
 }
 
@@ -1509,14 +1652,28 @@ fn helm_4_refuses_a_chart_with_an_unknown_field_and_helm_3_installs_it_with_a_wa
     let chart = chart.path().to_string_lossy().to_string();
     // helm 4 installs with server-side apply: structured-merge-diff refuses the field.
     let refused = sim.run("helm", &["install", "typo", &chart], None);
-    refused.code(1);
-    refused.stderr_contains(
-        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n  .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n  .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
+    refused.expect(
+        1,
+        "",
+        "Error: INSTALLATION FAILED: failed to create typed patch object (default/web; apps/v1, Kind=Deployment): errors:\n\
+         \x20 .spec.template.spec.containers[name=\"web\"].imagee: field not declared in schema\n\
+         \x20 .spec.template.spec.containers[name=\"web\"].portz: field not declared in schema\n",
     );
     // helm 3 sends no fieldValidation: the API server's default warns and drops the fields.
-    let warned = sim.run("helm3", &["install", "typo-v3", &chart], None);
-    warned.code(0);
-    warned.stderr_contains("unknown field \"spec.template.spec.containers[0].imagee\"");
+    // client-go's warning handler prefixes klog's header (date, time, pid, source line).
+    let warned = helm_times(sim.run("helm3", &["install", "typo-v3", &chart], None))
+        .replace_regex(r"(?m)^W\d{4} [\d:.]+ +\d+ warnings\.go:\d+\] ", "W<klog> ");
+    warned.expect(
+        0,
+        "NAME: typo-v3\n\
+         LAST DEPLOYED: <time>\n\
+         NAMESPACE: default\n\
+         STATUS: deployed\n\
+         REVISION: 1\n\
+         TEST SUITE: None\n",
+        "W<klog> unknown field \"spec.template.spec.containers[0].imagee\"\n\
+         W<klog> unknown field \"spec.template.spec.containers[0].portz\"\n",
+    );
     let stored = sim.jsonpath(
         "deploy/web",
         "default",
@@ -1559,8 +1716,7 @@ fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
     .code(0);
     finished("pin").code(0);
     let logs = sim.kubectl(&["logs", "pin", "-n", "demo"]);
-    logs.code(0);
-    logs.stdout_contains("hello from pin");
+    logs.expect(0, "hello from pin\n", "");
     // Another pod on the same node sees the edit; the file keeps kind's lines.
     sim.kubectl_stdin(
         &["apply", "-f", "-"],
@@ -1569,8 +1725,18 @@ fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
     .code(0);
     finished("read").code(0);
     let hosts = sim.kubectl(&["logs", "read", "-n", "demo"]);
-    hosts.stdout_contains("127.0.0.1\tlocalhost");
-    hosts.stdout_contains("10.96.0.9 registry.example.net");
+    hosts.expect(
+        0,
+        "127.0.0.1\tlocalhost\n\
+         ::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\n\
+         ff00::0\tip6-mcastprefix\n\
+         ff02::1\tip6-allnodes\n\
+         ff02::2\tip6-allrouters\n\
+         172.18.0.2\tsim-control-plane\n\
+         10.96.0.9 registry.example.net\n",
+        "",
+    );
     // A broken script fails as on a node: the shell's words in the log, the exit code in the
     // status, the pod Failed; a read-only volume refuses writes.
     let broken = "set -e; cpy /settings/pin /host/pin";
@@ -1597,7 +1763,7 @@ fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
         "127"
     );
     sim.kubectl(&["logs", "broken", "-n", "demo"])
-        .stdout_contains("cpy: not found");
+        .stdout("sh: cpy: not found\n");
     sim.kubectl_stdin(
         &["apply", "-f", "-"],
         &pod("readonly", "sim-control-plane", "echo x > /settings/pin"),
@@ -1613,7 +1779,7 @@ fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
     ])
     .code(0);
     sim.kubectl(&["logs", "readonly", "-n", "demo"])
-        .stdout_contains("Read-only file system");
+        .stdout("sh: can't create /settings/pin: Read-only file system\n");
     // Another node has its own /etc/hosts, without the pin.
     let node = "apiVersion: v1\nkind: Node\nmetadata: {name: sim-worker}\n";
     sim.kubectl_stdin(&["apply", "-f", "-"], node).code(0);
@@ -1623,11 +1789,20 @@ fn scripts_of_pods_that_run_to_completion_really_run_on_their_node() {
     )
     .code(0);
     finished("other").code(0);
-    let other = sim.kubectl(&["logs", "other", "-n", "demo"]);
-    other.stdout_contains("172.18.0.2\tsim-worker");
-    assert!(
-        !other.stdout.contains("registry.example.net"),
-        "{}",
-        other.stdout
+    // Without the control plane's registry line. The simulator gives every node 172.18.0.2,
+    // where kind gives each node its own address: not pinned.
+    let other = sim
+        .kubectl(&["logs", "other", "-n", "demo"])
+        .replace_regex(r"(?m)^[\d.]+\tsim-worker$", "<worker address>\tsim-worker");
+    other.expect(
+        0,
+        "127.0.0.1\tlocalhost\n\
+         ::1\tlocalhost ip6-localhost ip6-loopback\n\
+         fe00::0\tip6-localnet\n\
+         ff00::0\tip6-mcastprefix\n\
+         ff02::1\tip6-allnodes\n\
+         ff02::2\tip6-allrouters\n\
+         <worker address>\tsim-worker\n",
+        "",
     );
 }

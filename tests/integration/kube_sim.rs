@@ -1,7 +1,7 @@
 //! The Kubernetes simulator driven by the real kubectl and helm (from ./test.sh's .tools/bin):
 //! when they cannot use it, the simulator is wrong.
 
-use crate::support::{BPRUN, Sim, SimKind, tool};
+use crate::support::{BPRUN, Output, Sim, SimKind, tool};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -28,11 +28,10 @@ fn kubeconfig_is_private_and_tokens_are_required() {
         "namespace/default\nnamespace/kube-node-lease\nnamespace/kube-public\nnamespace/kube-system\n"
     );
     let wrong = sim.kubectl(&["--token", "not-the-token", "get", "ns"]);
-    wrong.code(1);
-    assert!(
-        wrong.stderr.contains("Unauthorized") || wrong.stderr.contains("provide credentials"),
-        "{}",
-        wrong.stderr
+    wrong.expect(
+        1,
+        "",
+        "error: You must be logged in to the server (Unauthorized)\n",
     );
 }
 
@@ -80,21 +79,21 @@ fn kubectl_applies_idempotently_rolls_out_and_prints_tables() {
     ])
     .ok();
     let pods = sim.kubectl(&["get", "pods", "-n", "demo", "-l", "app=web", "--no-headers"]);
-    let lines: Vec<&str> = pods.ok().lines().collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
-    assert!(
-        lines
-            .iter()
-            .all(|l| l.contains("1/1") && l.contains("Running")),
-        "{lines:?}"
-    );
+    // Pod names end in the template's hash and a random suffix; ages grow.
+    pods.replace_regex(r"web-[a-z0-9]+-[a-z0-9]{5} ", "web-<hash>-<id> ")
+        .replace_regex(r"(?m) \d+s$", " <age>")
+        .expect(
+            0,
+            "web-<hash>-<id>   1/1   Running   0     <age>\n\
+             web-<hash>-<id>   1/1   Running   0     <age>\n",
+            "",
+        );
     let header = sim.kubectl(&["get", "deployment", "web", "-n", "demo"]);
-    assert!(
-        header.ok().starts_with(
-            "NAME   READY   UP-TO-DATE   AVAILABLE   AGE\nweb    2/2     2            2"
-        ),
-        "{}",
-        header.stdout
+    header.replace_regex(r"(?m) \d+s$", " <age>").expect(
+        0,
+        "NAME   READY   UP-TO-DATE   AVAILABLE   AGE\n\
+         web    2/2     2            2           <age>\n",
+        "",
     );
     let endpoints = sim.kubectl(&[
         "get",
@@ -180,12 +179,21 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
         &["apply", "--server-side", "--field-manager=other", "-f", "-"],
         &scaled,
     );
-    conflict.code(1);
-    assert!(
-        conflict.stderr.contains("conflict with \"kubectl\"")
-            && conflict.stderr.contains(".spec.replicas"),
-        "{}",
-        conflict.stderr
+    conflict.expect(
+        1,
+        "service/web serverside-applied\n",
+        "error: Apply failed with 1 conflict: conflict with \"kubectl\": .spec.replicas\n\
+         Please review the fields above--they currently have other managers. Here\n\
+         are the ways you can resolve this warning:\n\
+         * If you intend to manage all of these fields, please re-run the apply\n\
+         \x20 command with the `--force-conflicts` flag.\n\
+         * If you do not intend to manage all of the fields, please edit your\n\
+         \x20 manifest to remove references to the fields that should keep their\n\
+         \x20 current managers.\n\
+         * You may co-own fields by updating your manifest to match the existing\n\
+         \x20 value; in this case, you'll become the manager if the other manager(s)\n\
+         \x20 stop managing the field (remove it from their configuration).\n\
+         See https://kubernetes.io/docs/reference/using-api/server-side-apply/#conflicts\n",
     );
     sim.kubectl_stdin(
         &[
@@ -214,8 +222,11 @@ fn server_side_apply_owns_fields_and_reports_conflicts() {
     let typo =
         "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, namespace: demo}\ndat: {a: b}\n";
     let refused = sim.kubectl_stdin(&["apply", "--server-side", "-f", "-"], typo);
-    refused.code(1);
-    refused.stderr_contains("Error from server: failed to create typed patch object (demo/c; v1, Kind=ConfigMap): .dat: field not declared in schema");
+    refused.expect(
+        1,
+        "",
+        "Error from server: failed to create typed patch object (demo/c; v1, Kind=ConfigMap): .dat: field not declared in schema\n",
+    );
     assert_eq!(
         sim.kubectl(&["get", "configmap", "-n", "demo", "-o", "name"])
             .ok(),
@@ -278,8 +289,12 @@ fn crds_register_in_discovery_and_custom_resources_become_ready_only_when_told()
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let missing = sim.kubectl(&["apply", "-f", &fixture("pg.yaml")]);
-    missing.code(1);
-    missing.stderr_contains("no matches for kind \"Cluster\"");
+    missing.replace(&fixture("pg.yaml"), "<pg.yaml>").expect(
+        1,
+        "",
+        "error: resource mapping not found for name: \"pg\" namespace: \"demo\" from \"<pg.yaml>\": no matches for kind \"Cluster\" in version \"postgresql.cnpg.io/v1\"\n\
+         ensure CRDs are installed first\n",
+    );
     sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
     sim.kubectl(&[
         "wait",
@@ -328,7 +343,11 @@ fn crds_register_in_discovery_and_custom_resources_become_ready_only_when_told()
     sim.kubectl(&["delete", "crd", "clusters.postgresql.cnpg.io"])
         .ok();
     let after = sim.kubectl(&["get", "clusters.postgresql.cnpg.io", "-A"]);
-    after.code(1);
+    after.expect(
+        1,
+        "",
+        "error: the server doesn't have a resource type \"clusters\"\n",
+    );
 }
 
 #[test]
@@ -391,8 +410,12 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "--",
         "nosuch",
     ]);
-    unknown.code(127);
-    unknown.stderr_contains("\"nosuch\": executable file not found in $PATH");
+    unknown.expect(
+        127,
+        "",
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"nosuch\": executable file not found in $PATH: unknown\n\
+         command terminated with exit code 127\n",
+    );
     let no_gitlab = sim.kubectl(&[
         "exec",
         "-n",
@@ -403,8 +426,12 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "runner",
         "puts User.first.personal_access_tokens.create!(name: 'x').token",
     ]);
-    no_gitlab.code(1);
-    no_gitlab.stderr_contains("no GitLab is attached");
+    no_gitlab.expect(
+        1,
+        "",
+        "gitlab-rails runner: no GitLab is attached to this simulated cluster (start it with --gitlab-url, or use `bprun sim all`)\n\
+         command terminated with exit code 1\n",
+    );
 }
 
 #[test]
@@ -417,15 +444,35 @@ fn helm_v3_installs_upgrades_and_uninstalls_releases() {
     helm_life_cycle("helm3");
 }
 
+/// helm's answer about release `redis` at `revision` (after `first_line`, before `tail`).
+fn helm_status(first_line: &str, revision: u32, tail: &str) -> String {
+    format!(
+        "{first_line}NAME: redis\n\
+         LAST DEPLOYED: <time>\n\
+         NAMESPACE: redis\n\
+         STATUS: deployed\n\
+         REVISION: {revision}\n\
+         {tail}"
+    )
+}
+
+/// helm's output with the release's deployment time, which is the clock's.
+fn deployed_at(output: Output) -> Output {
+    output.replace_regex(r"(?m)^LAST DEPLOYED: .*$", "LAST DEPLOYED: <time>")
+}
+
 fn helm_life_cycle(helm: &str) {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     let version = sim.run(helm, &["version", "--short"], None);
-    assert!(
-        version
-            .ok()
-            .starts_with(if helm == "helm3" { "v3." } else { "v4." }),
-        "{}",
-        version.stdout
+    let helm3 = helm == "helm3";
+    version.expect(
+        0,
+        if helm3 {
+            "v3.17.3+ge4da497\n"
+        } else {
+            "v4.1.4+g05fa379\n"
+        },
+        "",
     );
     let chart = "apps/redis/helm-chart";
     let install = sim.run(
@@ -443,11 +490,13 @@ fn helm_life_cycle(helm: &str) {
         ],
         None,
     );
-    assert!(
-        install.ok().contains("STATUS: deployed\nREVISION: 1\n"),
-        "{}",
-        install.stdout
-    );
+    // helm 4 adds the release's description.
+    let tail = if helm3 {
+        "TEST SUITE: None\n"
+    } else {
+        "DESCRIPTION: Install complete\nTEST SUITE: None\n"
+    };
+    deployed_at(install).expect(0, &helm_status("", 1, tail), "");
     let secrets = sim.kubectl(&[
         "get",
         "secrets",
@@ -474,7 +523,19 @@ fn helm_life_cycle(helm: &str) {
         ],
         None,
     );
-    assert!(upgrade.ok().contains("REVISION: 2\n"), "{}", upgrade.stdout);
+    deployed_at(upgrade).expect(
+        0,
+        &helm_status(
+            "Release \"redis\" has been upgraded. Happy Helming!\n",
+            2,
+            if helm3 {
+                "TEST SUITE: None\n"
+            } else {
+                "DESCRIPTION: Upgrade complete\nTEST SUITE: None\n"
+            },
+        ),
+        "",
+    );
     let list = sim.run(helm, &["list", "-A", "-o", "json"], None);
     let releases: serde_json::Value = serde_json::from_str(list.ok()).expect("helm list json");
     assert_eq!(releases[0]["name"], "redis");
@@ -482,15 +543,31 @@ fn helm_life_cycle(helm: &str) {
     assert_eq!(releases[0]["revision"], "2");
     let status = sim.run(helm, &["status", "redis", "-n", "redis"], None);
     // helm 4 lists the release's resources (read back as Tables); helm 3 does not.
-    if helm == "helm" {
-        assert!(status.ok().contains("redis-master"), "{}", status.stdout);
+    let tail = if helm3 {
+        "TEST SUITE: None\n"
     } else {
-        assert!(
-            status.ok().contains("STATUS: deployed"),
-            "{}",
-            status.stdout
-        );
-    }
+        "DESCRIPTION: Upgrade complete\n\
+         RESOURCES:\n\
+         ==> v1/Service\n\
+         NAME           TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)    AGE\n\
+         redis-master   ClusterIP   10.96.0.12   <none>        6379/TCP   <age>\n\
+         \n\
+         ==> v1/Deployment\n\
+         NAME    READY   UP-TO-DATE   AVAILABLE   AGE\n\
+         redis   1/1     1            1           <age>\n\
+         \n\
+         ==> v1/Pod(related)\n\
+         NAME                     READY   STATUS    RESTARTS   AGE\n\
+         redis-<hash>-<id>   1/1     Running   0          <age>\n\
+         \n\
+         \n\
+         TEST SUITE: None\n"
+    };
+    // Ages grow; the pod's name ends in the template's hash and a random suffix.
+    deployed_at(status)
+        .replace_regex(r"(?m) \d+s$", " <age>")
+        .replace_regex(r"redis-[a-z0-9]{10}-[a-z0-9]{5}", "redis-<hash>-<id>")
+        .expect(0, &helm_status("", 2, tail), "");
     assert_eq!(
         sim.run(helm, &["uninstall", "redis", "-n", "redis", "--wait"], None)
             .ok(),
@@ -581,8 +658,11 @@ fn patches_status_conflicts_and_existing_names_answer_like_the_api_server() {
         .ok();
     object["data"]["m"] = serde_json::json!("stale");
     let stale = sim.kubectl_stdin(&["replace", "-f", "-"], &object.to_string());
-    stale.code(1);
-    stale.stderr_contains("the object has been modified; please apply your changes to the latest version and try again");
+    stale.expect(
+        1,
+        "",
+        "Error from server (Conflict): error when replacing \"STDIN\": Operation cannot be fulfilled on configmaps \"c\": the object has been modified; please apply your changes to the latest version and try again\n",
+    );
     // Status goes through /status only.
     sim.kubectl(&["apply", "-f", &fixture("crd.yaml")]).ok();
     sim.kubectl(&[
