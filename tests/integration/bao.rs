@@ -345,11 +345,7 @@ step("Seal", || {
     let journal = test.read(".bprun/journal/test.json");
     for output in [&first, &restarted] {
         for secret in &secrets {
-            assert!(
-                !output.raw_stdout.contains(secret.as_str())
-                    && !output.raw_stderr.contains(secret.as_str()),
-                "a key or the root token leaked"
-            );
+            output.stdout_lacks(secret).stderr_lacks(secret);
             assert!(
                 !journal.contains(secret.as_str()),
                 "the journal holds a key or the root token"
