@@ -70,10 +70,21 @@ fn a_placeholder_the_app_lacks_is_an_error_naming_it_and_its_line() {
             "variables:\n  APP: \"{name}\"\n  TAG: \"{redis_tga}\"\n",
         )
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\nrender_ci(apps[2]);\n");
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(3);
-    output.stderr_contains("× templates/ci/redis.gitlab-ci.yml.tpl:3:");
-    output.stderr_contains("unknown placeholder {redis_tga}: the app provides no `redis_tga`");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × templates/ci/redis.gitlab-ci.yml.tpl:3:9: unknown placeholder {redis_tga}: the app provides no `redis_tga`
+           ╭─[scripts/test.rhai:2:1]
+         1 │ let apps = load_manifest("apps/apps_manifest.yaml");
+         2 │ render_ci(apps[2]);
+           · ────┬────
+           ·     ╰── failed here
+           ╰────
+          hint: placeholders: name, build, tests, release, namespace, chart_path, registry_image, dockerfile_path, redis_host, redis_tag; write \{ for a literal brace
+        "#,
+    );
 }
 
 #[test]
@@ -85,10 +96,20 @@ fn a_broken_manifest_stops_the_plan_with_its_location() {
     let test = repo()
         .file("apps/apps_manifest.yaml", &manifest)
         .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\n");
-    let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.code(3);
-    output
-        .stderr_contains("× apps/apps_manifest.yaml:18:3: unknown field `buildd`, expected one of");
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × apps/apps_manifest.yaml:18:3: unknown field `buildd`, expected one of `name`, `src_path`, `chart_path`, `build_image`, `has_unit_tests`, `helm_release`, `helm_namespace`, `registry_image`, `dockerfile_path`, `redis_host`, `redis_tag`
+           ╭─[scripts/test.rhai:1:12]
+         1 │ let apps = load_manifest("apps/apps_manifest.yaml");
+           ·            ──────┬──────
+           ·                  ╰── failed here
+           ╰────
+          hint: each entry needs name, src_path, chart_path, build_image, helm_release, helm_namespace and registry_image; has_unit_tests, dockerfile_path, redis_host and redis_tag are optional
+        "#,
+    );
 }
 
 /// Rule 0 of the seed: CI YAML lives in templates/ci/, never in the rendering code.
@@ -121,7 +142,18 @@ fn rendered_ci_files_validate_against_gitlabs_ci_schema() {
 step("Render", || { for app in apps { write_text(`out/${app.name}.gitlab-ci.yml`, render_ci(app)); } });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Render ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step    status            changes       time
+          1  Render  changed                 4     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     let mut files: Vec<std::path::PathBuf> = ["shared-code", "guestbook", "redis", "redis-slave"]
         .iter()
         .map(|name| test.join(&format!("out/{name}.gitlab-ci.yml")))

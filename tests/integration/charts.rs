@@ -80,9 +80,19 @@ fn the_replica_follows_the_master_service() {
         "--namespace",
         "redis-slave-demo",
     ]);
-    assert!(rendered.contains("--replicaof"), "{rendered}");
-    assert!(
-        rendered.contains("redis-master.redis-demo.svc.cluster.local"),
+    let deployment = rendered
+        .split("\n---")
+        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+        .find(|doc| doc["kind"] == "Deployment")
+        .unwrap_or_else(|| panic!("no Deployment in:\n{rendered}"));
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["containers"][0]["args"],
+        serde_json::json!([
+            "redis-server",
+            "--replicaof",
+            "redis-master.redis-demo.svc.cluster.local",
+            "6379"
+        ]),
         "{rendered}"
     );
 }

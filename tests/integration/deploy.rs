@@ -7,10 +7,13 @@
 //! (tests/integration/in_cluster.rs); here the Role is checked for being accepted by the API server
 //! and for naming what the code uses.
 
-use crate::support::{BPRUN, SimKind};
+use crate::support::{BPRUN, SimKind, expect_output};
 use serde::Deserialize;
 use serde_norway::Value;
 use std::path::{Path, PathBuf};
+
+/// `bprun --list --json scripts/phase3.rhai`: the plan event, its time as `<time>`.
+const PHASE3_PLAN: &str = "{\"event\":\"plan\",\"params\":[{\"default\":null,\"flag\":\"--app\",\"help\":\"Provision only this app (shared-code, whose CI templates every app includes, comes along)\",\"name\":\"app\",\"type\":\"string\"},{\"default\":false,\"flag\":\"--destroy\",\"help\":\"Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)\",\"name\":\"destroy\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--no-overwrite-ci\",\"help\":\"Keep a project's .gitlab-ci.yml when it differs from the rendered one\",\"name\":\"no_overwrite_ci\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--reset-clones\",\"help\":\"Wipe the working trees in apps-local/ and clone them again\",\"name\":\"reset_clones\",\"type\":\"bool\"},{\"default\":600,\"flag\":\"--smoke-timeout\",\"help\":\"Seconds the smoke pipelines may take (GitLab Runner's default job timeout)\",\"name\":\"smoke_timeout\",\"type\":\"int\"}],\"script\":\"scripts/phase3.rhai\",\"steps\":[{\"index\":1,\"name\":\"Pre-flight\",\"skipped\":null},{\"index\":2,\"name\":\"Mint PAT\",\"skipped\":null},{\"index\":3,\"name\":\"Seed glab auth\",\"skipped\":null},{\"index\":4,\"name\":\"Ensure group\",\"skipped\":null},{\"index\":5,\"name\":\"Provision projects\",\"skipped\":null},{\"index\":6,\"name\":\"Smoke test\",\"skipped\":null}],\"ts\":\"<time>\"}\n";
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
@@ -123,11 +126,9 @@ fn ci_template_runs_a_phase_per_context_and_keeps_events_and_journal() {
     let phase = ci["variables"]["BPRUN_PHASE"]
         .as_str()
         .expect("BPRUN_PHASE");
-    let out = test.run(&["--list", "--json", "--kube-context", &contexts[0], phase]);
-    out.code(0);
-    out.stdout_contains(r#"{"event":"plan","#);
-    out.stdout_contains(r#""script":"scripts/phase3.rhai""#);
-    out.stdout_contains(r#""name":"Smoke test""#);
+    test.run(&["--list", "--json", "--kube-context", &contexts[0], phase])
+        .replace_regex(r#""ts":"[^"]+""#, r#""ts":"<time>""#)
+        .expect(0, PHASE3_PLAN, "");
 }
 
 #[test]
@@ -140,38 +141,43 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
     // The Namespace first: a server-side dry run of the others needs it to exist.
     let (namespace, rest) = files.split_first().expect("files");
     assert!(namespace.ends_with("00-namespace.yaml"));
-    let out = sim.kubectl(&["apply", "--dry-run=server", "-f", &path(namespace)]);
-    assert!(
-        out.ok()
-            .contains("namespace/bprun created (server dry run)")
-    );
+    sim.kubectl(&["apply", "--dry-run=server", "-f", &path(namespace)])
+        .expect(0, "namespace/bprun created (server dry run)\n", "");
     sim.kubectl(&["get", "namespace", "bprun"]).code(1);
     sim.kubectl(&["apply", "-f", &path(namespace)]).ok();
-    for file in rest {
+    // kubectl's words for each of the other files' objects.
+    let objects = [
+        "serviceaccount/bprun",
+        "role.rbac.authorization.k8s.io/bprun-phase3\nrolebinding.rbac.authorization.k8s.io/bprun-phase3",
+        "configmap/bprun-platform",
+        "job.batch/bprun-phase3",
+    ];
+    assert_eq!(rest.len(), objects.len(), "{rest:?}");
+    for (file, objects) in rest.iter().zip(objects) {
+        let expected: String = objects
+            .lines()
+            .map(|object| format!("{object} created (server dry run)\n"))
+            .collect();
         let out = sim.kubectl(&["apply", "--dry-run=server", "-f", &path(file)]);
-        assert!(
-            out.ok().contains("(server dry run)"),
-            "{}: {}",
-            file.display(),
-            out.stdout
-        );
+        expect_output(&file.display().to_string(), &out, 0, &expected, "");
     }
     sim.kubectl(&["get", "job", "bprun-phase3", "-n", "bprun"])
         .code(1);
     // Then for real, the whole folder as the README says.
     let folder = deploy().join("kubernetes");
-    let out = sim.kubectl(&["apply", "-f", folder.to_str().expect("utf-8")]);
-    let applied = out.ok();
-    for object in [
-        "namespace/bprun",
-        "serviceaccount/bprun",
-        "role.rbac.authorization.k8s.io/bprun-phase3",
-        "rolebinding.rbac.authorization.k8s.io/bprun-phase3",
-        "configmap/bprun-platform",
-        "job.batch/bprun-phase3",
-    ] {
-        assert!(applied.contains(object), "{object} not in:\n{applied}");
-    }
+    sim.kubectl(&["apply", "-f", folder.to_str().expect("utf-8")])
+        .expect(
+            0,
+            "
+            namespace/bprun unchanged
+            serviceaccount/bprun created
+            role.rbac.authorization.k8s.io/bprun-phase3 created
+            rolebinding.rbac.authorization.k8s.io/bprun-phase3 created
+            configmap/bprun-platform created
+            job.batch/bprun-phase3 created
+            ",
+            "",
+        );
     let job = sim.kubectl(&[
         "get",
         "job",
@@ -217,8 +223,19 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
     ]);
     assert_eq!(waiting.ok(), "bprun secret \"bprun-tokens\" not found");
     // Applying again changes nothing.
-    let again = sim.kubectl(&["apply", "-f", folder.to_str().expect("utf-8")]);
-    assert!(!again.ok().contains("configured"), "{}", again.stdout);
+    sim.kubectl(&["apply", "-f", folder.to_str().expect("utf-8")])
+        .expect(
+            0,
+            "
+            namespace/bprun unchanged
+            serviceaccount/bprun unchanged
+            role.rbac.authorization.k8s.io/bprun-phase3 unchanged
+            rolebinding.rbac.authorization.k8s.io/bprun-phase3 unchanged
+            configmap/bprun-platform unchanged
+            job.batch/bprun-phase3 unchanged
+            ",
+            "",
+        );
 }
 
 /// The one container of the Job.
@@ -283,9 +300,8 @@ fn job_runs_phase3_with_json_and_only_variables_bprun_reads_and_no_inline_token(
     let mut listed = vec!["--list"];
     listed.extend(args.iter().map(String::as_str));
     test.run(&listed)
-        .code(0)
-        .stdout_contains(r#"{"event":"plan","#)
-        .stdout_contains(r#""script":"scripts/phase3.rhai""#);
+        .replace_regex(r#""ts":"[^"]+""#, r#""ts":"<time>""#)
+        .expect(0, PHASE3_PLAN, "");
 
     // The environment: the ConfigMap's keys and the env entries, each a name bprun reads; the
     // ConfigMap holds no token; every token-like entry is a Secret reference, never a value.

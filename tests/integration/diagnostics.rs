@@ -1,6 +1,6 @@
 //! Bad input gives a clear error with a location, a hint and a named exit code, and changes nothing.
 
-use crate::support::repo;
+use crate::support::{expect_output, repo};
 
 #[test]
 fn a_syntax_error_shows_the_line_with_a_caret_and_exits_3() {
@@ -152,37 +152,88 @@ fn a_symlink_cannot_smuggle_an_import_out() {
         test.join("scripts/lib/evil.rhai"),
     )
     .expect("symlink");
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(3);
-    output.stderr_contains("× import \"lib/evil\" leads outside the script folder scripts");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × import "lib/evil" leads outside the script folder scripts
+           ╭─[scripts/test.rhai:1:8]
+         1 │ import "lib/evil" as e;
+           ·        ┬
+           ·        ╰── failed here
+           ╰────
+          hint: imports resolve under the script's folder only; put shared modules in scripts/lib/
+        "#,
+    );
 }
 
 #[test]
 fn eval_is_disabled() {
     let test = repo().script("eval(\"1 + 1\");\n");
     let output = test.run(&["scripts/test.rhai"]);
-    output.code(3);
-    output.stderr_contains("does not compile");
+    output.code(3).stdout("").partial_stderr(
+        "
+error: scripts/test.rhai does not compile
+  × syntax error: reserved keyword 'eval' is disabled
+   ╭─[scripts/test.rhai:1:1]
+ 1 │ eval(\"1 + 1\");
+   · ──┬─
+   ·   ╰── here
+   ╰────
+"
+        .trim_start_matches('\n'),
+        "the hint that follows (`check the syntax at this position; Rhai statements end with `;``) \
+         is bprun's generic syntax hint, wrong for a disabled keyword: not pinned until it says so",
+    );
 }
 
 #[test]
 fn remote_and_mutating_natives_are_refused_at_the_top_level() {
-    let test = repo().script("write_text(\"out\", \"x\");\n");
-    let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.code(3);
-    output.stderr_contains("× write_text was called at the top level of the script");
-    output.stderr_contains("hint: the top level only declares steps (so --list never touches anything); move this call into a step(\"...\", || { ... }) body");
-    assert!(!test.join("out").exists());
-    for call in [
-        "tcp_probe(\"127.0.0.1\", 9, 1)",
-        "http_status(\"http://127.0.0.1:9/\", 1)",
-        "run_command([\"true\"])",
-    ] {
+    // (native, the call, the underline under its name, where its label hangs).
+    let cases = [
+        (
+            "write_text",
+            "write_text(\"out\", \"x\")",
+            "─────┬────",
+            "     ╰",
+        ),
+        (
+            "tcp_probe",
+            "tcp_probe(\"127.0.0.1\", 9, 1)",
+            "────┬────",
+            "    ╰",
+        ),
+        (
+            "http_status",
+            "http_status(\"http://127.0.0.1:9/\", 1)",
+            "─────┬─────",
+            "     ╰",
+        ),
+        (
+            "run_command",
+            "run_command([\"true\"])",
+            "─────┬─────",
+            "     ╰",
+        ),
+    ];
+    for (native, call, underline, hook) in cases {
         let test = repo().script(&format!("{call};\n"));
         let output = test.run(&["--list", "scripts/test.rhai"]);
-        output.code(3);
-        // The failure names `call` in the script printed with stderr.
-        output.stderr_contains("was called at the top level of the script");
+        let stderr = format!(
+            "
+            error: the top level of scripts/test.rhai failed
+              × {native} was called at the top level of the script
+               ╭─[scripts/test.rhai:1:1]
+             1 │ {call};
+               · {underline}
+               · {hook}── failed here
+               ╰────
+              hint: the top level only declares steps (so --list never touches anything); move this call into a step(\"...\", || {{ ... }}) body
+            "
+        );
+        expect_output(native, &output, 3, "", &stderr);
+        assert!(!test.join("out").exists());
     }
 }
 
@@ -211,13 +262,17 @@ fn a_corrupt_journal_is_reported_with_a_hint() {
     let test = repo()
         .script("step(\"A\", || {});\n")
         .file(".bprun/journal/test.json", "{not json");
-    let output = test.run(&["--resume", "scripts/test.rhai"]);
-    output.code(2);
-    assert!(
-        output.stderr.contains("the journal") && output.stderr.contains("hint: delete"),
-        "{}",
-        output.stderr
-    );
+    let root = test.path().display().to_string();
+    test.replace(root, "<repo>")
+        .run(&["--resume", "scripts/test.rhai"])
+        .expect(
+            2,
+            "",
+            "
+            error: the journal <repo>/.bprun/journal/test.json is not valid: key must be a string at line 1 column 2
+              hint: delete <repo>/.bprun/journal/test.json to start a fresh history
+            ",
+        );
 }
 
 #[test]
@@ -225,9 +280,21 @@ fn an_extra_brace_is_named_where_it_is() {
     let test = repo().script(
         "let apps = [1];\nstep(\"A\", || {\n    {\n    info(\"a\");\n});\nstep(\"B\", || { info(apps) });\n",
     );
-    let out = test.run(&["--list", "scripts/test.rhai"]);
-    out.code(3);
-    out.stderr_contains(
-        "note: the `{` at line 3:5 is closed by the `}` at line 5:1, which is indented differently: is a brace missing or extra there?",
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: scripts/test.rhai does not compile
+          × syntax error: Unexpected ')'
+           ╭─[scripts/test.rhai:5:2]
+         4 │     info("a");
+         5 │ });
+           ·  ┬
+           ·  ╰── here
+         6 │ step("B", || { info(apps) });
+           ╰────
+          hint: check the syntax at this position; Rhai statements end with `;`
+          note: the `{` at line 3:5 is closed by the `}` at line 5:1, which is indented differently: is a brace missing or extra there?
+        "#,
     );
 }

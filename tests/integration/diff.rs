@@ -37,7 +37,22 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
         .script(SCRIPT)
         .env("GITLAB_URL", sim.gitlab_url())
         .env("GITLAB_TOKEN", GITLAB_TOKEN);
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/3] Files ... changed (#.## s)
+        [2/3] Variables ... changed (#.## s)
+        [3/3] Push and smoke ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step            status            changes       time
+          1  Files           changed                 1     #.## s
+          2  Variables       changed                 5     #.## s
+          3  Push and smoke  changed                 3     #.## s
+        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     sim.clear_requests();
     let planned = test.run(&[
         "--check",
@@ -48,25 +63,50 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
         "--token",
         "new-token-value-654321",
     ]);
-    planned.code(0);
-    // Files as unified diffs.
-    planned.stdout_contains(
-        "    ~ would update file out/config.txt\n      --- a/out/config.txt\n      +++ b/out/config.txt\n      @@ -1,3 +1,3 @@\n       name: demo\n      -version: v1\n      +version: v2\n       mode: fast\n",
-    );
-    // CI/CD variables: old -> new; a masked value only as changed.
-    planned.stdout_contains(
-        "    ~ would update CI variable PLAIN of blueprint-apps/demo\n      value: \"v1\" -> \"v2\"\n",
-    );
-    planned.stdout_contains(
-        "    ~ would update CI variable HIDDEN of blueprint-apps/demo\n      value: changed, value hidden\n",
-    );
-    planned.stdout_contains(
-        "    ~ would update CI variable UNMASKED_SECRET of blueprint-apps/demo\n      value: changed, value hidden\n",
-    );
-    // The downstream effect: the push moves the head, so a new pipeline would start.
-    planned.stdout_contains("    ~ would commit and push apps-local/blueprint-apps/demo\n");
-    planned.stdout_contains(
-        "    ~ would start pipeline of blueprint-apps/demo at main (its head commit would change: a push is planned)\n",
+    // Files as unified diffs; CI/CD variables old -> new, a masked value (or a Secret) only as
+    // changed; the downstream effect: the push moves the head, so a new pipeline would start.
+    planned.expect(
+        0,
+        r#"
+        check mode: nothing will be changed
+        [1/3] Files ...
+            ~ would update file out/config.txt
+              --- a/out/config.txt
+              +++ b/out/config.txt
+              @@ -1,3 +1,3 @@
+               name: demo
+              -version: v1
+              +version: v2
+               mode: fast
+        [1/3] Files ... changed (#.## s)
+        [2/3] Variables ...
+            ~ would update CI variable HIDDEN of blueprint-apps/demo
+              value: changed, value hidden
+            ~ would update CI variable PLAIN of blueprint-apps/demo
+              value: "v1" -> "v2"
+            ~ would update CI variable UNMASKED_SECRET of blueprint-apps/demo
+              value: changed, value hidden
+        [2/3] Variables ... changed (#.## s)
+        [3/3] Push and smoke ...
+            ~ would update file apps-local/blueprint-apps/demo/.gitlab-ci.yml
+              --- a/apps-local/blueprint-apps/demo/.gitlab-ci.yml
+              +++ b/apps-local/blueprint-apps/demo/.gitlab-ci.yml
+              @@ -1,2 +1,2 @@
+               test:
+              -  script: [echo v1]
+              +  script: [echo v2]
+            ~ would commit and push apps-local/blueprint-apps/demo
+            ~ would start pipeline of blueprint-apps/demo at main (its head commit would change: a push is planned)
+        [3/3] Push and smoke ... changed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step            status       would change       time
+          1  Files           changed                 1     #.## s
+          2  Variables       changed                 3     #.## s
+          3  Push and smoke  changed                 3     #.## s
+        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
+        "#,
+        "",
     );
     for secret in ["old-token-value-123456", "new-token-value-654321"] {
         planned.stdout_lacks(secret).stderr_lacks(secret);
@@ -78,18 +118,69 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
     );
 
     // --diff without --check: the same diffs, and the changes made.
-    let applied = test.run(&["--diff", "scripts/test.rhai", "--version", "v2"]);
-    applied.code(0);
-    applied.stdout_contains("    ~ update file out/config.txt\n      --- a/out/config.txt\n");
-    applied.stdout_contains("      value: \"v1\" -> \"v2\"\n");
+    // The push's pipeline is the one `reuse: true` finds, so none is started.
+    test.run(&["--diff", "scripts/test.rhai", "--version", "v2"])
+        .replace_regex(r"\(([0-9a-f]{8})\)\n", "(<commit>)\n")
+        .expect(
+            0,
+            r#"
+            [1/3] Files ...
+                ~ update file out/config.txt
+                  --- a/out/config.txt
+                  +++ b/out/config.txt
+                  @@ -1,3 +1,3 @@
+                   name: demo
+                  -version: v1
+                  +version: v2
+                   mode: fast
+            [1/3] Files ... changed (#.## s)
+            [2/3] Variables ...
+                ~ update CI variable PLAIN of blueprint-apps/demo
+                  value: "v1" -> "v2"
+            [2/3] Variables ... changed (#.## s)
+            [3/3] Push and smoke ...
+                ~ update file apps-local/blueprint-apps/demo/.gitlab-ci.yml
+                  --- a/apps-local/blueprint-apps/demo/.gitlab-ci.yml
+                  +++ b/apps-local/blueprint-apps/demo/.gitlab-ci.yml
+                  @@ -1,2 +1,2 @@
+                   test:
+                  -  script: [echo v1]
+                  +  script: [echo v2]
+                ~ commit and push apps-local/blueprint-apps/demo (<commit>)
+            [3/3] Push and smoke ... changed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step            status            changes       time
+              1  Files           changed                 1     #.## s
+              2  Variables       changed                 1     #.## s
+              3  Push and smoke  changed                 2     #.## s
+            3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
+            "#,
+            "",
+        );
     assert_eq!(
         test.read("out/config.txt"),
         "name: demo\nversion: v2\nmode: fast\n"
     );
     // Nothing left to change: no diff at all.
-    let again = test.run(&["--check", "--diff", "scripts/test.rhai", "--version", "v2"]);
-    again.code(0);
-    again.stdout_lacks("---").stdout_lacks("->");
+    test.run(&["--check", "--diff", "scripts/test.rhai", "--version", "v2"])
+        .expect(
+            0,
+            "
+            check mode: nothing will be changed
+            [1/3] Files ... ok (#.## s)
+            [2/3] Variables ... ok (#.## s)
+            [3/3] Push and smoke ... ok (#.## s)
+
+            Recap of scripts/test.rhai (check mode)
+              #  step            status       would change       time
+              1  Files           ok                      0     #.## s
+              2  Variables       ok                      0     #.## s
+              3  Push and smoke  ok                      0     #.## s
+            3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            ",
+            "",
+        );
 }
 
 #[test]
@@ -126,15 +217,51 @@ fn kubernetes_objects_diff_as_yaml_and_secrets_name_their_keys_only() {
     let test = repo()
         .script(&script("fast"))
         .env("KUBECONFIG", sim.kubeconfig().display().to_string());
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Apply ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Apply  changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     std::fs::write(test.join("scripts/test.rhai"), script("slow")).expect("edit");
     let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
-    planned.code(0);
-    planned.stdout_contains("    ~ would configure ConfigMap/settings in default\n      --- a/ConfigMap/default/settings\n      +++ b/ConfigMap/default/settings\n");
-    planned.stdout_contains("      -  mode: fast\n      +  mode: slow\n");
-    planned.stdout_contains("    ~ would write Secret/creds in default\n");
-    planned.stdout_contains(
-        "      -password: (hidden)\n      +password: (hidden, changed)\n       user: (hidden)\n",
+    planned.expect(
+        0,
+        "
+        check mode: nothing will be changed
+        [1/1] Apply ...
+            ~ would configure ConfigMap/settings in default
+              --- a/ConfigMap/default/settings
+              +++ b/ConfigMap/default/settings
+              @@ -1,6 +1,6 @@
+               apiVersion: v1
+               data:
+              -  mode: fast
+              +  mode: slow
+                 size: '10'
+               kind: ConfigMap
+               metadata:
+            ~ would write Secret/creds in default
+              --- a/Secret/default/creds
+              +++ b/Secret/default/creds
+              @@ -1,2 +1,2 @@
+              -password: (hidden)
+              +password: (hidden, changed)
+               user: (hidden)
+        [1/1] Apply ... changed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step   status       would change       time
+          1  Apply  changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
     );
     for canary in ["pw-fast-canary-000", "pw-slow-canary-000"] {
         planned.stdout_lacks(canary);
@@ -162,16 +289,41 @@ fn openbao_writes_diff_their_keys_by_name_only() {
         ))
         .env("BAO_ADDR", &server.address)
         .env("BAO_TOKEN", "root");
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Store ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Store  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     std::fs::write(
         test.join("scripts/test.rhai"),
         script("user: \"admin\", password: secret(\"pw-new-canary-222\"), added: \"y\""),
     )
     .expect("edit");
     let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
-    planned.code(0);
-    planned.stdout_contains(
-        "      + added (added, value hidden)\n      ~ password (changed, value hidden)\n      - gone (removed)\n",
+    planned.expect(
+        0,
+        "
+        check mode: nothing will be changed
+        [1/1] Store ...
+            ~ would write secret secret/demo/app (version 2)
+              + added (added, value hidden)
+              ~ password (changed, value hidden)
+              - gone (removed)
+        [1/1] Store ... changed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step   status       would change       time
+          1  Store  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
     );
     planned
         .stdout_lacks("pw-old-canary-111")

@@ -60,11 +60,28 @@ step(\"Change\", || {{
 "
     );
     let test = with_kube(repo().script(&script), &sim);
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(0);
-    output.stdout_contains("    ~ create Namespace/demo\n");
-    output.stdout_contains("    ~ create Deployment/web in demo\n");
-    output.stdout_contains("    ~ patch Deployment/web in demo\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/3] Apply ...
+            ~ create Namespace/demo
+            ~ create Deployment/web in demo
+        [1/3] Apply ... changed (#.## s)
+        [2/3] Wait ... ok (#.## s)
+        [3/3] Change ...
+            ~ patch Deployment/web in demo
+            ~ delete Namespace/demo
+        [3/3] Change ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step    status            changes       time
+          1  Apply   changed                 2     #.## s
+          2  Wait    ok                      0     #.## s
+          3  Change  changed                 2     #.## s
+        3 steps: 1 ok, 2 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     let gone = sim.kubectl(&["get", "ns", "demo"]);
     gone.code(1);
 }
@@ -81,9 +98,22 @@ step(\"Apply\", || {{
 "
     );
     let test = with_kube(repo().script(&script), &sim);
-    let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.code(0);
-    output.stdout_contains("    ~ would create Namespace/demo\n");
+    test.run(&["--check", "scripts/test.rhai"]).expect(
+        0,
+        "
+        check mode: nothing will be changed
+        [1/1] Apply ...
+            ~ would create Namespace/demo
+            ~ would create Deployment/web in demo
+        [1/1] Apply ... changed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step   status       would change       time
+          1  Apply  changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert_eq!(sim.kubectl(&["get", "ns", "demo", "-o", "name"]).code, 1);
 }
 
@@ -101,23 +131,69 @@ step("Broken image", || {
 });
 "#;
     let test = with_kube(repo().script(script), &sim);
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(1);
-    // Failed on the terminal state, not at the end of the 60 s timeout.
-    output.stderr_lacks("not ready after");
-    output.stderr_contains("kube_wait Deployment/broken in demo: ");
-    output.stderr_contains("ImagePullBackOff");
-    // the script line
-    output.stderr_contains("scripts/test.rhai:7");
+    // Failed on the terminal state, not at the end of the 60 s timeout; the names the
+    // ReplicaSet and the pod get are generated.
+    test.run(&["scripts/test.rhai"])
+        .replace_regex(r"broken-[a-z0-9]{10}-[a-z0-9]{5}", "broken-<hash>-<pod>")
+        .replace_regex(r"broken-[a-z0-9]{10}\b", "broken-<hash>")
+        .expect(
+            1,
+            "
+            [1/1] Broken image ...
+                ~ create Deployment/broken in demo
+            [1/1] Broken image ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step          status            changes       time
+              1  Broken image  failed                  1     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            r#"
+            error: step "Broken image" failed
+              × kube_wait Deployment/broken in demo: pod broken-<hash>-<pod>: container app: ImagePullBackOff (Back-off pulling image "registry.invalid/app:nope": ErrImagePull: failed to pull and unpack image "registry.invalid/app:nope": not found)
+               ╭─[scripts/test.rhai:7:5]
+             6 │                             spec: #{containers: [#{name: "app", image: "registry.invalid/app:nope"}]}}}});
+             7 │     kube_wait("Deployment", "demo", "broken", "Rollout", #{timeout: 60});
+               ·     ────┬────
+               ·         ╰── failed here
+             8 │ });
+               ╰────
+              caused by: Deployment/broken: replicas desired=1 ready=0 updated=0 available=0 total=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "broken-<hash>" is progressing.)
+              caused by: pod broken-<hash>-<pod>: Pod/broken-<hash>-<pod>: phase Pending; container app waiting (ImagePullBackOff: Back-off pulling image "registry.invalid/app:nope": ErrImagePull: failed to pull and unpack image "registry.invalid/app:nope": not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False, Ready=False
+              caused by:   event Failed: Failed to pull image "registry.invalid/app:nope": not found
+              hint: this state does not resolve by waiting: fix the image, command or configuration
+            re-run with --resume to continue from here
+            "#,
+        );
 
     let timeout = r#"
 step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{timeout: 1}); });
 "#;
     let test = with_kube(repo().script(timeout), &sim);
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("kube_wait pods matching app=nothing in demo: not ready after 1s");
-    output.stderr_contains("no objects match yet");
+    test.run(&["scripts/test.rhai"]).expect(
+        1,
+        "
+        [1/1] Never ready ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step         status            changes       time
+          1  Never ready  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Never ready" failed
+          × kube_wait pods matching app=nothing in demo: not ready after 1s
+           ╭─[scripts/test.rhai:2:26]
+         1 │ 
+         2 │ step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{timeout: 1}); });
+           ·                          ────┬────
+           ·                              ╰── failed here
+           ╰────
+          caused by: no objects match yet
+          hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 #[test]
@@ -187,19 +263,44 @@ step("Forward", || {
 "#;
     let test = with_kube(repo().script(script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.code(0);
-    output.stdout_contains("read ***");
-    output.stdout_contains("object #{\"password\": ***}");
-    output.stdout_contains("listed #{\"password\": ***}");
-    assert!(
-        !output.raw_stdout.contains("czNjcmV0LXZhbHVlLTE="),
-        "no base64 secret either"
+    // The registry pod's name is generated.
+    let output = output.replace_regex(
+        r"pods/gitlab-registry-[a-z0-9]{10}-[a-z0-9]{5}",
+        "pods/gitlab-registry-<hash>-<pod>",
     );
-    output.stdout_contains("kubeconfig ***");
-    assert!(
-        !output.raw_stdout.contains("s3cret-value-1")
-            && !output.raw_stderr.contains("s3cret-value-1")
+    output.expect(
+        0,
+        r#"
+        [1/3] Exec ...
+            ~ exec echo in gitlab/app=toolbox
+            ~ exec cat in gitlab/app=toolbox
+            ~ exec sh in gitlab/app=toolbox
+        [1/3] Exec ... changed (#.## s)
+        [2/3] Secrets ...
+            ~ write Secret/registry in gitlab
+            read ***
+            object #{"password": ***}
+            listed #{"password": ***}
+            kubeconfig ***
+        [2/3] Secrets ... changed (#.## s)
+        [3/3] Forward ...
+            ~ delete pods/gitlab-registry-<hash>-<pod> in gitlab
+        [3/3] Forward ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step     status            changes       time
+          1  Exec     changed                 3     #.## s
+          2  Secrets  changed                 1     #.## s
+          3  Forward  changed                 1     #.## s
+        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
+        "#,
+        "",
     );
+    // No base64 secret either.
+    output
+        .stdout_lacks("czNjcmV0LXZhbHVlLTE=")
+        .stdout_lacks("s3cret-value-1")
+        .stderr_lacks("s3cret-value-1");
     let stored = sim.kubectl(&[
         "get",
         "secret",
@@ -217,13 +318,44 @@ fn kube_context_picks_the_kubeconfig_context() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     let script = "step(\"Look\", || { info(`${kube_get(\"Namespace\", \"\", \"default\").metadata.name}`); });\n";
     let test = with_kube(repo().script(script), &sim);
-    let named = test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"]);
-    named.code(0);
-    named.stdout_contains("    default\n");
-    let unknown = test.run(&["--kube-context", "nope", "scripts/test.rhai"]);
-    unknown.code(1);
-    unknown.stderr_contains("kubeconfig context nope: ");
-    unknown.stderr_contains("kubectl config get-contexts");
+    test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"])
+        .expect(
+            0,
+            "
+            [1/1] Look ...
+                default
+            [1/1] Look ... ok (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step  status            changes       time
+              1  Look  ok                      0     #.## s
+            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            ",
+            "",
+        );
+    test.run(&["--kube-context", "nope", "scripts/test.rhai"])
+        .expect(
+            1,
+            "
+            [1/1] Look ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step  status            changes       time
+              1  Look  failed                  0     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            r#"
+            error: step "Look" failed
+              × kubeconfig context nope: failed to load current context: nope
+               ╭─[scripts/test.rhai:1:27]
+             1 │ step("Look", || { info(`${kube_get("Namespace", "", "default").metadata.name}`); });
+               ·                           ────┬───
+               ·                               ╰── failed here
+               ╰────
+              hint: list contexts with `kubectl config get-contexts`
+            re-run with --resume to continue from here
+            "#,
+        );
 }
 
 #[test]
@@ -241,11 +373,25 @@ step("Write", || {
     let test = with_kube(repo().script(script), &sim)
         .env("BAO_ADDR", format!("http://127.0.0.1:{closed}"))
         .env("BAO_TOKEN", "root");
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(0);
-    output.stdout_contains(&format!(
-            "http://127.0.0.1:{closed} does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao"
-        ));
+    // The forward's local port is chosen by the system.
+    test.replace(format!("http://127.0.0.1:{closed}"), "<bao-addr>")
+        .run(&["scripts/test.rhai"])
+        .replace_regex(r"\(127\.0\.0\.1:\d+\)", "(127.0.0.1:<port>)")
+        .expect(
+            0,
+            "
+            [1/1] Write ...
+                warning: <bao-addr> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+                ~ write secret secret/apps/demo (version 1)
+            [1/1] Write ... changed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step   status            changes       time
+              1  Write  changed                 1     #.## s
+            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            ",
+            "",
+        );
     let stored = server.cli("root", &["kv", "get", "-field=answer", "secret/apps/demo"]);
     assert_eq!(stored.trim(), "42");
 }
@@ -272,9 +418,27 @@ step(\"Restart\", || {{
     );
     let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.code(1);
-    output.stdout_contains("    ~ restart Deployment/web in demo\n");
-    output.stderr_contains("kube_exec false in demo/app=web: exit code 1");
+    output.code(1).stdout(
+        "
+        [1/1] Restart ...
+            ~ create Namespace/demo
+            ~ create Deployment/web in demo
+            ~ restart Deployment/web in demo
+            ~ exec false in demo/app=web
+            ~ exec false in demo/app=web
+        [1/1] Restart ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step     status            changes       time
+          1  Restart  failed                  5     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+    );
+    output.partial_stderr(
+        "  × kube_exec false in demo/app=web: exit code 1\n",
+        "the report ends with an empty `caused by: ` line (the command wrote no stderr): a \
+         defect of bprun's, not pinned",
+    );
 }
 
 #[test]
@@ -309,9 +473,25 @@ step("Operator", || {
     );
     // The planned Cluster is reported without waiting for its CRD (which a dry run never
     // registers), and kube_wait looks once instead of waiting its 120 s.
-    let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.code(0);
-    output.stdout_contains("    ~ would create Cluster/pg in demo\n");
-    output.stdout_contains("check mode: would wait");
+    test.replace(sim.var("KUBE_URL"), "<kube>")
+        .run(&["--check", "scripts/test.rhai"])
+        .expect(
+            0,
+            "
+            check mode: nothing will be changed
+            [1/1] Operator ...
+                ~ would create CustomResourceDefinition/clusters.postgresql.cnpg.io
+                ~ would create Namespace/demo
+                ~ would create Cluster/pg in demo
+                check mode: would wait (unknown kind clusters.postgresql.cnpg.io on <kube>/)
+            [1/1] Operator ... changed (#.## s)
+
+            Recap of scripts/test.rhai (check mode)
+              #  step      status       would change       time
+              1  Operator  changed                 3     #.## s
+            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            ",
+            "",
+        );
     assert_eq!(sim.kubectl(&["get", "crd", "-o", "name"]).ok(), "");
 }

@@ -27,6 +27,16 @@ fn http_server(status_line: &'static str, requests: usize) -> (u16, std::thread:
     (port, handle)
 }
 
+/// What a `-q` run of one passing "Probe" step prints.
+const PROBED: &str = "
+[1/1] Probe ... ok (#.## s)
+
+Recap of scripts/test.rhai
+  #  step   status            changes       time
+  1  Probe  ok                      0     #.## s
+1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+";
+
 /// A port on loopback that nothing listens on (bound, then released).
 fn closed_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -44,17 +54,35 @@ fn http_status_returns_the_status_or_unit_when_nothing_answers() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
     server.join().expect("server thread");
 }
 
 #[test]
 fn http_status_rejects_a_malformed_url_with_a_hint() {
     let test = repo().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("× invalid URL not a url: relative URL without a base");
-    output.stderr_contains("hint: write a full URL such as http://127.0.0.1:8200/v1/sys/health");
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        1,
+        "
+        [1/1] Probe ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Probe  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Probe" failed
+          × invalid URL not a url: relative URL without a base
+           ╭─[scripts/test.rhai:1:20]
+         1 │ step("Probe", || { http_status("not a url", 1); });
+           ·                    ─────┬─────
+           ·                         ╰── failed here
+           ╰────
+          hint: write a full URL such as http://127.0.0.1:8200/v1/sys/health
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 #[test]
@@ -69,7 +97,7 @@ fn tcp_probe_tells_an_open_port_from_a_closed_one() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
     drop(listener);
 }
 
@@ -106,20 +134,36 @@ fn run_command_returns_a_result_instead_of_throwing() {
 });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Run ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Run   ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 #[test]
 fn a_command_that_is_not_read_only_counts_as_a_change() {
     let test = repo().script("step(\"Touch\", || { run_command([\"touch\", \"made\"]); });\n");
-    let output = test.run(&["scripts/test.rhai"]);
-    output.code(0);
-    assert!(
-        output.stdout.starts_with(
-            "[1/1] Touch ...\n    ~ run `touch made`\n[1/1] Touch ... changed (#.## s)\n"
-        ),
-        "{}",
-        output.stdout
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Touch ...
+            ~ run `touch made`
+        [1/1] Touch ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Touch  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
     );
 }
 
@@ -187,6 +231,15 @@ step("After", || {});
     assert_eq!(steps[0]["status"], "interrupted");
     assert_eq!(steps[1]["status"], "not-run");
     // --resume starts again at the interrupted step.
-    let output = test.run(&["--list", "--resume", "scripts/test.rhai"]);
-    output.stdout_contains("resuming at step 1 \"Wait\"");
+    test.run(&["--list", "--resume", "scripts/test.rhai"])
+        .expect(
+            0,
+            r#"
+            scripts/test.rhai: 2 steps
+            resuming at step 1 "Wait" (run of <time>)
+            [1/2] Wait
+            [2/2] After
+            "#,
+            "",
+        );
 }

@@ -1,7 +1,7 @@
 //! Declared script parameters (`params(#{...})`): checked before anything runs, typed, shown by
 //! `bprun SCRIPT --help` and `--list`, and split between the scripts of a rehearsal.
 
-use crate::support::repo;
+use crate::support::{expect_output, repo};
 
 const DECLARING: &str = r#"// Printed before the declaration: a refused command line must not print it.
 print("the top level ran");
@@ -19,7 +19,7 @@ step("Show", || {
 #[test]
 fn declared_parameters_are_typed_defaulted_and_described() {
     let test = repo().script(DECLARING);
-    let run = test.run(&[
+    test.run(&[
         "scripts/test.rhai",
         "--app",
         "guestbook",
@@ -28,82 +28,162 @@ fn declared_parameters_are_typed_defaulted_and_described() {
         "a",
         "--tag",
         "b",
-    ]);
-    run.code(0);
-    run.stdout_contains("app=guestbook smoke_timeout=30 (i64) destroy=false tag=[\"a\", \"b\"]");
-    let defaults = test.run(&["scripts/test.rhai", "--destroy"]);
-    defaults.stdout_contains("app= smoke_timeout=600 (i64) destroy=true tag=");
-    test.run(&["scripts/test.rhai", "--help"]).expect(
+    ])
+    .expect(
+        0,
+        r#"
+        the top level ran
+        [1/1] Show ...
+            app=guestbook smoke_timeout=30 (i64) destroy=false tag=["a", "b"]
+        [1/1] Show ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Show  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        "#,
+        "",
+    );
+    test.run(&["scripts/test.rhai", "--destroy"]).expect(
         0,
         "
         the top level ran
-        scripts/test.rhai: 1 step
-        [1/1] Show
-        parameters:
-          --app TEXT         Provision only this app
-          --destroy          Tear everything down
-          --smoke-timeout N  Seconds the smoke pipelines may take (default: 600)
-          --tag TEXT...      Extra tags
+        [1/1] Show ...
+            app= smoke_timeout=600 (i64) destroy=true tag=
+        [1/1] Show ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Show  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
         ",
         "",
     );
-    // --list shows the same, and -h after the script too.
-    let list = test.run(&["--list", "scripts/test.rhai"]);
-    list.stdout_contains(
-        "  --smoke-timeout N  Seconds the smoke pipelines may take (default: 600)\n",
-    );
-    test.run(&["scripts/test.rhai", "-h"])
-        .stdout_contains("parameters:\n");
+    // --help, --list and -h after the script show the same.
+    for args in [
+        ["scripts/test.rhai", "--help"],
+        ["--list", "scripts/test.rhai"],
+        ["scripts/test.rhai", "-h"],
+    ] {
+        test.run(&args).expect(
+            0,
+            "
+            the top level ran
+            scripts/test.rhai: 1 step
+            [1/1] Show
+            parameters:
+              --app TEXT         Provision only this app
+              --destroy          Tear everything down
+              --smoke-timeout N  Seconds the smoke pipelines may take (default: 600)
+              --tag TEXT...      Extra tags
+            ",
+            "",
+        );
+    }
 }
 
 #[test]
 fn an_unknown_or_mistyped_parameter_is_refused_before_anything_runs() {
     let test = repo().script(DECLARING);
-    test.run(&["scripts/test.rhai", "--ap", "guestbook"]).expect(
-        2,
-        "",
-        "
-        error: scripts/test.rhai: unknown parameter --ap
-          hint: did you mean --app? this script takes --app, --destroy, --smoke-timeout, --tag (`bprun scripts/test.rhai --help` describes them)
-        ",
-    );
-    test.run(&["scripts/test.rhai", "--smoke-timeout", "soon"]).expect(
-        2,
-        "",
-        "
-        error: scripts/test.rhai: --smoke-timeout expects a whole number, not `soon`
-          hint: --smoke-timeout N  Seconds the smoke pipelines may take (default: 600) (`bprun scripts/test.rhai --help` describes them)
-        ",
-    );
-    let flag_with_a_word = test.run(&["scripts/test.rhai", "--destroy", "now"]);
-    flag_with_a_word.code(2);
-    flag_with_a_word.stderr_contains("error: scripts/test.rhai: unexpected argument `now`");
-    flag_with_a_word.stdout_lacks("the top level ran");
+    // (name, arguments, stderr): each refused with exit 2, before the top level runs.
+    let cases: [(&str, &[&str], &str); 3] = [
+        (
+            "a near miss",
+            &["--ap", "guestbook"],
+            "
+            error: scripts/test.rhai: unknown parameter --ap
+              hint: did you mean --app? this script takes --app, --destroy, --smoke-timeout, --tag (`bprun scripts/test.rhai --help` describes them)
+            ",
+        ),
+        (
+            "not a number",
+            &["--smoke-timeout", "soon"],
+            "
+            error: scripts/test.rhai: --smoke-timeout expects a whole number, not `soon`
+              hint: --smoke-timeout N  Seconds the smoke pipelines may take (default: 600) (`bprun scripts/test.rhai --help` describes them)
+            ",
+        ),
+        (
+            "a word after a flag",
+            &["--destroy", "now"],
+            "
+            error: scripts/test.rhai: unexpected argument `now`
+              hint: parameters are given as --name value; this script takes --app, --destroy, --smoke-timeout, --tag (`bprun scripts/test.rhai --help` describes them)
+            ",
+        ),
+    ];
+    for (name, arguments, stderr) in cases {
+        let output = test.run(&[&["scripts/test.rhai"], arguments].concat());
+        expect_output(name, &output, 2, "", stderr);
+    }
     // A script that declares nothing takes any argument, as before.
     let open = repo().script("step(\"Show\", || { info(`x=${args.x}`); });\n");
-    open.run(&["scripts/test.rhai", "--x", "1"])
-        .stdout_contains("x=1");
+    open.run(&["scripts/test.rhai", "--x", "1"]).expect(
+        0,
+        "
+        [1/1] Show ...
+            x=1
+        [1/1] Show ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Show  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 #[test]
 fn a_declaration_must_be_a_literal_at_the_top_level() {
-    let nested = repo().script(
-        "fn declare() { params(#{x: #{type: \"int\", help: \"X\"}}) }\nstep(\"A\", || { declare(); });\n",
-    );
-    let run = nested.run(&["scripts/test.rhai"]);
-    run.code(3);
-    run.stderr_contains("error: scripts/test.rhai declares its parameters wrongly");
-    run.stderr_contains("params() belongs at the top level of the script (once, before its steps)");
-    run.stderr_contains("[scripts/test.rhai:1:16]");
-    let computed = repo().script("let spec = #{};\nlet args = params(spec);\n");
-    let run = computed.run(&["scripts/test.rhai"]);
-    run.code(3);
-    run.stderr_contains("params() takes one literal map");
-    run.stderr_contains("[scripts/test.rhai:2:12]");
-    let wrong_type = repo().script("let args = params(#{n: #{type: \"number\", help: \"N\"}});\n");
-    let run = wrong_type.run(&["scripts/test.rhai"]);
-    run.code(3);
-    run.stderr_contains("parameter `n`: unknown type `number` (bool, int, string or list)");
+    // (name, script, stderr): each stops the script with exit 3.
+    let cases = [
+        (
+            "inside a function",
+            "fn declare() { params(#{x: #{type: \"int\", help: \"X\"}}) }\nstep(\"A\", || { declare(); });\n",
+            r#"
+            error: scripts/test.rhai declares its parameters wrongly
+              × params() belongs at the top level of the script (once, before its steps)
+               ╭─[scripts/test.rhai:1:16]
+             1 │ fn declare() { params(#{x: #{type: "int", help: "X"}}) }
+               ·                ───┬──
+               ·                   ╰── thrown here
+             2 │ step("A", || { declare(); });
+               ╰────
+            "#,
+        ),
+        (
+            "a computed map",
+            "let spec = #{};\nlet args = params(spec);\n",
+            "
+            error: scripts/test.rhai declares its parameters wrongly
+              × params() takes one literal map (#{name: #{type, default_value, help}, ...}), so that bprun can check the command line before the script runs
+               ╭─[scripts/test.rhai:2:12]
+             1 │ let spec = #{};
+             2 │ let args = params(spec);
+               ·            ───┬──
+               ·               ╰── thrown here
+               ╰────
+            ",
+        ),
+        (
+            "an unknown type",
+            "let args = params(#{n: #{type: \"number\", help: \"N\"}});\n",
+            r#"
+            error: scripts/test.rhai declares its parameters wrongly
+              × parameter `n`: unknown type `number` (bool, int, string or list)
+               ╭─[scripts/test.rhai:1:12]
+             1 │ let args = params(#{n: #{type: "number", help: "N"}});
+               ·            ───┬──
+               ·               ╰── thrown here
+               ╰────
+            "#,
+        ),
+    ];
+    for (name, script, stderr) in cases {
+        let output = repo().script(script).run(&["scripts/test.rhai"]);
+        expect_output(name, &output, 3, "", stderr);
+    }
 }
 
 #[test]
@@ -137,7 +217,42 @@ fn a_rehearsal_hands_each_script_its_own_parameters() {
         "60",
         "--destroy",
     ]);
-    run.code(0);
-    run.stdout_contains("first: #{\"wait_timeout\": 60}");
-    run.stdout_contains("second: #{\"destroy\": true, \"smoke_timeout\": 30}");
+    run.replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>")
+        // The real bao when one is on PATH, else the stand-in: not what this test is about.
+        .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
+        .expect(
+            0,
+            r#"
+            [1/1] First ...
+                first: #{"wait_timeout": 60}
+            [1/1] First ... ok (#.## s)
+
+            Recap of scripts/first.rhai
+              #  step   status            changes       time
+              1  First  ok                      0     #.## s
+            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            [1/1] Second ...
+                second: #{"destroy": true, "smoke_timeout": 30}
+            [1/1] Second ... ok (#.## s)
+
+            Recap of scripts/second.rhai
+              #  step    status            changes       time
+              1  Second  ok                      0     #.## s
+            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+
+            End state of the rehearsal platform:
+            GitLab: no groups
+            "#,
+            "
+            rehearsal platform (as phase 2 leaves it):
+              GitLab simulator     http://127.0.0.1:<port>
+              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
+              Kubernetes simulator https://127.0.0.1:<port>
+              OpenBao              <either>
+
+            == rehearsal 1/2: scripts/first.rhai ==
+
+            == rehearsal 2/2: scripts/second.rhai ==
+            ",
+        );
 }

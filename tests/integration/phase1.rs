@@ -34,32 +34,104 @@ fn version_stubs(dir: &Path, tools: &[&str]) {
 fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_install_commands() {
     let bin = tempfile::tempdir().expect("bin");
     version_stubs(bin.path(), &["docker", "kubectl", "helm"]);
-    let copy = BPRUN.test_in_repository_copy().env("PATH", bin.path());
-    let run = copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"]);
-    run.code(1);
-    run.stdout_contains(&format!(
-        "docker: Docker version 28.2.2, build e6534b4 ({}/docker)",
-        bin.path().display()
-    ));
-    run.stdout_contains("kubectl: Client Version: v1.35.2 (");
-    run.stdout_contains("helm: v4.1.4+g05fa379 (");
     let family = bprun_clients::host::os_family();
-    for missing in ["kind", "tofu"] {
-        run.stderr_contains(&format!(
-            "{missing} (install on {}: {})",
-            family.name(),
-            bprun_clients::host::install_hint(missing, family)
-        ));
-    }
-    run.stderr_contains("re-run with --install-missing to run these commands");
+    // The install commands and the OS family are this machine's.
+    let copy = BPRUN
+        .test_in_repository_copy()
+        .env("PATH", bin.path())
+        .replace(bin.path().display().to_string(), "<bin>")
+        .replace(
+            bprun_clients::host::install_hint("kind", family),
+            "<install kind>",
+        )
+        .replace(
+            bprun_clients::host::install_hint("tofu", family),
+            "<install tofu>",
+        )
+        .replace(format!("install on {}", family.name()), "install on <os>");
     // The next commands are printed even when a check failed; nothing was applied.
-    run.stdout_contains("tofu -chdir=infra/tofu apply -var-file=tofu.tfvars");
+    copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
+        .expect(
+            1,
+            r#"
+            [1/6] Prerequisites ...
+                docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
+                kubectl: Client Version: v1.35.2 (<bin>/kubectl)
+                helm: v4.1.4+g05fa379 (<bin>/helm)
+            [1/6] Prerequisites ... failed (#.## s)
+            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ... skipped (not selected by --only)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     failed                  0     #.## s
+              2  Seed tofu.tfvars  skipped                 0          -
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       skipped                 0          -
+              6  Next commands     ok                      0     #.## s
+            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
+            "#,
+            r#"
+            error: step "Prerequisites" failed
+              × missing on PATH: kind (install on <os>: <install kind>); tofu (install on <os>: <install tofu>); re-run with --install-missing to run these commands
+                ╭─[scripts/phase1.rhai:56:5]
+             55 │     let lines = missing.map(|tool| `${tool.name} (install on ${os_family()}: ${tool.install})`);
+             56 │     throw `missing on PATH: ${common::joined(lines, "; ")}; re-run with --install-missing to run these commands`;
+                ·     ──┬──
+                ·       ╰── thrown here
+             57 │ });
+                ╰────
+              when this step fails: install the missing tools with the commands above (or re-run with --install-missing, which runs them and says so)
+            the next steps still run; the run will exit 1
+            "#,
+        );
 
     version_stubs(bin.path(), &["kind", "tofu"]);
-    let all = copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"]);
-    all.code(0);
-    all.stdout_contains("tofu: OpenTofu v1.10.6 (");
-    all.stdout_contains("kind: kind v0.30.0 go1.24.6 linux/amd64 (");
+    copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
+        .expect(
+            0,
+            r#"
+            [1/6] Prerequisites ...
+                docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
+                kubectl: Client Version: v1.35.2 (<bin>/kubectl)
+                kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
+                helm: v4.1.4+g05fa379 (<bin>/helm)
+                tofu: OpenTofu v1.10.6 (<bin>/tofu)
+            [1/6] Prerequisites ... ok (#.## s)
+            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ... skipped (not selected by --only)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     ok                      0     #.## s
+              2  Seed tofu.tfvars  skipped                 0          -
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       skipped                 0          -
+              6  Next commands     ok                      0     #.## s
+            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
+            "#,
+            "",
+        );
 }
 
 #[test]
@@ -81,7 +153,11 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
             bin.path().display()
         ),
     );
-    let copy = BPRUN.test_in_repository_copy().env("PATH", bin.path());
+    let copy = BPRUN
+        .test_in_repository_copy()
+        .env("PATH", bin.path())
+        .replace(bin.path().display().to_string(), "<bin>")
+        .replace(command.join(" "), "<install tofu>");
 
     // Check mode says what it would run and runs nothing.
     let planned = copy.run(&[
@@ -91,11 +167,11 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
         "scripts/phase1.rhai",
         "--install-missing",
     ]);
-    planned.code(0);
-    planned.stdout_contains(&format!(
-        "~ would install tofu with `{}`",
-        command.join(" ")
-    ));
+    planned.code(0).stderr("").partial_stdout(
+        "    tofu is missing; installing it with: <install tofu>\n    ~ would install tofu with `<install tofu>`\n",
+        "check mode says `installing it with` on the line before `would install`, though it \
+         installs nothing: a wrong line of bprun's, not pinned",
+    );
     assert!(!log.exists(), "check mode ran the installer");
 
     let run = copy.run(&[
@@ -104,8 +180,42 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
         "scripts/phase1.rhai",
         "--install-missing",
     ]);
-    run.code(0);
-    run.stdout_contains(&format!("running: {}", command.join(" ")));
+    run.expect(
+        0,
+        r#"
+        [1/6] Prerequisites ...
+            docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
+            kubectl: Client Version: v1.35.2 (<bin>/kubectl)
+            kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
+            helm: v4.1.4+g05fa379 (<bin>/helm)
+            tofu is missing; installing it with: <install tofu>
+            ~ install tofu with `<install tofu>`
+            running: <install tofu>
+        [1/6] Prerequisites ... changed (#.## s)
+        [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+        [3/6] tofu init ... skipped (not selected by --only)
+        [4/6] tofu validate ... skipped (not selected by --only)
+        [5/6] Chart cache ... skipped (not selected by --only)
+        [6/6] Next commands ...
+            The bootstrap prepares; you apply. Next:
+              tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+              export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+              helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+              bprun scripts/phase2.rhai
+        [6/6] Next commands ... ok (#.## s)
+
+        Recap of scripts/phase1.rhai
+          #  step              status            changes       time
+          1  Prerequisites     changed                 1     #.## s
+          2  Seed tofu.tfvars  skipped                 0          -
+          3  tofu init         skipped                 0          -
+          4  tofu validate     skipped                 0          -
+          5  Chart cache       skipped                 0          -
+          6  Next commands     ok                      0     #.## s
+        6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
+        "#,
+        "",
+    );
     assert_eq!(
         std::fs::read_to_string(&log).expect("installer log").trim(),
         command[1..].join(" ")
@@ -118,8 +228,40 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
         "scripts/phase1.rhai",
         "--install-missing",
     ]);
-    again.code(0);
-    again.stdout_contains("tofu: OpenTofu v1.10.6 (");
+    again.expect(
+        0,
+        r#"
+        [1/6] Prerequisites ...
+            docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
+            kubectl: Client Version: v1.35.2 (<bin>/kubectl)
+            kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
+            helm: v4.1.4+g05fa379 (<bin>/helm)
+            tofu: OpenTofu v1.10.6 (<bin>/tofu)
+        [1/6] Prerequisites ... ok (#.## s)
+        [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+        [3/6] tofu init ... skipped (not selected by --only)
+        [4/6] tofu validate ... skipped (not selected by --only)
+        [5/6] Chart cache ... skipped (not selected by --only)
+        [6/6] Next commands ...
+            The bootstrap prepares; you apply. Next:
+              tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+              export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+              helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+              bprun scripts/phase2.rhai
+        [6/6] Next commands ... ok (#.## s)
+
+        Recap of scripts/phase1.rhai
+          #  step              status            changes       time
+          1  Prerequisites     ok                      0     #.## s
+          2  Seed tofu.tfvars  skipped                 0          -
+          3  tofu init         skipped                 0          -
+          4  tofu validate     skipped                 0          -
+          5  Chart cache       skipped                 0          -
+          6  Next commands     ok                      0     #.## s
+        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
+        "#,
+        "",
+    );
     assert!(!log.exists());
 }
 
@@ -150,7 +292,38 @@ esac",
     let mut args: Vec<&str> = only.to_vec();
     args.extend(["--only", "tofu-validate", "scripts/phase1.rhai"]);
     let run = copy.run(&args);
-    run.code(0);
+    run.expect(
+        0,
+        r#"
+        [1/6] Prerequisites ... skipped (not selected by --only)
+        [2/6] Seed tofu.tfvars ...
+            ~ create file infra/tofu/tofu.tfvars
+        [2/6] Seed tofu.tfvars ... changed (#.## s)
+        [3/6] tofu init ...
+            ~ run `tofu -chdir=infra/tofu init -input=false`
+        [3/6] tofu init ... changed (#.## s)
+        [4/6] tofu validate ... ok (#.## s)
+        [5/6] Chart cache ... skipped (not selected by --only)
+        [6/6] Next commands ...
+            The bootstrap prepares; you apply. Next:
+              tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+              export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+              helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+              bprun scripts/phase2.rhai
+        [6/6] Next commands ... ok (#.## s)
+
+        Recap of scripts/phase1.rhai
+          #  step              status            changes       time
+          1  Prerequisites     skipped                 0          -
+          2  Seed tofu.tfvars  changed                 1     #.## s
+          3  tofu init         changed                 1     #.## s
+          4  tofu validate     ok                      0     #.## s
+          5  Chart cache       skipped                 0          -
+          6  Next commands     ok                      0     #.## s
+        6 steps: 2 ok, 2 changed, 2 skipped, 0 failed in #.## s
+        "#,
+        "",
+    );
     let recap = crate::phase3::recap_of(&run.stdout, "scripts/phase1.rhai");
     assert_eq!(recap["tofu init"], "changed", "{recap:?}");
     assert_eq!(recap["tofu validate"], "ok", "{recap:?}");
@@ -163,7 +336,36 @@ esac",
     );
     // A second init changes nothing (same lock file).
     let again = copy.run(&args);
-    again.code(0);
+    again.expect(
+        0,
+        r#"
+        [1/6] Prerequisites ... skipped (not selected by --only)
+        [2/6] Seed tofu.tfvars ...
+            infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = false)
+        [2/6] Seed tofu.tfvars ... ok (#.## s)
+        [3/6] tofu init ... ok (#.## s)
+        [4/6] tofu validate ... ok (#.## s)
+        [5/6] Chart cache ... skipped (not selected by --only)
+        [6/6] Next commands ...
+            The bootstrap prepares; you apply. Next:
+              tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+              export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+              helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+              bprun scripts/phase2.rhai
+        [6/6] Next commands ... ok (#.## s)
+
+        Recap of scripts/phase1.rhai
+          #  step              status            changes       time
+          1  Prerequisites     skipped                 0          -
+          2  Seed tofu.tfvars  ok                      0     #.## s
+          3  tofu init         ok                      0     #.## s
+          4  tofu validate     ok                      0     #.## s
+          5  Chart cache       skipped                 0          -
+          6  Next commands     ok                      0     #.## s
+        6 steps: 4 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        "#,
+        "",
+    );
     assert_eq!(
         crate::phase3::recap_of(&again.stdout, "scripts/phase1.rhai")["tofu init"],
         "ok"
@@ -174,22 +376,78 @@ esac",
         .test_in_repository_copy()
         .env("PATH", bin.path())
         .env("FAIL_INIT", "1");
-    let failed = fresh.run(&["--only", "tofu-init", "scripts/phase1.rhai"]);
-    failed.code(1);
-    failed.stderr_contains("`tofu -chdir=infra/tofu init -input=false` exited with code 1");
-    failed.stderr_contains("Error: Failed to query available provider packages");
-    failed.stderr_contains("infra/tofu/.terraform.lock.hcl is missing");
-    failed.stderr_contains("infra/tofu/tofu.tfvars does not exist");
+    fresh
+        .run(&["--only", "tofu-init", "scripts/phase1.rhai"])
+        .expect(
+            1,
+            r#"
+            [1/6] Prerequisites ... skipped (not selected by --only)
+            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+            [3/6] tofu init ... failed (#.## s)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ... skipped (not selected by --only)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     skipped                 0          -
+              2  Seed tofu.tfvars  skipped                 0          -
+              3  tofu init         failed                  0     #.## s
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       skipped                 0          -
+              6  Next commands     ok                      0     #.## s
+            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
+            "#,
+            r#"
+            error: step "tofu init" failed
+              × `tofu -chdir=infra/tofu init -input=false` exited with code 1
+                ╭─[scripts/phase1.rhai:70:5]
+             69 │     if which("tofu") == () { throw "tofu is not on PATH (see the Prerequisites step)" }
+             70 │     tofu(["init", "-input=false"], #{});
+                ·     ──┬─
+                ·       ╰── failed here
+             71 │ });
+                ╰────
+              caused by: Error: Failed to query available provider packages
+              hint: infra/tofu/.terraform.lock.hcl is missing: the first `tofu init` writes it (it needs the network to fetch the kind provider); commit it afterwards; infra/tofu/tofu.tfvars does not exist: phase 1's Seed tofu.tfvars step writes it from tofu.tfvars.example
+              when this step fails: tofu init fails: check that infra/tofu/.terraform.lock.hcl is present and tofu.tfvars exists; the first init needs the network to fetch the kind provider
+            the next steps still run; the run will exit 1
+            "#,
+        );
 
     // apply is never bprun's, stub or not.
     copy.write(
         "scripts/apply.rhai",
         "step(\"Apply\", || { tofu([\"apply\", \"-auto-approve\"], #{}); });\n",
     );
-    let refused = copy.run(&["scripts/apply.rhai"]);
-    refused.code(1);
-    refused.stderr_contains("tofu apply: bprun does not run it");
-    refused.stderr_contains("run `tofu -chdir=infra/tofu apply` (or destroy) yourself");
+    copy.run(&["scripts/apply.rhai"]).expect(
+        1,
+        r#"
+        [1/1] Apply ... failed (#.## s)
+
+        Recap of scripts/apply.rhai
+          #  step   status            changes       time
+          1  Apply  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        "#,
+        r#"
+        error: step "Apply" failed
+          × tofu apply: bprun does not run it
+           ╭─[scripts/apply.rhai:1:20]
+         1 │ step("Apply", || { tofu(["apply", "-auto-approve"], #{}); });
+           ·                    ──┬─
+           ·                      ╰── failed here
+           ╰────
+          hint: bprun prepares infrastructure and never applies it: it runs tofu init, validate, version, providers and fmt -check; run `tofu -chdir=infra/tofu apply` (or destroy) yourself
+        re-run with --resume to continue from here
+        "#,
+    );
     assert!(!log.to_string_lossy().is_empty());
     assert!(
         !std::fs::read_to_string(&log)
@@ -202,9 +460,37 @@ esac",
 #[test]
 fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
     let copy = BPRUN.test_in_repository_copy();
-    let run = copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"]);
-    run.code(0);
-    run.stdout_contains("~ create file infra/tofu/tofu.tfvars");
+    copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
+        .expect(
+            0,
+            r#"
+            [1/6] Prerequisites ... skipped (not selected by --only)
+            [2/6] Seed tofu.tfvars ...
+                ~ create file infra/tofu/tofu.tfvars
+            [2/6] Seed tofu.tfvars ... changed (#.## s)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ... skipped (not selected by --only)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     skipped                 0          -
+              2  Seed tofu.tfvars  changed                 1     #.## s
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       skipped                 0          -
+              6  Next commands     ok                      0     #.## s
+            6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
+            "#,
+            "",
+        );
     assert_eq!(
         copy.read("infra/tofu/tofu.tfvars"),
         copy.read("infra/tofu/tofu.tfvars.example")
@@ -213,9 +499,37 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
         "infra/tofu/tofu.tfvars",
         "cluster_name = \"mine\"\npreserve_stateful_data = true\n",
     );
-    let kept = copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"]);
-    kept.code(0);
-    kept.stdout_contains("infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)");
+    copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
+        .expect(
+            0,
+            r#"
+            [1/6] Prerequisites ... skipped (not selected by --only)
+            [2/6] Seed tofu.tfvars ...
+                infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
+            [2/6] Seed tofu.tfvars ... ok (#.## s)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ... skipped (not selected by --only)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     skipped                 0          -
+              2  Seed tofu.tfvars  ok                      0     #.## s
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       skipped                 0          -
+              6  Next commands     ok                      0     #.## s
+            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
+            "#,
+            "",
+        );
     assert_eq!(
         copy.read("infra/tofu/tofu.tfvars"),
         "cluster_name = \"mine\"\npreserve_stateful_data = true\n"
@@ -236,56 +550,120 @@ fn offline_chart_copy() -> Test {
         .replace("https://kubernetes-sigs.github.io/headlamp/", &closed);
     assert_ne!(edited, versions);
     copy.write("infra/VERSIONS.json", &edited);
-    copy
+    copy.replace(&closed, "<closed>/charts")
 }
 
 #[test]
 fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
     let copy = offline_chart_copy();
-    let run = copy.run(&["--only", "chart-cache", "scripts/phase1.rhai"]);
-    run.code(1);
-    for chart in [
-        "cloudnative-pg-0.26.1",
-        "minio-5.4.0",
-        "openbao-0.11.0",
-        "redis-19.6.4",
-    ] {
-        run.stdout_contains(&format!(
-            "infra/helm-charts/{chart}.tgz: SHA-256 matches its pin"
-        ));
-    }
-    for (key, file) in [
-        ("gitlab", "gitlab-10.1.1"),
-        ("gitlab-runner", "gitlab-runner-0.71.0"),
-        ("headlamp", "headlamp-0.43.0"),
-    ] {
-        run.stdout_contains(&format!(
-            "warning: {key}: infra/helm-charts/{file}.tgz is missing and could not be pulled (helm_pull: `helm pull {key} --repo http://127.0.0.1:"
-        ));
-    }
-    run.stderr_contains(
-        "3 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp",
-    );
-    run.stderr_contains("when this step fails: put the missing archives in infra/helm-charts/");
-    // The optional Headlamp install is still printed for the operator.
-    run.stdout_contains(
-        "helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace",
-    );
+    // The pull folders are named by process and at random.
+    let pull_folders = r"\.pull-\d+-[0-9a-f]{8}";
+    copy.run(&["--only", "chart-cache", "scripts/phase1.rhai"])
+        .replace_regex(pull_folders, ".pull-<pid>-<id>")
+        .expect(
+            1,
+            r#"
+            [1/6] Prerequisites ... skipped (not selected by --only)
+            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ...
+                infra/helm-charts/cloudnative-pg-0.26.1.tgz: SHA-256 matches its pin
+                warning: gitlab: infra/helm-charts/gitlab-10.1.1.tgz is missing and could not be pulled (helm_pull: `helm pull gitlab --repo <closed>/charts --version 10.1.1 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                warning: gitlab-runner: infra/helm-charts/gitlab-runner-0.71.0.tgz is missing and could not be pulled (helm_pull: `helm pull gitlab-runner --repo <closed>/charts --version 0.71.0 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                warning: headlamp: infra/helm-charts/headlamp-0.43.0.tgz is missing and could not be pulled (helm_pull: `helm pull headlamp --repo <closed>/charts --version 0.43.0 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                infra/helm-charts/minio-5.4.0.tgz: SHA-256 matches its pin
+                infra/helm-charts/openbao-0.11.0.tgz: SHA-256 matches its pin
+                infra/helm-charts/redis-19.6.4.tgz: SHA-256 matches its pin
+            [5/6] Chart cache ... failed (#.## s)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     skipped                 0          -
+              2  Seed tofu.tfvars  skipped                 0          -
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       failed                  0     #.## s
+              6  Next commands     ok                      0     #.## s
+            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
+            "#,
+            r#"
+            error: step "Chart cache" failed
+              × 3 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp (each is named above)
+                 ╭─[scripts/phase1.rhai:102:9]
+             101 │         let total = versions().helm_repositories.len();
+             102 │         throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, ", ")} (each is named above)`;
+                 ·         ──┬──
+                 ·           ╰── thrown here
+             103 │     }
+                 ╰────
+              when this step fails: put the missing archives in infra/helm-charts/ (helm pull on a machine with network access), or re-run where the chart repositories are reachable
+            the next steps still run; the run will exit 1
+            "#,
+        );
 
     // A vendored archive that differs from its pin is named with both digests.
     let path = copy.path().join("infra/helm-charts/redis-19.6.4.tgz");
     let mut bytes = std::fs::read(&path).expect("redis chart");
     bytes.push(0);
     std::fs::write(&path, bytes).expect("tamper");
-    let tampered = copy.run(&["--only", "chart-cache", "scripts/phase1.rhai"]);
-    tampered.code(1);
-    tampered.stdout_contains(
-        "warning: redis: helm_pull: infra/helm-charts/redis-19.6.4.tgz has SHA-256 ",
-    );
-    tampered.stdout_contains(
-        ", but infra/VERSIONS.json pins f4f0c284e1eee435dcfff9070037562084536580460e0b08764533532a2f7f98\n",
-    );
-    tampered.stderr_contains("4 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp, redis");
+    copy.run(&["--only", "chart-cache", "scripts/phase1.rhai"])
+        .replace_regex(pull_folders, ".pull-<pid>-<id>")
+        .expect(
+            1,
+            r#"
+            [1/6] Prerequisites ... skipped (not selected by --only)
+            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+            [3/6] tofu init ... skipped (not selected by --only)
+            [4/6] tofu validate ... skipped (not selected by --only)
+            [5/6] Chart cache ...
+                infra/helm-charts/cloudnative-pg-0.26.1.tgz: SHA-256 matches its pin
+                warning: gitlab: infra/helm-charts/gitlab-10.1.1.tgz is missing and could not be pulled (helm_pull: `helm pull gitlab --repo <closed>/charts --version 10.1.1 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                warning: gitlab-runner: infra/helm-charts/gitlab-runner-0.71.0.tgz is missing and could not be pulled (helm_pull: `helm pull gitlab-runner --repo <closed>/charts --version 0.71.0 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                warning: headlamp: infra/helm-charts/headlamp-0.43.0.tgz is missing and could not be pulled (helm_pull: `helm pull headlamp --repo <closed>/charts --version 0.43.0 --destination infra/helm-charts/.pull-<pid>-<id>` exited with code 1)
+                infra/helm-charts/minio-5.4.0.tgz: SHA-256 matches its pin
+                infra/helm-charts/openbao-0.11.0.tgz: SHA-256 matches its pin
+                warning: redis: helm_pull: infra/helm-charts/redis-19.6.4.tgz has SHA-256 a94105c6c8e79bf8671dcc0f9e086d3a023b1e0c3b82011739c2c779422069e9, but infra/VERSIONS.json pins f4f0c284e1eee435dcfff9070037562084536580460e0b08764533532a2f7f98
+            [5/6] Chart cache ... failed (#.## s)
+            [6/6] Next commands ...
+                The bootstrap prepares; you apply. Next:
+                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+                  bprun scripts/phase2.rhai
+            [6/6] Next commands ... ok (#.## s)
+
+            Recap of scripts/phase1.rhai
+              #  step              status            changes       time
+              1  Prerequisites     skipped                 0          -
+              2  Seed tofu.tfvars  skipped                 0          -
+              3  tofu init         skipped                 0          -
+              4  tofu validate     skipped                 0          -
+              5  Chart cache       failed                  0     #.## s
+              6  Next commands     ok                      0     #.## s
+            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
+            "#,
+            r#"
+            error: step "Chart cache" failed
+              × 4 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp, redis (each is named above)
+                 ╭─[scripts/phase1.rhai:102:9]
+             101 │         let total = versions().helm_repositories.len();
+             102 │         throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, ", ")} (each is named above)`;
+                 ·         ──┬──
+                 ·           ╰── thrown here
+             103 │     }
+                 ╰────
+              when this step fails: put the missing archives in infra/helm-charts/ (helm pull on a machine with network access), or re-run where the chart repositories are reachable
+            the next steps still run; the run will exit 1
+            "#,
+        );
 }
 
 #[test]
@@ -295,37 +673,85 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
         "infra/tofu/tofu.tfvars",
         "# preserve_stateful_data = false\npreserve_stateful_data = true # keep the data\n",
     );
-    let refused = copy.run(&["scripts/phase1.rhai", "--destroy"]);
-    refused.code(3);
-    refused.stderr_contains("--destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars");
-    refused.stderr_contains("add --preserve-data");
+    copy.run(&["scripts/phase1.rhai", "--destroy"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/phase1.rhai failed
+          × --destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: add --preserve-data, then re-run.
+            ╭─[scripts/lib/common.rhai:63:9]
+         62 │     if tofu_preserves != preserve_data {
+         63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
+            ·         ──┬──
+            ·           ╰── thrown here
+         64 │     }
+            ╰────
+          in fn refuse_preserve_data_disagreement() called at scripts/phase1.rhai:33:9
+        "#,
+    );
     assert!(
         !copy.path().join(".bprun").exists(),
         "a refused run wrote its journal"
     );
 
-    let agreed = copy.run(&[
+    copy.run(&[
         "--only",
         "seed-tofu-tfvars",
         "scripts/phase1.rhai",
         "--destroy",
         "--preserve-data",
-    ]);
-    agreed.code(0);
-    agreed.stdout_contains(
-        "  bprun scripts/phase2.rhai --destroy --preserve-data   # the applications first\n",
+    ])
+    .expect(
+        0,
+        r#"
+        [1/6] Prerequisites ... skipped (not selected by --only)
+        [2/6] Seed tofu.tfvars ...
+            infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
+        [2/6] Seed tofu.tfvars ... ok (#.## s)
+        [3/6] tofu init ... skipped (not selected by --only)
+        [4/6] tofu validate ... skipped (not selected by --only)
+        [5/6] Chart cache ... skipped (not selected by --only)
+        [6/6] Next commands ...
+            The bootstrap prepares; you apply. Next:
+              bprun scripts/phase2.rhai --destroy --preserve-data   # the applications first
+              tofu -chdir=infra/tofu destroy -var-file=tofu.tfvars
+        [6/6] Next commands ... ok (#.## s)
+
+        Recap of scripts/phase1.rhai
+          #  step              status            changes       time
+          1  Prerequisites     skipped                 0          -
+          2  Seed tofu.tfvars  ok                      0     #.## s
+          3  tofu init         skipped                 0          -
+          4  tofu validate     skipped                 0          -
+          5  Chart cache       skipped                 0          -
+          6  Next commands     ok                      0     #.## s
+        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
+        "#,
+        "",
     );
-    agreed.stdout_contains("  tofu -chdir=infra/tofu destroy -var-file=tofu.tfvars\n");
 
     // Phase 2 reads the same file the same way (the comment is no setting).
     copy.write(
         "infra/tofu/tofu.tfvars",
         "# preserve_stateful_data = true\npreserve_stateful_data=false\n",
     );
-    let phase2 = copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"]);
-    phase2.code(3);
-    phase2
-        .stderr_contains("--destroy --preserve-data disagrees with preserve_stateful_data = false");
+    copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"])
+        .expect(
+            3,
+            "",
+            r#"
+            error: the top level of scripts/phase2.rhai failed
+              × --destroy --preserve-data disagrees with preserve_stateful_data = false in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: drop --preserve-data, or set preserve_stateful_data = true, then re-run.
+                ╭─[scripts/lib/common.rhai:63:9]
+             62 │     if tofu_preserves != preserve_data {
+             63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
+                ·         ──┬──
+                ·           ╰── thrown here
+             64 │     }
+                ╰────
+              in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
+            "#,
+        );
 }
 
 #[test]

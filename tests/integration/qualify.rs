@@ -72,27 +72,64 @@ check_row("Cannot read", #{expected: "x", hint: "not shown"}, || { skip("OpenBao
 step("Plain step", || { info("still runs after failed rows") });
 "#,
     );
-    let run = test.run(&["scripts/test.rhai"]);
-    run.code(1);
-    run.stdout_contains("still runs after failed rows");
-    run.stdout_contains(
-        "Qualification of scripts/test.rhai
-  #  check        expected    found               result
-  1  Equal        42          42                  pass
-  2  Different    True        False               FAIL
-       hint: look at the gateway
-  3  Verdict      at least 2  1 node              FAIL
-       hint: add nodes
-  4  Throws       PONG        connection refused  FAIL
-       hint: is redis up?
-  5  Cannot read  x           OpenBao is sealed   not checked
-5 checks: 1 passed, 3 failed, 1 not checked
-",
+    test.run(&["scripts/test.rhai"]).expect(
+        1,
+        r#"
+        [1/6] Equal ... ok (#.## s)
+        [2/6] Different ... failed (#.## s)
+        [3/6] Verdict ... failed (#.## s)
+        [4/6] Throws ... failed (#.## s)
+        [5/6] Cannot read ... skipped: OpenBao is sealed (#.## s)
+        [6/6] Plain step ...
+            still runs after failed rows
+        [6/6] Plain step ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step         status            changes       time
+          1  Equal        ok                      0     #.## s
+          2  Different    failed                  0     #.## s
+          3  Verdict      failed                  0     #.## s
+          4  Throws       failed                  0     #.## s
+          5  Cannot read  skipped                 0     #.## s
+          6  Plain step   ok                      0     #.## s
+        6 steps: 2 ok, 0 changed, 1 skipped, 3 failed in #.## s
+
+        Qualification of scripts/test.rhai
+          #  check        expected    found               result
+          1  Equal        42          42                  pass
+          2  Different    True        False               FAIL
+               hint: look at the gateway
+          3  Verdict      at least 2  1 node              FAIL
+               hint: add nodes
+          4  Throws       PONG        connection refused  FAIL
+               hint: is redis up?
+          5  Cannot read  x           OpenBao is sealed   not checked
+        5 checks: 1 passed, 3 failed, 1 not checked
+        "#,
+        r#"
+        error: step "Different" failed
+        check "Different": expected True, found False
+          --> scripts/test.rhai:2
+          when this step fails: look at the gateway
+        the next steps still run; the run will exit 1
+        error: step "Verdict" failed
+        check "Verdict": expected at least 2, found 1 node
+          --> scripts/test.rhai:3
+          when this step fails: add nodes
+        the next steps still run; the run will exit 1
+        error: step "Throws" failed
+          × connection refused
+           ╭─[scripts/test.rhai:4:69]
+         3 │ check_row("Verdict", #{expected: "at least 2", hint: "add nodes"}, || #{found: "1 node", passed: false});
+         4 │ check_row("Throws", #{expected: "PONG", hint: "is redis up?"}, || { throw "connection refused" });
+           ·                                                                     ──┬──
+           ·                                                                       ╰── thrown here
+         5 │ check_row("Cannot read", #{expected: "x", hint: "not shown"}, || { skip("OpenBao is sealed") });
+           ╰────
+          when this step fails: is redis up?
+        the next steps still run; the run will exit 1
+        "#,
     );
-    run.stderr_contains(
-        "check \"Different\": expected True, found False\n  --> scripts/test.rhai:2\n  when this step fails: look at the gateway\nthe next steps still run; the run will exit 1",
-    );
-    run.stdout_lacks("never shown");
 
     // --json: one check event per row that ran; --only selects rows as it selects steps.
     let json = test.run(&[
@@ -112,32 +149,102 @@ step("Plain step", || { info("still runs after failed rows") });
         found["Different"].hint.as_deref(),
         Some("look at the gateway")
     );
-    test.run(&["--only", "equal", "scripts/test.rhai"]).code(0);
+    test.run(&["--only", "equal", "scripts/test.rhai"])
+        .code(0)
+        .stderr("")
+        .partial_stdout(
+            "
+Qualification of scripts/test.rhai
+  #  check  expected  found  result
+  1  Equal  42        42     pass
+"
+            .trim_start_matches('\n'),
+            "the summary under it says `1 checks`: a grammar defect of bprun's, not pinned",
+        );
 
     // Only passed rows qualify: a row that could not be checked fails the run too.
     test.run(&["--only", "cannot-read", "scripts/test.rhai"])
-        .code(1);
+        .code(1)
+        .stderr("")
+        .partial_stdout(
+            "  5  Cannot read  x         OpenBao is sealed  not checked\n",
+            "the summary under it says `1 checks`: a grammar defect of bprun's, not pinned",
+        );
 
     // A plain step that fails still stops the run; `keep_going` lets the next steps run.
     let stop = BPRUN
         .test()
         .script("step(\"A\", || { throw \"broken\" });\nstep(\"B\", || { info(\"B ran\") });\n");
-    let stopped = stop.run(&["scripts/test.rhai"]);
-    stopped.code(1);
-    stopped.stdout_lacks("B ran");
+    stop.run(&["scripts/test.rhai"]).expect(
+        1,
+        r#"
+        [1/2] A ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  A     failed                  0     #.## s
+          2  B     not run                 0          -
+        2 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 1 not run in #.## s
+        "#,
+        r#"
+        error: step "A" failed
+          × broken
+           ╭─[scripts/test.rhai:1:16]
+         1 │ step("A", || { throw "broken" });
+           ·                ──┬──
+           ·                  ╰── thrown here
+         2 │ step("B", || { info("B ran") });
+           ╰────
+        re-run with --resume to continue from here
+        "#,
+    );
     let going = BPRUN.test().script(
         "step(\"A\", #{keep_going: true}, || { throw \"broken\" });\nstep(\"B\", || { info(\"B ran\") });\n",
     );
-    let went_on = going.run(&["scripts/test.rhai"]);
-    went_on.code(1);
-    went_on.stdout_contains("B ran");
+    going.run(&["scripts/test.rhai"]).expect(
+        1,
+        r#"
+        [1/2] A ... failed (#.## s)
+        [2/2] B ...
+            B ran
+        [2/2] B ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  A     failed                  0     #.## s
+          2  B     ok                      0     #.## s
+        2 steps: 1 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        "#,
+        r#"
+        error: step "A" failed
+          × broken
+           ╭─[scripts/test.rhai:1:37]
+         1 │ step("A", #{keep_going: true}, || { throw "broken" });
+           ·                                     ──┬──
+           ·                                       ╰── thrown here
+         2 │ step("B", || { info("B ran") });
+           ╰────
+        the next steps still run; the run will exit 1
+        "#,
+    );
 
     let missing = BPRUN
         .test()
         .script("check_row(\"Row\", #{hint: \"h\"}, || \"x\");\n");
-    let refused = missing.run(&["scripts/test.rhai"]);
-    refused.code(3);
-    refused.stderr_contains("check_row(\"Row\"): the option `expected` is missing");
+    missing.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × check_row("Row"): the option `expected` is missing
+           ╭─[scripts/test.rhai:1:1]
+         1 │ check_row("Row", #{hint: "h"}, || "x");
+           · ────┬────
+           ·     ╰── failed here
+           ╰────
+          hint: say what the row expects to find: check_row("Gateway Programmed", #{expected: "True"}, || ...)
+        "#,
+    );
 }
 
 /// A copy of the repository with the real helm and bao, wired to a bare platform without
@@ -187,9 +294,57 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
     // Green, and read-only: no Kubernetes or GitLab write.
     kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
     sim.clear_requests();
-    let green = copy.run(&["scripts/qualify.rhai"]);
-    green.code(0);
-    green.stdout_contains("18 checks: 18 passed, 0 failed\n");
+    // The forward's local port is chosen by the system.
+    copy.run(&["scripts/qualify.rhai"])
+        .replace_regex(r"\(127\.0\.0\.1:\d+\)", "(127.0.0.1:<port>)")
+        .expect(
+            0,
+            r#"
+            [1/18] Cluster and helm reachable ... ok (#.## s)
+            [2/18] Envoy gateway pods ... ok (#.## s)
+            [3/18] Gateway/gitlab-gw Programmed ... ok (#.## s)
+            [4/18] local-path is the default StorageClass ... ok (#.## s)
+            [5/18] CloudNativePG cluster Ready ... ok (#.## s)
+            [6/18] Redis answers PING ... ok (#.## s)
+            [7/18] MinIO buckets ... ok (#.## s)
+            [8/18] OpenBao unsealed ... ok (#.## s)
+            [9/18] Wildcard CA on disk ... ok (#.## s)
+            [10/18] 4 listener Secrets ... ok (#.## s)
+            [11/18] GitLab /-/health ... ok (#.## s)
+            [12/18] Runner online ...
+                warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+            [12/18] Runner online ... ok (#.## s)
+            [13/18] GitLab pods Running ... ok (#.## s)
+            [14/18] Group blueprint-apps ... ok (#.## s)
+            [15/18] Projects ... ok (#.## s)
+            [16/18] .gitlab-ci.yml in every project ... ok (#.## s)
+            [17/18] CI/CD variables ... ok (#.## s)
+            [18/18] Smoke pipelines green ... ok (#.## s)
+
+            Qualification of scripts/qualify.rhai
+              #  check                                   expected                                    found                                       result
+              1  Cluster and helm reachable              nodes, helm releases                        5 nodes, 9 helm releases                    pass
+              2  Envoy gateway pods                      every replica Ready                         1/1 Ready                                   pass
+              3  Gateway/gitlab-gw Programmed            True                                        True                                        pass
+              4  local-path is the default StorageClass  true                                        true                                        pass
+              5  CloudNativePG cluster Ready             True                                        True                                        pass
+              6  Redis answers PING                      PONG                                        PONG                                        pass
+              7  MinIO buckets                           11 of 11                                    11 of 11                                    pass
+              8  OpenBao unsealed                        sealed: false                               sealed: false                               pass
+              9  Wildcard CA on disk                     ca.pem, cert.pem, key.pem                   ca.pem, cert.pem, key.pem                   pass
+             10  4 listener Secrets                      4 of 4 in gitlab                            4 of 4 in gitlab                            pass
+             11  GitLab /-/health                        200                                         200                                         pass
+             12  Runner online                           online, its pods Ready                      1 online, 1/1 pods Ready                    pass
+             13  GitLab pods Running                     every pod Ready, none missing               8/8 Ready                                   pass
+             14  Group blueprint-apps                    blueprint-apps                              blueprint-apps                              pass
+             15  Projects                                shared-code, guestbook, redis, redis-slave  shared-code, guestbook, redis, redis-slave  pass
+             16  .gitlab-ci.yml in every project         on main in 4 projects                       on main in 4 projects                       pass
+             17  CI/CD variables                         4 keys in every project                     4 keys in every project                     pass
+             18  Smoke pipelines green                   success on main in 4 projects               success on main in 4 projects               pass
+            18 checks: 18 passed, 0 failed
+            "#,
+            "",
+        );
     assert_eq!(kube_mutating(&sim), 0);
     assert_eq!(sim.mutating_requests(), 0);
     let events = qualify(&copy);

@@ -2,7 +2,7 @@
 //! anything changes, syncs that cannot delete the checkout, temporary files that cannot be
 //! redirected, and secrets that read as `***` however a script prints them.
 
-use crate::support::{Output, repo};
+use crate::support::{Output, expect_output, repo};
 use std::process::Stdio;
 
 #[test]
@@ -32,12 +32,19 @@ step("Other", || { info("other"); });"#,
             .output()
             .expect("second run"),
     );
-    second.code(2);
-    second.stdout_contains("waiting for the other bprun run in this repository: pid ");
-    second.stderr_contains(&format!(
-        "another bprun run is working in this repository: pid {} running scripts/test.rhai since ",
-        first.id()
-    ));
+    let pid = first.id();
+    second.expect(
+        2,
+        &format!(
+            "waiting for the other bprun run in this repository: pid {pid} running scripts/test.rhai since <time>\n"
+        ),
+        &format!(
+            "
+            error: another bprun run is working in this repository: pid {pid} running scripts/test.rhai since <time>
+              hint: wait for it to finish (bprun runs one script per repository at a time; --check runs do not lock)
+            "
+        ),
+    );
     // --check does not lock: it runs while the first run holds the repository.
     test.run(&["--check", "--skip", "Hold", "scripts/test.rhai"])
         .code(0);
@@ -52,9 +59,13 @@ fn an_unwritable_journal_stops_the_run_before_the_first_step() {
     let test = repo()
         .script(r#"step("Write", || { write_text("out.txt", "changed"); });"#)
         .file(".bprun", "a file where the state folder should be");
-    let out = test.run(&["scripts/test.rhai"]);
-    out.code(4);
-    out.stderr_contains("cannot create the journal folder");
+    let root = test.path().display().to_string();
+    let test = test.replace(root, "<repo>");
+    test.run(&["scripts/test.rhai"]).expect(
+        4,
+        "",
+        "error: cannot create the journal folder <repo>/.bprun/journal: Not a directory (os error 20)\n",
+    );
     assert!(
         !test.join("out.txt").exists(),
         "no step ran, so nothing changed"
@@ -63,25 +74,77 @@ fn an_unwritable_journal_stops_the_run_before_the_first_step() {
 
 #[test]
 fn sync_tree_refuses_to_sync_over_the_repository() {
-    for destination in [".", "scripts", "infra", "..", "infra/secrets"] {
+    const REFUSED: &str = "sync_tree: refusing to sync into";
+    const SYNC_HINT: &str = "a sync deletes what the source lacks; sync into a working tree such as apps-local/blueprint-apps/<app>";
+    // (destination, why it is refused, the hint); `<repo>` is the repository root.
+    let cases = [
+        (
+            ".",
+            format!("{REFUSED} .: it holds the repository itself"),
+            SYNC_HINT,
+        ),
+        (
+            "scripts",
+            format!("{REFUSED} scripts: it holds scripts"),
+            SYNC_HINT,
+        ),
+        (
+            "infra",
+            format!("{REFUSED} infra: it holds infra/secrets"),
+            SYNC_HINT,
+        ),
+        (
+            "..",
+            "path .. is outside the repository root <repo>".to_string(),
+            "file natives only reach files under the repository root; use a relative path such as infra/secrets/x.json",
+        ),
+        (
+            "infra/secrets",
+            format!("{REFUSED} infra/secrets: it holds infra/secrets"),
+            SYNC_HINT,
+        ),
+    ];
+    for (destination, refusal, hint) in cases {
         let test = repo()
             .file("apps/demo/a.txt", "a\n")
             .file("infra/secrets/keep.json", "{}\n")
             .script(&format!(
                 r#"step("Sync", || {{ sync_tree("apps/demo", "{destination}"); }});"#
             ));
-        let out = test.run(&["scripts/test.rhai"]);
-        out.code(1);
-        assert!(
-            out.stderr.contains("sync_tree: refusing to sync into")
-                || out.stderr.contains("outside the repository root"),
-            "{destination}: {}",
-            out.stderr
+        let root = test
+            .path()
+            .canonicalize()
+            .expect("root")
+            .display()
+            .to_string();
+        let out = test.replace(root, "<repo>").run(&["scripts/test.rhai"]);
+        let underline = format!("{}┬{}", "─".repeat(4), "─".repeat(4));
+        let stderr = format!(
+            r#"
+            error: step "Sync" failed
+              × {refusal}
+               ╭─[scripts/test.rhai:1:19]
+             1 │ step("Sync", || {{ sync_tree("apps/demo", "{destination}"); }});
+               ·                   {underline}
+               ·                       ╰── failed here
+               ╰────
+              hint: {hint}
+            re-run with --resume to continue from here
+            "#
         );
-        assert!(
-            test.join("infra/secrets/keep.json").exists()
-                && test.join("scripts/test.rhai").exists(),
-            "{destination}: nothing was deleted"
+        expect_output(
+            destination,
+            &out,
+            1,
+            "
+            [1/1] Sync ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step  status            changes       time
+              1  Sync  failed                  0     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            &stderr,
         );
     }
 }
@@ -95,7 +158,20 @@ fn write_text_never_follows_a_planted_link() {
     std::fs::create_dir_all(test.join("conf")).expect("conf");
     // What the temporary name used to be: a link there must not redirect the write.
     std::os::unix::fs::symlink(&victim, test.join("conf/.app.txt.bprun-tmp")).expect("link");
-    test.run(&["scripts/test.rhai"]).code(0);
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Write ...
+            ~ create file conf/app.txt
+        [1/1] Write ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Write  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert_eq!(test.read("conf/app.txt"), "new\n");
     assert_eq!(
         std::fs::read_to_string(&victim).expect("victim"),
@@ -120,11 +196,36 @@ fn secrets_read_as_stars_however_a_script_prints_them() {
 });"#,
         );
     let out = test.run(&["scripts/test.rhai"]);
-    out.code(1);
-    out.stdout_contains(
-        "    ***\n    t=***\n    interpolated ***\n    ***\n    ***\n    #{\"msg\": ***, \"n\": 1}\n",
+    out.expect(
+        1,
+        r#"
+        [1/1] Print ...
+            ***
+            t=***
+            interpolated ***
+            ***
+            ***
+            #{"msg": ***, "n": 1}
+        [1/1] Print ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Print  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        "#,
+        r#"
+        error: step "Print" failed
+          × boom ***
+            ╭─[scripts/test.rhai:9:5]
+          8 │     try { throw #{msg: s, n: 1}; } catch (e) { info(e); }
+          9 │     throw "boom " + s;
+            ·     ──┬──
+            ·       ╰── thrown here
+         10 │ });
+            ╰────
+        re-run with --resume to continue from here
+        "#,
     );
-    out.stderr_contains("boom ***");
     for canary in ["hunter2-recovery-canary", "glpat-recovery-canary-token"] {
         out.stdout_lacks(canary);
         out.stderr_lacks(canary);
@@ -140,22 +241,69 @@ fn always_steps_run_whatever_the_selection_unless_skipped_by_name() {
 step("Work", || { info("worked"); });
 step("Smoke", || { info("smoked"); });"#,
     );
-    let only = test.run(&["--only", "Smoke", "scripts/test.rhai"]);
-    only.code(0);
-    only.stdout_contains("[1/3] Login ...\n    logged in\n");
-    only.stdout_contains("[2/3] Work ... skipped (not selected by --only)");
-    only.stdout_contains("    smoked\n");
-    let from = test.run(&["--from", "Smoke", "scripts/test.rhai"]);
-    from.stdout_contains("    logged in\n");
-    from.stdout_lacks("    worked\n");
-    let skipped = test.run(&["--skip", "Login", "scripts/test.rhai"]);
-    skipped.stdout_lacks("logged in");
-    skipped.stdout_contains("    worked\n");
-    let bad = repo()
+    // (selection, how it leaves Work out): Login runs either way.
+    for (selection, work) in [
+        (["--only", "Smoke"], "not selected by --only"),
+        (["--from", "Smoke"], "before --from"),
+    ] {
+        let output = test.run(&[selection[0], selection[1], "scripts/test.rhai"]);
+        let stdout = format!(
+            "
+            [1/3] Login ...
+                logged in
+            [1/3] Login ... ok (#.## s)
+            [2/3] Work ... skipped ({work})
+            [3/3] Smoke ...
+                smoked
+            [3/3] Smoke ... ok (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step   status            changes       time
+              1  Login  ok                      0     #.## s
+              2  Work   skipped                 0          -
+              3  Smoke  ok                      0     #.## s
+            3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+            "
+        );
+        expect_output(selection[0], &output, 0, &stdout, "");
+    }
+    test.run(&["--skip", "Login", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/3] Login ... skipped (--skip)
+        [2/3] Work ...
+            worked
+        [2/3] Work ... ok (#.## s)
+        [3/3] Smoke ...
+            smoked
+        [3/3] Smoke ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Login  skipped                 0          -
+          2  Work   ok                      0     #.## s
+          3  Smoke  ok                      0     #.## s
+        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
+    repo()
         .script(r#"step("X", #{allways: true}, || {});"#)
-        .run(&["scripts/test.rhai"]);
-    bad.code(3);
-    bad.stderr_contains("allways");
+        .run(&["scripts/test.rhai"])
+        .expect(
+            3,
+            "",
+            r#"
+            error: the top level of scripts/test.rhai failed
+              × step: unknown option `allways`
+               ╭─[scripts/test.rhai:1:1]
+             1 │ step("X", #{allways: true}, || {});
+               · ──┬─
+               ·   ╰── failed here
+               ╰────
+              hint: step accepts always, on_failure, needs, keep_going, tags
+            "#,
+        );
 }
 
 #[test]
@@ -167,9 +315,22 @@ fn which_finds_programs_on_path_without_a_shell() {
     info(which("") == ());
 });"#,
     );
-    let out = test.run(&["scripts/test.rhai"]);
-    out.code(0);
-    out.stdout_contains("    true\n    true\n    true\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Find ...
+            true
+            true
+            true
+        [1/1] Find ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Find  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 #[test]
@@ -182,7 +343,32 @@ fn a_rehearsal_starts_like_a_fresh_platform_without_a_gitlab_token() {
     info(`healthy: ${health.ok}, version unknown: ${health.version == ()}`);
 });"#,
     );
-    let out = test.run(&["rehearse", "scripts/probe.rhai"]);
-    out.code(0);
-    out.stdout_contains("    token set: false\n    healthy: true, version unknown: true\n");
+    test.run(&["rehearse", "scripts/probe.rhai"])
+        .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>")
+        // The real bao when one is on PATH, else the stand-in: not what this test is about.
+        .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
+        .expect(
+            0,
+            "
+            [1/1] Probe ...
+                token set: false
+                healthy: true, version unknown: true
+            [1/1] Probe ... ok (#.## s)
+
+            Recap of scripts/probe.rhai
+              #  step   status            changes       time
+              1  Probe  ok                      0     #.## s
+            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+
+            End state of the rehearsal platform:
+            GitLab: no groups
+            ",
+            "
+            rehearsal platform (as phase 2 leaves it):
+              GitLab simulator     http://127.0.0.1:<port>
+              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
+              Kubernetes simulator https://127.0.0.1:<port>
+              OpenBao              <either>
+            ",
+        );
 }

@@ -1,6 +1,6 @@
 //! Steps, selection, resume, check mode, the journal, timings and JSON events.
 
-use crate::support::repo;
+use crate::support::{assert_text, expect_output, repo};
 
 const THREE_STEPS: &str = r#"
 step("Write config", || {
@@ -13,6 +13,36 @@ step("Maybe fail", || {
     if args.fail == true { throw "asked to fail"; }
 });
 "#;
+
+/// `-q --resume` of THREE_STEPS after a run that finished every step.
+const ALL_DONE_BEFORE: &str = "
+nothing to resume: every step finished in the run of <time>
+[1/3] Write config ... skipped (done in the last run)
+[2/3] Say hello ... skipped (done in the last run)
+[3/3] Maybe fail ... skipped (done in the last run)
+
+Recap of scripts/test.rhai
+  #  step          status            changes       time
+  1  Write config  skipped                 0          -
+  2  Say hello     skipped                 0          -
+  3  Maybe fail    skipped                 0          -
+3 steps: 0 ok, 0 changed, 3 skipped, 0 failed in #.## s
+";
+
+/// `-q --resume` of THREE_STEPS with no finished run in the journal.
+const NO_RUN_TO_RESUME: &str = "
+no previous run to resume; starting from the first step
+[1/3] Write config ... changed (#.## s)
+[2/3] Say hello ... ok (#.## s)
+[3/3] Maybe fail ... ok (#.## s)
+
+Recap of scripts/test.rhai
+  #  step          status            changes       time
+  1  Write config  changed                 1     #.## s
+  2  Say hello     ok                      0     #.## s
+  3  Maybe fail    ok                      0     #.## s
+3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s
+";
 
 #[test]
 fn list_prints_the_plan_without_running_any_step() {
@@ -108,10 +138,22 @@ fn a_run_reports_each_step_and_a_recap() {
     );
     assert_eq!(test.read("out/config.txt"), "v1\n");
     // The second run changes nothing and says so.
-    let second = test.run(&["-q", "scripts/test.rhai"]);
-    second.code(0);
-    second.stdout_contains("[1/3] Write config ... ok (#.## s)");
-    second.stdout_contains("3 steps: 3 ok, 0 changed");
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/3] Write config ... ok (#.## s)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step          status            changes       time
+          1  Write config  ok                      0     #.## s
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    ok                      0     #.## s
+        3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 #[test]
@@ -138,20 +180,47 @@ fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
 #[test]
 fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     let test = repo().script(THREE_STEPS);
-    let by_number = test.run(&["-q", "--only", "2", "scripts/test.rhai"]);
-    by_number.code(0);
-    by_number.stdout_contains("[2/3] Say hello ... ok");
-    by_number.stdout_contains("[1/3] Write config ... skipped (not selected by --only)");
-    let by_slug = test.run(&[
+    test.run(&["-q", "--only", "2", "scripts/test.rhai"])
+        .expect(
+            0,
+            "
+        [1/3] Write config ... skipped (not selected by --only)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... skipped (not selected by --only)
+
+        Recap of scripts/test.rhai
+          #  step          status            changes       time
+          1  Write config  skipped                 0          -
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    skipped                 0          -
+        3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        ",
+            "",
+        );
+    test.run(&[
         "-q",
         "--only",
         "say-hello",
         "--only",
         "MAYBE-FAIL",
         "scripts/test.rhai",
-    ]);
-    by_slug.code(0);
-    by_slug.stdout_contains("[3/3] Maybe fail ... ok");
+    ])
+    .expect(
+        0,
+        "
+        [1/3] Write config ... skipped (not selected by --only)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step          status            changes       time
+          1  Write config  skipped                 0          -
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    ok                      0     #.## s
+        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
         2,
         "",
@@ -159,30 +228,71 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     );
     // Steps left out with --skip are not unfinished work for --resume.
     test.run(&["-q", "--skip", "1", "scripts/test.rhai"])
-        .code(0);
-    let resumed = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    resumed.code(0);
-    resumed.stdout_contains("nothing to resume: every step finished in the run of");
+        .expect(
+            0,
+            "
+        [1/3] Write config ... skipped (--skip)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step          status            changes       time
+          1  Write config  skipped                 0          -
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    ok                      0     #.## s
+        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ",
+            "",
+        );
+    test.run(&["-q", "--resume", "scripts/test.rhai"])
+        .expect(0, ALL_DONE_BEFORE, "");
 }
 
 #[test]
 fn only_and_skip_select_steps() {
     let test = repo().script(THREE_STEPS);
-    let output = test.run(&[
+    test.run(&[
         "-q",
         "--only",
         "Say hello",
         "--only",
         "Maybe fail",
         "scripts/test.rhai",
-    ]);
-    output.code(0);
-    assert!(output.stdout.starts_with(
-        "[1/3] Write config ... skipped (not selected by --only)\n[2/3] Say hello ... ok (#.## s)\n[3/3] Maybe fail ... ok (#.## s)\n"
-    ), "{}", output.stdout);
+    ])
+    .expect(
+        0,
+        "
+        [1/3] Write config ... skipped (not selected by --only)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step          status            changes       time
+          1  Write config  skipped                 0          -
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    ok                      0     #.## s
+        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert!(!test.join("out").exists());
-    let output = test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"]);
-    output.stdout_contains("[2/3] Say hello ... skipped (--skip)\n");
+    test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"])
+        .expect(
+            0,
+            "
+            [1/3] Write config ... changed (#.## s)
+            [2/3] Say hello ... skipped (--skip)
+            [3/3] Maybe fail ... ok (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step          status            changes       time
+              1  Write config  changed                 1     #.## s
+              2  Say hello     skipped                 0          -
+              3  Maybe fail    ok                      0     #.## s
+            3 steps: 1 ok, 1 changed, 1 skipped, 0 failed in #.## s
+            ",
+            "",
+        );
     assert!(test.join("out/config.txt").exists());
 }
 
@@ -235,23 +345,15 @@ fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
         "",
     );
     // Nothing is left to resume.
-    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    output.code(0);
-    assert!(
-        output
-            .stdout
-            .starts_with("nothing to resume: every step finished in the run of <time>\n"),
-        "{}",
-        output.stdout
-    );
+    test.run(&["-q", "--resume", "scripts/test.rhai"])
+        .expect(0, ALL_DONE_BEFORE, "");
 }
 
 #[test]
 fn resume_without_a_journal_starts_at_the_first_step() {
     let test = repo().script(THREE_STEPS);
-    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    output.code(0);
-    assert!(output.stdout.starts_with("no previous run to resume; starting from the first step\n[1/3] Write config ... changed"), "{}", output.stdout);
+    test.run(&["-q", "--resume", "scripts/test.rhai"])
+        .expect(0, NO_RUN_TO_RESUME, "");
 }
 
 #[test]
@@ -268,20 +370,31 @@ fn from_and_resume_together_are_refused() {
 #[test]
 fn check_mode_reports_would_change_and_mutates_nothing() {
     let test = repo().script(THREE_STEPS);
-    let output = test.run(&["--check", "scripts/test.rhai"]);
-    output.code(0);
-    assert!(output.stdout.starts_with(
-        "check mode: nothing will be changed\n[1/3] Write config ...\n    ~ would create file out/config.txt\n[1/3] Write config ... changed (#.## s)\n"
-    ), "{}", output.stdout);
-    output.stdout_contains("Recap of scripts/test.rhai (check mode)\n  #  step          status       would change       time\n");
+    test.run(&["--check", "scripts/test.rhai"]).expect(
+        0,
+        "
+        check mode: nothing will be changed
+        [1/3] Write config ...
+            ~ would create file out/config.txt
+        [1/3] Write config ... changed (#.## s)
+        [2/3] Say hello ...
+            hello
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step          status       would change       time
+          1  Write config  changed                 1     #.## s
+          2  Say hello     ok                      0     #.## s
+          3  Maybe fail    ok                      0     #.## s
+        3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert!(!test.join("out").exists(), "check mode wrote a file");
     // A check run does not count for --resume.
-    let output = test.run(&["-q", "--resume", "scripts/test.rhai"]);
-    assert!(
-        output.stdout.starts_with("no previous run to resume"),
-        "{}",
-        output.stdout
-    );
+    test.run(&["-q", "--resume", "scripts/test.rhai"])
+        .expect(0, NO_RUN_TO_RESUME, "");
 }
 
 #[test]
@@ -314,7 +427,18 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
          re-run with --resume to continue from here\n",
     );
     assert!(!test.join("out.txt").exists());
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Touch ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Touch  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert!(test.join("out.txt").exists());
 }
 
@@ -325,14 +449,19 @@ fn skip_ends_a_step_as_skipped_and_counts_as_done() {
 step("Next", || {});
 "#,
     );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(0);
-    assert!(
-        output.stdout.starts_with(
-            "[1/2] Nothing to do ... skipped: already there (#.## s)\n[2/2] Next ... ok (#.## s)\n"
-        ),
-        "{}",
-        output.stdout
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/2] Nothing to do ... skipped: already there (#.## s)
+        [2/2] Next ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step           status            changes       time
+          1  Nothing to do  skipped                 0     #.## s
+          2  Next           ok                      0     #.## s
+        2 steps: 1 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
     );
 }
 
@@ -461,7 +590,22 @@ fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
     let test = repo().script(THREE_STEPS);
     for _ in 0..22 {
         test.run(&["-q", "--only", "Say hello", "scripts/test.rhai"])
-            .code(0);
+            .expect(
+                0,
+                "
+                [1/3] Write config ... skipped (not selected by --only)
+                [2/3] Say hello ... ok (#.## s)
+                [3/3] Maybe fail ... skipped (not selected by --only)
+
+                Recap of scripts/test.rhai
+                  #  step          status            changes       time
+                  1  Write config  skipped                 0          -
+                  2  Say hello     ok                      0     #.## s
+                  3  Maybe fail    skipped                 0          -
+                3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
+                ",
+                "",
+            );
     }
     let journal: serde_json::Value =
         serde_json::from_str(&test.read(".bprun/journal/test.json")).expect("journal JSON");
@@ -472,10 +616,21 @@ fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
 #[test]
 fn step_names_must_be_unique() {
     let test = repo().script("step(\"A\", || {});\nstep(\"A\", || {});\n");
-    let output = test.run(&["--list", "scripts/test.rhai"]);
-    output.code(3);
-    output.stderr_contains("× step \"A\" is declared twice");
-    output.stderr_contains("scripts/test.rhai:2:1");
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × step "A" is declared twice
+           ╭─[scripts/test.rhai:2:1]
+         1 │ step("A", || {});
+         2 │ step("A", || {});
+           · ──┬─
+           ·   ╰── failed here
+           ╰────
+          hint: step names select steps on the command line, so each must be unique
+        "#,
+    );
 }
 
 #[test]
@@ -533,6 +688,16 @@ fn meet(mine, theirs) {
 }
 "#;
 
+/// `-q` of PARALLEL_MEET when both items met.
+const MET: &str = "
+[1/1] Meet ... changed (#.## s)
+
+Recap of scripts/test.rhai
+  #  step  status            changes       time
+  1  Meet  changed                 2     #.## s
+1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+";
+
 const PARALLEL_MEET: &str = r#"step("Meet", || {
     let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
     let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
@@ -543,16 +708,37 @@ const PARALLEL_MEET: &str = r#"step("Meet", || {
 #[test]
 fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(0, MET, "");
 }
 
 #[test]
 fn parallel_honours_its_bound() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
-    let output = test.run(&["-q", "scripts/test.rhai", "--limit", "1"]);
-    output.code(1);
-    output.stderr_contains("  × parallel: 1 of 2 items failed\n");
-    output.stderr_contains("  caused by: item 1 ([\"out/a\", \"out/b\"]): out/b never appeared\n");
+    test.run(&["-q", "scripts/test.rhai", "--limit", "1"]).expect(
+        1,
+        "
+        [1/1] Meet ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Meet  failed                  2     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Meet" failed
+          × parallel: 1 of 2 items failed
+            ╭─[scripts/test.rhai:13:19]
+         12 │     let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
+         13 │     let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
+            ·                   ────┬───
+            ·                       ╰── failed here
+         14 │     assert_eq(results, ["out/a", "out/b"]);
+            ╰────
+          caused by: item 1 (["out/a", "out/b"]): out/b never appeared
+          hint: each failed item is listed above; the others finished
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 #[test]
@@ -565,10 +751,32 @@ fn parallel_reports_every_failure() {
 });
 "#,
     );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("  × parallel: 2 of 3 items failed\n");
-    output.stderr_contains("  caused by: item 2 (guestbook): guestbook broke\n  caused by: item 3 (redis): redis broke\n");
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        1,
+        "
+        [1/1] Fan out ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step     status            changes       time
+          1  Fan out  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Fan out" failed
+          × parallel: 2 of 3 items failed
+           ╭─[scripts/test.rhai:2:5]
+         1 │ step("Fan out", || {
+         2 │     parallel([#{name: "shared-code"}, #{name: "guestbook"}, #{name: "redis"}], |app| {
+           ·     ────┬───
+           ·         ╰── failed here
+         3 │         if app.name != "shared-code" { throw `${app.name} broke` }
+           ╰────
+          caused by: item 2 (guestbook): guestbook broke
+          caused by: item 3 (redis): redis broke
+          hint: each failed item is listed above; the others finished
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 /// Two closures that each wait for a file the other writes: both finish only when they run at
@@ -578,38 +786,119 @@ fn concurrently_runs_its_closures_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!(
         "{RENDEZVOUS_FN}\nstep(\"Both\", || {{\n    let results = concurrently([|| meet(\"out/a\", \"out/b\"), || meet(\"out/b\", \"out/a\"), || 3]);\n    assert_eq(results, [\"out/a\", \"out/b\", 3]);\n}});\n"
     ));
-    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] Both ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  Both  changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
+}
+
+/// A script that fails in one way, and all it prints.
+struct Case {
+    name: &'static str,
+    script: &'static str,
+    code: i32,
+    stdout: &'static str,
+    stderr: &'static str,
 }
 
 #[test]
 fn concurrently_raises_a_single_failure_as_it_is_and_names_several() {
-    let test = repo().script(
-        r#"step("One fails", || {
+    let cases = [
+        Case {
+            name: "one task fails: its error as it is, no `concurrently:` wrapper",
+            script: r#"step("One fails", || {
     concurrently([|| 1, || { throw "the registry does not answer" }]);
 });
 "#,
-    );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("the registry does not answer");
-    output.stderr_lacks("concurrently:");
-    let test = repo().script(
-        r#"step("Two fail", || {
+            code: 1,
+            stdout: "
+            [1/1] One fails ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step       status            changes       time
+              1  One fails  failed                  0     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            stderr: r#"
+            error: step "One fails" failed
+              × the registry does not answer
+               ╭─[scripts/test.rhai:2:30]
+             1 │ step("One fails", || {
+             2 │     concurrently([|| 1, || { throw "the registry does not answer" }]);
+               ·                              ──┬──
+               ·                                ╰── thrown here
+             3 │ });
+               ╰────
+              in a closure called at scripts/test.rhai:2:5
+            re-run with --resume to continue from here
+            "#,
+        },
+        Case {
+            name: "two tasks fail: both named",
+            script: r#"step("Two fail", || {
     concurrently([|| { throw "first broke" }, || 2, || { throw "third broke" }]);
 });
 "#,
-    );
-    let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(1);
-    output.stderr_contains("  × concurrently: 2 of 3 tasks failed\n");
-    output.stderr_contains("  caused by: task 1: first broke\n  caused by: task 3: third broke\n");
-    let test = repo().script(
-        r#"step("Not a closure", || { concurrently([|| 1, 2]); });
-"#,
-    );
-    test.run(&["-q", "scripts/test.rhai"])
-        .code(1)
-        .stderr_contains("concurrently: task 2 is a i64, not a closure");
+            code: 1,
+            stdout: "
+            [1/1] Two fail ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step      status            changes       time
+              1  Two fail  failed                  0     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            stderr: r#"
+            error: step "Two fail" failed
+              × concurrently: 2 of 3 tasks failed
+               ╭─[scripts/test.rhai:2:5]
+             1 │ step("Two fail", || {
+             2 │     concurrently([|| { throw "first broke" }, || 2, || { throw "third broke" }]);
+               ·     ──────┬─────
+               ·           ╰── failed here
+             3 │ });
+               ╰────
+              caused by: task 1: first broke
+              caused by: task 3: third broke
+            re-run with --resume to continue from here
+            "#,
+        },
+        Case {
+            name: "a task that is not a closure",
+            script: "step(\"Not a closure\", || { concurrently([|| 1, 2]); });\n",
+            code: 1,
+            stdout: "
+            [1/1] Not a closure ... failed (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step           status            changes       time
+              1  Not a closure  failed                  0     #.## s
+            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+            ",
+            stderr: r#"
+            error: step "Not a closure" failed
+              × concurrently: task 2 is a i64, not a closure
+               ╭─[scripts/test.rhai:1:28]
+             1 │ step("Not a closure", || { concurrently([|| 1, 2]); });
+               ·                            ──────┬─────
+               ·                                  ╰── failed here
+               ╰────
+            re-run with --resume to continue from here
+            "#,
+        },
+    ];
+    for case in cases {
+        let output = repo().script(case.script).run(&["-q", "scripts/test.rhai"]);
+        expect_output(case.name, &output, case.code, case.stdout, case.stderr);
+    }
 }
 
 #[test]
@@ -667,25 +956,48 @@ fn status_words_are_coloured_on_a_terminal_unless_no_color_is_set() {
     let test = repo().script(
         "step(\"Fine\", || {});\nstep(\"Write\", || { write_text(\"out.txt\", \"x\"); });\nstep(\"Skip\", || { skip(\"not today\"); });\n",
     );
-    let coloured = on_a_terminal(&test, &[]);
-    for expected in [
-        "[1/3] Fine ... \u{1b}[32mok\u{1b}[0m (",
-        "[2/3] Write ... \u{1b}[33mchanged\u{1b}[0m (",
-        "[3/3] Skip ... \u{1b}[36mskipped\u{1b}[0m: not today (",
-        // In the recap the word is coloured and the column keeps its width.
-        "  1  Fine   \u{1b}[32mok\u{1b}[0m                      0     ",
-    ] {
-        assert!(
-            coloured.contains(expected),
-            "missing {expected:?} in {coloured:?}"
-        );
-    }
-    let plain = on_a_terminal(&test, &[("NO_COLOR", "1")]);
-    assert!(!plain.contains('\u{1b}'), "{plain:?}");
-    assert!(plain.contains("[1/3] Fine ... ok ("), "{plain:?}");
+    let on_a_terminal = |env: &[(&str, &str)]| {
+        bprun_testkit::normalize(&on_a_terminal(&test, env).replace("\r\n", "\n"))
+    };
+    // In the recap the word is coloured and the column keeps its width.
+    assert_text(
+        &on_a_terminal(&[]),
+        &bprun_testkit::unindent(
+            "
+            [1/3] Fine ... \u{1b}[32mok\u{1b}[0m (#.## s)
+            [2/3] Write ...
+                ~ create file out.txt
+            [2/3] Write ... \u{1b}[33mchanged\u{1b}[0m (#.## s)
+            [3/3] Skip ... \u{1b}[36mskipped\u{1b}[0m: not today (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step   status            changes       time
+              1  Fine   \u{1b}[32mok\u{1b}[0m                      0     #.## s
+              2  Write  \u{1b}[33mchanged\u{1b}[0m                 1     #.## s
+              3  Skip   \u{1b}[36mskipped\u{1b}[0m                 0     #.## s
+            3 steps: 1 ok, 1 changed, 1 skipped, 0 failed in #.## s
+            ",
+        ),
+    );
+    // The file is there now: the later runs leave it alone.
+    let plain = "
+        [1/3] Fine ... ok (#.## s)
+        [2/3] Write ... ok (#.## s)
+        [3/3] Skip ... skipped: not today (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step   status            changes       time
+          1  Fine   ok                      0     #.## s
+          2  Write  ok                      0     #.## s
+          3  Skip   skipped                 0     #.## s
+        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        ";
+    assert_text(
+        &on_a_terminal(&[("NO_COLOR", "1")]),
+        &bprun_testkit::unindent(plain),
+    );
     // Not a terminal (a pipe): no colour either.
-    let piped = test.run(&["scripts/test.rhai"]);
-    piped.stdout_lacks("\u{1b}");
+    test.run(&["scripts/test.rhai"]).expect(0, plain, "");
 }
 
 #[test]
@@ -715,15 +1027,52 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
         ",
         "",
     );
-    list(&["--tags", "web,cache"])
-        .stdout_contains("[2/4] Database (skipped: not tagged web or cache)\n");
-    list(&["--skip-tags", "cache"]).stdout_contains("[3/4] Cache (skipped: --skip-tags cache)\n");
+    list(&["--tags", "web,cache"]).expect(
+        0,
+        "
+        scripts/test.rhai: 4 steps
+        [1/4] Login
+        [2/4] Database (skipped: not tagged web or cache)
+        [3/4] Cache
+        [4/4] Web
+        ",
+        "",
+    );
+    list(&["--skip-tags", "cache"]).expect(
+        0,
+        "
+        scripts/test.rhai: 4 steps
+        [1/4] Login
+        [2/4] Database
+        [3/4] Cache (skipped: --skip-tags cache)
+        [4/4] Web
+        ",
+        "",
+    );
     // Runner options work after the script path too.
-    let run = test.run(&["scripts/test.rhai", "--skip-tags", "data"]);
-    run.code(0);
-    run.stdout_contains("    login\n")
-        .stdout_contains("    web\n")
-        .stdout_lacks("    db\n");
+    test.run(&["scripts/test.rhai", "--skip-tags", "data"])
+        .expect(
+            0,
+            "
+        [1/4] Login ...
+            login
+        [1/4] Login ... ok (#.## s)
+        [2/4] Database ... skipped (--skip-tags data)
+        [3/4] Cache ... skipped (--skip-tags data)
+        [4/4] Web ...
+            web
+        [4/4] Web ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step      status            changes       time
+          1  Login     ok                      0     #.## s
+          2  Database  skipped                 0          -
+          3  Cache     skipped                 0          -
+          4  Web       ok                      0     #.## s
+        4 steps: 2 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        ",
+            "",
+        );
     test.run(&["--list", "--tags", "dat", "scripts/test.rhai"])
         .expect(
             2,

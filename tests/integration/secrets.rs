@@ -5,16 +5,7 @@ use crate::support::{Test, repo};
 const CANARY: &str = "glpat-CANARY-9f8e7d6c5b4a";
 
 fn assert_no_canary(test: &Test, output: &crate::support::Output) {
-    assert!(
-        !output.raw_stdout.contains(CANARY),
-        "stdout leaked the canary:\n{}",
-        output.raw_stdout
-    );
-    assert!(
-        !output.raw_stderr.contains(CANARY),
-        "stderr leaked the canary:\n{}",
-        output.raw_stderr
-    );
+    output.stdout_lacks(CANARY).stderr_lacks(CANARY);
     if let Ok(journal) = std::fs::read_to_string(test.join(".bprun/journal/test.json")) {
         assert!(
             !journal.contains(CANARY),
@@ -45,19 +36,109 @@ step("Fail with it", || {
 });
 "#;
 
+/// How LEAKY's last step fails, with the secret as `***`.
+const FAILED_WITH_IT: &str = r#"
+        error: step "Fail with it" failed
+          × failed with ***
+            ╭─[scripts/test.rhai:19:5]
+         18 │ step("Fail with it", || {
+         19 │     throw `failed with ${token.reveal()}`;
+            ·     ──┬──
+            ·       ╰── thrown here
+         20 │ });
+            ╰────
+        re-run with --resume to continue from here
+        "#;
+
 #[test]
 fn a_canary_secret_never_appears_in_any_output() {
     let test = repo().script(LEAKY).env("CANARY_TOKEN", CANARY);
-    for args in [
-        &["-v", "scripts/test.rhai"][..],
-        &["-v", "--json", "scripts/test.rhai"][..],
-        &["--check", "scripts/test.rhai"][..],
-    ] {
-        let output = test.run(args);
-        output.code(1);
-        assert!(output.raw_stdout.contains("***"), "{}", output.raw_stdout);
-        assert_no_canary(&test, &output);
-    }
+    let verbose = test.run(&["-v", "scripts/test.rhai"]);
+    verbose.expect(
+        1,
+        r#"
+        ***
+        interpolated: ***
+        debug: ***
+        [1/2] Use the token ...
+            ***
+            warning: revealed: ***
+            {"token":"***"}
+            token: '***'
+            Bearer ***
+            ***
+            debug: run: echo ***
+            ***
+            ~ use ***
+        [1/2] Use the token ... changed (#.## s)
+        [2/2] Fail with it ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step           status            changes       time
+          1  Use the token  changed                 1     #.## s
+          2  Fail with it   failed                  0     #.## s
+        2 steps: 0 ok, 1 changed, 0 skipped, 1 failed in #.## s
+        "#,
+        FAILED_WITH_IT,
+    );
+    assert_no_canary(&test, &verbose);
+    let json = test.run(&["-v", "--json", "scripts/test.rhai"]);
+    assert_no_canary(&test, &json);
+    json.replace_regex(r#""ts":"[^"]+""#, r#""ts":"<time>""#)
+        .replace_regex(r#""duration_s":[0-9.]+"#, r#""duration_s":<s>"#)
+        .expect(
+            1,
+            r#"
+            {"event":"log","level":"info","message":"***","step":null,"ts":"<time>"}
+            {"event":"log","level":"info","message":"interpolated: ***","step":null,"ts":"<time>"}
+            {"event":"log","level":"debug","message":"***","step":null,"ts":"<time>"}
+            {"check":false,"event":"run_start","script":"scripts/test.rhai","steps":2,"ts":"<time>"}
+            {"event":"step_start","index":1,"name":"Use the token","total":2,"ts":"<time>"}
+            {"event":"log","level":"info","message":"***","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"warn","message":"revealed: ***","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"info","message":"{\"token\":\"***\"}","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"info","message":"token: '***'\n","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"info","message":"Bearer ***","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"info","message":"***","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"debug","message":"run: echo ***","step":"Use the token","ts":"<time>"}
+            {"event":"log","level":"info","message":"***\n","step":"Use the token","ts":"<time>"}
+            {"action":"use","check":false,"event":"change","kind":"***","name":"","resource":"***","step":"Use the token","ts":"<time>"}
+            {"changes":1,"duration_s":<s>,"error":null,"event":"step_end","index":1,"name":"Use the token","note":null,"status":"changed","total":2,"ts":"<time>"}
+            {"event":"step_start","index":2,"name":"Fail with it","total":2,"ts":"<time>"}
+            {"changes":0,"duration_s":<s>,"error":"failed with ***","event":"step_end","index":2,"name":"Fail with it","note":null,"status":"failed","total":2,"ts":"<time>"}
+            {"event":"error","hint":null,"location":"scripts/test.rhai:19:5","message":"failed with ***","step":"Fail with it","ts":"<time>"}
+            {"duration_s":<s>,"event":"run_end","exit_code":1,"outcome":"step-failed","ts":"<time>"}
+            "#,
+            FAILED_WITH_IT,
+        );
+    let check = test.run(&["--check", "scripts/test.rhai"]);
+    check.expect(
+        1,
+        r#"
+        ***
+        interpolated: ***
+        check mode: nothing will be changed
+        [1/2] Use the token ...
+            ***
+            warning: revealed: ***
+            {"token":"***"}
+            token: '***'
+            Bearer ***
+            ***
+            ***
+            ~ would use ***
+        [1/2] Use the token ... changed (#.## s)
+        [2/2] Fail with it ... failed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step           status       would change       time
+          1  Use the token  changed                 1     #.## s
+          2  Fail with it   failed                  0     #.## s
+        2 steps: 0 ok, 1 changed, 0 skipped, 1 failed in #.## s
+        "#,
+        FAILED_WITH_IT,
+    );
+    assert_no_canary(&test, &check);
 }
 
 #[test]
@@ -88,7 +169,18 @@ fn a_secret_written_to_a_file_gets_mode_0600() {
         .script("step(\"Persist\", || { write_text(\"infra/secrets/token.txt\", env_secret(\"CANARY_TOKEN\")); });\n")
         .env("CANARY_TOKEN", CANARY);
     let output = test.run(&["-q", "scripts/test.rhai"]);
-    output.code(0);
+    output.expect(
+        0,
+        "
+        [1/1] Persist ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step     status            changes       time
+          1  Persist  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert_no_canary(&test, &output);
     assert_eq!(test.read("infra/secrets/token.txt"), CANARY);
     let mode = std::fs::metadata(test.join("infra/secrets/token.txt"))

@@ -1,7 +1,7 @@
 //! The TLS natives: a CA and a wildcard certificate that `openssl verify` accepts, minted only
 //! when needed.
 
-use crate::support::repo;
+use crate::support::{assert_text, repo};
 
 const SCRIPT: &str = r#"
 step("TLS", || {
@@ -15,10 +15,22 @@ step("TLS", || {
 fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     use std::os::unix::fs::PermissionsExt;
     let test = repo().script(SCRIPT);
-    let first = test.run(&["scripts/test.rhai"]);
-    first.code(0);
-    first.stdout_contains("    ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)\n");
-    first.stdout_contains("    true true\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] TLS ...
+            ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)
+            ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (no certificate yet)
+            true true
+        [1/1] TLS ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  TLS   changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     for key in ["ca-key.pem", "key.pem"] {
         let mode = std::fs::metadata(test.join(&format!("infra/tls/wildcard/{key}")))
             .expect("key")
@@ -54,18 +66,47 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
         .current_dir(test.path())
         .output()
         .expect("openssl");
-    assert!(String::from_utf8_lossy(&text.stdout).contains("DNS:*.local.example.net"));
+    assert_text(
+        &String::from_utf8_lossy(&text.stdout),
+        "X509v3 Subject Alternative Name: \n    DNS:*.local.example.net, DNS:local.example.net\n",
+    );
 
     // Nothing to do the second time; the files stay byte for byte.
     let cert_before = test.read("infra/tls/wildcard/cert.pem");
-    let second = test.run(&["scripts/test.rhai"]);
-    second.stdout_contains("false false");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] TLS ...
+            false false
+        [1/1] TLS ... ok (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  TLS   ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert_eq!(test.read("infra/tls/wildcard/cert.pem"), cert_before);
 
     // Another CA means a new certificate.
     std::fs::remove_file(test.join("infra/tls/wildcard/ca.pem")).expect("remove CA");
-    let new_ca = test.run(&["scripts/test.rhai"]);
-    new_ca.stdout_contains("    ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        "
+        [1/1] TLS ...
+            ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)
+            ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)
+            true true
+        [1/1] TLS ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step  status            changes       time
+          1  TLS   changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 #[test]
@@ -73,9 +114,23 @@ fn check_mode_mints_nothing() {
     let test = repo().script(SCRIPT);
     let output = test.run(&["--check", "scripts/test.rhai"]);
     // The certificate needs a CA that check mode only planned: it is planned too, and says why.
-    output.code(0);
-    output.stdout_contains("    ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)\n");
-    output.stdout_contains("    ~ would mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (its CA infra/tls/wildcard/ca.pem is not minted yet)\n");
+    output.expect(
+        0,
+        "
+        check mode: nothing will be changed
+        [1/1] TLS ...
+            ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)
+            ~ would mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (its CA infra/tls/wildcard/ca.pem is not minted yet)
+            true true
+        [1/1] TLS ... changed (#.## s)
+
+        Recap of scripts/test.rhai (check mode)
+          #  step  status       would change       time
+          1  TLS   changed                 2     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     assert!(!test.join("infra/tls/wildcard/ca.pem").exists());
     assert!(!test.join("infra/tls/wildcard/cert.pem").exists());
     // Outside check mode a missing CA is still an error.
@@ -83,7 +138,26 @@ fn check_mode_mints_nothing() {
         "scripts/cert.rhai",
         "step(\"Cert\", || { tls_ensure_cert(\"infra/tls/wildcard\", \"infra/tls/wildcard\", #{dns_names: [\"a.example\"]}); });\n",
     );
-    let refused = test.run(&["scripts/cert.rhai"]);
-    refused.code(1);
-    refused.stderr_contains("hint: create the CA first: tls_ensure_ca");
+    test.run(&["scripts/cert.rhai"]).expect(
+        1,
+        "
+        [1/1] Cert ... failed (#.## s)
+
+        Recap of scripts/cert.rhai
+          #  step  status            changes       time
+          1  Cert  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Cert" failed
+          × tls: read infra/tls/wildcard/ca.pem: No such file or directory (os error 2)
+           ╭─[scripts/cert.rhai:1:19]
+         1 │ step("Cert", || { tls_ensure_cert("infra/tls/wildcard", "infra/tls/wildcard", #{dns_names: ["a.example"]}); });
+           ·                   ───────┬───────
+           ·                          ╰── failed here
+           ╰────
+          hint: create the CA first: tls_ensure_ca
+        re-run with --resume to continue from here
+        "#,
+    );
 }
