@@ -329,6 +329,15 @@ pub fn parse_error(session: &dyn ScriptSources, error: &ParseError, source_name:
             format!("unknown variable `{name}`"),
             "variables are strict: declare them with `let` before use (script arguments are in `args`)",
         ),
+        // bprun disables `eval` (engine.rs): scripts are reviewed code, and data must not become code.
+        rhai::ParseErrorType::BadInput(rhai::LexError::ImproperSymbol(symbol, message))
+            if symbol == "eval" =>
+        {
+            (
+                format!("syntax error: {message}"),
+                "bprun scripts cannot `eval` text: call a function, or `import` a module from the script's folder",
+            )
+        }
         other => (
             format!("syntax error: {other}"),
             "check the syntax at this position; Rhai statements end with `;`",

@@ -552,8 +552,8 @@ pub fn check_table(rows: &[CheckLine]) -> String {
     }
     let count = |wanted: CheckResult| rows.iter().filter(|row| row.result == wanted).count();
     let mut summary = format!(
-        "{} checks: {} passed, {} failed",
-        rows.len(),
+        "{}: {} passed, {} failed",
+        crate::text::count(rows.len(), "check"),
         count(CheckResult::Passed),
         count(CheckResult::Failed)
     );
@@ -591,10 +591,9 @@ pub fn recap_summary(steps: &[StepRecord], duration: Duration) -> String {
     if not_run > 0 {
         parts.push(format!("{not_run} not run"));
     }
-    let noun = if steps.len() == 1 { "step" } else { "steps" };
     format!(
-        "{} {noun}: {} in {}",
-        steps.len(),
+        "{}: {} in {}",
+        crate::text::count(steps.len(), "step"),
         parts.join(", "),
         format_duration(duration)
     )

@@ -871,8 +871,9 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
         share_imports_and_constants(&mut repl.engine, &repl.scope, &ast)?;
         let steps = lock(&session.steps).len();
         println!(
-            "loaded {} ({steps} steps declared, not run)",
-            location.display
+            "loaded {} ({} declared, not run)",
+            location.display,
+            crate::text::count(steps, "step")
         );
     }
     session.state.set_phase(Phase::Running);

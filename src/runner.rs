@@ -671,8 +671,7 @@ fn run_steps(
             .as_ref()
             .map(|bound| bound.decls.clone());
         reporter.plan(display, &plan, declared.as_deref());
-        let noun = if total == 1 { "step" } else { "steps" };
-        reporter.line(&format!("{display}: {total} {noun}"));
+        reporter.line(&format!("{display}: {}", crate::text::count(total, "step")));
         if let Some(note) = &note {
             reporter.line(note);
         }

@@ -1,4 +1,5 @@
-//! Plain text helpers with no dependency on the rest of the crate: did-you-mean suggestions.
+//! Plain text helpers with no dependency on the rest of the crate: did-you-mean suggestions and
+//! counted nouns.
 
 /// The name in `names` closest to `wanted` (at most two edits away), for did-you-mean hints.
 pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
@@ -10,6 +11,15 @@ pub fn closest(wanted: &str, names: &[String]) -> Option<String> {
         }
     }
     best.map(|(_, name)| name.clone())
+}
+
+/// `1 step`, `2 steps`: a count and its noun (nouns whose plural adds an `s`).
+pub fn count(n: usize, noun: &str) -> String {
+    if n == 1 {
+        format!("1 {noun}")
+    } else {
+        format!("{n} {noun}s")
+    }
 }
 
 fn edit_distance(a: &str, b: &str) -> usize {
@@ -32,6 +42,13 @@ fn edit_distance(a: &str, b: &str) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_count_of_one_is_singular() {
+        assert_eq!(count(1, "step"), "1 step");
+        assert_eq!(count(0, "check"), "0 checks");
+        assert_eq!(count(3, "share"), "3 shares");
+    }
 
     #[test]
     fn edit_distance_counts_edits() {

@@ -152,23 +152,60 @@ step("Plain step", || { info("still runs after failed rows") });
     test.run(&["--only", "equal", "scripts/test.rhai"])
         .code(0)
         .stderr("")
-        .partial_stdout(
+        .stdout(
             "
-Qualification of scripts/test.rhai
-  #  check  expected  found  result
-  1  Equal  42        42     pass
-"
-            .trim_start_matches('\n'),
-            "the summary under it says `1 checks`: a grammar defect of bprun's, not pinned",
+            [1/6] Equal ... ok (#.## s)
+            [2/6] Different ... skipped (not selected by --only)
+            [3/6] Verdict ... skipped (not selected by --only)
+            [4/6] Throws ... skipped (not selected by --only)
+            [5/6] Cannot read ... skipped (not selected by --only)
+            [6/6] Plain step ... skipped (not selected by --only)
+
+            Recap of scripts/test.rhai
+              #  step         status            changes       time
+              1  Equal        ok                      0     #.## s
+              2  Different    skipped                 0          -
+              3  Verdict      skipped                 0          -
+              4  Throws       skipped                 0          -
+              5  Cannot read  skipped                 0          -
+              6  Plain step   skipped                 0          -
+            6 steps: 1 ok, 0 changed, 5 skipped, 0 failed in #.## s
+
+            Qualification of scripts/test.rhai
+              #  check  expected  found  result
+              1  Equal  42        42     pass
+            1 check: 1 passed, 0 failed
+            ",
         );
 
     // Only passed rows qualify: a row that could not be checked fails the run too.
     test.run(&["--only", "cannot-read", "scripts/test.rhai"])
         .code(1)
         .stderr("")
-        .partial_stdout(
-            "  5  Cannot read  x         OpenBao is sealed  not checked\n",
-            "the summary under it says `1 checks`: a grammar defect of bprun's, not pinned",
+        .stdout(
+            "
+            [1/6] Equal ... skipped (not selected by --only)
+            [2/6] Different ... skipped (not selected by --only)
+            [3/6] Verdict ... skipped (not selected by --only)
+            [4/6] Throws ... skipped (not selected by --only)
+            [5/6] Cannot read ... skipped: OpenBao is sealed (#.## s)
+            [6/6] Plain step ... skipped (not selected by --only)
+
+            Recap of scripts/test.rhai
+              #  step         status            changes       time
+              1  Equal        skipped                 0          -
+              2  Different    skipped                 0          -
+              3  Verdict      skipped                 0          -
+              4  Throws       skipped                 0          -
+              5  Cannot read  skipped                 0     #.## s
+              6  Plain step   skipped                 0          -
+            6 steps: 0 ok, 0 changed, 6 skipped, 0 failed in #.## s
+
+            Qualification of scripts/test.rhai
+              #  check        expected  found              result
+              5  Cannot read  x         OpenBao is sealed  not checked
+            1 check: 0 passed, 0 failed, 1 not checked
+            ",
         );
 
     // A plain step that fails still stops the run; `keep_going` lets the next steps run.
