@@ -3,12 +3,9 @@
 
 use crate::support::{BPRUN, tool};
 
-#[test]
-fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
-    let copy = BPRUN.test_in_repository_copy();
-    copy.run(&["--list", "scripts/phase2.rhai"]).expect(
-        0,
-        "scripts/phase2.rhai: 17 steps
+/// `bprun --list scripts/phase2.rhai`: its steps ...
+const PLAN: &str = "\
+scripts/phase2.rhai: 17 steps
 [1/17] Pre-flight
 [2/17] Gateway API CRDs
 [3/17] local-path StorageClass
@@ -26,13 +23,21 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
 [15/17] Registry hosts pin
 [16/17] Runner
 [17/17] Destroy
+";
+
+/// ... and its parameters.
+const PARAMETERS: &str = "\
 parameters:
   --destroy         Run only the Destroy step: uninstall what phase 2 installed
   --preserve-data   With --destroy: keep the volumes' data and the secrets (must agree with tofu's preserve_stateful_data)
   --wait-timeout N  Seconds each install may take to become Ready (default: 900)
-",
-        "",
-    );
+";
+
+#[test]
+fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.run(&["--list", "scripts/phase2.rhai"])
+        .expect(0, &format!("{PLAN}{PARAMETERS}"), "");
 }
 
 #[test]
@@ -40,15 +45,38 @@ fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() 
     let copy = BPRUN.test_in_repository_copy();
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
     // No cluster is configured: the refusal comes before any step could reach one.
-    let refused = copy.run(&["scripts/phase2.rhai", "--destroy"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused.stderr_contains("--destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars");
-    refused.stderr_contains("add --preserve-data");
+    let refusal = |flags: &str, value: bool, fix: &str| {
+        format!(
+            "error: the top level of scripts/phase2.rhai failed
+  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
+{}",
+            r#"    ╭─[scripts/lib/common.rhai:63:9]
+ 62 │     if tofu_preserves != preserve_data {
+ 63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
+    ·         ──┬──
+    ·           ╰── thrown here
+ 64 │     }
+    ╰────
+  in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
+"#
+        )
+    };
+    copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
+        3,
+        "",
+        &refusal("without --preserve-data", true, "add --preserve-data"),
+    );
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = false\n");
-    let refused = copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused
-        .stderr_contains("--destroy --preserve-data disagrees with preserve_stateful_data = false");
+    copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"])
+        .expect(
+            3,
+            "",
+            &refusal(
+                "--preserve-data",
+                false,
+                "drop --preserve-data, or set preserve_stateful_data = true",
+            ),
+        );
     assert!(
         !copy.path().join("infra/secrets").exists() && !copy.path().join(".bprun").exists(),
         "a refused destroy wrote state"
@@ -63,18 +91,42 @@ fn pinned_manifests_are_checked_before_anything_is_applied() {
         "let text = pinned_manifest(\"gateway-api\");\nprint(`${yaml_parse_all(text).len()} objects`);\n",
     );
     copy.run(&["scripts/manifest.rhai"])
-        .code(0)
-        .stdout_contains(" objects");
+        .expect(0, "10 objects\n", "");
     let file = "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gateways.yaml";
     let text = std::fs::read_to_string(copy.path().join(file)).expect("vendored CRD");
     copy.write(file, &text.replace("Gateway", "Gatewai"));
-    let refused = copy.run(&["scripts/manifest.rhai"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused.stderr_contains(&format!("pinned_manifest: {file} has SHA-256 "));
-    refused.stderr_contains("but infra/VERSIONS.json pins 2377a440b259c47d");
+    copy.run(&["scripts/manifest.rhai"]).expect(
+        3,
+        "",
+        &format!(
+            "error: the top level of scripts/manifest.rhai failed
+  × pinned_manifest: {file} has SHA-256 7b5b087877beb4fc65d2650ef7281e6bb96f3a1d8ab69476204a1830bc49a3e7, but infra/VERSIONS.json pins 2377a440b259c47d0fe5c052b5cc0fb7d2a497718392b1043a985b4bdb5a3d9f
+{}",
+            r#"   ╭─[scripts/manifest.rhai:1:12]
+ 1 │ let text = pinned_manifest("gateway-api");
+   ·            ───────┬───────
+   ·                   ╰── failed here
+ 2 │ print(`${yaml_parse_all(text).len()} objects`);
+   ╰────
+  hint: restore the upstream file unmodified, or update the pin after reviewing the new upstream version
+"#
+        ),
+    );
     copy.write("scripts/unknown.rhai", "pinned_manifest(\"gateway\");\n");
-    copy.run(&["scripts/unknown.rhai"])
-        .stderr_contains("known keys: gateway-api, local-path-provisioner");
+    copy.run(&["scripts/unknown.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/unknown.rhai failed
+          × pinned_manifest: infra/VERSIONS.json has no manifests.gateway
+           ╭─[scripts/unknown.rhai:1:1]
+         1 │ pinned_manifest("gateway");
+           · ───────┬───────
+           ·        ╰── failed here
+           ╰────
+          hint: known keys: gateway-api, local-path-provisioner
+        "#,
+    );
 }
 
 #[test]
@@ -92,11 +144,23 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
 "#,
     );
     let run = copy.run(&["scripts/render.rhai"]);
-    run.code(0).stdout_contains("rendered: ***");
-    assert!(
-        !run.raw_stdout.contains("canary-minio-password-123"),
-        "{run:?}"
+    run.expect(
+        0,
+        "
+        [1/1] Render ...
+            rendered: ***
+            length 403
+            ~ create file rendered.yaml
+        [1/1] Render ... changed (#.## s)
+
+        Recap of scripts/render.rhai
+          #  step    status            changes       time
+          1  Render  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
     );
+    run.stdout_lacks("canary-minio-password-123");
     let rendered = std::fs::read_to_string(copy.path().join("rendered.yaml")).expect("rendered");
     assert!(
         rendered.contains("aws_secret_access_key: canary-minio-password-123\n"),
@@ -121,10 +185,30 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
 });
 "#,
     );
-    let typo = copy.run(&["scripts/typo.rhai"]);
-    assert_ne!(typo.code, 0);
-    typo.stderr_contains("template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}");
-    typo.stderr_contains("values given: ACCES_KEY, ENDPOINT, SECRET_KEY");
+    copy.run(&["scripts/typo.rhai"]).expect(
+        1,
+        "
+        [1/1] Render ... failed (#.## s)
+
+        Recap of scripts/typo.rhai
+          #  step    status            changes       time
+          1  Render  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Render" failed
+          × template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}
+           ╭─[scripts/typo.rhai:2:5]
+         1 │ step("Render", || {
+         2 │     template_file("infra/references/gitlab-rails-storage-connection.yaml",
+           ·     ──────┬──────
+           ·           ╰── failed here
+         3 │         #{ACCES_KEY: "admin", SECRET_KEY: "x", ENDPOINT: "y"});
+           ╰────
+          hint: values given: ACCES_KEY, ENDPOINT, SECRET_KEY
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 #[test]
@@ -141,8 +225,19 @@ print(`${a} ${a.len} ${a != b}`);
         .code(0)
         .stdout("*** 32 true\n");
     copy.write("scripts/short.rhai", "random_secret(8);\n");
-    copy.run(&["scripts/short.rhai"])
-        .stderr_contains("random_secret: a length of 8 is outside 12..=256");
+    copy.run(&["scripts/short.rhai"]).expect(
+        3,
+        "",
+        "
+        error: the top level of scripts/short.rhai failed
+          × random_secret: a length of 8 is outside 12..=256 (hint: passwords phase 2 mints are 32 characters)
+           ╭─[scripts/short.rhai:1:1]
+         1 │ random_secret(8);
+           · ──────┬──────
+           ·       ╰── thrown here
+           ╰────
+        ",
+    );
 }
 
 /// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
@@ -554,22 +649,52 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
 #[test]
 fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
     let copy = edited_phase2(|source| move_step_before(source, "GitLab", "MinIO"));
-    let plan = copy.run(&["--list", "scripts/phase2.rhai"]);
-    plan.code(0);
-    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"MinIO\", which runs after it (step 8): expect it to fail");
-    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"Wildcard TLS\", which runs after it (step 10): expect it to fail");
-    // The script as shipped has every need before the step that needs it.
-    let shipped = with_tools().run(&["--list", "scripts/phase2.rhai"]);
-    shipped.code(0);
-    assert!(!shipped.stdout.contains("warning"), "{}", shipped.stdout);
+    copy.run(&["--list", "scripts/phase2.rhai"]).expect(
+        0,
+        &format!(
+            r#"warning: step 7 "GitLab" needs "MinIO", which runs after it (step 8): expect it to fail
+warning: step 7 "GitLab" needs "Wildcard TLS", which runs after it (step 10): expect it to fail
+warning: step 7 "GitLab" needs "Restore GitLab secrets", which runs after it (step 13): expect it to fail
+scripts/phase2.rhai: 17 steps
+[1/17] Pre-flight
+[2/17] Gateway API CRDs
+[3/17] local-path StorageClass
+[4/17] Stable storage
+[5/17] CloudNativePG
+[6/17] Redis
+[7/17] GitLab
+[8/17] MinIO
+[9/17] OpenBao
+[10/17] Wildcard TLS
+[11/17] CoreDNS rewrite
+[12/17] Node trust
+[13/17] Restore GitLab secrets
+[14/17] Snapshot GitLab secrets
+[15/17] Registry hosts pin
+[16/17] Runner
+[17/17] Destroy
+{PARAMETERS}"#
+        ),
+        "",
+    );
+    // The script as shipped has every need before the step that needs it: no warning.
+    with_tools().run(&["--list", "scripts/phase2.rhai"]).expect(
+        0,
+        &format!("{PLAN}{PARAMETERS}"),
+        "",
+    );
 
     let typo = edited_phase2(|source| {
         source.replacen("needs: [\"Wildcard TLS\"]", "needs: [\"Wildcard TSL\"]", 1)
     });
-    let refused = typo.run(&["--list", "scripts/phase2.rhai"]);
-    refused.code(2);
-    refused.stderr_contains("step \"Node trust\" needs \"Wildcard TSL\", which is not a step");
-    refused.stderr_contains("did you mean \"Wildcard TLS\"?");
+    typo.run(&["--list", "scripts/phase2.rhai"]).expect(
+        2,
+        "",
+        r#"
+        error: step "Node trust" needs "Wildcard TSL", which is not a step
+          hint: did you mean "Wildcard TLS"?
+        "#,
+    );
 }
 
 #[test]
@@ -778,13 +903,32 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
     );
     // No cluster is configured: the check comes before helm or Kubernetes is asked anything.
     let refused = copy.run(&["scripts/install.rhai"]);
-    refused.code(1);
-    refused.stderr_contains("helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json");
-    refused.stderr_contains("caused by: certmanager-issuer: required, missing");
-    refused.stderr_contains(
-        "caused by: global.appConfig.object_store.connection.key: must be \"connection\"",
+    refused.expect(
+        1,
+        "
+        [1/1] GitLab ... failed (#.## s)
+
+        Recap of scripts/install.rhai
+          #  step    status            changes       time
+          1  GitLab  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "GitLab" failed
+          × helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json
+           ╭─[scripts/install.rhai:2:5]
+         1 │ step("GitLab", || {
+         2 │     helm_install("gitlab", "infra/helm-charts/stand-ins/gitlab", "gitlab", #{
+           ·     ──────┬─────
+           ·           ╰── failed here
+         3 │         values_files: ["infra/helm-values/gitlab.yaml"],
+           ╰────
+          caused by: certmanager-issuer: required, missing
+          caused by: global.appConfig.object_store.connection.key: must be "connection"
+          hint: fix the values file or the override; the schema lists what the chart needs from us. Nothing was installed
+        re-run with --resume to continue from here
+        "#,
     );
-    refused.stderr_contains("Nothing was installed");
     // The shipped values match every schema (with VERSIONS.json's overrides, as phase 2 merges them).
     let shipped = with_tools();
     shipped.write(
@@ -800,7 +944,21 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
 });
 "#,
     );
-    shipped.run(&["-q", "scripts/check.rhai"]).code(0);
+    shipped.run(&["scripts/check.rhai"]).expect(
+        0,
+        "
+        [1/1] Schemas ...
+            warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+            warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+        [1/1] Schemas ... ok (#.## s)
+
+        Recap of scripts/check.rhai
+          #  step     status            changes       time
+          1  Schemas  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 /// A bare platform whose nodes mount `copy`'s `infra/data/shared/` at `/var/local/shared`, as
