@@ -487,7 +487,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
 
 /// The lines of the stdout between a line `from` and the next line starting with `to`,
 /// sorted: for work done in parallel, whose lines come in any order.
-trait SortedBetween {
+pub(crate) trait SortedBetween {
     fn sorted_between(self, from: &str, to: &str) -> Self;
 }
 
