@@ -6,6 +6,7 @@
 
 use crate::support::{BPRUN, Output, Sim, SimKind, Test};
 use base64::Engine;
+use bprun_testkit::unindent;
 
 const SCRIPT: &str = r#"step("In cluster", || {
     kube_apply(#{apiVersion: "v1", kind: "ConfigMap",
@@ -52,7 +53,8 @@ fn service_account(sim: &Sim, token: &str) -> ServiceAccount {
 }
 
 /// Runs bprun as in a pod: in its own mount namespace, /run a tmpfs holding the service
-/// account's files (when `mounted`), no KUBECONFIG, HOME empty.
+/// account's files (when `mounted`), no KUBECONFIG, HOME empty. Its output shows the API
+/// server's address as `<server>` and HOME as `<home>`.
 fn run_in_pod(test: &Test, account: &ServiceAccount, token: &str, mounted: bool) -> Output {
     run_in_pod_with(test, account, token, mounted, &["scripts/test.rhai"], &[])
 }
@@ -98,6 +100,8 @@ fn run_in_pod_with(
         .output()
         .expect("unshare");
     Output::normalized(output)
+        .replace(&account.server, "<server>")
+        .replace(&home.path().display().to_string(), "<home>")
 }
 
 #[test]
@@ -118,22 +122,69 @@ fn in_a_pod_bprun_uses_the_service_account_without_a_kubeconfig() {
     let test = BPRUN.test().script(SCRIPT);
 
     let run = run_in_pod(&test, &account, &token, true);
-    run.code(0);
-    run.stdout_contains("namespaces: true\n");
-    run.stdout_contains("server: true\n");
-    run.stdout_contains("token: true\n");
+    run.expect(
+        0,
+        "
+        [1/1] In cluster ...
+            ~ create ConfigMap/written-from-a-pod in default
+            namespaces: true
+            server: true
+            token: true
+        [1/1] In cluster ... changed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step        status            changes       time
+          1  In cluster  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     let written = sim.kubectl(&["-n", "default", "get", "configmap", "written-from-a-pod"]);
     written.success();
 
     // The files made it work: without them there is no configuration at all ...
     let without = run_in_pod(&test, &account, &token, false);
-    without.code(1);
-    without.stderr_contains("no Kubernetes configuration");
+    let failed = "
+        [1/1] In cluster ... failed (#.## s)
+
+        Recap of scripts/test.rhai
+          #  step        status            changes       time
+          1  In cluster  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+    ";
+    let apply_failed = |error: &str, hint: &str| {
+        format!(
+            "error: step \"In cluster\" failed\n  × {error}\n{}  hint: {hint}\nre-run with --resume to continue from here\n",
+            concat!(
+                "   ╭─[scripts/test.rhai:2:5]\n",
+                " 1 │ step(\"In cluster\", || {\n",
+                " 2 │     kube_apply(#{apiVersion: \"v1\", kind: \"ConfigMap\",\n",
+                "   ·     ─────┬────\n",
+                "   ·          ╰── failed here\n",
+                " 3 │                  metadata: #{name: \"written-from-a-pod\", namespace: \"default\"}, data: #{a: \"b\"}});\n",
+                "   ╰────\n",
+            )
+        )
+    };
+    without.expect(
+        1,
+        failed,
+        &apply_failed(
+            "no Kubernetes configuration: failed to infer config: in-cluster: (failed to read the default namespace: No such file or directory (os error 2)), kubeconfig: (failed to read kubeconfig from '\"<home>/.kube/config\"': No such file or directory (os error 2))",
+            "set KUBECONFIG (for the simulator: `bprun sim kube` prints it)",
+        ),
+    );
     // ... and with a token the API server does not know, it answers 401.
     let stranger = service_account(&sim, "sim-not-the-token");
     let refused = run_in_pod(&test, &stranger, "sim-not-the-token", true);
-    refused.code(1);
-    refused.stderr_contains("401");
+    refused.expect(
+        1,
+        failed,
+        &apply_failed(
+            "discovery on <server>/: 401 Unauthorized: Unauthorized",
+            "the cluster refused the credentials: check KUBECONFIG and its user",
+        ),
+    );
 }
 
 /// The ServiceAccount `bprun/bprun` with deploy/kubernetes's RBAC, as an operator sets it up:
@@ -186,8 +237,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     assert_eq!(can(&["create", "pods/exec", "-n", "gitlab"]), "no");
     assert_eq!(can(&["list", "secrets", "-n", "gitlab"]), "no");
     let refused = sim.kubectl(&["get", "secrets", "-n", "gitlab", "--token", &token]);
-    refused.code(1);
-    refused.stderr_contains("Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"gitlab\"");
+    refused.expect(1, "", "Error from server (Forbidden): secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"gitlab\"\n");
 
     // Phase 3, in the pod: the platform's addresses and tokens from the environment, the
     // cluster from the service account (no kubeconfig). What phase 3 does in the cluster (the
@@ -199,6 +249,11 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         .cloned()
         .collect();
     let copy = BPRUN.test_in_repository_copy();
+    // What differs from run to run: pipeline numbers and commits (projects are created in
+    // parallel, commits carry their time), how long pipelines take (the recap's columns are
+    // aligned to the durations' width; the smoke test says "waiting for" a pipeline as often as
+    // it happens to wait), and the order of the lines of work done in parallel (projects and
+    // pipelines), compared sorted.
     let phase3_in_pod = || {
         run_in_pod_with(
             &copy,
@@ -208,6 +263,22 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
             &["scripts/phase3.rhai"],
             &env,
         )
+        .replace(sim.var("GITLAB_URL"), "<gitlab>")
+        .replace_regex(r"#\d+ of", "#<n> of")
+        .replace_regex(r"/pipelines/\d+", "/pipelines/<n>")
+        .replace_regex(r"\([0-9a-f]{8}\)", "(<sha>)")
+        .replace_regex(r"Checking out [0-9a-f]{8} ", "Checking out <sha> ")
+        .replace_regex(r" +#\.## s\n", " #.## s\n")
+        .replace_regex(
+            r"(?m)^(    pipeline #<n> of \S+: \w+) \(\d+ s\)$",
+            "$1 (# s)",
+        )
+        .replace_regex(r"(?m)^    waiting for pipeline .*\n", "")
+        .sorted_between(
+            "[5/6] Provision projects ...",
+            "[5/6] Provision projects ... ",
+        )
+        .sorted_between("[6/6] Smoke test ...", "[6/6] Smoke test ... ")
     };
     let run = phase3_in_pod();
     // Phase 3 itself stays within the Role: every step up to the smoke test succeeds. The apps'
@@ -215,9 +286,114 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     // account's token (deploy/README.md): the Role does not let them deploy, and their jobs fail
     // with helm's and the API server's words, as they would on a real cluster.
     run.code(1);
-    run.stdout_contains("[5/6] Provision projects ... changed");
-    run.stderr_contains("error: step \"Smoke test\" failed");
-    run.stderr_contains("secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"guestbook\"");
+    run.stdout(
+        "
+        [1/6] Pre-flight ... ok (#.## s)
+        [2/6] Mint PAT ...
+            ~ exec gitlab-rails in gitlab/app=toolbox
+            ~ write secret secret/gitlab/bootstrap/admin_token (version 1)
+        [2/6] Mint PAT ... changed (#.## s)
+        [3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+        [4/6] Ensure group ...
+            ~ create group blueprint-apps (internal)
+        [4/6] Ensure group ... changed (#.## s)
+        [5/6] Provision projects ...
+            ~ clone <gitlab>/blueprint-apps/guestbook.git into apps-local/blueprint-apps/guestbook
+            ~ clone <gitlab>/blueprint-apps/redis-slave.git into apps-local/blueprint-apps/redis-slave
+            ~ clone <gitlab>/blueprint-apps/redis.git into apps-local/blueprint-apps/redis
+            ~ clone <gitlab>/blueprint-apps/shared-code.git into apps-local/blueprint-apps/shared-code
+            ~ commit and push apps-local/blueprint-apps/guestbook (<sha>)
+            ~ commit and push apps-local/blueprint-apps/redis (<sha>)
+            ~ commit and push apps-local/blueprint-apps/redis-slave (<sha>)
+            ~ commit and push apps-local/blueprint-apps/shared-code (<sha>)
+            ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/guestbook
+            ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/redis
+            ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/redis-slave
+            ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/shared-code
+            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook
+            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis
+            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave
+            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code
+            ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook
+            ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis
+            ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave
+            ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code
+            ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook
+            ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis
+            ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave
+            ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code
+            ~ create file apps-local/blueprint-apps/guestbook/.gitlab-ci.yml
+            ~ create file apps-local/blueprint-apps/redis-slave/.gitlab-ci.yml
+            ~ create file apps-local/blueprint-apps/redis/.gitlab-ci.yml
+            ~ create file apps-local/blueprint-apps/shared-code/.gitlab-ci.yml
+            ~ create project blueprint-apps/guestbook
+            ~ create project blueprint-apps/redis
+            ~ create project blueprint-apps/redis-slave
+            ~ create project blueprint-apps/shared-code
+            ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (8 created, 0 updated, 0 deleted)
+            ~ sync apps-local/blueprint-apps/redis from apps/redis (4 created, 0 updated, 0 deleted)
+            ~ sync apps-local/blueprint-apps/redis-slave from apps/redis-slave (4 created, 0 updated, 0 deleted)
+            ~ sync apps-local/blueprint-apps/shared-code from apps/shared-code (2 created, 0 updated, 0 deleted)
+        [5/6] Provision projects ... changed (#.## s)
+        [6/6] Smoke test ...
+            pipeline #<n> of blueprint-apps/guestbook: failed (# s)
+            pipeline #<n> of blueprint-apps/guestbook: running (# s)
+            pipeline #<n> of blueprint-apps/redis-slave: failed (# s)
+            pipeline #<n> of blueprint-apps/redis-slave: running (# s)
+            pipeline #<n> of blueprint-apps/redis: failed (# s)
+            pipeline #<n> of blueprint-apps/redis: running (# s)
+            pipeline #<n> of blueprint-apps/shared-code: success (# s)
+        [6/6] Smoke test ... failed (#.## s)
+
+        Recap of scripts/phase3.rhai
+          #  step                status            changes       time
+          1  Pre-flight          ok                      0 #.## s
+          2  Mint PAT            changed                 2 #.## s
+          3  Seed glab auth      skipped                 0 #.## s
+          4  Ensure group        changed                 1 #.## s
+          5  Provision projects  changed                36 #.## s
+          6  Smoke test          failed                  0 #.## s
+        6 steps: 1 ok, 3 changed, 1 skipped, 1 failed in #.## s
+        ",
+    );
+    let deploy_failed = |project: &str, namespace: &str| {
+        format!(
+            "  caused by: gitlab: pipeline #<n> of blueprint-apps/{project} failed
+    job deploy failed; end of its trace:
+    Created fresh repository.
+    Checking out <sha> as detached HEAD (ref is main)...
+    Skipping Git submodules setup
+    Executing \"step_script\" stage of the job script
+    $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m
+    Error: query: failed to query with labels: secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"{namespace}\"
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+    (open <gitlab>/blueprint-apps/{project}/-/pipelines/<n>)
+"
+        )
+    };
+    run.stderr(&format!(
+        "{}{}{}{}{}",
+        unindent(
+            r#"
+            error: step "Smoke test" failed
+              × gitlab: 3 of 4 pipelines did not succeed
+                 ╭─[scripts/phase3.rhai:180:5]
+             179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+             180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+                 ·     ──────────┬──────────
+                 ·               ╰── failed here
+             181 │ });
+                 ╰────
+            "#
+        ),
+        deploy_failed("guestbook", "guestbook"),
+        deploy_failed("redis", "redis-demo"),
+        deploy_failed("redis-slave", "redis-slave-demo"),
+        "  hint: each failed pipeline is listed above with its URL\nre-run with --resume to continue from here\n",
+    ));
     // Given the rights the pipelines need (here, everything, cluster-wide), the run is green.
     let deployer = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: app-deployer}\n\
                     rules: [{apiGroups: ['*'], resources: ['*'], verbs: ['*']}]\n---\n\
@@ -226,7 +402,41 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
                     subjects: [{kind: ServiceAccount, name: bprun, namespace: bprun}]\n";
     sim.kubectl_stdin(&["apply", "-f", "-"], deployer).success();
     let granted = phase3_in_pod();
-    granted.code(0);
+    granted.expect(
+        0,
+        "
+        [1/6] Pre-flight ... ok (#.## s)
+        [2/6] Mint PAT ...
+            admin PAT already in OpenBao; reusing
+        [2/6] Mint PAT ... ok (#.## s)
+        [3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+        [4/6] Ensure group ... ok (#.## s)
+        [5/6] Provision projects ... ok (#.## s)
+        [6/6] Smoke test ...
+            pipeline #<n> of blueprint-apps/guestbook: running (# s)
+            pipeline #<n> of blueprint-apps/guestbook: success (# s)
+            pipeline #<n> of blueprint-apps/redis-slave: running (# s)
+            pipeline #<n> of blueprint-apps/redis-slave: success (# s)
+            pipeline #<n> of blueprint-apps/redis: running (# s)
+            pipeline #<n> of blueprint-apps/redis: success (# s)
+            pipeline #<n> of blueprint-apps/shared-code: success (# s)
+            ~ start pipeline of blueprint-apps/guestbook on main
+            ~ start pipeline of blueprint-apps/redis on main
+            ~ start pipeline of blueprint-apps/redis-slave on main
+        [6/6] Smoke test ... changed (#.## s)
+
+        Recap of scripts/phase3.rhai
+          #  step                status            changes       time
+          1  Pre-flight          ok                      0 #.## s
+          2  Mint PAT            ok                      0 #.## s
+          3  Seed glab auth      skipped                 0 #.## s
+          4  Ensure group        ok                      0 #.## s
+          5  Provision projects  ok                      0 #.## s
+          6  Smoke test          changed                 3 #.## s
+        6 steps: 4 ok, 1 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
     sim.kubectl(&["delete", "clusterrolebinding", "bprun-app-deployer"])
         .success();
 
@@ -234,12 +444,74 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     sim.kubectl(&["delete", "rolebinding", "bprun-phase3", "-n", "gitlab"])
         .success();
     let denied = phase3_in_pod();
-    denied.code(1);
-    denied.stderr_contains("is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot");
+    denied.expect(
+        1,
+        "
+        [1/6] Pre-flight ... failed (#.## s)
+
+        Recap of scripts/phase3.rhai
+          #  step                status            changes       time
+          1  Pre-flight          failed                  0 #.## s
+          2  Mint PAT            not run                 0          -
+          3  Seed glab auth      not run                 0          -
+          4  Ensure group        not run                 0          -
+          5  Provision projects  not run                 0          -
+          6  Smoke test          not run                 0          -
+        6 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 5 not run in #.## s
+        ",
+        r#"
+        error: step "Pre-flight" failed
+          × kube_get services/gitlab-registry in gitlab: 403 Forbidden: services "gitlab-registry" is forbidden: User "system:serviceaccount:bprun:bprun" cannot get resource "services" in API group "" in the namespace "gitlab"
+            ╭─[scripts/phase3.rhai:83:28]
+         82 │             // The in-cluster registry, through a port-forward to its Service.
+         83 │             let registry = kube_port_forward("gitlab", "svc/gitlab-registry", 5000).split(":");
+            ·                            ────────┬────────
+            ·                                    ╰── failed here
+         84 │             if !tcp_probe(registry[0], parse_int(registry[1]), 5) {
+            ╰────
+          in a closure called at scripts/phase3.rhai:78:5
+          hint: the kubeconfig's user may not do this: check its RBAC
+        re-run with --resume to continue from here
+        "#,
+    );
     // A deleted account's token no longer authenticates.
     sim.kubectl(&["delete", "serviceaccount", "bprun", "-n", "bprun"])
         .success();
     let gone = sim.kubectl(&["get", "pods", "-n", "gitlab", "--token", &token]);
-    gone.code(1);
-    gone.stderr_contains("Unauthorized");
+    gone.expect(
+        1,
+        "",
+        "error: You must be logged in to the server (Unauthorized)\n",
+    );
+}
+
+/// The lines of the stdout between a line `from` and the next line starting with `to`,
+/// sorted: for work done in parallel, whose lines come in any order.
+pub(crate) trait SortedBetween {
+    fn sorted_between(self, from: &str, to: &str) -> Self;
+}
+
+impl SortedBetween for Output {
+    fn sorted_between(mut self, from: &str, to: &str) -> Output {
+        let lines: Vec<&str> = self.stdout.split('\n').collect();
+        let Some(start) = lines.iter().position(|line| *line == from) else {
+            return self;
+        };
+        let Some(length) = lines[start + 1..]
+            .iter()
+            .position(|line| line.starts_with(to))
+        else {
+            return self;
+        };
+        let mut block = lines[start + 1..start + 1 + length].to_vec();
+        block.sort_unstable();
+        let sorted: Vec<&str> = lines[..=start]
+            .iter()
+            .chain(&block)
+            .chain(&lines[start + 1 + length..])
+            .copied()
+            .collect();
+        self.stdout = sorted.join("\n");
+        self
+    }
 }

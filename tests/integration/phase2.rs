@@ -3,12 +3,9 @@
 
 use crate::support::{BPRUN, tool};
 
-#[test]
-fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
-    let copy = BPRUN.test_in_repository_copy();
-    copy.run(&["--list", "scripts/phase2.rhai"]).expect(
-        0,
-        "scripts/phase2.rhai: 17 steps
+/// `bprun --list scripts/phase2.rhai`: its steps ...
+const PLAN: &str = "\
+scripts/phase2.rhai: 17 steps
 [1/17] Pre-flight
 [2/17] Gateway API CRDs
 [3/17] local-path StorageClass
@@ -26,13 +23,21 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
 [15/17] Registry hosts pin
 [16/17] Runner
 [17/17] Destroy
+";
+
+/// ... and its parameters.
+const PARAMETERS: &str = "\
 parameters:
   --destroy         Run only the Destroy step: uninstall what phase 2 installed
   --preserve-data   With --destroy: keep the volumes' data and the secrets (must agree with tofu's preserve_stateful_data)
   --wait-timeout N  Seconds each install may take to become Ready (default: 900)
-",
-        "",
-    );
+";
+
+#[test]
+fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.run(&["--list", "scripts/phase2.rhai"])
+        .expect(0, &format!("{PLAN}{PARAMETERS}"), "");
 }
 
 #[test]
@@ -40,15 +45,38 @@ fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() 
     let copy = BPRUN.test_in_repository_copy();
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
     // No cluster is configured: the refusal comes before any step could reach one.
-    let refused = copy.run(&["scripts/phase2.rhai", "--destroy"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused.stderr_contains("--destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars");
-    refused.stderr_contains("add --preserve-data");
+    let refusal = |flags: &str, value: bool, fix: &str| {
+        format!(
+            "error: the top level of scripts/phase2.rhai failed
+  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
+{}",
+            r#"    ╭─[scripts/lib/common.rhai:63:9]
+ 62 │     if tofu_preserves != preserve_data {
+ 63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
+    ·         ──┬──
+    ·           ╰── thrown here
+ 64 │     }
+    ╰────
+  in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
+"#
+        )
+    };
+    copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
+        3,
+        "",
+        &refusal("without --preserve-data", true, "add --preserve-data"),
+    );
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = false\n");
-    let refused = copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused
-        .stderr_contains("--destroy --preserve-data disagrees with preserve_stateful_data = false");
+    copy.run(&["scripts/phase2.rhai", "--destroy", "--preserve-data"])
+        .expect(
+            3,
+            "",
+            &refusal(
+                "--preserve-data",
+                false,
+                "drop --preserve-data, or set preserve_stateful_data = true",
+            ),
+        );
     assert!(
         !copy.path().join("infra/secrets").exists() && !copy.path().join(".bprun").exists(),
         "a refused destroy wrote state"
@@ -63,18 +91,42 @@ fn pinned_manifests_are_checked_before_anything_is_applied() {
         "let text = pinned_manifest(\"gateway-api\");\nprint(`${yaml_parse_all(text).len()} objects`);\n",
     );
     copy.run(&["scripts/manifest.rhai"])
-        .code(0)
-        .stdout_contains(" objects");
+        .expect(0, "10 objects\n", "");
     let file = "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gateways.yaml";
     let text = std::fs::read_to_string(copy.path().join(file)).expect("vendored CRD");
     copy.write(file, &text.replace("Gateway", "Gatewai"));
-    let refused = copy.run(&["scripts/manifest.rhai"]);
-    assert_ne!(refused.code, 0, "{refused:?}");
-    refused.stderr_contains(&format!("pinned_manifest: {file} has SHA-256 "));
-    refused.stderr_contains("but infra/VERSIONS.json pins 2377a440b259c47d");
+    copy.run(&["scripts/manifest.rhai"]).expect(
+        3,
+        "",
+        &format!(
+            "error: the top level of scripts/manifest.rhai failed
+  × pinned_manifest: {file} has SHA-256 7b5b087877beb4fc65d2650ef7281e6bb96f3a1d8ab69476204a1830bc49a3e7, but infra/VERSIONS.json pins 2377a440b259c47d0fe5c052b5cc0fb7d2a497718392b1043a985b4bdb5a3d9f
+{}",
+            r#"   ╭─[scripts/manifest.rhai:1:12]
+ 1 │ let text = pinned_manifest("gateway-api");
+   ·            ───────┬───────
+   ·                   ╰── failed here
+ 2 │ print(`${yaml_parse_all(text).len()} objects`);
+   ╰────
+  hint: restore the upstream file unmodified, or update the pin after reviewing the new upstream version
+"#
+        ),
+    );
     copy.write("scripts/unknown.rhai", "pinned_manifest(\"gateway\");\n");
-    copy.run(&["scripts/unknown.rhai"])
-        .stderr_contains("known keys: gateway-api, local-path-provisioner");
+    copy.run(&["scripts/unknown.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/unknown.rhai failed
+          × pinned_manifest: infra/VERSIONS.json has no manifests.gateway
+           ╭─[scripts/unknown.rhai:1:1]
+         1 │ pinned_manifest("gateway");
+           · ───────┬───────
+           ·        ╰── failed here
+           ╰────
+          hint: known keys: gateway-api, local-path-provisioner
+        "#,
+    );
 }
 
 #[test]
@@ -92,11 +144,23 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
 "#,
     );
     let run = copy.run(&["scripts/render.rhai"]);
-    run.code(0).stdout_contains("rendered: ***");
-    assert!(
-        !run.raw_stdout.contains("canary-minio-password-123"),
-        "{run:?}"
+    run.expect(
+        0,
+        "
+        [1/1] Render ...
+            rendered: ***
+            length 403
+            ~ create file rendered.yaml
+        [1/1] Render ... changed (#.## s)
+
+        Recap of scripts/render.rhai
+          #  step    status            changes       time
+          1  Render  changed                 1     #.## s
+        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
     );
+    run.stdout_lacks("canary-minio-password-123");
     let rendered = std::fs::read_to_string(copy.path().join("rendered.yaml")).expect("rendered");
     assert!(
         rendered.contains("aws_secret_access_key: canary-minio-password-123\n"),
@@ -121,10 +185,30 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
 });
 "#,
     );
-    let typo = copy.run(&["scripts/typo.rhai"]);
-    assert_ne!(typo.code, 0);
-    typo.stderr_contains("template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}");
-    typo.stderr_contains("values given: ACCES_KEY, ENDPOINT, SECRET_KEY");
+    copy.run(&["scripts/typo.rhai"]).expect(
+        1,
+        "
+        [1/1] Render ... failed (#.## s)
+
+        Recap of scripts/typo.rhai
+          #  step    status            changes       time
+          1  Render  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "Render" failed
+          × template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}
+           ╭─[scripts/typo.rhai:2:5]
+         1 │ step("Render", || {
+         2 │     template_file("infra/references/gitlab-rails-storage-connection.yaml",
+           ·     ──────┬──────
+           ·           ╰── failed here
+         3 │         #{ACCES_KEY: "admin", SECRET_KEY: "x", ENDPOINT: "y"});
+           ╰────
+          hint: values given: ACCES_KEY, ENDPOINT, SECRET_KEY
+        re-run with --resume to continue from here
+        "#,
+    );
 }
 
 #[test]
@@ -141,8 +225,19 @@ print(`${a} ${a.len} ${a != b}`);
         .code(0)
         .stdout("*** 32 true\n");
     copy.write("scripts/short.rhai", "random_secret(8);\n");
-    copy.run(&["scripts/short.rhai"])
-        .stderr_contains("random_secret: a length of 8 is outside 12..=256");
+    copy.run(&["scripts/short.rhai"]).expect(
+        3,
+        "",
+        "
+        error: the top level of scripts/short.rhai failed
+          × random_secret: a length of 8 is outside 12..=256 (hint: passwords phase 2 mints are 32 characters)
+           ╭─[scripts/short.rhai:1:1]
+         1 │ random_secret(8);
+           · ──────┬──────
+           ·       ╰── thrown here
+           ╰────
+        ",
+    );
 }
 
 /// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
@@ -175,12 +270,128 @@ fn a_cluster_created_before_the_operator_is_ready_is_refused_by_its_webhook() {
             "",
         )
     });
-    let run = copy.run(&["rehearse", "scripts/phase2.rhai"]);
-    run.code(1);
-    run.stderr_contains("error: step \"CloudNativePG\" failed");
-    run.stderr_contains("failed calling webhook \"mcluster.cnpg.io\": failed to call webhook: Post \"https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s\": no endpoints available for service \"cnpg-webhook-service\"");
-    run.stderr_contains("when this step fails: CloudNativePG not Ready");
+    // Whether the operator is Ready by the time the end state is read depends on how long the
+    // refusal took: its readiness is shown as `<0 or 1>`.
+    settled(copy.run(&["rehearse", "scripts/phase2.rhai"]))
+        .replace_regex(
+            r"Deployment/cnpg-controller-manager [01]/1 ready",
+            "Deployment/cnpg-controller-manager <0 or 1>/1 ready",
+        )
+        .expect(
+            1,
+            WEBHOOK_REFUSED_STDOUT,
+            &format!("{BARE_PLATFORM}{WEBHOOK_REFUSED_STDERR}"),
+        );
 }
+
+/// The rehearsal of phase 2 without the operator's wait: the steps up to CloudNativePG and the
+/// cluster as they leave it ...
+const WEBHOOK_REFUSED_STDOUT: &str = r##"
+[1/17] Pre-flight ...
+    5 nodes; helm reaches the cluster
+[1/17] Pre-flight ... ok (#.## s)
+[2/17] Gateway API CRDs ...
+    ~ create CustomResourceDefinition/backendtlspolicies.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/gatewayclasses.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/gateways.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/grpcroutes.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/httproutes.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/listenersets.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/referencegrants.gateway.networking.k8s.io
+    ~ create CustomResourceDefinition/tlsroutes.gateway.networking.k8s.io
+    ~ create ValidatingAdmissionPolicy/safe-upgrades.gateway.networking.k8s.io
+    ~ create ValidatingAdmissionPolicyBinding/safe-upgrades.gateway.networking.k8s.io
+[2/17] Gateway API CRDs ... changed (#.## s)
+[3/17] local-path StorageClass ...
+    ~ create Namespace/local-path-storage
+    ~ create ServiceAccount/local-path-provisioner-service-account in local-path-storage
+    ~ create Role/local-path-provisioner-role in local-path-storage
+    ~ create ClusterRole/local-path-provisioner-role
+    ~ create RoleBinding/local-path-provisioner-bind in local-path-storage
+    ~ create ClusterRoleBinding/local-path-provisioner-bind
+    ~ create Deployment/local-path-provisioner in local-path-storage
+    ~ create StorageClass/local-path
+    ~ create ConfigMap/local-path-config in local-path-storage
+[3/17] local-path StorageClass ... changed (#.## s)
+[4/17] Stable storage ...
+    ~ create Namespace/postgresql
+    ~ create Namespace/redis
+    ~ create Namespace/minio
+    ~ create Namespace/openbao
+    ~ create Namespace/gitlab
+    ~ create PersistentVolume/stable-postgresql-cnpg-1
+    ~ create PersistentVolumeClaim/postgresql-cnpg-1 in postgresql
+    ~ create PersistentVolume/stable-redis
+    ~ create PersistentVolumeClaim/redis-data-redis-master-0 in redis
+    ~ create PersistentVolume/stable-minio
+    ~ create PersistentVolumeClaim/minio in minio
+    ~ create PersistentVolume/stable-openbao
+    ~ create PersistentVolumeClaim/data-openbao-0 in openbao
+    ~ create PersistentVolume/stable-gitaly
+    ~ create PersistentVolumeClaim/repo-data-gitlab-gitaly-0 in gitlab
+[4/17] Stable storage ... changed (#.## s)
+[5/17] CloudNativePG ...
+    ~ install helm release cnpg-system/cnpg from infra/helm-charts/cloudnative-pg-0.26.1.tgz (not installed)
+[5/17] CloudNativePG ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            failed                  1 #.## s
+  6  Redis                    not run                 0          -
+  7  MinIO                    not run                 0          -
+  8  OpenBao                  not run                 0          -
+  9  Wildcard TLS             not run                 0          -
+ 10  CoreDNS rewrite          not run                 0          -
+ 11  Node trust               not run                 0          -
+ 12  Restore GitLab secrets   not run                 0          -
+ 13  GitLab                   not run                 0          -
+ 14  Snapshot GitLab secrets  not run                 0          -
+ 15  Registry hosts pin       not run                 0          -
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 3 changed, 0 skipped, 1 failed, 12 not run in #.## s
+
+End state of the rehearsal cluster:
+helm releases:
+  cnpg-system/cnpg cloudnative-pg-0.26.1 revision 1 deployed (digest f60ec68c3ada0cde)
+namespace cnpg-system
+  Deployment/cnpg-controller-manager <0 or 1>/1 ready
+namespace gitlab
+  PersistentVolumeClaim/repo-data-gitlab-gitaly-0 Bound
+namespace kube-system
+  Deployment/coredns 2/2 ready
+namespace local-path-storage
+  Deployment/local-path-provisioner 1/1 ready
+namespace minio
+  PersistentVolumeClaim/minio Bound
+namespace openbao
+  PersistentVolumeClaim/data-openbao-0 Bound
+namespace postgresql
+  PersistentVolumeClaim/postgresql-cnpg-1 Bound
+namespace redis
+  PersistentVolumeClaim/redis-data-redis-master-0 Bound
+OpenBao: not initialised (no infra/secrets/openbao-init.json)
+"##;
+
+/// ... and the webhook's refusal, in the API server's words.
+const WEBHOOK_REFUSED_STDERR: &str = r##"error: step "CloudNativePG" failed
+  × kube_apply Cluster/postgresql-cnpg in postgresql: 500 InternalError: Internal error occurred: failed calling webhook "mcluster.cnpg.io": failed to call webhook: Post "https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s": no endpoints available for service "cnpg-webhook-service"
+     ╭─[scripts/phase2.rhai:246:5]
+ 245 │     // The Cluster is refused until the operator's admission webhook has endpoints.
+ 246 │     kube_apply(read_text("infra/references/cluster-postgresql.yaml"));
+     ·     ─────┬────
+     ·          ╰── failed here
+ 247 │     let clusters = kube_wait("Cluster", "postgresql", "postgresql-cnpg", "Ready", #{timeout: wait_timeout});
+     ╰────
+  hint: the API server refused the request
+  when this step fails: CloudNativePG not Ready: check this step and the stable storage step (claim postgresql-cnpg-1, its cnpg.io annotations and the Cluster as its controller owner); a Cluster refused by the webhook means the operator was not Available yet
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##;
 
 /// A moved step: the script with the step named `moved` cut out and put back just before the
 /// step named `before`.
@@ -206,6 +417,33 @@ fn move_step_before(source: &str, moved: &str, before: &str) -> String {
     format!("{}{block}\n{}", &without[..at], &without[at..])
 }
 
+/// What `bprun rehearse` says on stderr first about a bare platform.
+const BARE_PLATFORM: &str = "\
+rehearsal platform (bare: a fresh kind cluster, phase 2 builds the rest):
+  GitLab simulator     http://127.0.0.1:<port>
+  GitLab Runner        none until phase 2 installs the GitLab Runner chart
+  Kubernetes simulator https://127.0.0.1:<port>
+  OpenBao              none yet: phase 2 installs it into the cluster (reached through a port-forward to svc/openbao)
+";
+
+/// Why a rehearsal's stdout is checked from its failing step on: the steps before it are
+/// pinned by the rehearsal that stops earliest and by the passing runs.
+const STEPS_BEFORE: &str = "the steps before the failing one are long and pinned elsewhere";
+
+/// A rehearsal's output with what differs between runs as placeholders: the simulators'
+/// ports, a pod's random suffix, the recap's padding (durations of any width); the
+/// "waiting for" progress lines, printed as often as a wait happens to poll, are dropped.
+fn settled(output: crate::support::Output) -> crate::support::Output {
+    output
+        .replace_regex(r"127\.0\.0\.1:\d{5}", "127.0.0.1:<port>")
+        .replace_regex(
+            r"(gitlab-webservice-default-[a-z0-9]+)-[a-z0-9]{5}\b",
+            "$1-<pod>",
+        )
+        .replace_regex(r" +#\.## s\n", " #.## s\n")
+        .replace_regex(r"(?m)^    waiting for .*\n", "")
+}
+
 /// Rehearses phase 2 with each `(moved, before)` move applied in turn (waits bounded at 20 s).
 fn rehearse_reordered(moves: &[(&str, &str)]) -> crate::support::Output {
     let copy = edited_phase2(|source| {
@@ -228,29 +466,197 @@ fn a_broken_node_script_fails_its_step_with_the_shells_words() {
         )
     });
     let run = copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "60"]);
+    let run = settled(run);
     run.code(1);
-    run.stderr_contains("error: step \"Registry hosts pin\" failed");
-    run.stderr_contains("the registry-hosts pod's script failed (exit 127): sh: catt: not found");
+    run.partial_stdout(
+        r##"
+[15/17] Registry hosts pin ...
+    ~ create Pod/bprun-registry-hosts-sim-control-plane in kube-system
+[15/17] Registry hosts pin ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            changed                12 #.## s
+  6  Redis                    changed                 3 #.## s
+  7  MinIO                    changed                27 #.## s
+  8  OpenBao                  changed                 5 #.## s
+  9  Wildcard TLS             changed                 6 #.## s
+ 10  CoreDNS rewrite          changed                 2 #.## s
+ 11  Node trust               changed                16 #.## s
+ 12  Restore GitLab secrets   changed                 4 #.## s
+ 13  GitLab                   changed                 3 #.## s
+ 14  Snapshot GitLab secrets  changed                 1 #.## s
+ 15  Registry hosts pin       failed                  1 #.## s
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 13 changed, 0 skipped, 1 failed, 2 not run in #.## s
+
+"##,
+        STEPS_BEFORE,
+    );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "Registry hosts pin" failed
+  × node sim-control-plane: the registry-hosts pod's script failed (exit 127): sh: catt: not found (kubectl logs -n kube-system bprun-registry-hosts-sim-control-plane)
+     ╭─[scripts/phase2.rhai:181:13]
+ 180 │             let terminated = ended.status.containerStatuses[0].state.terminated;
+ 181 │             throw `node ${name}: the ${purpose} pod's script failed (exit ${terminated.exitCode}): ${terminated.message ?? "no output"} (kubectl logs -n kube-system ${pod_name})`;
+     ·             ──┬──
+     ·               ╰── thrown here
+ 182 │         }
+     ╰────
+  in fn on_every_node() called at scripts/phase2.rhai:539:5
+  when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
+re-run with --resume to continue from here
+"##
+    ));
 }
 
 #[test]
 fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
     // MinIO moved after GitLab: everything else GitLab reads exists.
     let run = rehearse_reordered(&[("MinIO", "Snapshot GitLab secrets")]);
+    let run = settled(run);
     run.code(1);
-    run.stderr_contains("error: step \"GitLab\" failed");
-    run.stderr_contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found");
-    run.stdout_contains(
-        "warning: step 12 \"GitLab\" needs \"MinIO\", which runs after it (step 13)",
+    run.partial_stdout(
+        "warning: step 12 \"GitLab\" needs \"MinIO\", which runs after it (step 13): expect it to fail\n",
+        STEPS_BEFORE,
+    );
+    run.partial_stdout(
+        r##"
+[12/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
+[12/17] GitLab ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            changed                12 #.## s
+  6  Redis                    changed                 3 #.## s
+  7  OpenBao                  changed                 5 #.## s
+  8  Wildcard TLS             changed                 6 #.## s
+  9  CoreDNS rewrite          changed                 2 #.## s
+ 10  Node trust               changed                16 #.## s
+ 11  Restore GitLab secrets   changed                 4 #.## s
+ 12  GitLab                   failed                  1 #.## s
+ 13  MinIO                    not run                 0          -
+ 14  Snapshot GitLab secrets  not run                 0          -
+ 15  Registry hosts pin       not run                 0          -
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 10 changed, 0 skipped, 1 failed, 5 not run in #.## s
+
+"##,
+        STEPS_BEFORE,
+    );
+    // The kubelet's event is printed as "caused by:   event FailedMount: ..." (three spaces, a
+    // formatting defect), so only its words are pinned, not its indentation.
+    let defect = "the event's cause line is misindented (a defect), the rest is exact";
+    run.partial_stderr(
+        &format!(
+            "{BARE_PLATFORM}{}",
+            r##"error: step "GitLab" failed
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
+     ╭─[scripts/phase2.rhai:453:9]
+ 452 │     for name in GITLAB_DEPLOYMENTS {
+ 453 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ·         ────┬────
+     ·             ╰── failed here
+ 454 │     }
+     ╰────
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
+  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+"##
+        ),
+        defect,
+    );
+    run.partial_stderr("event FailedMount: MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found\n", defect);
+    run.partial_stderr(
+        r##"
+  hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##,
+        defect,
     );
 }
 
 #[test]
 fn gitlab_before_the_restore_step_waits_for_the_credentials_it_writes() {
     let run = rehearse_reordered(&[("GitLab", "Restore GitLab secrets")]);
+    let run = settled(run);
     run.code(1);
-    run.stderr_contains("error: step \"GitLab\" failed");
-    run.stderr_contains("MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-redis-password\" not found");
+    run.partial_stdout(
+        r##"
+[12/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
+[12/17] GitLab ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            changed                12 #.## s
+  6  Redis                    changed                 3 #.## s
+  7  MinIO                    changed                27 #.## s
+  8  OpenBao                  changed                 5 #.## s
+  9  Wildcard TLS             changed                 6 #.## s
+ 10  CoreDNS rewrite          changed                 2 #.## s
+ 11  Node trust               changed                16 #.## s
+ 12  GitLab                   failed                  1 #.## s
+ 13  Restore GitLab secrets   not run                 0          -
+ 14  Snapshot GitLab secrets  not run                 0          -
+ 15  Registry hosts pin       not run                 0          -
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 10 changed, 0 skipped, 1 failed, 5 not run in #.## s
+
+"##,
+        STEPS_BEFORE,
+    );
+    // The kubelet's event is printed as "caused by:   event FailedMount: ..." (three spaces, a
+    // formatting defect), so only its words are pinned, not its indentation.
+    let defect = "the event's cause line is misindented (a defect), the rest is exact";
+    run.partial_stderr(
+        &format!(
+            "{BARE_PLATFORM}{}",
+            r##"error: step "GitLab" failed
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
+     ╭─[scripts/phase2.rhai:451:9]
+ 450 │     for name in GITLAB_DEPLOYMENTS {
+ 451 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ·         ────┬────
+     ·             ╰── failed here
+ 452 │     }
+     ╰────
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
+  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+"##
+        ),
+        defect,
+    );
+    run.partial_stderr("event FailedMount: MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-redis-password\" not found\n", defect);
+    run.partial_stderr(
+        r##"
+  hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##,
+        defect,
+    );
 }
 
 #[test]
@@ -260,9 +666,60 @@ fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret(
         ("Restore GitLab secrets", "Wildcard TLS"),
         ("GitLab", "Wildcard TLS"),
     ]);
+    let run = settled(run);
     run.code(1);
-    run.stderr_contains("error: step \"GitLab\" failed");
-    run.stderr_contains("Secret gitlab/gitlab-wildcard-tls does not exist.");
+    run.partial_stdout(
+        "warning: step 10 \"GitLab\" needs \"Wildcard TLS\", which runs after it (step 11): expect it to fail\n",
+        STEPS_BEFORE,
+    );
+    run.partial_stdout(
+        r##"
+[10/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
+[10/17] GitLab ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            changed                12 #.## s
+  6  Redis                    changed                 3 #.## s
+  7  MinIO                    changed                27 #.## s
+  8  OpenBao                  changed                 5 #.## s
+  9  Restore GitLab secrets   changed                 4 #.## s
+ 10  GitLab                   failed                  1 #.## s
+ 11  Wildcard TLS             not run                 0          -
+ 12  CoreDNS rewrite          not run                 0          -
+ 13  Node trust               not run                 0          -
+ 14  Snapshot GitLab secrets  not run                 0          -
+ 15  Registry hosts pin       not run                 0          -
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 8 changed, 0 skipped, 1 failed, 7 not run in #.## s
+
+"##,
+        STEPS_BEFORE,
+    );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
+     ╭─[scripts/phase2.rhai:426:5]
+ 425 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 426 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ·     ────┬────
+     ·         ╰── failed here
+ 427 │     if check_mode() { return; }
+     ╰────
+  caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
+  hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+"##
+    ));
 }
 
 /// The variables of a bare platform without GitLab's admin token: phase 2 and 3 start as on a
@@ -429,7 +886,7 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
         corefile.contains(".:53 {\n    rewrite name regex (.+)\\.local\\.example\\.net gitlab-gateway.gitlab.svc.cluster.local answer auto\n"),
         "{corefile}"
     );
-    assert!(
+    assert_eq!(
         kubectl(
             &sim,
             &[
@@ -441,8 +898,8 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
                 "-o",
                 "name"
             ]
-        )
-        .contains("service/gitlab-gateway")
+        ),
+        "service/gitlab-gateway\n"
     );
     let secrets = kubectl(&sim, &["-n", "gitlab", "get", "secrets", "-o", "name"]);
     for name in [
@@ -453,7 +910,7 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
         "gitlab-rails-storage",
     ] {
         assert!(
-            secrets.contains(&format!("secret/{name}\n")),
+            secrets.lines().any(|line| line == format!("secret/{name}")),
             "{name} missing: {secrets}"
         );
     }
@@ -476,7 +933,7 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
             "-format=json",
         ],
     );
-    assert!(status.contains("\"sealed\": false"), "{status}");
+    assert_eq!(sealed(&status), false, "{status}");
     let buckets = kubectl(
         &sim,
         &[
@@ -522,23 +979,70 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
         "redis-demo/redis-master-demo 1",
         "redis-slave-demo/redis-slave-demo 1",
     ] {
-        assert!(revisions.contains(&app.to_string()), "{app}: {revisions:?}");
+        assert!(revisions.iter().any(|r| r == app), "{app}: {revisions:?}");
     }
     kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
     sim.clear_requests();
-    let again = copy.run(&["scripts/phase2.rhai"]);
-    again.code(0);
-    let recap = crate::phase3::recap_of(&again.stdout, "scripts/phase2.rhai");
-    assert!(
-        recap
-            .values()
-            .all(|status| status == "ok" || status == "skipped"),
-        "{recap:?}\n{}",
-        again.stdout
-    );
-    // The output says what was left alone and why.
-    again.stdout_contains("helm release redis/redis left alone: revision 1 of redis-19.6.4 is deployed with the same chart digest and values");
-    again.stdout_contains("helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1");
+    // Every step ok, and the output says what was left alone and why.
+    settled(copy.run(&["scripts/phase2.rhai"])).expect(0, r##"
+[1/17] Pre-flight ...
+    5 nodes; helm reaches the cluster
+[1/17] Pre-flight ... ok (#.## s)
+[2/17] Gateway API CRDs ... ok (#.## s)
+[3/17] local-path StorageClass ... ok (#.## s)
+[4/17] Stable storage ... ok (#.## s)
+[5/17] CloudNativePG ...
+    helm release cnpg-system/cnpg left alone: revision 1 of cloudnative-pg-0.26.1 is deployed with the same chart digest and values
+[5/17] CloudNativePG ... ok (#.## s)
+[6/17] Redis ...
+    helm release redis/redis left alone: revision 1 of redis-19.6.4 is deployed with the same chart digest and values
+[6/17] Redis ... ok (#.## s)
+[7/17] MinIO ...
+    helm release minio/minio left alone: revision 1 of minio-5.4.0 is deployed with the same chart digest and values
+[7/17] MinIO ... ok (#.## s)
+[8/17] OpenBao ...
+    helm release openbao/openbao left alone: revision 1 of openbao-0.11.0 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+[8/17] OpenBao ... ok (#.## s)
+[9/17] Wildcard TLS ... ok (#.## s)
+[10/17] CoreDNS rewrite ...
+    CoreDNS already rewrites *.local.example.net
+[10/17] CoreDNS rewrite ... ok (#.## s)
+[11/17] Node trust ... ok (#.## s)
+[12/17] Restore GitLab secrets ... ok (#.## s)
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+[13/17] GitLab ... ok (#.## s)
+[14/17] Snapshot GitLab secrets ... ok (#.## s)
+[15/17] Registry hosts pin ... ok (#.## s)
+[16/17] Runner ...
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    helm release gitlab-runner/gitlab-runner left alone: revision 1 of gitlab-runner-0.71.0 is deployed with the same chart digest and values
+[16/17] Runner ... ok (#.## s)
+[17/17] Destroy ... skipped: only with --destroy (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         ok                      0 #.## s
+  3  local-path StorageClass  ok                      0 #.## s
+  4  Stable storage           ok                      0 #.## s
+  5  CloudNativePG            ok                      0 #.## s
+  6  Redis                    ok                      0 #.## s
+  7  MinIO                    ok                      0 #.## s
+  8  OpenBao                  ok                      0 #.## s
+  9  Wildcard TLS             ok                      0 #.## s
+ 10  CoreDNS rewrite          ok                      0 #.## s
+ 11  Node trust               ok                      0 #.## s
+ 12  Restore GitLab secrets   ok                      0 #.## s
+ 13  GitLab                   ok                      0 #.## s
+ 14  Snapshot GitLab secrets  ok                      0 #.## s
+ 15  Registry hosts pin       ok                      0 #.## s
+ 16  Runner                   ok                      0 #.## s
+ 17  Destroy                  skipped                 0 #.## s
+17 steps: 16 ok, 0 changed, 1 skipped, 0 failed in #.## s
+"##, "");
     let again3 = copy.run(&["scripts/phase3.rhai"]);
     again3.code(0);
     assert_eq!(
@@ -554,22 +1058,52 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
 #[test]
 fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
     let copy = edited_phase2(|source| move_step_before(source, "GitLab", "MinIO"));
-    let plan = copy.run(&["--list", "scripts/phase2.rhai"]);
-    plan.code(0);
-    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"MinIO\", which runs after it (step 8): expect it to fail");
-    plan.stdout_contains("warning: step 7 \"GitLab\" needs \"Wildcard TLS\", which runs after it (step 10): expect it to fail");
-    // The script as shipped has every need before the step that needs it.
-    let shipped = with_tools().run(&["--list", "scripts/phase2.rhai"]);
-    shipped.code(0);
-    assert!(!shipped.stdout.contains("warning"), "{}", shipped.stdout);
+    copy.run(&["--list", "scripts/phase2.rhai"]).expect(
+        0,
+        &format!(
+            r#"warning: step 7 "GitLab" needs "MinIO", which runs after it (step 8): expect it to fail
+warning: step 7 "GitLab" needs "Wildcard TLS", which runs after it (step 10): expect it to fail
+warning: step 7 "GitLab" needs "Restore GitLab secrets", which runs after it (step 13): expect it to fail
+scripts/phase2.rhai: 17 steps
+[1/17] Pre-flight
+[2/17] Gateway API CRDs
+[3/17] local-path StorageClass
+[4/17] Stable storage
+[5/17] CloudNativePG
+[6/17] Redis
+[7/17] GitLab
+[8/17] MinIO
+[9/17] OpenBao
+[10/17] Wildcard TLS
+[11/17] CoreDNS rewrite
+[12/17] Node trust
+[13/17] Restore GitLab secrets
+[14/17] Snapshot GitLab secrets
+[15/17] Registry hosts pin
+[16/17] Runner
+[17/17] Destroy
+{PARAMETERS}"#
+        ),
+        "",
+    );
+    // The script as shipped has every need before the step that needs it: no warning.
+    with_tools().run(&["--list", "scripts/phase2.rhai"]).expect(
+        0,
+        &format!("{PLAN}{PARAMETERS}"),
+        "",
+    );
 
     let typo = edited_phase2(|source| {
         source.replacen("needs: [\"Wildcard TLS\"]", "needs: [\"Wildcard TSL\"]", 1)
     });
-    let refused = typo.run(&["--list", "scripts/phase2.rhai"]);
-    refused.code(2);
-    refused.stderr_contains("step \"Node trust\" needs \"Wildcard TSL\", which is not a step");
-    refused.stderr_contains("did you mean \"Wildcard TLS\"?");
+    typo.run(&["--list", "scripts/phase2.rhai"]).expect(
+        2,
+        "",
+        r#"
+        error: step "Node trust" needs "Wildcard TSL", which is not a step
+          hint: did you mean "Wildcard TLS"?
+        "#,
+    );
 }
 
 #[test]
@@ -719,7 +1253,9 @@ fn destroy_with_preserve_data_then_phase2_again_reuses_every_secret_and_volume()
         "stable-gitaly",
     ] {
         assert!(
-            volumes.contains(&format!("persistentvolume/{name}\n")),
+            volumes
+                .lines()
+                .any(|line| line == format!("persistentvolume/{name}")),
             "{name}: {volumes}"
         );
     }
@@ -749,7 +1285,10 @@ fn destroy_with_preserve_data_then_phase2_again_reuses_every_secret_and_volume()
         "redis-data-redis-master-0=Bound",
         "data-openbao-0=Bound",
     ] {
-        assert!(claims.contains(claim), "{claim}: {claims}");
+        assert!(
+            claims.split_whitespace().any(|c| c == claim),
+            "{claim}: {claims}"
+        );
     }
 }
 
@@ -778,13 +1317,32 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
     );
     // No cluster is configured: the check comes before helm or Kubernetes is asked anything.
     let refused = copy.run(&["scripts/install.rhai"]);
-    refused.code(1);
-    refused.stderr_contains("helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json");
-    refused.stderr_contains("caused by: certmanager-issuer: required, missing");
-    refused.stderr_contains(
-        "caused by: global.appConfig.object_store.connection.key: must be \"connection\"",
+    refused.expect(
+        1,
+        "
+        [1/1] GitLab ... failed (#.## s)
+
+        Recap of scripts/install.rhai
+          #  step    status            changes       time
+          1  GitLab  failed                  0     #.## s
+        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        ",
+        r#"
+        error: step "GitLab" failed
+          × helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json
+           ╭─[scripts/install.rhai:2:5]
+         1 │ step("GitLab", || {
+         2 │     helm_install("gitlab", "infra/helm-charts/stand-ins/gitlab", "gitlab", #{
+           ·     ──────┬─────
+           ·           ╰── failed here
+         3 │         values_files: ["infra/helm-values/gitlab.yaml"],
+           ╰────
+          caused by: certmanager-issuer: required, missing
+          caused by: global.appConfig.object_store.connection.key: must be "connection"
+          hint: fix the values file or the override; the schema lists what the chart needs from us. Nothing was installed
+        re-run with --resume to continue from here
+        "#,
     );
-    refused.stderr_contains("Nothing was installed");
     // The shipped values match every schema (with VERSIONS.json's overrides, as phase 2 merges them).
     let shipped = with_tools();
     shipped.write(
@@ -800,7 +1358,21 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
 });
 "#,
     );
-    shipped.run(&["-q", "scripts/check.rhai"]).code(0);
+    shipped.run(&["scripts/check.rhai"]).expect(
+        0,
+        "
+        [1/1] Schemas ...
+            warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+            warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+        [1/1] Schemas ... ok (#.## s)
+
+        Recap of scripts/check.rhai
+          #  step     status            changes       time
+          1  Schemas  ok                      0     #.## s
+        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
 }
 
 /// A bare platform whose nodes mount `copy`'s `infra/data/shared/` at `/var/local/shared`, as
@@ -852,6 +1424,13 @@ fn openbao_pod_running(sim: &crate::support::Sim) {
         );
         std::thread::sleep(std::time::Duration::from_millis(200));
     }
+}
+
+/// `sealed` of a `bao status -format=json` answer.
+fn sealed(status: &str) -> serde_json::Value {
+    let status: serde_json::Value =
+        serde_json::from_str(status).unwrap_or_else(|e| panic!("{e}: {status}"));
+    status["sealed"].clone()
 }
 
 fn openbao_status(sim: &crate::support::Sim) -> String {
@@ -934,9 +1513,64 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
     let uid_before = uid();
 
     // Check mode says what it would do, and does nothing.
-    let check = copy.run(&[UP_TO_OPENBAO, &["--check"]].concat());
-    check.code(0);
-    check.stdout_contains("would wipe OpenBao's storage infra/data/shared/stable/openbao");
+    let check = settled(copy.run(&[UP_TO_OPENBAO, &["--check"]].concat()));
+    // In check mode the warning before the plan says the storage "is wiped and OpenBao
+    // initialised again", which check mode does not do (a wording defect): that line is left
+    // out of the pinned text.
+    let wording = "check mode's warning says the storage is wiped (a wording defect)";
+    check.code(0).stderr("");
+    check.partial_stdout(
+        r##"check mode: nothing will be changed
+[1/17] Pre-flight ... skipped (not selected by --only)
+[2/17] Gateway API CRDs ... skipped (not selected by --only)
+[3/17] local-path StorageClass ... ok (#.## s)
+[4/17] Stable storage ... ok (#.## s)
+[5/17] CloudNativePG ... skipped (not selected by --only)
+[6/17] Redis ... skipped (not selected by --only)
+[7/17] MinIO ... skipped (not selected by --only)
+[8/17] OpenBao ...
+    helm release openbao/openbao left alone: revision 1 of openbao-0.11.0 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+"##,
+        wording,
+    );
+    check.partial_stdout(
+        r##"
+    ~ would wipe OpenBao's storage infra/data/shared/stable/openbao, then initialise it again (keys to infra/secrets/openbao-init.json), unseal, KV v2 at secret/
+[8/17] OpenBao ... changed (#.## s)
+[9/17] Wildcard TLS ... skipped (not selected by --only)
+[10/17] CoreDNS rewrite ... skipped (not selected by --only)
+[11/17] Node trust ... skipped (not selected by --only)
+[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[13/17] GitLab ... skipped (not selected by --only)
+[14/17] Snapshot GitLab secrets ... skipped (not selected by --only)
+[15/17] Registry hosts pin ... skipped (not selected by --only)
+[16/17] Runner ... skipped (not selected by --only)
+[17/17] Destroy ... skipped (not selected by --only)
+
+Recap of scripts/phase2.rhai (check mode)
+  #  step                     status       would change       time
+  1  Pre-flight               skipped                 0          -
+  2  Gateway API CRDs         skipped                 0          -
+  3  local-path StorageClass  ok                      0 #.## s
+  4  Stable storage           ok                      0 #.## s
+  5  CloudNativePG            skipped                 0          -
+  6  Redis                    skipped                 0          -
+  7  MinIO                    skipped                 0          -
+  8  OpenBao                  changed                 1 #.## s
+  9  Wildcard TLS             skipped                 0          -
+ 10  CoreDNS rewrite          skipped                 0          -
+ 11  Node trust               skipped                 0          -
+ 12  Restore GitLab secrets   skipped                 0          -
+ 13  GitLab                   skipped                 0          -
+ 14  Snapshot GitLab secrets  skipped                 0          -
+ 15  Registry hosts pin       skipped                 0          -
+ 16  Runner                   skipped                 0          -
+ 17  Destroy                  skipped                 0          -
+17 steps: 2 ok, 1 changed, 14 skipped, 0 failed in #.## s
+"##,
+        wording,
+    );
     assert_eq!(std::fs::read(&init_file).expect("init file"), b"");
     assert!(data.join("vault.db").is_file(), "check mode wiped {data:?}");
     assert_eq!(uid(), uid_before, "check mode replaced the pod");
@@ -957,7 +1591,7 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
     let token = kept["root_token"].as_str().expect("root token");
     assert!(!token.is_empty() && token != first_token, "{token}");
     assert_ne!(uid(), uid_before, "the pod was not replaced");
-    assert!(openbao_status(&sim).contains("\"sealed\": false"));
+    assert_eq!(sealed(&openbao_status(&sim)), false);
     assert!(!said.contains(token), "the root token was printed");
 
     // Converged: the next run changes nothing.
@@ -1002,7 +1636,10 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
         let refused = copy.run(UP_TO_OPENBAO);
         assert_ne!(refused.code, 0, "{case}: {refused:?}");
         let said = format!("{}{}", refused.stdout, refused.stderr);
-        refused.stderr_contains(reason);
+        refused.partial_stderr(
+            reason,
+            "the two refusals differ beyond their reason (one names the copy's temporary path)",
+        );
         assert!(!said.contains("never reached"), "{case}: {said}");
         assert!(data.join("vault.db").is_file(), "{case}: {data:?} wiped");
         match file {
@@ -1012,6 +1649,6 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
         // The same OpenBao, with its data: it unseals with the keys kept before.
         std::fs::write(&init_file, &good).expect("restore");
         copy.run(UP_TO_OPENBAO).code(0);
-        assert!(openbao_status(&sim).contains("\"sealed\": false"), "{case}");
+        assert_eq!(sealed(&openbao_status(&sim)), false, "{case}");
     }
 }
