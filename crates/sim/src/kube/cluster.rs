@@ -970,12 +970,14 @@ impl Cluster {
             }
             let result = merge::server_side_apply(
                 live.as_ref(),
-                &applied,
-                &options.manager,
-                options.force,
-                &rt.kind,
-                &rt.api_version(),
-                &now_rfc3339(),
+                &merge::Apply {
+                    applied: &applied,
+                    manager: &options.manager,
+                    force: options.force,
+                    kind: &rt.kind,
+                    api_version: &rt.api_version(),
+                    time: &now_rfc3339(),
+                },
             )
             .map_err(|error| apply_error(rt, name, &options.manager, error))?;
             return match live {
