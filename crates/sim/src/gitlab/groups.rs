@@ -3,8 +3,8 @@
 
 use super::access::OWNER;
 use super::{
-    GitlabSim, State, message, not_found, param_error, search_term, string_field, timestamp,
-    valid_path_chars, valid_visibility, visibility_rank,
+    GitlabSim, NAMESPACE_PATH_MESSAGE, State, message, not_found, param_error, search_term,
+    string_field, timestamp, valid_path_chars, valid_visibility, visibility_rank,
 };
 use crate::http::{SimRequest, SimResponse, decode};
 use serde::{Deserialize, Serialize};
@@ -28,7 +28,6 @@ pub(super) fn valid_group_path(path: &str) -> bool {
     valid_path_chars(path) && !path.ends_with('.')
 }
 
-pub(super) const GROUP_PATH_MESSAGE: &str = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-' or end in '.', '.git' or '.atom'.";
 /// GitLab's `TOP_LEVEL_ROUTES`: names a top-level group cannot take.
 pub(super) const RESERVED_TOP_LEVEL: &[&str] = &[
     "-",
@@ -172,7 +171,7 @@ impl GitlabSim {
         // GitLab's validations, worded as `Failed to save group {:attribute=>[messages]}`.
         let mut errors: Vec<(&str, String)> = Vec::new();
         if !valid_group_path(&path) {
-            errors.push(("path", GROUP_PATH_MESSAGE.to_string()));
+            errors.push(("path", NAMESPACE_PATH_MESSAGE.to_string()));
         } else if parent_id.is_none() && RESERVED_TOP_LEVEL.contains(&path.to_lowercase().as_str())
         {
             errors.push(("path", format!("{path} is a reserved name")));

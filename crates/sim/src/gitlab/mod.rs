@@ -283,6 +283,9 @@ fn bool_field(body: &Value, key: &str) -> Option<bool> {
     }
 }
 
+/// What GitLab says of a namespace path (a group's, a username) that is not one.
+const NAMESPACE_PATH_MESSAGE: &str = "can contain only letters, digits, '_', '-' and '.'. Cannot start with '-' or end in '.', '.git' or '.atom'.";
+
 /// GitLab's `project_path_format_regex`: letters, digits, `_`, `-`, `.`; not starting with
 /// `-`; not ending in `.git` or `.atom`.
 fn valid_path_chars(path: &str) -> bool {
