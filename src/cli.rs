@@ -562,7 +562,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
                 pipeline_seconds,
                 runner: runner.then_some(runner_tags),
                 jobs: {
-                    let mut jobs = bprun_sim::ci_jobs::Settings::from_env();
+                    let mut jobs = bprun_sim::gitlab::ci::jobs::Settings::from_env();
                     jobs.play |= play_jobs;
                     jobs
                 },

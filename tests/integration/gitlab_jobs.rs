@@ -1,4 +1,4 @@
-//! CI jobs that really run in the GitLab simulator (crates/sim/src/ci_jobs.rs): a job of a
+//! CI jobs that really run in the GitLab simulator (crates/sim/src/gitlab/ci/jobs.rs): a job of a
 //! known image runs its script in `sh` with GitLab's variables and nothing of the host's
 //! environment, its trace is the runner's with masked values as `[MASKED]`, and phase 3's
 //! smoke pipelines pass because lint, build and deploy ran, or fail in the real tool's words.

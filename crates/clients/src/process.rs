@@ -1,7 +1,7 @@
 //! Runs a program with a timeout, capturing its output. A non-zero exit is a result, not an error.
 
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
@@ -58,34 +58,7 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
             .with_kind(kind)
     })?;
 
-    // Feed stdin and drain stdout/stderr on threads so a chatty child never blocks on a full pipe.
-    let stdin_writer = match (child.stdin.take(), spec.stdin.clone()) {
-        (Some(mut pipe), Some(bytes)) => Some(std::thread::spawn(move || {
-            let _ = pipe.write_all(&bytes);
-        })),
-        _ => None,
-    };
-    let drain = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = drain(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = drain(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    let pipes = Pipes::serve(&mut child, spec.stdin.clone());
 
     let started = Instant::now();
     let status = loop {
@@ -119,11 +92,7 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    if let Some(writer) = stdin_writer {
-        let _ = writer.join();
-    }
-    let stdout = stdout.join().unwrap_or_default();
-    let stderr = stderr.join().unwrap_or_default();
+    let (stdout, stderr) = pipes.collect();
     Ok(ProcessOutput {
         // A signal-killed process has no code; report it as shells do (128 + signal).
         code: status.code().unwrap_or_else(|| {
@@ -133,6 +102,63 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     })
+}
+
+/// A child's pipes served on threads, so a chatty child never blocks on a full pipe: its stdin
+/// fed (then closed), its stdout and stderr drained.
+pub struct Pipes {
+    input: Option<std::thread::JoinHandle<()>>,
+    stdout: std::thread::JoinHandle<Vec<u8>>,
+    stderr: std::thread::JoinHandle<Vec<u8>>,
+}
+
+impl Pipes {
+    /// Serves the pipes `child` was spawned with (a pipe it was not given stays unserved).
+    pub fn serve(child: &mut Child, stdin: Option<Vec<u8>>) -> Pipes {
+        let input = match (child.stdin.take(), stdin) {
+            (Some(mut pipe), Some(bytes)) => Some(std::thread::spawn(move || {
+                let _ = pipe.write_all(&bytes);
+            })),
+            _ => None,
+        };
+        let drain = |pipe: Option<Box<dyn Read + Send>>| {
+            std::thread::spawn(move || {
+                let mut bytes = Vec::new();
+                if let Some(mut pipe) = pipe {
+                    let _ = pipe.read_to_end(&mut bytes);
+                }
+                bytes
+            })
+        };
+        let stdout = drain(
+            child
+                .stdout
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        let stderr = drain(
+            child
+                .stderr
+                .take()
+                .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        );
+        Pipes {
+            input,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// What the child wrote to stdout and stderr, once it has ended.
+    pub fn collect(self) -> (Vec<u8>, Vec<u8>) {
+        if let Some(input) = self.input {
+            let _ = input.join();
+        }
+        (
+            self.stdout.join().unwrap_or_default(),
+            self.stderr.join().unwrap_or_default(),
+        )
+    }
 }
 
 /// The program `name` found on `PATH` as the shell would find it (an executable file), without

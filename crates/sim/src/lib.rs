@@ -3,10 +3,11 @@
 //! clients show.
 
 pub mod bao;
-pub mod ci;
-pub mod ci_jobs;
 pub mod git;
 pub mod gitlab;
 pub mod http;
+pub mod images;
 pub mod kube;
 pub mod platform;
+pub mod sandbox;
+pub mod tools;

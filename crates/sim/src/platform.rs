@@ -70,24 +70,6 @@ fn random(prefix: &str, length: usize) -> String {
     )
 }
 
-/// The `bao` binary: `BPRUN_BAO_BIN`, PATH, or the project's `.tools/bin/bao`.
-pub fn find_bao(root: &Path) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("BPRUN_BAO_BIN") {
-        let path = PathBuf::from(path);
-        return path.is_file().then_some(path);
-    }
-    std::env::var_os("PATH")
-        .and_then(|paths| {
-            std::env::split_paths(&paths)
-                .map(|dir| dir.join("bao"))
-                .find(|path| path.is_file())
-        })
-        .or_else(|| {
-            let local = root.join(".tools/bin/bao");
-            local.is_file().then_some(local)
-        })
-}
-
 /// What a state folder keeps across restarts (mode 0600): the ports, so URLs stay the same
 /// (working trees' remotes, the kubeconfig in CI variables), and the simulators' own tokens.
 /// OpenBao's root token is kept too, so a shell that exported the environment keeps working
@@ -130,7 +112,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
     let bao_kind = if std::env::var("BPRUN_SIM_BAO").as_deref() == Ok("stand-in") {
         BaoKind::StandIn
     } else {
-        find_bao(root)
+        crate::tools::bao(root)
             .map(BaoKind::Real)
             .unwrap_or(BaoKind::StandIn)
     };
@@ -263,7 +245,7 @@ impl Drop for Platform {
         for task in &self.tasks {
             task.abort();
         }
-        crate::ci_jobs::stop_running_jobs();
+        crate::sandbox::stop_running_jobs();
         if let Some(folder) = &self.gitlab.temporary_repos {
             let _ = std::fs::remove_dir_all(folder);
         }
@@ -291,18 +273,18 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     // GitLab.
     // GitLab's registry, shared by the GitLab simulator (kaniko pushes there) and the
     // Kubernetes simulator's nodes (they pull from it under registry.<domain>).
-    let image_store = crate::kube::kubelet::PlatformRegistry {
+    let image_store = crate::images::PlatformRegistry {
         node_hosts: vec!["registry.local.example.net".to_string()],
         cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".to_string()],
         pushed: Default::default(),
     };
-    let mut jobs = crate::ci_jobs::Settings {
+    let mut jobs = crate::gitlab::ci::jobs::Settings {
         // The platform's runner (infra/helm-values/runner.yaml) defaults to alpine:3.20; its
         // registry is GitLab's, at registry.<domain>.
         default_image: Some("alpine:3.20".to_string()),
         registry: Some("registry.local.example.net".to_string()),
         image_store: Some(image_store.clone()),
-        ..crate::ci_jobs::Settings::from_env()
+        ..crate::gitlab::ci::jobs::Settings::from_env()
     };
     jobs.play |= prepared.play_jobs;
     let gitlab_config = crate::gitlab::Config {

@@ -392,7 +392,7 @@ impl GitlabSim {
                     return message(409, "Username has already been taken");
                 }
                 if !super::valid_path_chars(&username) {
-                    return field_errors(json!({"username": [super::GROUP_PATH_MESSAGE]}));
+                    return field_errors(json!({"username": [super::NAMESPACE_PATH_MESSAGE]}));
                 }
                 let id = state.id();
                 let created = User {

@@ -1,8 +1,8 @@
-//! The GitLab simulator's side of jobs that really run (`ci_jobs` runs them): which jobs run,
+//! The GitLab simulator's side of jobs that really run (`ci::jobs` runs them): which jobs run,
 //! with what (image, variables, working copy, timeout), and recording how they ended.
 
+use super::ci::jobs::{self as ci_jobs, CiCdVariable, JobSpec, JobVariable, Outcome};
 use super::{GitlabSim, Runner, State, write_state};
-use crate::ci_jobs::{self, CiCdVariable, JobSpec, JobVariable, Outcome};
 
 impl GitlabSim {
     /// What a runner needs to run job `index` of `pipeline`: `None` when the job is played (jobs

@@ -9,6 +9,8 @@
 
 use serde_json::{Value, json};
 
+use crate::images::PlatformRegistry;
+
 /// Read access to the objects a pod depends on.
 pub trait ClusterView {
     /// The object `name` of `store_key` (`secrets`, `configmaps`, ...) in `namespace`.
@@ -29,98 +31,6 @@ pub struct ImagePolicy {
     pub deny_prefixes: Vec<String>,
     /// The platform's own registry, when the cluster has one (the embedded platform).
     pub registry: Option<PlatformRegistry>,
-}
-
-/// The platform's container registry (GitLab's) as the cluster sees it. Every name serves the
-/// same storage, but a node resolves only `node_hosts` (phase 2 pins `registry.<domain>` in
-/// every node's /etc/hosts; cluster DNS names such as `gitlab-registry.gitlab.svc:5000` resolve
-/// in pods, not on nodes), and nothing listens on a node's loopback. An image under a node host
-/// pulls only once a CI job pushed it.
-#[derive(Debug, Clone, Default)]
-pub struct PlatformRegistry {
-    pub node_hosts: Vec<String>,
-    pub cluster_hosts: Vec<String>,
-    /// Pushed images as `path:tag`, without the host.
-    pub pushed: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
-}
-
-impl PlatformRegistry {
-    /// Every name of the registry (where a job may push).
-    pub fn hosts(&self) -> Vec<String> {
-        self.node_hosts
-            .iter()
-            .chain(&self.cluster_hosts)
-            .cloned()
-            .collect()
-    }
-
-    /// Records `image` as pushed when it names this registry; false for another registry.
-    pub fn record_push(&self, image: &str) -> bool {
-        let (host, rest) = split_host(image);
-        if !self.hosts().iter().any(|known| known == host) {
-            return false;
-        }
-        self.pushed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(with_tag(rest));
-        true
-    }
-
-    /// Why a node cannot pull `image` (containerd's words after `failed to pull and unpack
-    /// image "...": `), or `None` when it can or the image is not this registry's business.
-    fn pull_error(&self, image: &str) -> Option<String> {
-        let (host, rest) = split_host(image);
-        let manifest = || {
-            let reference = with_tag(rest);
-            let (path, tag) = reference.rsplit_once(':').unwrap_or((&reference, "latest"));
-            format!("https://{host}/v2/{path}/manifests/{tag}")
-        };
-        if self.node_hosts.iter().any(|known| known == host) {
-            let pushed = self.pushed.lock().unwrap_or_else(|p| p.into_inner());
-            return (!pushed.contains(&with_tag(rest)))
-                .then(|| format!("failed to resolve reference \"{image}\": {image}: not found"));
-        }
-        if self.cluster_hosts.iter().any(|known| known == host) {
-            let name = host.split(':').next().unwrap_or(host);
-            return Some(format!(
-                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp: lookup {name}: no such host",
-                manifest()
-            ));
-        }
-        let loopback = ["127.0.0.1:", "localhost:", "[::1]:"];
-        if loopback.iter().any(|prefix| host.starts_with(prefix)) {
-            let port = host.rsplit(':').next().unwrap_or("443");
-            return Some(format!(
-                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp 127.0.0.1:{port}: connect: connection refused",
-                manifest()
-            ));
-        }
-        None
-    }
-}
-
-/// `(registry host, rest)` of an image reference whose first part names a registry (it has a
-/// `.` or a `:` or is `localhost`); `("", image)` for Docker Hub names.
-fn split_host(image: &str) -> (&str, &str) {
-    match image.split_once('/') {
-        Some((first, rest))
-            if first.contains('.') || first.contains(':') || first == "localhost" =>
-        {
-            (first, rest)
-        }
-        _ => ("", image),
-    }
-}
-
-/// `path:tag`, with `latest` when the reference has no tag.
-fn with_tag(reference: &str) -> String {
-    let last = reference.rsplit('/').next().unwrap_or(reference);
-    if last.contains(':') || reference.contains('@') {
-        reference.to_string()
-    } else {
-        format!("{reference}:latest")
-    }
 }
 
 impl Default for ImagePolicy {

@@ -126,7 +126,7 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
             stderr: stderr.into_bytes(),
         };
         let (words, _, via_shell) = programs::effective_command(&call.command);
-        let in_toolbox = TOOLBOX_IMAGES.contains(&programs::repository(&call.image));
+        let in_toolbox = TOOLBOX_IMAGES.contains(&crate::images::repository(&call.image));
         let args: Vec<&str> = words.iter().map(String::as_str).collect();
         match args.as_slice() {
             [] if via_shell => ok(String::new()),

@@ -12,6 +12,18 @@ use super::managed_fields::{Entry, managed_fields_of, read_entries, write_entrie
 use super::schema::{SCALAR_SET, is_atomic_map, list_merge_key, str_refs};
 use super::{MergeError, invalid, object_member, opt_json_eq};
 
+/// One server-side apply request: the manager's full intent for an object of `kind` and
+/// `api_version`, with `?force=true` or not, at `time` (its managedFields entry's).
+#[derive(Debug, Clone, Copy)]
+pub struct Apply<'a> {
+    pub applied: &'a Value,
+    pub manager: &'a str,
+    pub force: bool,
+    pub kind: &'a str,
+    pub api_version: &'a str,
+    pub time: &'a str,
+}
+
 /// Server-side apply (Content-Type application/apply-patch+yaml), as in <https://kubernetes.io/docs/reference/using-api/server-side-apply/>:
 /// `live` is the stored object (None when it does not exist: create), `applied` the manager's full intent (already parsed from YAML to JSON).
 /// Returns the new object with `metadata.managedFields` updated (an entry {manager, operation:"Apply", apiVersion, time, fieldsType:"FieldsV1", fieldsV1}).
@@ -21,15 +33,15 @@ use super::{MergeError, invalid, object_member, opt_json_eq};
 /// A field the manager applies with a value different from live that another manager owns -> conflict, unless `force` (then ownership moves to this manager, removed from the other entry; entries left empty are dropped).
 /// Same value -> shared ownership, no conflict. Ignored in field sets: apiVersion, kind, metadata.name, metadata.namespace, metadata.uid, metadata.resourceVersion, metadata.generation, metadata.creationTimestamp, metadata.managedFields, and `status` (apply to the main resource never touches status).
 /// Applying the same intent twice yields an object equal to the first result except for the entry's `time` — callers compare objects ignoring managedFields time to decide "unchanged", so make the result deterministic (sorted keys are fine since serde_json Map is BTreeMap by default; keep list order stable).
-pub fn server_side_apply(
-    live: Option<&Value>,
-    applied: &Value,
-    manager: &str,
-    force: bool,
-    kind: &str,
-    api_version: &str,
-    time: &str,
-) -> Result<Value, MergeError> {
+pub fn server_side_apply(live: Option<&Value>, apply: &Apply) -> Result<Value, MergeError> {
+    let Apply {
+        applied,
+        manager,
+        force,
+        kind,
+        api_version,
+        time,
+    } = *apply;
     let Value::Object(applied_map) = applied else {
         return Err(invalid("apply patch must be an object"));
     };
@@ -258,13 +270,24 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    /// `manager` applies `applied` to a Deployment at `T1`, without force.
+    fn by<'a>(manager: &'a str, applied: &'a Value) -> Apply<'a> {
+        Apply {
+            applied,
+            manager,
+            force: false,
+            kind: "Deployment",
+            api_version: "apps/v1",
+            time: T1,
+        }
+    }
+
     // ---- server-side apply ----
 
     #[test]
     fn ssa_create_from_none() {
         let applied = deployment(2, "nginx:1");
-        let out =
-            server_side_apply(None, &applied, "bprun", false, "Deployment", "apps/v1", T1).unwrap();
+        let out = server_side_apply(None, &by("bprun", &applied)).unwrap();
         assert_eq!(out["spec"], applied["spec"]);
         assert_eq!(out["metadata"]["labels"], applied["metadata"]["labels"]);
         assert_eq!(out["metadata"]["name"], "web");
@@ -296,16 +319,13 @@ mod tests {
     #[test]
     fn ssa_apply_twice_is_identical_except_time() {
         let applied = deployment(2, "nginx:1");
-        let first =
-            server_side_apply(None, &applied, "bprun", false, "Deployment", "apps/v1", T1).unwrap();
+        let first = server_side_apply(None, &by("bprun", &applied)).unwrap();
         let second = server_side_apply(
             Some(&first),
-            &applied,
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &applied)
+            },
         )
         .unwrap();
         assert_ne!(first, second);
@@ -315,16 +335,7 @@ mod tests {
 
     #[test]
     fn ssa_dropped_label_is_removed_unless_shared() {
-        let first = server_side_apply(
-            None,
-            &deployment(2, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let first = server_side_apply(None, &by("bprun", &deployment(2, "nginx:1"))).unwrap();
         let mut intent = deployment(2, "nginx:1");
         intent["metadata"]["labels"]
             .as_object_mut()
@@ -332,12 +343,10 @@ mod tests {
             .remove("tier");
         let out = server_side_apply(
             Some(&first),
-            &intent,
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &intent)
+            },
         )
         .unwrap();
         assert_eq!(out["metadata"]["labels"], json!({"app": "web"}));
@@ -350,24 +359,13 @@ mod tests {
         // Another applier that also set tier keeps it alive.
         let other = json!({"apiVersion": "apps/v1", "kind": "Deployment",
             "metadata": {"name": "web", "labels": {"tier": "front"}}});
-        let shared = server_side_apply(
-            Some(&first),
-            &other,
-            "ops",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let shared = server_side_apply(Some(&first), &by("ops", &other)).unwrap();
         let out = server_side_apply(
             Some(&shared),
-            &intent,
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &intent)
+            },
         )
         .unwrap();
         assert_eq!(out["metadata"]["labels"]["tier"], "front");
@@ -379,17 +377,24 @@ mod tests {
         let cm = |data: Value| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": data});
         let first = server_side_apply(
             None,
-            &cm(json!({"a": "1"})),
-            "m",
-            false,
-            "ConfigMap",
-            "v1",
-            T1,
+            &Apply {
+                kind: "ConfigMap",
+                api_version: "v1",
+                ..by("m", &cm(json!({"a": "1"})))
+            },
         )
         .unwrap();
         let intent = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
-        let out =
-            server_side_apply(Some(&first), &intent, "m", false, "ConfigMap", "v1", T2).unwrap();
+        let out = server_side_apply(
+            Some(&first),
+            &Apply {
+                kind: "ConfigMap",
+                api_version: "v1",
+                time: T2,
+                ..by("m", &intent)
+            },
+        )
+        .unwrap();
         assert!(out.get("data").is_none(), "{out}");
         // The applier's entry stays even with nothing left to own.
         assert_eq!(entries_of(&out).len(), 1);
@@ -397,16 +402,7 @@ mod tests {
 
     /// A Deployment applied by "bprun" whose spec.replicas was then changed by an Update manager.
     fn scaled_by_other() -> Value {
-        let first = server_side_apply(
-            None,
-            &deployment(2, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let first = server_side_apply(None, &by("bprun", &deployment(2, "nginx:1"))).unwrap();
         let mut scaled = first.clone();
         scaled["spec"]["replicas"] = json!(5);
         record_update(Some(&first), &mut scaled, "hpa", "apps/v1", T2, None);
@@ -422,12 +418,10 @@ mod tests {
         );
         let err = server_side_apply(
             Some(&scaled),
-            &deployment(3, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &deployment(3, "nginx:1"))
+            },
         )
         .unwrap_err();
         assert_eq!(
@@ -445,12 +439,11 @@ mod tests {
         let scaled = scaled_by_other();
         let out = server_side_apply(
             Some(&scaled),
-            &deployment(3, "nginx:1"),
-            "bprun",
-            true,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                force: true,
+                time: T2,
+                ..by("bprun", &deployment(3, "nginx:1"))
+            },
         )
         .unwrap();
         assert_eq!(out["spec"]["replicas"], 3);
@@ -465,12 +458,10 @@ mod tests {
         let scaled = scaled_by_other();
         let out = server_side_apply(
             Some(&scaled),
-            &deployment(5, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &deployment(5, "nginx:1"))
+            },
         )
         .unwrap();
         assert_eq!(out["spec"]["replicas"], 5);
@@ -487,12 +478,10 @@ mod tests {
         intent["spec"].as_object_mut().unwrap().remove("replicas");
         let out = server_side_apply(
             Some(&out),
-            &intent,
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &intent)
+            },
         )
         .unwrap();
         assert_eq!(out["spec"]["replicas"], 5);
@@ -500,28 +489,10 @@ mod tests {
 
     #[test]
     fn ssa_two_appliers_share_a_container_list() {
-        let base = server_side_apply(
-            None,
-            &deployment(2, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let base = server_side_apply(None, &by("bprun", &deployment(2, "nginx:1"))).unwrap();
         let sidecar = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"},
             "spec": {"template": {"spec": {"containers": [{"name": "proxy", "image": "envoy:1"}]}}}});
-        let both = server_side_apply(
-            Some(&base),
-            &sidecar,
-            "mesh",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let both = server_side_apply(Some(&base), &by("mesh", &sidecar)).unwrap();
         let names: Vec<&str> = both["spec"]["template"]["spec"]["containers"]
             .as_array()
             .unwrap()
@@ -534,12 +505,10 @@ mod tests {
             json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web"}});
         let out = server_side_apply(
             Some(&both),
-            &gone,
-            "mesh",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("mesh", &gone)
+            },
         )
         .unwrap();
         assert_eq!(
@@ -551,12 +520,10 @@ mod tests {
             "spec": {"template": {"spec": {"containers": [{"name": "web", "image": "evil:1"}]}}}});
         let err = server_side_apply(
             Some(&both),
-            &hijack,
-            "mesh",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("mesh", &hijack)
+            },
         )
         .unwrap_err();
         assert_eq!(
@@ -580,26 +547,33 @@ mod tests {
         };
         let a = server_side_apply(
             None,
-            &web(json!({"image": "i:1"})),
-            "a",
-            false,
-            "Pod",
-            "v1",
-            T1,
+            &Apply {
+                kind: "Pod",
+                api_version: "v1",
+                ..by("a", &web(json!({"image": "i:1"})))
+            },
         )
         .unwrap();
         let b = server_side_apply(
             Some(&a),
-            &web(json!({"tty": true})),
-            "b",
-            false,
-            "Pod",
-            "v1",
-            T1,
+            &Apply {
+                kind: "Pod",
+                api_version: "v1",
+                ..by("b", &web(json!({"tty": true})))
+            },
         )
         .unwrap();
         let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
-        let out = server_side_apply(Some(&b), &bare, "b", false, "Pod", "v1", T2).unwrap();
+        let out = server_side_apply(
+            Some(&b),
+            &Apply {
+                kind: "Pod",
+                api_version: "v1",
+                time: T2,
+                ..by("b", &bare)
+            },
+        )
+        .unwrap();
         assert_eq!(
             out["spec"]["containers"],
             json!([{"name": "web", "image": "i:1"}])
@@ -608,27 +582,16 @@ mod tests {
 
     #[test]
     fn ssa_never_touches_status_and_rejects_bad_input() {
-        let mut live = server_side_apply(
-            None,
-            &deployment(2, "nginx:1"),
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T1,
-        )
-        .unwrap();
+        let mut live = server_side_apply(None, &by("bprun", &deployment(2, "nginx:1"))).unwrap();
         live["status"] = json!({"readyReplicas": 2});
         let mut intent = deployment(2, "nginx:1");
         intent["status"] = json!({"readyReplicas": 99});
         let out = server_side_apply(
             Some(&live),
-            &intent,
-            "bprun",
-            false,
-            "Deployment",
-            "apps/v1",
-            T2,
+            &Apply {
+                time: T2,
+                ..by("bprun", &intent)
+            },
         )
         .unwrap();
         assert_eq!(out["status"], json!({"readyReplicas": 2}));
@@ -640,12 +603,23 @@ mod tests {
 
         let dup = json!({"kind": "Pod", "spec": {"containers": [{"name": "a"}, {"name": "a"}]}});
         assert!(matches!(
-            server_side_apply(None, &dup, "m", false, "Pod", "v1", T1),
-            Err(MergeError::Invalid(m)) if m.contains("duplicate")
-        ));
+                    server_side_apply(None, &Apply {
+        kind: "Pod",
+        api_version: "v1",
+        ..by("m", &dup)
+        }),
+                    Err(MergeError::Invalid(m)) if m.contains("duplicate")
+                ));
         let wrong_kind = json!({"kind": "Service"});
         assert!(matches!(
-            server_side_apply(None, &wrong_kind, "m", false, "Pod", "v1", T1),
+            server_side_apply(
+                None,
+                &Apply {
+                    kind: "Pod",
+                    api_version: "v1",
+                    ..by("m", &wrong_kind)
+                }
+            ),
             Err(MergeError::Invalid(_))
         ));
     }
@@ -666,7 +640,15 @@ spec:
     - {name: A, value: "1"}
 "#;
         let applied: Value = serde_norway::from_str(yaml).unwrap();
-        let out = server_side_apply(None, &applied, "kubectl", false, "Pod", "v1", T1).unwrap();
+        let out = server_side_apply(
+            None,
+            &Apply {
+                kind: "Pod",
+                api_version: "v1",
+                ..by("kubectl", &applied)
+            },
+        )
+        .unwrap();
         assert_eq!(
             entries_of(&out)[0]["fieldsV1"],
             json!({
@@ -682,8 +664,16 @@ spec:
             .as_object_mut()
             .unwrap()
             .remove("finalizers");
-        let out =
-            server_side_apply(Some(&out), &without, "kubectl", false, "Pod", "v1", T2).unwrap();
+        let out = server_side_apply(
+            Some(&out),
+            &Apply {
+                kind: "Pod",
+                api_version: "v1",
+                time: T2,
+                ..by("kubectl", &without)
+            },
+        )
+        .unwrap();
         assert!(out["metadata"].get("finalizers").is_none(), "{out}");
     }
 }

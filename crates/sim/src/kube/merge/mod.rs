@@ -22,7 +22,7 @@ mod managed_fields;
 mod schema;
 mod strategic;
 
-pub use apply::server_side_apply;
+pub use apply::{Apply, server_side_apply};
 pub use fields_v1::fields_v1_of;
 pub use json_patch::json_patch;
 pub use managed_fields::record_update;

@@ -84,7 +84,7 @@ impl Link {
 }
 
 fn is_web_image(image: &str, images: &[&str]) -> bool {
-    images.contains(&super::canonical_repository(image).as_str())
+    images.contains(&crate::images::canonical_repository(image).as_str())
 }
 
 /// Whether some pod running a webservice container is Ready and not being deleted (an

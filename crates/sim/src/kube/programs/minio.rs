@@ -106,9 +106,7 @@ impl Minio {
         };
         if matches!(name.as_str(), "localhost" | "127.0.0.1") {
             // The pod's own server, when it is one.
-            if crate::kube::programs::canonical_repository(&call.image) != SERVER_IMAGE
-                || port != 9000
-            {
+            if crate::images::canonical_repository(&call.image) != SERVER_IMAGE || port != 9000 {
                 return Err(refused());
             }
             return Ok(Endpoint {
@@ -153,7 +151,7 @@ impl Minio {
             .as_array()
             .and_then(|list| {
                 list.iter().find(|c| {
-                    crate::kube::programs::canonical_repository(c["image"].as_str().unwrap_or(""))
+                    crate::images::canonical_repository(c["image"].as_str().unwrap_or(""))
                         == SERVER_IMAGE
                 })
             })

@@ -42,37 +42,13 @@ pub mod volumes;
 
 use super::cluster::Cluster;
 use super::server::{ExecCall, ExecOutcome, KubeSim};
+use crate::images::canonical_repository;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-/// The repository of an image reference: without the tag and the digest
-/// (`quay.io/openbao/openbao:2.2.0` -> `quay.io/openbao/openbao`; a registry port stays).
-pub fn repository(image: &str) -> &str {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
-    match without_digest[last_slash..].rfind(':') {
-        Some(colon) => &without_digest[..last_slash + colon],
-        None => without_digest,
-    }
-}
-
-/// An image's repository with Docker Hub's implied names spelled out
-/// (`bitnamilegacy/redis` -> `docker.io/bitnamilegacy/redis`, `redis` -> `docker.io/library/redis`).
-pub fn canonical_repository(image: &str) -> String {
-    let name = repository(image);
-    let first = name.split('/').next().unwrap_or("");
-    let has_registry =
-        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
-    match (has_registry, name.contains('/')) {
-        (true, _) => name.to_string(),
-        (false, true) => format!("docker.io/{name}"),
-        (false, false) => format!("docker.io/library/{name}"),
-    }
-}
 
 /// The words of a simple shell command line (`bao status -tls-skip-verify`, `psql -c 'SELECT 1'`)
 /// as `sh` would split them: quotes and backslashes, nothing else. `None` for what needs a real
@@ -603,7 +579,7 @@ impl Programs {
         let root = std::env::current_dir().unwrap_or_default();
         let registry: Vec<Arc<dyn Program>> = vec![
             Arc::new(bao::OpenBao::new(
-                crate::platform::find_bao(&root),
+                crate::tools::bao(&root),
                 state_dir.join("openbao"),
                 node.clone(),
             )),

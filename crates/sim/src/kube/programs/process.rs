@@ -2,7 +2,7 @@
 //! its process id.
 
 use crate::kube::server::ExecOutcome;
-use std::io::{Read, Write};
+use bprun_clients::process::Pipes;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,33 +25,7 @@ pub fn run(mut command: Command, stdin: &[u8], limit: Duration) -> ExecOutcome {
             };
         }
     };
-    let input = child.stdin.take().map(|mut pipe| {
-        let bytes = stdin.to_vec();
-        std::thread::spawn(move || {
-            let _ = pipe.write_all(&bytes);
-        })
-    });
-    let reader = |pipe: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            if let Some(mut pipe) = pipe {
-                let _ = pipe.read_to_end(&mut bytes);
-            }
-            bytes
-        })
-    };
-    let stdout = reader(
-        child
-            .stdout
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
-    let stderr = reader(
-        child
-            .stderr
-            .take()
-            .map(|p| Box::new(p) as Box<dyn Read + Send>),
-    );
+    let pipes = Pipes::serve(&mut child, Some(stdin.to_vec()));
     let deadline = Instant::now() + limit;
     let code = loop {
         match child.try_wait() {
@@ -63,11 +37,7 @@ pub fn run(mut command: Command, stdin: &[u8], limit: Duration) -> ExecOutcome {
             }
         }
     };
-    if let Some(input) = input {
-        let _ = input.join();
-    }
-    let stdout = stdout.join().unwrap_or_default();
-    let mut stderr = stderr.join().unwrap_or_default();
+    let (stdout, mut stderr) = pipes.collect();
     if code == 124 {
         stderr.extend_from_slice(
             format!("{program} did not end within {} s\n", limit.as_secs()).as_bytes(),

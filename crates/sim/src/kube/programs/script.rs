@@ -3,11 +3,9 @@
 //! test pods): the script really runs, so a broken one fails as on a real node, with `sh`'s
 //! words in `kubectl logs` and the exit code in the pod's status.
 //!
-//! Where it runs: a static busybox (the images' own userland; the machine's `sh` and utilities
-//! when there is none), in a private user, mount, UTS and network namespace (`unshare`),
-//! chrooted into an empty root holding those programs and the pod's volumes at their mount
-//! paths. A `hostPath` volume is the node's folder: under a
-//! node mount ([`NodeMounts`], the shared data folder) the host folder behind it, elsewhere the
+//! Where it runs: the pod sandbox of `crate::sandbox` (busybox's userland in private
+//! namespaces, chrooted), holding the pod's volumes at their mount paths. A `hostPath` volume
+//! is the node's folder: under a node mount ([`NodeMounts`], the shared data folder) the host folder behind it, elsewhere the
 //! node's own folder in the simulator (`nodes/NODE/...`, seeded with kind's `/etc/hosts`).
 //! ConfigMap, Secret and emptyDir volumes are files the simulator writes for the pod. No network
 //! (not even the simulator's), a bounded time (`activeDeadlineSeconds`, at most 5 minutes),
@@ -16,11 +14,11 @@
 use super::node::NodeMounts;
 use super::{Host, Program};
 use crate::kube::server::{ExecCall, ExecOutcome};
+use crate::sandbox::Mount;
 use base64::Engine as _;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -37,61 +35,6 @@ const LONGEST_RUN: Duration = Duration::from_secs(300);
 const LOG_LIMIT: usize = 64 * 1024;
 /// Containers whose exits and logs are kept at most (the oldest go first).
 const KEPT: usize = 512;
-
-/// Sets up the sandbox, then runs the container's command in it. Arguments: the root folder,
-/// the working folder, a static busybox (empty: the machine's programs instead), then
-/// `SOURCE TARGET MODE` triples (MODE `rw` or `ro`), `--`, and the command. Only arguments
-/// carry what the pod says: nothing of it is parsed by this script.
-const SANDBOX: &str = r#"set -e
-root=$1; workdir=$2; busybox=$3; shift 3
-mount -t tmpfs tmpfs "$root"
-if [ -n "$busybox" ]; then
-  # The image's own userland: busybox and its applets in /bin, nothing else.
-  mkdir -p "$root/bin" "$root/sbin" "$root/usr/bin" "$root/usr/sbin"
-  cp "$busybox" "$root/bin/busybox"
-  for applet in $("$busybox" --list); do
-    [ "$applet" = busybox ] || ln -s /bin/busybox "$root/bin/$applet"
-  done
-else
-  for dir in usr bin sbin lib lib32 lib64 libx32; do
-    if [ -L "/$dir" ]; then ln -s "$(readlink "/$dir")" "$root/$dir"
-    elif [ -d "/$dir" ]; then mkdir -p "$root/$dir"; mount --rbind "/$dir" "$root/$dir"; mount -o remount,bind,ro "$root/$dir" 2>/dev/null || true
-    fi
-  done
-fi
-mkdir -p "$root/tmp" "$root/dev" "$root/etc" "$root/root"
-# The pod's own name, as its hostname, and the kubelet's /etc/hosts for it.
-hostname "$HOSTNAME" 2>/dev/null || true
-echo "$HOSTNAME" > "$root/etc/hostname"
-printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
-for device in null zero random urandom; do
-  touch "$root/dev/$device"; mount --bind "/dev/$device" "$root/dev/$device"
-done
-while [ "$1" != "--" ]; do
-  source=$1; target=$root$2; mode=$3; shift 3
-  if [ -d "$source" ]; then mkdir -p "$target"; else mkdir -p "$(dirname "$target")"; touch "$target"; fi
-  mount --bind "$source" "$target"
-  if [ "$mode" = ro ]; then mount -o remount,bind,ro "$target" 2>/dev/null || true; fi
-done
-shift
-cd "$root"
-exec chroot "$root" /bin/sh -c 'cd "$0" && exec "$@"' "$workdir" "$@"
-"#;
-
-/// A statically linked busybox (`BPRUN_BUSYBOX`, else `busybox` on PATH, as Debian's
-/// busybox-static installs it): the userland of the busybox and alpine images. Without one the
-/// machine's shell and utilities stand in (their words differ a little: dash says
-/// `sh: 1: x: not found` where busybox says `sh: x: not found`).
-fn find_busybox() -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("BPRUN_BUSYBOX").map(PathBuf::from) {
-        return path.is_file().then_some(path);
-    }
-    std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths)
-            .map(|dir| dir.join("busybox"))
-            .find(|path| path.is_file())
-    })
-}
 
 /// kind's `/etc/hosts` on a node, which the registry pin edits.
 fn kind_hosts(node: &str) -> String {
@@ -138,7 +81,7 @@ impl Scripts {
             scratch,
             exits: Arc::default(),
             order: Arc::default(),
-            busybox: find_busybox(),
+            busybox: crate::tools::busybox(),
         }
     }
 
@@ -205,14 +148,14 @@ impl Scripts {
         Ok(())
     }
 
-    /// The `SOURCE TARGET MODE` arguments of the container's volume mounts.
+    /// The container's volume mounts, as the sandbox binds them.
     fn mounts_of(
         &self,
         pod: &Value,
         container: &Value,
         scratch: &Path,
         host: &Host,
-    ) -> Result<Vec<String>, String> {
+    ) -> Result<Vec<Mount>, String> {
         let namespace = pod["metadata"]["namespace"].as_str().unwrap_or("");
         let node = pod["spec"]["nodeName"]
             .as_str()
@@ -266,14 +209,11 @@ impl Scripts {
                     std::fs::create_dir_all(&source).map_err(|error| error.to_string())?;
                 }
             }
-            let mode = if mount["readOnly"].as_bool() == Some(true) {
-                "ro"
-            } else {
-                "rw"
-            };
-            arguments.push(source.to_string_lossy().into_owned());
-            arguments.push(target.to_string());
-            arguments.push(mode.to_string());
+            arguments.push(Mount {
+                source,
+                target: target.to_string(),
+                read_only: mount["readOnly"].as_bool() == Some(true),
+            });
         }
         Ok(arguments)
     }
@@ -385,32 +325,15 @@ impl Program for Scripts {
             .unwrap_or(LONGEST_RUN)
             .min(LONGEST_RUN);
         let workdir = container["workingDir"].as_str().unwrap_or("/").to_string();
-        let mut command = Command::new("timeout");
-        // `timeout` signals its whole process group: nothing the script started outlives it.
-        command
-            .args(["-k", "2", &limit.as_secs().to_string()])
-            .args([
-                "unshare",
-                "--map-root-user",
-                "--mount",
-                "--net",
-                "--uts",
-                "--",
-            ])
-            .args(["/bin/sh", "-c", SANDBOX, "sandbox"])
-            .arg(&root)
-            .arg(&workdir)
-            .arg(self.busybox.as_deref().unwrap_or(Path::new("")))
-            .args(&mounts)
-            .arg("--")
-            .args(argv(&container))
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("HOSTNAME", &call.pod)
-            .env("HOME", "/root");
+        let mut command = crate::sandbox::pod_command(
+            &root,
+            &workdir,
+            self.busybox.as_deref(),
+            &mounts,
+            &argv(&container),
+            &call.pod,
+            limit,
+        );
         for (name, value) in &call.env {
             command.env(name, value);
         }

@@ -10,29 +10,6 @@ fn strings(words: &[&str]) -> Vec<String> {
 }
 
 #[test]
-fn image_repositories_drop_tags_and_digests_and_spell_out_docker_hub() {
-    assert_eq!(
-        repository("quay.io/openbao/openbao:2.2.0"),
-        "quay.io/openbao/openbao"
-    );
-    assert_eq!(repository("localhost:5000/app:1"), "localhost:5000/app");
-    assert_eq!(repository("localhost:5000/app"), "localhost:5000/app");
-    assert_eq!(
-        repository("quay.io/minio/minio@sha256:abc"),
-        "quay.io/minio/minio"
-    );
-    assert_eq!(
-        canonical_repository("bitnamilegacy/redis:7.2.5-debian-12-r0"),
-        "docker.io/bitnamilegacy/redis"
-    );
-    assert_eq!(canonical_repository("redis"), "docker.io/library/redis");
-    assert_eq!(
-        canonical_repository("docker.io/bitnamilegacy/redis:7"),
-        "docker.io/bitnamilegacy/redis"
-    );
-}
-
-#[test]
 fn simple_command_lines_split_as_sh_splits_them_and_others_do_not() {
     assert_eq!(
         words("bao status -tls-skip-verify"),

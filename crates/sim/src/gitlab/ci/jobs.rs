@@ -23,7 +23,6 @@
 //! non-loopback address by HTTP(S).
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -49,7 +48,7 @@ pub struct Settings {
     /// The platform's registry, shared with the Kubernetes simulator's nodes: kaniko pushes
     /// only to its names, and what it pushes becomes pullable. `None`: kaniko's pushes go
     /// nowhere and any destination is accepted.
-    pub image_store: Option<crate::kube::kubelet::PlatformRegistry>,
+    pub image_store: Option<crate::images::PlatformRegistry>,
 }
 
 impl Settings {
@@ -199,8 +198,8 @@ pub fn job_variables(
 /// What the simulator runs for `image`: `Ok(None)` for an image it does not know (the job is
 /// played); `Err` for a known image whose tool is missing on this machine.
 pub fn runtime_for(image: &str) -> Result<Option<Runtime>, String> {
-    let repository = crate::kube::programs::canonical_repository(image);
-    let tag = image_tag(image);
+    let repository = crate::images::canonical_repository(image);
+    let tag = crate::images::tag(image);
     let runtime = match repository.as_str() {
         "docker.io/library/alpine" | "docker.io/library/busybox" => Runtime::Shell,
         "docker.io/alpine/helm" => {
@@ -209,7 +208,7 @@ pub fn runtime_for(image: &str) -> Result<Option<Runtime>, String> {
                 Some("4") => "helm",
                 _ => return Ok(None),
             };
-            let helm = find_on_path(tool).ok_or_else(|| {
+            let helm = crate::tools::on_path(tool).ok_or_else(|| {
                 format!("the simulator runs image {image} with the real {tool}, which is not on its PATH")
             })?;
             Runtime::Helm { helm }
@@ -218,23 +217,6 @@ pub fn runtime_for(image: &str) -> Result<Option<Runtime>, String> {
         _ => return Ok(None),
     };
     Ok(Some(runtime))
-}
-
-/// The tag of an image reference (`latest` when none).
-fn image_tag(image: &str) -> &str {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
-    match without_digest[last_slash..].rfind(':') {
-        Some(colon) => &without_digest[last_slash + colon + 1..],
-        None => "latest",
-    }
-}
-
-fn find_on_path(tool: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(tool))
-        .find(|candidate| candidate.is_file())
 }
 
 /// A job's `timeout:` (`1h 30m`, `10 minutes`, `3600`), as GitLab's chronic duration reads the
@@ -246,56 +228,6 @@ pub fn parse_timeout(text: &str) -> Option<Duration> {
     }
     humantime::parse_duration(text).ok()
 }
-
-/// The utilities an alpine image's busybox provides, taken from the host (`/usr/bin`, `/bin`).
-/// No network tools: a job reaches nothing but the simulated platform's loopback services.
-const UTILITIES: &[&str] = &[
-    "sh",
-    "base64",
-    "basename",
-    "cat",
-    "chmod",
-    "cp",
-    "cut",
-    "date",
-    "dirname",
-    "echo",
-    "env",
-    "expr",
-    "false",
-    "find",
-    "grep",
-    "gzip",
-    "head",
-    "id",
-    "ls",
-    "mkdir",
-    "mktemp",
-    "mv",
-    "printf",
-    "pwd",
-    "readlink",
-    "rm",
-    "rmdir",
-    "sed",
-    "seq",
-    "sha256sum",
-    "sleep",
-    "sort",
-    "tail",
-    "tar",
-    "tee",
-    "test",
-    "[",
-    "touch",
-    "tr",
-    "true",
-    "uname",
-    "uniq",
-    "wc",
-    "xargs",
-    "awk",
-];
 
 /// The stand-in for kaniko's `/kaniko/executor` (v1.23): parses its flags, fails as kaniko
 /// fails before a build (no destination, an unknown flag, a Dockerfile that is not there, a
@@ -500,28 +432,6 @@ fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
 }
 
-/// The job's private root: removed when dropped, whatever happened.
-struct JobRoot(PathBuf);
-
-impl JobRoot {
-    /// A fresh root for job `id`, known to [`stop_running_jobs`] until dropped.
-    fn new(id: u64) -> JobRoot {
-        let root = std::env::temp_dir().join(format!("bprun-job-{id}-{}", fastrand::u64(..)));
-        running().push(RunningJob {
-            root: root.clone(),
-            group: None,
-        });
-        JobRoot(root)
-    }
-}
-
-impl Drop for JobRoot {
-    fn drop(&mut self) {
-        running().retain(|job| job.root != self.0);
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 /// Runs the job and returns its outcome (never panics on the job's doing: a failure to set up
 /// ends the job failed, with the reason in its trace).
 pub fn execute(spec: &JobSpec) -> Outcome {
@@ -535,8 +445,8 @@ pub fn execute(spec: &JobSpec) -> Outcome {
         "Running with gitlab-runner 17.9.0 (bprun-sim)\n  on {} \nPreparing the \"kubernetes\" executor\nUsing Kubernetes executor with image {} ...\n",
         spec.runner_description, spec.image
     );
-    let root = JobRoot::new(spec.id);
-    let result = run_in(&root.0, spec, &mut trace);
+    let root = crate::sandbox::JobRoot::new(spec.id);
+    let result = run_in(root.path(), spec, &mut trace);
     let (success, pushed) = match result {
         Ok(run) => run,
         Err(reason) => {
@@ -546,7 +456,7 @@ pub fn execute(spec: &JobSpec) -> Outcome {
     };
     // Paths as the container has them: the job's private root is the container's `/`
     // (`/builds/group/project`, `/tmp/kubeconfig`, `/kaniko/executor` in messages).
-    let trace = trace.replace(&root.0.display().to_string(), "");
+    let trace = trace.replace(&root.path().display().to_string(), "");
     let mut trace = mask(&trace, &secrets);
     if trace.len() > TRACE_LIMIT {
         let mut cut = TRACE_LIMIT;
@@ -577,15 +487,7 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
     std::fs::create_dir_all(&project_dir)
         .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
     let tools = root.join("bin");
-    for utility in UTILITIES {
-        if let Some(found) = ["/usr/bin", "/bin"]
-            .iter()
-            .map(|dir| Path::new(dir).join(utility))
-            .find(|candidate| candidate.is_file())
-        {
-            let _ = std::os::unix::fs::symlink(found, tools.join(utility));
-        }
-    }
+    crate::sandbox::link_host_utilities(&tools);
     let mut path = tools.display().to_string();
     match &spec.runtime {
         Runtime::Shell => {}
@@ -768,105 +670,20 @@ fn run_step(
     let script_path = root.join(format!(".{stage}.sh"));
     std::fs::write(&script_path, script)
         .map_err(|error| format!("cannot write the job's script: {error}"))?;
-    let (mut reader, writer) =
-        std::io::pipe().map_err(|error| format!("cannot start the job: {error}"))?;
-    let writer_err = writer
-        .try_clone()
-        .map_err(|error| format!("cannot start the job: {error}"))?;
-    let mut command = Command::new(root.join("bin").join("sh"));
-    use std::os::unix::process::CommandExt;
-    command
-        .arg(&script_path)
-        .env_clear()
-        .envs(environment)
-        .current_dir(project_dir)
-        .stdin(Stdio::null())
-        .stdout(writer)
-        .stderr(writer_err)
-        // Its own process group, so the timeout (and the end of the job) stops everything it
-        // started, as removing the build container does.
-        .process_group(0);
-    let spawned = command.spawn();
-    // The parent's copies of the pipe's write end must go, or the reader never sees its end.
-    drop(command);
-    let mut child = spawned.map_err(|error| format!("cannot start sh: {error}"))?;
-    set_running_group(root, Some(child.id()));
-    let collector = std::thread::spawn(move || {
-        let mut kept = Vec::new();
-        let mut chunk = [0u8; 8192];
-        loop {
-            match reader.read(&mut chunk) {
-                Ok(0) | Err(_) => break,
-                // Beyond the limit the output is drained, not kept, so the job never blocks.
-                Ok(read) if kept.len() < TRACE_LIMIT + 4096 => {
-                    kept.extend_from_slice(&chunk[..read])
-                }
-                Ok(_) => {}
-            }
-        }
-        kept
-    });
-    let (code, timed_out) = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break (status.code(), false),
-            Ok(None) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
-            Ok(None) => break (None, true),
-            Err(_) => break (None, false),
-        }
-    };
-    // Whatever the script left running goes with it.
-    kill_group(child.id());
-    // Forgotten before it is reaped: until then its id cannot name another process.
-    set_running_group(root, None);
-    let _ = child.wait();
-    let output = collector.join().unwrap_or_default();
+    let run = crate::sandbox::run_in_group(
+        root,
+        &root.join("bin").join("sh"),
+        &script_path,
+        environment,
+        project_dir,
+        deadline,
+        TRACE_LIMIT + 4096,
+    )?;
     Ok(StepResult {
-        output: String::from_utf8_lossy(&output).into_owned(),
-        code,
-        timed_out,
+        output: String::from_utf8_lossy(&run.output).into_owned(),
+        code: run.code,
+        timed_out: run.timed_out,
     })
-}
-
-/// A job running now: its private root and, while a script stage runs, its process group.
-struct RunningJob {
-    root: PathBuf,
-    group: Option<u32>,
-}
-
-/// The jobs running now, so a simulator that stops stops them too ([`stop_running_jobs`])
-/// instead of leaving a `helm --wait` or a half-made folder behind.
-static RUNNING: std::sync::Mutex<Vec<RunningJob>> = std::sync::Mutex::new(Vec::new());
-
-fn running() -> std::sync::MutexGuard<'static, Vec<RunningJob>> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-/// Kills every running job's process group and removes its folder: the simulator is stopping
-/// (as stopping a runner ends its builds).
-pub fn stop_running_jobs() {
-    for job in running().drain(..) {
-        if let Some(group) = job.group {
-            kill_group(group);
-        }
-        let _ = std::fs::remove_dir_all(job.root);
-    }
-}
-
-/// Records the process group of the stage running in `root` (`None` once it ended).
-fn set_running_group(root: &Path, group: Option<u32>) {
-    if let Some(job) = running().iter_mut().find(|job| job.root == root) {
-        job.group = group;
-    }
-}
-
-/// SIGKILL to a process group, by its id.
-fn kill_group(group: u32) {
-    let _ = Command::new("kill")
-        .args(["-KILL", "--", &format!("-{group}")])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }
 
 #[cfg(test)]
@@ -887,8 +704,6 @@ mod tests {
         );
         assert_eq!(runtime_for("ruby:3.3"), Ok(None));
         assert_eq!(runtime_for("alpine/helm:latest"), Ok(None));
-        assert_eq!(image_tag("alpine/helm:3.16.4"), "3.16.4");
-        assert_eq!(image_tag("localhost:5000/x"), "latest");
     }
 
     #[test]

@@ -1,0 +1,164 @@
+//! Image references and the platform's registry, as every simulator names them: the
+//! Kubernetes nodes pull images, CI jobs run and push them.
+
+/// The repository of an image reference: without the tag and the digest
+/// (`quay.io/openbao/openbao:2.2.0` -> `quay.io/openbao/openbao`; a registry port stays).
+pub fn repository(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
+    match without_digest[last_slash..].rfind(':') {
+        Some(colon) => &without_digest[..last_slash + colon],
+        None => without_digest,
+    }
+}
+
+/// An image's repository with Docker Hub's implied names spelled out
+/// (`bitnamilegacy/redis` -> `docker.io/bitnamilegacy/redis`, `redis` -> `docker.io/library/redis`).
+pub fn canonical_repository(image: &str) -> String {
+    let name = repository(image);
+    let first = name.split('/').next().unwrap_or("");
+    let has_registry =
+        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    match (has_registry, name.contains('/')) {
+        (true, _) => name.to_string(),
+        (false, true) => format!("docker.io/{name}"),
+        (false, false) => format!("docker.io/library/{name}"),
+    }
+}
+
+/// The tag of an image reference (`latest` when none).
+pub fn tag(image: &str) -> &str {
+    let without_digest = image.split('@').next().unwrap_or(image);
+    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
+    match without_digest[last_slash..].rfind(':') {
+        Some(colon) => &without_digest[last_slash + colon + 1..],
+        None => "latest",
+    }
+}
+
+/// The platform's container registry (GitLab's) as the cluster sees it. Every name serves the
+/// same storage, but a node resolves only `node_hosts` (phase 2 pins `registry.<domain>` in
+/// every node's /etc/hosts; cluster DNS names such as `gitlab-registry.gitlab.svc:5000` resolve
+/// in pods, not on nodes), and nothing listens on a node's loopback. An image under a node host
+/// pulls only once a CI job pushed it.
+#[derive(Debug, Clone, Default)]
+pub struct PlatformRegistry {
+    pub node_hosts: Vec<String>,
+    pub cluster_hosts: Vec<String>,
+    /// Pushed images as `path:tag`, without the host.
+    pub pushed: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+}
+
+impl PlatformRegistry {
+    /// Every name of the registry (where a job may push).
+    pub fn hosts(&self) -> Vec<String> {
+        self.node_hosts
+            .iter()
+            .chain(&self.cluster_hosts)
+            .cloned()
+            .collect()
+    }
+
+    /// Records `image` as pushed when it names this registry; false for another registry.
+    pub fn record_push(&self, image: &str) -> bool {
+        let (host, rest) = split_host(image);
+        if !self.hosts().iter().any(|known| known == host) {
+            return false;
+        }
+        self.pushed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(with_tag(rest));
+        true
+    }
+
+    /// Why a node cannot pull `image` (containerd's words after `failed to pull and unpack
+    /// image "...": `), or `None` when it can or the image is not this registry's business.
+    pub fn pull_error(&self, image: &str) -> Option<String> {
+        let (host, rest) = split_host(image);
+        let manifest = || {
+            let reference = with_tag(rest);
+            let (path, tag) = reference.rsplit_once(':').unwrap_or((&reference, "latest"));
+            format!("https://{host}/v2/{path}/manifests/{tag}")
+        };
+        if self.node_hosts.iter().any(|known| known == host) {
+            let pushed = self.pushed.lock().unwrap_or_else(|p| p.into_inner());
+            return (!pushed.contains(&with_tag(rest)))
+                .then(|| format!("failed to resolve reference \"{image}\": {image}: not found"));
+        }
+        if self.cluster_hosts.iter().any(|known| known == host) {
+            let name = host.split(':').next().unwrap_or(host);
+            return Some(format!(
+                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp: lookup {name}: no such host",
+                manifest()
+            ));
+        }
+        let loopback = ["127.0.0.1:", "localhost:", "[::1]:"];
+        if loopback.iter().any(|prefix| host.starts_with(prefix)) {
+            let port = host.rsplit(':').next().unwrap_or("443");
+            return Some(format!(
+                "failed to resolve reference \"{image}\": failed to do request: Head \"{}\": dial tcp 127.0.0.1:{port}: connect: connection refused",
+                manifest()
+            ));
+        }
+        None
+    }
+}
+
+/// `(registry host, rest)` of an image reference whose first part names a registry (it has a
+/// `.` or a `:` or is `localhost`); `("", image)` for Docker Hub names.
+fn split_host(image: &str) -> (&str, &str) {
+    match image.split_once('/') {
+        Some((first, rest))
+            if first.contains('.') || first.contains(':') || first == "localhost" =>
+        {
+            (first, rest)
+        }
+        _ => ("", image),
+    }
+}
+
+/// `path:tag`, with `latest` when the reference has no tag.
+fn with_tag(reference: &str) -> String {
+    let last = reference.rsplit('/').next().unwrap_or(reference);
+    if last.contains(':') || reference.contains('@') {
+        reference.to_string()
+    } else {
+        format!("{reference}:latest")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_repositories_drop_tags_and_digests_and_spell_out_docker_hub() {
+        assert_eq!(
+            repository("quay.io/openbao/openbao:2.2.0"),
+            "quay.io/openbao/openbao"
+        );
+        assert_eq!(repository("localhost:5000/app:1"), "localhost:5000/app");
+        assert_eq!(repository("localhost:5000/app"), "localhost:5000/app");
+        assert_eq!(
+            repository("quay.io/minio/minio@sha256:abc"),
+            "quay.io/minio/minio"
+        );
+        assert_eq!(
+            canonical_repository("bitnamilegacy/redis:7.2.5-debian-12-r0"),
+            "docker.io/bitnamilegacy/redis"
+        );
+        assert_eq!(canonical_repository("redis"), "docker.io/library/redis");
+        assert_eq!(
+            canonical_repository("docker.io/bitnamilegacy/redis:7"),
+            "docker.io/bitnamilegacy/redis"
+        );
+    }
+
+    #[test]
+    fn tags_default_to_latest() {
+        assert_eq!(tag("alpine/helm:3.16.4"), "3.16.4");
+        assert_eq!(tag("localhost:5000/x"), "latest");
+        assert_eq!(tag("quay.io/minio/minio:1@sha256:abc"), "1");
+    }
+}

@@ -1,0 +1,35 @@
+//! The machine's programs the simulators run for real (OpenBao's server, busybox, helm),
+//! found the same way for every simulator.
+
+use std::path::{Path, PathBuf};
+
+/// A program on `PATH`.
+pub fn on_path(tool: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join(tool))
+        .find(|candidate| candidate.is_file())
+}
+
+/// The `bao` binary: `BPRUN_BAO_BIN`, PATH, or the project's `.tools/bin/bao`.
+pub fn bao(root: &Path) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BPRUN_BAO_BIN") {
+        let path = PathBuf::from(path);
+        return path.is_file().then_some(path);
+    }
+    on_path("bao").or_else(|| {
+        let local = root.join(".tools/bin/bao");
+        local.is_file().then_some(local)
+    })
+}
+
+/// A statically linked busybox (`BPRUN_BUSYBOX`, else `busybox` on PATH, as Debian's
+/// busybox-static installs it): the userland of the busybox and alpine images. Without one the
+/// machine's shell and utilities stand in (their words differ a little: dash says
+/// `sh: 1: x: not found` where busybox says `sh: x: not found`).
+pub fn busybox() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("BPRUN_BUSYBOX").map(PathBuf::from) {
+        return path.is_file().then_some(path);
+    }
+    on_path("busybox")
+}
