@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::reconcile::{mode, settle};
 use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
@@ -18,8 +19,8 @@ use bprun_clients::gitlab::pipelines::{
     DEFAULT_PIPELINE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PROGRESS_EVERY,
 };
 use bprun_clients::gitlab::{
-    GitlabClient, GitlabSettings, Group, GroupSpec, Method, Mode, Outcome, Pipeline, PipelineRef,
-    Project, ProjectSpec, Started, Variable, WaitParams,
+    GitlabClient, GitlabSettings, Group, GroupSpec, Method, Pipeline, PipelineRef, Project,
+    ProjectSpec, Started, Variable, WaitParams,
 };
 use bprun_clients::secret::Secret;
 
@@ -47,28 +48,6 @@ fn remote(
 
 fn cancelled(session: &Session) -> impl Fn() -> bool + '_ {
     move || session.state.is_cancelled()
-}
-
-fn mode(session: &Session) -> Mode {
-    Mode::from_check(session.state.check())
-}
-
-/// Records the outcome's changes and logs its warnings; returns its value.
-fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
-    for warning in &outcome.warnings {
-        session.state.reporter.log(Level::Warn, warning);
-    }
-    for change in &outcome.changes {
-        session.state.record_change(
-            change.action,
-            Resource::new(change.kind, &change.name, &change.resource),
-        );
-        if let Some(detail) = &change.detail {
-            session.state.record_diff(detail);
-        }
-    }
-    let changed = outcome.changed();
-    (outcome.value, changed)
 }
 
 /// GitLab's answer for scripts: the `value` of a masked or hidden CI/CD variable is a `Secret`

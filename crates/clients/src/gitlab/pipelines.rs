@@ -5,9 +5,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
 use crate::error::{ClientError, ErrorKind};
+use crate::reconcile::{Mode, Outcome};
 
 /// Statuses after which a pipeline no longer changes.
 pub const TERMINAL: &[&str] = &["success", "failed", "canceled", "skipped"];
