@@ -141,6 +141,21 @@ fn release_map(release: &Release) -> rhai::Map {
     map
 }
 
+/// The chart pin `helm_repositories.<key>` of `infra/VERSIONS.json`.
+fn pinned_chart(session: &Session, key: &str, native: &str) -> RhaiResultOf<helm::ChartPin> {
+    let (_, mut pins) = load_versions(session).map_err(native_error)?;
+    pins.remove(key).ok_or_else(|| {
+        let known: Vec<&str> = pins.keys().map(String::as_str).collect();
+        native_error(
+            NativeError::new(format!(
+                "{native}: {} has no helm_repositories.{key}",
+                helm::VERSIONS_FILE
+            ))
+            .with_hint(format!("known keys: {}", known.join(", "))),
+        )
+    })
+}
+
 fn load_versions(
     session: &Session,
 ) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), NativeError> {
@@ -555,17 +570,7 @@ pub mod helm_functions {
     pub fn helm_pull(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_pull";
         let session = remote_session(&context, NATIVE)?;
-        let (_, pins) = load_versions(&session).map_err(native_error)?;
-        let Some(pin) = pins.get(key) else {
-            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
-            return Err(native_error(
-                NativeError::new(format!(
-                    "{NATIVE}: {} has no helm_repositories.{key}",
-                    helm::VERSIONS_FILE
-                ))
-                .with_hint(format!("known keys: {}", known.join(", "))),
-            ));
-        };
+        let pin = &pinned_chart(&session, key, NATIVE)?;
         let relative = pin.cache_path();
         let files = Confinement::new(&session.state.root);
         let target = files.resolve(&relative).map_err(native_error)?;
@@ -598,17 +603,7 @@ pub mod helm_functions {
     pub fn helm_chart(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_chart";
         let session = remote_session(&context, NATIVE)?;
-        let (_, pins) = load_versions(&session).map_err(native_error)?;
-        let Some(pin) = pins.get(key) else {
-            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
-            return Err(native_error(
-                NativeError::new(format!(
-                    "{NATIVE}: {} has no helm_repositories.{key}",
-                    helm::VERSIONS_FILE
-                ))
-                .with_hint(format!("known keys: {}", known.join(", "))),
-            ));
-        };
+        let pin = &pinned_chart(&session, key, NATIVE)?;
         let files = Confinement::new(&session.state.root);
         let cached = pin.cache_path();
         let stand_in = format!("{}/stand-ins/{}", helm::CHART_CACHE, pin.chart);

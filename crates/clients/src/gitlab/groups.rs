@@ -65,7 +65,7 @@ impl GitlabClient {
             }
             if !spec.update {
                 return Ok(Outcome::unchanged(group).warn(format!(
-                    "group {path} is {current}, wanted {visibility}; left as it is (pass #{{update: true}} to change it)"
+                    "group {path} is {current}, wanted {visibility}; left as it is"
                 )));
             }
             let change = format!("visibility of group {path} from {current} to {visibility}");

@@ -58,6 +58,7 @@ impl Applied {
         ))
     }
 }
+
 impl KubeClient {
     /// Server-side applies each object (field manager `bprun`, forced); in check mode the
     /// server dry-runs it: what would change, without changing it. Objects whose kind a CRD
@@ -92,24 +93,25 @@ impl KubeClient {
                             && (action.is_empty() || o.action == action)
                     })
                 };
+                // An object a dry run can only say would be created.
+                let planned = |action: &'static str| Applied {
+                    kind: kind.to_string(),
+                    namespace: object["metadata"]["namespace"]
+                        .as_str()
+                        .unwrap_or("")
+                        .to_string(),
+                    name: name.clone(),
+                    action,
+                    after: Some(for_diff(object)),
+                    ..Default::default()
+                };
                 let (resource, caps) = loop {
                     match self.resolve_async(kind, Some(api_version)).await {
                         Ok(found) => break found,
                         // A dry run does not register the CRD it would create: its objects
                         // would be created too.
                         Err(_) if dry_run && crd_in_batch("created") => {
-                            let namespace = object["metadata"]["namespace"]
-                                .as_str()
-                                .unwrap_or("")
-                                .to_string();
-                            outcomes.push(Applied {
-                                kind: kind.to_string(),
-                                namespace,
-                                name: name.clone(),
-                                action: "created",
-                                after: Some(for_diff(object)),
-                                ..Default::default()
-                            });
+                            outcomes.push(planned("created"));
                             continue 'objects;
                         }
                         Err(_) if Instant::now() < deadline && crd_in_batch("") => {
@@ -118,18 +120,7 @@ impl KubeClient {
                         // A dry run after planned steps: the CRD an earlier step would install
                         // (a chart's) is not served yet, so the object would be created.
                         Err(error) if dry_run && error.kind == ErrorKind::NotFound => {
-                            let namespace = object["metadata"]["namespace"]
-                                .as_str()
-                                .unwrap_or("")
-                                .to_string();
-                            outcomes.push(Applied {
-                                kind: kind.to_string(),
-                                namespace,
-                                name: name.clone(),
-                                action: "created (its kind is not served yet)",
-                                after: Some(for_diff(object)),
-                                ..Default::default()
-                            });
+                            outcomes.push(planned("created (its kind is not served yet)"));
                             continue 'objects;
                         }
                         Err(error) => return Err(error),

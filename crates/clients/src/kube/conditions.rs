@@ -912,7 +912,7 @@ mod tests {
     macro_rules! fixture {
         ($name:literal) => {
             fixture(include_str!(concat!(
-                "../fixtures/conditions/",
+                "../../fixtures/conditions/",
                 $name,
                 ".yaml"
             )))

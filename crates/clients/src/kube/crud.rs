@@ -34,6 +34,7 @@ impl PatchKind {
         }
     }
 }
+
 impl KubeClient {
     pub fn get(
         &self,

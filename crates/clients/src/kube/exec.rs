@@ -12,6 +12,7 @@ pub struct ExecResult {
     pub stdout: String,
     pub stderr: String,
 }
+
 impl KubeClient {
     /// A running pod by name, `pod/NAME`, or label selector (`app=toolbox`).
     pub fn pick_pod(&self, namespace: &str, target: &str) -> Result<Value, ClientError> {

@@ -188,6 +188,7 @@ pub fn display(kind: &str, namespace: &str, name: &str) -> String {
         format!("{kind}/{name} in {namespace}")
     }
 }
+
 impl KubeClient {
     /// Connects with KUBECONFIG (or in-cluster config), or a named `context` of the kubeconfig.
     pub fn connect(context: Option<&str>) -> Result<KubeClient, ClientError> {

@@ -53,6 +53,7 @@ pub struct WaitSpec<'a> {
     pub until: Until<'a>,
     pub timeout: Duration,
 }
+
 impl KubeClient {
     /// Waits until every object the spec names meets its condition, or is gone. Fails fast on
     /// terminal states; a timeout names every unready object with its conditions and events.
@@ -290,28 +291,9 @@ impl KubeClient {
     /// describe pod` would show first): a missing Secret or a failing probe is named there, not
     /// on the Deployment.
     fn unready_pods(&self, object: &Value, namespace: &str) -> Vec<String> {
-        let Some(kind) = object["kind"].as_str() else {
+        let Some((ns, pods)) = self.workload_pods(object, namespace) else {
             return Vec::new();
         };
-        if !matches!(
-            kind,
-            "Deployment" | "StatefulSet" | "DaemonSet" | "ReplicaSet" | "Job"
-        ) {
-            return Vec::new();
-        }
-        let Some(labels) = object["spec"]["selector"]["matchLabels"].as_object() else {
-            return Vec::new();
-        };
-        let selector: Vec<String> = labels
-            .iter()
-            .map(|(k, v)| format!("{k}={}", v.as_str().unwrap_or("")))
-            .collect();
-        let ns = object["metadata"]["namespace"]
-            .as_str()
-            .unwrap_or(namespace);
-        let pods = self
-            .list("pods", ns, &selector.join(","), "")
-            .unwrap_or_default();
         let mut lines = Vec::new();
         // A few pods are enough to say why; a large ReplicaSet would drown the error.
         for pod in pods
@@ -335,6 +317,19 @@ impl KubeClient {
 
     /// A terminal failure among the pods a workload selects.
     fn pod_failure(&self, object: &Value, namespace: &str) -> Option<String> {
+        let (_, pods) = self.workload_pods(object, namespace)?;
+        pods.iter().find_map(|pod| {
+            conditions::container_failure(pod).map(|why| format!("pod {}: {why}", name_of(pod)))
+        })
+    }
+
+    /// The namespace and pods of a workload (a Deployment, StatefulSet, DaemonSet, ReplicaSet
+    /// or Job); None for other objects, or when its pods cannot be listed.
+    fn workload_pods<'a>(
+        &self,
+        object: &'a Value,
+        namespace: &'a str,
+    ) -> Option<(&'a str, Vec<Value>)> {
         let kind = object["kind"].as_str()?;
         if !matches!(
             kind,
@@ -351,9 +346,7 @@ impl KubeClient {
             .as_str()
             .unwrap_or(namespace);
         let pods = self.list("pods", ns, &selector.join(","), "").ok()?;
-        pods.iter().find_map(|pod| {
-            conditions::container_failure(pod).map(|why| format!("pod {}: {why}", name_of(pod)))
-        })
+        Some((ns, pods))
     }
 
     /// The last few events about an object, oldest first, as `Reason: message`.
