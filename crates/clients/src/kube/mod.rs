@@ -290,6 +290,7 @@ impl KubeClient {
         ))
     }
 
+    /// The API of one object's kind in `namespace` (`""`: the default namespace).
     fn api(
         &self,
         resource: &ApiResource,
@@ -303,17 +304,16 @@ impl KubeClient {
         }
     }
 
+    /// Like [`Self::api`], but for lists: `""` means every namespace.
     fn list_api(
         &self,
         resource: &ApiResource,
         caps: &ApiCapabilities,
         namespace: &str,
     ) -> Api<DynamicObject> {
-        match (caps.scope.clone(), namespace) {
-            (Scope::Namespaced, "") | (Scope::Cluster, _) => {
-                Api::all_with(self.client.clone(), resource)
-            }
-            (Scope::Namespaced, ns) => Api::namespaced_with(self.client.clone(), ns, resource),
+        match namespace {
+            "" => Api::all_with(self.client.clone(), resource),
+            _ => self.api(resource, caps, namespace),
         }
     }
 }
