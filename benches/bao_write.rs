@@ -9,6 +9,7 @@
 use std::time::Instant;
 
 use bprun_clients::bao::{BaoClient, BaoSettings, KvPath};
+use bprun_clients::reconcile::Mode;
 use bprun_testkit::{BaoServer, Bprun};
 
 const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
@@ -28,13 +29,15 @@ fn main() {
         "token".into(),
         serde_json::Value::String("glpat-benchmark-value".into()),
     );
-    client.kv_write(&path, &data, false).expect("first write");
+    client
+        .kv_write(&path, &data, Mode::Apply)
+        .expect("first write");
 
     let before = client.request_count();
     let started = Instant::now();
     for _ in 0..WRITES {
-        let outcome = client.kv_write(&path, &data, false).expect("write");
-        assert!(!outcome.changed, "an unchanged write changed something");
+        let outcome = client.kv_write(&path, &data, Mode::Apply).expect("write");
+        assert!(!outcome.changed(), "an unchanged write changed something");
     }
     let elapsed = started.elapsed();
     let requests = client.request_count() - before;

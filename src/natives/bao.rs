@@ -4,17 +4,18 @@
 //! `gitlab/bootstrap/admin_token`; `kv:apps/x` addresses mount `kv`; an explicit `#{mount: "kv"}`
 //! option wins over both.
 
-use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use serde_json::Value;
 
 use super::convert::{Secrets, to_json};
+use super::reconcile::{mode, settle};
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
-use bprun_clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, InitResponse, KvPath};
+use bprun_clients::bao::{BaoClient, BaoSettings, DEFAULT_INIT_FILE, KvPath};
 use bprun_clients::fs::Confinement;
+use bprun_clients::reconcile::Outcome;
 use bprun_clients::secret::Secret;
 
 use super::options::{
@@ -184,69 +185,12 @@ fn outcome(changed: bool) -> rhai::Map {
     map
 }
 
-/// Records a KV write or patch and returns `#{changed, version}`.
-fn report_write(
-    session: &Session,
-    action: &str,
-    path: &KvPath,
-    written: Result<bprun_clients::bao::WriteOutcome, NativeError>,
-) -> RhaiResultOf<Map> {
-    let written = written.map_err(native_error)?;
-    if written.changed {
-        session.state.record_change(
-            action,
-            Resource::new(
-                "secret",
-                path.to_string(),
-                format!("secret {path} (version {})", written.version),
-            ),
-        );
-        // --diff: the keys by name, never a value.
-        use bprun_clients::bao::KeyChange;
-        let lines: Vec<String> = written
-            .keys
-            .iter()
-            .map(|change| match change {
-                KeyChange::Added(key) => format!("+ {key} (added, value hidden)"),
-                KeyChange::Changed(key) => format!("~ {key} (changed, value hidden)"),
-                KeyChange::Removed(key) => format!("- {key} (removed)"),
-            })
-            .collect();
-        session.state.record_diff(&lines.join("\n"));
-    }
-    let mut result = outcome(written.changed);
-    result.insert("version".into(), (written.version as i64).into());
-    Ok(result)
-}
-
-fn write_init_file(
-    session: &Session,
-    file: &std::path::Path,
-    init: &InitResponse,
-) -> Result<(), NativeError> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let shown = session.display_path(file);
-    let text = serde_json::to_string_pretty(init)
-        .map_err(|error| NativeError::new(format!("cannot encode the init response: {error}")))?;
-    let mut handle = std::fs::OpenOptions::new()
-        .write(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(file)
-        .map_err(|error| {
-            NativeError::new(format!(
-                "cannot write the OpenBao init file {shown}: {error}"
-            ))
-        })?;
-    handle
-        .write_all(format!("{text}\n").as_bytes())
-        .and_then(|()| handle.sync_all())
-        .map_err(|error| {
-            NativeError::new(format!(
-                "cannot write the OpenBao init file {shown}: {error}"
-            ))
-        })
+/// Settles a KV write or patch and returns `#{changed, version}`.
+fn report_write(session: &Session, written: Outcome<u64>) -> Map {
+    let (version, changed) = settle(session, written);
+    let mut result = outcome(changed);
+    result.insert("version".into(), (version as i64).into());
+    result
 }
 
 #[export_module]
@@ -319,72 +263,23 @@ pub mod bao_functions {
             ))));
         }
         let file = init_file(&session, &options, "bao_init")?;
-        let shown = session.display_path(&file);
-        let client = client_for_file(&session, &file);
-        let status = client.status().map_err(native_error)?;
-        let mut result = outcome(false);
-        result.insert("file".into(), shown.clone().into());
-        if status.initialized {
-            return Ok(result);
-        }
-        if file.exists() {
-            return Err(native_error(
-                NativeError::new(format!("bao_init: refusing to overwrite {shown}: OpenBao at {} is uninitialised but the file exists", status.address))
-                    .with_hint("the file may hold the keys of an earlier OpenBao; move it away (keep a backup) before initialising again"),
-            ));
-        }
-        let description = format!(
-            "openbao {} ({shares} shares, threshold {threshold}) and write {shown}",
-            status.address
-        );
-        if session.state.check() {
-            session.state.record_change(
-                "initialise",
-                Resource::new("openbao", &status.address, &description),
+        let initialized = client_for_file(&session, &file)
+            .ensure_initialized(
+                shares as u64,
+                threshold as u64,
+                &session.state.root,
+                mode(&session),
+            )
+            .map_err(|error| native_error(error.named_by(|_| "bao_init")))?;
+        let (init, changed) = settle(&session, initialized);
+        let mut result = outcome(changed);
+        result.insert("file".into(), session.display_path(&file).into());
+        if let Some(init) = init {
+            result.insert(
+                "root_token".into(),
+                Dynamic::from(Secret::new(init.root_token)),
             );
-            result.insert("changed".into(), true.into());
-            return Ok(result);
         }
-        // Create the file (0600) before initialising: the keys must never be lost to a folder
-        // that cannot be written.
-        if let Some(folder) = file.parent() {
-            std::fs::create_dir_all(folder).map_err(|error| {
-                native_error(NativeError::new(format!(
-                    "cannot create {}: {error}",
-                    session.display_path(folder)
-                )))
-            })?;
-        }
-        {
-            use std::os::unix::fs::OpenOptionsExt;
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&file)
-                .map_err(|error| {
-                    native_error(NativeError::new(format!(
-                        "cannot create the OpenBao init file {shown}: {error}"
-                    )))
-                })?;
-        }
-        let init = match client.initialize(shares as u64, threshold as u64) {
-            Ok(init) => init,
-            Err(error) => {
-                let _ = std::fs::remove_file(&file);
-                return Err(native_error(error));
-            }
-        };
-        write_init_file(&session, &file, &init).map_err(native_error)?;
-        session.state.record_change(
-            "initialise",
-            Resource::new("openbao", &status.address, &description),
-        );
-        result.insert("changed".into(), true.into());
-        result.insert(
-            "root_token".into(),
-            Dynamic::from(Secret::new(init.root_token)),
-        );
         Ok(result)
     }
 
@@ -410,27 +305,19 @@ pub mod bao_functions {
         reject_unknown(&options, &["file"], "bao_unseal")?;
         let file = init_file(&session, &options, "bao_unseal")?;
         let client = client_for_file(&session, &file);
-        let status = client.status().map_err(native_error)?;
-        if !status.initialized {
-            return Err(native_error(
-                NativeError::new(format!(
-                    "openbao {} is not initialised, so it cannot be unsealed",
-                    status.address
-                ))
-                .with_hint("run bao_init() first"),
-            ));
-        }
-        if !status.sealed {
-            return Ok(outcome(false));
-        }
-        let init = client.read_init_file().map_err(native_error)?;
-        if !session.state.check() {
-            client.unseal(&init).map_err(native_error)?;
-        }
-        session
-            .state
-            .record_change("unseal", Resource::named("openbao", &status.address));
-        Ok(outcome(true))
+        let unsealed = client
+            .ensure_unsealed(mode(&session))
+            .map_err(native_error)?
+            .ok_or_else(|| {
+                native_error(
+                    NativeError::new(format!(
+                        "openbao {} is not initialised, so it cannot be unsealed",
+                        client.settings.address
+                    ))
+                    .with_hint("run bao_init() first"),
+                )
+            })?;
+        Ok(outcome(settle(&session, unsealed).1))
     }
 
     /// `bao_unseal(#{})` with the default init file.
@@ -451,18 +338,10 @@ pub mod bao_functions {
     #[rhai_fn(return_raw)]
     pub fn bao_seal(context: NativeCallContext) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_seal")?;
-        let client = bao(&session);
-        let status = client.status().map_err(native_error)?;
-        if status.sealed {
-            return Ok(outcome(false));
-        }
-        if !session.state.check() {
-            client.seal().map_err(native_error)?;
-        }
-        session
-            .state
-            .record_change("seal", Resource::named("openbao", &status.address));
-        Ok(outcome(true))
+        let sealed = bao(&session)
+            .ensure_sealed(mode(&session))
+            .map_err(native_error)?;
+        Ok(outcome(settle(&session, sealed).1))
     }
 
     /// Mounts a KV secrets engine of `version` (1 or 2) at `path`, unless it is already there.
@@ -483,28 +362,10 @@ pub mod bao_functions {
                 "bao_enable_kv: KV version must be 1 or 2, not {version}"
             ))));
         }
-        let client = bao(&session);
-        let mount = path.trim_matches('/');
-        match client.mount(mount).map_err(native_error)? {
-            Some((kind, existing)) if kind == "kv" && existing == version.to_string() => Ok(outcome(false)),
-            Some((kind, existing)) => Err(native_error(
-                NativeError::new(format!(
-                    "openbao {}: {mount}/ is already mounted as {kind} (version {existing}), not kv version {version}",
-                    client.settings.address
-                ))
-                .with_hint("choose another path, or move the existing mount (bao secrets move) if it is unused"),
-            )),
-            None => {
-                if !session.state.check() {
-                    client.enable_kv(mount, version as u8).map_err(native_error)?;
-                }
-                session.state.record_change(
-                    "mount",
-                    Resource::new("secrets engine", format!("{mount}/"), format!("kv version {version} at {mount}/")),
-                );
-                Ok(outcome(true))
-            }
-        }
+        let mounted = bao(&session)
+            .ensure_kv(path, version as u8, mode(&session))
+            .map_err(native_error)?;
+        Ok(outcome(settle(&session, mounted).1))
     }
 
     /// `bao_enable_kv("secret", 2)`.
@@ -594,9 +455,9 @@ pub mod bao_functions {
         let path = kv_path(path, &options, "bao_write")?;
         let data = data_from_map(&data, &path, "bao_write")?;
         let written = bao(&session)
-            .kv_write(&path, &data, session.state.check())
-            .map_err(NativeError::from);
-        report_write(&session, "write", &path, written)
+            .kv_write(&path, &data, mode(&session))
+            .map_err(native_error)?;
+        Ok(report_write(&session, written))
     }
 
     /// Merges keys into an existing KV v2 secret (read, merge, check-and-set write); unchanged
@@ -610,10 +471,20 @@ pub mod bao_functions {
         let session = remote(&context, "bao_patch")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_patch")?;
         let data = data_from_map(&data, &path, "bao_patch")?;
-        let written = bao(&session)
-            .kv_patch(&path, &data, session.state.check())
-            .map_err(NativeError::from);
-        report_write(&session, "patch", &path, written)
+        let client = bao(&session);
+        let written = client
+            .kv_patch(&path, &data, mode(&session))
+            .map_err(native_error)?
+            .ok_or_else(|| {
+                native_error(
+                    NativeError::new(format!(
+                        "openbao {}: nothing to patch at {path}",
+                        client.settings.address
+                    ))
+                    .with_hint("bao_patch changes an existing secret; use bao_write to create it"),
+                )
+            })?;
+        Ok(report_write(&session, written))
     }
 
     /// The keys under a KV v2 folder (sub-folders end with `/`); `[]` when there are none.
@@ -638,20 +509,10 @@ pub mod bao_functions {
     pub fn bao_delete(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_delete")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_delete")?;
-        let changed = bao(&session)
-            .kv_delete(&path, session.state.check())
+        let deleted = bao(&session)
+            .kv_delete(&path, mode(&session))
             .map_err(native_error)?;
-        if changed {
-            session.state.record_change(
-                "delete",
-                Resource::new(
-                    "secret",
-                    path.to_string(),
-                    format!("latest version of secret {path}"),
-                ),
-            );
-        }
-        Ok(outcome(changed))
+        Ok(outcome(settle(&session, deleted).1))
     }
 
     /// Destroys every version and the metadata of a KV v2 secret; unchanged when there is none.
@@ -663,20 +524,10 @@ pub mod bao_functions {
     pub fn bao_destroy(context: NativeCallContext, path: &str) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_destroy")?;
         let path = kv_path(path, &rhai::Map::new(), "bao_destroy")?;
-        let changed = bao(&session)
-            .kv_destroy(&path, session.state.check())
+        let destroyed = bao(&session)
+            .kv_destroy(&path, mode(&session))
             .map_err(native_error)?;
-        if changed {
-            session.state.record_change(
-                "destroy",
-                Resource::new(
-                    "secret",
-                    path.to_string(),
-                    format!("all versions of secret {path}"),
-                ),
-            );
-        }
-        Ok(outcome(changed))
+        Ok(outcome(settle(&session, destroyed).1))
     }
 
     /// Writes an ACL policy unless it already has exactly this HCL. Returns `#{changed}`.
@@ -698,14 +549,9 @@ pub mod bao_functions {
                 "bao_policy_write: invalid policy name `{name}`"
             ))));
         }
-        let changed = bao(&session)
-            .policy_write(name, hcl, session.state.check())
+        let written = bao(&session)
+            .policy_write(name, hcl, mode(&session))
             .map_err(native_error)?;
-        if changed {
-            session
-                .state
-                .record_change("write", Resource::named("policy", name));
-        }
-        Ok(outcome(changed))
+        Ok(outcome(settle(&session, written).1))
     }
 }

@@ -10,16 +10,17 @@ use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::reconcile::{mode, settle};
 use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
 use crate::output::Level;
-use bprun_clients::error::ClientError;
+use bprun_clients::error::{ClientError, ErrorKind};
 use bprun_clients::gitlab::pipelines::{
     DEFAULT_PIPELINE_TIMEOUT, DEFAULT_POLL_INTERVAL, DEFAULT_PROGRESS_EVERY,
 };
 use bprun_clients::gitlab::{
-    GitlabClient, GitlabSettings, Group, GroupSpec, Method, Mode, Outcome, Pipeline, PipelineRef,
-    Project, ProjectSpec, Started, Variable, WaitParams,
+    GitlabClient, GitlabSettings, Group, GroupSpec, Method, Pipeline, PipelineRef, Project,
+    ProjectSpec, Started, Variable, WaitParams,
 };
 use bprun_clients::secret::Secret;
 
@@ -47,28 +48,6 @@ fn remote(
 
 fn cancelled(session: &Session) -> impl Fn() -> bool + '_ {
     move || session.state.is_cancelled()
-}
-
-fn mode(session: &Session) -> Mode {
-    Mode::from_check(session.state.check())
-}
-
-/// Records the outcome's changes and logs its warnings; returns its value.
-fn settle<T>(session: &Session, outcome: Outcome<T>) -> (T, bool) {
-    for warning in &outcome.warnings {
-        session.state.reporter.log(Level::Warn, warning);
-    }
-    for change in &outcome.changes {
-        session.state.record_change(
-            change.action,
-            Resource::new(change.kind, &change.name, &change.resource),
-        );
-        if let Some(detail) = &change.detail {
-            session.state.record_diff(detail);
-        }
-    }
-    let changed = outcome.changed();
-    (outcome.value, changed)
 }
 
 /// GitLab's answer for scripts: the `value` of a masked or hidden CI/CD variable is a `Secret`
@@ -528,9 +507,13 @@ pub mod gitlab_functions {
             description: option_str(&options, "description", NATIVE)?,
             update: option_bool(&options, "update", NATIVE)?.unwrap_or(false),
         };
-        let outcome = client
+        let mut outcome = client
             .ensure_group(&spec, mode(&session), &cancelled(&session))
             .map_err(native_error)?;
+        // Its only warnings are of a visibility left as it is, which the option changes.
+        for warning in &mut outcome.warnings {
+            warning.push_str(" (pass #{update: true} to change it)");
+        }
         let (group, changed) = settle(&session, outcome);
         Ok(group_map(group, changed))
     }
@@ -812,7 +795,16 @@ pub mod gitlab_functions {
         let progress = |line: &str| session.state.reporter.log(Level::Info, line);
         let finals = client
             .wait_pipelines(&wanted, params, &progress, &stop)
-            .map_err(native_error)?;
+            .map_err(|mut error| {
+                // Timed out while no job was stuck: only slow.
+                if error.kind == ErrorKind::Timeout && error.hint.is_none() {
+                    error.hint = Some(
+                        "raise #{timeout: seconds}, or look at the runner: are its pods running?"
+                            .into(),
+                    );
+                }
+                native_error(error.named_by(|_| "gitlab_wait_pipeline"))
+            })?;
         let mut failures = Vec::new();
         let mut results = rhai::Array::new();
         for (wanted, pipeline) in wanted.iter().zip(finals) {
@@ -845,7 +837,7 @@ pub mod gitlab_functions {
         let (session, client) = remote(&context, "gitlab_file")?;
         let content = client
             .file(project, path, reference, &cancelled(&session))
-            .map_err(native_error)?;
+            .map_err(|error| native_error(error.named_by(|_| "gitlab_file")))?;
         Ok(optional(content))
     }
 

@@ -1,7 +1,6 @@
 //! Helm natives: the real `helm` binary (v3 or v4, `HELM_BIN` or PATH), idempotent installs
 //! decided by a digest stamped on the release, and the version pins of `infra/VERSIONS.json`.
 
-use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
 use serde_json::Value;
@@ -11,11 +10,12 @@ use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::reconcile::{mode, settle};
 use crate::engine::{Session, native_error, session};
 use crate::error::NativeError;
 use bprun_clients::error::ClientError;
 use bprun_clients::fs::Confinement;
-use bprun_clients::helm::{self, ChartSource, DigestInput, Helm, InstallSpec, Release, TempValues};
+use bprun_clients::helm::{self, ChartSource, Helm, Release, ReleaseSpec};
 
 fn client(session: &Session) -> Helm {
     let mut helm = Helm::new(
@@ -37,6 +37,11 @@ fn headed(native: &str, mut error: ClientError) -> NativeError {
 
 fn from_helm(native: &'static str) -> impl Fn(ClientError) -> Box<EvalAltResult> {
     move |error| native_error(headed(native, error))
+}
+
+/// A helm client error headed by the native only where the error leaves room for its name.
+fn named(native: &'static str) -> impl Fn(ClientError) -> Box<EvalAltResult> {
+    move |error| native_error(error.named_by(|_| native))
 }
 
 fn error(message: String) -> Box<EvalAltResult> {
@@ -136,136 +141,19 @@ fn release_map(release: &Release) -> rhai::Map {
     map
 }
 
-fn text_or_unit(text: &str) -> Dynamic {
-    if text.is_empty() {
-        Dynamic::UNIT
-    } else {
-        text.to_string().into()
-    }
-}
-
-/// The values helm deploys: the values files in order, then the values map, merged as helm
-/// merges them.
-fn merged_values(
-    values_files: &[(String, PathBuf)],
-    values: Option<&Value>,
-) -> Result<Value, NativeError> {
-    let mut merged = Value::Object(serde_json::Map::new());
-    for (shown, path) in values_files {
-        helm::merge_values(&mut merged, helm::read_values_file(path, shown)?);
-    }
-    if let Some(values) = values {
-        helm::merge_values(&mut merged, values.clone());
-    }
-    Ok(merged)
-}
-
-/// helm's `-f` arguments: the values files in order, then the values map written to a 0600
-/// temporary file (kept while the returned guard lives).
-fn values_args(
-    values_files: &[(String, PathBuf)],
-    values: Option<&Value>,
-) -> Result<(Vec<String>, Option<TempValues>), NativeError> {
-    let temp = values.map(TempValues::write).transpose()?;
-    let mut args: Vec<String> = values_files
-        .iter()
-        .map(|(shown, _)| shown.clone())
-        .collect();
-    if let Some(temp) = &temp {
-        args.push(temp.path().display().to_string());
-    }
-    Ok((args, temp))
-}
-
-/// `--diff` of a release: its values (what it was installed with against `merged`) and its
-/// manifests (deployed against rendered with `values_args`, helm's `-f` arguments), as YAML.
-fn values_diff(
-    helm: &Helm,
-    release: &str,
-    namespace: &str,
-    chart: &helm::ChartRef,
-    version: Option<&str>,
-    merged: &Value,
-    values_args: &[String],
-) -> Result<String, NativeError> {
-    let installed = helm.user_values(release, namespace)?;
-    let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
-    let values_part = crate::output::unified_diff(
-        &format!("helm release {namespace}/{release} values"),
-        installed.as_ref().map(yaml).as_deref(),
-        Some(&yaml(merged)),
-    );
-    // The manifests: what the release deployed against what the chart renders now (`helm
-    // template`, which knows no cluster: a chart that generates random values or looks up live
-    // objects shows those lines as changed every time).
-    let rendered = helm.template(release, &chart.arg, namespace, version, values_args)?;
-    let deployed = helm.manifest(release, namespace)?;
-    let manifest_part = crate::output::unified_diff(
-        &format!("helm release {namespace}/{release} manifest"),
-        deployed.as_deref(),
-        Some(&rendered),
-    );
-    Ok(format!("{values_part}{manifest_part}"))
-}
-
-/// The digest of what `helm_install` would deploy (`merged`: see [`merged_values`]).
-fn install_digest(
-    helm: &Helm,
-    native: &str,
-    chart: &helm::ChartRef,
-    version: Option<&str>,
-    merged: &Value,
-) -> Result<String, NativeError> {
-    let (chart_name, chart_version, files) = match &chart.source {
-        ChartSource::Dir(dir) => {
-            let (name, version) = helm::chart_yaml(dir, &chart.arg)?;
-            (name, version, helm::chart_files(dir)?)
-        }
-        ChartSource::Archive(path) => {
-            let bytes = std::fs::read(path).map_err(|e| {
-                NativeError::new(format!("{native}: cannot read chart {}: {e}", chart.arg))
-            })?;
-            (
-                chart.arg.clone(),
-                version.unwrap_or_default().to_string(),
-                vec![("archive".to_string(), bytes)],
-            )
-        }
-        ChartSource::Remote(reference) => match version {
-            Some(version) => (reference.clone(), version.to_string(), Vec::new()),
-            // Without a pin, the digest follows the version the repository serves today.
-            None => {
-                let (_, latest) = helm
-                    .show_chart(reference, None)
-                    .map_err(|e| headed(native, e))?;
-                (reference.clone(), latest, Vec::new())
-            }
-        },
-    };
-    Ok(helm::digest(&DigestInput {
-        chart_name,
-        chart_version,
-        files,
-        values: merged.clone(),
-    }))
-}
-
-/// A chart archive from the cache that `infra/VERSIONS.json` pins is installed only when its
-/// SHA-256 is the pinned one (a repository without VERSIONS.json pins nothing).
-fn verify_cached_archive(session: &Session, chart: &helm::ChartRef) -> Result<(), ClientError> {
-    let ChartSource::Archive(path) = &chart.source else {
-        return Ok(());
-    };
-    if !session.state.root.join(helm::VERSIONS_FILE).is_file() {
-        return Ok(());
-    }
-    let files = Confinement::new(&session.state.root);
-    let text = files.read_text(helm::VERSIONS_FILE)?;
-    let (_, pins) = helm::parse_versions(&text, helm::VERSIONS_FILE)?;
-    match helm::pin_for_archive(&pins, &chart.arg) {
-        Some(pin) => pin.verify(path),
-        None => Ok(()),
-    }
+/// The chart pin `helm_repositories.<key>` of `infra/VERSIONS.json`.
+fn pinned_chart(session: &Session, key: &str, native: &str) -> RhaiResultOf<helm::ChartPin> {
+    let (_, mut pins) = load_versions(session).map_err(native_error)?;
+    pins.remove(key).ok_or_else(|| {
+        let known: Vec<&str> = pins.keys().map(String::as_str).collect();
+        native_error(
+            NativeError::new(format!(
+                "{native}: {} has no helm_repositories.{key}",
+                helm::VERSIONS_FILE
+            ))
+            .with_hint(format!("known keys: {}", known.join(", "))),
+        )
+    })
 }
 
 fn load_versions(
@@ -274,64 +162,6 @@ fn load_versions(
     let files = Confinement::new(&session.state.root);
     let text = files.read_text(helm::VERSIONS_FILE)?;
     Ok(helm::parse_versions(&text, helm::VERSIONS_FILE)?)
-}
-
-/// The merged values (files in order, then the script's map) checked against a JSON Schema file
-/// before helm runs: a missing override key stops the install with every violation named.
-fn check_values_schema(
-    native: &'static str,
-    files: &Confinement,
-    schema_path: &str,
-    value_files: &[(String, PathBuf)],
-    values: Option<&Value>,
-    namespace: &str,
-    release: &str,
-) -> RhaiResultOf<()> {
-    let text = files.read_text(schema_path).map_err(native_error)?;
-    let schema: Value = serde_json::from_str(&text).map_err(|error| {
-        native_error(NativeError::new(format!(
-            "{native}: {schema_path}:{}:{}: not JSON: {error}",
-            error.line(),
-            error.column()
-        )))
-    })?;
-    if let Some(keyword) = bprun_clients::values_schema::unsupported_keyword(&schema) {
-        return Err(native_error(
-            NativeError::new(format!(
-                "{native}: {schema_path} uses {keyword}, which bprun's values check does not implement"
-            ))
-            .with_hint("use type, required, properties, additionalProperties, items, enum, const, minLength or minimum"),
-        ));
-    }
-    let mut merged = Value::Object(serde_json::Map::new());
-    for (shown, path) in value_files {
-        let file = helm::read_values_file(path, shown).map_err(from_helm(native))?;
-        helm::merge_values(&mut merged, file);
-    }
-    if let Some(values) = values {
-        helm::merge_values(&mut merged, values.clone());
-    }
-    let problems = bprun_clients::values_schema::violations(&merged, &schema);
-    if problems.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<&str> = value_files
-        .iter()
-        .map(|(shown, _)| shown.as_str())
-        .collect();
-    let mut error = NativeError::new(format!(
-        "{native} {namespace}/{release}: the values ({}) do not match {schema_path}",
-        if shown.is_empty() {
-            "the script's map".to_string()
-        } else {
-            shown.join(", ")
-        }
-    ))
-    .with_hint("fix the values file or the override; the schema lists what the chart needs from us. Nothing was installed");
-    for problem in problems {
-        error = error.caused_by(problem);
-    }
-    Err(native_error(error))
 }
 
 fn install(
@@ -358,46 +188,27 @@ fn install(
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
-    verify_cached_archive(&session, &chart_ref)
+    let chart = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
+    helm::verify_cached_archive(&session.state.root, &chart)
         .map_err(|error| native_error(headed(NATIVE, error)))?;
-    let version = option_str(options, "version", NATIVE)?;
-    let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
-    let create_namespace = option_bool(options, "create_namespace", NATIVE)?.unwrap_or(false);
-    let timeout = helm_timeout(options, NATIVE)?;
-    let value_files = values_files(options, &files, NATIVE)?;
-    let values = script_values(options, NATIVE)?;
-    if let Some(schema) = option_str(options, "values_schema", NATIVE)? {
-        check_values_schema(
-            NATIVE,
-            &files,
-            &schema,
-            &value_files,
-            values.as_ref(),
-            namespace,
-            release,
-        )?;
-    }
-    let helm = client(&session);
-    // Read once: the digest and `--diff` both need them.
-    let merged = merged_values(&value_files, values.as_ref()).map_err(native_error)?;
-    let digest = install_digest(&helm, NATIVE, &chart_ref, version.as_deref(), &merged)
-        .map_err(native_error)?;
-    let current = helm.status(release, namespace).map_err(from_helm(NATIVE))?;
-    let reason = match &current {
-        None => Some("not installed".to_string()),
-        Some(found) if found.status != "deployed" => Some(format!("status {}", found.status)),
-        Some(found) => match found.digest() {
-            Some(stamped) if stamped == digest => None,
-            Some(_) => Some("chart or values changed".to_string()),
-            None => Some("not installed by bprun".to_string()),
-        },
+    let spec = ReleaseSpec {
+        release: release.to_string(),
+        namespace: namespace.to_string(),
+        chart,
+        version: option_str(options, "version", NATIVE)?,
+        wait: option_bool(options, "wait", NATIVE)?.unwrap_or(false),
+        create_namespace: option_bool(options, "create_namespace", NATIVE)?.unwrap_or(false),
+        timeout: helm_timeout(options, NATIVE)?,
+        values_files: values_files(options, &files, NATIVE)?,
+        values: script_values(options, NATIVE)?,
+        values_schema: option_str(options, "values_schema", NATIVE)?,
+        diff: session.state.diff(),
     };
-    let mut result = rhai::Map::new();
-    result.insert("release".into(), release.into());
-    result.insert("namespace".into(), namespace.into());
-    let Some(reason) = reason else {
-        let found = current.unwrap_or_default();
+    let outcome = client(&session)
+        .ensure_release(&spec, mode(&session))
+        .map_err(named(NATIVE))?;
+    let (ensured, changed) = settle(&session, outcome);
+    if let (None, Some(found)) = (&ensured.reason, &ensured.release) {
         // Said, so a re-run's output shows what it left alone and why.
         session.state.reporter.log(
             crate::output::Level::Info,
@@ -406,87 +217,28 @@ fn install(
                 found.revision, found.chart
             ),
         );
-        result.insert("changed".into(), false.into());
-        result.insert("revision".into(), found.revision.into());
-        result.insert("status".into(), found.status.into());
-        result.insert("chart".into(), found.chart.into());
-        result.insert("reason".into(), Dynamic::UNIT);
-        return Ok(result);
-    };
-    let action = if current.is_none() {
-        "install"
-    } else {
-        "upgrade"
-    };
-    let resource = format!(
-        "helm release {namespace}/{release} from {} ({reason})",
-        chart_ref.arg
+    }
+    let mut result = rhai::Map::new();
+    result.insert("release".into(), release.into());
+    result.insert("namespace".into(), namespace.into());
+    result.insert("changed".into(), changed.into());
+    result.insert(
+        "reason".into(),
+        ensured.reason.map(Dynamic::from).unwrap_or(Dynamic::UNIT),
     );
-    result.insert("changed".into(), true.into());
-    result.insert("reason".into(), reason.clone().into());
-    // Read before an upgrade replaces them.
-    let diff = if session.state.diff() {
-        let (args, _values_file) =
-            values_args(&value_files, values.as_ref()).map_err(native_error)?;
-        Some(
-            values_diff(
-                &helm,
-                release,
-                namespace,
-                &chart_ref,
-                version.as_deref(),
-                &merged,
-                &args,
-            )
-            .map_err(native_error)?,
-        )
-    } else {
-        None
-    };
-    if session.state.check() {
-        session.state.record_change(
-            action,
-            Resource::new("helm release", format!("{namespace}/{release}"), &resource),
-        );
-        if let Some(diff) = &diff {
-            session.state.record_diff(diff);
+    match ensured.release {
+        Some(found) => {
+            result.insert("revision".into(), found.revision.into());
+            result.insert("status".into(), found.status.into());
+            result.insert("chart".into(), found.chart.into());
         }
-        let found = current.unwrap_or_default();
-        let revision = if found.revision > 0 {
-            found.revision.into()
-        } else {
-            Dynamic::UNIT
-        };
-        result.insert("revision".into(), revision);
-        result.insert("status".into(), text_or_unit(&found.status));
-        result.insert("chart".into(), text_or_unit(&found.chart));
-        return Ok(result);
+        // In check mode, a release not installed yet.
+        None => {
+            for key in ["revision", "status", "chart"] {
+                result.insert(key.into(), Dynamic::UNIT);
+            }
+        }
     }
-    let (file_args, temp) = values_args(&value_files, values.as_ref()).map_err(native_error)?;
-    let installed = helm
-        .upgrade_install(&InstallSpec {
-            release: release.to_string(),
-            chart: chart_ref.arg.clone(),
-            namespace: namespace.to_string(),
-            version,
-            values_files: file_args,
-            wait,
-            timeout,
-            create_namespace,
-            digest,
-        })
-        .map_err(from_helm(NATIVE))?;
-    drop(temp);
-    session.state.record_change(
-        action,
-        Resource::new("helm release", format!("{namespace}/{release}"), &resource),
-    );
-    if let Some(diff) = &diff {
-        session.state.record_diff(diff);
-    }
-    result.insert("revision".into(), installed.revision.into());
-    result.insert("status".into(), installed.status.into());
-    result.insert("chart".into(), installed.chart.into());
     Ok(result)
 }
 
@@ -502,25 +254,14 @@ fn uninstall(
     require_name(namespace, "namespace", NATIVE)?;
     let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
     let timeout = helm_timeout(options, NATIVE)?;
-    let helm = client(&session);
+    let outcome = client(&session)
+        .ensure_uninstalled(release, namespace, wait, timeout, mode(&session))
+        .map_err(from_helm(NATIVE))?;
+    let ((), changed) = settle(&session, outcome);
     let mut result = rhai::Map::new();
     result.insert("release".into(), release.into());
     result.insert("namespace".into(), namespace.into());
-    let current = helm.status(release, namespace).map_err(from_helm(NATIVE))?;
-    let Some(found) = current else {
-        result.insert("changed".into(), false.into());
-        return Ok(result);
-    };
-    let resource = format!("helm release {namespace}/{release} ({})", found.chart);
-    if !session.state.check() {
-        helm.uninstall(release, namespace, wait, timeout)
-            .map_err(from_helm(NATIVE))?;
-    }
-    session.state.record_change(
-        "uninstall",
-        Resource::new("helm release", format!("{namespace}/{release}"), &resource),
-    );
-    result.insert("changed".into(), true.into());
+    result.insert("changed".into(), changed.into());
     Ok(result)
 }
 
@@ -540,32 +281,21 @@ fn template(
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
-    let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
-    let version = option_str(options, "version", NATIVE)?;
-    let listed = values_files(options, &files, NATIVE)?;
-    let values = script_values(options, NATIVE)?;
-    if let Some(schema) = option_str(options, "values_schema", NATIVE)? {
-        check_values_schema(
-            NATIVE,
-            &files,
-            &schema,
-            &listed,
-            values.as_ref(),
-            namespace,
-            release,
-        )?;
-    }
-    // The guard keeps the temporary values file until helm has read it.
-    let (file_args, _values_file) = values_args(&listed, values.as_ref()).map_err(native_error)?;
-    client(&session)
-        .template(
-            release,
-            &chart_ref.arg,
-            namespace,
-            version.as_deref(),
-            &file_args,
-        )
-        .map_err(from_helm(NATIVE))
+    let chart = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
+    let spec = ReleaseSpec {
+        release: release.to_string(),
+        namespace: namespace.to_string(),
+        chart,
+        version: option_str(options, "version", NATIVE)?,
+        values_files: values_files(options, &files, NATIVE)?,
+        values: script_values(options, NATIVE)?,
+        values_schema: option_str(options, "values_schema", NATIVE)?,
+        wait: false,
+        timeout: helm::DEFAULT_HELM_TIMEOUT,
+        create_namespace: false,
+        diff: false,
+    };
+    client(&session).render(&spec).map_err(named(NATIVE))
 }
 
 fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> RhaiResultOf<Map> {
@@ -840,17 +570,7 @@ pub mod helm_functions {
     pub fn helm_pull(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_pull";
         let session = remote_session(&context, NATIVE)?;
-        let (_, pins) = load_versions(&session).map_err(native_error)?;
-        let Some(pin) = pins.get(key) else {
-            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
-            return Err(native_error(
-                NativeError::new(format!(
-                    "{NATIVE}: {} has no helm_repositories.{key}",
-                    helm::VERSIONS_FILE
-                ))
-                .with_hint(format!("known keys: {}", known.join(", "))),
-            ));
-        };
+        let pin = &pinned_chart(&session, key, NATIVE)?;
         let relative = pin.cache_path();
         let files = Confinement::new(&session.state.root);
         let target = files.resolve(&relative).map_err(native_error)?;
@@ -858,26 +578,10 @@ pub mod helm_functions {
         result.insert("path".into(), relative.clone().into());
         result.insert("chart".into(), pin.chart.clone().into());
         result.insert("version".into(), pin.chart_version.clone().into());
-        if target.is_file() {
-            pin.verify(&target).map_err(from_helm(NATIVE))?;
-            result.insert("changed".into(), false.into());
-            return Ok(result);
-        }
-        let resource = format!("chart {relative} from {}", pin.url);
-        if !session.state.check() {
-            client(&session)
-                .pull_to(pin, &target)
-                .map_err(from_helm(NATIVE))?;
-            if let Err(error) = pin.verify(&target) {
-                // Never leave an archive that is not the pinned one in the cache.
-                let _ = std::fs::remove_file(&target);
-                return Err(from_helm(NATIVE)(error));
-            }
-        }
-        session
-            .state
-            .record_change("pull", Resource::new("chart", &relative, &resource));
-        result.insert("changed".into(), true.into());
+        let outcome = client(&session)
+            .ensure_pulled(pin, &relative, &target, mode(&session))
+            .map_err(from_helm(NATIVE))?;
+        result.insert("changed".into(), settle(&session, outcome).1.into());
         Ok(result)
     }
 
@@ -899,17 +603,7 @@ pub mod helm_functions {
     pub fn helm_chart(context: NativeCallContext, key: &str) -> RhaiResultOf<Map> {
         const NATIVE: &str = "helm_chart";
         let session = remote_session(&context, NATIVE)?;
-        let (_, pins) = load_versions(&session).map_err(native_error)?;
-        let Some(pin) = pins.get(key) else {
-            let known: Vec<&str> = pins.keys().map(String::as_str).collect();
-            return Err(native_error(
-                NativeError::new(format!(
-                    "{NATIVE}: {} has no helm_repositories.{key}",
-                    helm::VERSIONS_FILE
-                ))
-                .with_hint(format!("known keys: {}", known.join(", "))),
-            ));
-        };
+        let pin = &pinned_chart(&session, key, NATIVE)?;
         let files = Confinement::new(&session.state.root);
         let cached = pin.cache_path();
         let stand_in = format!("{}/stand-ins/{}", helm::CHART_CACHE, pin.chart);

@@ -3,6 +3,7 @@
 //! KUBECONFIG (or in-cluster config), with the context `--kube-context` (or
 //! `BPRUN_KUBE_CONTEXT`) names, else the current one.
 
+use super::reconcile::{mode, settle};
 use crate::state::Resource;
 use rhai::plugin::*;
 use rhai::{Array, Map};
@@ -14,9 +15,9 @@ use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remo
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
-use bprun_clients::error::ErrorKind;
-use bprun_clients::kube::{KubeClient, PatchKind, PatchOptions, Until, WaitSpec, display};
-use bprun_clients::kube_conditions::{self, Readiness};
+use bprun_clients::error::{ClientError, ErrorKind};
+use bprun_clients::kube::conditions::{self, Readiness};
+use bprun_clients::kube::{KubeClient, PatchKind, Until, WaitSpec, Waited, display};
 use bprun_clients::secret::Secret;
 
 /// The session's Kubernetes client, created on first use.
@@ -38,6 +39,40 @@ pub(crate) fn client(session: &Session) -> Result<Arc<KubeClient>, NativeError> 
     let client = Arc::new(KubeClient::connect(context.as_deref())?);
     *slot = Some(client.clone());
     Ok(client)
+}
+
+/// The native that runs a Kubernetes client operation.
+fn kube_operation(operation: &str) -> &str {
+    match operation {
+        "apply" => "kube_apply",
+        "get" => "kube_get",
+        "list" => "kube_list",
+        "delete" => "kube_delete",
+        "patch" => "kube_patch",
+        "secret write" => "kube_secret_write",
+        "wait" => "kube_wait",
+        "exec" => "kube_exec",
+        other => other,
+    }
+}
+
+/// A client error in the script's words: the native's name for the operation that failed in
+/// front, and how to see what exists after a 404.
+fn kube_error(error: ClientError) -> Box<EvalAltResult> {
+    let mut error = error.named_by(kube_operation);
+    if error.status == Some(404) && error.hint.is_none() {
+        error.hint =
+            Some("check the kind, namespace and name (`kube_list` shows what exists)".into());
+    }
+    native_error(error)
+}
+
+/// The error of a patch (or restart) of an object that does not exist.
+fn nothing_to_patch(kind: &str, ns: &str, name: &str) -> Box<EvalAltResult> {
+    native_error(
+        NativeError::new(format!("kube_patch {}: not found", display(kind, ns, name)))
+            .with_hint("kube_patch changes existing objects; kube_apply creates them"),
+    )
 }
 
 fn remote(
@@ -141,24 +176,6 @@ fn object_value(object: serde_json::Value, secret: bool) -> Dynamic {
     map.into()
 }
 
-/// `--diff` of a Kubernetes object (or of one `field` of it) as YAML; a Secret's values are
-/// hidden first ([`bprun_clients::kube::hide_secret_values`]).
-fn object_diff(
-    shown: &str,
-    before: Option<&serde_json::Value>,
-    after: Option<&serde_json::Value>,
-    field: Option<&str>,
-) -> String {
-    let (before, after) = bprun_clients::kube::hide_secret_values(before, after);
-    let yaml = |side: Option<serde_json::Value>| {
-        side.map(|object| {
-            let part = field.map_or(&object, |field| &object[field]);
-            serde_norway::to_string(part).unwrap_or_default()
-        })
-    };
-    crate::output::unified_diff(shown, yaml(before).as_deref(), yaml(after).as_deref())
-}
-
 #[export_module]
 pub mod kube_functions {
     use super::*;
@@ -178,43 +195,19 @@ pub mod kube_functions {
     pub fn kube_apply(context: NativeCallContext, manifest: Dynamic) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_apply")?;
         let objects = objects_of(&manifest).map_err(native_error)?;
-        let check = session.state.check();
-        let outcomes = kube.apply(&objects, check).map_err(native_error)?;
-        let mut changed = false;
-        let mut listed = rhai::Array::new();
-        for outcome in outcomes {
-            if outcome.action != "unchanged" {
-                changed = true;
-                session.state.record_change(
-                    if outcome.action == "created" {
-                        "create"
-                    } else {
-                        "configure"
-                    },
-                    Resource::object(&outcome.kind, &outcome.namespace, &outcome.name),
-                );
-                if session.state.diff() {
-                    let namespace = if outcome.namespace.is_empty() {
-                        String::new()
-                    } else {
-                        format!("{}/", outcome.namespace)
-                    };
-                    let shown = format!("{}/{namespace}{}", outcome.kind, outcome.name);
-                    session.state.record_diff(&object_diff(
-                        &shown,
-                        outcome.before.as_ref(),
-                        outcome.after.as_ref(),
-                        None,
-                    ));
-                }
-            }
-            let mut item = rhai::Map::new();
-            item.insert("kind".into(), outcome.kind.into());
-            item.insert("namespace".into(), outcome.namespace.into());
-            item.insert("name".into(), outcome.name.into());
-            item.insert("action".into(), outcome.action.into());
-            listed.push(item.into());
-        }
+        let outcome = kube.apply(&objects, mode(&session)).map_err(kube_error)?;
+        let (applied, changed) = settle(&session, outcome);
+        let listed: rhai::Array = applied
+            .into_iter()
+            .map(|object| {
+                let mut item = rhai::Map::new();
+                item.insert("kind".into(), object.kind.into());
+                item.insert("namespace".into(), object.namespace.into());
+                item.insert("name".into(), object.name.into());
+                item.insert("action".into(), object.action.into());
+                item.into()
+            })
+            .collect();
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
         result.insert("objects".into(), listed.into());
@@ -238,7 +231,7 @@ pub mod kube_functions {
         name: &str,
     ) -> RhaiResultOf<Dynamic> {
         let (_, kube) = remote(&context, "kube_get")?;
-        let found = kube.get(kind, ns, name).map_err(native_error)?;
+        let found = kube.get(kind, ns, name).map_err(kube_error)?;
         Ok(found
             .map(|object| object_value(object, secret_kind(kind)))
             .unwrap_or(Dynamic::UNIT))
@@ -271,9 +264,7 @@ pub mod kube_functions {
         reject_unknown(&options, &["labels", "fields"], "kube_list")?;
         let labels = labels_text(&options, "kube_list")?;
         let fields = option_str(&options, "fields", "kube_list")?.unwrap_or_default();
-        let items = kube
-            .list(kind, ns, &labels, &fields)
-            .map_err(native_error)?;
+        let items = kube.list(kind, ns, &labels, &fields).map_err(kube_error)?;
         Ok(items
             .into_iter()
             .map(|object| object_value(object, secret_kind(kind)))
@@ -313,16 +304,18 @@ pub mod kube_functions {
         reject_unknown(&options, &["wait", "timeout"], "kube_delete")?;
         let wait = option_bool(&options, "wait", "kube_delete")?.unwrap_or(false);
         let limit = timeout(&options, "kube_delete", 120)?;
-        let check = session.state.check();
         let cancelled = || session.state.is_cancelled();
-        let deleted = kube
-            .delete(kind, ns, name, check, wait.then_some(limit), &cancelled)
-            .map_err(native_error)?;
-        if deleted {
-            session
-                .state
-                .record_change("delete", Resource::object(kind, ns, name));
-        }
+        let outcome = kube
+            .delete(
+                kind,
+                ns,
+                name,
+                mode(&session),
+                wait.then_some(limit),
+                &cancelled,
+            )
+            .map_err(kube_error)?;
+        let ((), deleted) = settle(&session, outcome);
         let mut result = rhai::Map::new();
         result.insert("changed".into(), deleted.into());
         Ok(result)
@@ -354,24 +347,17 @@ pub mod kube_functions {
             )
         })?;
         let body = to_json(&patch, Secrets::Reveal).map_err(native_error)?;
-        let options = PatchOptions {
-            kind: patch_kind,
-            dry_run: session.state.check(),
-        };
-        let (object, changed) = kube
-            .patch(kind, ns, name, &body, options)
+        let outcome = kube
+            .patch(kind, ns, name, &body, patch_kind, mode(&session))
             .map_err(|mut error| {
                 // Invalid without an answer: the patch itself, refused before sending.
                 if error.kind == ErrorKind::Invalid && error.status.is_none() {
                     error.hint = Some("a JSON patch is an array like [#{op: \"replace\", path: \"/spec/replicas\", value: 2}]".into());
                 }
-                native_error(error)
-            })?;
-        if changed {
-            session
-                .state
-                .record_change("patch", Resource::object(kind, ns, name));
-        }
+                kube_error(error)
+            })?
+            .ok_or_else(|| nothing_to_patch(kind, ns, name))?;
+        let (object, changed) = settle(&session, outcome);
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
         result.insert("object".into(), object_value(object, secret_kind(kind)));
@@ -391,7 +377,7 @@ pub mod kube_functions {
     ) -> RhaiResultOf<Dynamic> {
         use base64::Engine;
         let (_, kube) = remote(&context, "kube_secret_read")?;
-        let Some(secret) = kube.get("secrets", ns, name).map_err(native_error)? else {
+        let Some(secret) = kube.get("secrets", ns, name).map_err(kube_error)? else {
             return Ok(Dynamic::UNIT);
         };
         let mut map = rhai::Map::new();
@@ -466,23 +452,12 @@ pub mod kube_functions {
         name: &str,
     ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_rollout_restart")?;
-        let now = humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string();
-        let patch = serde_json::json!({"spec": {"template": {"metadata": {"annotations": {"kubectl.kubernetes.io/restartedAt": now}}}}});
-        let (_, changed) = kube
-            .patch(
-                kind,
-                ns,
-                name,
-                &patch,
-                PatchOptions {
-                    kind: PatchKind::Strategic,
-                    dry_run: session.state.check(),
-                },
-            )
-            .map_err(native_error)?;
-        session
-            .state
-            .record_change("restart", Resource::object(kind, ns, name));
+        let outcome = kube
+            .rollout_restart(kind, ns, name, mode(&session))
+            // A restart is a patch, and its errors say so.
+            .map_err(|error| kube_error(error.named_by(|_| "kube_patch")))?
+            .ok_or_else(|| nothing_to_patch(kind, ns, name))?;
+        let (changed, _) = settle(&session, outcome);
         let mut result = rhai::Map::new();
         result.insert("changed".into(), changed.into());
         Ok(result)
@@ -521,12 +496,12 @@ pub mod kube_functions {
                 until_deleted = true;
                 Box::new(|_| Readiness::Ready)
             } else {
-                let builtin = kube_conditions::builtin(&name).ok_or_else(|| {
+                let builtin = conditions::builtin(&name).ok_or_else(|| {
                     native_error(
                         NativeError::new(format!("kube_wait: unknown condition {name}")).with_hint(
                             format!(
                                 "use one of {}, deleted, a map #{{type, status}} or a closure",
-                                kube_conditions::BUILTIN_NAMES.join(", ")
+                                conditions::BUILTIN_NAMES.join(", ")
                             ),
                         ),
                     )
@@ -544,7 +519,7 @@ pub mod kube_functions {
                 .get("status")
                 .map(|v| v.to_string())
                 .unwrap_or_else(|| "True".into());
-            Box::new(move |object| kube_conditions::condition_is(object, &condition_type, &status))
+            Box::new(move |object| conditions::condition_is(object, &condition_type, &status))
         } else if let Some(function) = condition.read_lock::<rhai::FnPtr>().map(|f| f.clone()) {
             let context = &context;
             let call = move |object: &serde_json::Value| match function
@@ -561,7 +536,7 @@ pub mod kube_functions {
                 condition.type_name()
             ))));
         };
-        let mut spec = WaitSpec {
+        let spec = WaitSpec {
             kind,
             namespace: ns,
             target: name_or_selector,
@@ -572,34 +547,25 @@ pub mod kube_functions {
             },
             timeout: limit,
         };
-        if session.state.check() {
-            // Objects a dry run only planned never appear: look once, do not wait.
-            let never = || false;
-            let quiet = |_: &str| {};
-            spec.timeout = Duration::ZERO;
-            return match kube.wait(&spec, &quiet, &never) {
-                Ok(objects) => Ok(objects
-                    .into_iter()
-                    .map(|object| object_value(object, secret_kind(kind)))
-                    .collect()),
-                Err(error) => {
-                    session.state.reporter.log(
-                        Level::Info,
-                        &format!("check mode: would wait ({})", error.message),
-                    );
-                    Ok(rhai::Array::new())
-                }
-            };
-        }
         let progress = |line: &str| session.state.reporter.log(Level::Info, line);
         let cancelled = || session.state.is_cancelled();
-        let objects = kube
-            .wait(&spec, &progress, &cancelled)
-            .map_err(native_error)?;
-        Ok(objects
-            .into_iter()
-            .map(|object| object_value(object, secret_kind(kind)))
-            .collect())
+        match kube
+            .wait(&spec, mode(&session), &progress, &cancelled)
+            .map_err(kube_error)?
+        {
+            Waited::Met(objects) => Ok(objects
+                .into_iter()
+                .map(|object| object_value(object, secret_kind(kind)))
+                .collect()),
+            Waited::Unmet(error) => {
+                let error = error.named_by(kube_operation);
+                session.state.reporter.log(
+                    Level::Info,
+                    &format!("check mode: would wait ({})", error.message),
+                );
+                Ok(rhai::Array::new())
+            }
+        }
     }
 
     /// Runs a command in a pod (by name, `pod/NAME`, or a label selector such as `app=toolbox`)
@@ -676,7 +642,7 @@ pub mod kube_functions {
                 stdin.as_deref().map(str::as_bytes),
                 limit,
             )
-            .map_err(native_error)?;
+            .map_err(kube_error)?;
         if !read_only {
             session.state.record_change(
                 "exec",
@@ -727,7 +693,7 @@ pub mod kube_functions {
                 "kube_port_forward: {port} is not a port"
             )))
         })?;
-        let local = kube.port_forward(ns, target, port).map_err(native_error)?;
+        let local = kube.port_forward(ns, target, port).map_err(kube_error)?;
         Ok(local.to_string())
     }
 
@@ -741,7 +707,7 @@ pub mod kube_functions {
     pub fn kube_config_b64(context: NativeCallContext) -> RhaiResultOf<Secret> {
         use base64::Engine;
         let (_, kube) = remote(&context, "kube_config_b64")?;
-        let text = kube.kubeconfig_text().map_err(native_error)?;
+        let text = kube.kubeconfig_text().map_err(kube_error)?;
         Ok(Secret::new(
             base64::engine::general_purpose::STANDARD.encode(text),
         ))
@@ -774,23 +740,10 @@ fn secret_write(
         };
         values.insert(key.to_string(), text);
     }
-    let written = kube
-        .secret_write(ns, name, &values, &kind, session.state.check())
-        .map_err(native_error)?;
-    let changed = written.changed;
-    if changed {
-        session
-            .state
-            .record_change("write", Resource::object("Secret", ns, name));
-        if session.state.diff() {
-            session.state.record_diff(&object_diff(
-                &format!("Secret/{ns}/{name}"),
-                written.before.as_ref(),
-                Some(&written.after),
-                Some("data"),
-            ));
-        }
-    }
+    let outcome = kube
+        .secret_write(ns, name, &values, &kind, mode(&session))
+        .map_err(kube_error)?;
+    let ((), changed) = settle(&session, outcome);
     let mut result = rhai::Map::new();
     result.insert("changed".into(), changed.into());
     Ok(result)

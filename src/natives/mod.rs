@@ -20,6 +20,7 @@ pub mod kube;
 pub mod net;
 pub mod options;
 pub mod process;
+pub mod reconcile;
 pub mod secret;
 pub mod steps;
 pub mod tls;

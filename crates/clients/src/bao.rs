@@ -12,6 +12,7 @@ use vaultrs::error::ClientError as VaultError;
 
 use super::error_chain;
 use crate::error::ClientError;
+use crate::reconcile::{Change, Detail, Mode, Outcome};
 use crate::secret::Secret;
 
 /// The default file `bao_init` writes and `bao_unseal` reads, relative to the repository root.
@@ -151,22 +152,64 @@ impl std::fmt::Display for KvPath {
     }
 }
 
-/// The outcome of an idempotent write.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteOutcome {
-    pub changed: bool,
-    /// The version now current (or, in check mode, the one that would be written).
-    pub version: u64,
-    /// The keys the write adds, changes or removes, by name (never a value; for `--diff`).
-    pub keys: Vec<KeyChange>,
-}
-
 /// How one key of a KV secret changes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum KeyChange {
     Added(String),
     Changed(String),
     Removed(String),
+}
+
+/// Writes the init response to `file` (created empty, mode 0600, before initialising).
+fn write_init_file(file: &Path, shown: &str, init: &InitResponse) -> Result<(), ClientError> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let text = serde_json::to_string_pretty(init)
+        .map_err(|error| ClientError::new(format!("cannot encode the init response: {error}")))?;
+    let cannot_write = |error: std::io::Error| {
+        ClientError::new(format!(
+            "cannot write the OpenBao init file {shown}: {error}"
+        ))
+    };
+    let mut handle = std::fs::OpenOptions::new()
+        .write(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(file)
+        .map_err(cannot_write)?;
+    handle
+        .write_all(format!("{text}\n").as_bytes())
+        .and_then(|()| handle.sync_all())
+        .map_err(cannot_write)
+}
+
+/// A KV write's `--diff`: the keys by name, never a value.
+fn keys_detail(keys: &[KeyChange]) -> Detail {
+    let lines: Vec<String> = keys
+        .iter()
+        .map(|change| match change {
+            KeyChange::Added(key) => format!("+ {key} (added, value hidden)"),
+            KeyChange::Changed(key) => format!("~ {key} (changed, value hidden)"),
+            KeyChange::Removed(key) => format!("- {key} (removed)"),
+        })
+        .collect();
+    Detail::Line(lines.join("\n"))
+}
+
+/// A change to the KV secret at `path`, shown as `shown`.
+fn secret_change(
+    action: &'static str,
+    path: &KvPath,
+    shown: String,
+    detail: Option<Detail>,
+) -> Change {
+    Change {
+        action,
+        kind: "secret".into(),
+        name: path.to_string(),
+        resource: shown,
+        detail,
+    }
 }
 
 /// The keys that differ between a secret's current data and the data a write gives it.
@@ -579,6 +622,145 @@ impl BaoClient {
         Ok(init)
     }
 
+    /// Initialises an uninitialised OpenBao (unchanged, None, when it is initialised) and
+    /// writes the whole response to the init file (mode 0600), which must not exist yet: the
+    /// file is created before anything else can fail, so the keys are never lost to a folder
+    /// that cannot be written. `root` is what paths in messages are shown relative to.
+    pub fn ensure_initialized(
+        &self,
+        shares: u64,
+        threshold: u64,
+        root: &Path,
+        mode: Mode,
+    ) -> Result<Outcome<Option<InitResponse>>, ClientError> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = &self.settings.init_file;
+        let shown = crate::fs::relative_display(root, file);
+        let status = self.status()?;
+        if status.initialized {
+            return Ok(Outcome::unchanged(None));
+        }
+        if file.exists() {
+            return Err(ClientError::new(format!("refusing to overwrite {shown}: OpenBao at {} is uninitialised but the file exists", status.address))
+                .in_operation("init", ": ")
+                .with_hint("the file may hold the keys of an earlier OpenBao; move it away (keep a backup) before initialising again"));
+        }
+        let change = Change {
+            action: "initialise",
+            kind: "openbao".into(),
+            name: status.address.clone(),
+            resource: format!(
+                "openbao {} ({shares} shares, threshold {threshold}) and write {shown}",
+                status.address
+            ),
+            detail: None,
+        };
+        if !mode.writes() {
+            return Ok(Outcome::single(None, change));
+        }
+        if let Some(folder) = file.parent() {
+            std::fs::create_dir_all(folder).map_err(|error| {
+                ClientError::new(format!(
+                    "cannot create {}: {error}",
+                    crate::fs::relative_display(root, folder)
+                ))
+            })?;
+        }
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(file)
+            .map_err(|error| {
+                ClientError::new(format!(
+                    "cannot create the OpenBao init file {shown}: {error}"
+                ))
+            })?;
+        let init = match self.initialize(shares, threshold) {
+            Ok(init) => init,
+            Err(error) => {
+                let _ = std::fs::remove_file(file);
+                return Err(error);
+            }
+        };
+        write_init_file(file, &shown, &init)?;
+        Ok(Outcome::single(Some(init), change))
+    }
+
+    /// Unseals a sealed OpenBao with the init file's keys (an `unseal` change); unchanged when
+    /// it is unsealed. None when it is not initialised, so there is nothing to unseal.
+    pub fn ensure_unsealed(&self, mode: Mode) -> Result<Option<Outcome<()>>, ClientError> {
+        let status = self.status()?;
+        if !status.initialized {
+            return Ok(None);
+        }
+        if !status.sealed {
+            return Ok(Some(Outcome::unchanged(())));
+        }
+        let init = self.read_init_file()?;
+        if mode.writes() {
+            self.unseal(&init)?;
+        }
+        Ok(Some(Outcome::changed_by(
+            (),
+            "unseal",
+            "openbao",
+            &status.address,
+            format!("openbao {}", status.address),
+        )))
+    }
+
+    /// Seals an unsealed OpenBao (a `seal` change); unchanged when it is sealed.
+    pub fn ensure_sealed(&self, mode: Mode) -> Result<Outcome<()>, ClientError> {
+        let status = self.status()?;
+        if status.sealed {
+            return Ok(Outcome::unchanged(()));
+        }
+        if mode.writes() {
+            self.seal()?;
+        }
+        Ok(Outcome::changed_by(
+            (),
+            "seal",
+            "openbao",
+            &status.address,
+            format!("openbao {}", status.address),
+        ))
+    }
+
+    /// Mounts a KV secrets engine of `version` at `path` unless it is there (a `mount` change);
+    /// a mount of another type or version there is an error naming both.
+    pub fn ensure_kv(
+        &self,
+        path: &str,
+        version: u8,
+        mode: Mode,
+    ) -> Result<Outcome<()>, ClientError> {
+        let mount = path.trim_matches('/');
+        match self.mount(mount)? {
+            Some((kind, existing)) if kind == "kv" && existing == version.to_string() => {
+                Ok(Outcome::unchanged(()))
+            }
+            Some((kind, existing)) => Err(ClientError::new(format!(
+                "openbao {}: {mount}/ is already mounted as {kind} (version {existing}), not kv version {version}",
+                self.settings.address
+            ))
+            .with_hint("choose another path, or move the existing mount (bao secrets move) if it is unused")),
+            None => {
+                if mode.writes() {
+                    self.enable_kv(mount, version)?;
+                }
+                Ok(Outcome::changed_by(
+                    (),
+                    "mount",
+                    "secrets engine",
+                    format!("{mount}/"),
+                    format!("kv version {version} at {mount}/"),
+                ))
+            }
+        }
+    }
+
     /// Initialises OpenBao. The caller has checked that the server is uninitialised and the file
     /// does not exist; the file is created (mode 0600) before anything else can fail.
     pub fn initialize(&self, shares: u64, threshold: u64) -> Result<InitResponse, ClientError> {
@@ -761,45 +943,51 @@ impl BaoClient {
     }
 
     /// Writes `data` unless it is already the current content; check-and-set on the version
-    /// read, re-reading after a lost race. `check` only reports.
+    /// read, re-reading after a lost race. The value: the version now current (in check mode,
+    /// the one that would be written); a `write` change whose `--diff` names the keys.
     pub fn kv_write(
         &self,
         path: &KvPath,
         data: &Map<String, Value>,
-        check: bool,
-    ) -> Result<WriteOutcome, ClientError> {
-        self.kv_update(path, check, |_| Ok(data.clone()))
+        mode: Mode,
+    ) -> Result<Outcome<u64>, ClientError> {
+        let written = self.kv_update(path, "write", mode, |_| Some(data.clone()))?;
+        // Never None: what it writes does not depend on a secret being there.
+        Ok(written.unwrap_or_else(|| Outcome::unchanged(0)))
     }
 
-    /// Merges `changes` into the current content (which must exist), with the same guarantees.
+    /// Merges `changes` into the current content, with the same guarantees (a `patch` change).
+    /// None when there is no secret at `path` to patch.
     pub fn kv_patch(
         &self,
         path: &KvPath,
         changes: &Map<String, Value>,
-        check: bool,
-    ) -> Result<WriteOutcome, ClientError> {
-        self.kv_update(path, check, |current| match current {
-            Some(current) => {
-                let mut merged = current.clone();
-                for (key, value) in changes {
-                    merged.insert(key.clone(), value.clone());
-                }
-                Ok(merged)
+        mode: Mode,
+    ) -> Result<Option<Outcome<u64>>, ClientError> {
+        self.kv_update(path, "patch", mode, |current| {
+            let mut merged = current?.clone();
+            for (key, value) in changes {
+                merged.insert(key.clone(), value.clone());
             }
-            None => Err(ClientError::new(format!(
-                "openbao {}: nothing to patch at {path}",
-                self.settings.address
-            ))
-            .with_hint("bao_patch changes an existing secret; use bao_write to create it")),
+            Some(merged)
         })
     }
 
+    /// Writes what `wanted` makes of the current content (None: nothing to write to).
     fn kv_update(
         &self,
         path: &KvPath,
-        check: bool,
-        wanted: impl Fn(Option<&Map<String, Value>>) -> Result<Map<String, Value>, ClientError>,
-    ) -> Result<WriteOutcome, ClientError> {
+        action: &'static str,
+        mode: Mode,
+        wanted: impl Fn(Option<&Map<String, Value>>) -> Option<Map<String, Value>>,
+    ) -> Result<Option<Outcome<u64>>, ClientError> {
+        let changed = |version: u64, keys: &[KeyChange]| {
+            let shown = format!("secret {path} (version {version})");
+            Outcome::single(
+                version,
+                secret_change(action, path, shown, Some(keys_detail(keys))),
+            )
+        };
         let lock = self
             .write_locks
             .lock()
@@ -810,21 +998,15 @@ impl BaoClient {
         let _turn = lock.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         for _ in 0..CAS_ATTEMPTS {
             let current = self.kv_read(path)?;
-            let desired = wanted(current.data.as_ref())?;
+            let Some(desired) = wanted(current.data.as_ref()) else {
+                return Ok(None);
+            };
             if current.data.as_ref() == Some(&desired) {
-                return Ok(WriteOutcome {
-                    changed: false,
-                    version: current.version,
-                    keys: Vec::new(),
-                });
+                return Ok(Some(Outcome::unchanged(current.version)));
             }
             let keys = key_changes(current.data.as_ref(), &desired);
-            if check {
-                return Ok(WriteOutcome {
-                    changed: true,
-                    version: current.version + 1,
-                    keys,
-                });
+            if !mode.writes() {
+                return Ok(Some(changed(current.version + 1, &keys)));
             }
             let client = self.vault()?;
             self.count();
@@ -838,13 +1020,7 @@ impl BaoClient {
                 &desired,
                 options,
             )) {
-                Ok(metadata) => {
-                    return Ok(WriteOutcome {
-                        changed: true,
-                        version: metadata.version,
-                        keys,
-                    });
-                }
+                Ok(metadata) => return Ok(Some(changed(metadata.version, &keys))),
                 // Lost a race: another writer created a version since our read. Read again.
                 Err(error) if matches!(answer(&error), Some((_, Said::CasMismatch))) => {
                     continue;
@@ -883,12 +1059,13 @@ impl BaoClient {
         }
     }
 
-    /// Soft-deletes the latest version. Unchanged when there is no live version.
-    pub fn kv_delete(&self, path: &KvPath, check: bool) -> Result<bool, ClientError> {
+    /// Soft-deletes the latest version (a `delete` change). Unchanged when there is no live
+    /// version.
+    pub fn kv_delete(&self, path: &KvPath, mode: Mode) -> Result<Outcome<()>, ClientError> {
         if self.kv_read(path)?.data.is_none() {
-            return Ok(false);
+            return Ok(Outcome::unchanged(()));
         }
-        if !check {
+        if mode.writes() {
             let client = self.vault()?;
             self.count();
             run(vaultrs::kv2::delete_latest(
@@ -900,15 +1077,24 @@ impl BaoClient {
                 self.describe(error, &format!("DELETE {}/data/{}", path.mount, path.path))
             })?;
         }
-        Ok(true)
+        Ok(Outcome::single(
+            (),
+            secret_change(
+                "delete",
+                path,
+                format!("latest version of secret {path}"),
+                None,
+            ),
+        ))
     }
 
-    /// Destroys every version and the metadata. Unchanged when there is no metadata.
-    pub fn kv_destroy(&self, path: &KvPath, check: bool) -> Result<bool, ClientError> {
+    /// Destroys every version and the metadata (a `destroy` change). Unchanged when there is
+    /// no metadata.
+    pub fn kv_destroy(&self, path: &KvPath, mode: Mode) -> Result<Outcome<()>, ClientError> {
         if self.kv_read(path)?.version == 0 {
-            return Ok(false);
+            return Ok(Outcome::unchanged(()));
         }
-        if !check {
+        if mode.writes() {
             let client = self.vault()?;
             self.count();
             run(vaultrs::kv2::delete_metadata(
@@ -923,28 +1109,47 @@ impl BaoClient {
                 )
             })?;
         }
-        Ok(true)
+        Ok(Outcome::single(
+            (),
+            secret_change(
+                "destroy",
+                path,
+                format!("all versions of secret {path}"),
+                None,
+            ),
+        ))
     }
 
-    /// Writes a policy unless it already has exactly this text. Returns whether it changed.
-    pub fn policy_write(&self, name: &str, rules: &str, check: bool) -> Result<bool, ClientError> {
+    /// Writes a policy unless it already has exactly this text (a `write` change).
+    pub fn policy_write(
+        &self,
+        name: &str,
+        rules: &str,
+        mode: Mode,
+    ) -> Result<Outcome<()>, ClientError> {
         let current = self.read_with_retry(|client| {
             let name = name.to_string();
             async move { vaultrs::sys::policy::read(client.as_ref(), &name).await }
         })?;
         match current {
-            Ok(policy) if policy.rules == rules => return Ok(false),
+            Ok(policy) if policy.rules == rules => return Ok(Outcome::unchanged(())),
             Ok(_) => {}
             Err(error) if matches!(server_response(&error), Some((404, _))) => {}
             Err(error) => return Err(self.describe(error, &format!("GET sys/policies/acl/{name}"))),
         }
-        if !check {
+        if mode.writes() {
             let client = self.vault()?;
             self.count();
             run(vaultrs::sys::policy::set(client.as_ref(), name, rules))
                 .map_err(|error| self.describe(error, &format!("PUT sys/policies/acl/{name}")))?;
         }
-        Ok(true)
+        Ok(Outcome::changed_by(
+            (),
+            "write",
+            "policy",
+            name,
+            format!("policy {name}"),
+        ))
     }
 }
 

@@ -67,6 +67,16 @@ impl ErrorKind {
     }
 }
 
+/// A client operation, as its errors carry it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operation {
+    /// The client's word for it (`get`, `apply`, `secret write`).
+    pub name: &'static str,
+    /// What joins a caller's name to the headline: `" "` before a subject, `": "` before a
+    /// sentence.
+    pub join: &'static str,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClientError {
     pub kind: ErrorKind,
@@ -75,6 +85,9 @@ pub struct ClientError {
     pub message: String,
     pub hint: Option<String>,
     pub causes: Vec<String>,
+    /// The client operation that failed, when its headline leaves room for the caller's name
+    /// for it (`Deployment/web in apps: 404 ...` becomes `kube_get Deployment/web in apps: ...`).
+    pub operation: Option<Operation>,
 }
 
 impl ClientError {
@@ -86,6 +99,7 @@ impl ClientError {
             message: message.into(),
             hint: None,
             causes: Vec::new(),
+            operation: None,
         }
     }
 
@@ -103,6 +117,29 @@ impl ClientError {
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
+        self
+    }
+
+    /// Marks the error as `operation`'s, its headline joined to a caller's name by `join`.
+    pub fn in_operation(mut self, operation: &'static str, join: &'static str) -> Self {
+        self.operation = Some(Operation {
+            name: operation,
+            join,
+        });
+        self
+    }
+
+    /// The headline with the caller's name for the failed operation in front (`name_of` maps
+    /// the client's word to it), where the error leaves room for one.
+    pub fn named_by(mut self, name_of: impl Fn(&str) -> &str) -> Self {
+        if let Some(operation) = self.operation.take() {
+            self.message = format!(
+                "{}{}{}",
+                name_of(operation.name),
+                operation.join,
+                self.message
+            );
+        }
         self
     }
 

@@ -27,9 +27,8 @@ impl GitlabClient {
         let bytes = base64::engine::general_purpose::STANDARD
             .decode(content)
             .map_err(|error| {
-                ClientError::new(format!(
-                    "gitlab_file: {project}:{path} is not valid base64: {error}"
-                ))
+                ClientError::new(format!("{project}:{path} is not valid base64: {error}"))
+                    .in_operation("file", ": ")
             })?;
         Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
     }

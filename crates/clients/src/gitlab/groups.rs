@@ -3,9 +3,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
 use crate::error::{ClientError, ErrorKind};
+use crate::reconcile::{Mode, Outcome};
 
 /// A group as GitLab returns it (the fields bprun reads). In check mode a planned group has no id.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -65,7 +65,7 @@ impl GitlabClient {
             }
             if !spec.update {
                 return Ok(Outcome::unchanged(group).warn(format!(
-                    "group {path} is {current}, wanted {visibility}; left as it is (pass #{{update: true}} to change it)"
+                    "group {path} is {current}, wanted {visibility}; left as it is"
                 )));
             }
             let change = format!("visibility of group {path} from {current} to {visibility}");

@@ -18,7 +18,6 @@ use crate::secret::Secret;
 
 mod files;
 mod groups;
-pub mod outcome;
 pub mod pipelines;
 mod projects;
 pub mod rules;
@@ -26,7 +25,6 @@ mod tokens;
 mod variables;
 
 pub use groups::{Group, GroupSpec};
-pub use outcome::{Change, Mode, Outcome};
 pub use pipelines::{Pipeline, PipelineRef, Started, WaitParams};
 pub use projects::{Project, ProjectSpec};
 pub use tokens::TokenInfo;

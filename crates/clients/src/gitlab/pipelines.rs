@@ -5,9 +5,9 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
-use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
 use crate::error::{ClientError, ErrorKind};
+use crate::reconcile::{Mode, Outcome};
 
 /// Statuses after which a pipeline no longer changes.
 pub const TERMINAL: &[&str] = &["success", "failed", "canceled", "skipped"];
@@ -91,13 +91,13 @@ fn pipeline_of(value: Value, what: &str) -> Result<Pipeline, ClientError> {
 }
 
 /// Sleeps `wait`, waking every 50 ms to honour `cancelled`.
-fn pause(wait: Duration, cancelled: &dyn Fn() -> bool, what: &str) -> Result<(), ClientError> {
+fn pause(wait: Duration, cancelled: &dyn Fn() -> bool) -> Result<(), ClientError> {
     let deadline = Instant::now() + wait;
     while Instant::now() < deadline {
         if cancelled() {
-            return Err(
-                ClientError::new(format!("{what}: interrupted")).with_kind(ErrorKind::Interrupted)
-            );
+            return Err(ClientError::new("interrupted")
+                .with_kind(ErrorKind::Interrupted)
+                .in_operation("wait pipeline", ": "));
         }
         std::thread::sleep((deadline - Instant::now()).min(Duration::from_millis(50)));
     }
@@ -284,19 +284,20 @@ impl GitlabClient {
                         )
                     })
                     .collect();
-                return Err(ClientError::new(format!(
+                let error = ClientError::new(format!(
                     "gitlab: pipelines did not finish within {} s: {}",
                     params.timeout.as_secs(),
                     waiting.join(", ")
                 ))
-                .with_kind(ErrorKind::Timeout)
-                .with_hint(if stuck_anywhere {
-                    "register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`"
+                .with_kind(ErrorKind::Timeout);
+                // Not stuck: only slow, and how to wait longer is the caller's word.
+                return Err(if stuck_anywhere {
+                    error.with_hint("register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`")
                 } else {
-                    "raise #{timeout: seconds}, or look at the runner: are its pods running?"
-                }));
+                    error
+                });
             }
-            pause(params.interval, cancelled, "gitlab_wait_pipeline")?;
+            pause(params.interval, cancelled)?;
         }
     }
 

@@ -3,9 +3,9 @@
 use serde::Deserialize;
 use serde_json::json;
 
-use super::outcome::{Mode, Outcome};
 use super::{GitlabClient, Method, encode};
 use crate::error::{ClientError, ErrorKind};
+use crate::reconcile::{Mode, Outcome};
 
 /// A project as GitLab returns it (the fields bprun reads). In check mode a planned project has
 /// only its path: no id and no clone URL yet.

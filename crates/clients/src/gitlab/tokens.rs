@@ -3,9 +3,9 @@
 
 use serde_json::Value;
 
-use super::outcome::{Change, Mode, Outcome};
 use super::{GitlabClient, Method};
 use crate::error::{ClientError, ErrorKind};
+use crate::reconcile::{Change, Mode, Outcome};
 use crate::secret::Secret;
 
 /// A token as `GET /personal_access_tokens` shows it.
@@ -158,7 +158,7 @@ impl GitlabClient {
             }
             changes.push(Change {
                 action: "revoke",
-                kind: "personal access token",
+                kind: "personal access token".into(),
                 name: token.name.clone(),
                 resource: format!("personal access token {} (#{})", token.name, token.id),
                 detail: None,

@@ -3,10 +3,10 @@
 
 use serde_json::{Value, json};
 
-use super::outcome::{Change, Mode, Outcome};
 use super::rules::{maskable, valid_variable_key};
 use super::{GitlabClient, Method, encode};
 use crate::error::ClientError;
+use crate::reconcile::{Change, Detail, Mode, Outcome};
 
 /// The desired state of one CI/CD variable. `value` is the plain text (the caller keeps it out of
 /// output; errors name the key, never the value).
@@ -209,10 +209,10 @@ impl GitlabClient {
                     }
                     changes.push(Change {
                         action: "update",
-                        kind: "CI variable",
+                        kind: "CI variable".into(),
                         name: variable.key.clone(),
                         resource: resource(&variable.key),
-                        detail: Some(variable_diff(Some(variable), current)),
+                        detail: Some(Detail::Line(variable_diff(Some(variable), current))),
                     });
                     counts.updated += 1;
                 }
@@ -230,10 +230,10 @@ impl GitlabClient {
                     }
                     changes.push(Change {
                         action: "create",
-                        kind: "CI variable",
+                        kind: "CI variable".into(),
                         name: variable.key.clone(),
                         resource: resource(&variable.key),
-                        detail: Some(variable_diff(Some(variable), None)),
+                        detail: Some(Detail::Line(variable_diff(Some(variable), None))),
                     });
                     counts.created += 1;
                 }
@@ -255,10 +255,10 @@ impl GitlabClient {
                 }
                 changes.push(Change {
                     action: "delete",
-                    kind: "CI variable",
+                    kind: "CI variable".into(),
                     name: key.to_string(),
                     resource: resource(key),
-                    detail: Some(variable_diff(None, Some(current))),
+                    detail: Some(Detail::Line(variable_diff(None, Some(current)))),
                 });
                 counts.removed += 1;
             }

@@ -3,6 +3,7 @@
 use super::kv1::KV1_LEASE_SECONDS;
 use super::*;
 use bprun_clients::bao::{BaoClient, BaoSettings, InitResponse, KvPath};
+use bprun_clients::reconcile::Mode;
 
 const TOKEN: &str = "root-test-token";
 
@@ -88,11 +89,13 @@ fn kv_life_cycle_through_bprun_client() {
     assert!(bao.kv_list(&path("gitlab")).expect("list").is_empty());
 
     let first = data(&[("token", "glpat-one"), ("user", "root")]);
-    let written = bao.kv_write(&secret, &first, false).expect("write");
-    assert_eq!((written.changed, written.version), (true, 1));
+    let written = bao.kv_write(&secret, &first, Mode::Apply).expect("write");
+    assert_eq!((written.changed(), written.value), (true, 1));
     let before = mutating(&running);
-    let again = bao.kv_write(&secret, &first, false).expect("write again");
-    assert_eq!((again.changed, again.version), (false, 1));
+    let again = bao
+        .kv_write(&secret, &first, Mode::Apply)
+        .expect("write again");
+    assert_eq!((again.changed(), again.value), (false, 1));
     assert_eq!(
         mutating(&running),
         before,
@@ -101,34 +104,29 @@ fn kv_life_cycle_through_bprun_client() {
 
     let second = data(&[("token", "glpat-two"), ("user", "root")]);
     let written = bao
-        .kv_write(&secret, &second, false)
+        .kv_write(&secret, &second, Mode::Apply)
         .expect("write different");
-    assert_eq!((written.changed, written.version), (true, 2));
+    assert_eq!((written.changed(), written.value), (true, 2));
     let read = bao.kv_read(&secret).expect("read");
     assert_eq!(read.version, 2);
     assert_eq!(read.data, Some(second));
 
     let patched = bao
-        .kv_patch(&secret, &data(&[("user", "admin")]), false)
-        .expect("patch");
-    assert_eq!((patched.changed, patched.version), (true, 3));
+        .kv_patch(&secret, &data(&[("user", "admin")]), Mode::Apply)
+        .expect("patch")
+        .expect("a secret to patch");
+    assert_eq!((patched.changed(), patched.value), (true, 3));
     let read = bao.kv_read(&secret).expect("read patched");
     assert_eq!(
         read.data,
         Some(data(&[("token", "glpat-two"), ("user", "admin")]))
     );
-    let error = bao
-        .kv_patch(&path("gitlab/none"), &data(&[("a", "b")]), false)
-        .expect_err("nothing to patch");
-    assert!(
-        error
-            .message
-            .ends_with("nothing to patch at secret/gitlab/none"),
-        "{}",
-        error.message
-    );
+    let nothing = bao
+        .kv_patch(&path("gitlab/none"), &data(&[("a", "b")]), Mode::Apply)
+        .expect("patch nothing");
+    assert!(nothing.is_none(), "nothing to patch at secret/gitlab/none");
 
-    bao.kv_write(&path("gitlab/runner"), &data(&[("t", "1")]), false)
+    bao.kv_write(&path("gitlab/runner"), &data(&[("t", "1")]), Mode::Apply)
         .expect("write a sibling");
     assert_eq!(
         bao.kv_list(&path("gitlab")).expect("list"),
@@ -139,18 +137,34 @@ fn kv_life_cycle_through_bprun_client() {
         vec!["admin_token".to_string()]
     );
 
-    assert!(bao.kv_delete(&secret, false).expect("delete"));
-    assert!(!bao.kv_delete(&secret, false).expect("delete again"));
+    assert!(
+        bao.kv_delete(&secret, Mode::Apply)
+            .expect("delete")
+            .changed()
+    );
+    assert!(
+        !bao.kv_delete(&secret, Mode::Apply)
+            .expect("delete again")
+            .changed()
+    );
     let deleted = bao.kv_read(&secret).expect("read deleted");
     assert_eq!((deleted.data, deleted.version), (None, 3));
     // A write after a delete continues the version history (check-and-set on 3).
     let written = bao
-        .kv_write(&secret, &data(&[("token", "again")]), false)
+        .kv_write(&secret, &data(&[("token", "again")]), Mode::Apply)
         .expect("write after delete");
-    assert_eq!((written.changed, written.version), (true, 4));
+    assert_eq!((written.changed(), written.value), (true, 4));
 
-    assert!(bao.kv_destroy(&secret, false).expect("destroy"));
-    assert!(!bao.kv_destroy(&secret, false).expect("destroy again"));
+    assert!(
+        bao.kv_destroy(&secret, Mode::Apply)
+            .expect("destroy")
+            .changed()
+    );
+    assert!(
+        !bao.kv_destroy(&secret, Mode::Apply)
+            .expect("destroy again")
+            .changed()
+    );
     let destroyed = bao.kv_read(&secret).expect("read destroyed");
     assert_eq!((destroyed.data, destroyed.version), (None, 0));
     assert!(
@@ -460,9 +474,9 @@ fn mounts_enable_kv_and_answer_their_config() {
     // A KV v2 secret on the new mount, through bprun's `mount:path` addressing.
     let other = KvPath::parse("apps:team/x", None).expect("path");
     assert!(
-        bao.kv_write(&other, &data(&[("a", "1")]), false)
+        bao.kv_write(&other, &data(&[("a", "1")]), Mode::Apply)
             .expect("write")
-            .changed
+            .changed()
     );
     let missing = KvPath::parse("nomount:x/y", None).expect("path");
     let error = bao.kv_read(&missing).expect_err("no such mount");
@@ -602,10 +616,15 @@ fn policies_are_written_once_and_read_back() {
     let running = start("127.0.0.1:0", TOKEN).expect("start");
     let bao = client(&running, TOKEN);
     let hcl = r#"path "secret/data/gitlab/*" { capabilities = ["read"] }"#;
-    assert!(bao.policy_write("gitlab-read", hcl, false).expect("write"));
     assert!(
-        !bao.policy_write("gitlab-read", hcl, false)
+        bao.policy_write("gitlab-read", hcl, Mode::Apply)
+            .expect("write")
+            .changed()
+    );
+    assert!(
+        !bao.policy_write("gitlab-read", hcl, Mode::Apply)
             .expect("write again")
+            .changed()
     );
     let (status, answer) = root(&running, "GET", "/v1/sys/policies/acl/gitlab-read", None);
     assert_eq!(status, 200);

@@ -1,4 +1,4 @@
-//! Readiness conditions for the `kube_wait` native, as pure functions over Kubernetes objects.
+//! Readiness conditions for waits, as pure functions over Kubernetes objects.
 //!
 //! Every function here takes an object as the API server returns it (`serde_json::Value`, with
 //! `kind`, `metadata`, `spec` and `status`) and decides whether it is ready, still on its way, or
@@ -26,7 +26,7 @@ pub enum Readiness {
     Failed(String),
 }
 
-/// The built-in condition names `kube_wait` accepts, in their canonical spelling (matching is
+/// The built-in condition names a wait accepts, in their canonical spelling (matching is
 /// case-insensitive; see [`builtin`]).
 pub const BUILTIN_NAMES: &[&str] = &[
     "Ready",
@@ -55,7 +55,7 @@ const ROLLOUT_KINDS: &str = "Deployment, StatefulSet, DaemonSet and ReplicaSet";
 /// Longest condition or container message quoted, in characters; longer ones are cut with "…".
 const MAX_MESSAGE_CHARS: usize = 240;
 
-/// Built-in condition names accepted by kube_wait (case-insensitive): "Ready", "Available",
+/// Built-in condition names a wait accepts (case-insensitive): "Ready", "Available",
 /// "Established", "Complete", "Rollout" (rollout complete), "Running". Returns None for unknown
 /// names (the caller then lists these).
 pub fn builtin(name: &str) -> Option<fn(&Value) -> Readiness> {
@@ -912,7 +912,7 @@ mod tests {
     macro_rules! fixture {
         ($name:literal) => {
             fixture(include_str!(concat!(
-                "../fixtures/conditions/",
+                "../../fixtures/conditions/",
                 $name,
                 ".yaml"
             )))

@@ -19,6 +19,10 @@ use serde::Deserialize;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+mod release;
+
+pub use release::{Ensured, ReleaseSpec, verify_cached_archive};
+
 use crate::error::{ClientError, ErrorKind};
 use crate::fs::Confinement;
 use crate::process::{ProcessOutput, ProcessSpec, run};
