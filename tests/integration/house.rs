@@ -76,7 +76,9 @@ fn production_code(text: &str) -> String {
 /// `crate::{a, b}`), resolved to the longest module that exists.
 fn imports(src: &Path) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
     let paths = regex::Regex::new(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)+)").unwrap();
-    let groups = regex::Regex::new(r"\bcrate::\{([^}]*)\}").unwrap();
+    // `use crate::kube::{cluster::Cluster, server}`: every name in the braces, under the prefix.
+    let groups =
+        regex::Regex::new(r"\b(crate|super)((?:::[A-Za-z_][A-Za-z0-9_]*)*)::\{([^}]*)\}").unwrap();
     let names = regex::Regex::new(r"\b([a-z_][a-z0-9_]*)\b").unwrap();
     let files = rust_files(src);
     let modules: BTreeSet<ModulePath> = files.iter().map(|f| module_of(src, f)).collect();
@@ -106,8 +108,19 @@ fn imports(src: &Path) -> BTreeMap<ModulePath, BTreeSet<ModulePath>> {
             targets.insert(resolve(&target));
         }
         for group in groups.captures_iter(&text) {
-            for name in names.captures_iter(&group[1]) {
-                targets.insert(resolve(&[name[1].to_string()]));
+            let mut prefix = if &group[1] == "crate" {
+                Vec::new()
+            } else {
+                module[..module.len().saturating_sub(1)].to_vec()
+            };
+            prefix.extend(group[2].split("::").skip(1).map(str::to_string));
+            // The first word of each entry (`cluster` of `cluster::Cluster`).
+            for entry in group[3].split(',') {
+                if let Some(name) = names.captures(entry) {
+                    let mut target = prefix.clone();
+                    target.push(name[1].to_string());
+                    targets.insert(resolve(&target));
+                }
             }
         }
         graph.insert(module, targets);
@@ -199,15 +212,7 @@ fn no_module_cycle_inside_a_crate_but_natives_and_engine() {
             found.push(format!("{krate}: {cycle}"));
         }
     }
-    // The Kubernetes simulator's server, store, controllers and programs still call each other
-    // (issue #25: left to break through a runtime interface); no other cycle may appear.
-    assert_eq!(
-        found,
-        [
-            "src: crate: engine <-> natives",
-            "crates/sim/src: kube: batch <-> cluster <-> programs <-> server",
-        ]
-    );
+    assert_eq!(found, ["src: crate: engine <-> natives"]);
 }
 
 /// The simulators are the sim crate's top-level modules but its plumbing (the HTTP stack, git,

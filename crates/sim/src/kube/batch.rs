@@ -44,7 +44,7 @@ pub fn finished_status(pod: &Value, failed: bool, index: usize, now: &str) -> Va
 /// asks for it (`terminationMessagePolicy: FallbackToLogsOnError`) and failed.
 pub fn exited_status(
     pod: &Value,
-    exits: &std::collections::BTreeMap<String, super::programs::script::Exit>,
+    exits: &std::collections::BTreeMap<String, super::runtime::Exit>,
     index: usize,
     now: &str,
 ) -> Value {

@@ -22,6 +22,7 @@ pub mod protobuf;
 pub mod rbac;
 pub mod resources;
 pub mod rollout;
+pub mod runtime;
 pub mod scale;
 pub mod selectors;
 pub mod server;
@@ -33,8 +34,9 @@ pub(crate) mod test_fixtures;
 pub mod tls;
 pub mod validation;
 
+pub use runtime::{ExecCall, ExecOutcome, ExecRuntime};
 use serde_json::json;
-pub use server::{ExecCall, ExecOutcome, ExecRuntime, KubeSim};
+pub use server::KubeSim;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,6 +5,7 @@ use super::cluster::{ApiError, Cluster, FieldValidation, PatchType, Propagation,
 use super::programs::{self, Programs};
 use super::rbac;
 use super::resources::{self, ResourceType};
+use super::runtime::{ExecCall, ExecOutcome, ExecRuntime, Node, Store, StoreGuard};
 use super::selectors::{FieldSelector, LabelSelector};
 use super::{controllers, crd_schema, protobuf, scale, table};
 use crate::http::{Accounting, SimRequest, SimResponse, decode};
@@ -14,34 +15,6 @@ use serde_json::{Value, json};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use tokio_tungstenite::tungstenite::Message;
-
-/// What an exec into a pod runs, and the container it runs in.
-#[derive(Debug, Clone, Default)]
-pub struct ExecCall {
-    pub namespace: String,
-    pub pod: String,
-    pub pod_uid: String,
-    pub container: String,
-    /// The container's image as the pod spec names it (`quay.io/openbao/openbao:2.2.0`).
-    pub image: String,
-    /// The container's environment, resolved from the store at exec time
-    /// (`programs::env::resolve`).
-    pub env: Vec<(String, String)>,
-    pub labels: std::collections::BTreeMap<String, String>,
-    pub annotations: std::collections::BTreeMap<String, String>,
-    pub command: Vec<String>,
-    pub stdin: Vec<u8>,
-}
-
-#[derive(Debug, Clone, Default)]
-pub struct ExecOutcome {
-    pub code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: Vec<u8>,
-}
-
-/// Runs the commands of `kubectl exec` / kube-rs exec inside simulated containers.
-pub type ExecRuntime = Arc<dyn Fn(&ExecCall) -> ExecOutcome + Send + Sync>;
 
 pub struct KubeSim {
     cluster: Mutex<Cluster>,
@@ -142,6 +115,34 @@ impl KubeSim {
     }
 }
 
+/// The store locked, as the programs see it.
+struct Locked<'a>(MutexGuard<'a, Cluster>);
+
+impl<'a> std::ops::Deref for Locked<'a> {
+    type Target = dyn Store + 'a;
+
+    fn deref(&self) -> &Self::Target {
+        &*self.0
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut *self.0
+    }
+}
+
+/// The node the programs run on: this simulator's store and shell basics.
+impl Node for KubeSim {
+    fn store(&self) -> StoreGuard<'_> {
+        Box::new(Locked(self.cluster()))
+    }
+
+    fn shell(&self, call: &ExecCall) -> ExecOutcome {
+        (self.exec)(call)
+    }
+}
+
 fn full(status: u16, content_type: &str, body: Vec<u8>) -> SimResponse {
     SimResponse::bytes(status, content_type, body)
 }
@@ -176,7 +177,7 @@ pub async fn serve(
         loop {
             tick.tick().await;
             let sim = tender.clone();
-            if tokio::task::spawn_blocking(move || programs::tend(&sim))
+            if tokio::task::spawn_blocking(move || programs::tend(&*sim, &sim.programs))
                 .await
                 .is_err()
             {
@@ -406,7 +407,7 @@ fn program_logs(sim: &KubeSim, path: &str, pairs: &[(String, String)]) -> Option
             Some(name) => containers.iter().find(|c| c["name"] == name)?,
             None => containers.first()?,
         };
-        programs::call_for(&cluster, &pod, container, Vec::new())
+        programs::call_for(&*cluster, &pod, container, Vec::new())
     };
     sim.programs.logs(&call)
 }
@@ -1285,7 +1286,7 @@ async fn exec_session(
             .and_then(|list| list.iter().find(|c| c["name"] == container.as_str()))
             .cloned()
             .unwrap_or(Value::Null);
-        programs::call_for(&cluster, &current, &spec, command)
+        programs::call_for(&*cluster, &current, &spec, command)
     };
     call.stdin = stdin;
     let runner = sim.clone();

@@ -34,9 +34,7 @@ pub struct WatchEvent {
     pub object: Value,
 }
 
-pub fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
-}
+use super::runtime::now_rfc3339;
 
 /// The kinds of write a patch request can carry.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -120,12 +118,30 @@ pub struct Cluster {
     /// The cluster CA in PEM, published in every namespace's `kube-root-ca.crt` ConfigMap.
     pub root_ca_pem: String,
     /// The containers' readiness probes the programs run, and their verdicts (`programs`).
-    pub probes: super::programs::ProbeBook,
+    pub probes: super::runtime::ProbeBook,
 }
 
 impl super::kubelet::ClusterView for Cluster {
     fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
         self.lookup(store_key, namespace, name).cloned()
+    }
+}
+
+impl super::runtime::Store for Cluster {
+    fn all(&self, store_key: &str) -> Vec<Value> {
+        Cluster::all(self, store_key)
+    }
+
+    fn probes(&self) -> &super::runtime::ProbeBook {
+        &self.probes
+    }
+
+    fn probes_mut(&mut self) -> &mut super::runtime::ProbeBook {
+        &mut self.probes
+    }
+
+    fn view(&self) -> &dyn super::kubelet::ClusterView {
+        self
     }
 }
 

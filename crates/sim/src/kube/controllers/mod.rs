@@ -12,8 +12,9 @@
 mod pods;
 mod workloads;
 
-use super::cluster::{Cluster, WriteOptions, is_owned_by, now_rfc3339};
+use super::cluster::{Cluster, WriteOptions, is_owned_by};
 use super::cnpg;
+use super::runtime::now_rfc3339;
 use super::selectors::LabelSelector;
 use super::storage::{self, Decision, StorageView};
 pub use pods::readiness_delay;

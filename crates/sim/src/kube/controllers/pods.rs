@@ -4,7 +4,8 @@
 use super::{
     behaviour, ensure_event, name_of, namespace_of, owned_by, status_signature, suffix, write,
 };
-use crate::kube::cluster::{Cluster, new_uid, now_rfc3339, random_suffix};
+use crate::kube::cluster::{Cluster, new_uid, random_suffix};
+use crate::kube::runtime::now_rfc3339;
 use crate::kube::{batch, kubelet, programs, service_accounts};
 use serde_json::{Value, json};
 

@@ -3,8 +3,9 @@
 
 use super::pods::pod_ready;
 use super::{ensure_event, name_of, namespace_of, owned_by, suffix, write};
-use crate::kube::cluster::{Cluster, new_uid, now_rfc3339, random_suffix};
+use crate::kube::cluster::{Cluster, new_uid, random_suffix};
 use crate::kube::rollout::template_hash;
+use crate::kube::runtime::now_rfc3339;
 use crate::kube::{rollout, service_accounts};
 use serde_json::{Value, json};
 

@@ -22,10 +22,9 @@
 //! it) there is no GitLab to play: the pods run nothing and are Ready once running, as before.
 
 use super::postgres::{self, Server};
-use super::{ExecCall, ExecOutcome, Host, Program, volumes};
+use super::{ExecCall, ExecOutcome, Host, Node, Program, volumes};
 use crate::gitlab::GitlabSim;
 use crate::http::{Accounting, FaultState, Handler, SimRequest, SimResponse};
-use crate::kube::KubeSim;
 use crate::kube::cnpg;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -106,11 +105,11 @@ pub fn webservice_ready(pods: &[Value]) -> bool {
 }
 
 /// [`webservice_ready`] on the simulator's pods, for as long as the simulator lives.
-pub fn upstream(sim: &Arc<KubeSim>) -> Upstream {
+pub fn upstream<N: Node + 'static>(sim: &Arc<N>) -> Upstream {
     let weak = Arc::downgrade(sim);
     Arc::new(move || {
         weak.upgrade()
-            .is_some_and(|sim| webservice_ready(&sim.cluster().all("pods")))
+            .is_some_and(|sim| webservice_ready(&sim.store().all("pods")))
     })
 }
 

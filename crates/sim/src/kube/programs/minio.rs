@@ -322,7 +322,7 @@ impl Program for Minio {
                             }
                             buckets
                                 .entry(bucket)
-                                .or_insert_with(crate::kube::cluster::now_rfc3339);
+                                .or_insert_with(crate::kube::runtime::now_rfc3339);
                             stdout.push_str(&format!("Bucket created successfully `{shown}`.\n"));
                         }
                     }

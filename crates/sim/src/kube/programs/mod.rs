@@ -40,8 +40,10 @@ pub mod redis;
 pub mod script;
 pub mod volumes;
 
-use super::cluster::Cluster;
-use super::server::{ExecCall, ExecOutcome, KubeSim};
+use super::kubelet::ClusterView;
+use super::runtime::{
+    Crash, ExecCall, ExecOutcome, Exit, Node, ProbeBook, ProbeResult, now_rfc3339,
+};
 use crate::images::canonical_repository;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -164,22 +166,20 @@ pub fn effective_command(command: &[String]) -> (Vec<String>, Vec<(String, Strin
 /// What a program may use of the simulator: the store (read objects; never held while a
 /// program runs a process) and the state programs share.
 pub struct Host<'a> {
-    sim: &'a KubeSim,
+    node: &'a dyn Node,
+    shared: &'a Shared,
 }
 
 impl Host<'_> {
     /// An object of the store (`secrets`, `configmaps`, `pods`, `services`, ...).
     pub fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
-        self.sim
-            .cluster()
-            .lookup(store_key, namespace, name)
-            .cloned()
+        self.node.store().object(store_key, namespace, name)
     }
 
     /// Every object of `store_key` in `namespace`.
     pub fn objects(&self, store_key: &str, namespace: &str) -> Vec<Value> {
-        self.sim
-            .cluster()
+        self.node
+            .store()
             .all(store_key)
             .into_iter()
             .filter(|object| object["metadata"]["namespace"].as_str() == Some(namespace))
@@ -187,13 +187,13 @@ impl Host<'_> {
     }
 
     pub fn shared(&self) -> &Shared {
-        &self.sim.programs.shared
+        self.shared
     }
 
     /// The call (image, resolved environment, labels; no command) of another pod's container,
     /// to read its configuration (a MinIO server's credentials).
     pub fn call_for(&self, pod: &Value, container: &Value) -> ExecCall {
-        call_for(&self.sim.cluster(), pod, container, Vec::new())
+        call_for(self.node.store().view(), pod, container, Vec::new())
     }
 }
 
@@ -240,7 +240,7 @@ pub trait Program: Send + Sync {
 
     /// How the container of pod `pod_uid` ended, for programs that run a pod's command to its
     /// end ([`script::Scripts`]); `None` while it runs, or for programs that serve.
-    fn finished(&self, _pod_uid: &str, _container: &str) -> Option<script::Exit> {
+    fn finished(&self, _pod_uid: &str, _container: &str) -> Option<Exit> {
         None
     }
 
@@ -273,62 +273,6 @@ pub struct Shared {
     pub minio: minio::Stores,
 }
 
-/// The last verdict of a container's readiness probe.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProbeResult {
-    pub passed: bool,
-    /// What the probe printed (the `Unhealthy` event's message when it failed).
-    pub output: String,
-}
-
-/// What the kubelet part needs to know about probes, kept in the store ([`Cluster::probes`]).
-#[derive(Debug, Clone, Default)]
-pub struct ProbeBook {
-    /// Images whose exec readiness probes run through their program (see
-    /// [`Program::probes_readiness`]); set when the simulator is built.
-    pub probed_images: Vec<String>,
-    /// pod uid -> container -> the last verdict.
-    pub results: BTreeMap<String, BTreeMap<String, ProbeResult>>,
-    /// pod uid -> why its program could not start (an event on the pod).
-    pub start_errors: BTreeMap<String, String>,
-    /// Images whose containers exit when their program's `start` fails (see
-    /// [`Program::exits_when_start_fails`]); set when the simulator is built.
-    pub start_gated_images: Vec<String>,
-    /// pod uid -> the containers of such images whose `start` succeeded.
-    pub started: BTreeMap<String, BTreeSet<String>>,
-    /// pod uid -> container -> its last exit, while it crash-loops.
-    pub crashes: BTreeMap<String, BTreeMap<String, Crash>>,
-    /// Images whose run-to-completion pods end when their command ends (see
-    /// [`Program::runs_to_its_end`]); set when the simulator is built.
-    pub script_images: Vec<String>,
-    /// pod uid -> container -> how its command ended, for such pods.
-    pub completions: BTreeMap<String, BTreeMap<String, script::Exit>>,
-}
-
-/// A container that exited because its program's `start` failed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Crash {
-    /// What the process printed last (the terminated state's message).
-    pub message: String,
-    /// How often it exited so far (the container's `restartCount`).
-    pub restarts: u64,
-    /// When it last exited (RFC 3339).
-    pub finished_at: String,
-}
-
-impl ProbeBook {
-    fn probes_image(&self, image: &str) -> bool {
-        let wanted = canonical_repository(image);
-        self.probed_images.contains(&wanted)
-    }
-
-    /// Whether the container's readiness waits for its program's `start`.
-    pub fn start_gated(&self, container: &Value) -> bool {
-        let wanted = canonical_repository(container["image"].as_str().unwrap_or(""));
-        self.start_gated_images.contains(&wanted)
-    }
-}
-
 /// Whether `pod` runs to completion with a container whose command really runs (a script):
 /// it is Running until every such container ended.
 pub fn runs_scripts(pod: &Value, book: &ProbeBook) -> bool {
@@ -351,7 +295,7 @@ fn script_containers<'a>(
 }
 
 /// How each script container of `pod` ended, once all of them did.
-pub fn script_exits(pod: &Value, book: &ProbeBook) -> Option<BTreeMap<String, script::Exit>> {
+pub fn script_exits(pod: &Value, book: &ProbeBook) -> Option<BTreeMap<String, Exit>> {
     let uid = pod["metadata"]["uid"].as_str()?;
     let ended = book.completions.get(uid)?;
     let mut exits = BTreeMap::new();
@@ -638,18 +582,21 @@ impl Programs {
     }
 
     /// Runs an exec: the image's program, else the shell basics (`sim.exec`).
-    pub fn exec(&self, sim: &KubeSim, call: &ExecCall) -> ExecOutcome {
+    pub fn exec(&self, node: &dyn Node, call: &ExecCall) -> ExecOutcome {
         let (argv, extra_environment, _) = effective_command(&call.command);
         if let Some((index, program)) = self.program_for(&call.image) {
             let mut call = call.clone();
             call.env.extend(extra_environment);
-            let host = Host { sim };
+            let host = Host {
+                node,
+                shared: &self.shared,
+            };
             self.ensure_started(index, program, &call, &host);
             if let Some(outcome) = program.exec(&call, &argv, &host) {
                 return outcome;
             }
         }
-        (sim.exec)(call)
+        node.shell(call)
     }
 
     fn ensure_started(
@@ -680,22 +627,18 @@ impl Programs {
         start_call.stdin.clear();
         let result = program.start(&start_call, host);
         if exits {
-            let mut cluster = host.sim.cluster();
+            let mut cluster = host.node.store();
+            let probes = cluster.probes_mut();
             match result {
                 Ok(()) => {
                     self.exited
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .remove(&key);
-                    if let Some(crashes) = cluster.probes.crashes.get_mut(&key.0) {
+                    if let Some(crashes) = probes.crashes.get_mut(&key.0) {
                         crashes.remove(&key.1);
                     }
-                    cluster
-                        .probes
-                        .started
-                        .entry(key.0)
-                        .or_default()
-                        .insert(key.1);
+                    probes.started.entry(key.0).or_default().insert(key.1);
                 }
                 Err(message) => {
                     // The process exited: nothing runs, it is started again after the back-off.
@@ -707,27 +650,25 @@ impl Programs {
                         .lock()
                         .unwrap_or_else(|p| p.into_inner())
                         .insert(key.clone(), Instant::now());
-                    let crashes = cluster.probes.crashes.entry(key.0).or_default();
+                    let crashes = probes.crashes.entry(key.0).or_default();
                     let restarts = crashes.get(&key.1).map_or(0, |crash| crash.restarts + 1);
                     crashes.insert(
                         key.1,
                         Crash {
                             message,
                             restarts,
-                            finished_at: super::cluster::now_rfc3339(),
+                            finished_at: now_rfc3339(),
                         },
                     );
                 }
             }
             return;
         }
-        let mut cluster = host.sim.cluster();
+        let mut cluster = host.node.store();
+        let probes = cluster.probes_mut();
         match result {
-            Ok(()) => cluster.probes.start_errors.remove(&call.pod_uid),
-            Err(message) => cluster
-                .probes
-                .start_errors
-                .insert(call.pod_uid.clone(), message),
+            Ok(()) => probes.start_errors.remove(&call.pod_uid),
+            Err(message) => probes.start_errors.insert(call.pod_uid.clone(), message),
         };
     }
 
@@ -766,7 +707,7 @@ impl Drop for Programs {
 
 /// The exec call for container `container` of `pod`, its environment resolved from the store.
 pub fn call_for(
-    cluster: &Cluster,
+    cluster: &dyn ClusterView,
     pod: &Value,
     container: &Value,
     command: Vec<String>,
@@ -804,10 +745,9 @@ type ContainerToTend = (ExecCall, Vec<String>, Duration, usize);
 /// The kubelet's running side, once per tick and outside the store's lock while programs run:
 /// starts the programs of pods that run, stops those of pods that are gone or being deleted,
 /// and runs the due readiness probes, recording their verdicts in the store.
-pub fn tend(sim: &KubeSim) {
-    let programs = &sim.programs;
+pub fn tend(node: &dyn Node, programs: &Programs) {
     let (existing, running, probes): (BTreeSet<String>, BTreeSet<String>, Vec<ContainerToTend>) = {
-        let cluster = sim.cluster();
+        let cluster = node.store();
         let mut existing = BTreeSet::new();
         let mut running = BTreeSet::new();
         let mut probes = Vec::new();
@@ -827,9 +767,9 @@ pub fn tend(sim: &KubeSim) {
                 let Some((index, _)) = programs.program_for(image) else {
                     continue;
                 };
-                let probe = probe_command(container, &cluster.probes).unwrap_or_default();
+                let probe = probe_command(container, cluster.probes()).unwrap_or_default();
                 probes.push((
-                    call_for(&cluster, &pod, container, Vec::new()),
+                    call_for(cluster.view(), &pod, container, Vec::new()),
                     probe,
                     probe_period(container),
                     index,
@@ -857,28 +797,14 @@ pub fn tend(sim: &KubeSim) {
         }
     }
     {
-        let mut cluster = sim.cluster();
-        cluster
-            .probes
-            .results
-            .retain(|uid, _| running.contains(uid));
-        cluster
-            .probes
-            .start_errors
-            .retain(|uid, _| running.contains(uid));
-        cluster
-            .probes
-            .started
-            .retain(|uid, _| running.contains(uid));
-        cluster
-            .probes
-            .crashes
-            .retain(|uid, _| running.contains(uid));
+        let mut cluster = node.store();
+        let probes = cluster.probes_mut();
+        probes.results.retain(|uid, _| running.contains(uid));
+        probes.start_errors.retain(|uid, _| running.contains(uid));
+        probes.started.retain(|uid, _| running.contains(uid));
+        probes.crashes.retain(|uid, _| running.contains(uid));
         // How scripts ended stays while their pods exist (their status says it).
-        cluster
-            .probes
-            .completions
-            .retain(|uid, _| existing.contains(uid));
+        probes.completions.retain(|uid, _| existing.contains(uid));
     }
     programs
         .exited
@@ -890,13 +816,16 @@ pub fn tend(sim: &KubeSim) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|(uid, _), _| running.contains(uid));
-    let host = Host { sim };
+    let host = Host {
+        node,
+        shared: &programs.shared,
+    };
     for (call, probe, period, index) in probes {
         let program = &programs.registry[index];
         programs.ensure_started(index, program, &call, &host);
         if let Some(exit) = program.finished(&call.pod_uid, &call.container) {
-            sim.cluster()
-                .probes
+            node.store()
+                .probes_mut()
                 .completions
                 .entry(call.pod_uid.clone())
                 .or_default()
@@ -918,7 +847,7 @@ pub fn tend(sim: &KubeSim) {
         }
         let mut probe_call = call.clone();
         probe_call.command = probe;
-        let outcome = programs.exec(sim, &probe_call);
+        let outcome = programs.exec(node, &probe_call);
         let output = String::from_utf8_lossy(&[outcome.stdout, outcome.stderr].concat())
             .trim_end()
             .to_string();
@@ -926,8 +855,8 @@ pub fn tend(sim: &KubeSim) {
             passed: outcome.code == 0,
             output,
         };
-        sim.cluster()
-            .probes
+        node.store()
+            .probes_mut()
             .results
             .entry(key.0)
             .or_default()

@@ -133,7 +133,10 @@ mod tests {
                 Some(json!({"metadata": {"name": "unbound", "namespace": "openbao"}, "spec": {}})),
             );
         }
-        let host = Host { sim: &sim };
+        let host = Host {
+            node: &sim,
+            shared: &sim.programs.shared,
+        };
         let claimed =
             pod(json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-openbao-0"}}));
         assert_eq!(

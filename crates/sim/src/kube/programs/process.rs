@@ -1,7 +1,7 @@
 //! Running a real program for a container: bounded in time, stdin passed through, stopped by
 //! its process id.
 
-use crate::kube::server::ExecOutcome;
+use crate::kube::runtime::ExecOutcome;
 use bprun_clients::process::Pipes;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

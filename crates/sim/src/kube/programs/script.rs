@@ -13,7 +13,7 @@
 
 use super::node::NodeMounts;
 use super::{Host, Program};
-use crate::kube::server::{ExecCall, ExecOutcome};
+use crate::kube::runtime::{ExecCall, ExecOutcome, Exit};
 use crate::sandbox::Mount;
 use base64::Engine as _;
 use serde_json::Value;
@@ -21,13 +21,6 @@ use std::collections::HashMap;
 use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-/// How a script container ended: its exit code and what it printed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit {
-    pub code: i32,
-    pub log: String,
-}
 
 /// The longest a script may run (a pod's `activeDeadlineSeconds` may ask for less).
 const LONGEST_RUN: Duration = Duration::from_secs(300);

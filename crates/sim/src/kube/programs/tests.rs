@@ -1,4 +1,5 @@
 use super::*;
+use crate::kube::server::KubeSim;
 use crate::kube::test_fixtures::documents;
 
 fn words(line: &str) -> Option<Vec<String>> {
