@@ -1,5 +1,6 @@
 //! The OpenBao natives against real OpenBao servers (dev mode and one-node raft).
 
+use crate::support::with_recaps;
 use crate::support::{BaoServer, Test, free_port, repo};
 
 /// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
@@ -104,7 +105,8 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
     );
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Write ...
             ~ would write secret secret/app/config (version 2)
@@ -113,11 +115,9 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
             ~ would write policy p
         [1/1] Write ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Write  changed                 4     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Write: changed 4>
         ",
+        ),
         "",
     );
     assert_eq!(
@@ -156,14 +156,13 @@ fn concurrent_writers_of_the_same_content_make_one_version() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Race ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Race  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Race: changed 1>
         ",
+        ),
         "",
     );
     assert_eq!(current_version(&server, "secret/race/same"), 1);
@@ -184,14 +183,13 @@ fn concurrent_writers_of_different_content_lose_no_update() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Race ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Race  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Race: changed 2>
         ",
+        ),
         "",
     );
     assert_eq!(current_version(&server, "secret/race/different"), 2);
@@ -369,14 +367,11 @@ fn bao_init_never_overwrites_an_existing_file() {
     test.run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            "
+            &with_recaps("
             [1/1] Init ... failed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Init  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Init: failed>
+            "),
             r#"
             error: step "Init" failed
               × bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at <bao> is uninitialised but the file exists
@@ -432,14 +427,13 @@ fn failing_read(test: Test, address: &str) -> crate::support::Output {
 fn expect_read_failure(output: &crate::support::Output, error: &str, hint: &str) {
     output.expect(
         1,
-        "
+        &with_recaps(
+            "
         [1/1] Read ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Read  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        <recap of scripts/test.rhai: Read: failed>
         ",
+        ),
         &format!(
             r#"
             error: step "Read" failed
@@ -497,14 +491,11 @@ fn errors_name_the_address_and_carry_a_hint() {
         .run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            "
+            &with_recaps("
             [1/1] Read ... failed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Read  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Read: failed>
+            "),
             r#"
             error: step "Read" failed
               × openbao <bao>: no KV mount `nomount` (reading nomount/x/y)

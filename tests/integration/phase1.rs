@@ -4,6 +4,7 @@
 //! and, with stub programs on PATH (named so in each test), only the detection of tools and
 //! the argument lists bprun builds for them.
 
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Test, free_port, tool};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -53,7 +54,7 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
     copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ...
                 docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
                 kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -71,16 +72,8 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     failed                  0     #.## s
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: failed; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             r#"
             error: step "Prerequisites" failed
               × missing on PATH: kind (install on <os>: <install kind>); tofu (install on <os>: <install tofu>); re-run with --install-missing to run these commands
@@ -100,7 +93,7 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
     copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ...
                 docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
                 kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -120,16 +113,8 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     ok                      0     #.## s
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
 }
@@ -182,7 +167,7 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
     ]);
     run.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ...
             docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
             kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -204,16 +189,8 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     changed                 1     #.## s
-          2  Seed tofu.tfvars  skipped                 0          -
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: changed 1; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert_eq!(
@@ -230,7 +207,7 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
     ]);
     again.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ...
             docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
             kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -250,16 +227,8 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     ok                      0     #.## s
-          2  Seed tofu.tfvars  skipped                 0          -
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert!(!log.exists());
@@ -294,7 +263,7 @@ esac",
     let run = copy.run(&args);
     run.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             ~ create file infra/tofu/tofu.tfvars
@@ -312,16 +281,8 @@ esac",
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  changed                 1     #.## s
-          3  tofu init         changed                 1     #.## s
-          4  tofu validate     ok                      0     #.## s
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 2 changed, 2 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: changed 1; tofu init: changed 1; tofu validate: ok; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     let recap = crate::phase3::recap_of(&run.stdout, "scripts/phase1.rhai");
@@ -338,7 +299,7 @@ esac",
     let again = copy.run(&args);
     again.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = false)
@@ -354,16 +315,8 @@ esac",
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  ok                      0     #.## s
-          3  tofu init         ok                      0     #.## s
-          4  tofu validate     ok                      0     #.## s
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 4 ok, 0 changed, 2 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: ok; tofu validate: ok; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert_eq!(
@@ -380,7 +333,7 @@ esac",
         .run(&["--only", "tofu-init", "scripts/phase1.rhai"])
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... failed (#.## s)
@@ -394,16 +347,8 @@ esac",
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         failed                  0     #.## s
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: failed; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             r#"
             error: step "tofu init" failed
               × `tofu -chdir=infra/tofu init -input=false` exited with code 1
@@ -428,14 +373,11 @@ esac",
     );
     copy.run(&["scripts/apply.rhai"]).expect(
         1,
-        r#"
+        &with_recaps(r#"
         [1/1] Apply ... failed (#.## s)
 
-        Recap of scripts/apply.rhai
-          #  step   status            changes       time
-          1  Apply  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        "#,
+        <recap of scripts/apply.rhai: Apply: failed>
+        "#),
         r#"
         error: step "Apply" failed
           × tofu apply: bprun does not run it
@@ -463,7 +405,7 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
     copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ...
                 ~ create file infra/tofu/tofu.tfvars
@@ -479,16 +421,8 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  changed                 1     #.## s
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: changed 1; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
     assert_eq!(
@@ -502,7 +436,7 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
     copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ...
                 infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
@@ -518,16 +452,8 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  ok                      0     #.## s
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
     assert_eq!(
@@ -562,7 +488,7 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
         .replace_regex(pull_folders, ".pull-<pid>-<id>")
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... skipped (not selected by --only)
@@ -584,16 +510,8 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       failed                  0     #.## s
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
+            "#),
             r#"
             error: step "Chart cache" failed
               × 3 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp (each is named above)
@@ -618,7 +536,7 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
         .replace_regex(pull_folders, ".pull-<pid>-<id>")
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... skipped (not selected by --only)
@@ -640,16 +558,8 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       failed                  0     #.## s
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
+            "#),
             r#"
             error: step "Chart cache" failed
               × 4 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp, redis (each is named above)
@@ -703,7 +613,7 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
     ])
     .expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
@@ -717,16 +627,8 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
               tofu -chdir=infra/tofu destroy -var-file=tofu.tfvars
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  ok                      0     #.## s
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
 

@@ -2,6 +2,7 @@
 //! all`), run through the real binary on a copy of this repository.
 
 use crate::in_cluster::SortedBetween;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Sim, SimKind, Test};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -254,7 +255,7 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
         .replace_regex(r"#\d+ of", "#<n> of");
     second.expect(
         0,
-        r##"
+        &with_recaps(r##"
 [1/6] Pre-flight ... ok (#.## s)
 [2/6] Mint PAT ...
     admin PAT already in OpenBao; reusing
@@ -269,16 +270,8 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
 [6/6] Smoke test ... ok (#.## s)
 
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            ok                      0     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        ok                      0     #.## s
-  5  Provision projects  ok                      0     #.## s
-  6  Smoke test          ok                      0     #.## s
-6 steps: 5 ok, 0 changed, 1 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
+"##),
         "",
     );
     assert_eq!(sim.mutating_requests(), 0, "no mutating GitLab request");
@@ -305,7 +298,7 @@ Recap of scripts/phase3.rhai
         .replace_regex(r"#\d+ of", "#<n> of");
     check.expect(
         0,
-        r##"
+        &with_recaps(r##"
 check mode: nothing will be changed
 [1/6] Pre-flight ... ok (#.## s)
 [2/6] Mint PAT ...
@@ -321,16 +314,8 @@ check mode: nothing will be changed
     pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
 [6/6] Smoke test ... ok (#.## s)
 
-Recap of scripts/phase3.rhai (check mode)
-  #  step                status       would change       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            ok                      0     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        ok                      0     #.## s
-  5  Provision projects  ok                      0     #.## s
-  6  Smoke test          ok                      0     #.## s
-6 steps: 5 ok, 0 changed, 1 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
+"##),
         "",
     );
     assert_eq!(sim.mutating_requests(), 0);
@@ -382,7 +367,7 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
         )
         .expect(
             0,
-            r##"
+            &with_recaps(r##"
 check mode: nothing will be changed
 [1/6] Pre-flight ... ok (#.## s)
 [2/6] Mint PAT ...
@@ -409,16 +394,8 @@ check mode: nothing will be changed
     ~ would start pipeline of blueprint-apps/redis-slave on main
 [6/6] Smoke test ... changed (#.## s)
 
-Recap of scripts/phase3.rhai (check mode)
-  #  step                status       would change       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            skipped                 1     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        changed                 1     #.## s
-  5  Provision projects  changed                 8     #.## s
-  6  Smoke test          changed                 4     #.## s
-6 steps: 1 ok, 3 changed, 2 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 8; Smoke test: changed 4>
+"##),
             "",
         );
     assert_eq!(sim.mutating_requests(), 0);
@@ -737,7 +714,7 @@ Recap of scripts/phase3.rhai
     let tidy = copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"]);
     tidy.replace_regex(r"\(#\d+\)", "(#<id>)").expect(
         0,
-        r##"
+        &with_recaps(r##"
 [1/6] Pre-flight ... skipped (not selected by --only)
 [2/6] Mint PAT ...
     ~ revoke personal access token blueprint-phase3 (#<id>)
@@ -748,16 +725,8 @@ Recap of scripts/phase3.rhai
 [5/6] Provision projects ... skipped (not selected by --only)
 [6/6] Smoke test ... skipped (not selected by --only)
 
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          skipped                 0          -
-  2  Mint PAT            changed                 1     #.## s
-  3  Seed glab auth      skipped                 0          -
-  4  Ensure group        skipped                 0          -
-  5  Provision projects  skipped                 0          -
-  6  Smoke test          skipped                 0          -
-6 steps: 0 ok, 1 changed, 5 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai: Pre-flight: skipped; Mint PAT: changed 1; Seed glab auth: skipped; Ensure group: skipped; Provision projects: skipped; Smoke test: skipped>
+"##),
         "",
     );
     assert_eq!(
@@ -830,20 +799,12 @@ re-run with --resume to continue from here
         "the projects are provisioned in parallel: their lines interleave, their ids differ";
     out.partial_stdout("[5/6] Provision projects ... changed (#.## s)\n", varies);
     out.partial_stdout(
-        r##"
+        &with_recaps(r##"
 [6/6] Smoke test ... failed (#.## s)
 
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            changed                 2     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        changed                 1     #.## s
-  5  Provision projects  changed                36     #.## s
-  6  Smoke test          failed                  0     #.## s
-6 steps: 1 ok, 3 changed, 1 skipped, 1 failed in #.## s
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 36; Smoke test: failed>
 
-"##,
+"##),
         varies,
     );
 }

@@ -1,5 +1,6 @@
 //! Steps, selection, resume, check mode, the journal, timings and JSON events.
 
+use crate::support::with_recaps;
 use crate::support::{assert_text, expect_output, repo};
 
 const THREE_STEPS: &str = r#"
@@ -140,18 +141,15 @@ fn a_run_reports_each_step_and_a_recap() {
     // The second run changes nothing and says so.
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... ok (#.## s)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  ok                      0     #.## s
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: ok; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
 }
@@ -183,18 +181,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     test.run(&["-q", "--only", "2", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... skipped (not selected by --only)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    skipped                 0          -
-        3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: skipped>
         ",
+            ),
             "",
         );
     test.run(&[
@@ -207,18 +202,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     ])
     .expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
     test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
@@ -230,18 +222,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     test.run(&["-q", "--skip", "1", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/3] Write config ... skipped (--skip)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+            ),
             "",
         );
     test.run(&["-q", "--resume", "scripts/test.rhai"])
@@ -261,36 +250,28 @@ fn only_and_skip_select_steps() {
     ])
     .expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
     assert!(!test.join("out").exists());
     test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps("
             [1/3] Write config ... changed (#.## s)
             [2/3] Say hello ... skipped (--skip)
             [3/3] Maybe fail ... ok (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step          status            changes       time
-              1  Write config  changed                 1     #.## s
-              2  Say hello     skipped                 0          -
-              3  Maybe fail    ok                      0     #.## s
-            3 steps: 1 ok, 1 changed, 1 skipped, 0 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Write config: changed 1; Say hello: skipped; Maybe fail: ok>
+            "),
             "",
         );
     assert!(test.join("out/config.txt").exists());
@@ -372,7 +353,7 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
     let test = repo().script(THREE_STEPS);
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         check mode: nothing will be changed
         [1/3] Write config ...
             ~ would create file out/config.txt
@@ -382,13 +363,8 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step          status       would change       time
-          1  Write config  changed                 1     #.## s
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai (check mode): Write config: changed 1; Say hello: ok; Maybe fail: ok>
+        "),
         "",
     );
     assert!(!test.join("out").exists(), "check mode wrote a file");
@@ -429,14 +405,13 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
     assert!(!test.join("out.txt").exists());
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Touch ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Touch  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Touch: changed 1>
         ",
+        ),
         "",
     );
     assert!(test.join("out.txt").exists());
@@ -451,16 +426,14 @@ step("Next", || {});
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/2] Nothing to do ... skipped: already there (#.## s)
         [2/2] Next ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step           status            changes       time
-          1  Nothing to do  skipped                 0     #.## s
-          2  Next           ok                      0     #.## s
-        2 steps: 1 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Nothing to do: skipped, timed; Next: ok>
         ",
+        ),
         "",
     );
 }
@@ -592,18 +565,13 @@ fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
         test.run(&["-q", "--only", "Say hello", "scripts/test.rhai"])
             .expect(
                 0,
-                "
+                &with_recaps("
                 [1/3] Write config ... skipped (not selected by --only)
                 [2/3] Say hello ... ok (#.## s)
                 [3/3] Maybe fail ... skipped (not selected by --only)
 
-                Recap of scripts/test.rhai
-                  #  step          status            changes       time
-                  1  Write config  skipped                 0          -
-                  2  Say hello     ok                      0     #.## s
-                  3  Maybe fail    skipped                 0          -
-                3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
-                ",
+                <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: skipped>
+                "),
                 "",
             );
     }
@@ -716,14 +684,11 @@ fn parallel_honours_its_bound() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
     test.run(&["-q", "scripts/test.rhai", "--limit", "1"]).expect(
         1,
-        "
+        &with_recaps("
         [1/1] Meet ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Meet  failed                  2     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: Meet: failed 2>
+        "),
         r#"
         error: step "Meet" failed
           × parallel: 1 of 2 items failed
@@ -753,14 +718,13 @@ fn parallel_reports_every_failure() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "
+        &with_recaps(
+            "
         [1/1] Fan out ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step     status            changes       time
-          1  Fan out  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        <recap of scripts/test.rhai: Fan out: failed>
         ",
+        ),
         r#"
         error: step "Fan out" failed
           × parallel: 2 of 3 items failed
@@ -788,14 +752,13 @@ fn concurrently_runs_its_closures_at_the_same_time_and_keeps_their_order() {
     ));
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Both ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Both  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Both: changed 2>
         ",
+        ),
         "",
     );
 }
@@ -1053,7 +1016,8 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
     test.run(&["scripts/test.rhai", "--skip-tags", "data"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/4] Login ...
             login
         [1/4] Login ... ok (#.## s)
@@ -1063,14 +1027,9 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
             web
         [4/4] Web ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step      status            changes       time
-          1  Login     ok                      0     #.## s
-          2  Database  skipped                 0          -
-          3  Cache     skipped                 0          -
-          4  Web       ok                      0     #.## s
-        4 steps: 2 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Login: ok; Database: skipped; Cache: skipped; Web: ok>
         ",
+            ),
             "",
         );
     test.run(&["--list", "--tags", "dat", "scripts/test.rhai"])

@@ -16,7 +16,7 @@ const GITLAB_VALUES: &str = "tests/fixtures/charts/gitlab-values.yaml";
 const RUNNER_VALUES: &str = "tests/fixtures/charts/gitlab-runner-values.yaml";
 
 /// Runs helm (`helm` is v4, `helm3` v3) without a cluster.
-fn helm(program: &str, args: &[&str]) -> Output {
+pub(crate) fn helm(program: &str, args: &[&str]) -> Output {
     let home = tempfile::tempdir().expect("helm home");
     let output = Command::new(tool(program))
         .args(args)

@@ -38,3 +38,97 @@ pub fn assert_text(actual: &str, expected: &str) {
         "text differs\n--- expected ---\n{expected}\n--- actual ---\n{actual}"
     );
 }
+
+/// The recap table a human run ends with, as `Output::expect` compares it: `Recap of {script}`
+/// (a `script` that ends in ` (check mode)` has the check mode's title and column), one row per
+/// step of `steps` (`name: status changes; ...`, changes 0 when left out), and the count line.
+/// A `skipped` or `not run` step has no time; write `skipped, timed` for a step that ran and
+/// then skipped itself. Every time (and the total) is the normalised `#.## s`.
+pub fn expected_recap(script: &str, steps: &str) -> String {
+    let steps: Vec<(&str, &str, &str)> = steps
+        .split("; ")
+        .map(|step| {
+            let (name, status) = step.split_once(": ").expect("`name: status` in a recap");
+            match status.rsplit_once(' ') {
+                Some((status, changes)) if changes.bytes().all(|b| b.is_ascii_digit()) => {
+                    (name, status, changes)
+                }
+                _ => (name, status, "0"),
+            }
+        })
+        .collect();
+    let width = steps
+        .iter()
+        .map(|(name, _, _)| name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let changes = if script.ends_with(" (check mode)") {
+        "would change"
+    } else {
+        "changes"
+    };
+    let mut out = format!(
+        "Recap of {script}\n  #  {:<width$}  {:<11}  {changes:>12}  {:>9}\n",
+        "step", "status", "time"
+    );
+    let mut counts = [0; 6];
+    let labels = [
+        "ok",
+        "changed",
+        "skipped",
+        "failed",
+        "interrupted",
+        "not run",
+    ];
+    for (index, (name, status, changed)) in steps.iter().enumerate() {
+        let (label, time) = match *status {
+            "skipped" | "not run" => (*status, "-"),
+            "skipped, timed" => ("skipped", "#.## s"),
+            other => (other, "#.## s"),
+        };
+        let slot = labels.iter().position(|known| *known == label);
+        counts[slot.unwrap_or_else(|| panic!("unknown step status {status:?}"))] += 1;
+        let row = format!(
+            "{:>3}  {name:<width$}  {label:<11}  {changed:>12}  {time:>9}",
+            index + 1
+        );
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    let mut parts: Vec<String> = labels[..4]
+        .iter()
+        .zip(counts)
+        .map(|(label, count)| format!("{count} {label}"))
+        .collect();
+    for (label, count) in labels[4..].iter().zip(&counts[4..]) {
+        if *count > 0 {
+            parts.push(format!("{count} {label}"));
+        }
+    }
+    let noun = if steps.len() == 1 { "step" } else { "steps" };
+    out.push_str(&format!(
+        "{} {noun}: {} in #.## s",
+        steps.len(),
+        parts.join(", ")
+    ));
+    out
+}
+
+/// `template` unindented (see `Output::stdout`), each line `<recap of SCRIPT: STEPS>` in it
+/// replaced by `expected_recap(SCRIPT, STEPS)`: a whole expected output with its recap written
+/// as one line.
+pub fn with_recaps(template: &str) -> String {
+    bprun_testkit::unindent(template)
+        .split('\n')
+        .map(|line| match line.strip_prefix("<recap of ") {
+            Some(recap) => {
+                let recap = recap.strip_suffix('>').expect("`<recap of SCRIPT: STEPS>`");
+                let (script, steps) = recap.split_once(": ").expect("`<recap of SCRIPT: STEPS>`");
+                expected_recap(script, steps)
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
