@@ -7,6 +7,7 @@
 //! GitLab created comes online while one with a token GitLab does not know crash-loops with
 //! GitLab Runner's words.
 
+use crate::support::wait_pods_ready;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
 use std::time::Duration;
@@ -47,20 +48,7 @@ fn secret(sim: &Sim, namespace: &str, name: &str, pairs: &[(&str, &str)]) {
 /// The platform's storage and CloudNativePG with a Ready Cluster `postgresql-cnpg`, whose
 /// server has role `gitlab` (password `right-password`) owning `gitlabhq_production`.
 fn postgres(sim: &Sim) {
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
+    crate::programs::with_default_storage(sim);
     sim.helm(&[
         "install",
         "cnpg",
@@ -232,17 +220,7 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
         "gitlab-postgresql-password",
         &[("password", "right-password")],
     );
-    sim.kubectl(&[
-        "wait",
-        "pods",
-        "-n",
-        "gitlab",
-        "-l",
-        "app=webservice",
-        "--for=condition=Ready",
-        "--timeout=60s",
-    ])
-    .ok();
+    wait_pods_ready(&sim, "gitlab", "app=webservice", "60s");
     let served = eventually("GitLab is served", || {
         let answer = health(&sim);
         (answer.0 == 200).then_some(answer)
@@ -250,17 +228,7 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
     assert_eq!(served.0, 200);
     // The webservice's and the registry's ports forward to what serves them (as phase 3's
     // pre-flight reaches them).
-    sim.kubectl(&[
-        "wait",
-        "pods",
-        "-n",
-        "gitlab",
-        "-l",
-        "app=registry",
-        "--for=condition=Ready",
-        "--timeout=60s",
-    ])
-    .ok();
+    wait_pods_ready(&sim, "gitlab", "app=registry", "60s");
     let script = r#"
 step("Forward", || {
     let gitlab = kube_port_forward("gitlab", "svc/gitlab-webservice-default", 8181);

@@ -1287,20 +1287,7 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
     bare.code(1);
     sim.helm(&["uninstall", "minio", "-n", "minio"]).code(0);
     // The platform's storage: local-path, made the default class.
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
+    crate::programs::with_default_storage(&sim);
     for (release, archive, namespace, values) in [
         ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
         ("openbao", "openbao-0.11.0", "openbao", ""),

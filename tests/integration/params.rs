@@ -1,7 +1,7 @@
 //! Declared script parameters (`params(#{...})`): checked before anything runs, typed, shown by
 //! `bprun SCRIPT --help` and `--list`, and split between the scripts of a rehearsal.
 
-use crate::support::with_recaps;
+use crate::support::{EMPTY_END_STATE, rehearsal_platform, with_recaps};
 use crate::support::{expect_output, repo};
 
 const DECLARING: &str = r#"// Printed before the declaration: a refused command line must not print it.
@@ -220,7 +220,7 @@ fn a_rehearsal_hands_each_script_its_own_parameters() {
         .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
         .expect(
             0,
-            &with_recaps(
+            &(with_recaps(
                 r#"
             [1/1] First ...
                 first: #{"wait_timeout": 60}
@@ -232,21 +232,9 @@ fn a_rehearsal_hands_each_script_its_own_parameters() {
             [1/1] Second ... ok (#.## s)
 
             <recap of scripts/second.rhai: Second: ok>
-
-            End state of the rehearsal platform:
-            GitLab: no groups
             "#,
-            ),
-            "
-            rehearsal platform (as phase 2 leaves it):
-              GitLab simulator     http://127.0.0.1:<port>
-              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
-              Kubernetes simulator https://127.0.0.1:<port>
-              OpenBao              <either>
-
-            == rehearsal 1/2: scripts/first.rhai ==
-
-            == rehearsal 2/2: scripts/second.rhai ==
-            ",
+            ) + EMPTY_END_STATE),
+            &(rehearsal_platform("<either>")
+                + "\n== rehearsal 1/2: scripts/first.rhai ==\n\n== rehearsal 2/2: scripts/second.rhai ==\n"),
         );
 }

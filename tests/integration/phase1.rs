@@ -586,18 +586,13 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
     copy.run(&["scripts/phase1.rhai", "--destroy"]).expect(
         3,
         "",
-        r#"
-        error: the top level of scripts/phase1.rhai failed
-          × --destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: add --preserve-data, then re-run.
-            ╭─[scripts/lib/common.rhai:63:9]
-         62 │     if tofu_preserves != preserve_data {
-         63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
-            ·         ──┬──
-            ·           ╰── thrown here
-         64 │     }
-            ╰────
-          in fn refuse_preserve_data_disagreement() called at scripts/phase1.rhai:33:9
-        "#,
+        &crate::phase2::destroy_refusal(
+            "scripts/phase1.rhai",
+            "33:9",
+            "without --preserve-data",
+            true,
+            "add --preserve-data",
+        ),
     );
     assert!(
         !copy.path().join(".bprun").exists(),
@@ -641,18 +636,13 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
         .expect(
             3,
             "",
-            r#"
-            error: the top level of scripts/phase2.rhai failed
-              × --destroy --preserve-data disagrees with preserve_stateful_data = false in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: drop --preserve-data, or set preserve_stateful_data = true, then re-run.
-                ╭─[scripts/lib/common.rhai:63:9]
-             62 │     if tofu_preserves != preserve_data {
-             63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
-                ·         ──┬──
-                ·           ╰── thrown here
-             64 │     }
-                ╰────
-              in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
-            "#,
+            &crate::phase2::destroy_refusal(
+                "scripts/phase2.rhai",
+                "75:9",
+                "--preserve-data",
+                false,
+                "drop --preserve-data, or set preserve_stateful_data = true",
+            ),
         );
 }
 

@@ -41,26 +41,40 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
         .expect(0, &format!("{PLAN}{PARAMETERS}"), "");
 }
 
-#[test]
-fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() {
-    let copy = BPRUN.test_in_repository_copy();
-    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
-    // No cluster is configured: the refusal comes before any step could reach one.
-    let refusal = |flags: &str, value: bool, fix: &str| {
-        format!(
-            "error: the top level of scripts/phase2.rhai failed
-  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
-{}",
-            r#"    ╭─[scripts/lib/common.rhai:63:9]
+/// The source lines under the refusal of a `--destroy` whose flags disagree with tofu.tfvars.
+const DESTROY_REFUSAL_SOURCE: &str = r#"    ╭─[scripts/lib/common.rhai:63:9]
  62 │     if tofu_preserves != preserve_data {
  63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
     ·         ──┬──
     ·           ╰── thrown here
  64 │     }
     ╰────
-  in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
-"#
-        )
+"#;
+
+/// `script`'s refusal (stderr) of `--destroy {flags}` against `preserve_stateful_data = {value}`,
+/// the check called at `script:{line}`.
+pub(crate) fn destroy_refusal(
+    script: &str,
+    line: &str,
+    flags: &str,
+    value: bool,
+    fix: &str,
+) -> String {
+    format!(
+        "error: the top level of {script} failed
+  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
+{DESTROY_REFUSAL_SOURCE}  in fn refuse_preserve_data_disagreement() called at {script}:{line}
+"
+    )
+}
+
+#[test]
+fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
+    // No cluster is configured: the refusal comes before any step could reach one.
+    let refusal = |flags: &str, value: bool, fix: &str| {
+        destroy_refusal("scripts/phase2.rhai", "75:9", flags, value, fix)
     };
     copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
         3,
@@ -760,17 +774,8 @@ fn helm_revisions(sim: &crate::support::Sim) -> Vec<String> {
 }
 
 fn kubectl(sim: &crate::support::Sim, args: &[&str]) -> String {
-    let output = std::process::Command::new(tool("kubectl"))
-        .args(args)
-        .env("KUBECONFIG", sim.var("KUBECONFIG"))
-        .env("HOME", sim.home())
-        .output()
-        .expect("kubectl");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    let output = crate::qualify::kubectl(sim, args);
+    format!("{}{}", output.raw_stdout, output.raw_stderr)
 }
 
 fn kube_mutating(sim: &crate::support::Sim) -> u64 {

@@ -131,6 +131,37 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// What a run of phase 3 on a provisioned platform prints: nothing to do, after `head`.
+fn second_run(head: &str) -> String {
+    let title = if head.is_empty() {
+        "scripts/phase3.rhai"
+    } else {
+        "scripts/phase3.rhai (check mode)"
+    };
+    format!(
+        "{head}{}",
+        with_recaps(&format!(
+            r##"
+[1/6] Pre-flight ... ok (#.## s)
+[2/6] Mint PAT ...
+    admin PAT already in OpenBao; reusing
+[2/6] Mint PAT ... ok (#.## s)
+[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+[4/6] Ensure group ... ok (#.## s)
+[5/6] Provision projects ... ok (#.## s)
+[6/6] Smoke test ...
+    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
+    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
+    pipeline #<n> of blueprint-apps/redis: success (0 s)
+    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
+[6/6] Smoke test ... ok (#.## s)
+
+<recap of {title}: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
+"##
+        ))
+    )
+}
+
 #[test]
 fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -253,27 +284,7 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     let second = copy
         .run(&["scripts/phase3.rhai"])
         .replace_regex(r"#\d+ of", "#<n> of");
-    second.expect(
-        0,
-        &with_recaps(r##"
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
-    admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
-    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
-    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
-    pipeline #<n> of blueprint-apps/redis: success (0 s)
-    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
-[6/6] Smoke test ... ok (#.## s)
-
-<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
-"##),
-        "",
-    );
+    second.expect(0, &second_run(""), "");
     assert_eq!(sim.mutating_requests(), 0, "no mutating GitLab request");
     assert_eq!(project_heads(&sim), heads, "no new commits");
     assert_eq!(
@@ -296,28 +307,7 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     let check = copy
         .run(&["--check", "scripts/phase3.rhai"])
         .replace_regex(r"#\d+ of", "#<n> of");
-    check.expect(
-        0,
-        &with_recaps(r##"
-check mode: nothing will be changed
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
-    admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
-    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
-    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
-    pipeline #<n> of blueprint-apps/redis: success (0 s)
-    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
-[6/6] Smoke test ... ok (#.## s)
-
-<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
-"##),
-        "",
-    );
+    check.expect(0, &second_run("check mode: nothing will be changed\n"), "");
     assert_eq!(sim.mutating_requests(), 0);
 
     // The PAT and the OpenBao root token appear in no output, journal or file (but infra/secrets/).

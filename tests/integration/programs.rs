@@ -11,7 +11,7 @@ fn root(path: &str) -> String {
 }
 
 /// The platform's storage: local-path, made the default class (the charts' claims bind).
-fn with_default_storage(sim: &Sim) {
+pub(crate) fn with_default_storage(sim: &Sim) {
     sim.kubectl(&[
         "apply",
         "-f",

@@ -273,7 +273,7 @@ fn platform_copy(sim: &Sim) -> Test {
         .envs(&vars)
 }
 
-fn kubectl(sim: &Sim, args: &[&str]) -> Output {
+pub(crate) fn kubectl(sim: &Sim, args: &[&str]) -> Output {
     let output = std::process::Command::new(tool("kubectl"))
         .args(args)
         .env("KUBECONFIG", sim.var("KUBECONFIG"))

@@ -2,7 +2,7 @@
 //! anything changes, syncs that cannot delete the checkout, temporary files that cannot be
 //! redirected, and secrets that read as `***` however a script prints them.
 
-use crate::support::with_recaps;
+use crate::support::{EMPTY_END_STATE, rehearsal_platform, with_recaps};
 use crate::support::{Output, expect_output, repo};
 use std::process::Stdio;
 
@@ -343,7 +343,7 @@ fn a_rehearsal_starts_like_a_fresh_platform_without_a_gitlab_token() {
         .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
         .expect(
             0,
-            &with_recaps(
+            &(with_recaps(
                 "
             [1/1] Probe ...
                 token set: false
@@ -351,17 +351,8 @@ fn a_rehearsal_starts_like_a_fresh_platform_without_a_gitlab_token() {
             [1/1] Probe ... ok (#.## s)
 
             <recap of scripts/probe.rhai: Probe: ok>
-
-            End state of the rehearsal platform:
-            GitLab: no groups
             ",
-            ),
-            "
-            rehearsal platform (as phase 2 leaves it):
-              GitLab simulator     http://127.0.0.1:<port>
-              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
-              Kubernetes simulator https://127.0.0.1:<port>
-              OpenBao              <either>
-            ",
+            ) + EMPTY_END_STATE),
+            &rehearsal_platform("<either>"),
         );
 }

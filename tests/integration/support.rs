@@ -132,3 +132,35 @@ pub fn with_recaps(template: &str) -> String {
         .collect::<Vec<_>>()
         .join("\n")
 }
+
+/// What `bprun rehearse` prints last on stdout when the script made nothing in GitLab.
+pub const EMPTY_END_STATE: &str = "\nEnd state of the rehearsal platform:\nGitLab: no groups\n";
+
+/// The platform `bprun rehearse` starts, as it names it on stderr, with `openbao` for the
+/// OpenBao it found.
+pub fn rehearsal_platform(openbao: &str) -> String {
+    format!(
+        "rehearsal platform (as phase 2 leaves it):
+  GitLab simulator     http://127.0.0.1:<port>
+  GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
+  Kubernetes simulator https://127.0.0.1:<port>
+  OpenBao              {openbao}
+"
+    )
+}
+
+/// `kubectl wait pods -n {namespace} -l {selector} --for=condition=Ready --timeout={timeout}`
+/// on `sim` succeeds.
+pub fn wait_pods_ready(sim: &Sim, namespace: &str, selector: &str, timeout: &str) {
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        selector,
+        "--for=condition=Ready",
+        &format!("--timeout={timeout}"),
+    ])
+    .ok();
+}
