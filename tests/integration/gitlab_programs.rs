@@ -7,6 +7,7 @@
 //! GitLab created comes online while one with a token GitLab does not know crash-loops with
 //! GitLab Runner's words.
 
+use crate::support::helm_install;
 use crate::support::wait_pods_ready;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
@@ -49,17 +50,13 @@ fn secret(sim: &Sim, namespace: &str, name: &str, pairs: &[(&str, &str)]) {
 /// server has role `gitlab` (password `right-password`) owning `gitlabhq_production`.
 fn postgres(sim: &Sim) {
     crate::programs::with_default_storage(sim);
-    sim.helm(&[
-        "install",
+    helm_install(
+        sim,
         "cnpg",
-        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
-        "-n",
+        "cloudnative-pg-0.26.1",
         "cnpg-system",
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "60s",
-    ])
+        &["--wait", "--timeout", "60s"],
+    )
     .code(0);
     sim.kubectl(&["create", "ns", "postgresql"]).ok();
     let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: postgresql}\n\

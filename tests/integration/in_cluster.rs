@@ -404,15 +404,9 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     let granted = phase3_in_pod();
     granted.expect(
         0,
-        "
-        [1/6] Pre-flight ... ok (#.## s)
-        [2/6] Mint PAT ...
-            admin PAT already in OpenBao; reusing
-        [2/6] Mint PAT ... ok (#.## s)
-        [3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-        [4/6] Ensure group ... ok (#.## s)
-        [5/6] Provision projects ... ok (#.## s)
-        [6/6] Smoke test ...
+        &(crate::phase3::PROVISIONED.to_string()
+            + bprun_testkit::unindent(
+                "
             pipeline #<n> of blueprint-apps/guestbook: running (# s)
             pipeline #<n> of blueprint-apps/guestbook: success (# s)
             pipeline #<n> of blueprint-apps/redis-slave: running (# s)
@@ -435,6 +429,8 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
           6  Smoke test          changed                 3 #.## s
         6 steps: 4 ok, 1 changed, 1 skipped, 0 failed in #.## s
         ",
+            )
+            .as_str()),
         "",
     );
     sim.kubectl(&["delete", "clusterrolebinding", "bprun-app-deployer"])

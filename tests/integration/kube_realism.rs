@@ -2,6 +2,7 @@
 //! words, and recovers by itself once the missing piece appears: driven by the real kubectl and
 //! helm 4, with the real upstream charts from infra/helm-charts.
 
+use crate::support::helm_install;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, Output, SimKind};
 
@@ -241,15 +242,7 @@ fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
 #[test]
 fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
-    sim.helm(&[
-        "install",
-        "openbao",
-        &root("infra/helm-charts/openbao-0.11.0.tgz"),
-        "-n",
-        "openbao",
-        "--create-namespace",
-    ])
-    .code(0);
+    helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     // The StatefulSet's claim exists but nothing can bind it yet.
     sim.kubectl(&[
         "wait",
@@ -334,16 +327,13 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
 fn a_webhook_without_endpoints_refuses_writes_until_its_operator_runs() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     // The real CNPG chart, without waiting: its operator pod is not up when the Cluster comes.
-    sim.helm(&[
-        "install",
+    helm_install(
+        &sim,
         "cnpg",
-        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
-        "-n",
+        "cloudnative-pg-0.26.1",
         "cnpg-system",
-        "--create-namespace",
-        "--set",
-        "replicaCount=0",
-    ])
+        &["--set", "replicaCount=0"],
+    )
     .code(0);
     let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: default}\n\
                    spec: {instances: 1, storage: {size: 1Gi}}\n";

@@ -131,6 +131,19 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
+/// done (the smoke test's lines follow).
+pub(crate) const PROVISIONED: &str = "\
+[1/6] Pre-flight ... ok (#.## s)
+[2/6] Mint PAT ...
+    admin PAT already in OpenBao; reusing
+[2/6] Mint PAT ... ok (#.## s)
+[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+[4/6] Ensure group ... ok (#.## s)
+[5/6] Provision projects ... ok (#.## s)
+[6/6] Smoke test ...
+";
+
 /// What a run of phase 3 on a provisioned platform prints: nothing to do, after `head`.
 fn second_run(head: &str) -> String {
     let title = if head.is_empty() {
@@ -142,15 +155,7 @@ fn second_run(head: &str) -> String {
         "{head}{}",
         with_recaps(&format!(
             r##"
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
-    admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
-    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
+{PROVISIONED}    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
     pipeline #<n> of blueprint-apps/guestbook: success (0 s)
     pipeline #<n> of blueprint-apps/redis: success (0 s)
     pipeline #<n> of blueprint-apps/redis-slave: success (0 s)

@@ -2,6 +2,7 @@
 //! installed with the real helm into `bprun sim kube`, then driven with the real kubectl exec and
 //! port-forward as an operator would, answered in the real tools' words.
 
+use crate::support::helm_install;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
@@ -61,15 +62,7 @@ fn unhealthy_events(sim: &Sim, namespace: &str) -> String {
 fn openbao_runs_a_real_server_ready_only_once_unsealed() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     with_default_storage(&sim);
-    sim.helm(&[
-        "install",
-        "openbao",
-        &root("infra/helm-charts/openbao-0.11.0.tgz"),
-        "-n",
-        "openbao",
-        "--create-namespace",
-    ])
-    .code(0);
+    helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
         sim.kubectl(&[
             "wait",

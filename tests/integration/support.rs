@@ -164,3 +164,28 @@ pub fn wait_pods_ready(sim: &Sim, namespace: &str, selector: &str, timeout: &str
     ])
     .ok();
 }
+
+/// `helm install {release} infra/helm-charts/{archive}.tgz -n {namespace} --create-namespace
+/// {extra}` on `sim`.
+pub fn helm_install(
+    sim: &Sim,
+    release: &str,
+    archive: &str,
+    namespace: &str,
+    extra: &[&str],
+) -> Output {
+    let chart = format!(
+        "{}/infra/helm-charts/{archive}.tgz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut args = vec![
+        "install",
+        release,
+        &chart,
+        "-n",
+        namespace,
+        "--create-namespace",
+    ];
+    args.extend_from_slice(extra);
+    sim.helm(&args)
+}
