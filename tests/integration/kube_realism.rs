@@ -287,14 +287,7 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
         sim.jsonpath("pvc/data-openbao-0", "openbao", "{.status.phase}"),
         "Pending"
     );
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
+    crate::programs::make_local_path_the_default(&sim);
     sim.kubectl(&[
         "wait",
         "pvc/data-openbao-0",

@@ -11,14 +11,8 @@ fn root(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The platform's storage: local-path, made the default class (the charts' claims bind).
-pub(crate) fn with_default_storage(sim: &Sim) {
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
+/// local-path becomes the default storage class.
+pub(crate) fn make_local_path_the_default(sim: &Sim) {
     sim.kubectl(&[
         "patch",
         "storageclass",
@@ -27,6 +21,17 @@ pub(crate) fn with_default_storage(sim: &Sim) {
         r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
     ])
     .ok();
+}
+
+/// The platform's storage: local-path, made the default class (the charts' claims bind).
+pub(crate) fn with_default_storage(sim: &Sim) {
+    sim.kubectl(&[
+        "apply",
+        "-f",
+        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
+    ])
+    .ok();
+    make_local_path_the_default(sim);
 }
 
 fn ready_condition(sim: &Sim, pod: &str, namespace: &str) -> String {
