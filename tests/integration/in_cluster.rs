@@ -7,7 +7,6 @@
 use crate::support::with_recaps;
 use crate::support::{BPRUN, Output, Sim, SimKind, Test};
 use base64::Engine;
-use bprun_testkit::unindent;
 
 const SCRIPT: &str = r#"step("In cluster", || {
     kube_apply(#{apiVersion: "v1", kind: "ConfigMap",
@@ -375,20 +374,8 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         )
     };
     run.stderr(&format!(
-        "{}{}{}{}{}",
-        unindent(
-            r#"
-            error: step "Smoke test" failed
-              × gitlab: 3 of 4 pipelines did not succeed
-                 ╭─[scripts/phase3.rhai:180:5]
-             179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
-             180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-                 ·     ──────────┬──────────
-                 ·               ╰── failed here
-             181 │ });
-                 ╰────
-            "#
-        ),
+        "error: step \"Smoke test\" failed\n  × gitlab: 3 of 4 pipelines did not succeed\n{}{}{}{}{}",
+        crate::phase3::SMOKE_WAIT_SOURCE,
         deploy_failed("guestbook", "guestbook"),
         deploy_failed("redis", "redis-demo"),
         deploy_failed("redis-slave", "redis-slave-demo"),

@@ -131,6 +131,16 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The source lines under a failed smoke test (its wait for the pipelines).
+pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
+     ╰────
+"#;
+
 /// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
 /// done (the smoke test's lines follow).
 pub(crate) const PROVISIONED: &str = "\
@@ -772,7 +782,9 @@ fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
             r"a real `bao server -dev` \([^)]*\)",
             "a real `bao server -dev` (<bao>)",
         );
-    out.code(1).stderr(r##"
+    out.code(1).stderr(&format!(
+        "{}{SMOKE_WAIT_SOURCE}{}",
+        r##"
 rehearsal platform (as phase 2 leaves it):
   GitLab simulator     http://127.0.0.1:<port>
   GitLab Runner        none (--no-runner): pipelines stay pending
@@ -780,16 +792,9 @@ rehearsal platform (as phase 2 leaves it):
   OpenBao              a real `bao server -dev` (<bao>)
 error: step "Smoke test" failed
   × gitlab: pipelines did not finish within 3 s: #<n> of blueprint-apps/shared-code is pending; no online runner can take job lint-templates, #<n> of blueprint-apps/guestbook is pending; no online runner can take job lint, #<n> of blueprint-apps/redis is pending; no online runner can take job lint, #<n> of blueprint-apps/redis-slave is pending; no online runner can take job lint
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`
-re-run with --resume to continue from here
-"##);
+"##,
+        "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\nre-run with --resume to continue from here\n",
+    ));
     let varies =
         "the projects are provisioned in parallel: their lines interleave, their ids differ";
     out.partial_stdout("[5/6] Provision projects ... changed (#.## s)\n", varies);
