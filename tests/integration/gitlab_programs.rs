@@ -258,18 +258,22 @@ step("Forward", || {
     );
     let values = root(RUNNER_VALUES);
     let chart = root("infra/helm-charts/stand-ins/gitlab-runner");
-    sim.helm(&[
-        "install",
-        "gitlab-runner",
-        &chart,
-        "-n",
-        "gitlab-runner",
-        "-f",
-        &values,
-        "--set",
-        "runners.secret=gitlab-runner-token",
-    ])
-    .code(0);
+    // A runner release of the stand-in chart, with one `--set`.
+    let install_runner = |release: &str, set: &str| {
+        sim.helm(&[
+            "install",
+            release,
+            &chart,
+            "-n",
+            "gitlab-runner",
+            "-f",
+            &values,
+            "--set",
+            set,
+        ])
+        .code(0);
+    };
+    install_runner("gitlab-runner", "runners.secret=gitlab-runner-token");
     let online = eventually("the runner is online", || {
         let runners = sim.api_json("runners/all?status=online");
         runners
@@ -281,18 +285,7 @@ step("Forward", || {
     });
     assert_eq!(online["status"], "online", "{online}");
     // One with a token GitLab does not know crash-loops with GitLab Runner's words.
-    sim.helm(&[
-        "install",
-        "bogus",
-        &chart,
-        "-n",
-        "gitlab-runner",
-        "-f",
-        &values,
-        "--set",
-        "runnerToken=glrt-bogus0123456789abc",
-    ])
-    .code(0);
+    install_runner("bogus", "runnerToken=glrt-bogus0123456789abc");
     let bogus_state = "{.items[?(@.metadata.labels.release==\"bogus\")].status.containerStatuses[0].state.waiting.reason}";
     eventually("the bogus runner crash-loops", || {
         (sim.jsonpath("pods", "gitlab-runner", bogus_state) == "CrashLoopBackOff").then_some(())
