@@ -1,6 +1,7 @@
 //! The GitLab natives and client against the GitLab simulator over real HTTP, and contract
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
+use crate::support::wait_failed;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
 use crate::support::{Output, Test, repo};
@@ -880,9 +881,7 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps("[1/1] Wait ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Wait: failed>\n"),
+        &wait_failed(),
         "error: step \"Wait\" failed\n\
          \x20 × gitlab: pipeline #10 of blueprint-apps/guestbook failed\n\
          \x20  ╭─[scripts/test.rhai:1:19]\n\

@@ -2,6 +2,7 @@
 //! runner that serves the project and carries the job's tags takes them; without one they stay
 //! pending and bprun's wait names them.
 
+use crate::support::wait_failed;
 use crate::support::with_recaps;
 use std::time::{Duration, Instant};
 
@@ -318,9 +319,7 @@ fn a_runner_polling_for_jobs_is_online_and_takes_the_jobs_its_scope_and_tags_all
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps("[1/1] Wait ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Wait: failed>\n"),
+        &wait_failed(),
         "error: step \"Wait\" failed\n\
          \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)\n\
          \x20  ╭─[scripts/test.rhai:1:19]\n\

@@ -3,7 +3,7 @@
 //! helm 4, with the real upstream charts from infra/helm-charts.
 
 use crate::support::helm_install;
-use crate::support::with_recaps;
+use crate::support::wait_failed;
 use crate::support::{BPRUN, Output, SimKind};
 
 /// helm's output with the release's and the test hooks' times, which are the clock's.
@@ -135,9 +135,7 @@ fn kube_wait_names_the_missing_secret() {
         .replace_regex(r"Pod/web-[a-z0-9]+-[a-z0-9]{5}:", "Pod/web-<hash>-<id>:");
     out.expect(
         1,
-        &with_recaps("[1/1] Wait ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Wait: failed>\n"),
+        &wait_failed(),
         "error: step \"Wait\" failed\n\
          \x20 × kube_wait pods matching app=web in demo: not ready after 2s\n\
          \x20  ╭─[scripts/test.rhai:1:19]\n\

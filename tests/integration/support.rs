@@ -189,3 +189,8 @@ pub fn helm_install(
     args.extend_from_slice(extra);
     sim.helm(&args)
 }
+
+/// The stdout of `bprun -q scripts/test.rhai` whose one step, `Wait`, failed.
+pub fn wait_failed() -> String {
+    with_recaps("[1/1] Wait ... failed (#.## s)\n\n<recap of scripts/test.rhai: Wait: failed>\n")
+}
