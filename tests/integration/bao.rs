@@ -1,5 +1,6 @@
 //! The OpenBao natives against real OpenBao servers (dev mode and one-node raft).
 
+use crate::support::one_step_run;
 use crate::support::with_recaps;
 use crate::support::{BaoServer, Test, free_port, repo};
 
@@ -154,17 +155,8 @@ fn concurrent_writers_of_the_same_content_make_one_version() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        &with_recaps(
-            "
-        [1/1] Race ... changed (#.## s)
-
-        <recap of scripts/test.rhai: Race: changed 1>
-        ",
-        ),
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Race", "changed 1"), "");
     assert_eq!(current_version(&server, "secret/race/same"), 1);
 }
 
@@ -181,17 +173,8 @@ fn concurrent_writers_of_different_content_lose_no_update() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        &with_recaps(
-            "
-        [1/1] Race ... changed (#.## s)
-
-        <recap of scripts/test.rhai: Race: changed 2>
-        ",
-        ),
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Race", "changed 2"), "");
     assert_eq!(current_version(&server, "secret/race/different"), 2);
     let mut values: Vec<String> = (1..=2)
         .map(|version| {
@@ -367,11 +350,7 @@ fn bao_init_never_overwrites_an_existing_file() {
     test.run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            &with_recaps("
-            [1/1] Init ... failed (#.## s)
-
-            <recap of scripts/test.rhai: Init: failed>
-            "),
+            &one_step_run("Init", "failed"),
             r#"
             error: step "Init" failed
               × bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at <bao> is uninitialised but the file exists
@@ -427,13 +406,7 @@ fn failing_read(test: Test, address: &str) -> crate::support::Output {
 fn expect_read_failure(output: &crate::support::Output, error: &str, hint: &str) {
     output.expect(
         1,
-        &with_recaps(
-            "
-        [1/1] Read ... failed (#.## s)
-
-        <recap of scripts/test.rhai: Read: failed>
-        ",
-        ),
+        &one_step_run("Read", "failed"),
         &format!(
             r#"
             error: step "Read" failed
@@ -491,11 +464,7 @@ fn errors_name_the_address_and_carry_a_hint() {
         .run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            &with_recaps("
-            [1/1] Read ... failed (#.## s)
-
-            <recap of scripts/test.rhai: Read: failed>
-            "),
+            &one_step_run("Read", "failed"),
             r#"
             error: step "Read" failed
               × openbao <bao>: no KV mount `nomount` (reading nomount/x/y)

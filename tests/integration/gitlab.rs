@@ -1,6 +1,7 @@
 //! The GitLab natives and client against the GitLab simulator over real HTTP, and contract
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
+use crate::support::one_step_run;
 use crate::support::wait_failed;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
@@ -441,9 +442,7 @@ fn errors_show_method_path_status_and_gitlab_message() {
     let test = with_sim(repo().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps("[1/1] Dup ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Dup: failed 2>\n"),
+        &one_step_run("Dup", "failed 2"),
         "error: step \"Dup\" failed\n\
          \x20 × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n\
          \x20  ╭─[scripts/test.rhai:1:100]\n\
@@ -1187,9 +1186,7 @@ fn health_checks_the_instance_and_the_token() {
         .script("step(\"Health\", || { gitlab_health(); });\n");
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps("[1/1] Health ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Health: failed>\n"),
+        &one_step_run("Health", "failed"),
         "error: step \"Health\" failed\n\
          \x20 × gitlab: GET /-/health failed: error sending request for url (<closed>/-/health): client error (Connect): tcp connect error: Connection refused (os error 111)\n\
          \x20  ╭─[scripts/test.rhai:1:21]\n\
@@ -1604,9 +1601,7 @@ fn writes_after_the_first_item_are_not_sent_when_it_fails() {
     );
     test.run(&["-q", "scripts/test.rhai", "--fail"]).expect(
         1,
-        &with_recaps("[1/1] Fan out ... failed (#.## s)\n\
-                      \n\
-                      <recap of scripts/test.rhai: Fan out: failed>\n"),
+        &one_step_run("Fan out", "failed"),
         "error: step \"Fan out\" failed\n\
          \x20 × parallel: 3 of 3 items failed\n\
          \x20  ╭─[scripts/test.rhai:2:5]\n\

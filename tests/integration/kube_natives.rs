@@ -1,6 +1,7 @@
 //! The Kubernetes natives (kube-rs) through the real binary against `bprun sim kube`,
 //! cross-checked with the real kubectl.
 
+use crate::support::one_step_run;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, Sim, SimKind};
 use crate::support::{Test, repo};
@@ -166,11 +167,7 @@ step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{tim
     let test = with_kube(repo().script(timeout), &sim);
     test.run(&["scripts/test.rhai"]).expect(
         1,
-        &with_recaps("
-        [1/1] Never ready ... failed (#.## s)
-
-        <recap of scripts/test.rhai: Never ready: failed>
-        "),
+        &one_step_run("Never ready", "failed"),
         r#"
         error: step "Never ready" failed
           × kube_wait pods matching app=nothing in demo: not ready after 1s
@@ -323,11 +320,7 @@ fn kube_context_picks_the_kubeconfig_context() {
     test.run(&["--kube-context", "nope", "scripts/test.rhai"])
         .expect(
             1,
-            &with_recaps("
-            [1/1] Look ... failed (#.## s)
-
-            <recap of scripts/test.rhai: Look: failed>
-            "),
+            &one_step_run("Look", "failed"),
             r#"
             error: step "Look" failed
               × kubeconfig context nope: failed to load current context: nope

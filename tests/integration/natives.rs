@@ -1,5 +1,6 @@
 //! Natives that talk to processes and sockets, against real local peers on loopback.
 
+use crate::support::one_step_run;
 use crate::support::with_recaps;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -64,13 +65,7 @@ fn http_status_rejects_a_malformed_url_with_a_hint() {
     let test = repo().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps(
-            "
-        [1/1] Probe ... failed (#.## s)
-
-        <recap of scripts/test.rhai: Probe: failed>
-        ",
-        ),
+        &one_step_run("Probe", "failed"),
         r#"
         error: step "Probe" failed
           × invalid URL not a url: relative URL without a base
@@ -134,17 +129,8 @@ fn run_command_returns_a_result_instead_of_throwing() {
 });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        &with_recaps(
-            "
-        [1/1] Run ... ok (#.## s)
-
-        <recap of scripts/test.rhai: Run: ok>
-        ",
-        ),
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Run", "ok"), "");
 }
 
 #[test]

@@ -3,7 +3,7 @@
 //! port-forward as an operator would, answered in the real tools' words.
 
 use crate::support::helm_install;
-use crate::support::with_recaps;
+use crate::support::one_step_run;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
 
@@ -208,17 +208,7 @@ step("Forward", || {
         .script(script)
         .env("KUBECONFIG", sim.kubeconfig().display().to_string())
         .run(&["scripts/test.rhai"])
-        .expect(
-            0,
-            &with_recaps(
-                "
-            [1/1] Forward ... ok (#.## s)
-
-            <recap of scripts/test.rhai: Forward: ok>
-            ",
-            ),
-            "",
-        );
+        .expect(0, &one_step_run("Forward", "ok"), "");
     // A restarted pod keeps its storage and comes back sealed, as a real one does.
     sim.kubectl(&["delete", "pod", "openbao-0", "-n", "openbao"])
         .ok();

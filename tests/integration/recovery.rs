@@ -2,6 +2,7 @@
 //! anything changes, syncs that cannot delete the checkout, temporary files that cannot be
 //! redirected, and secrets that read as `***` however a script prints them.
 
+use crate::support::one_step_run;
 use crate::support::{EMPTY_END_STATE, rehearsal_platform, with_recaps};
 use crate::support::{Output, expect_output, repo};
 use std::process::Stdio;
@@ -137,13 +138,7 @@ fn sync_tree_refuses_to_sync_over_the_repository() {
             destination,
             &out,
             1,
-            &with_recaps(
-                "
-            [1/1] Sync ... failed (#.## s)
-
-            <recap of scripts/test.rhai: Sync: failed>
-            ",
-            ),
+            &one_step_run("Sync", "failed"),
             &stderr,
         );
     }

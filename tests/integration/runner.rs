@@ -1,5 +1,6 @@
 //! Steps, selection, resume, check mode, the journal, timings and JSON events.
 
+use crate::support::one_step_run;
 use crate::support::with_recaps;
 use crate::support::{assert_text, expect_output, repo};
 
@@ -387,17 +388,8 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
          re-run with --resume to continue from here\n",
     );
     assert!(!test.join("out.txt").exists());
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        &with_recaps(
-            "
-        [1/1] Touch ... changed (#.## s)
-
-        <recap of scripts/test.rhai: Touch: changed 1>
-        ",
-        ),
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Touch", "changed 1"), "");
     assert!(test.join("out.txt").exists());
 }
 
@@ -668,11 +660,7 @@ fn parallel_honours_its_bound() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
     test.run(&["-q", "scripts/test.rhai", "--limit", "1"]).expect(
         1,
-        &with_recaps("
-        [1/1] Meet ... failed (#.## s)
-
-        <recap of scripts/test.rhai: Meet: failed 2>
-        "),
+        &one_step_run("Meet", "failed 2"),
         r#"
         error: step "Meet" failed
           × parallel: 1 of 2 items failed
@@ -702,13 +690,7 @@ fn parallel_reports_every_failure() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        &with_recaps(
-            "
-        [1/1] Fan out ... failed (#.## s)
-
-        <recap of scripts/test.rhai: Fan out: failed>
-        ",
-        ),
+        &one_step_run("Fan out", "failed"),
         r#"
         error: step "Fan out" failed
           × parallel: 2 of 3 items failed
@@ -734,17 +716,8 @@ fn concurrently_runs_its_closures_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!(
         "{RENDEZVOUS_FN}\nstep(\"Both\", || {{\n    let results = concurrently([|| meet(\"out/a\", \"out/b\"), || meet(\"out/b\", \"out/a\"), || 3]);\n    assert_eq(results, [\"out/a\", \"out/b\", 3]);\n}});\n"
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        &with_recaps(
-            "
-        [1/1] Both ... changed (#.## s)
-
-        <recap of scripts/test.rhai: Both: changed 2>
-        ",
-        ),
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Both", "changed 2"), "");
 }
 
 /// A script that fails in one way, and all it prints.

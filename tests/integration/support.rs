@@ -194,3 +194,12 @@ pub fn helm_install(
 pub fn wait_failed() -> String {
     with_recaps("[1/1] Wait ... failed (#.## s)\n\n<recap of scripts/test.rhai: Wait: failed>\n")
 }
+
+/// The stdout of a run of `scripts/test.rhai` whose one step, `name`, printed nothing and ended
+/// `outcome` (`ok`, `failed`, `changed 2`: the status and, when not 0, its changes).
+pub fn one_step_run(name: &str, outcome: &str) -> String {
+    let status = outcome.split(' ').next().unwrap_or(outcome);
+    with_recaps(&format!(
+        "[1/1] {name} ... {status} (#.## s)\n\n<recap of scripts/test.rhai: {name}: {outcome}>\n"
+    ))
+}
