@@ -4,6 +4,7 @@
 //! and, with stub programs on PATH (named so in each test), only the detection of tools and
 //! the argument lists bprun builds for them.
 
+use crate::support::one_step_run_of;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, Test, free_port, tool};
 use std::os::unix::fs::PermissionsExt;
@@ -373,11 +374,7 @@ esac",
     );
     copy.run(&["scripts/apply.rhai"]).expect(
         1,
-        &with_recaps(r#"
-        [1/1] Apply ... failed (#.## s)
-
-        <recap of scripts/apply.rhai: Apply: failed>
-        "#),
+        &one_step_run_of("scripts/apply.rhai", "Apply", "failed"),
         r#"
         error: step "Apply" failed
           × tofu apply: bprun does not run it

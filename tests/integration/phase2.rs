@@ -1,6 +1,7 @@
 //! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
 //! its safety rails, through the real binary on a copy of this repository.
 
+use crate::support::one_step_run_of;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, tool};
 
@@ -201,11 +202,7 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
     );
     copy.run(&["scripts/typo.rhai"]).expect(
         1,
-        &with_recaps("
-        [1/1] Render ... failed (#.## s)
-
-        <recap of scripts/typo.rhai: Render: failed>
-        "),
+        &one_step_run_of("scripts/typo.rhai", "Render", "failed"),
         r#"
         error: step "Render" failed
           × template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}
@@ -1321,11 +1318,7 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
     let refused = copy.run(&["scripts/install.rhai"]);
     refused.expect(
         1,
-        &with_recaps("
-        [1/1] GitLab ... failed (#.## s)
-
-        <recap of scripts/install.rhai: GitLab: failed>
-        "),
+        &one_step_run_of("scripts/install.rhai", "GitLab", "failed"),
         r#"
         error: step "GitLab" failed
           × helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json

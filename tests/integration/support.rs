@@ -198,8 +198,13 @@ pub fn wait_failed() -> String {
 /// The stdout of a run of `scripts/test.rhai` whose one step, `name`, printed nothing and ended
 /// `outcome` (`ok`, `failed`, `changed 2`: the status and, when not 0, its changes).
 pub fn one_step_run(name: &str, outcome: &str) -> String {
+    one_step_run_of("scripts/test.rhai", name, outcome)
+}
+
+/// [`one_step_run`] of another `script`.
+pub fn one_step_run_of(script: &str, name: &str, outcome: &str) -> String {
     let status = outcome.split(' ').next().unwrap_or(outcome);
     with_recaps(&format!(
-        "[1/1] {name} ... {status} (#.## s)\n\n<recap of scripts/test.rhai: {name}: {outcome}>\n"
+        "[1/1] {name} ... {status} (#.## s)\n\n<recap of {script}: {name}: {outcome}>\n"
     ))
 }
