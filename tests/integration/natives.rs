@@ -29,16 +29,6 @@ fn http_server(status_line: &'static str, requests: usize) -> (u16, std::thread:
     (port, handle)
 }
 
-/// What a `-q` run of one passing "Probe" step prints.
-const PROBED: &str = "
-[1/1] Probe ... ok (#.## s)
-
-Recap of scripts/test.rhai
-  #  step   status            changes       time
-  1  Probe  ok                      0     #.## s
-1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-";
-
 /// A port on loopback that nothing listens on (bound, then released).
 fn closed_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -56,7 +46,8 @@ fn http_status_returns_the_status_or_unit_when_nothing_answers() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Probe", "ok"), "");
     server.join().expect("server thread");
 }
 
@@ -92,7 +83,8 @@ fn tcp_probe_tells_an_open_port_from_a_closed_one() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Probe", "ok"), "");
     drop(listener);
 }
 

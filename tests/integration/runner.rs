@@ -632,16 +632,6 @@ fn meet(mine, theirs) {
 }
 "#;
 
-/// `-q` of PARALLEL_MEET when both items met.
-const MET: &str = "
-[1/1] Meet ... changed (#.## s)
-
-Recap of scripts/test.rhai
-  #  step  status            changes       time
-  1  Meet  changed                 2     #.## s
-1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-";
-
 const PARALLEL_MEET: &str = r#"step("Meet", || {
     let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
     let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
@@ -652,7 +642,8 @@ const PARALLEL_MEET: &str = r#"step("Meet", || {
 #[test]
 fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, MET, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Meet", "changed 2"), "");
 }
 
 #[test]
