@@ -4,6 +4,7 @@
 
 use crate::support::helm_install;
 use crate::support::wait_failed;
+use crate::support::wait_openbao_pod;
 use crate::support::{BPRUN, Output, SimKind};
 
 /// helm's output with the release's and the test hooks' times, which are the clock's.
@@ -242,24 +243,12 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     // The StatefulSet's claim exists but nothing can bind it yet.
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=create",
-        "--timeout=10s",
-    ])
-    .ok();
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--timeout=10s",
+    wait_openbao_pod(&sim, "--for=create", "10s");
+    wait_openbao_pod(
+        &sim,
         "--for=jsonpath={.status.conditions[0].reason}=Unschedulable",
-    ])
-    .ok();
+        "10s",
+    );
     assert_eq!(
         sim.kubectl(&["get", "pvc", "-n", "openbao", "-o", "name"])
             .ok(),
@@ -303,15 +292,7 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
         path.stdout
     );
     // Running; Ready only once OpenBao is unsealed (tests/integration/programs.rs).
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.phase}=Running",
-        "--timeout=10s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=jsonpath={.status.phase}=Running", "10s");
 }
 
 #[test]
@@ -1304,15 +1285,7 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
         sim.helm(&args).code(0);
     }
     // Sealed: Running, not Ready (its readiness probe runs `bao status`).
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.phase}=Running",
-        "--timeout=20s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=jsonpath={.status.phase}=Running", "20s");
     sim.kubectl(&[
         "wait",
         "pod/redis-master-0",

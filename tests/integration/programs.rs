@@ -4,6 +4,7 @@
 
 use crate::support::helm_install;
 use crate::support::one_step_run;
+use crate::support::wait_openbao_pod;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
 
@@ -185,15 +186,7 @@ fn openbao_runs_a_real_server_ready_only_once_unsealed() {
         &key,
     ])
     .ok();
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=condition=Ready",
-        "--timeout=30s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=condition=Ready", "30s");
     // Its port 8200 is the real server, through the Service (kube-rs's port-forward, as bprun's
     // natives use it).
     let script = r#"

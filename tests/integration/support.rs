@@ -208,3 +208,16 @@ pub fn one_step_run_of(script: &str, name: &str, outcome: &str) -> String {
         "[1/1] {name} ... {status} (#.## s)\n\n<recap of {script}: {name}: {outcome}>\n"
     ))
 }
+
+/// `kubectl wait pod/openbao-0 -n openbao {condition} --timeout={timeout}` on `sim` succeeds.
+pub fn wait_openbao_pod(sim: &Sim, condition: &str, timeout: &str) {
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        condition,
+        &format!("--timeout={timeout}"),
+    ])
+    .ok();
+}
