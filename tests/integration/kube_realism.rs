@@ -1264,25 +1264,11 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
             "architecture=standalone,image.repository=bitnamilegacy/redis",
         ),
     ] {
-        let mut args = vec![
-            "install",
-            release,
-            &chart(archive),
-            "-n",
-            namespace,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "60s",
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect::<Vec<_>>();
+        let mut extra = vec!["--wait", "--timeout", "60s"];
         if !values.is_empty() {
-            args.extend(["--set".to_string(), values.to_string()]);
+            extra.extend(["--set", values]);
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sim.helm(&args).code(0);
+        helm_install(&sim, release, archive, namespace, &extra).code(0);
     }
     // Sealed: Running, not Ready (its readiness probe runs `bao status`).
     wait_openbao_pod(&sim, "--for=jsonpath={.status.phase}=Running", "20s");

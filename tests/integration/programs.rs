@@ -70,15 +70,7 @@ fn openbao_runs_a_real_server_ready_only_once_unsealed() {
     with_default_storage(&sim);
     helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
-        sim.kubectl(&[
-            "wait",
-            "pod/openbao-0",
-            "-n",
-            "openbao",
-            condition,
-            "--timeout=30s",
-        ])
-        .ok();
+        wait_openbao_pod(&sim, condition, "30s");
     }
     // Sealed and uninitialised: the chart's readiness probe (`bao status`, exit 2) fails, so
     // the pod stays unready, with the probe's output in its event.
@@ -206,15 +198,7 @@ step("Forward", || {
     sim.kubectl(&["delete", "pod", "openbao-0", "-n", "openbao"])
         .ok();
     for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
-        sim.kubectl(&[
-            "wait",
-            "pod/openbao-0",
-            "-n",
-            "openbao",
-            condition,
-            "--timeout=30s",
-        ])
-        .ok();
+        wait_openbao_pod(&sim, condition, "30s");
     }
     let restarted = sim.kubectl(&[
         "exec",
@@ -275,7 +259,6 @@ fn exec(
 fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     with_default_storage(&sim);
-    let chart = |name: &str| root(&format!("infra/helm-charts/{name}.tgz"));
     for (release, archive, namespace, values) in [
         ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
         (
@@ -291,22 +274,11 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
             "mode=standalone,replicas=1,resources.requests.memory=256Mi,rootUser=admin,rootPassword=admin-password-123",
         ),
     ] {
-        let archive = chart(archive);
-        let mut args = vec![
-            "install",
-            release,
-            &archive,
-            "-n",
-            namespace,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "60s",
-        ];
+        let mut extra = vec!["--wait", "--timeout", "60s"];
         if !values.is_empty() {
-            args.extend(["--set", values]);
+            extra.extend(["--set", values]);
         }
-        sim.helm(&args).code(0);
+        helm_install(&sim, release, archive, namespace, &extra).code(0);
     }
     // PostgreSQL: the platform's Cluster, then what phase 2 runs in its instance.
     sim.kubectl(&["create", "namespace", "postgresql"]).ok();
