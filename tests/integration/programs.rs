@@ -2,6 +2,7 @@
 //! installed with the real helm into `bprun sim kube`, then driven with the real kubectl exec and
 //! port-forward as an operator would, answered in the real tools' words.
 
+use crate::support::exec_not_found;
 use crate::support::helm_install;
 use crate::support::one_step_run;
 use crate::support::wait_openbao_pod;
@@ -227,12 +228,7 @@ step("Forward", || {
         "-c",
         "SELECT 1",
     ]);
-    missing.expect(
-        127,
-        "",
-        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"psql\": executable file not found in $PATH: unknown\n\
-         command terminated with exit code 127\n",
-    );
+    missing.expect(127, "", &exec_not_found("psql"));
 }
 
 /// `kubectl exec -n NAMESPACE TARGET -- ARGS`, with `stdin` when given.
@@ -508,10 +504,5 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
         .expect(0, "[<time>]     0B gitlab-artifacts/\n", "");
     // Programs the image does not have.
     let missing = exec(&sim, "minio", minio, &["redis-cli", "PING"], None);
-    missing.expect(
-        127,
-        "",
-        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"redis-cli\": executable file not found in $PATH: unknown\n\
-         command terminated with exit code 127\n",
-    );
+    missing.expect(127, "", &exec_not_found("redis-cli"));
 }

@@ -221,3 +221,11 @@ pub fn wait_openbao_pod(sim: &Sim, condition: &str, timeout: &str) {
     ])
     .ok();
 }
+
+/// What `kubectl exec` prints on stderr (exit 127) when the container has no `program`.
+pub fn exec_not_found(program: &str) -> String {
+    format!(
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"{program}\": executable file not found in $PATH: unknown\n\
+         command terminated with exit code 127\n"
+    )
+}
