@@ -240,16 +240,19 @@ step("Seal", || {
         )
         .env("BAO_ADDR", &server.address);
 
+    // `bprun {options} scripts/test.rhai` with the script's expectations (`yes` or `no`) and
+    // its `--seal` when `seal`.
+    let run = |options: &[&str], initialized: &str, sealed: &str, written: &str, seal: bool| {
+        let mut args = options.to_vec();
+        args.extend(["scripts/test.rhai", "--initialized", initialized]);
+        args.extend(["--sealed", sealed, "--written", written]);
+        if seal {
+            args.push("--seal");
+        }
+        test.run(&args)
+    };
     // Fresh server: init (3 shares, threshold 2) writes the file, unseal uses two keys.
-    let first = test.run(&[
-        "scripts/test.rhai",
-        "--initialized",
-        "no",
-        "--sealed",
-        "yes",
-        "--written",
-        "no",
-    ]);
+    let first = run(&[], "no", "yes", "no", false);
     first.code(0);
     let file = test.join("infra/secrets/openbao-init.json");
     use std::os::unix::fs::PermissionsExt;
@@ -278,43 +281,13 @@ step("Seal", || {
     secrets.push(root_token.clone());
 
     // Seal, then unseal from the file (the token comes from the init file: no BAO_TOKEN).
-    test.run(&[
-        "-q",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "no",
-        "--written",
-        "yes",
-        "--seal",
-    ])
-    .code(0);
-    test.run(&[
-        "-q",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "yes",
-        "--written",
-        "yes",
-    ])
-    .code(0);
+    run(&["-q"], "yes", "no", "yes", true).code(0);
+    run(&["-q"], "yes", "yes", "yes", false).code(0);
 
     // Restart the process: it comes back sealed and the data is still there after unsealing.
     server.stop();
     server.start();
-    let restarted = test.run(&[
-        "--json",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "yes",
-        "--written",
-        "yes",
-    ]);
+    let restarted = run(&["--json"], "yes", "yes", "yes", false);
     restarted.code(0);
     assert_eq!(
         test.read("infra/secrets/openbao-init.json"),
