@@ -2,10 +2,10 @@
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
 use crate::support::one_step_run;
-use crate::support::wait_failed;
 use crate::support::with_recaps;
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
 use crate::support::{Output, Test, repo};
+use crate::support::{gitlab_wait_error, wait_failed};
 
 fn with_sim(test: Test, sim: &Sim) -> Test {
     test.env("GITLAB_URL", sim.gitlab_url())
@@ -881,16 +881,11 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
         &wait_failed(),
-        "error: step \"Wait\" failed\n\
-         \x20 × gitlab: pipeline #10 of blueprint-apps/guestbook failed\n\
-         \x20  ╭─[scripts/test.rhai:1:19]\n\
-         \x201 │ step(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\", 10, #{timeout: 10, interval: 0.2}); });\n\
-         \x20  ·                   ──────────┬─────────\n\
-         \x20  ·                             ╰── failed here\n\
-         \x20  ╰────\n\
-         \x20 caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/10\n\
-         re-run with --resume to continue from here\n",
+        &gitlab_wait_error(
+            "gitlab: pipeline #10 of blueprint-apps/guestbook failed",
+            "step(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\", 10, #{timeout: 10, interval: 0.2}); });",
+            "  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post\n  hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/10\n",
+        ),
     );
 }
 

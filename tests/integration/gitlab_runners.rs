@@ -2,8 +2,8 @@
 //! runner that serves the project and carries the job's tags takes them; without one they stay
 //! pending and bprun's wait names them.
 
-use crate::support::wait_failed;
 use crate::support::with_recaps;
+use crate::support::{gitlab_wait_error, wait_failed};
 use std::time::{Duration, Instant};
 
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
@@ -320,15 +320,11 @@ fn a_runner_polling_for_jobs_is_online_and_takes_the_jobs_its_scope_and_tags_all
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
         &wait_failed(),
-        "error: step \"Wait\" failed\n\
-         \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)\n\
-         \x20  ╭─[scripts/test.rhai:1:19]\n\
-         \x201 │ step(\"Wait\", || { gitlab_wait_pipeline(\"g/p\", 8, #{timeout: 1, interval: 0.2}); });\n\
-         \x20  ·                   ──────────┬─────────\n\
-         \x20  ·                             ╰── failed here\n\
-         \x20  ╰────\n\
-         \x20 hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n\
-         re-run with --resume to continue from here\n",
+        &gitlab_wait_error(
+            "gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)",
+            "step(\"Wait\", || { gitlab_wait_pipeline(\"g/p\", 8, #{timeout: 1, interval: 0.2}); });",
+            "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n",
+        ),
     );
 
     // Given the tag, the runner takes the job on its next poll and the pipeline goes green.

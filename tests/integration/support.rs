@@ -229,3 +229,19 @@ pub fn exec_not_found(program: &str) -> String {
          command terminated with exit code 127\n"
     )
 }
+
+/// The stderr of a failed one-line `Wait` step that calls `gitlab_wait_pipeline`: `line` is the
+/// script's line, `message` the error, `notes` the lines (caused by, hint) under the excerpt.
+pub fn gitlab_wait_error(message: &str, line: &str, notes: &str) -> String {
+    format!(
+        "error: step \"Wait\" failed
+  × {message}
+   ╭─[scripts/test.rhai:1:19]
+ 1 │ {line}
+   ·                   ──────────┬─────────
+   ·                             ╰── failed here
+   ╰────
+{notes}re-run with --resume to continue from here
+"
+    )
+}
