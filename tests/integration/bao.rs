@@ -1,5 +1,7 @@
 //! The OpenBao natives against real OpenBao servers (dev mode and one-node raft).
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{BaoServer, Test, free_port, repo};
 
 /// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
@@ -104,7 +106,8 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
     );
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Write ...
             ~ would write secret secret/app/config (version 2)
@@ -113,11 +116,9 @@ fn check_mode_writes_nothing_and_reports_the_version_it_would_write() {
             ~ would write policy p
         [1/1] Write ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Write  changed                 4     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Write: changed 4>
         ",
+        ),
         "",
     );
     assert_eq!(
@@ -154,18 +155,8 @@ fn concurrent_writers_of_the_same_content_make_one_version() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Race ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Race  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Race", "changed 1"), "");
     assert_eq!(current_version(&server, "secret/race/same"), 1);
 }
 
@@ -182,18 +173,8 @@ fn concurrent_writers_of_different_content_lose_no_update() {
         ),
         &server,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Race ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Race  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Race", "changed 2"), "");
     assert_eq!(current_version(&server, "secret/race/different"), 2);
     let mut values: Vec<String> = (1..=2)
         .map(|version| {
@@ -259,16 +240,19 @@ step("Seal", || {
         )
         .env("BAO_ADDR", &server.address);
 
+    // `bprun {options} scripts/test.rhai` with the script's expectations (`yes` or `no`) and
+    // its `--seal` when `seal`.
+    let run = |options: &[&str], initialized: &str, sealed: &str, written: &str, seal: bool| {
+        let mut args = options.to_vec();
+        args.extend(["scripts/test.rhai", "--initialized", initialized]);
+        args.extend(["--sealed", sealed, "--written", written]);
+        if seal {
+            args.push("--seal");
+        }
+        test.run(&args)
+    };
     // Fresh server: init (3 shares, threshold 2) writes the file, unseal uses two keys.
-    let first = test.run(&[
-        "scripts/test.rhai",
-        "--initialized",
-        "no",
-        "--sealed",
-        "yes",
-        "--written",
-        "no",
-    ]);
+    let first = run(&[], "no", "yes", "no", false);
     first.code(0);
     let file = test.join("infra/secrets/openbao-init.json");
     use std::os::unix::fs::PermissionsExt;
@@ -297,43 +281,13 @@ step("Seal", || {
     secrets.push(root_token.clone());
 
     // Seal, then unseal from the file (the token comes from the init file: no BAO_TOKEN).
-    test.run(&[
-        "-q",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "no",
-        "--written",
-        "yes",
-        "--seal",
-    ])
-    .code(0);
-    test.run(&[
-        "-q",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "yes",
-        "--written",
-        "yes",
-    ])
-    .code(0);
+    run(&["-q"], "yes", "no", "yes", true).code(0);
+    run(&["-q"], "yes", "yes", "yes", false).code(0);
 
     // Restart the process: it comes back sealed and the data is still there after unsealing.
     server.stop();
     server.start();
-    let restarted = test.run(&[
-        "--json",
-        "scripts/test.rhai",
-        "--initialized",
-        "yes",
-        "--sealed",
-        "yes",
-        "--written",
-        "yes",
-    ]);
+    let restarted = run(&["--json"], "yes", "yes", "yes", false);
     restarted.code(0);
     assert_eq!(
         test.read("infra/secrets/openbao-init.json"),
@@ -369,14 +323,7 @@ fn bao_init_never_overwrites_an_existing_file() {
     test.run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            "
-            [1/1] Init ... failed (#.## s)
-
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Init  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            &one_step_run("Init", "failed"),
             r#"
             error: step "Init" failed
               × bao_init: refusing to overwrite infra/secrets/openbao-init.json: OpenBao at <bao> is uninitialised but the file exists
@@ -432,14 +379,7 @@ fn failing_read(test: Test, address: &str) -> crate::support::Output {
 fn expect_read_failure(output: &crate::support::Output, error: &str, hint: &str) {
     output.expect(
         1,
-        "
-        [1/1] Read ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Read  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Read", "failed"),
         &format!(
             r#"
             error: step "Read" failed
@@ -497,14 +437,7 @@ fn errors_name_the_address_and_carry_a_hint() {
         .run(&["-q", "scripts/test.rhai"])
         .expect(
             1,
-            "
-            [1/1] Read ... failed (#.## s)
-
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Read  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            &one_step_run("Read", "failed"),
             r#"
             error: step "Read" failed
               × openbao <bao>: no KV mount `nomount` (reading nomount/x/y)

@@ -4,6 +4,7 @@
 //! Response shapes are unit-tested in src/sim/bao.rs.
 
 use crate::bao::KV_BASICS;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Output, SimKind, repo};
 use bprun_testkit::unindent;
 
@@ -121,23 +122,11 @@ step("Destroy", || {
     );
     output.partial_stdout(
         &(unindent(
-            "
+            &with_recaps("
             [10/10] Destroy ... changed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step          status            changes       time
-              1  Health        ok                      0     #.## s
-              2  Read missing  ok                      0     #.## s
-              3  Write         changed                 1     #.## s
-              4  Write again   ok                      0     #.## s
-              5  Patch         changed                 1     #.## s
-              6  List          ok                      0     #.## s
-              7  Policy        changed                 1     #.## s
-              8  Mounts        changed                 3     #.## s
-              9  Delete        changed                 2     #.## s
-             10  Destroy       changed                 1     #.## s
-            10 steps: 4 ok, 6 changed, 0 skipped, 0 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Health: ok; Read missing: ok; Write: changed 1; Write again: ok; Patch: changed 1; List: ok; Policy: changed 1; Mounts: changed 3; Delete: changed 2; Destroy: changed 1>
+            "),
         ) + REHEARSAL_END_STATE),
         why,
     );
@@ -165,16 +154,12 @@ step("Read", || {
         &format!(
             "{}{REHEARSAL_END_STATE}",
             unindent(
-                "
+                &with_recaps("
             [1/2] Seal ... changed (#.## s)
             [2/2] Read ... failed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Seal  changed                 2     #.## s
-              2  Read  failed                  0     #.## s
-            2 steps: 0 ok, 1 changed, 0 skipped, 1 failed in #.## s
-            "
+            <recap of scripts/test.rhai: Seal: changed 2; Read: failed>
+            ")
             )
         ),
         &format!(
@@ -213,7 +198,7 @@ step("Write", || {
         0,
         &format!(
             "{}{REHEARSAL_END_STATE}",
-            unindent(
+            unindent(&with_recaps(
                 "
             check mode: nothing will be changed
             [1/1] Write ...
@@ -221,12 +206,9 @@ step("Write", || {
                 ~ would mount kv version 2 at apps/
             [1/1] Write ... changed (#.## s)
 
-            Recap of scripts/test.rhai (check mode)
-              #  step   status       would change       time
-              1  Write  changed                 2     #.## s
-            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai (check mode): Write: changed 2>
             "
-            )
+            ))
         ),
         REHEARSAL_PLATFORM,
     );
@@ -244,16 +226,15 @@ fn sim_bao_prints_its_address_and_token() {
         .run(&["scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
             [1/1] W ...
                 ~ write secret secret/a/b (version 1)
             [1/1] W ... changed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  W     changed                 1     #.## s
-            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai: W: changed 1>
             ",
+            ),
             "",
         );
 }

@@ -1,26 +1,15 @@
 //! The apps' Helm charts pass the real `helm lint` and `helm template` (helm v4 from
 //! ./test.sh's .tools/bin).
 
-use crate::support::tool;
-use std::process::Command;
-
 fn run_helm(args: &[&str]) -> String {
-    let home = tempfile::tempdir().expect("helm home");
-    let output = Command::new(tool("helm"))
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("HELM_CACHE_HOME", home.path().join("cache"))
-        .env("HELM_CONFIG_HOME", home.path().join("config"))
-        .env("HELM_DATA_HOME", home.path().join("data"))
-        .output()
-        .expect("run helm");
+    let output = crate::stand_in_charts::helm("helm", args);
     assert!(
-        output.status.success(),
+        output.code == 0,
         "helm {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+        output.raw_stdout,
+        output.raw_stderr
     );
-    String::from_utf8_lossy(&output.stdout).into_owned()
+    output.raw_stdout
 }
 
 #[test]

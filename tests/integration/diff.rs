@@ -1,6 +1,8 @@
 //! `--diff` (issue #16): how each change changes its resource, with `--check` or alone; hidden
 //! values stay hidden.
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, GITLAB_TOKEN, SimKind, repo};
 
 const SCRIPT: &str = r#"
@@ -39,18 +41,13 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
         .env("GITLAB_TOKEN", GITLAB_TOKEN);
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         [1/3] Files ... changed (#.## s)
         [2/3] Variables ... changed (#.## s)
         [3/3] Push and smoke ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step            status            changes       time
-          1  Files           changed                 1     #.## s
-          2  Variables       changed                 5     #.## s
-          3  Push and smoke  changed                 3     #.## s
-        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: Files: changed 1; Variables: changed 5; Push and smoke: changed 3>
+        "),
         "",
     );
     sim.clear_requests();
@@ -67,7 +64,7 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
     // changed; the downstream effect: the push moves the head, so a new pipeline would start.
     planned.expect(
         0,
-        r#"
+        &with_recaps(r#"
         check mode: nothing will be changed
         [1/3] Files ...
             ~ would update file out/config.txt
@@ -99,13 +96,8 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
             ~ would start pipeline of blueprint-apps/demo at main (its head commit would change: a push is planned)
         [3/3] Push and smoke ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step            status       would change       time
-          1  Files           changed                 1     #.## s
-          2  Variables       changed                 3     #.## s
-          3  Push and smoke  changed                 3     #.## s
-        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/test.rhai (check mode): Files: changed 1; Variables: changed 3; Push and smoke: changed 3>
+        "#),
         "",
     );
     for secret in ["old-token-value-123456", "new-token-value-654321"] {
@@ -123,7 +115,7 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
         .replace_regex(r"\(([0-9a-f]{8})\)\n", "(<commit>)\n")
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/3] Files ...
                 ~ update file out/config.txt
                   --- a/out/config.txt
@@ -149,13 +141,8 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
                 ~ commit and push apps-local/blueprint-apps/demo (<commit>)
             [3/3] Push and smoke ... changed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step            status            changes       time
-              1  Files           changed                 1     #.## s
-              2  Variables       changed                 1     #.## s
-              3  Push and smoke  changed                 2     #.## s
-            3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/test.rhai: Files: changed 1; Variables: changed 1; Push and smoke: changed 2>
+            "#),
             "",
         );
     assert_eq!(
@@ -166,19 +153,16 @@ fn check_with_diff_shows_how_each_change_would_change_and_hides_secrets() {
     test.run(&["--check", "--diff", "scripts/test.rhai", "--version", "v2"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
             check mode: nothing will be changed
             [1/3] Files ... ok (#.## s)
             [2/3] Variables ... ok (#.## s)
             [3/3] Push and smoke ... ok (#.## s)
 
-            Recap of scripts/test.rhai (check mode)
-              #  step            status       would change       time
-              1  Files           ok                      0     #.## s
-              2  Variables       ok                      0     #.## s
-              3  Push and smoke  ok                      0     #.## s
-            3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai (check mode): Files: ok; Variables: ok; Push and smoke: ok>
             ",
+            ),
             "",
         );
 }
@@ -217,23 +201,14 @@ fn kubernetes_objects_diff_as_yaml_and_secrets_name_their_keys_only() {
     let test = repo()
         .script(&script("fast"))
         .env("KUBECONFIG", sim.kubeconfig().display().to_string());
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Apply ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Apply  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Apply", "changed 2"), "");
     std::fs::write(test.join("scripts/test.rhai"), script("slow")).expect("edit");
     let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
     planned.expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Apply ...
             ~ would configure ConfigMap/settings in default
@@ -256,11 +231,9 @@ fn kubernetes_objects_diff_as_yaml_and_secrets_name_their_keys_only() {
                user: (hidden)
         [1/1] Apply ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Apply  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Apply: changed 2>
         ",
+        ),
         "",
     );
     for canary in ["pw-fast-canary-000", "pw-slow-canary-000"] {
@@ -289,18 +262,8 @@ fn openbao_writes_diff_their_keys_by_name_only() {
         ))
         .env("BAO_ADDR", &server.address)
         .env("BAO_TOKEN", "root");
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Store ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Store  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Store", "changed 1"), "");
     std::fs::write(
         test.join("scripts/test.rhai"),
         script("user: \"admin\", password: secret(\"pw-new-canary-222\"), added: \"y\""),
@@ -309,7 +272,8 @@ fn openbao_writes_diff_their_keys_by_name_only() {
     let planned = test.run(&["--check", "--diff", "scripts/test.rhai"]);
     planned.expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Store ...
             ~ would write secret secret/demo/app (version 2)
@@ -318,11 +282,9 @@ fn openbao_writes_diff_their_keys_by_name_only() {
               - gone (removed)
         [1/1] Store ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Store  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Store: changed 1>
         ",
+        ),
         "",
     );
     planned

@@ -1,8 +1,11 @@
 //! The GitLab natives and client against the GitLab simulator over real HTTP, and contract
 //! checks of the simulator's answers against GitLab's documented behaviour.
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
 use crate::support::{Output, Test, repo};
+use crate::support::{gitlab_wait_error, wait_failed};
 
 fn with_sim(test: Test, sim: &Sim) -> Test {
     test.env("GITLAB_URL", sim.gitlab_url())
@@ -64,36 +67,31 @@ fn ensure_natives_create_once_then_report_unchanged() {
     let first = test.run(&["scripts/test.rhai"]);
     first.expect(
         0,
-        "[1/3] Ensure group ...\n\
-         \x20   ~ create group blueprint-apps (internal)\n\
-         [1/3] Ensure group ... changed (#.## s)\n\
-         [2/3] Ensure projects ...\n\
-         \x20   ~ create project blueprint-apps/shared-code\n\
-         \x20   ~ create project blueprint-apps/guestbook\n\
-         \x20   ~ create project blueprint-apps/redis\n\
-         \x20   ~ create project blueprint-apps/redis-slave\n\
-         [2/3] Ensure projects ... changed (#.## s)\n\
-         [3/3] Variables ...\n\
-         \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
-         \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
-         \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
-         \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
-         \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
-         \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
-         \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
-         \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
-         \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
-         \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
-         \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
-         \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
-         [3/3] Variables ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step             status            changes       time\n\
-         \x20 1  Ensure group     changed                 1     #.## s\n\
-         \x20 2  Ensure projects  changed                 4     #.## s\n\
-         \x20 3  Variables        changed                12     #.## s\n\
-         3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps("[1/3] Ensure group ...\n\
+                      \x20   ~ create group blueprint-apps (internal)\n\
+                      [1/3] Ensure group ... changed (#.## s)\n\
+                      [2/3] Ensure projects ...\n\
+                      \x20   ~ create project blueprint-apps/shared-code\n\
+                      \x20   ~ create project blueprint-apps/guestbook\n\
+                      \x20   ~ create project blueprint-apps/redis\n\
+                      \x20   ~ create project blueprint-apps/redis-slave\n\
+                      [2/3] Ensure projects ... changed (#.## s)\n\
+                      [3/3] Variables ...\n\
+                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
+                      \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
+                      \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
+                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
+                      \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
+                      \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
+                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
+                      \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
+                      \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
+                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
+                      \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
+                      \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
+                      [3/3] Variables ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Ensure group: changed 1; Ensure projects: changed 4; Variables: changed 12>\n"),
         "",
     );
     // A masked value leaks nowhere.
@@ -103,16 +101,11 @@ fn ensure_natives_create_once_then_report_unchanged() {
     let second = test.run(&["-q", "scripts/test.rhai"]);
     second.expect(
         0,
-        "[1/3] Ensure group ... ok (#.## s)\n\
-         [2/3] Ensure projects ... ok (#.## s)\n\
-         [3/3] Variables ... ok (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step             status            changes       time\n\
-         \x20 1  Ensure group     ok                      0     #.## s\n\
-         \x20 2  Ensure projects  ok                      0     #.## s\n\
-         \x20 3  Variables        ok                      0     #.## s\n\
-         3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps("[1/3] Ensure group ... ok (#.## s)\n\
+                      [2/3] Ensure projects ... ok (#.## s)\n\
+                      [3/3] Variables ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Ensure group: ok; Ensure projects: ok; Variables: ok>\n"),
         "",
     );
     let log = sim.requests();
@@ -131,37 +124,32 @@ fn check_mode_sends_no_write() {
     let test = with_sim(repo().script(ENSURE), &sim).env("KUBECONFIG_B64", KUBECONFIG_B64);
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "check mode: nothing will be changed\n\
-         [1/3] Ensure group ...\n\
-         \x20   ~ would create group blueprint-apps (internal)\n\
-         [1/3] Ensure group ... changed (#.## s)\n\
-         [2/3] Ensure projects ...\n\
-         \x20   ~ would create project blueprint-apps/shared-code\n\
-         \x20   ~ would create project blueprint-apps/guestbook\n\
-         \x20   ~ would create project blueprint-apps/redis\n\
-         \x20   ~ would create project blueprint-apps/redis-slave\n\
-         [2/3] Ensure projects ... changed (#.## s)\n\
-         [3/3] Variables ...\n\
-         \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
-         \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
-         \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
-         \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
-         \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
-         \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
-         \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
-         \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
-         \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
-         \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
-         \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
-         \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
-         [3/3] Variables ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai (check mode)\n\
-         \x20 #  step             status       would change       time\n\
-         \x20 1  Ensure group     changed                 1     #.## s\n\
-         \x20 2  Ensure projects  changed                 4     #.## s\n\
-         \x20 3  Variables        changed                12     #.## s\n\
-         3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps("check mode: nothing will be changed\n\
+                      [1/3] Ensure group ...\n\
+                      \x20   ~ would create group blueprint-apps (internal)\n\
+                      [1/3] Ensure group ... changed (#.## s)\n\
+                      [2/3] Ensure projects ...\n\
+                      \x20   ~ would create project blueprint-apps/shared-code\n\
+                      \x20   ~ would create project blueprint-apps/guestbook\n\
+                      \x20   ~ would create project blueprint-apps/redis\n\
+                      \x20   ~ would create project blueprint-apps/redis-slave\n\
+                      [2/3] Ensure projects ... changed (#.## s)\n\
+                      [3/3] Variables ...\n\
+                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
+                      \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
+                      \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
+                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
+                      \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
+                      \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
+                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
+                      \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
+                      \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
+                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
+                      \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
+                      \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
+                      [3/3] Variables ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai (check mode): Ensure group: changed 1; Ensure projects: changed 4; Variables: changed 12>\n"),
         "",
     );
     assert_eq!(sim.requests()["mutating"], 0);
@@ -194,12 +182,11 @@ fn set_variables_updates_differing_and_removes_unlisted() {
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.expect(
         0,
-        "[1/1] Vars ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step  status            changes       time\n\
-         \x20 1  Vars  changed                 8     #.## s\n\
-         1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps(
+            "[1/1] Vars ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Vars: changed 8>\n",
+        ),
         "",
     );
     output.stderr_lacks("has spaces in it");
@@ -263,34 +250,28 @@ step("Red", || {
     // The refused trigger started nothing, so "Missing include" changed nothing.
     settled_waits(test.run(&["scripts/test.rhai"])).expect(
         1,
-        "[1/4] Set up ...\n\
-         \x20   ~ create group blueprint-apps (internal)\n\
-         \x20   ~ create project blueprint-apps/shared-code\n\
-         \x20   ~ create project blueprint-apps/guestbook\n\
-         \x20   ~ create project blueprint-apps/broken\n\
-         \x20   ~ create project blueprint-apps/orphan\n\
-         \x20   ~ post /api/v4/projects/blueprint-apps%2Fshared-code/repository/files/templates%2Fapp.yml\n\
-         \x20   ~ post /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml\n\
-         \x20   ~ post /api/v4/projects/blueprint-apps%2Fbroken/repository/files/.gitlab-ci.yml\n\
-         \x20   ~ post /api/v4/projects/blueprint-apps%2Forphan/repository/files/.gitlab-ci.yml\n\
-         [1/4] Set up ... changed (#.## s)\n\
-         [2/4] Green ...\n\
-         \x20   ~ start pipeline of blueprint-apps/guestbook on main\n\
-         \x20   pipeline #13 of blueprint-apps/guestbook: success (# s)\n\
-         [2/4] Green ... changed (#.## s)\n\
-         [3/4] Missing include ... ok (#.## s)\n\
-         [4/4] Red ...\n\
-         \x20   ~ start pipeline of blueprint-apps/broken on main\n\
-         \x20   pipeline #16 of blueprint-apps/broken: failed (# s)\n\
-         [4/4] Red ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step             status            changes       time\n\
-         \x20 1  Set up           changed                 9     #.## s\n\
-         \x20 2  Green            changed                 1     #.## s\n\
-         \x20 3  Missing include  ok                      0     #.## s\n\
-         \x20 4  Red              failed                  1     #.## s\n\
-         4 steps: 1 ok, 2 changed, 0 skipped, 1 failed in #.## s\n",
+        &with_recaps("[1/4] Set up ...\n\
+                      \x20   ~ create group blueprint-apps (internal)\n\
+                      \x20   ~ create project blueprint-apps/shared-code\n\
+                      \x20   ~ create project blueprint-apps/guestbook\n\
+                      \x20   ~ create project blueprint-apps/broken\n\
+                      \x20   ~ create project blueprint-apps/orphan\n\
+                      \x20   ~ post /api/v4/projects/blueprint-apps%2Fshared-code/repository/files/templates%2Fapp.yml\n\
+                      \x20   ~ post /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml\n\
+                      \x20   ~ post /api/v4/projects/blueprint-apps%2Fbroken/repository/files/.gitlab-ci.yml\n\
+                      \x20   ~ post /api/v4/projects/blueprint-apps%2Forphan/repository/files/.gitlab-ci.yml\n\
+                      [1/4] Set up ... changed (#.## s)\n\
+                      [2/4] Green ...\n\
+                      \x20   ~ start pipeline of blueprint-apps/guestbook on main\n\
+                      \x20   pipeline #13 of blueprint-apps/guestbook: success (# s)\n\
+                      [2/4] Green ... changed (#.## s)\n\
+                      [3/4] Missing include ... ok (#.## s)\n\
+                      [4/4] Red ...\n\
+                      \x20   ~ start pipeline of blueprint-apps/broken on main\n\
+                      \x20   pipeline #16 of blueprint-apps/broken: failed (# s)\n\
+                      [4/4] Red ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Set up: changed 9; Green: changed 1; Missing include: ok; Red: failed 1>\n"),
         "error: step \"Red\" failed\n\
          \x20 × gitlab: pipeline #16 of blueprint-apps/broken failed\n\
          \x20   ╭─[scripts/test.rhai:28:5]\n\
@@ -364,16 +345,11 @@ fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates
     // A second run converges to "nothing to do".
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "[1/3] Ensure group ... ok (#.## s)\n\
-         [2/3] Ensure projects ... ok (#.## s)\n\
-         [3/3] Variables ... ok (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step             status            changes       time\n\
-         \x20 1  Ensure group     ok                      0     #.## s\n\
-         \x20 2  Ensure projects  ok                      0     #.## s\n\
-         \x20 3  Variables        ok                      0     #.## s\n\
-         3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps("[1/3] Ensure group ... ok (#.## s)\n\
+                      [2/3] Ensure projects ... ok (#.## s)\n\
+                      [3/3] Variables ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Ensure group: ok; Ensure projects: ok; Variables: ok>\n"),
         "",
     );
 }
@@ -466,12 +442,7 @@ fn errors_show_method_path_status_and_gitlab_message() {
     let test = with_sim(repo().script("step(\"Dup\", || { gitlab_ensure_group(\"g\"); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); gitlab_post(\"projects\", #{name: \"p\", namespace_id: 2}); });\n"), &sim);
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "[1/1] Dup ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step  status            changes       time\n\
-         \x20 1  Dup   failed                  2     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &one_step_run("Dup", "failed 2"),
         "error: step \"Dup\" failed\n\
          \x20 × gitlab: POST /projects -> 400: name has already been taken, path has already been taken\n\
          \x20  ╭─[scripts/test.rhai:1:100]\n\
@@ -909,22 +880,12 @@ fn git_push_and_clone_round_trip_over_smart_http() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "[1/1] Wait ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step  status            changes       time\n\
-         \x20 1  Wait  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
-        "error: step \"Wait\" failed\n\
-         \x20 × gitlab: pipeline #10 of blueprint-apps/guestbook failed\n\
-         \x20  ╭─[scripts/test.rhai:1:19]\n\
-         \x201 │ step(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\", 10, #{timeout: 10, interval: 0.2}); });\n\
-         \x20  ·                   ──────────┬─────────\n\
-         \x20  ·                             ╰── failed here\n\
-         \x20  ╰────\n\
-         \x20 caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/10\n\
-         re-run with --resume to continue from here\n",
+        &wait_failed(),
+        &gitlab_wait_error(
+            "gitlab: pipeline #10 of blueprint-apps/guestbook failed",
+            "step(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\", 10, #{timeout: 10, interval: 0.2}); });",
+            "  caused by: the CI configuration is invalid: jobs:build job: chosen stage compile does not exist; available stages are .pre, build, test, deploy, .post\n  hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/10\n",
+        ),
     );
 }
 
@@ -1156,17 +1117,11 @@ step("Pull again", || {
     let output = test.run(&["-q", "scripts/test.rhai"]);
     output.expect(
         1,
-        "[1/4] Provision ... changed (#.## s)\n\
-         [2/4] Pull ... changed (#.## s)\n\
-         [3/4] Diverge ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step        status            changes       time\n\
-         \x20 1  Provision   changed                 6     #.## s\n\
-         \x20 2  Pull        changed                 2     #.## s\n\
-         \x20 3  Diverge     failed                  4     #.## s\n\
-         \x20 4  Pull again  not run                 0          -\n\
-         4 steps: 0 ok, 2 changed, 0 skipped, 1 failed, 1 not run in #.## s\n",
+        &with_recaps("[1/4] Provision ... changed (#.## s)\n\
+                      [2/4] Pull ... changed (#.## s)\n\
+                      [3/4] Diverge ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Provision: changed 6; Pull: changed 2; Diverge: failed 4; Pull again: not run>\n"),
         "error: step \"Diverge\" failed\n\
          \x20 × git: push in apps-local/blueprint-apps/demo: cannot push because a reference that you are trying to update on the remote contains commits that are not present locally.\n\
          \x20   ╭─[scripts/test.rhai:25:5]\n\
@@ -1193,18 +1148,12 @@ step("Pull again", || {
     // The diverged tree: pulling says how to recover.
     without_commit_ids(test.run(&["-q", "--only", "Pull again", "scripts/test.rhai"])).expect(
         1,
-        "[1/4] Provision ... skipped (not selected by --only)\n\
-         [2/4] Pull ... skipped (not selected by --only)\n\
-         [3/4] Diverge ... skipped (not selected by --only)\n\
-         [4/4] Pull again ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step        status            changes       time\n\
-         \x20 1  Provision   skipped                 0          -\n\
-         \x20 2  Pull        skipped                 0          -\n\
-         \x20 3  Diverge     skipped                 0          -\n\
-         \x20 4  Pull again  failed                  0     #.## s\n\
-         4 steps: 0 ok, 0 changed, 3 skipped, 1 failed in #.## s\n",
+        &with_recaps("[1/4] Provision ... skipped (not selected by --only)\n\
+                      [2/4] Pull ... skipped (not selected by --only)\n\
+                      [3/4] Diverge ... skipped (not selected by --only)\n\
+                      [4/4] Pull again ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Provision: skipped; Pull: skipped; Diverge: skipped; Pull again: failed>\n"),
         "error: step \"Pull again\" failed\n\
          \x20 × git: the working tree apps-local/blueprint-apps/demo has diverged from <gitlab>/blueprint-apps/demo.git (local <commit>, remote <commit>)\n\
          \x20   ╭─[scripts/test.rhai:28:5]\n\
@@ -1232,12 +1181,7 @@ fn health_checks_the_instance_and_the_token() {
         .script("step(\"Health\", || { gitlab_health(); });\n");
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "[1/1] Health ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step    status            changes       time\n\
-         \x20 1  Health  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &one_step_run("Health", "failed"),
         "error: step \"Health\" failed\n\
          \x20 × gitlab: GET /-/health failed: error sending request for url (<closed>/-/health): client error (Connect): tcp connect error: Connection refused (os error 111)\n\
          \x20  ╭─[scripts/test.rhai:1:21]\n\
@@ -1329,15 +1273,14 @@ fn a_run_killed_between_commit_and_push_is_finished_by_the_next() {
     std::fs::write(tree.join(".git/refs/remotes/origin/main.lock"), "").expect("ref lock");
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "check mode: nothing will be changed\n\
-         [1/1] Provision ...\n\
-         \x20   ~ would commit and push apps-local/blueprint-apps/demo\n\
-         [1/1] Provision ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai (check mode)\n\
-         \x20 #  step       status       would change       time\n\
-         \x20 1  Provision  changed                 1     #.## s\n\
-         1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps(
+            "check mode: nothing will be changed\n\
+                      [1/1] Provision ...\n\
+                      \x20   ~ would commit and push apps-local/blueprint-apps/demo\n\
+                      [1/1] Provision ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai (check mode): Provision: changed 1>\n",
+        ),
         "",
     );
     without_commit_ids(test.run(&["scripts/test.rhai"])).expect(0, PROVISION_PUSHES, "");
@@ -1653,12 +1596,7 @@ fn writes_after_the_first_item_are_not_sent_when_it_fails() {
     );
     test.run(&["-q", "scripts/test.rhai", "--fail"]).expect(
         1,
-        "[1/1] Fan out ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step     status            changes       time\n\
-         \x20 1  Fan out  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &one_step_run("Fan out", "failed"),
         "error: step \"Fan out\" failed\n\
          \x20 × parallel: 3 of 3 items failed\n\
          \x20  ╭─[scripts/test.rhai:2:5]\n\
@@ -1740,17 +1678,16 @@ fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
     sim.clear_requests();
     with_kept.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "check mode: nothing will be changed\n\
-         [1/1] Adopt ...\n\
-         \x20   ~ would revoke personal access token adopted (#3)\n\
-         \x20   valid true revoked 1 changed true\n\
-         \x20   user root\n\
-         [1/1] Adopt ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai (check mode)\n\
-         \x20 #  step   status       would change       time\n\
-         \x20 1  Adopt  changed                 1     #.## s\n\
-         1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps(
+            "check mode: nothing will be changed\n\
+                      [1/1] Adopt ...\n\
+                      \x20   ~ would revoke personal access token adopted (#3)\n\
+                      \x20   valid true revoked 1 changed true\n\
+                      \x20   user root\n\
+                      [1/1] Adopt ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai (check mode): Adopt: changed 1>\n",
+        ),
         "",
     );
     assert_eq!(sim.mutating_requests(), 0);
@@ -1758,16 +1695,15 @@ fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
 
     with_kept.run(&["scripts/test.rhai"]).expect(
         0,
-        "[1/1] Adopt ...\n\
-         \x20   ~ revoke personal access token adopted (#3)\n\
-         \x20   valid true revoked 1 changed true\n\
-         \x20   user root\n\
-         [1/1] Adopt ... changed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step   status            changes       time\n\
-         \x20 1  Adopt  changed                 1     #.## s\n\
-         1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps(
+            "[1/1] Adopt ...\n\
+                      \x20   ~ revoke personal access token adopted (#3)\n\
+                      \x20   valid true revoked 1 changed true\n\
+                      \x20   user root\n\
+                      [1/1] Adopt ... changed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Adopt: changed 1>\n",
+        ),
         "",
     );
     assert_eq!(live(), 1);
@@ -1775,15 +1711,14 @@ fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
     sim.clear_requests();
     with_kept.run(&["scripts/test.rhai"]).expect(
         0,
-        "[1/1] Adopt ...\n\
-         \x20   valid true revoked 0 changed false\n\
-         \x20   user root\n\
-         [1/1] Adopt ... ok (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step   status            changes       time\n\
-         \x20 1  Adopt  ok                      0     #.## s\n\
-         1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps(
+            "[1/1] Adopt ...\n\
+                      \x20   valid true revoked 0 changed false\n\
+                      \x20   user root\n\
+                      [1/1] Adopt ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Adopt: ok>\n",
+        ),
         "",
     );
     let log = sim.requests();
@@ -1796,14 +1731,13 @@ fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
         .run(&["scripts/test.rhai"])
         .expect(
             0,
-            "[1/1] Adopt ...\n\
-             \x20   valid false revoked 0 changed false\n\
-             [1/1] Adopt ... ok (#.## s)\n\
-             \n\
-             Recap of scripts/test.rhai\n\
-             \x20 #  step   status            changes       time\n\
-             \x20 1  Adopt  ok                      0     #.## s\n\
-             1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s\n",
+            &with_recaps(
+                "[1/1] Adopt ...\n\
+                          \x20   valid false revoked 0 changed false\n\
+                          [1/1] Adopt ... ok (#.## s)\n\
+                          \n\
+                          <recap of scripts/test.rhai: Adopt: ok>\n",
+            ),
             "",
         );
     assert_eq!(live(), 1);

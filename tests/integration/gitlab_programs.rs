@@ -7,6 +7,8 @@
 //! GitLab created comes online while one with a token GitLab does not know crash-loops with
 //! GitLab Runner's words.
 
+use crate::support::helm_install;
+use crate::support::wait_pods_ready;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
 use std::time::Duration;
@@ -47,31 +49,14 @@ fn secret(sim: &Sim, namespace: &str, name: &str, pairs: &[(&str, &str)]) {
 /// The platform's storage and CloudNativePG with a Ready Cluster `postgresql-cnpg`, whose
 /// server has role `gitlab` (password `right-password`) owning `gitlabhq_production`.
 fn postgres(sim: &Sim) {
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
-    sim.helm(&[
-        "install",
+    crate::programs::with_default_storage(sim);
+    helm_install(
+        sim,
         "cnpg",
-        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
-        "-n",
+        "cloudnative-pg-0.26.1",
         "cnpg-system",
-        "--create-namespace",
-        "--wait",
-        "--timeout",
-        "60s",
-    ])
+        &["--wait", "--timeout", "60s"],
+    )
     .code(0);
     sim.kubectl(&["create", "ns", "postgresql"]).ok();
     let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: postgresql}\n\
@@ -232,17 +217,7 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
         "gitlab-postgresql-password",
         &[("password", "right-password")],
     );
-    sim.kubectl(&[
-        "wait",
-        "pods",
-        "-n",
-        "gitlab",
-        "-l",
-        "app=webservice",
-        "--for=condition=Ready",
-        "--timeout=60s",
-    ])
-    .ok();
+    wait_pods_ready(&sim, "gitlab", "app=webservice", "60s");
     let served = eventually("GitLab is served", || {
         let answer = health(&sim);
         (answer.0 == 200).then_some(answer)
@@ -250,17 +225,7 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
     assert_eq!(served.0, 200);
     // The webservice's and the registry's ports forward to what serves them (as phase 3's
     // pre-flight reaches them).
-    sim.kubectl(&[
-        "wait",
-        "pods",
-        "-n",
-        "gitlab",
-        "-l",
-        "app=registry",
-        "--for=condition=Ready",
-        "--timeout=60s",
-    ])
-    .ok();
+    wait_pods_ready(&sim, "gitlab", "app=registry", "60s");
     let script = r#"
 step("Forward", || {
     let gitlab = kube_port_forward("gitlab", "svc/gitlab-webservice-default", 8181);
@@ -293,18 +258,22 @@ step("Forward", || {
     );
     let values = root(RUNNER_VALUES);
     let chart = root("infra/helm-charts/stand-ins/gitlab-runner");
-    sim.helm(&[
-        "install",
-        "gitlab-runner",
-        &chart,
-        "-n",
-        "gitlab-runner",
-        "-f",
-        &values,
-        "--set",
-        "runners.secret=gitlab-runner-token",
-    ])
-    .code(0);
+    // A runner release of the stand-in chart, with one `--set`.
+    let install_runner = |release: &str, set: &str| {
+        sim.helm(&[
+            "install",
+            release,
+            &chart,
+            "-n",
+            "gitlab-runner",
+            "-f",
+            &values,
+            "--set",
+            set,
+        ])
+        .code(0);
+    };
+    install_runner("gitlab-runner", "runners.secret=gitlab-runner-token");
     let online = eventually("the runner is online", || {
         let runners = sim.api_json("runners/all?status=online");
         runners
@@ -316,18 +285,7 @@ step("Forward", || {
     });
     assert_eq!(online["status"], "online", "{online}");
     // One with a token GitLab does not know crash-loops with GitLab Runner's words.
-    sim.helm(&[
-        "install",
-        "bogus",
-        &chart,
-        "-n",
-        "gitlab-runner",
-        "-f",
-        &values,
-        "--set",
-        "runnerToken=glrt-bogus0123456789abc",
-    ])
-    .code(0);
+    install_runner("bogus", "runnerToken=glrt-bogus0123456789abc");
     let bogus_state = "{.items[?(@.metadata.labels.release==\"bogus\")].status.containerStatuses[0].state.waiting.reason}";
     eventually("the bogus runner crash-loops", || {
         (sim.jsonpath("pods", "gitlab-runner", bogus_state) == "CrashLoopBackOff").then_some(())

@@ -2,6 +2,8 @@
 //! runner that serves the project and carries the job's tags takes them; without one they stay
 //! pending and bprun's wait names them.
 
+use crate::support::with_recaps;
+use crate::support::{gitlab_wait_error, wait_failed};
 use std::time::{Duration, Instant};
 
 use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
@@ -102,17 +104,14 @@ step("Smoke", || {
     // A line a second, each with the pipeline's page.
     output.expect(
         1,
-        "[1/1] Smoke ...\n\
-         \x20   ~ start pipeline of g/p on main\n\
-         \x20   pipeline #8 of g/p: pending (0 s)\n\
-         \x20   waiting for pipeline #8 of g/p (1 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
-         \x20   waiting for pipeline #8 of g/p (2 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
-         [1/1] Smoke ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step   status            changes       time\n\
-         \x20 1  Smoke  failed                  1     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &with_recaps("[1/1] Smoke ...\n\
+                      \x20   ~ start pipeline of g/p on main\n\
+                      \x20   pipeline #8 of g/p: pending (0 s)\n\
+                      \x20   waiting for pipeline #8 of g/p (1 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
+                      \x20   waiting for pipeline #8 of g/p (2 s): pending; jobs: build pending, deploy created; <gitlab>/g/p/-/pipelines/8\n\
+                      [1/1] Smoke ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Smoke: failed 1>\n"),
         "error: step \"Smoke\" failed\n\
          \x20 × gitlab: pipelines did not finish within 2 s: #8 of g/p is pending; no online runner can take job build\n\
          \x20  ╭─[scripts/test.rhai:4:5]\n\
@@ -149,15 +148,12 @@ step("Smoke", || {
     // The later stage waits for the first: `created`, not pending, so it is not named.
     test.run(&["scripts/test.rhai"]).expect(
         1,
-        "[1/1] Smoke ...\n\
-         \x20   ~ start pipeline of g/p on main\n\
-         \x20   pipeline #8 of g/p: pending (0 s)\n\
-         [1/1] Smoke ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step   status            changes       time\n\
-         \x20 1  Smoke  failed                  1     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &with_recaps("[1/1] Smoke ...\n\
+                      \x20   ~ start pipeline of g/p on main\n\
+                      \x20   pipeline #8 of g/p: pending (0 s)\n\
+                      [1/1] Smoke ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Smoke: failed 1>\n"),
         "error: step \"Smoke\" failed\n\
          \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is pending; no online runner can take job build\n\
          \x20  ╭─[scripts/test.rhai:4:5]\n\
@@ -323,21 +319,12 @@ fn a_runner_polling_for_jobs_is_online_and_takes_the_jobs_its_scope_and_tags_all
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "[1/1] Wait ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step  status            changes       time\n\
-         \x20 1  Wait  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
-        "error: step \"Wait\" failed\n\
-         \x20 × gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)\n\
-         \x20  ╭─[scripts/test.rhai:1:19]\n\
-         \x201 │ step(\"Wait\", || { gitlab_wait_pipeline(\"g/p\", 8, #{timeout: 1, interval: 0.2}); });\n\
-         \x20  ·                   ──────────┬─────────\n\
-         \x20  ·                             ╰── failed here\n\
-         \x20  ╰────\n\
-         \x20 hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n\
-         re-run with --resume to continue from here\n",
+        &wait_failed(),
+        &gitlab_wait_error(
+            "gitlab: pipelines did not finish within 1 s: #8 of g/p is running; no online runner can take job deploy (tags: k8s)",
+            "step(\"Wait\", || { gitlab_wait_pipeline(\"g/p\", 8, #{timeout: 1, interval: 0.2}); });",
+            "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n",
+        ),
     );
 
     // Given the tag, the runner takes the job on its next poll and the pipeline goes green.

@@ -3,6 +3,8 @@
 //! helm commands ran and that no secret ever reached one.
 
 use crate::support::Sim;
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, SimKind, Test, repo, tool};
 use std::path::Path;
 
@@ -89,17 +91,16 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 "#;
     run_script(&test, &[], install).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Redis ...
             ~ install helm release redis/redis from apps/redis/helm-chart (not installed)
             result: true 1 deployed redis-0.1.0 redis redis
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Redis: changed 1>
         ",
+        ),
         "",
     );
     let calls = helm_calls(&test);
@@ -115,17 +116,14 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     // The same chart and values: no upgrade, no new revision.
     run_script(&test, &[], install).expect(
         0,
-        "
+        &with_recaps("
         [1/1] Redis ...
             helm release redis/redis left alone: revision 1 of redis-0.1.0 is deployed with the same chart digest and values
             result: false 1 deployed redis-0.1.0 redis redis
         [1/1] Redis ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: Redis: ok>
+        "),
         "",
     );
     let calls = helm_calls(&test);
@@ -147,7 +145,8 @@ fn helm_install_changes_only_when_chart_or_values_change() {
 "#;
     run_script(&test, &[], changed).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Redis ...
             ~ upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)
             result: true 2 chart or values changed
@@ -156,11 +155,9 @@ fn helm_install_changes_only_when_chart_or_values_change() {
             absent: true
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Redis: changed 1>
         ",
+        ),
         "",
     );
     run_script(&test, &[], changed).expect(
@@ -246,7 +243,8 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     .expect("edit chart");
     run_script(&test, &[], changed).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Redis ...
             ~ upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)
             result: true 3 chart or values changed
@@ -255,11 +253,9 @@ fn helm_install_changes_only_when_chart_or_values_change() {
             absent: true
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Redis: changed 1>
         ",
+        ),
         "",
     );
 }
@@ -332,17 +328,14 @@ fn secret_values_reach_helm_through_a_private_file_only() {
     );
     again.expect(
         0,
-        "
+        &with_recaps("
         [1/1] Redis ...
             helm release redis/redis left alone: revision 1 of redis-0.1.0 is deployed with the same chart digest and values
             changed: false 1
         [1/1] Redis ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: Redis: ok>
+        "),
         "",
     );
 }
@@ -358,18 +351,17 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 "#;
     run_script(&test, &["--check"], install).expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Redis ...
             ~ would install helm release redis/redis from apps/redis/helm-chart (not installed)
             result: true  not installed
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Redis: changed 1>
         ",
+        ),
         "",
     );
     assert_eq!(
@@ -382,17 +374,16 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
 
     run_script(&test, &[], install).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Redis ...
             ~ install helm release redis/redis from apps/redis/helm-chart (not installed)
             result: true 1 not installed
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Redis: changed 1>
         ",
+        ),
         "",
     );
     let upgrade = r#"step("Redis", || {
@@ -403,18 +394,15 @@ fn check_mode_reports_what_would_change_and_runs_no_upgrade() {
     helm_calls(&test);
     run_script(&test, &["--check"], upgrade).expect(
         0,
-        "
+        &with_recaps("
         check mode: nothing will be changed
         [1/1] Redis ...
             ~ would upgrade helm release redis/redis from apps/redis/helm-chart (chart or values changed)
             result: true 1 chart or values changed
         [1/1] Redis ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Redis  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai (check mode): Redis: changed 1>
+        "),
         "",
     );
     assert!(helm_calls(&test).iter().all(|c| !c.starts_with("upgrade")));
@@ -448,17 +436,16 @@ fn helm_uninstall_is_idempotent() {
     );
     output.expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Remove ...
             ~ uninstall helm release redis/redis (redis-0.1.0)
             uninstall: true false
         [1/1] Remove ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step    status            changes       time
-          1  Remove  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Remove: changed 1>
         ",
+        ),
         "",
     );
     assert_eq!(sim.helm(&["list", "-A", "-q"]).ok(), "");
@@ -484,14 +471,7 @@ fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
     );
     output.expect(
         1,
-        "
-        [1/1] Broken ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step    status            changes       time
-          1  Broken  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Broken", "failed"),
         r#"
         error: step "Broken" failed
           × helm_install: `helm upgrade --install broken charts/broken -n demo --description 'bprun digest bfd8089b519e34a4096dfde57783dd0e56512cf50d3c59e3b8b5830046eca209' --timeout 300s -o json --create-namespace` exited with code 1
@@ -519,17 +499,16 @@ fn a_broken_chart_names_the_command_the_exit_code_and_helms_message() {
     );
     lint.expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Lint ...
             bad: false 1
             good: true
         [1/1] Lint ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Lint  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Lint: ok>
         ",
+        ),
         "",
     );
 }
@@ -552,7 +531,8 @@ fn helm_template_renders_with_values() {
     // The values file's tag, then the explicit value over it.
     output.expect(
         0,
-        r#"
+        &with_recaps(
+            r#"
         check mode: nothing will be changed
         [1/1] Render ...
             ---
@@ -655,11 +635,9 @@ fn helm_template_renders_with_values() {
                           memory: 32Mi
         [1/1] Render ... ok (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step    status       would change       time
-          1  Render  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Render: ok>
         "#,
+        ),
         "",
     );
     assert!(helm_calls(&test).iter().all(|c| c.starts_with("template")));
@@ -761,17 +739,14 @@ fn helm_pull_uses_the_cached_archive_without_helm() {
     let output = test.run(&["scripts/test.rhai"]);
     output.expect(
         0,
-        "
+        &with_recaps("
         [1/1] Cache ...
             cached: false infra/helm-charts/redis-19.6.4.tgz redis 19.6.4
             unknown: helm_pull: infra/VERSIONS.json has no helm_repositories.nope / known keys: redis
         [1/1] Cache ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Cache  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: Cache: ok>
+        "),
         "",
     );
 }
@@ -865,34 +840,32 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
     let repository = format!("http://127.0.0.1:{port}");
     check.replace(&repository, "<charts>").expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Cache ...
             ~ would pull chart infra/helm-charts/redis-0.1.0.tgz from <charts>
         [1/1] Cache ... changed (#.## s)
 
-        Recap of scripts/check.rhai (check mode)
-          #  step   status       would change       time
-          1  Cache  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/check.rhai (check mode): Cache: changed 1>
         ",
+        ),
         "",
     );
     assert!(!pulled_in_check, "check mode pulled");
     output.replace(&repository, "<charts>").expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Cache ...
             ~ pull chart infra/helm-charts/redis-0.1.0.tgz from <charts>
             pull: true false infra/helm-charts/redis-0.1.0.tgz
             lint: true
         [1/1] Cache ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Cache  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Cache: changed 1>
         ",
+        ),
         "",
     );
     let left: Vec<_> = std::fs::read_dir(test.join("infra/helm-charts"))

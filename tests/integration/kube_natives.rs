@@ -1,6 +1,8 @@
 //! The Kubernetes natives (kube-rs) through the real binary against `bprun sim kube`,
 //! cross-checked with the real kubectl.
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Sim, SimKind};
 use crate::support::{Test, repo};
 
@@ -62,7 +64,8 @@ step(\"Change\", || {{
     let test = with_kube(repo().script(&script), &sim);
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Apply ...
             ~ create Namespace/demo
             ~ create Deployment/web in demo
@@ -73,13 +76,9 @@ step(\"Change\", || {{
             ~ delete Namespace/demo
         [3/3] Change ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step    status            changes       time
-          1  Apply   changed                 2     #.## s
-          2  Wait    ok                      0     #.## s
-          3  Change  changed                 2     #.## s
-        3 steps: 1 ok, 2 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Apply: changed 2; Wait: ok; Change: changed 2>
         ",
+        ),
         "",
     );
     let gone = sim.kubectl(&["get", "ns", "demo"]);
@@ -100,18 +99,17 @@ step(\"Apply\", || {{
     let test = with_kube(repo().script(&script), &sim);
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         check mode: nothing will be changed
         [1/1] Apply ...
             ~ would create Namespace/demo
             ~ would create Deployment/web in demo
         [1/1] Apply ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step   status       would change       time
-          1  Apply  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai (check mode): Apply: changed 2>
         ",
+        ),
         "",
     );
     assert_eq!(sim.kubectl(&["get", "ns", "demo", "-o", "name"]).code, 1);
@@ -138,16 +136,13 @@ step("Broken image", || {
         .replace_regex(r"broken-[a-z0-9]{10}\b", "broken-<hash>")
         .expect(
             1,
-            "
+            &with_recaps("
             [1/1] Broken image ...
                 ~ create Deployment/broken in demo
             [1/1] Broken image ... failed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step          status            changes       time
-              1  Broken image  failed                  1     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Broken image: failed 1>
+            "),
             r#"
             error: step "Broken image" failed
               × kube_wait Deployment/broken in demo: pod broken-<hash>-<pod>: container app: ImagePullBackOff (Back-off pulling image "registry.invalid/app:nope": ErrImagePull: failed to pull and unpack image "registry.invalid/app:nope": not found)
@@ -172,14 +167,7 @@ step("Never ready", || { kube_wait("pods", "demo", "app=nothing", "Ready", #{tim
     let test = with_kube(repo().script(timeout), &sim);
     test.run(&["scripts/test.rhai"]).expect(
         1,
-        "
-        [1/1] Never ready ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step         status            changes       time
-          1  Never ready  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Never ready", "failed"),
         r#"
         error: step "Never ready" failed
           × kube_wait pods matching app=nothing in demo: not ready after 1s
@@ -270,7 +258,8 @@ step("Forward", || {
     );
     output.expect(
         0,
-        r#"
+        &with_recaps(
+            r#"
         [1/3] Exec ...
             ~ exec echo in gitlab/app=toolbox
             ~ exec cat in gitlab/app=toolbox
@@ -287,13 +276,9 @@ step("Forward", || {
             ~ delete pods/gitlab-registry-<hash>-<pod> in gitlab
         [3/3] Forward ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step     status            changes       time
-          1  Exec     changed                 3     #.## s
-          2  Secrets  changed                 1     #.## s
-          3  Forward  changed                 1     #.## s
-        3 steps: 0 ok, 3 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Exec: changed 3; Secrets: changed 1; Forward: changed 1>
         "#,
+        ),
         "",
     );
     // No base64 secret either.
@@ -321,29 +306,21 @@ fn kube_context_picks_the_kubeconfig_context() {
     test.run(&["--kube-context", "bprun-sim", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
             [1/1] Look ...
                 default
             [1/1] Look ... ok (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Look  ok                      0     #.## s
-            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai: Look: ok>
             ",
+            ),
             "",
         );
     test.run(&["--kube-context", "nope", "scripts/test.rhai"])
         .expect(
             1,
-            "
-            [1/1] Look ... failed (#.## s)
-
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Look  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            &one_step_run("Look", "failed"),
             r#"
             error: step "Look" failed
               × kubeconfig context nope: failed to load current context: nope
@@ -379,17 +356,14 @@ step("Write", || {
         .replace_regex(r"\(127\.0\.0\.1:\d+\)", "(127.0.0.1:<port>)")
         .expect(
             0,
-            "
+            &with_recaps("
             [1/1] Write ...
                 warning: <bao-addr> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
                 ~ write secret secret/apps/demo (version 1)
             [1/1] Write ... changed (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step   status            changes       time
-              1  Write  changed                 1     #.## s
-            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Write: changed 1>
+            "),
             "",
         );
     let stored = server.cli("root", &["kv", "get", "-field=answer", "secret/apps/demo"]);
@@ -418,7 +392,7 @@ step(\"Restart\", || {{
     );
     let test = with_kube(repo().script(&script), &sim);
     let output = test.run(&["scripts/test.rhai"]);
-    output.code(1).stdout(
+    output.code(1).stdout(&with_recaps(
         "
         [1/1] Restart ...
             ~ create Namespace/demo
@@ -428,12 +402,9 @@ step(\"Restart\", || {{
             ~ exec false in demo/app=web
         [1/1] Restart ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step     status            changes       time
-          1  Restart  failed                  5     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        <recap of scripts/test.rhai: Restart: failed 5>
         ",
-    );
+    ));
     output.partial_stderr(
         "  × kube_exec false in demo/app=web: exit code 1\n",
         "the report ends with an empty `caused by: ` line (the command wrote no stderr): a \
@@ -477,7 +448,8 @@ step("Operator", || {
         .run(&["--check", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
             check mode: nothing will be changed
             [1/1] Operator ...
                 ~ would create CustomResourceDefinition/clusters.postgresql.cnpg.io
@@ -486,11 +458,9 @@ step("Operator", || {
                 check mode: would wait (unknown kind clusters.postgresql.cnpg.io on <kube>/)
             [1/1] Operator ... changed (#.## s)
 
-            Recap of scripts/test.rhai (check mode)
-              #  step      status       would change       time
-              1  Operator  changed                 3     #.## s
-            1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai (check mode): Operator: changed 3>
             ",
+            ),
             "",
         );
     assert_eq!(sim.kubectl(&["get", "crd", "-o", "name"]).ok(), "");

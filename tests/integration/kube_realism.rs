@@ -2,6 +2,9 @@
 //! words, and recovers by itself once the missing piece appears: driven by the real kubectl and
 //! helm 4, with the real upstream charts from infra/helm-charts.
 
+use crate::support::helm_install;
+use crate::support::wait_failed;
+use crate::support::wait_openbao_pod;
 use crate::support::{BPRUN, Output, SimKind};
 
 /// helm's output with the release's and the test hooks' times, which are the clock's.
@@ -133,12 +136,7 @@ fn kube_wait_names_the_missing_secret() {
         .replace_regex(r"Pod/web-[a-z0-9]+-[a-z0-9]{5}:", "Pod/web-<hash>-<id>:");
     out.expect(
         1,
-        "[1/1] Wait ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step  status            changes       time\n\
-         \x20 1  Wait  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &wait_failed(),
         "error: step \"Wait\" failed\n\
          \x20 × kube_wait pods matching app=web in demo: not ready after 2s\n\
          \x20  ╭─[scripts/test.rhai:1:19]\n\
@@ -243,34 +241,14 @@ fn volumes_claims_and_storage_classes_decide_as_on_a_real_cluster() {
 #[test]
 fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
-    sim.helm(&[
-        "install",
-        "openbao",
-        &root("infra/helm-charts/openbao-0.11.0.tgz"),
-        "-n",
-        "openbao",
-        "--create-namespace",
-    ])
-    .code(0);
+    helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     // The StatefulSet's claim exists but nothing can bind it yet.
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=create",
-        "--timeout=10s",
-    ])
-    .ok();
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--timeout=10s",
+    wait_openbao_pod(&sim, "--for=create", "10s");
+    wait_openbao_pod(
+        &sim,
         "--for=jsonpath={.status.conditions[0].reason}=Unschedulable",
-    ])
-    .ok();
+        "10s",
+    );
     assert_eq!(
         sim.kubectl(&["get", "pvc", "-n", "openbao", "-o", "name"])
             .ok(),
@@ -296,14 +274,7 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
         sim.jsonpath("pvc/data-openbao-0", "openbao", "{.status.phase}"),
         "Pending"
     );
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
+    crate::programs::make_local_path_the_default(&sim);
     sim.kubectl(&[
         "wait",
         "pvc/data-openbao-0",
@@ -321,31 +292,20 @@ fn local_path_provisions_only_as_the_default_class_with_its_provisioner_running(
         path.stdout
     );
     // Running; Ready only once OpenBao is unsealed (tests/integration/programs.rs).
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.phase}=Running",
-        "--timeout=10s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=jsonpath={.status.phase}=Running", "10s");
 }
 
 #[test]
 fn a_webhook_without_endpoints_refuses_writes_until_its_operator_runs() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     // The real CNPG chart, without waiting: its operator pod is not up when the Cluster comes.
-    sim.helm(&[
-        "install",
+    helm_install(
+        &sim,
         "cnpg",
-        &root("infra/helm-charts/cloudnative-pg-0.26.1.tgz"),
-        "-n",
+        "cloudnative-pg-0.26.1",
         "cnpg-system",
-        "--create-namespace",
-        "--set",
-        "replicaCount=0",
-    ])
+        &["--set", "replicaCount=0"],
+    )
     .code(0);
     let cluster = "apiVersion: postgresql.cnpg.io/v1\nkind: Cluster\nmetadata: {name: postgresql-cnpg, namespace: default}\n\
                    spec: {instances: 1, storage: {size: 1Gi}}\n";
@@ -1287,20 +1247,7 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
     bare.code(1);
     sim.helm(&["uninstall", "minio", "-n", "minio"]).code(0);
     // The platform's storage: local-path, made the default class.
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
-    sim.kubectl(&[
-        "patch",
-        "storageclass",
-        "local-path",
-        "-p",
-        r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
-    ])
-    .ok();
+    crate::programs::with_default_storage(&sim);
     for (release, archive, namespace, values) in [
         ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
         ("openbao", "openbao-0.11.0", "openbao", ""),
@@ -1317,36 +1264,14 @@ fn the_four_upstream_charts_install_and_run_for_the_real_reasons() {
             "architecture=standalone,image.repository=bitnamilegacy/redis",
         ),
     ] {
-        let mut args = vec![
-            "install",
-            release,
-            &chart(archive),
-            "-n",
-            namespace,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "60s",
-        ]
-        .into_iter()
-        .map(str::to_string)
-        .collect::<Vec<_>>();
+        let mut extra = vec!["--wait", "--timeout", "60s"];
         if !values.is_empty() {
-            args.extend(["--set".to_string(), values.to_string()]);
+            extra.extend(["--set", values]);
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        sim.helm(&args).code(0);
+        helm_install(&sim, release, archive, namespace, &extra).code(0);
     }
     // Sealed: Running, not Ready (its readiness probe runs `bao status`).
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=jsonpath={.status.phase}=Running",
-        "--timeout=20s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=jsonpath={.status.phase}=Running", "20s");
     sim.kubectl(&[
         "wait",
         "pod/redis-master-0",

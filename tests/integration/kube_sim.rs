@@ -1,6 +1,7 @@
 //! The Kubernetes simulator driven by the real kubectl and helm (from ./test.sh's .tools/bin):
 //! when they cannot use it, the simulator is wrong.
 
+use crate::support::exec_not_found;
 use crate::support::{BPRUN, Output, Sim, SimKind, tool};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -410,12 +411,7 @@ fn kubectl_exec_runs_commands_in_simulated_containers() {
         "--",
         "nosuch",
     ]);
-    unknown.expect(
-        127,
-        "",
-        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"nosuch\": executable file not found in $PATH: unknown\n\
-         command terminated with exit code 127\n",
-    );
+    unknown.expect(127, "", &exec_not_found("nosuch"));
     let no_gitlab = sim.kubectl(&[
         "exec",
         "-n",

@@ -1,5 +1,7 @@
 //! Natives that talk to processes and sockets, against real local peers on loopback.
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::time::{Duration, Instant};
@@ -27,16 +29,6 @@ fn http_server(status_line: &'static str, requests: usize) -> (u16, std::thread:
     (port, handle)
 }
 
-/// What a `-q` run of one passing "Probe" step prints.
-const PROBED: &str = "
-[1/1] Probe ... ok (#.## s)
-
-Recap of scripts/test.rhai
-  #  step   status            changes       time
-  1  Probe  ok                      0     #.## s
-1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-";
-
 /// A port on loopback that nothing listens on (bound, then released).
 fn closed_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind loopback");
@@ -54,7 +46,8 @@ fn http_status_returns_the_status_or_unit_when_nothing_answers() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Probe", "ok"), "");
     server.join().expect("server thread");
 }
 
@@ -63,14 +56,7 @@ fn http_status_rejects_a_malformed_url_with_a_hint() {
     let test = repo().script("step(\"Probe\", || { http_status(\"not a url\", 1); });\n");
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "
-        [1/1] Probe ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Probe  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Probe", "failed"),
         r#"
         error: step "Probe" failed
           × invalid URL not a url: relative URL without a base
@@ -97,7 +83,8 @@ fn tcp_probe_tells_an_open_port_from_a_closed_one() {
 }});
 "#
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, PROBED, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Probe", "ok"), "");
     drop(listener);
 }
 
@@ -134,18 +121,8 @@ fn run_command_returns_a_result_instead_of_throwing() {
 });
 "#,
     );
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Run ... ok (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Run   ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Run", "ok"), "");
 }
 
 #[test]
@@ -153,16 +130,15 @@ fn a_command_that_is_not_read_only_counts_as_a_change() {
     let test = repo().script("step(\"Touch\", || { run_command([\"touch\", \"made\"]); });\n");
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Touch ...
             ~ run `touch made`
         [1/1] Touch ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Touch  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Touch: changed 1>
         ",
+        ),
         "",
     );
 }

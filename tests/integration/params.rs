@@ -1,6 +1,7 @@
 //! Declared script parameters (`params(#{...})`): checked before anything runs, typed, shown by
 //! `bprun SCRIPT --help` and `--list`, and split between the scripts of a rehearsal.
 
+use crate::support::{EMPTY_END_STATE, rehearsal_platform, with_recaps};
 use crate::support::{expect_output, repo};
 
 const DECLARING: &str = r#"// Printed before the declaration: a refused command line must not print it.
@@ -31,32 +32,30 @@ fn declared_parameters_are_typed_defaulted_and_described() {
     ])
     .expect(
         0,
-        r#"
+        &with_recaps(
+            r#"
         the top level ran
         [1/1] Show ...
             app=guestbook smoke_timeout=30 (i64) destroy=false tag=["a", "b"]
         [1/1] Show ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Show  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Show: ok>
         "#,
+        ),
         "",
     );
     test.run(&["scripts/test.rhai", "--destroy"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         the top level ran
         [1/1] Show ...
             app= smoke_timeout=600 (i64) destroy=true tag=
         [1/1] Show ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Show  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Show: ok>
         ",
+        ),
         "",
     );
     // --help, --list and -h after the script show the same.
@@ -120,16 +119,15 @@ fn an_unknown_or_mistyped_parameter_is_refused_before_anything_runs() {
     let open = repo().script("step(\"Show\", || { info(`x=${args.x}`); });\n");
     open.run(&["scripts/test.rhai", "--x", "1"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Show ...
             x=1
         [1/1] Show ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Show  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Show: ok>
         ",
+        ),
         "",
     );
 }
@@ -222,37 +220,21 @@ fn a_rehearsal_hands_each_script_its_own_parameters() {
         .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
         .expect(
             0,
-            r#"
+            &(with_recaps(
+                r#"
             [1/1] First ...
                 first: #{"wait_timeout": 60}
             [1/1] First ... ok (#.## s)
 
-            Recap of scripts/first.rhai
-              #  step   status            changes       time
-              1  First  ok                      0     #.## s
-            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+            <recap of scripts/first.rhai: First: ok>
             [1/1] Second ...
                 second: #{"destroy": true, "smoke_timeout": 30}
             [1/1] Second ... ok (#.## s)
 
-            Recap of scripts/second.rhai
-              #  step    status            changes       time
-              1  Second  ok                      0     #.## s
-            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-
-            End state of the rehearsal platform:
-            GitLab: no groups
+            <recap of scripts/second.rhai: Second: ok>
             "#,
-            "
-            rehearsal platform (as phase 2 leaves it):
-              GitLab simulator     http://127.0.0.1:<port>
-              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
-              Kubernetes simulator https://127.0.0.1:<port>
-              OpenBao              <either>
-
-            == rehearsal 1/2: scripts/first.rhai ==
-
-            == rehearsal 2/2: scripts/second.rhai ==
-            ",
+            ) + EMPTY_END_STATE),
+            &(rehearsal_platform("<either>")
+                + "\n== rehearsal 1/2: scripts/first.rhai ==\n\n== rehearsal 2/2: scripts/second.rhai ==\n"),
         );
 }

@@ -4,6 +4,8 @@
 //! and, with stub programs on PATH (named so in each test), only the detection of tools and
 //! the argument lists bprun builds for them.
 
+use crate::support::one_step_run_of;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Test, free_port, tool};
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -53,7 +55,7 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
     copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ...
                 docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
                 kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -71,16 +73,8 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     failed                  0     #.## s
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: failed; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             r#"
             error: step "Prerequisites" failed
               × missing on PATH: kind (install on <os>: <install kind>); tofu (install on <os>: <install tofu>); re-run with --install-missing to run these commands
@@ -100,7 +94,7 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
     copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ...
                 docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
                 kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -120,16 +114,8 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     ok                      0     #.## s
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
 }
@@ -182,7 +168,7 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
     ]);
     run.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ...
             docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
             kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -204,16 +190,8 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     changed                 1     #.## s
-          2  Seed tofu.tfvars  skipped                 0          -
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: changed 1; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert_eq!(
@@ -230,7 +208,7 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
     ]);
     again.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ...
             docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
             kubectl: Client Version: v1.35.2 (<bin>/kubectl)
@@ -250,16 +228,8 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     ok                      0     #.## s
-          2  Seed tofu.tfvars  skipped                 0          -
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert!(!log.exists());
@@ -294,7 +264,7 @@ esac",
     let run = copy.run(&args);
     run.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             ~ create file infra/tofu/tofu.tfvars
@@ -312,16 +282,8 @@ esac",
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  changed                 1     #.## s
-          3  tofu init         changed                 1     #.## s
-          4  tofu validate     ok                      0     #.## s
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 2 changed, 2 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: changed 1; tofu init: changed 1; tofu validate: ok; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     let recap = crate::phase3::recap_of(&run.stdout, "scripts/phase1.rhai");
@@ -338,7 +300,7 @@ esac",
     let again = copy.run(&args);
     again.expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = false)
@@ -354,16 +316,8 @@ esac",
               bprun scripts/phase2.rhai
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  ok                      0     #.## s
-          3  tofu init         ok                      0     #.## s
-          4  tofu validate     ok                      0     #.## s
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 4 ok, 0 changed, 2 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: ok; tofu validate: ok; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
     assert_eq!(
@@ -380,7 +334,7 @@ esac",
         .run(&["--only", "tofu-init", "scripts/phase1.rhai"])
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... failed (#.## s)
@@ -394,16 +348,8 @@ esac",
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         failed                  0     #.## s
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: failed; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             r#"
             error: step "tofu init" failed
               × `tofu -chdir=infra/tofu init -input=false` exited with code 1
@@ -428,14 +374,7 @@ esac",
     );
     copy.run(&["scripts/apply.rhai"]).expect(
         1,
-        r#"
-        [1/1] Apply ... failed (#.## s)
-
-        Recap of scripts/apply.rhai
-          #  step   status            changes       time
-          1  Apply  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        "#,
+        &one_step_run_of("scripts/apply.rhai", "Apply", "failed"),
         r#"
         error: step "Apply" failed
           × tofu apply: bprun does not run it
@@ -463,7 +402,7 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
     copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ...
                 ~ create file infra/tofu/tofu.tfvars
@@ -479,16 +418,8 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  changed                 1     #.## s
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 1 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: changed 1; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
     assert_eq!(
@@ -502,7 +433,7 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
     copy.run(&["--only", "seed-tofu-tfvars", "scripts/phase1.rhai"])
         .expect(
             0,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ...
                 infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
@@ -518,16 +449,8 @@ fn tfvars_are_seeded_once_and_an_operators_file_is_kept() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  ok                      0     #.## s
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       skipped                 0          -
-              6  Next commands     ok                      0     #.## s
-            6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+            "#),
             "",
         );
     assert_eq!(
@@ -562,7 +485,7 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
         .replace_regex(pull_folders, ".pull-<pid>-<id>")
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... skipped (not selected by --only)
@@ -584,16 +507,8 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       failed                  0     #.## s
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
+            "#),
             r#"
             error: step "Chart cache" failed
               × 3 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp (each is named above)
@@ -618,7 +533,7 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
         .replace_regex(pull_folders, ".pull-<pid>-<id>")
         .expect(
             1,
-            r#"
+            &with_recaps(r#"
             [1/6] Prerequisites ... skipped (not selected by --only)
             [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
             [3/6] tofu init ... skipped (not selected by --only)
@@ -640,16 +555,8 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
                   bprun scripts/phase2.rhai
             [6/6] Next commands ... ok (#.## s)
 
-            Recap of scripts/phase1.rhai
-              #  step              status            changes       time
-              1  Prerequisites     skipped                 0          -
-              2  Seed tofu.tfvars  skipped                 0          -
-              3  tofu init         skipped                 0          -
-              4  tofu validate     skipped                 0          -
-              5  Chart cache       failed                  0     #.## s
-              6  Next commands     ok                      0     #.## s
-            6 steps: 1 ok, 0 changed, 4 skipped, 1 failed in #.## s
-            "#,
+            <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
+            "#),
             r#"
             error: step "Chart cache" failed
               × 4 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp, redis (each is named above)
@@ -676,18 +583,13 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
     copy.run(&["scripts/phase1.rhai", "--destroy"]).expect(
         3,
         "",
-        r#"
-        error: the top level of scripts/phase1.rhai failed
-          × --destroy without --preserve-data disagrees with preserve_stateful_data = true in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: add --preserve-data, then re-run.
-            ╭─[scripts/lib/common.rhai:63:9]
-         62 │     if tofu_preserves != preserve_data {
-         63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
-            ·         ──┬──
-            ·           ╰── thrown here
-         64 │     }
-            ╰────
-          in fn refuse_preserve_data_disagreement() called at scripts/phase1.rhai:33:9
-        "#,
+        &crate::phase2::destroy_refusal(
+            "scripts/phase1.rhai",
+            "33:9",
+            "without --preserve-data",
+            true,
+            "add --preserve-data",
+        ),
     );
     assert!(
         !copy.path().join(".bprun").exists(),
@@ -703,7 +605,7 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
     ])
     .expect(
         0,
-        r#"
+        &with_recaps(r#"
         [1/6] Prerequisites ... skipped (not selected by --only)
         [2/6] Seed tofu.tfvars ...
             infra/tofu/tofu.tfvars kept as it is (preserve_stateful_data = true)
@@ -717,16 +619,8 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
               tofu -chdir=infra/tofu destroy -var-file=tofu.tfvars
         [6/6] Next commands ... ok (#.## s)
 
-        Recap of scripts/phase1.rhai
-          #  step              status            changes       time
-          1  Prerequisites     skipped                 0          -
-          2  Seed tofu.tfvars  ok                      0     #.## s
-          3  tofu init         skipped                 0          -
-          4  tofu validate     skipped                 0          -
-          5  Chart cache       skipped                 0          -
-          6  Next commands     ok                      0     #.## s
-        6 steps: 2 ok, 0 changed, 4 skipped, 0 failed in #.## s
-        "#,
+        <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: ok; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+        "#),
         "",
     );
 
@@ -739,18 +633,13 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
         .expect(
             3,
             "",
-            r#"
-            error: the top level of scripts/phase2.rhai failed
-              × --destroy --preserve-data disagrees with preserve_stateful_data = false in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: drop --preserve-data, or set preserve_stateful_data = true, then re-run.
-                ╭─[scripts/lib/common.rhai:63:9]
-             62 │     if tofu_preserves != preserve_data {
-             63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
-                ·         ──┬──
-                ·           ╰── thrown here
-             64 │     }
-                ╰────
-              in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
-            "#,
+            &crate::phase2::destroy_refusal(
+                "scripts/phase2.rhai",
+                "75:9",
+                "--preserve-data",
+                false,
+                "drop --preserve-data, or set preserve_stateful_data = true",
+            ),
         );
 }
 

@@ -1,6 +1,8 @@
 //! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
 //! its safety rails, through the real binary on a copy of this repository.
 
+use crate::support::one_step_run_of;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, tool};
 
 /// `bprun --list scripts/phase2.rhai`: its steps ...
@@ -40,26 +42,40 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
         .expect(0, &format!("{PLAN}{PARAMETERS}"), "");
 }
 
-#[test]
-fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() {
-    let copy = BPRUN.test_in_repository_copy();
-    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
-    // No cluster is configured: the refusal comes before any step could reach one.
-    let refusal = |flags: &str, value: bool, fix: &str| {
-        format!(
-            "error: the top level of scripts/phase2.rhai failed
-  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
-{}",
-            r#"    ╭─[scripts/lib/common.rhai:63:9]
+/// The source lines under the refusal of a `--destroy` whose flags disagree with tofu.tfvars.
+const DESTROY_REFUSAL_SOURCE: &str = r#"    ╭─[scripts/lib/common.rhai:63:9]
  62 │     if tofu_preserves != preserve_data {
  63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
     ·         ──┬──
     ·           ╰── thrown here
  64 │     }
     ╰────
-  in fn refuse_preserve_data_disagreement() called at scripts/phase2.rhai:75:9
-"#
-        )
+"#;
+
+/// `script`'s refusal (stderr) of `--destroy {flags}` against `preserve_stateful_data = {value}`,
+/// the check called at `script:{line}`.
+pub(crate) fn destroy_refusal(
+    script: &str,
+    line: &str,
+    flags: &str,
+    value: bool,
+    fix: &str,
+) -> String {
+    format!(
+        "error: the top level of {script} failed
+  × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
+{DESTROY_REFUSAL_SOURCE}  in fn refuse_preserve_data_disagreement() called at {script}:{line}
+"
+    )
+}
+
+#[test]
+fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() {
+    let copy = BPRUN.test_in_repository_copy();
+    copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
+    // No cluster is configured: the refusal comes before any step could reach one.
+    let refusal = |flags: &str, value: bool, fix: &str| {
+        destroy_refusal("scripts/phase2.rhai", "75:9", flags, value, fix)
     };
     copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
         3,
@@ -146,18 +162,17 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
     let run = copy.run(&["scripts/render.rhai"]);
     run.expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Render ...
             rendered: ***
             length 403
             ~ create file rendered.yaml
         [1/1] Render ... changed (#.## s)
 
-        Recap of scripts/render.rhai
-          #  step    status            changes       time
-          1  Render  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/render.rhai: Render: changed 1>
         ",
+        ),
         "",
     );
     run.stdout_lacks("canary-minio-password-123");
@@ -187,14 +202,7 @@ fn template_files_fill_placeholders_keep_secrets_hidden_and_refuse_typos() {
     );
     copy.run(&["scripts/typo.rhai"]).expect(
         1,
-        "
-        [1/1] Render ... failed (#.## s)
-
-        Recap of scripts/typo.rhai
-          #  step    status            changes       time
-          1  Render  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run_of("scripts/typo.rhai", "Render", "failed"),
         r#"
         error: step "Render" failed
           × template_file: infra/references/gitlab-rails-storage-connection.yaml:6: no value for {{ ACCESS_KEY }}
@@ -763,17 +771,8 @@ fn helm_revisions(sim: &crate::support::Sim) -> Vec<String> {
 }
 
 fn kubectl(sim: &crate::support::Sim, args: &[&str]) -> String {
-    let output = std::process::Command::new(tool("kubectl"))
-        .args(args)
-        .env("KUBECONFIG", sim.var("KUBECONFIG"))
-        .env("HOME", sim.home())
-        .output()
-        .expect("kubectl");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    )
+    let output = crate::qualify::kubectl(sim, args);
+    format!("{}{}", output.raw_stdout, output.raw_stderr)
 }
 
 fn kube_mutating(sim: &crate::support::Sim) -> u64 {
@@ -1319,14 +1318,7 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
     let refused = copy.run(&["scripts/install.rhai"]);
     refused.expect(
         1,
-        "
-        [1/1] GitLab ... failed (#.## s)
-
-        Recap of scripts/install.rhai
-          #  step    status            changes       time
-          1  GitLab  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run_of("scripts/install.rhai", "GitLab", "failed"),
         r#"
         error: step "GitLab" failed
           × helm_install gitlab/gitlab: the values (infra/helm-values/gitlab.yaml) do not match infra/helm-values/schemas/gitlab.schema.json
@@ -1360,17 +1352,14 @@ fn values_missing_an_override_the_chart_needs_stop_the_install_before_helm_runs(
     );
     shipped.run(&["scripts/check.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         [1/1] Schemas ...
             warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
             warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
         [1/1] Schemas ... ok (#.## s)
 
-        Recap of scripts/check.rhai
-          #  step     status            changes       time
-          1  Schemas  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/check.rhai: Schemas: ok>
+        "),
         "",
     );
 }

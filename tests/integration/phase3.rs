@@ -2,6 +2,7 @@
 //! all`), run through the real binary on a copy of this repository.
 
 use crate::in_cluster::SortedBetween;
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Sim, SimKind, Test};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -130,6 +131,52 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
+/// The source lines under a failed smoke test (its wait for the pipelines).
+pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
+     ╰────
+"#;
+
+/// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
+/// done (the smoke test's lines follow).
+pub(crate) const PROVISIONED: &str = "\
+[1/6] Pre-flight ... ok (#.## s)
+[2/6] Mint PAT ...
+    admin PAT already in OpenBao; reusing
+[2/6] Mint PAT ... ok (#.## s)
+[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+[4/6] Ensure group ... ok (#.## s)
+[5/6] Provision projects ... ok (#.## s)
+[6/6] Smoke test ...
+";
+
+/// What a run of phase 3 on a provisioned platform prints: nothing to do, after `head`.
+fn second_run(head: &str) -> String {
+    let title = if head.is_empty() {
+        "scripts/phase3.rhai"
+    } else {
+        "scripts/phase3.rhai (check mode)"
+    };
+    format!(
+        "{head}{}",
+        with_recaps(&format!(
+            r##"
+{PROVISIONED}    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
+    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
+    pipeline #<n> of blueprint-apps/redis: success (0 s)
+    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
+[6/6] Smoke test ... ok (#.## s)
+
+<recap of {title}: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
+"##
+        ))
+    )
+}
+
 #[test]
 fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let repository = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -252,35 +299,7 @@ fn a_second_run_changes_nothing_and_secrets_stay_out_of_every_output() {
     let second = copy
         .run(&["scripts/phase3.rhai"])
         .replace_regex(r"#\d+ of", "#<n> of");
-    second.expect(
-        0,
-        r##"
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
-    admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
-    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
-    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
-    pipeline #<n> of blueprint-apps/redis: success (0 s)
-    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
-[6/6] Smoke test ... ok (#.## s)
-
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            ok                      0     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        ok                      0     #.## s
-  5  Provision projects  ok                      0     #.## s
-  6  Smoke test          ok                      0     #.## s
-6 steps: 5 ok, 0 changed, 1 skipped, 0 failed in #.## s
-"##,
-        "",
-    );
+    second.expect(0, &second_run(""), "");
     assert_eq!(sim.mutating_requests(), 0, "no mutating GitLab request");
     assert_eq!(project_heads(&sim), heads, "no new commits");
     assert_eq!(
@@ -303,36 +322,7 @@ Recap of scripts/phase3.rhai
     let check = copy
         .run(&["--check", "scripts/phase3.rhai"])
         .replace_regex(r"#\d+ of", "#<n> of");
-    check.expect(
-        0,
-        r##"
-check mode: nothing will be changed
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
-    admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
-    pipeline #<n> of blueprint-apps/shared-code: success (0 s)
-    pipeline #<n> of blueprint-apps/guestbook: success (0 s)
-    pipeline #<n> of blueprint-apps/redis: success (0 s)
-    pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
-[6/6] Smoke test ... ok (#.## s)
-
-Recap of scripts/phase3.rhai (check mode)
-  #  step                status       would change       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            ok                      0     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        ok                      0     #.## s
-  5  Provision projects  ok                      0     #.## s
-  6  Smoke test          ok                      0     #.## s
-6 steps: 5 ok, 0 changed, 1 skipped, 0 failed in #.## s
-"##,
-        "",
-    );
+    check.expect(0, &second_run("check mode: nothing will be changed\n"), "");
     assert_eq!(sim.mutating_requests(), 0);
 
     // The PAT and the OpenBao root token appear in no output, journal or file (but infra/secrets/).
@@ -382,7 +372,7 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
         )
         .expect(
             0,
-            r##"
+            &with_recaps(r##"
 check mode: nothing will be changed
 [1/6] Pre-flight ... ok (#.## s)
 [2/6] Mint PAT ...
@@ -409,16 +399,8 @@ check mode: nothing will be changed
     ~ would start pipeline of blueprint-apps/redis-slave on main
 [6/6] Smoke test ... changed (#.## s)
 
-Recap of scripts/phase3.rhai (check mode)
-  #  step                status       would change       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            skipped                 1     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        changed                 1     #.## s
-  5  Provision projects  changed                 8     #.## s
-  6  Smoke test          changed                 4     #.## s
-6 steps: 1 ok, 3 changed, 2 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 8; Smoke test: changed 4>
+"##),
             "",
         );
     assert_eq!(sim.mutating_requests(), 0);
@@ -737,7 +719,7 @@ Recap of scripts/phase3.rhai
     let tidy = copy.run(&["--only", "Mint PAT", "scripts/phase3.rhai"]);
     tidy.replace_regex(r"\(#\d+\)", "(#<id>)").expect(
         0,
-        r##"
+        &with_recaps(r##"
 [1/6] Pre-flight ... skipped (not selected by --only)
 [2/6] Mint PAT ...
     ~ revoke personal access token blueprint-phase3 (#<id>)
@@ -748,16 +730,8 @@ Recap of scripts/phase3.rhai
 [5/6] Provision projects ... skipped (not selected by --only)
 [6/6] Smoke test ... skipped (not selected by --only)
 
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          skipped                 0          -
-  2  Mint PAT            changed                 1     #.## s
-  3  Seed glab auth      skipped                 0          -
-  4  Ensure group        skipped                 0          -
-  5  Provision projects  skipped                 0          -
-  6  Smoke test          skipped                 0          -
-6 steps: 0 ok, 1 changed, 5 skipped, 0 failed in #.## s
-"##,
+<recap of scripts/phase3.rhai: Pre-flight: skipped; Mint PAT: changed 1; Seed glab auth: skipped; Ensure group: skipped; Provision projects: skipped; Smoke test: skipped>
+"##),
         "",
     );
     assert_eq!(
@@ -808,7 +782,9 @@ fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
             r"a real `bao server -dev` \([^)]*\)",
             "a real `bao server -dev` (<bao>)",
         );
-    out.code(1).stderr(r##"
+    out.code(1).stderr(&format!(
+        "{}{SMOKE_WAIT_SOURCE}{}",
+        r##"
 rehearsal platform (as phase 2 leaves it):
   GitLab simulator     http://127.0.0.1:<port>
   GitLab Runner        none (--no-runner): pipelines stay pending
@@ -816,34 +792,19 @@ rehearsal platform (as phase 2 leaves it):
   OpenBao              a real `bao server -dev` (<bao>)
 error: step "Smoke test" failed
   × gitlab: pipelines did not finish within 3 s: #<n> of blueprint-apps/shared-code is pending; no online runner can take job lint-templates, #<n> of blueprint-apps/guestbook is pending; no online runner can take job lint, #<n> of blueprint-apps/redis is pending; no online runner can take job lint, #<n> of blueprint-apps/redis-slave is pending; no online runner can take job lint
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`
-re-run with --resume to continue from here
-"##);
+"##,
+        "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\nre-run with --resume to continue from here\n",
+    ));
     let varies =
         "the projects are provisioned in parallel: their lines interleave, their ids differ";
     out.partial_stdout("[5/6] Provision projects ... changed (#.## s)\n", varies);
     out.partial_stdout(
-        r##"
+        &with_recaps(r##"
 [6/6] Smoke test ... failed (#.## s)
 
-Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          ok                      0     #.## s
-  2  Mint PAT            changed                 2     #.## s
-  3  Seed glab auth      skipped                 0     #.## s
-  4  Ensure group        changed                 1     #.## s
-  5  Provision projects  changed                36     #.## s
-  6  Smoke test          failed                  0     #.## s
-6 steps: 1 ok, 3 changed, 1 skipped, 1 failed in #.## s
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 36; Smoke test: failed>
 
-"##,
+"##),
         varies,
     );
 }

@@ -2,6 +2,10 @@
 //! installed with the real helm into `bprun sim kube`, then driven with the real kubectl exec and
 //! port-forward as an operator would, answered in the real tools' words.
 
+use crate::support::exec_not_found;
+use crate::support::helm_install;
+use crate::support::one_step_run;
+use crate::support::wait_openbao_pod;
 use crate::support::{BPRUN, SimKind, repo};
 use bprun_testkit::Sim;
 
@@ -9,14 +13,8 @@ fn root(path: &str) -> String {
     format!("{}/{path}", env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The platform's storage: local-path, made the default class (the charts' claims bind).
-fn with_default_storage(sim: &Sim) {
-    sim.kubectl(&[
-        "apply",
-        "-f",
-        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
-    ])
-    .ok();
+/// local-path becomes the default storage class.
+pub(crate) fn make_local_path_the_default(sim: &Sim) {
     sim.kubectl(&[
         "patch",
         "storageclass",
@@ -25,6 +23,17 @@ fn with_default_storage(sim: &Sim) {
         r#"{"metadata":{"annotations":{"storageclass.kubernetes.io/is-default-class":"true"}}}"#,
     ])
     .ok();
+}
+
+/// The platform's storage: local-path, made the default class (the charts' claims bind).
+pub(crate) fn with_default_storage(sim: &Sim) {
+    sim.kubectl(&[
+        "apply",
+        "-f",
+        &root("infra/manifests/local-path-provisioner-v0.0.30/local-path-storage.yaml"),
+    ])
+    .ok();
+    make_local_path_the_default(sim);
 }
 
 fn ready_condition(sim: &Sim, pod: &str, namespace: &str) -> String {
@@ -60,25 +69,9 @@ fn unhealthy_events(sim: &Sim, namespace: &str) -> String {
 fn openbao_runs_a_real_server_ready_only_once_unsealed() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     with_default_storage(&sim);
-    sim.helm(&[
-        "install",
-        "openbao",
-        &root("infra/helm-charts/openbao-0.11.0.tgz"),
-        "-n",
-        "openbao",
-        "--create-namespace",
-    ])
-    .code(0);
+    helm_install(&sim, "openbao", "openbao-0.11.0", "openbao", &[]).code(0);
     for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
-        sim.kubectl(&[
-            "wait",
-            "pod/openbao-0",
-            "-n",
-            "openbao",
-            condition,
-            "--timeout=30s",
-        ])
-        .ok();
+        wait_openbao_pod(&sim, condition, "30s");
     }
     // Sealed and uninitialised: the chart's readiness probe (`bao status`, exit 2) fails, so
     // the pod stays unready, with the probe's output in its event.
@@ -186,15 +179,7 @@ fn openbao_runs_a_real_server_ready_only_once_unsealed() {
         &key,
     ])
     .ok();
-    sim.kubectl(&[
-        "wait",
-        "pod/openbao-0",
-        "-n",
-        "openbao",
-        "--for=condition=Ready",
-        "--timeout=30s",
-    ])
-    .ok();
+    wait_openbao_pod(&sim, "--for=condition=Ready", "30s");
     // Its port 8200 is the real server, through the Service (kube-rs's port-forward, as bprun's
     // natives use it).
     let script = r#"
@@ -209,31 +194,12 @@ step("Forward", || {
         .script(script)
         .env("KUBECONFIG", sim.kubeconfig().display().to_string())
         .run(&["scripts/test.rhai"])
-        .expect(
-            0,
-            "
-            [1/1] Forward ... ok (#.## s)
-
-            Recap of scripts/test.rhai
-              #  step     status            changes       time
-              1  Forward  ok                      0     #.## s
-            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-            ",
-            "",
-        );
+        .expect(0, &one_step_run("Forward", "ok"), "");
     // A restarted pod keeps its storage and comes back sealed, as a real one does.
     sim.kubectl(&["delete", "pod", "openbao-0", "-n", "openbao"])
         .ok();
     for condition in ["--for=create", "--for=jsonpath={.status.phase}=Running"] {
-        sim.kubectl(&[
-            "wait",
-            "pod/openbao-0",
-            "-n",
-            "openbao",
-            condition,
-            "--timeout=30s",
-        ])
-        .ok();
+        wait_openbao_pod(&sim, condition, "30s");
     }
     let restarted = sim.kubectl(&[
         "exec",
@@ -262,12 +228,7 @@ step("Forward", || {
         "-c",
         "SELECT 1",
     ]);
-    missing.expect(
-        127,
-        "",
-        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"psql\": executable file not found in $PATH: unknown\n\
-         command terminated with exit code 127\n",
-    );
+    missing.expect(127, "", &exec_not_found("psql"));
 }
 
 /// `kubectl exec -n NAMESPACE TARGET -- ARGS`, with `stdin` when given.
@@ -294,7 +255,6 @@ fn exec(
 fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     with_default_storage(&sim);
-    let chart = |name: &str| root(&format!("infra/helm-charts/{name}.tgz"));
     for (release, archive, namespace, values) in [
         ("cnpg", "cloudnative-pg-0.26.1", "cnpg-system", ""),
         (
@@ -310,22 +270,11 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
             "mode=standalone,replicas=1,resources.requests.memory=256Mi,rootUser=admin,rootPassword=admin-password-123",
         ),
     ] {
-        let archive = chart(archive);
-        let mut args = vec![
-            "install",
-            release,
-            &archive,
-            "-n",
-            namespace,
-            "--create-namespace",
-            "--wait",
-            "--timeout",
-            "60s",
-        ];
+        let mut extra = vec!["--wait", "--timeout", "60s"];
         if !values.is_empty() {
-            args.extend(["--set", values]);
+            extra.extend(["--set", values]);
         }
-        sim.helm(&args).code(0);
+        helm_install(&sim, release, archive, namespace, &extra).code(0);
     }
     // PostgreSQL: the platform's Cluster, then what phase 2 runs in its instance.
     sim.kubectl(&["create", "namespace", "postgresql"]).ok();
@@ -555,10 +504,5 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
         .expect(0, "[<time>]     0B gitlab-artifacts/\n", "");
     // Programs the image does not have.
     let missing = exec(&sim, "minio", minio, &["redis-cli", "PING"], None);
-    missing.expect(
-        127,
-        "",
-        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"redis-cli\": executable file not found in $PATH: unknown\n\
-         command terminated with exit code 127\n",
-    );
+    missing.expect(127, "", &exec_not_found("redis-cli"));
 }

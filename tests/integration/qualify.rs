@@ -1,6 +1,7 @@
 //! Issue #18: scripts/qualify.rhai, the smoke tables of phases 2 and 3 as a read-only report,
 //! and the `check_row` steps it is made of.
 
+use crate::support::with_recaps;
 use crate::support::{BPRUN, Output, Sim, SimKind, Test, tool};
 use std::collections::BTreeMap;
 
@@ -74,7 +75,7 @@ step("Plain step", || { info("still runs after failed rows") });
     );
     test.run(&["scripts/test.rhai"]).expect(
         1,
-        r#"
+        &with_recaps(r#"
         [1/6] Equal ... ok (#.## s)
         [2/6] Different ... failed (#.## s)
         [3/6] Verdict ... failed (#.## s)
@@ -84,15 +85,7 @@ step("Plain step", || { info("still runs after failed rows") });
             still runs after failed rows
         [6/6] Plain step ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step         status            changes       time
-          1  Equal        ok                      0     #.## s
-          2  Different    failed                  0     #.## s
-          3  Verdict      failed                  0     #.## s
-          4  Throws       failed                  0     #.## s
-          5  Cannot read  skipped                 0     #.## s
-          6  Plain step   ok                      0     #.## s
-        6 steps: 2 ok, 0 changed, 1 skipped, 3 failed in #.## s
+        <recap of scripts/test.rhai: Equal: ok; Different: failed; Verdict: failed; Throws: failed; Cannot read: skipped, timed; Plain step: ok>
 
         Qualification of scripts/test.rhai
           #  check        expected    found               result
@@ -105,7 +98,7 @@ step("Plain step", || { info("still runs after failed rows") });
                hint: is redis up?
           5  Cannot read  x           OpenBao is sealed   not checked
         5 checks: 1 passed, 3 failed, 1 not checked
-        "#,
+        "#),
         r#"
         error: step "Different" failed
         check "Different": expected True, found False
@@ -153,7 +146,7 @@ step("Plain step", || { info("still runs after failed rows") });
         .code(0)
         .stderr("")
         .stdout(
-            "
+            &with_recaps("
             [1/6] Equal ... ok (#.## s)
             [2/6] Different ... skipped (not selected by --only)
             [3/6] Verdict ... skipped (not selected by --only)
@@ -161,21 +154,13 @@ step("Plain step", || { info("still runs after failed rows") });
             [5/6] Cannot read ... skipped (not selected by --only)
             [6/6] Plain step ... skipped (not selected by --only)
 
-            Recap of scripts/test.rhai
-              #  step         status            changes       time
-              1  Equal        ok                      0     #.## s
-              2  Different    skipped                 0          -
-              3  Verdict      skipped                 0          -
-              4  Throws       skipped                 0          -
-              5  Cannot read  skipped                 0          -
-              6  Plain step   skipped                 0          -
-            6 steps: 1 ok, 0 changed, 5 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai: Equal: ok; Different: skipped; Verdict: skipped; Throws: skipped; Cannot read: skipped; Plain step: skipped>
 
             Qualification of scripts/test.rhai
               #  check  expected  found  result
               1  Equal  42        42     pass
             1 check: 1 passed, 0 failed
-            ",
+            "),
         );
 
     // Only passed rows qualify: a row that could not be checked fails the run too.
@@ -183,7 +168,7 @@ step("Plain step", || { info("still runs after failed rows") });
         .code(1)
         .stderr("")
         .stdout(
-            "
+            &with_recaps("
             [1/6] Equal ... skipped (not selected by --only)
             [2/6] Different ... skipped (not selected by --only)
             [3/6] Verdict ... skipped (not selected by --only)
@@ -191,21 +176,13 @@ step("Plain step", || { info("still runs after failed rows") });
             [5/6] Cannot read ... skipped: OpenBao is sealed (#.## s)
             [6/6] Plain step ... skipped (not selected by --only)
 
-            Recap of scripts/test.rhai
-              #  step         status            changes       time
-              1  Equal        skipped                 0          -
-              2  Different    skipped                 0          -
-              3  Verdict      skipped                 0          -
-              4  Throws       skipped                 0          -
-              5  Cannot read  skipped                 0     #.## s
-              6  Plain step   skipped                 0          -
-            6 steps: 0 ok, 0 changed, 6 skipped, 0 failed in #.## s
+            <recap of scripts/test.rhai: Equal: skipped; Different: skipped; Verdict: skipped; Throws: skipped; Cannot read: skipped, timed; Plain step: skipped>
 
             Qualification of scripts/test.rhai
               #  check        expected  found              result
               5  Cannot read  x         OpenBao is sealed  not checked
             1 check: 0 passed, 0 failed, 1 not checked
-            ",
+            "),
         );
 
     // A plain step that fails still stops the run; `keep_going` lets the next steps run.
@@ -214,15 +191,13 @@ step("Plain step", || { info("still runs after failed rows") });
         .script("step(\"A\", || { throw \"broken\" });\nstep(\"B\", || { info(\"B ran\") });\n");
     stop.run(&["scripts/test.rhai"]).expect(
         1,
-        r#"
+        &with_recaps(
+            r#"
         [1/2] A ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  A     failed                  0     #.## s
-          2  B     not run                 0          -
-        2 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 1 not run in #.## s
+        <recap of scripts/test.rhai: A: failed; B: not run>
         "#,
+        ),
         r#"
         error: step "A" failed
           × broken
@@ -240,18 +215,16 @@ step("Plain step", || { info("still runs after failed rows") });
     );
     going.run(&["scripts/test.rhai"]).expect(
         1,
-        r#"
+        &with_recaps(
+            r#"
         [1/2] A ... failed (#.## s)
         [2/2] B ...
             B ran
         [2/2] B ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  A     failed                  0     #.## s
-          2  B     ok                      0     #.## s
-        2 steps: 1 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        <recap of scripts/test.rhai: A: failed; B: ok>
         "#,
+        ),
         r#"
         error: step "A" failed
           × broken
@@ -300,7 +273,7 @@ fn platform_copy(sim: &Sim) -> Test {
         .envs(&vars)
 }
 
-fn kubectl(sim: &Sim, args: &[&str]) -> Output {
+pub(crate) fn kubectl(sim: &Sim, args: &[&str]) -> Output {
     let output = std::process::Command::new(tool("kubectl"))
         .args(args)
         .env("KUBECONFIG", sim.var("KUBECONFIG"))

@@ -2,6 +2,8 @@
 //! anything changes, syncs that cannot delete the checkout, temporary files that cannot be
 //! redirected, and secrets that read as `***` however a script prints them.
 
+use crate::support::one_step_run;
+use crate::support::{EMPTY_END_STATE, rehearsal_platform, with_recaps};
 use crate::support::{Output, expect_output, repo};
 use std::process::Stdio;
 
@@ -136,14 +138,7 @@ fn sync_tree_refuses_to_sync_over_the_repository() {
             destination,
             &out,
             1,
-            "
-            [1/1] Sync ... failed (#.## s)
-
-            Recap of scripts/test.rhai
-              #  step  status            changes       time
-              1  Sync  failed                  0     #.## s
-            1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-            ",
+            &one_step_run("Sync", "failed"),
             &stderr,
         );
     }
@@ -160,16 +155,15 @@ fn write_text_never_follows_a_planted_link() {
     std::os::unix::fs::symlink(&victim, test.join("conf/.app.txt.bprun-tmp")).expect("link");
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Write ...
             ~ create file conf/app.txt
         [1/1] Write ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Write  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write: changed 1>
         ",
+        ),
         "",
     );
     assert_eq!(test.read("conf/app.txt"), "new\n");
@@ -198,7 +192,8 @@ fn secrets_read_as_stars_however_a_script_prints_them() {
     let out = test.run(&["scripts/test.rhai"]);
     out.expect(
         1,
-        r#"
+        &with_recaps(
+            r#"
         [1/1] Print ...
             ***
             t=***
@@ -208,11 +203,9 @@ fn secrets_read_as_stars_however_a_script_prints_them() {
             #{"msg": ***, "n": 1}
         [1/1] Print ... failed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Print  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
+        <recap of scripts/test.rhai: Print: failed>
         "#,
+        ),
         r#"
         error: step "Print" failed
           × boom ***
@@ -269,7 +262,8 @@ step("Smoke", || { info("smoked"); });"#,
     }
     test.run(&["--skip", "Login", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Login ... skipped (--skip)
         [2/3] Work ...
             worked
@@ -278,13 +272,9 @@ step("Smoke", || { info("smoked"); });"#,
             smoked
         [3/3] Smoke ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Login  skipped                 0          -
-          2  Work   ok                      0     #.## s
-          3  Smoke  ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Login: skipped; Work: ok; Smoke: ok>
         ",
+        ),
         "",
     );
     repo()
@@ -317,18 +307,17 @@ fn which_finds_programs_on_path_without_a_shell() {
     );
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] Find ...
             true
             true
             true
         [1/1] Find ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Find  ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Find: ok>
         ",
+        ),
         "",
     );
 }
@@ -349,26 +338,16 @@ fn a_rehearsal_starts_like_a_fresh_platform_without_a_gitlab_token() {
         .replace_regex(r"(?m)^(  OpenBao +).*$", "${1}<either>")
         .expect(
             0,
-            "
+            &(with_recaps(
+                "
             [1/1] Probe ...
                 token set: false
                 healthy: true, version unknown: true
             [1/1] Probe ... ok (#.## s)
 
-            Recap of scripts/probe.rhai
-              #  step   status            changes       time
-              1  Probe  ok                      0     #.## s
-            1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
-
-            End state of the rehearsal platform:
-            GitLab: no groups
+            <recap of scripts/probe.rhai: Probe: ok>
             ",
-            "
-            rehearsal platform (as phase 2 leaves it):
-              GitLab simulator     http://127.0.0.1:<port>
-              GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
-              Kubernetes simulator https://127.0.0.1:<port>
-              OpenBao              <either>
-            ",
+            ) + EMPTY_END_STATE),
+            &rehearsal_platform("<either>"),
         );
 }

@@ -1,5 +1,7 @@
 //! Steps, selection, resume, check mode, the journal, timings and JSON events.
 
+use crate::support::one_step_run;
+use crate::support::with_recaps;
 use crate::support::{assert_text, expect_output, repo};
 
 const THREE_STEPS: &str = r#"
@@ -122,36 +124,30 @@ fn a_run_reports_each_step_and_a_recap() {
     let test = repo().script(THREE_STEPS);
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "[1/3] Write config ...\n    ~ create file out/config.txt\n\
-         [1/3] Write config ... changed (#.## s)\n\
-         [2/3] Say hello ...\n    hello\n\
-         [2/3] Say hello ... ok (#.## s)\n\
-         [3/3] Maybe fail ... ok (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step          status            changes       time\n\
-         \x20 1  Write config  changed                 1     #.## s\n\
-         \x20 2  Say hello     ok                      0     #.## s\n\
-         \x20 3  Maybe fail    ok                      0     #.## s\n\
-         3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s\n",
+        &with_recaps("[1/3] Write config ...\n\
+                      \x20   ~ create file out/config.txt\n\
+                      [1/3] Write config ... changed (#.## s)\n\
+                      [2/3] Say hello ...\n\
+                      \x20   hello\n\
+                      [2/3] Say hello ... ok (#.## s)\n\
+                      [3/3] Maybe fail ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Write config: changed 1; Say hello: ok; Maybe fail: ok>\n"),
         "",
     );
     assert_eq!(test.read("out/config.txt"), "v1\n");
     // The second run changes nothing and says so.
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... ok (#.## s)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  ok                      0     #.## s
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 3 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: ok; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
 }
@@ -183,18 +179,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     test.run(&["-q", "--only", "2", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... skipped (not selected by --only)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    skipped                 0          -
-        3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: skipped>
         ",
+            ),
             "",
         );
     test.run(&[
@@ -207,18 +200,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     ])
     .expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
     test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
@@ -230,18 +220,15 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     test.run(&["-q", "--skip", "1", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/3] Write config ... skipped (--skip)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+            ),
             "",
         );
     test.run(&["-q", "--resume", "scripts/test.rhai"])
@@ -261,36 +248,28 @@ fn only_and_skip_select_steps() {
     ])
     .expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/3] Write config ... skipped (not selected by --only)
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step          status            changes       time
-          1  Write config  skipped                 0          -
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
         ",
+        ),
         "",
     );
     assert!(!test.join("out").exists());
     test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"])
         .expect(
             0,
-            "
+            &with_recaps("
             [1/3] Write config ... changed (#.## s)
             [2/3] Say hello ... skipped (--skip)
             [3/3] Maybe fail ... ok (#.## s)
 
-            Recap of scripts/test.rhai
-              #  step          status            changes       time
-              1  Write config  changed                 1     #.## s
-              2  Say hello     skipped                 0          -
-              3  Maybe fail    ok                      0     #.## s
-            3 steps: 1 ok, 1 changed, 1 skipped, 0 failed in #.## s
-            ",
+            <recap of scripts/test.rhai: Write config: changed 1; Say hello: skipped; Maybe fail: ok>
+            "),
             "",
         );
     assert!(test.join("out/config.txt").exists());
@@ -301,16 +280,11 @@ fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
     let test = repo().script(THREE_STEPS);
     test.run(&["-q", "scripts/test.rhai", "--fail"]).expect(
         1,
-        "[1/3] Write config ... changed (#.## s)\n\
-         [2/3] Say hello ... ok (#.## s)\n\
-         [3/3] Maybe fail ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step          status            changes       time\n\
-         \x20 1  Write config  changed                 1     #.## s\n\
-         \x20 2  Say hello     ok                      0     #.## s\n\
-         \x20 3  Maybe fail    failed                  0     #.## s\n\
-         3 steps: 1 ok, 1 changed, 0 skipped, 1 failed in #.## s\n",
+        &with_recaps("[1/3] Write config ... changed (#.## s)\n\
+                      [2/3] Say hello ... ok (#.## s)\n\
+                      [3/3] Maybe fail ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Write config: changed 1; Say hello: ok; Maybe fail: failed>\n"),
         "error: step \"Maybe fail\" failed\n\
          \x20 × asked to fail\n\
          \x20   ╭─[scripts/test.rhai:9:28]\n\
@@ -331,17 +305,12 @@ fn a_failed_step_stops_the_run_and_resume_continues_from_it() {
 
     test.run(&["-q", "--resume", "scripts/test.rhai"]).expect(
         0,
-        "resuming at step 3 \"Maybe fail\" (run of <time>)\n\
-         [1/3] Write config ... skipped (done in the last run)\n\
-         [2/3] Say hello ... skipped (done in the last run)\n\
-         [3/3] Maybe fail ... ok (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai\n\
-         \x20 #  step          status            changes       time\n\
-         \x20 1  Write config  skipped                 0          -\n\
-         \x20 2  Say hello     skipped                 0          -\n\
-         \x20 3  Maybe fail    ok                      0     #.## s\n\
-         3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s\n",
+        &with_recaps("resuming at step 3 \"Maybe fail\" (run of <time>)\n\
+                      [1/3] Write config ... skipped (done in the last run)\n\
+                      [2/3] Say hello ... skipped (done in the last run)\n\
+                      [3/3] Maybe fail ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai: Write config: skipped; Say hello: skipped; Maybe fail: ok>\n"),
         "",
     );
     // Nothing is left to resume.
@@ -372,7 +341,7 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
     let test = repo().script(THREE_STEPS);
     test.run(&["--check", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         check mode: nothing will be changed
         [1/3] Write config ...
             ~ would create file out/config.txt
@@ -382,13 +351,8 @@ fn check_mode_reports_would_change_and_mutates_nothing() {
         [2/3] Say hello ... ok (#.## s)
         [3/3] Maybe fail ... ok (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step          status       would change       time
-          1  Write config  changed                 1     #.## s
-          2  Say hello     ok                      0     #.## s
-          3  Maybe fail    ok                      0     #.## s
-        3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai (check mode): Write config: changed 1; Say hello: ok; Maybe fail: ok>
+        "),
         "",
     );
     assert!(!test.join("out").exists(), "check mode wrote a file");
@@ -407,13 +371,10 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
     );
     test.run(&["-q", "--check", "scripts/test.rhai"]).expect(
         1,
-        "check mode: nothing will be changed\n\
-         [1/1] Touch ... failed (#.## s)\n\
-         \n\
-         Recap of scripts/test.rhai (check mode)\n\
-         \x20 #  step   status       would change       time\n\
-         \x20 1  Touch  failed                  0     #.## s\n\
-         1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s\n",
+        &with_recaps("check mode: nothing will be changed\n\
+                      [1/1] Touch ... failed (#.## s)\n\
+                      \n\
+                      <recap of scripts/test.rhai (check mode): Touch: failed>\n"),
         "error: step \"Touch\" failed\n\
          \x20 × run_command cannot run in check mode: `touch out.txt` may change things and bprun cannot tell what\n\
          \x20  ╭─[scripts/test.rhai:2:5]\n\
@@ -427,18 +388,8 @@ fn a_native_that_cannot_honour_check_mode_refuses() {
          re-run with --resume to continue from here\n",
     );
     assert!(!test.join("out.txt").exists());
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Touch ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step   status            changes       time
-          1  Touch  changed                 1     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Touch", "changed 1"), "");
     assert!(test.join("out.txt").exists());
 }
 
@@ -451,16 +402,14 @@ step("Next", || {});
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/2] Nothing to do ... skipped: already there (#.## s)
         [2/2] Next ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step           status            changes       time
-          1  Nothing to do  skipped                 0     #.## s
-          2  Next           ok                      0     #.## s
-        2 steps: 1 ok, 0 changed, 1 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Nothing to do: skipped, timed; Next: ok>
         ",
+        ),
         "",
     );
 }
@@ -592,18 +541,13 @@ fn the_journal_keeps_the_recent_runs_and_is_gitignored() {
         test.run(&["-q", "--only", "Say hello", "scripts/test.rhai"])
             .expect(
                 0,
-                "
+                &with_recaps("
                 [1/3] Write config ... skipped (not selected by --only)
                 [2/3] Say hello ... ok (#.## s)
                 [3/3] Maybe fail ... skipped (not selected by --only)
 
-                Recap of scripts/test.rhai
-                  #  step          status            changes       time
-                  1  Write config  skipped                 0          -
-                  2  Say hello     ok                      0     #.## s
-                  3  Maybe fail    skipped                 0          -
-                3 steps: 1 ok, 0 changed, 2 skipped, 0 failed in #.## s
-                ",
+                <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: skipped>
+                "),
                 "",
             );
     }
@@ -688,16 +632,6 @@ fn meet(mine, theirs) {
 }
 "#;
 
-/// `-q` of PARALLEL_MEET when both items met.
-const MET: &str = "
-[1/1] Meet ... changed (#.## s)
-
-Recap of scripts/test.rhai
-  #  step  status            changes       time
-  1  Meet  changed                 2     #.## s
-1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-";
-
 const PARALLEL_MEET: &str = r#"step("Meet", || {
     let limit = if args.limit == () { 2 } else { parse_int(args.limit) };
     let results = parallel([["out/a", "out/b"], ["out/b", "out/a"]], |pair| meet(pair[0], pair[1]), limit);
@@ -708,7 +642,8 @@ const PARALLEL_MEET: &str = r#"step("Meet", || {
 #[test]
 fn parallel_runs_items_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
-    test.run(&["-q", "scripts/test.rhai"]).expect(0, MET, "");
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Meet", "changed 2"), "");
 }
 
 #[test]
@@ -716,14 +651,7 @@ fn parallel_honours_its_bound() {
     let test = repo().script(&format!("{RENDEZVOUS_FN}{PARALLEL_MEET}"));
     test.run(&["-q", "scripts/test.rhai", "--limit", "1"]).expect(
         1,
-        "
-        [1/1] Meet ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Meet  failed                  2     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Meet", "failed 2"),
         r#"
         error: step "Meet" failed
           × parallel: 1 of 2 items failed
@@ -753,14 +681,7 @@ fn parallel_reports_every_failure() {
     );
     test.run(&["-q", "scripts/test.rhai"]).expect(
         1,
-        "
-        [1/1] Fan out ... failed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step     status            changes       time
-          1  Fan out  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run("Fan out", "failed"),
         r#"
         error: step "Fan out" failed
           × parallel: 2 of 3 items failed
@@ -786,18 +707,8 @@ fn concurrently_runs_its_closures_at_the_same_time_and_keeps_their_order() {
     let test = repo().script(&format!(
         "{RENDEZVOUS_FN}\nstep(\"Both\", || {{\n    let results = concurrently([|| meet(\"out/a\", \"out/b\"), || meet(\"out/b\", \"out/a\"), || 3]);\n    assert_eq(results, [\"out/a\", \"out/b\", 3]);\n}});\n"
     ));
-    test.run(&["-q", "scripts/test.rhai"]).expect(
-        0,
-        "
-        [1/1] Both ... changed (#.## s)
-
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  Both  changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
-        "",
-    );
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Both", "changed 2"), "");
 }
 
 /// A script that fails in one way, and all it prints.
@@ -1053,7 +964,8 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
     test.run(&["scripts/test.rhai", "--skip-tags", "data"])
         .expect(
             0,
-            "
+            &with_recaps(
+                "
         [1/4] Login ...
             login
         [1/4] Login ... ok (#.## s)
@@ -1063,14 +975,9 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
             web
         [4/4] Web ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step      status            changes       time
-          1  Login     ok                      0     #.## s
-          2  Database  skipped                 0          -
-          3  Cache     skipped                 0          -
-          4  Web       ok                      0     #.## s
-        4 steps: 2 ok, 0 changed, 2 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: Login: ok; Database: skipped; Cache: skipped; Web: ok>
         ",
+            ),
             "",
         );
     test.run(&["--list", "--tags", "dat", "scripts/test.rhai"])

@@ -3,6 +3,7 @@
 //! installed into `bprun sim kube` leave the webservice waiting for the object storage Secret
 //! in the kubelet's words until it exists; a second upgrade with the same values changes nothing.
 
+use crate::support::wait_pods_ready;
 use crate::support::{BPRUN, Output, SimKind, tool};
 use std::process::Command;
 
@@ -16,7 +17,7 @@ const GITLAB_VALUES: &str = "tests/fixtures/charts/gitlab-values.yaml";
 const RUNNER_VALUES: &str = "tests/fixtures/charts/gitlab-runner-values.yaml";
 
 /// Runs helm (`helm` is v4, `helm3` v3) without a cluster.
-fn helm(program: &str, args: &[&str]) -> Output {
+pub(crate) fn helm(program: &str, args: &[&str]) -> Output {
     let home = tempfile::tempdir().expect("helm home");
     let output = Command::new(tool(program))
         .args(args)
@@ -387,17 +388,7 @@ fn the_gitlab_stand_in_waits_for_the_object_storage_secret_and_a_second_upgrade_
         "--from-literal=config=s3",
     ])
     .ok();
-    sim.kubectl(&[
-        "wait",
-        "pods",
-        "-n",
-        "gitlab",
-        "-l",
-        "app=webservice",
-        "--for=condition=Ready",
-        "--timeout=20s",
-    ])
-    .ok();
+    wait_pods_ready(&sim, "gitlab", "app=webservice", "20s");
     sim.kubectl(&[
         "rollout",
         "status",

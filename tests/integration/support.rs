@@ -38,3 +38,210 @@ pub fn assert_text(actual: &str, expected: &str) {
         "text differs\n--- expected ---\n{expected}\n--- actual ---\n{actual}"
     );
 }
+
+/// The recap table a human run ends with, as `Output::expect` compares it: `Recap of {script}`
+/// (a `script` that ends in ` (check mode)` has the check mode's title and column), one row per
+/// step of `steps` (`name: status changes; ...`, changes 0 when left out), and the count line.
+/// A `skipped` or `not run` step has no time; write `skipped, timed` for a step that ran and
+/// then skipped itself. Every time (and the total) is the normalised `#.## s`.
+pub fn expected_recap(script: &str, steps: &str) -> String {
+    let steps: Vec<(&str, &str, &str)> = steps
+        .split("; ")
+        .map(|step| {
+            let (name, status) = step.split_once(": ").expect("`name: status` in a recap");
+            match status.rsplit_once(' ') {
+                Some((status, changes)) if changes.bytes().all(|b| b.is_ascii_digit()) => {
+                    (name, status, changes)
+                }
+                _ => (name, status, "0"),
+            }
+        })
+        .collect();
+    let width = steps
+        .iter()
+        .map(|(name, _, _)| name.chars().count())
+        .max()
+        .unwrap_or(4)
+        .max(4);
+    let changes = if script.ends_with(" (check mode)") {
+        "would change"
+    } else {
+        "changes"
+    };
+    let mut out = format!(
+        "Recap of {script}\n  #  {:<width$}  {:<11}  {changes:>12}  {:>9}\n",
+        "step", "status", "time"
+    );
+    let mut counts = [0; 6];
+    let labels = [
+        "ok",
+        "changed",
+        "skipped",
+        "failed",
+        "interrupted",
+        "not run",
+    ];
+    for (index, (name, status, changed)) in steps.iter().enumerate() {
+        let (label, time) = match *status {
+            "skipped" | "not run" => (*status, "-"),
+            "skipped, timed" => ("skipped", "#.## s"),
+            other => (other, "#.## s"),
+        };
+        let slot = labels.iter().position(|known| *known == label);
+        counts[slot.unwrap_or_else(|| panic!("unknown step status {status:?}"))] += 1;
+        let row = format!(
+            "{:>3}  {name:<width$}  {label:<11}  {changed:>12}  {time:>9}",
+            index + 1
+        );
+        out.push_str(row.trim_end());
+        out.push('\n');
+    }
+    let mut parts: Vec<String> = labels[..4]
+        .iter()
+        .zip(counts)
+        .map(|(label, count)| format!("{count} {label}"))
+        .collect();
+    for (label, count) in labels[4..].iter().zip(&counts[4..]) {
+        if *count > 0 {
+            parts.push(format!("{count} {label}"));
+        }
+    }
+    let noun = if steps.len() == 1 { "step" } else { "steps" };
+    out.push_str(&format!(
+        "{} {noun}: {} in #.## s",
+        steps.len(),
+        parts.join(", ")
+    ));
+    out
+}
+
+/// `template` unindented (see `Output::stdout`), each line `<recap of SCRIPT: STEPS>` in it
+/// replaced by `expected_recap(SCRIPT, STEPS)`: a whole expected output with its recap written
+/// as one line.
+pub fn with_recaps(template: &str) -> String {
+    bprun_testkit::unindent(template)
+        .split('\n')
+        .map(|line| match line.strip_prefix("<recap of ") {
+            Some(recap) => {
+                let recap = recap.strip_suffix('>').expect("`<recap of SCRIPT: STEPS>`");
+                let (script, steps) = recap.split_once(": ").expect("`<recap of SCRIPT: STEPS>`");
+                expected_recap(script, steps)
+            }
+            None => line.to_string(),
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// What `bprun rehearse` prints last on stdout when the script made nothing in GitLab.
+pub const EMPTY_END_STATE: &str = "\nEnd state of the rehearsal platform:\nGitLab: no groups\n";
+
+/// The platform `bprun rehearse` starts, as it names it on stderr, with `openbao` for the
+/// OpenBao it found.
+pub fn rehearsal_platform(openbao: &str) -> String {
+    format!(
+        "rehearsal platform (as phase 2 leaves it):
+  GitLab simulator     http://127.0.0.1:<port>
+  GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
+  Kubernetes simulator https://127.0.0.1:<port>
+  OpenBao              {openbao}
+"
+    )
+}
+
+/// `kubectl wait pods -n {namespace} -l {selector} --for=condition=Ready --timeout={timeout}`
+/// on `sim` succeeds.
+pub fn wait_pods_ready(sim: &Sim, namespace: &str, selector: &str, timeout: &str) {
+    sim.kubectl(&[
+        "wait",
+        "pods",
+        "-n",
+        namespace,
+        "-l",
+        selector,
+        "--for=condition=Ready",
+        &format!("--timeout={timeout}"),
+    ])
+    .ok();
+}
+
+/// `helm install {release} infra/helm-charts/{archive}.tgz -n {namespace} --create-namespace
+/// {extra}` on `sim`.
+pub fn helm_install(
+    sim: &Sim,
+    release: &str,
+    archive: &str,
+    namespace: &str,
+    extra: &[&str],
+) -> Output {
+    let chart = format!(
+        "{}/infra/helm-charts/{archive}.tgz",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let mut args = vec![
+        "install",
+        release,
+        &chart,
+        "-n",
+        namespace,
+        "--create-namespace",
+    ];
+    args.extend_from_slice(extra);
+    sim.helm(&args)
+}
+
+/// The stdout of `bprun -q scripts/test.rhai` whose one step, `Wait`, failed.
+pub fn wait_failed() -> String {
+    with_recaps("[1/1] Wait ... failed (#.## s)\n\n<recap of scripts/test.rhai: Wait: failed>\n")
+}
+
+/// The stdout of a run of `scripts/test.rhai` whose one step, `name`, printed nothing and ended
+/// `outcome` (`ok`, `failed`, `changed 2`: the status and, when not 0, its changes).
+pub fn one_step_run(name: &str, outcome: &str) -> String {
+    one_step_run_of("scripts/test.rhai", name, outcome)
+}
+
+/// [`one_step_run`] of another `script`.
+pub fn one_step_run_of(script: &str, name: &str, outcome: &str) -> String {
+    let status = outcome.split(' ').next().unwrap_or(outcome);
+    with_recaps(&format!(
+        "[1/1] {name} ... {status} (#.## s)\n\n<recap of {script}: {name}: {outcome}>\n"
+    ))
+}
+
+/// `kubectl wait pod/openbao-0 -n openbao {condition} --timeout={timeout}` on `sim` succeeds.
+pub fn wait_openbao_pod(sim: &Sim, condition: &str, timeout: &str) {
+    sim.kubectl(&[
+        "wait",
+        "pod/openbao-0",
+        "-n",
+        "openbao",
+        condition,
+        &format!("--timeout={timeout}"),
+    ])
+    .ok();
+}
+
+/// What `kubectl exec` prints on stderr (exit 127) when the container has no `program`.
+pub fn exec_not_found(program: &str) -> String {
+    format!(
+        "OCI runtime exec failed: exec failed: unable to start container process: exec: \"{program}\": executable file not found in $PATH: unknown\n\
+         command terminated with exit code 127\n"
+    )
+}
+
+/// The stderr of a failed one-line `Wait` step that calls `gitlab_wait_pipeline`: `line` is the
+/// script's line, `message` the error, `notes` the lines (caused by, hint) under the excerpt.
+pub fn gitlab_wait_error(message: &str, line: &str, notes: &str) -> String {
+    format!(
+        "error: step \"Wait\" failed
+  × {message}
+   ╭─[scripts/test.rhai:1:19]
+ 1 │ {line}
+   ·                   ──────────┬─────────
+   ·                             ╰── failed here
+   ╰────
+{notes}re-run with --resume to continue from here
+"
+    )
+}

@@ -1,6 +1,8 @@
 //! The TLS natives: a CA and a wildcard certificate that `openssl verify` accepts, minted only
 //! when needed.
 
+use crate::support::one_step_run_of;
+use crate::support::with_recaps;
 use crate::support::{assert_text, repo};
 
 const SCRIPT: &str = r#"
@@ -17,18 +19,15 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     let test = repo().script(SCRIPT);
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         [1/1] TLS ...
             ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)
             ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (no certificate yet)
             true true
         [1/1] TLS ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  TLS   changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: TLS: changed 2>
+        "),
         "",
     );
     for key in ["ca-key.pem", "key.pem"] {
@@ -75,16 +74,15 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     let cert_before = test.read("infra/tls/wildcard/cert.pem");
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps(
+            "
         [1/1] TLS ...
             false false
         [1/1] TLS ... ok (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  TLS   ok                      0     #.## s
-        1 step: 1 ok, 0 changed, 0 skipped, 0 failed in #.## s
+        <recap of scripts/test.rhai: TLS: ok>
         ",
+        ),
         "",
     );
     assert_eq!(test.read("infra/tls/wildcard/cert.pem"), cert_before);
@@ -93,18 +91,15 @@ fn a_ca_and_a_wildcard_certificate_that_openssl_verifies() {
     std::fs::remove_file(test.join("infra/tls/wildcard/ca.pem")).expect("remove CA");
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        "
+        &with_recaps("
         [1/1] TLS ...
             ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)
             ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (the certificate is not signed by this CA)
             true true
         [1/1] TLS ... changed (#.## s)
 
-        Recap of scripts/test.rhai
-          #  step  status            changes       time
-          1  TLS   changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai: TLS: changed 2>
+        "),
         "",
     );
 }
@@ -116,7 +111,7 @@ fn check_mode_mints_nothing() {
     // The certificate needs a CA that check mode only planned: it is planned too, and says why.
     output.expect(
         0,
-        "
+        &with_recaps("
         check mode: nothing will be changed
         [1/1] TLS ...
             ~ would mint CA infra/tls/wildcard/ca.pem (no CA yet)
@@ -124,11 +119,8 @@ fn check_mode_mints_nothing() {
             true true
         [1/1] TLS ... changed (#.## s)
 
-        Recap of scripts/test.rhai (check mode)
-          #  step  status       would change       time
-          1  TLS   changed                 2     #.## s
-        1 step: 0 ok, 1 changed, 0 skipped, 0 failed in #.## s
-        ",
+        <recap of scripts/test.rhai (check mode): TLS: changed 2>
+        "),
         "",
     );
     assert!(!test.join("infra/tls/wildcard/ca.pem").exists());
@@ -140,14 +132,7 @@ fn check_mode_mints_nothing() {
     );
     test.run(&["scripts/cert.rhai"]).expect(
         1,
-        "
-        [1/1] Cert ... failed (#.## s)
-
-        Recap of scripts/cert.rhai
-          #  step  status            changes       time
-          1  Cert  failed                  0     #.## s
-        1 step: 0 ok, 0 changed, 0 skipped, 1 failed in #.## s
-        ",
+        &one_step_run_of("scripts/cert.rhai", "Cert", "failed"),
         r#"
         error: step "Cert" failed
           × tls: read infra/tls/wildcard/ca.pem: No such file or directory (os error 2)
