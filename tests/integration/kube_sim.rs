@@ -544,10 +544,6 @@ fn helm_life_cycle(helm: &str) {
     } else {
         "DESCRIPTION: Upgrade complete\n\
          RESOURCES:\n\
-         ==> v1/Service\n\
-         NAME           TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)    AGE\n\
-         redis-master   ClusterIP   10.96.0.12   <none>        6379/TCP   <age>\n\
-         \n\
          ==> v1/Deployment\n\
          NAME    READY   UP-TO-DATE   AVAILABLE   AGE\n\
          redis   1/1     1            1           <age>\n\
@@ -556,14 +552,21 @@ fn helm_life_cycle(helm: &str) {
          NAME                     READY   STATUS    RESTARTS   AGE\n\
          redis-<hash>-<id>   1/1     Running   0          <age>\n\
          \n\
+         ==> v1/Service\n\
+         NAME           TYPE        CLUSTER-IP   EXTERNAL-IP   PORT(S)    AGE\n\
+         redis-master   ClusterIP   10.96.0.12   <none>        6379/TCP   <age>\n\
+         \n\
          \n\
          TEST SUITE: None\n"
     };
-    // Ages grow; the pod's name ends in the template's hash and a random suffix.
-    deployed_at(status)
-        .replace_regex(r"(?m) \d+s$", " <age>")
-        .replace_regex(r"redis-[a-z0-9]{10}-[a-z0-9]{5}", "redis-<hash>-<id>")
-        .expect(0, &helm_status("", 2, tail), "");
+    // Ages grow; the pod's name ends in the template's hash and a random suffix; helm prints
+    // the resource groups in its map's order, which varies: they are compared sorted.
+    resource_groups_sorted(
+        deployed_at(status)
+            .replace_regex(r"(?m) \d+s$", " <age>")
+            .replace_regex(r"redis-[a-z0-9]{10}-[a-z0-9]{5}", "redis-<hash>-<id>"),
+    )
+    .expect(0, &helm_status("", 2, tail), "");
     assert_eq!(
         sim.run(helm, &["uninstall", "redis", "-n", "redis", "--wait"], None)
             .ok(),
@@ -819,4 +822,18 @@ fn the_toolbox_mints_personal_access_tokens_in_the_gitlab_simulator() {
     let user = gitlab.raw("GET", "/api/v4/user", Some(&token), None);
     assert_eq!(user.status, 200, "the minted token works: {}", user.body);
     assert_eq!(user.json()["username"], "root");
+}
+
+/// `helm status`'s `RESOURCES:` groups (`==> v1/Service ...`, one blank line after each) in
+/// sorted order: helm 4 prints them in the order of a Go map, which changes from run to run.
+fn resource_groups_sorted(mut output: Output) -> Output {
+    let text = &output.stdout;
+    let (Some(start), Some(end)) = (text.find("RESOURCES:\n"), text.find("\n\nTEST SUITE:")) else {
+        return output;
+    };
+    let start = start + "RESOURCES:\n".len();
+    let mut groups: Vec<&str> = text[start..end + 1].split_inclusive("\n\n").collect();
+    groups.sort();
+    output.stdout = format!("{}{}{}", &text[..start], groups.concat(), &text[end + 1..]);
+    output
 }
