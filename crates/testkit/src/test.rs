@@ -264,22 +264,6 @@ impl Output {
         self
     }
 
-    #[track_caller]
-    pub fn stdout_contains(&self, part: &str) -> &Output {
-        if !self.stdout.contains(part) {
-            self.fail(format!("stdout lacks {part:?}"));
-        }
-        self
-    }
-
-    #[track_caller]
-    pub fn stderr_contains(&self, part: &str) -> &Output {
-        if !self.stderr.contains(part) {
-            self.fail(format!("stderr lacks {part:?}"));
-        }
-        self
-    }
-
     /// Neither the printed nor the normalised stdout holds `part`.
     #[track_caller]
     pub fn stdout_lacks(&self, part: &str) -> &Output {
