@@ -32,6 +32,31 @@ fn version_stubs(dir: &Path, tools: &[&str]) {
     }
 }
 
+/// `--only prerequisites` when every tool answers as `version_stubs` makes it (found, or
+/// installed by an earlier run).
+const EVERY_TOOL_FOUND_ONLY_PREREQUISITES: &str = r#"
+    [1/6] Prerequisites ...
+        docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
+        kubectl: Client Version: v1.35.2 (<bin>/kubectl)
+        kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
+        helm: v4.1.4+g05fa379 (<bin>/helm)
+        tofu: OpenTofu v1.10.6 (<bin>/tofu)
+    [1/6] Prerequisites ... ok (#.## s)
+    [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
+    [3/6] tofu init ... skipped (not selected by --only)
+    [4/6] tofu validate ... skipped (not selected by --only)
+    [5/6] Chart cache ... skipped (not selected by --only)
+    [6/6] Next commands ...
+        The bootstrap prepares; you apply. Next:
+          tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
+          export KUBECONFIG=$PWD/infra/tofu/kubeconfig
+          helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
+          bprun scripts/phase2.rhai
+    [6/6] Next commands ... ok (#.## s)
+
+    <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
+"#;
+
 #[test]
 fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_install_commands() {
     let bin = tempfile::tempdir().expect("bin");
@@ -92,32 +117,7 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
 
     version_stubs(bin.path(), &["kind", "tofu"]);
     copy.run(&["--only", "prerequisites", "scripts/phase1.rhai"])
-        .expect(
-            0,
-            &with_recaps(r#"
-            [1/6] Prerequisites ...
-                docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
-                kubectl: Client Version: v1.35.2 (<bin>/kubectl)
-                kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
-                helm: v4.1.4+g05fa379 (<bin>/helm)
-                tofu: OpenTofu v1.10.6 (<bin>/tofu)
-            [1/6] Prerequisites ... ok (#.## s)
-            [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
-            [3/6] tofu init ... skipped (not selected by --only)
-            [4/6] tofu validate ... skipped (not selected by --only)
-            [5/6] Chart cache ... skipped (not selected by --only)
-            [6/6] Next commands ...
-                The bootstrap prepares; you apply. Next:
-                  tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
-                  export KUBECONFIG=$PWD/infra/tofu/kubeconfig
-                  helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
-                  bprun scripts/phase2.rhai
-            [6/6] Next commands ... ok (#.## s)
-
-            <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
-            "#),
-            "",
-        );
+        .expect(0, &with_recaps(EVERY_TOOL_FOUND_ONLY_PREREQUISITES), "");
 }
 
 #[test]
@@ -206,32 +206,7 @@ fn install_missing_argument_construction_with_a_stub_installer_on_path() {
         "scripts/phase1.rhai",
         "--install-missing",
     ]);
-    again.expect(
-        0,
-        &with_recaps(r#"
-        [1/6] Prerequisites ...
-            docker: Docker version 28.2.2, build e6534b4 (<bin>/docker)
-            kubectl: Client Version: v1.35.2 (<bin>/kubectl)
-            kind: kind v0.30.0 go1.24.6 linux/amd64 (<bin>/kind)
-            helm: v4.1.4+g05fa379 (<bin>/helm)
-            tofu: OpenTofu v1.10.6 (<bin>/tofu)
-        [1/6] Prerequisites ... ok (#.## s)
-        [2/6] Seed tofu.tfvars ... skipped (not selected by --only)
-        [3/6] tofu init ... skipped (not selected by --only)
-        [4/6] tofu validate ... skipped (not selected by --only)
-        [5/6] Chart cache ... skipped (not selected by --only)
-        [6/6] Next commands ...
-            The bootstrap prepares; you apply. Next:
-              tofu -chdir=infra/tofu apply -var-file=tofu.tfvars
-              export KUBECONFIG=$PWD/infra/tofu/kubeconfig
-              helm install headlamp infra/helm-charts/headlamp-0.43.0.tgz -n headlamp --create-namespace   # optional: the Headlamp dashboard
-              bprun scripts/phase2.rhai
-        [6/6] Next commands ... ok (#.## s)
-
-        <recap of scripts/phase1.rhai: Prerequisites: ok; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
-        "#),
-        "",
-    );
+    again.expect(0, &with_recaps(EVERY_TOOL_FOUND_ONLY_PREREQUISITES), "");
     assert!(!log.exists());
 }
 
