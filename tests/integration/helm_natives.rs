@@ -531,113 +531,17 @@ fn helm_template_renders_with_values() {
     // The values file's tag, then the explicit value over it.
     output.expect(
         0,
-        &with_recaps(
+        &with_recaps(&format!(
             r#"
         check mode: nothing will be changed
         [1/1] Render ...
-            ---
-            # Source: redis/templates/service.yaml
-            apiVersion: v1
-            kind: Service
-            metadata:
-              name: redis-master
-              labels:
-                app.kubernetes.io/instance: cache
-            spec:
-              selector:
-                app.kubernetes.io/instance: cache
-              ports:
-                - port: 6379
-                  targetPort: 6379
-            ---
-            # Source: redis/templates/deployment.yaml
-            apiVersion: apps/v1
-            kind: Deployment
-            metadata:
-              name: cache
-              labels:
-                app.kubernetes.io/name: redis
-                app.kubernetes.io/instance: cache
-            spec:
-              replicas: 1
-              selector:
-                matchLabels:
-                  app.kubernetes.io/instance: cache
-              template:
-                metadata:
-                  labels:
-                    app.kubernetes.io/name: redis
-                    app.kubernetes.io/instance: cache
-                spec:
-                  containers:
-                    - name: redis
-                      image: "redis:7.0.0"
-                      args: ["redis-server", "--appendonly", "no"]
-                      ports:
-                        - containerPort: 6379
-                      readinessProbe:
-                        tcpSocket:
-                          port: 6379
-                      resources:
-                        limits:
-                          memory: 128Mi
-                        requests:
-                          cpu: 10m
-                          memory: 32Mi
-            ---
-            # Source: redis/templates/service.yaml
-            apiVersion: v1
-            kind: Service
-            metadata:
-              name: redis-master
-              labels:
-                app.kubernetes.io/instance: cache
-            spec:
-              selector:
-                app.kubernetes.io/instance: cache
-              ports:
-                - port: 6379
-                  targetPort: 6379
-            ---
-            # Source: redis/templates/deployment.yaml
-            apiVersion: apps/v1
-            kind: Deployment
-            metadata:
-              name: cache
-              labels:
-                app.kubernetes.io/name: redis
-                app.kubernetes.io/instance: cache
-            spec:
-              replicas: 1
-              selector:
-                matchLabels:
-                  app.kubernetes.io/instance: cache
-              template:
-                metadata:
-                  labels:
-                    app.kubernetes.io/name: redis
-                    app.kubernetes.io/instance: cache
-                spec:
-                  containers:
-                    - name: redis
-                      image: "redis:7.9.9"
-                      args: ["redis-server", "--appendonly", "no"]
-                      ports:
-                        - containerPort: 6379
-                      readinessProbe:
-                        tcpSocket:
-                          port: 6379
-                      resources:
-                        limits:
-                          memory: 128Mi
-                        requests:
-                          cpu: 10m
-                          memory: 32Mi
-        [1/1] Render ... ok (#.## s)
+{}{}        [1/1] Render ... ok (#.## s)
 
         <recap of scripts/test.rhai (check mode): Render: ok>
         "#,
-        ),
+            rendered_cache("7.0.0"),
+            rendered_cache("7.9.9")
+        )),
         "",
     );
     assert!(helm_calls(&test).iter().all(|c| c.starts_with("template")));
@@ -874,4 +778,62 @@ fn helm_pull_fetches_a_missing_chart_from_its_repository() {
         .map(|entry| entry.file_name().to_string_lossy().into_owned())
         .collect();
     assert_eq!(left, ["redis-0.1.0.tgz"], "staging folders left behind");
+}
+
+/// What `helm_template` renders of the test chart for release `cache` with image tag `tag`
+/// (indented as inside a step).
+fn rendered_cache(tag: &str) -> String {
+    r#"
+            ---
+            # Source: redis/templates/service.yaml
+            apiVersion: v1
+            kind: Service
+            metadata:
+              name: redis-master
+              labels:
+                app.kubernetes.io/instance: cache
+            spec:
+              selector:
+                app.kubernetes.io/instance: cache
+              ports:
+                - port: 6379
+                  targetPort: 6379
+            ---
+            # Source: redis/templates/deployment.yaml
+            apiVersion: apps/v1
+            kind: Deployment
+            metadata:
+              name: cache
+              labels:
+                app.kubernetes.io/name: redis
+                app.kubernetes.io/instance: cache
+            spec:
+              replicas: 1
+              selector:
+                matchLabels:
+                  app.kubernetes.io/instance: cache
+              template:
+                metadata:
+                  labels:
+                    app.kubernetes.io/name: redis
+                    app.kubernetes.io/instance: cache
+                spec:
+                  containers:
+                    - name: redis
+                      image: "redis:{tag}"
+                      args: ["redis-server", "--appendonly", "no"]
+                      ports:
+                        - containerPort: 6379
+                      readinessProbe:
+                        tcpSocket:
+                          port: 6379
+                      resources:
+                        limits:
+                          memory: 128Mi
+                        requests:
+                          cpu: 10m
+                          memory: 32Mi
+"#
+    .trim_start_matches('\n')
+    .replace("{tag}", tag)
 }
