@@ -154,17 +154,8 @@ show:
     // a job without that environment.
     assert_text(
         &steady_trace(&sim, "g%2Fp", trace),
-        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
-         \x20 on bprun-sim runner stand-in \n\
-         Preparing the \"kubernetes\" executor\n\
-         Using Kubernetes executor with image alpine:3.20 ...\n\
-         Getting source from Git repository\n\
-         Initialized empty Git repository in /builds/g/p/.git/\n\
-         Created fresh repository.\n\
-         Checking out <short sha> as detached HEAD (ref is main)...\n\
-         Skipping Git submodules setup\n\
-         Executing \"step_script\" stage of the job script\n\
-         $ echo \"before\"\n\
+        &(job_start("alpine:3.20")
+            + "$ echo \"before\"\n\
          before\n\
          $ echo \"greeting=$GREETING job=$JOB_ONLY overridden=$OVERRIDDEN\"\n\
          greeting=from-file job=from-job overridden=from-project\n\
@@ -183,7 +174,7 @@ show:
          $ echo \"registry=${CI_REGISTRY:-none} protected=${ONLY_PROTECTED:-absent} scoped=${PROD_ONLY:-absent}\"\n\
          registry=none protected=yes scoped=absent\n\
          Cleaning up project directory and file based variables\n\
-         Job succeeded\n",
+         Job succeeded\n"),
     );
     assert!(!trace.contains("s3cr3t-value-123"), "{trace}");
     // A file-type variable holds the path of a file with the value.
@@ -226,22 +217,13 @@ deploy:
     assert_eq!(build_status, "failed");
     assert_text(
         &steady_trace(&sim, "g%2Fp", trace),
-        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
-         \x20 on bprun-sim runner stand-in \n\
-         Preparing the \"kubernetes\" executor\n\
-         Using Kubernetes executor with image alpine:3.20 ...\n\
-         Getting source from Git repository\n\
-         Initialized empty Git repository in /builds/g/p/.git/\n\
-         Created fresh repository.\n\
-         Checking out <short sha> as detached HEAD (ref is main)...\n\
-         Skipping Git submodules setup\n\
-         Executing \"step_script\" stage of the job script\n\
-         $ echo \"token is $API_TOKEN\"\n\
+        &(job_start("alpine:3.20")
+            + "$ echo \"token is $API_TOKEN\"\n\
          token is [MASKED]\n\
          $ ls /no/such/dir\n\
          ls: cannot access '/no/such/dir': No such file or directory\n\
          Cleaning up project directory and file based variables\n\
-         ERROR: Job failed: exit code 2\n",
+         ERROR: Job failed: exit code 2\n"),
     );
     let deploy = jobs.iter().find(|(n, _, _)| n == "deploy").expect("deploy");
     assert_eq!(deploy.1, "skipped");
@@ -273,23 +255,14 @@ build:
     assert_eq!(build.1, "failed");
     assert_text(
         &steady_trace(&sim, "g%2Fp", &build.2),
-        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
-         \x20 on bprun-sim runner stand-in \n\
-         Preparing the \"kubernetes\" executor\n\
-         Using Kubernetes executor with image gcr.io/kaniko-project/executor:v1.23.2-debug ...\n\
-         Getting source from Git repository\n\
-         Initialized empty Git repository in /builds/g/p/.git/\n\
-         Created fresh repository.\n\
-         Checking out <short sha> as detached HEAD (ref is main)...\n\
-         Skipping Git submodules setup\n\
-         Executing \"step_script\" stage of the job script\n\
-         $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/nope/Dockerfile\" --destination \"registry.example/g/p:1\"\n\
+        &(job_start("gcr.io/kaniko-project/executor:v1.23.2-debug")
+            + "$ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/nope/Dockerfile\" --destination \"registry.example/g/p:1\"\n\
          Error: error resolving dockerfile path: please provide a valid path to a Dockerfile within the build context with --dockerfile\n\
          Usage:\n\
          \x20 executor [flags]\n\
          \x20 executor [command]\n\
          Cleaning up project directory and file based variables\n\
-         ERROR: Job failed: exit code 1\n",
+         ERROR: Job failed: exit code 1\n"),
     );
 }
 
@@ -309,20 +282,11 @@ fn a_job_over_its_timeout_is_killed_with_everything_it_started() {
     assert_eq!(status, "failed");
     assert_text(
         &steady_trace(&sim, "g%2Fp", &jobs[0].2),
-        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
-         \x20 on bprun-sim runner stand-in \n\
-         Preparing the \"kubernetes\" executor\n\
-         Using Kubernetes executor with image alpine:3.20 ...\n\
-         Getting source from Git repository\n\
-         Initialized empty Git repository in /builds/g/p/.git/\n\
-         Created fresh repository.\n\
-         Checking out <short sha> as detached HEAD (ref is main)...\n\
-         Skipping Git submodules setup\n\
-         Executing \"step_script\" stage of the job script\n\
-         $ sleep 60 &\n\
+        &(job_start("alpine:3.20")
+            + "$ sleep 60 &\n\
          $ sleep 60\n\
          Cleaning up project directory and file based variables\n\
-         ERROR: Job failed: execution took longer than 2s seconds\n",
+         ERROR: Job failed: execution took longer than 2s seconds\n"),
     );
 }
 
@@ -638,4 +602,20 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
          \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
          re-run with --resume to continue from here\n",
     );
+}
+
+/// The start of a job's trace on the simulator's runner stand-in, up to its script, for `image`.
+fn job_start(image: &str) -> String {
+    format!(
+        "Running with gitlab-runner 17.9.0 (bprun-sim)\n\
+         \x20 on bprun-sim runner stand-in \n\
+         Preparing the \"kubernetes\" executor\n\
+         Using Kubernetes executor with image {image} ...\n\
+         Getting source from Git repository\n\
+         Initialized empty Git repository in /builds/g/p/.git/\n\
+         Created fresh repository.\n\
+         Checking out <short sha> as detached HEAD (ref is main)...\n\
+         Skipping Git submodules setup\n\
+         Executing \"step_script\" stage of the job script\n"
+    )
 }
