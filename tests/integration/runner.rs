@@ -173,6 +173,15 @@ fn unknown_step_names_are_usage_errors_that_list_the_valid_names() {
     );
 }
 
+/// `THREE_STEPS` with `--only` naming its last two steps.
+const ONLY_THE_LAST_TWO: &str = "
+    [1/3] Write config ... skipped (not selected by --only)
+    [2/3] Say hello ... ok (#.## s)
+    [3/3] Maybe fail ... ok (#.## s)
+
+    <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
+";
+
 #[test]
 fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
     let test = repo().script(THREE_STEPS);
@@ -198,19 +207,7 @@ fn steps_are_named_by_number_or_slug_and_a_selection_must_run_something() {
         "MAYBE-FAIL",
         "scripts/test.rhai",
     ])
-    .expect(
-        0,
-        &with_recaps(
-            "
-        [1/3] Write config ... skipped (not selected by --only)
-        [2/3] Say hello ... ok (#.## s)
-        [3/3] Maybe fail ... ok (#.## s)
-
-        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
-        ",
-        ),
-        "",
-    );
+    .expect(0, &with_recaps(ONLY_THE_LAST_TWO), "");
     test.run(&["--from", "3", "--only", "2", "scripts/test.rhai"]).expect(
         2,
         "",
@@ -246,19 +243,7 @@ fn only_and_skip_select_steps() {
         "Maybe fail",
         "scripts/test.rhai",
     ])
-    .expect(
-        0,
-        &with_recaps(
-            "
-        [1/3] Write config ... skipped (not selected by --only)
-        [2/3] Say hello ... ok (#.## s)
-        [3/3] Maybe fail ... ok (#.## s)
-
-        <recap of scripts/test.rhai: Write config: skipped; Say hello: ok; Maybe fail: ok>
-        ",
-        ),
-        "",
-    );
+    .expect(0, &with_recaps(ONLY_THE_LAST_TWO), "");
     assert!(!test.join("out").exists());
     test.run(&["-q", "--skip", "Say hello", "scripts/test.rhai"])
         .expect(
