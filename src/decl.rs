@@ -27,20 +27,6 @@ impl Resource {
         Resource::new(kind, name, format!("{kind} {name}"))
     }
 
-    /// A Kubernetes object, shown as `Kind/name in namespace`, named `namespace/name`.
-    pub fn object(kind: &str, namespace: &str, name: &str) -> Self {
-        let qualified = if namespace.is_empty() {
-            name.to_string()
-        } else {
-            format!("{namespace}/{name}")
-        };
-        Resource::new(
-            kind,
-            qualified,
-            bprun_clients::kube::display(kind, namespace, name),
-        )
-    }
-
     /// A command a native ran, shown in backticks.
     pub fn command(line: &str) -> Self {
         Resource::new("command", line, format!("`{line}`"))

@@ -201,14 +201,6 @@ mod resource_tests {
 
     #[test]
     fn natives_name_what_they_change_and_scripts_words_are_read() {
-        assert_eq!(
-            Resource::object("Deployment", "gitlab", "web"),
-            Resource::new("Deployment", "gitlab/web", "Deployment/web in gitlab")
-        );
-        assert_eq!(
-            Resource::object("Namespace", "", "gitlab").text,
-            "Namespace/gitlab"
-        );
         assert_eq!(Resource::command("helm version").text, "`helm version`");
         assert_eq!(
             Resource::reported("write", "glab config for gitlab.local.example.net"),

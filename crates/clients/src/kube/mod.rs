@@ -350,3 +350,26 @@ fn find_kind(
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_object_change_is_named_namespace_slash_name_and_shown_kind_slash_name_in_namespace() {
+        let change = object_change("create", "Deployment", "gitlab", "web", None);
+        assert_eq!(
+            (
+                change.kind.as_str(),
+                change.name.as_str(),
+                change.resource.as_str()
+            ),
+            ("Deployment", "gitlab/web", "Deployment/web in gitlab")
+        );
+        let cluster_wide = object_change("create", "Namespace", "", "gitlab", None);
+        assert_eq!(
+            (cluster_wide.name.as_str(), cluster_wide.resource.as_str()),
+            ("gitlab", "Namespace/gitlab")
+        );
+    }
+}
