@@ -646,12 +646,13 @@ pub mod kube_functions {
         if !read_only {
             session.state.record_change(
                 "exec",
+                // The shown argv: a Secret argument is never kept in the run's changes.
                 Resource::new(
                     "command",
-                    argv.join(" "),
+                    shown_argv.join(" "),
                     format!(
                         "{} in {ns}/{pod_or_selector}",
-                        argv.first().map(String::as_str).unwrap_or("")
+                        shown_argv.first().map(String::as_str).unwrap_or("")
                     ),
                 ),
             );

@@ -581,10 +581,6 @@ impl BaoClient {
             .map_err(|error| self.describe(error, "GET sys/health"))
     }
 
-    fn vault(&self) -> Result<std::sync::Arc<VaultClient>, ClientError> {
-        self.client()
-    }
-
     /// `GET sys/seal-status`: answers 200 on sealed and uninitialised servers too (vaultrs's
     /// health response expects fields that only Vault sends, so bprun reads this instead).
     pub fn status(&self) -> Result<Status, ClientError> {
@@ -764,7 +760,7 @@ impl BaoClient {
     /// Initialises OpenBao. The caller has checked that the server is uninitialised and the file
     /// does not exist; the file is created (mode 0600) before anything else can fail.
     pub fn initialize(&self, shares: u64, threshold: u64) -> Result<InitResponse, ClientError> {
-        let client = self.vault()?;
+        let client = self.client()?;
         self.count();
         let response = run(vaultrs::sys::start_initialization(
             client.as_ref(),
@@ -786,7 +782,7 @@ impl BaoClient {
 
     /// Submits unseal keys until the server is unsealed. Returns how many keys were used.
     pub fn unseal(&self, init: &InitResponse) -> Result<usize, ClientError> {
-        let client = self.vault()?;
+        let client = self.client()?;
         for (used, key) in init.keys.iter().enumerate() {
             self.count();
             let response = run(vaultrs::sys::unseal(
@@ -822,7 +818,7 @@ impl BaoClient {
     }
 
     pub fn seal(&self) -> Result<(), ClientError> {
-        let client = self.vault()?;
+        let client = self.client()?;
         self.count();
         run(vaultrs::sys::seal(client.as_ref()))
             .map_err(|error| self.describe(error, "PUT sys/seal"))
@@ -847,7 +843,7 @@ impl BaoClient {
     }
 
     pub fn enable_kv(&self, path: &str, version: u8) -> Result<(), ClientError> {
-        let client = self.vault()?;
+        let client = self.client()?;
         self.count();
         let mut options = vaultrs::api::sys::requests::EnableEngineRequest::builder();
         options.options(std::collections::HashMap::from([(
@@ -1008,7 +1004,7 @@ impl BaoClient {
             if !mode.writes() {
                 return Ok(Some(changed(current.version + 1, &keys)));
             }
-            let client = self.vault()?;
+            let client = self.client()?;
             self.count();
             let options = vaultrs::api::kv2::requests::SetSecretRequestOptions {
                 cas: current.version as u32,
@@ -1066,7 +1062,7 @@ impl BaoClient {
             return Ok(Outcome::unchanged(()));
         }
         if mode.writes() {
-            let client = self.vault()?;
+            let client = self.client()?;
             self.count();
             run(vaultrs::kv2::delete_latest(
                 client.as_ref(),
@@ -1095,7 +1091,7 @@ impl BaoClient {
             return Ok(Outcome::unchanged(()));
         }
         if mode.writes() {
-            let client = self.vault()?;
+            let client = self.client()?;
             self.count();
             run(vaultrs::kv2::delete_metadata(
                 client.as_ref(),
@@ -1138,7 +1134,7 @@ impl BaoClient {
             Err(error) => return Err(self.describe(error, &format!("GET sys/policies/acl/{name}"))),
         }
         if mode.writes() {
-            let client = self.vault()?;
+            let client = self.client()?;
             self.count();
             run(vaultrs::sys::policy::set(client.as_ref(), name, rules))
                 .map_err(|error| self.describe(error, &format!("PUT sys/policies/acl/{name}")))?;

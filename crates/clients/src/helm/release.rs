@@ -77,14 +77,15 @@ fn values_args(spec: &ReleaseSpec) -> Result<(Vec<String>, Option<TempValues>), 
 }
 
 /// Checks the merged values against the JSON Schema file `spec.values_schema` before helm runs:
-/// a missing override key stops `operation` with every violation named.
+/// a missing override key stops `operation` with every violation named. Returns the merged
+/// values when it read them (None: no schema), so a caller that needs them reads them once.
 fn check_values_schema(
     files: &Confinement,
     spec: &ReleaseSpec,
     operation: &'static str,
-) -> Result<(), ClientError> {
+) -> Result<Option<Value>, ClientError> {
     let Some(schema_path) = &spec.values_schema else {
-        return Ok(());
+        return Ok(None);
     };
     let text = files.read_text(schema_path)?;
     let schema: Value = serde_json::from_str(&text).map_err(|error| {
@@ -105,7 +106,7 @@ fn check_values_schema(
     let merged = merged_values(spec).map_err(|error| error.in_operation(operation, ": "))?;
     let problems = crate::values_schema::violations(&merged, &schema);
     if problems.is_empty() {
-        return Ok(());
+        return Ok(Some(merged));
     }
     let shown: Vec<&str> = spec
         .values_files
@@ -159,9 +160,12 @@ impl Helm {
     ) -> Result<Outcome<Ensured>, ClientError> {
         const OPERATION: &str = "install";
         let named = |error: ClientError| error.in_operation(OPERATION, ": ");
-        check_values_schema(&Confinement::new(&self.root), spec, OPERATION)?;
-        // Read once: the digest and `--diff` both need them.
-        let merged = merged_values(spec)?;
+        let checked = check_values_schema(&Confinement::new(&self.root), spec, OPERATION)?;
+        // Read once: the schema check, the digest and `--diff` all need them.
+        let merged = match checked {
+            Some(merged) => merged,
+            None => merged_values(spec)?,
+        };
         let digest = self.install_digest(spec, &merged)?;
         let current = self.status(&spec.release, &spec.namespace).map_err(named)?;
         let reason = match &current {
