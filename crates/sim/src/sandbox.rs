@@ -242,7 +242,8 @@ pub fn run_in_group(
     let spawned = command.spawn();
     // The parent's copies of the pipe's write end must go, or the reader never sees its end.
     drop(command);
-    let mut child = spawned.map_err(|error| format!("cannot start sh: {error}"))?;
+    let mut child =
+        spawned.map_err(|error| format!("cannot start {}: {error}", shell.display()))?;
     set_running_group(root, Some(child.id()));
     let collector = std::thread::spawn(move || {
         let mut kept = Vec::new();
