@@ -4,11 +4,20 @@
 /// The repository of an image reference: without the tag and the digest
 /// (`quay.io/openbao/openbao:2.2.0` -> `quay.io/openbao/openbao`; a registry port stays).
 pub fn repository(image: &str) -> &str {
+    split_tag(image).0
+}
+
+/// `(repository, tag)` of an image reference without its digest; the tag is `None` when the
+/// reference has none (the colon searched for is after the last `/`, so a registry port stays).
+fn split_tag(image: &str) -> (&str, Option<&str>) {
     let without_digest = image.split('@').next().unwrap_or(image);
     let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
     match without_digest[last_slash..].rfind(':') {
-        Some(colon) => &without_digest[..last_slash + colon],
-        None => without_digest,
+        Some(colon) => (
+            &without_digest[..last_slash + colon],
+            Some(&without_digest[last_slash + colon + 1..]),
+        ),
+        None => (without_digest, None),
     }
 }
 
@@ -16,9 +25,7 @@ pub fn repository(image: &str) -> &str {
 /// (`bitnamilegacy/redis` -> `docker.io/bitnamilegacy/redis`, `redis` -> `docker.io/library/redis`).
 pub fn canonical_repository(image: &str) -> String {
     let name = repository(image);
-    let first = name.split('/').next().unwrap_or("");
-    let has_registry =
-        name.contains('/') && (first.contains('.') || first.contains(':') || first == "localhost");
+    let has_registry = !split_host(name).0.is_empty();
     match (has_registry, name.contains('/')) {
         (true, _) => name.to_string(),
         (false, true) => format!("docker.io/{name}"),
@@ -28,12 +35,7 @@ pub fn canonical_repository(image: &str) -> String {
 
 /// The tag of an image reference (`latest` when none).
 pub fn tag(image: &str) -> &str {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last_slash = without_digest.rfind('/').map(|at| at + 1).unwrap_or(0);
-    match without_digest[last_slash..].rfind(':') {
-        Some(colon) => &without_digest[last_slash + colon + 1..],
-        None => "latest",
-    }
+    split_tag(image).1.unwrap_or("latest")
 }
 
 /// The platform's container registry (GitLab's) as the cluster sees it. Every name serves the

@@ -668,8 +668,12 @@ fn run_step(
         script.push('\n');
     }
     let script_path = root.join(format!(".{stage}.sh"));
-    std::fs::write(&script_path, script)
-        .map_err(|error| format!("cannot write the job's script: {error}"))?;
+    std::fs::write(&script_path, script).map_err(|error| {
+        format!(
+            "cannot write the job's script {}: {error}",
+            script_path.display()
+        )
+    })?;
     let run = crate::sandbox::run_in_group(
         root,
         &root.join("bin").join("sh"),
