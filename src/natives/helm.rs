@@ -189,8 +189,7 @@ fn install(
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
     let chart = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
-    helm::verify_cached_archive(&session.state.root, &chart)
-        .map_err(|error| native_error(headed(NATIVE, error)))?;
+    helm::verify_cached_archive(&session.state.root, &chart).map_err(from_helm(NATIVE))?;
     let spec = ReleaseSpec {
         release: release.to_string(),
         namespace: namespace.to_string(),
