@@ -25,11 +25,11 @@ use super::node::{self, NodeMounts};
 use super::process;
 use super::{ExecCall, ExecOutcome, Host, Program};
 use std::collections::HashMap;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
 
@@ -37,23 +37,11 @@ pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
 /// the mount path of its `data` volume.
 const DATA_MOUNT_PATH: &str = "/openbao/data";
 
-struct Server {
-    child: Child,
-    address: SocketAddr,
+struct Served {
+    server: process::Server,
     /// The raft folder it serves.
     storage: PathBuf,
 }
-
-/// Runs `bao server -config=$2` (`$1` the binary) and stops it (SIGTERM, then waits) when it
-/// gets SIGTERM or when process `$3` (the simulator) is gone: a rehearsal that exits without
-/// running destructors leaves no server behind. Checked once a second.
-const WATCHDOG: &str = r#"bin="$1"; config="$2"; parent="$3"
-"$bin" server -config="$config" &
-child=$!
-trap 'kill -TERM "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
-while kill -0 "$parent" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1 & wait $!; done
-kill -TERM "$child" 2>/dev/null
-wait "$child""#;
 
 pub struct OpenBao {
     binary: Option<PathBuf>,
@@ -62,7 +50,7 @@ pub struct OpenBao {
     node: NodeMounts,
     /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
     /// start two servers for one pod.
-    servers: Mutex<HashMap<String, Server>>,
+    servers: Mutex<HashMap<String, Served>>,
 }
 
 /// The server's configuration: the chart's listener without TLS, on loopback ports.
@@ -75,12 +63,6 @@ pub fn config(storage: &Path, node_id: &str, api: SocketAddr, cluster: SocketAdd
          cluster_addr = \"http://{cluster}\"\n",
         storage.display()
     )
-}
-
-fn free_port() -> Result<SocketAddr, String> {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map_err(|error| format!("no free loopback port: {error}"))
 }
 
 /// The address a pod's annotation says its port 8200 is served at (loopback only).
@@ -132,85 +114,40 @@ impl OpenBao {
         // Read from the store before the servers' lock is taken (never the other way round).
         let storage = self.storage(call, host);
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(server) = servers.get_mut(&call.pod_uid) {
-            match server.child.try_wait() {
-                Ok(None) => return Ok(server.address),
-                _ => {
-                    servers.remove(&call.pod_uid);
-                }
+        if let Some(served) = servers.get_mut(&call.pod_uid) {
+            if served.server.runs() {
+                return Ok(served.server.address);
             }
+            servers.remove(&call.pod_uid);
         }
         let folder = self.pod_dir(call);
         // The server of a pod that is gone may still run on this folder (the kubelet part stops
         // it on its next pass): stop it now, so one folder never has two servers.
-        let previous: Vec<String> = servers
-            .iter()
-            .filter(|(uid, server)| **uid != call.pod_uid && server.storage == storage)
-            .map(|(uid, _)| uid.clone())
-            .collect();
-        for uid in previous {
-            if let Some(mut server) = servers.remove(&uid) {
-                process::terminate(&mut server.child);
-            }
-        }
+        servers.retain(|uid, served| *uid == call.pod_uid || served.storage != storage);
         std::fs::create_dir_all(&folder)
             .map_err(|error| format!("cannot create {}: {error}", folder.display()))?;
         // A hostPath of type DirectoryOrCreate (the stable PVs'): the kubelet creates it.
         std::fs::create_dir_all(&storage)
             .map_err(|error| format!("cannot create {}: {error}", storage.display()))?;
-        let api = free_port()?;
-        let cluster = free_port()?;
+        let api = process::free_port()?;
+        let cluster = process::free_port()?;
         let config_file = folder.join("config.hcl");
         std::fs::write(&config_file, config(&storage, &call.pod, api, cluster))
             .map_err(|error| format!("cannot write {}: {error}", config_file.display()))?;
-        let log_file = folder.join("server.log");
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&log_file)
-            .map_err(|error| format!("cannot open {}: {error}", log_file.display()))?;
-        let log_err = log.try_clone().map_err(|error| error.to_string())?;
-        // Through a watchdog shell: the server ends with the simulator even when the process
-        // that embeds it exits without dropping it (see WATCHDOG).
-        let mut child = Command::new("sh")
-            .args(["-c", WATCHDOG, "bao-watchdog"])
-            .arg(&binary)
-            .arg(&config_file)
-            .arg(std::process::id().to_string())
-            .env_clear()
-            .env("PATH", "/usr/bin:/bin")
-            .env("HOME", &folder)
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
-            .spawn()
-            .map_err(|error| format!("cannot start {}: {error}", binary.display()))?;
-        // Bounded wait for the listener: a container's port is there soon after it starts.
-        let deadline = Instant::now() + Duration::from_secs(15);
-        loop {
-            if TcpStream::connect_timeout(&api, Duration::from_millis(200)).is_ok() {
-                break;
-            }
-            let ended = !matches!(child.try_wait(), Ok(None));
-            if ended || Instant::now() > deadline {
-                process::terminate(&mut child);
-                let log = std::fs::read_to_string(&log_file).unwrap_or_default();
-                let last = log.lines().rev().take(3).collect::<Vec<_>>();
-                return Err(format!(
-                    "bao server did not listen on {api}: {}",
-                    last.into_iter().rev().collect::<Vec<_>>().join(" / ")
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        servers.insert(
-            call.pod_uid.clone(),
-            Server {
-                child,
-                address: api,
-                storage,
-            },
-        );
+        let server = process::Server::start(process::ServerSpec {
+            program: &binary,
+            args: vec![
+                "server".into(),
+                format!("-config={}", config_file.display()).into(),
+            ],
+            env: vec![("HOME".into(), folder.clone().into())],
+            log: &folder.join("server.log"),
+            listens_on: api,
+            stop_signal: "TERM",
+            start_within: Duration::from_secs(15),
+        })
+        .map_err(|error| error.replacen("bao did not listen", "bao server did not listen", 1))?;
+        servers.insert(call.pod_uid.clone(), Served { server, storage });
         Ok(api)
     }
 
@@ -278,9 +215,7 @@ impl Program for OpenBao {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .remove(pod_uid);
-        if let Some(mut server) = server {
-            process::terminate(&mut server.child);
-        }
+        drop(server);
     }
 
     fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
@@ -291,7 +226,7 @@ impl Program for OpenBao {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(pod_uid)
-            .map(|server| server.address)
+            .map(|served| served.server.address)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

@@ -38,6 +38,7 @@ pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod script;
+pub mod service;
 pub mod volumes;
 
 use super::kubelet::ClusterView;
@@ -167,7 +168,7 @@ pub fn effective_command(command: &[String]) -> (Vec<String>, Vec<(String, Strin
 /// program runs a process) and the state programs share.
 pub struct Host<'a> {
     node: &'a dyn Node,
-    shared: &'a Shared,
+    programs: &'a Programs,
 }
 
 impl Host<'_> {
@@ -187,7 +188,19 @@ impl Host<'_> {
     }
 
     pub fn shared(&self) -> &Shared {
-        self.shared
+        &self.programs.shared
+    }
+
+    /// Where the program of a container of `pod` really serves `port` (a port-forward's
+    /// target, the address a Service's endpoint stands for).
+    pub fn serving(&self, pod: &Value, port: u16) -> Option<SocketAddr> {
+        self.programs.forward(pod, port)
+    }
+
+    /// What a pod in `from_namespace` reaches at `name:port` through a Service (see
+    /// [`service::resolve`]).
+    pub fn resolve(&self, name: &str, port: u16, from_namespace: &str) -> service::Backend {
+        service::resolve(self, name, port, from_namespace)
     }
 
     /// The call (image, resolved environment, labels; no command) of another pod's container,
@@ -589,7 +602,7 @@ impl Programs {
             call.env.extend(extra_environment);
             let host = Host {
                 node,
-                shared: &self.shared,
+                programs: self,
             };
             self.ensure_started(index, program, &call, &host);
             if let Some(outcome) = program.exec(&call, &argv, &host) {
@@ -816,10 +829,7 @@ pub fn tend(node: &dyn Node, programs: &Programs) {
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .retain(|(uid, _), _| running.contains(uid));
-    let host = Host {
-        node,
-        shared: &programs.shared,
-    };
+    let host = Host { node, programs };
     for (call, probe, period, index) in probes {
         let program = &programs.registry[index];
         programs.ensure_started(index, program, &call, &host);

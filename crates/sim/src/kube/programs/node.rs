@@ -135,7 +135,7 @@ mod tests {
         }
         let host = Host {
             node: &sim,
-            shared: &sim.programs.shared,
+            programs: &sim.programs,
         };
         let claimed =
             pod(json!({"name": "data", "persistentVolumeClaim": {"claimName": "data-openbao-0"}}));

@@ -1,8 +1,12 @@
-//! Running a real program for a container: bounded in time, stdin passed through, stopped by
-//! its process id.
+//! Running a real program for a container: a command bounded in time with stdin passed
+//! through ([`run`]), or a server the container keeps running ([`Server`]), stopped by its
+//! process id.
 
 use crate::kube::runtime::ExecOutcome;
 use bprun_clients::process::Pipes;
+use std::ffi::OsString;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,4 +75,111 @@ pub fn terminate(child: &mut Child) {
         }
     }
     stop(child);
+}
+
+/// A free loopback port, for a server a pod's container runs.
+pub fn free_port() -> Result<SocketAddr, String> {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map_err(|error| format!("no free loopback port: {error}"))
+}
+
+/// Runs `$3...` (a server) and stops it with signal `$2` (then waits) when it gets SIGTERM or
+/// when process `$1` (the simulator) is gone: a rehearsal that exits without running
+/// destructors leaves no server behind. Checked once a second.
+const WATCHDOG: &str = r#"parent="$1"; signal="$2"; shift 2
+"$@" &
+child=$!
+trap 'kill -"$signal" "$child" 2>/dev/null; wait "$child"; exit 0' TERM INT
+while kill -0 "$parent" 2>/dev/null && kill -0 "$child" 2>/dev/null; do sleep 1 & wait $!; done
+kill -"$signal" "$child" 2>/dev/null
+wait "$child""#;
+
+/// What a container's server is: its program and arguments, environment (nothing else is
+/// inherited), the file its output goes to, the address it listens on once started, and the
+/// signal that stops it quickly (PostgreSQL's fast shutdown is SIGINT; SIGTERM waits for clients).
+pub struct ServerSpec<'a> {
+    pub program: &'a Path,
+    pub args: Vec<OsString>,
+    pub env: Vec<(String, OsString)>,
+    pub log: &'a Path,
+    pub listens_on: SocketAddr,
+    pub stop_signal: &'a str,
+    /// How long the server may take to listen.
+    pub start_within: Duration,
+}
+
+/// A running server of a container, stopped by its process id when dropped.
+pub struct Server {
+    child: Child,
+    pub address: SocketAddr,
+}
+
+impl Server {
+    /// Starts the server (through the watchdog) and waits, bounded, until it accepts
+    /// connections. If it ends or does not listen in time, it is stopped and the error names the
+    /// address and the last lines of its log.
+    pub fn start(spec: ServerSpec) -> Result<Server, String> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(spec.log)
+            .map_err(|error| format!("cannot open {}: {error}", spec.log.display()))?;
+        let log_err = log.try_clone().map_err(|error| error.to_string())?;
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", WATCHDOG, "server-watchdog"])
+            .arg(std::process::id().to_string())
+            .arg(spec.stop_signal)
+            .arg(spec.program)
+            .args(&spec.args)
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin");
+        for (name, value) in &spec.env {
+            command.env(name, value);
+        }
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .spawn()
+            .map_err(|error| format!("cannot start {}: {error}", spec.program.display()))?;
+        let deadline = Instant::now() + spec.start_within;
+        loop {
+            if TcpStream::connect_timeout(&spec.listens_on, Duration::from_millis(200)).is_ok() {
+                return Ok(Server {
+                    child,
+                    address: spec.listens_on,
+                });
+            }
+            let ended = !matches!(child.try_wait(), Ok(None));
+            if ended || Instant::now() > deadline {
+                terminate(&mut child);
+                let log = std::fs::read_to_string(spec.log).unwrap_or_default();
+                let last: Vec<&str> = log.lines().rev().take(3).collect();
+                let name = spec
+                    .program
+                    .file_name()
+                    .unwrap_or_default()
+                    .to_string_lossy();
+                return Err(format!(
+                    "{name} did not listen on {}: {}",
+                    spec.listens_on,
+                    last.into_iter().rev().collect::<Vec<_>>().join(" / ")
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Whether the server still runs.
+    pub fn runs(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        terminate(&mut self.child);
+    }
 }

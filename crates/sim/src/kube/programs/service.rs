@@ -1,0 +1,131 @@
+//! What a container reaches at a Service's name: the cluster DNS name (`name`, `name.ns`,
+//! `name.ns.svc`, `name.ns.svc.cluster.local`) of a Service, its Endpoints' first ready pod,
+//! and where that pod's program really serves the target port, so a program that connects to
+//! another (GitLab's webservice to PostgreSQL and Redis, the bundled OpenBao to its database)
+//! talks to the real server behind it. Only what a client can observe: DNS knows the name or
+//! not, the Service has a ready endpoint or refuses the connection.
+
+use super::Host;
+use serde_json::Value;
+use std::net::SocketAddr;
+
+/// What a connection to a Service's name and port meets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Backend {
+    /// No such Service: DNS does not know the name.
+    Unknown,
+    /// The Service exists (its cluster IP) but no ready pod serves the port behind it: the
+    /// connection is refused.
+    NotServing { ip: String },
+    /// A ready pod's program serves it at `address` (on loopback).
+    Serving { ip: String, address: SocketAddr },
+}
+
+/// The Service a cluster DNS name names, from `from_namespace`: (namespace, name).
+pub fn service_of(name: &str, from_namespace: &str) -> Option<(String, String)> {
+    let name = name.trim_end_matches('.');
+    let name = name
+        .strip_suffix(".svc.cluster.local")
+        .or_else(|| name.strip_suffix(".svc"))
+        .unwrap_or(name);
+    let mut parts = name.split('.');
+    let service = parts.next().filter(|part| !part.is_empty())?;
+    let namespace = parts.next().unwrap_or(from_namespace);
+    if parts.next().is_some() {
+        return None;
+    }
+    Some((namespace.to_string(), service.to_string()))
+}
+
+/// The target port of the Service port `port` (a number; a named target port is looked up on
+/// the pod's container ports).
+fn target_port(service: &Value, port: u16, pod: &Value) -> Option<u16> {
+    let spec = service["spec"]["ports"]
+        .as_array()?
+        .iter()
+        .find(|candidate| candidate["port"].as_u64() == Some(u64::from(port)))?;
+    match &spec["targetPort"] {
+        Value::Number(number) => number.as_u64().and_then(|n| u16::try_from(n).ok()),
+        Value::String(name) => pod["spec"]["containers"]
+            .as_array()?
+            .iter()
+            .flat_map(|container| container["ports"].as_array().into_iter().flatten())
+            .find(|candidate| candidate["name"] == name.as_str())?["containerPort"]
+            .as_u64()
+            .and_then(|n| u16::try_from(n).ok()),
+        _ => Some(port),
+    }
+}
+
+/// What `name:port` is from a pod in `from_namespace`.
+pub fn resolve(host: &Host, name: &str, port: u16, from_namespace: &str) -> Backend {
+    let Some((namespace, service_name)) = service_of(name, from_namespace) else {
+        return Backend::Unknown;
+    };
+    let Some(service) = host.object("services", &namespace, &service_name) else {
+        return Backend::Unknown;
+    };
+    let ip = service["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or("10.96.0.1")
+        .to_string();
+    let ready_pods: Vec<String> = host
+        .object("endpoints", &namespace, &service_name)
+        .and_then(|endpoints| endpoints["subsets"].as_array().cloned())
+        .into_iter()
+        .flatten()
+        .flat_map(|subset| subset["addresses"].as_array().cloned().unwrap_or_default())
+        .filter_map(|address| address["targetRef"]["name"].as_str().map(str::to_string))
+        .collect();
+    for pod_name in ready_pods {
+        let Some(pod) = host.object("pods", &namespace, &pod_name) else {
+            continue;
+        };
+        let Some(target) = target_port(&service, port, &pod) else {
+            continue;
+        };
+        if let Some(address) = host.serving(&pod, target) {
+            return Backend::Serving { ip, address };
+        }
+    }
+    Backend::NotServing { ip }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cluster_dns_name_names_a_service_in_its_namespace_or_the_callers() {
+        let expect = |ns: &str, name: &str| Some((ns.to_string(), name.to_string()));
+        assert_eq!(
+            service_of("postgresql-cnpg-rw.postgresql.svc", "gitlab"),
+            expect("postgresql", "postgresql-cnpg-rw")
+        );
+        assert_eq!(
+            service_of("redis-master.redis.svc.cluster.local", "gitlab"),
+            expect("redis", "redis-master")
+        );
+        assert_eq!(
+            service_of("redis-master", "gitlab"),
+            expect("gitlab", "redis-master")
+        );
+        assert_eq!(service_of("a.b", "x"), expect("b", "a"));
+        assert_eq!(service_of("gitlab.example.com", "x"), None);
+        assert_eq!(service_of("", "x"), None);
+    }
+
+    #[test]
+    fn a_named_target_port_is_the_pods_container_port_of_that_name() {
+        let service = json!({"spec": {"ports": [
+            {"port": 5432, "targetPort": 5432},
+            {"port": 6379, "targetPort": "redis"},
+            {"port": 80}]}});
+        let pod = json!({"spec": {"containers": [{"ports": [{"name": "redis", "containerPort": 6380}]}]}});
+        assert_eq!(target_port(&service, 5432, &pod), Some(5432));
+        assert_eq!(target_port(&service, 6379, &pod), Some(6380));
+        assert_eq!(target_port(&service, 80, &pod), Some(80));
+        assert_eq!(target_port(&service, 81, &pod), None);
+    }
+}
