@@ -327,7 +327,7 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     again.expect(
         3,
         "",
-        "psql:<stdin>:1: ERROR:  role \"gitlab\" already exists\n\
+        "ERROR:  role \"gitlab\" already exists\n\
          command terminated with exit code 3\n",
     );
     let database = [
@@ -348,12 +348,51 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
         "ERROR:  database \"gitlabhq_production\" already exists\n\
          command terminated with exit code 1\n",
     );
-    let listed = exec(&sim, "postgresql", pg, &["psql", "-c", "\\l"], None);
-    listed.code(0).stderr("");
-    listed.partial_stdout(
-        " gitlabhq_production | gitlab   | UTF8\n",
-        "the stand-in psql lists only Name, Owner and Encoding where psql 16 prints nine columns; \
-         the real server replaces it (the real-data-services issue)",
+    let listed = exec(
+        &sim,
+        "postgresql",
+        pg,
+        &[
+            "psql",
+            "-tAc",
+            "SELECT datname, pg_get_userbyid(datdba) FROM pg_database ORDER BY 1",
+        ],
+        None,
+    );
+    listed.expect(
+        0,
+        "app|app\ngitlabhq_production|gitlab\npostgres|postgres\ntemplate0|postgres\ntemplate1|postgres\n",
+        "",
+    );
+    // Local connections are the image's postgres user's only (peer, mapped to postgres), as
+    // CloudNativePG's pg_hba.conf has it; over TCP a role needs its password.
+    exec(&sim, "postgresql", pg, &["psql", "-U", "gitlab", "-c", "SELECT 1"], None).expect(
+        2,
+        "",
+        "psql: error: connection to server on socket \"/controller/run/.s.PGSQL.5432\" failed: FATAL:  Peer authentication failed for user \"gitlab\"\n\
+         command terminated with exit code 2\n",
+    );
+    let over_tcp = |password: &str| {
+        exec(
+            &sim,
+            "postgresql",
+            pg,
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "PGPASSWORD={password} psql -h 127.0.0.1 -U gitlab -d gitlabhq_production -tAc 'SELECT current_user'"
+                ),
+            ],
+            None,
+        )
+    };
+    over_tcp("gitlab-pass-1").expect(0, "gitlab\n", "");
+    over_tcp("wrong").expect(
+        2,
+        "",
+        "psql: error: connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  password authentication failed for user \"gitlab\"\n\
+         command terminated with exit code 2\n",
     );
     // The bootstrap's own database and owner are there from the start.
     assert_eq!(
@@ -371,6 +410,45 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
         .ok(),
         "app\n"
     );
+    // The data is the volume's: the operator's new instance pod finds the role and database.
+    let uid_before = sim
+        .kubectl(&[
+            "get",
+            pg,
+            "-n",
+            "postgresql",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .ok()
+        .to_string();
+    sim.kubectl(&["delete", pg, "-n", "postgresql", "--wait=true"])
+        .ok();
+    for condition in ["--for=create", "--for=condition=Ready"] {
+        sim.kubectl(&[
+            "wait",
+            "pod/postgresql-cnpg-1",
+            "-n",
+            "postgresql",
+            condition,
+            "--timeout=60s",
+        ])
+        .ok();
+    }
+    let uid_after = sim
+        .kubectl(&[
+            "get",
+            pg,
+            "-n",
+            "postgresql",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .ok()
+        .to_string();
+    assert_ne!(uid_before, uid_after, "the operator created a new pod");
+    assert_eq!(exec(&sim, "postgresql", pg, &probe, None).ok(), "1\n");
+    over_tcp("gitlab-pass-1").expect(0, "gitlab\n", "");
     // Redis: the password of the chart's Secret, in the container's REDIS_PASSWORD.
     let redis = "pod/redis-master-0";
     let denied = exec(&sim, "redis", redis, &["redis-cli", "PING"], None);

@@ -33,3 +33,21 @@ pub fn busybox() -> Option<PathBuf> {
     }
     on_path("busybox")
 }
+
+/// The folder of PostgreSQL's server and client programs (`postgres`, `initdb`, `psql`):
+/// `BPRUN_PG_BINDIR`, the project's `.tools/postgresql/usr/lib/postgresql/15/bin` (test.sh
+/// extracts Debian's postgresql-15 there when the machine has none), or Debian's
+/// `/usr/lib/postgresql/15/bin`. The major version is CloudNativePG's image's, within what the
+/// registries here carry.
+pub fn postgres_bindir(root: &Path) -> Option<PathBuf> {
+    let has_server = |dir: &Path| dir.join("postgres").is_file() && dir.join("psql").is_file();
+    if let Some(dir) = std::env::var_os("BPRUN_PG_BINDIR").map(PathBuf::from) {
+        return has_server(&dir).then_some(dir);
+    }
+    [
+        root.join(".tools/postgresql/usr/lib/postgresql/15/bin"),
+        PathBuf::from("/usr/lib/postgresql/15/bin"),
+    ]
+    .into_iter()
+    .find(|dir| has_server(dir))
+}

@@ -21,14 +21,14 @@
 //! ([`Link::attach`]). Without one (a plain `bprun sim kube`, the platform as phase 2 leaves
 //! it) there is no GitLab to play: the pods run nothing and are Ready once running, as before.
 
-use super::postgres::{self, Server};
+use super::service::Backend;
 use super::{ExecCall, ExecOutcome, Host, Node, Program, volumes};
 use crate::gitlab::GitlabSim;
 use crate::http::{Accounting, FaultState, Handler, SimRequest, SimResponse};
-use crate::kube::cnpg;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -194,91 +194,75 @@ pub fn database_config(text: &str) -> Option<DatabaseConfig> {
     })
 }
 
-/// What a database host resolves to, seen from a pod.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DatabaseHost {
-    /// No such Service: DNS does not know the name.
-    Unknown,
-    /// The Service exists (its cluster IP) but no instance is ready behind it.
-    NotServing { ip: String },
-    /// A PostgreSQL server answers.
-    Serving { ip: String, server: Server },
-}
-
-/// Connects as libpq does and returns the error libpq reports, in its words.
-pub fn connect(config: &DatabaseConfig, password: &str, host: &DatabaseHost) -> Result<(), String> {
+/// Connects as Rails does through libpq (the real `psql` of `bindir` with the pod's host,
+/// user, database and password, `SELECT 1`) to what the host is behind its Service, and
+/// returns the error libpq reports, in its words, as a pod would see them: the Service's name
+/// and cluster IP on the chart's port, not the loopback address the simulator serves it at.
+pub fn connect(
+    config: &DatabaseConfig,
+    password: &str,
+    backend: &Backend,
+    bindir: Option<&Path>,
+) -> Result<(), String> {
     let at = |ip: &str| {
         format!(
             "connection to server at \"{}\" ({ip}), port {} failed: ",
             config.host, config.port
         )
     };
-    match host {
-        DatabaseHost::Unknown => Err(format!(
+    match backend {
+        Backend::Unknown => Err(format!(
             "could not translate host name \"{}\" to address: Name or service not known",
             config.host
         )),
-        DatabaseHost::NotServing { ip } => Err(format!(
+        Backend::NotServing { ip } => Err(format!(
             "{}Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?",
             at(ip)
         )),
-        DatabaseHost::Serving { ip, server } => {
-            let role = server.roles.get(&config.username);
-            // scram-sha-256 says nothing more for an unknown role or a wrong password.
-            if role.is_none_or(|role| role.password.as_deref() != Some(password)) {
-                return Err(format!(
-                    "{}FATAL:  password authentication failed for user \"{}\"",
-                    at(ip),
-                    config.username
-                ));
-            }
-            if role.is_some_and(|role| !role.login) {
-                return Err(format!(
-                    "{}FATAL:  role \"{}\" is not permitted to log in",
-                    at(ip),
-                    config.username
-                ));
-            }
-            if !server.databases.contains_key(&config.database) {
-                return Err(format!(
-                    "{}FATAL:  database \"{}\" does not exist",
-                    at(ip),
+        Backend::Serving { ip, address } => {
+            let Some(bindir) = bindir else {
+                return Err(
+                    "bprun-sim found no psql to connect with (./test.sh installs PostgreSQL)"
+                        .into(),
+                );
+            };
+            let mut command = std::process::Command::new(bindir.join("psql"));
+            command
+                .arg(format!(
+                    "host={} port={} user={} dbname={} sslmode=disable connect_timeout=10",
+                    address.ip(),
+                    address.port(),
+                    config.username,
                     config.database
-                ));
+                ))
+                .args(["-X", "-tAc", "SELECT 1"])
+                .env_clear()
+                .env("PATH", "/usr/bin:/bin")
+                .env("PGPASSWORD", password)
+                .env("PGAPPNAME", "puma");
+            let outcome = super::process::run(command, b"", Duration::from_secs(20));
+            if outcome.code == 0 {
+                return Ok(());
             }
-            Ok(())
+            let stderr = String::from_utf8_lossy(&outcome.stderr);
+            Err(libpq_words(&stderr, *address, &at(ip)))
         }
     }
 }
 
-/// What the database host of `config` is in the cluster `host` sees, from namespace
-/// `namespace`.
-fn database_host(host: &Host, config: &DatabaseConfig, namespace: &str) -> DatabaseHost {
-    let Some((cluster_namespace, cluster)) = postgres::cluster_of_host(&config.host, namespace)
-    else {
-        return DatabaseHost::Unknown;
-    };
-    let service_name = config.host.split('.').next().unwrap_or("");
-    let Some(service) = host.object("services", &cluster_namespace, service_name) else {
-        return DatabaseHost::Unknown;
-    };
-    let ip = service["spec"]["clusterIP"]
-        .as_str()
-        .unwrap_or("10.96.0.1")
-        .to_string();
-    let ready = host
-        .object(cnpg::STORE_KEY, &cluster_namespace, &cluster)
-        .and_then(|object| object["status"]["readyInstances"].as_u64())
-        .unwrap_or(0);
-    if ready == 0 {
-        return DatabaseHost::NotServing { ip };
-    }
-    let server = host
-        .shared()
-        .postgres
-        .server(&cluster_namespace, &cluster)
-        .unwrap_or_else(|| postgres::initial_server(host, &cluster_namespace, &cluster));
-    DatabaseHost::Serving { ip, server }
+/// psql's error for a connection to `address` as the pod's libpq says it: without psql's
+/// `psql: error: ` and with the Service's name, cluster IP and port where psql names the
+/// loopback address.
+pub fn libpq_words(stderr: &str, address: SocketAddr, pod_view: &str) -> String {
+    let loopback = format!(
+        "connection to server at \"{}\", port {} failed: ",
+        address.ip(),
+        address.port()
+    );
+    let text = stderr.trim_end();
+    text.strip_prefix("psql: error: ")
+        .unwrap_or(text)
+        .replace(&loopback, pod_view)
 }
 
 /// The Secret and ConfigMap files of the pod a call runs in.
@@ -293,6 +277,8 @@ fn lookup<'a>(host: &'a Host, namespace: &'a str) -> impl Fn(&str, &str) -> Opti
 /// GitLab's webservice pod: Rails (`webservice`, 8080) and Workhorse (`gitlab-workhorse`, 8181).
 #[derive(Default)]
 pub struct Webservice {
+    /// PostgreSQL's programs (its `psql` connects as Rails would).
+    bindir: Option<PathBuf>,
     /// Pods whose Rails started, and where GitLab serves them (their ports forward there).
     running: Mutex<BTreeMap<String, SocketAddr>>,
     /// (pod uid, container) -> its log.
@@ -300,6 +286,13 @@ pub struct Webservice {
 }
 
 impl Webservice {
+    pub fn new(bindir: Option<PathBuf>) -> Webservice {
+        Webservice {
+            bindir,
+            ..Webservice::default()
+        }
+    }
+
     fn log(&self, call: &ExecCall, text: String) {
         self.logs
             .lock()
@@ -345,8 +338,8 @@ impl Program for Webservice {
         let password = volumes::find(&pod, "postgres/psql-password-main", &files)
             .map(|(_, password)| password.trim().to_string());
         if let (Some(config), Some(password)) = (config, password) {
-            let target = database_host(host, &config, &call.namespace);
-            if let Err(error) = connect(&config, &password, &target) {
+            let backend = host.resolve(&config.host, config.port, &call.namespace);
+            if let Err(error) = connect(&config, &password, &backend, self.bindir.as_deref()) {
                 let message = format!("ActiveRecord::ConnectionNotEstablished: {error}");
                 self.log(call, format!("Starting Puma\n{message}\n"));
                 return Err(message);
@@ -732,24 +725,6 @@ mod tests {
         database_config(DATABASE_YML).expect("a connection")
     }
 
-    fn server_with(role: Option<(&str, &str)>, database: &str) -> Server {
-        let mut server = Server::bootstrapped(database, "app", Some("app-pw".into()));
-        if let Some((name, password)) = role {
-            let mut owner = server.roles["app"].clone();
-            owner.name = name.to_string();
-            owner.password = Some(password.to_string());
-            server.roles.insert(name.to_string(), owner);
-        }
-        server
-    }
-
-    fn serving(server: Server) -> DatabaseHost {
-        DatabaseHost::Serving {
-            ip: "10.96.0.21".into(),
-            server,
-        }
-    }
-
     #[test]
     fn the_rendered_database_yml_names_the_connection() {
         assert_eq!(
@@ -768,49 +743,36 @@ mod tests {
     }
 
     #[test]
-    fn rails_connects_with_the_role_password_and_database_of_the_server() {
-        let good = serving(server_with(
-            Some(("gitlab", "s3cret")),
-            "gitlabhq_production",
-        ));
-        assert_eq!(connect(&config(), "s3cret", &good), Ok(()));
+    fn psqls_error_is_said_as_the_pods_libpq_says_it() {
+        let address: SocketAddr = "127.0.0.1:41234".parse().expect("an address");
+        let pod_view = "connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: ";
         assert_eq!(
-            connect(&config(), "wrong", &good),
-            Err("connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: FATAL:  password authentication failed for user \"gitlab\"".into())
+            libpq_words(
+                "psql: error: connection to server at \"127.0.0.1\", port 41234 failed: FATAL:  password authentication failed for user \"gitlab\"\n",
+                address,
+                pod_view
+            ),
+            "connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: FATAL:  password authentication failed for user \"gitlab\""
         );
-        // An unknown role gets the same words (scram-sha-256 does not say which was wrong).
-        let no_role = serving(server_with(None, "gitlabhq_production"));
-        assert!(
-            connect(&config(), "s3cret", &no_role)
-                .unwrap_err()
-                .ends_with("FATAL:  password authentication failed for user \"gitlab\"")
-        );
-        let no_database = serving(server_with(Some(("gitlab", "s3cret")), "app"));
         assert_eq!(
-            connect(&config(), "s3cret", &no_database),
-            Err("connection to server at \"postgresql-cnpg-rw.postgresql.svc\" (10.96.0.21), port 5432 failed: FATAL:  database \"gitlabhq_production\" does not exist".into())
-        );
-        let mut no_login = server_with(Some(("gitlab", "s3cret")), "gitlabhq_production");
-        no_login.roles.get_mut("gitlab").expect("role").login = false;
-        assert!(
-            connect(&config(), "s3cret", &serving(no_login))
-                .unwrap_err()
-                .ends_with("FATAL:  role \"gitlab\" is not permitted to log in")
+            libpq_words("something else\n", address, pod_view),
+            "something else"
         );
     }
 
     #[test]
     fn no_server_behind_the_host_is_libpqs_connection_error() {
         assert_eq!(
-            connect(&config(), "s3cret", &DatabaseHost::Unknown),
+            connect(&config(), "s3cret", &Backend::Unknown, None),
             Err("could not translate host name \"postgresql-cnpg-rw.postgresql.svc\" to address: Name or service not known".into())
         );
         let refused = connect(
             &config(),
             "s3cret",
-            &DatabaseHost::NotServing {
+            &Backend::NotServing {
                 ip: "10.96.0.21".into(),
             },
+            None,
         )
         .unwrap_err();
         assert!(

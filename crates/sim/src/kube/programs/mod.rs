@@ -20,8 +20,9 @@
 //!
 //! ## Adding a program
 //!
-//! 1. Write a type implementing [`Program`] in its own file under `programs/` (`bao.rs` is the
-//!    model for one backed by a real process, `postgres.rs` for one with in-memory state).
+//! 1. Write a type implementing [`Program`] in its own file under `programs/` (`bao.rs` and
+//!    `postgres.rs` are the models for one backed by a real server, `minio.rs` for one with
+//!    in-memory state).
 //!    `images` lists the image repositories it runs in (registry/name, no tag); `exec` returns
 //!    `None` for commands that are not the image's own, so the shell basics still answer.
 //! 2. Keep the parsing and the answers pure functions of the arguments and the state, tested on
@@ -273,12 +274,10 @@ pub trait Program: Send + Sync {
     }
 }
 
-/// State programs share, so one can see what another did (a database `psql` created, a bucket
-/// `mc` made).
+/// State programs share, so one can see what another did (a bucket `mc` made). Real servers
+/// share nothing here: other programs reach them through their Services ([`Host::resolve`]).
 #[derive(Default)]
 pub struct Shared {
-    /// The PostgreSQL servers of CloudNativePG Clusters (`psql`).
-    pub postgres: postgres::Servers,
     /// The GitLab the GitLab images' programs serve and poll (attached by the embedded bare
     /// platform).
     pub gitlab: gitlab::Link,
@@ -534,14 +533,19 @@ impl Programs {
     pub fn standard_on(node: node::NodeMounts) -> Programs {
         let state_dir = Programs::fresh_state_dir();
         let root = std::env::current_dir().unwrap_or_default();
+        let postgres_bindir = crate::tools::postgres_bindir(&root);
         let registry: Vec<Arc<dyn Program>> = vec![
             Arc::new(bao::OpenBao::new(
                 crate::tools::bao(&root),
                 state_dir.join("openbao"),
                 node.clone(),
             )),
-            Arc::new(postgres::Postgres),
-            Arc::new(gitlab::Webservice::default()),
+            Arc::new(postgres::Postgres::new(
+                postgres_bindir.clone(),
+                state_dir.join("postgresql"),
+                node.clone(),
+            )),
+            Arc::new(gitlab::Webservice::new(postgres_bindir)),
             Arc::new(gitlab::Registry::default()),
             Arc::new(gitlab::Runner::default()),
             Arc::new(redis::Redis::default()),

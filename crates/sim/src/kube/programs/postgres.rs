@@ -1,149 +1,497 @@
-//! CloudNativePG's PostgreSQL image (`ghcr.io/cloudnative-pg/postgresql`): `psql` in an
-//! instance pod, against one in-memory server per Cluster (namespace and `cnpg.io/cluster`), so
-//! what one exec creates is there for the next and for other programs ([`Servers`]: does a role
-//! with this password exist, does this database). The server starts as `initdb` leaves it: the
-//! `postgres` superuser, `template0`, `template1`, `postgres`, and the bootstrap's database and
-//! owner (`app`/`app` by default) with the password of its Secret.
+//! CloudNativePG's PostgreSQL image (`ghcr.io/cloudnative-pg/postgresql`): when an instance pod
+//! starts, a real PostgreSQL server (Debian's, see [`crate::tools::postgres_bindir`]) on a free
+//! loopback port, as CloudNativePG's instance manager runs it:
 //!
-//! What `psql` does here is what a bootstrap does: `CREATE ROLE|USER ... [LOGIN] [PASSWORD '...']`,
-//! `ALTER ROLE|USER ... PASSWORD`, `CREATE DATABASE d [OWNER r]`, `ALTER DATABASE d OWNER TO r`,
-//! `DROP ROLE|DATABASE [IF EXISTS]`, `GRANT ...`, `CREATE EXTENSION`, `SELECT` of literals or of
-//! `pg_roles`/`pg_user`/`pg_database` columns with `WHERE col = 'v' [AND ...]`, `\l` and `\du`.
-//! Output and errors are psql's: command tags, aligned or `-A`/`-t` rows, `ERROR:  role "x"
-//! already exists`; exit 1 for a failing `-c`, and for a script on stdin 0 unless
-//! `ON_ERROR_STOP` is set (then 3, its errors prefixed `psql:<stdin>:LINE:`), as psql exits.
+//! - its data (`PGDATA`, `pgdata` in the volume mounted at `/var/lib/postgresql/data`) lives
+//!   where the pod's volume lives ([`node::NodeMounts`]: a claim bound to a hostPath under a
+//!   node mount is a host folder; otherwise the pod's folder in the simulator's state), so a
+//!   deleted pod's successor finds it and a wiped volume starts empty;
+//! - an empty volume is bootstrapped as `bootstrap.initdb` says: `initdb` (once per machine
+//!   into a template, then copied: the same files, without initdb's second per cluster), then
+//!   the owner role with the password of the app Secret (`<cluster>-app`, or
+//!   `bootstrap.initdb.secret`) and the application database it owns (`app`/`app` by default);
+//! - `pg_hba.conf` and `pg_ident.conf` are the operator's, rewritten at every start: local
+//!   connections by peer authentication mapped to `postgres` only, the Cluster's
+//!   `postgresql.pg_hba` rules, then `host all all all scram-sha-256`; the Cluster's
+//!   `postgresql.parameters` are passed to the server;
+//! - PostgreSQL refuses to run as root: as root (CI), the server runs in a user namespace
+//!   (`unshare --user`) as `nobody`, which owns the data folder there, and `nobody` is what
+//!   `pg_ident.conf` maps to `postgres`, as the image's `postgres` user is.
+//!
+//! `psql` (and the image's other client programs) in the pod run the real ones against the
+//! server's socket as the image's `postgres` user, so a bootstrap's SQL gets PostgreSQL's own
+//! answers and exit codes. Port 5432 forwards to the server: Services reach it
+//! ([`super::service`]). Without PostgreSQL on the machine the pod's container exits saying so.
 
+use super::node::{self, NodeMounts};
+use super::process;
 use super::{ExecCall, ExecOutcome, Host, Program};
 use crate::kube::cnpg;
 use base64::Engine;
-use std::collections::BTreeMap;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Mutex;
+use std::time::Duration;
 
 pub const IMAGES: &[&str] = &["ghcr.io/cloudnative-pg/postgresql"];
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Role {
-    pub name: String,
-    pub login: bool,
-    pub superuser: bool,
-    pub createdb: bool,
-    pub password: Option<String>,
+/// Where CloudNativePG mounts an instance's data volume; `PGDATA` is its `pgdata` folder.
+pub const DATA_MOUNT_PATH: &str = "/var/lib/postgresql/data";
+
+/// The image's client programs that run against the pod's server.
+const CLIENTS: &[&str] = &[
+    "psql",
+    "pg_dump",
+    "pg_dumpall",
+    "pg_restore",
+    "pg_isready",
+    "createdb",
+    "dropdb",
+    "createuser",
+    "dropuser",
+];
+
+/// The user a server runs as in its user namespace when the simulator runs as root.
+const NAMESPACED_USER: (&str, u32) = ("nobody", 65534);
+
+struct Served {
+    server: process::Server,
+    pgdata: PathBuf,
+    socket_dir: PathBuf,
 }
 
-impl Role {
-    fn new(name: &str, login: bool) -> Role {
-        Role {
-            name: name.to_string(),
-            login,
-            superuser: false,
-            createdb: false,
-            password: None,
+pub struct Postgres {
+    bindir: Option<PathBuf>,
+    state_dir: PathBuf,
+    node: NodeMounts,
+    /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
+    /// start two servers for one pod.
+    servers: Mutex<HashMap<String, Served>>,
+}
+
+/// How the server's processes run: directly as this (non-root) user, or, as root, through
+/// `unshare` as [`NAMESPACED_USER`]. The name is the OS user peer authentication sees.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub wrapper: Option<Vec<OsString>>,
+    pub os_user: String,
+}
+
+impl Identity {
+    pub fn current() -> Identity {
+        // SAFETY: geteuid has no preconditions and touches no memory.
+        let euid = unsafe { libc::geteuid() };
+        if euid == 0 {
+            let unshare = crate::tools::on_path("unshare")
+                .unwrap_or_else(|| PathBuf::from("/usr/bin/unshare"));
+            let (name, id) = NAMESPACED_USER;
+            return Identity {
+                wrapper: Some(vec![
+                    unshare.into(),
+                    "--user".into(),
+                    format!("--map-user={id}").into(),
+                    format!("--map-group={id}").into(),
+                ]),
+                os_user: name.to_string(),
+            };
+        }
+        let os_user = std::env::var("USER")
+            .or_else(|_| std::env::var("LOGNAME"))
+            .unwrap_or_else(|_| "postgres".to_string());
+        Identity {
+            wrapper: None,
+            os_user,
+        }
+    }
+
+    /// The program and leading arguments that run `program` as this identity.
+    fn command(&self, program: &Path) -> (PathBuf, Vec<OsString>) {
+        match &self.wrapper {
+            Some(words) => {
+                let mut args: Vec<OsString> = words[1..].to_vec();
+                args.push(program.into());
+                (PathBuf::from(&words[0]), args)
+            }
+            None => (program.to_path_buf(), Vec::new()),
         }
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Database {
-    pub name: String,
-    pub owner: String,
+/// The operator's `pg_hba.conf`: local peer authentication through the `local` map, the
+/// Cluster's own rules (`spec.postgresql.pg_hba`), then password authentication for the rest.
+pub fn pg_hba(cluster: &Value) -> String {
+    let mut text = String::from(
+        "# Grant local access ('local' user map)\nlocal all all peer map=local\n\n\
+         # Require client certificate authentication for the streaming_replica user\n\
+         hostssl postgres streaming_replica all cert\nhostssl replication streaming_replica all cert\n\n\
+         #\n# USER-DEFINED RULES\n#\n",
+    );
+    for rule in cluster["spec"]["postgresql"]["pg_hba"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        text.push_str(rule);
+        text.push('\n');
+    }
+    text.push_str(
+        "\n#\n# FIXED RULES\n#\n\n# Otherwise use the default authentication method\n\
+         host all all all scram-sha-256\n",
+    );
+    text
 }
 
-/// One PostgreSQL server: its roles and databases.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Server {
-    pub roles: BTreeMap<String, Role>,
-    pub databases: BTreeMap<String, Database>,
+/// The operator's `pg_ident.conf`: the OS user the server runs as is `postgres`.
+pub fn pg_ident(os_user: &str) -> String {
+    format!("local {os_user} postgres\n")
 }
 
-impl Server {
-    /// What `initdb` and CloudNativePG's bootstrap leave: the superuser, the template and
-    /// maintenance databases, and the application database and owner.
-    pub fn bootstrapped(database: &str, owner: &str, password: Option<String>) -> Server {
-        let mut server = Server::default();
-        let mut postgres = Role::new("postgres", true);
-        postgres.superuser = true;
-        postgres.createdb = true;
-        server.roles.insert("postgres".into(), postgres);
-        for name in ["postgres", "template0", "template1"] {
-            server.databases.insert(
-                name.into(),
-                Database {
-                    name: name.into(),
-                    owner: "postgres".into(),
-                },
-            );
+/// A PostgreSQL identifier, quoted.
+fn quote_identifier(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// A PostgreSQL string literal.
+fn quote_literal(text: &str) -> String {
+    format!("'{}'", text.replace('\'', "''"))
+}
+
+/// The SQL the initdb bootstrap runs after `initdb`: the owner role (with its password, when
+/// the Secret has one) and the application database it owns.
+pub fn bootstrap_sql(database: &str, owner: &str, password: Option<&str>) -> String {
+    let password = password
+        .map(|password| format!(" PASSWORD {}", quote_literal(password)))
+        .unwrap_or_default();
+    format!(
+        "CREATE ROLE {owner} LOGIN{password};\nCREATE DATABASE {database} OWNER {owner};\n",
+        owner = quote_identifier(owner),
+        database = quote_identifier(database),
+    )
+}
+
+/// The server's settings: the Cluster's `postgresql.parameters`, then what the simulator needs
+/// (loopback only, its port and socket, files it writes, little memory, no fsync: a rehearsal's
+/// data lives as long as its volume folder, not across a power loss).
+pub fn settings(cluster: &Value, port: u16, socket_dir: &Path, pgdata: &Path) -> Vec<String> {
+    let mut settings: Vec<String> = cluster["spec"]["postgresql"]["parameters"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter_map(|(name, value)| {
+            let value = match value {
+                Value::String(text) => text.clone(),
+                other => other.to_string(),
+            };
+            Some(format!("{name}={value}"))
+        })
+        .collect();
+    settings.extend([
+        "listen_addresses=127.0.0.1".to_string(),
+        format!("port={port}"),
+        format!("unix_socket_directories={}", socket_dir.display()),
+        format!("hba_file={}", pgdata.join("pg_hba.conf").display()),
+        format!("ident_file={}", pgdata.join("pg_ident.conf").display()),
+        "shared_buffers=16MB".to_string(),
+        "max_connections=40".to_string(),
+        "fsync=off".to_string(),
+        "synchronous_commit=off".to_string(),
+        "full_page_writes=off".to_string(),
+    ]);
+    settings
+}
+
+/// A value of a Secret's `data`, decoded.
+fn secret_value(secret: &Value, key: &str) -> Option<String> {
+    let encoded = secret["data"][key].as_str()?;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(encoded)
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// Where the instance manager puts the server's socket in the pod, and the port it listens on.
+const POD_SOCKET: &str = "/controller/run/.s.PGSQL.5432";
+
+/// A client's messages as they read in the pod: the server's socket and port there, not the
+/// simulator's folder and loopback port.
+pub fn as_in_the_pod(stderr: &[u8], address: SocketAddr, socket_dir: &Path) -> String {
+    let port = address.port();
+    String::from_utf8_lossy(stderr)
+        .replace(
+            &format!("{}/.s.PGSQL.{port}", socket_dir.display()),
+            POD_SOCKET,
+        )
+        .replace(&format!(", port {port} failed"), ", port 5432 failed")
+}
+
+/// Copies `from` to `to` (which must not exist) with its modes, as `cp -a`.
+fn copy_tree(from: &Path, to: &Path) -> Result<(), String> {
+    let outcome = process::run(
+        {
+            let mut command = Command::new("cp");
+            command.arg("-a").arg(from).arg(to);
+            command
+        },
+        b"",
+        Duration::from_secs(60),
+    );
+    if outcome.code != 0 {
+        return Err(format!(
+            "cannot copy {} to {}: {}",
+            from.display(),
+            to.display(),
+            String::from_utf8_lossy(&outcome.stderr).trim()
+        ));
+    }
+    Ok(())
+}
+
+impl Postgres {
+    pub fn new(bindir: Option<PathBuf>, state_dir: PathBuf, node: NodeMounts) -> Postgres {
+        Postgres {
+            bindir,
+            state_dir,
+            node,
+            servers: Mutex::new(HashMap::new()),
         }
-        let mut app = Role::new(owner, true);
-        app.password = password;
-        server.roles.insert(owner.into(), app);
-        server.databases.insert(
-            database.into(),
-            Database {
-                name: database.into(),
-                owner: owner.into(),
+    }
+
+    fn no_server() -> String {
+        "bprun-sim found no PostgreSQL server (BPRUN_PG_BINDIR, .tools/postgresql, /usr/lib/postgresql/15/bin; ./test.sh installs it), so nothing runs in this instance pod".to_string()
+    }
+
+    fn bindir(&self) -> Result<&Path, String> {
+        self.bindir.as_deref().ok_or_else(Self::no_server)
+    }
+
+    /// The pod's folder: socket, log, HOME, and its data when its volume has no host folder.
+    fn pod_dir(&self, call: &ExecCall) -> PathBuf {
+        self.state_dir.join(&call.namespace).join(&call.pod)
+    }
+
+    /// The folder of the pod's data volume (`PGDATA` is its `pgdata`).
+    fn volume_folder(&self, call: &ExecCall, host: &Host) -> PathBuf {
+        host.object("pods", &call.namespace, &call.pod)
+            .and_then(|pod| {
+                let node_path =
+                    node::volume_node_path(&pod, &call.container, DATA_MOUNT_PATH, host)?;
+                self.node.host_path(&node_path)
+            })
+            .unwrap_or_else(|| self.pod_dir(call).join("data"))
+    }
+
+    /// A data folder as `initdb` leaves it, made once per machine, user and PostgreSQL build
+    /// (in the temporary folder) and copied for every new volume.
+    fn template(&self, bindir: &Path, identity: &Identity) -> Result<PathBuf, String> {
+        let tag: String = bindir
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+            .collect();
+        let template =
+            std::env::temp_dir().join(format!("bprun-pg-template-{}{tag}", identity.os_user));
+        if template.join("PG_VERSION").is_file() {
+            return Ok(template);
+        }
+        let building =
+            template.with_extension(format!("{}-{}", std::process::id(), fastrand::u32(..)));
+        let (program, mut args) = identity.command(&bindir.join("initdb"));
+        args.extend(
+            [
+                "-D",
+                &building.to_string_lossy(),
+                "-U",
+                "postgres",
+                "-E",
+                "UTF8",
+                "--locale=C",
+                "--no-sync",
+                "--auth-local=peer",
+                "--auth-host=scram-sha-256",
+            ]
+            .map(OsString::from),
+        );
+        let mut command = Command::new(program);
+        command.args(args).env_clear().env("PATH", "/usr/bin:/bin");
+        let outcome = process::run(command, b"", Duration::from_secs(120));
+        if outcome.code != 0 {
+            let _ = std::fs::remove_dir_all(&building);
+            return Err(format!(
+                "initdb failed: {}",
+                String::from_utf8_lossy(&outcome.stderr).trim()
+            ));
+        }
+        // Another simulator may have made it meanwhile: keep the first.
+        if std::fs::rename(&building, &template).is_err() {
+            let _ = std::fs::remove_dir_all(&building);
+        }
+        Ok(template)
+    }
+
+    /// The server of the pod, started (and its volume bootstrapped when empty) when it has none.
+    fn server(&self, call: &ExecCall, host: &Host) -> Result<(SocketAddr, PathBuf), String> {
+        let bindir = self.bindir()?.to_path_buf();
+        let volume = self.volume_folder(call, host);
+        let cluster_name = call
+            .labels
+            .get("cnpg.io/cluster")
+            .cloned()
+            .unwrap_or_else(|| call.pod.clone());
+        let cluster = host
+            .object(cnpg::STORE_KEY, &call.namespace, &cluster_name)
+            .unwrap_or_default();
+        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(served) = servers.get_mut(&call.pod_uid) {
+            if served.server.runs() {
+                return Ok((served.server.address, served.socket_dir.clone()));
+            }
+            servers.remove(&call.pod_uid);
+        }
+        let pgdata = volume.join("pgdata");
+        // A pod that is gone may still serve this volume (the kubelet part stops it on its next
+        // pass): stop it first, as a real pod is gone before its successor mounts the volume.
+        servers.retain(|uid, served| *uid == call.pod_uid || served.pgdata != pgdata);
+        let identity = Identity::current();
+        let folder = self.pod_dir(call);
+        let socket_dir = folder.join("run");
+        for dir in [&volume, &socket_dir] {
+            std::fs::create_dir_all(dir)
+                .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
+        }
+        let fresh = !pgdata.join("PG_VERSION").is_file();
+        if fresh {
+            let template = self.template(&bindir, &identity)?;
+            let _ = std::fs::remove_dir_all(&pgdata);
+            copy_tree(&template, &pgdata)?;
+        }
+        for (file, text) in [
+            ("pg_hba.conf", pg_hba(&cluster)),
+            ("pg_ident.conf", pg_ident(&identity.os_user)),
+        ] {
+            let path = pgdata.join(file);
+            std::fs::write(&path, text)
+                .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+        }
+        let address = process::free_port()?;
+        let (program, mut args) = identity.command(&bindir.join("postgres"));
+        args.push("-D".into());
+        args.push(pgdata.clone().into());
+        for setting in settings(&cluster, address.port(), &socket_dir, &pgdata) {
+            args.push("-c".into());
+            args.push(setting.into());
+        }
+        let server = process::Server::start(process::ServerSpec {
+            program: &program,
+            args,
+            env: Vec::new(),
+            log: &folder.join("postgres.log"),
+            listens_on: address,
+            stop_signal: "INT",
+            start_within: Duration::from_secs(30),
+        })
+        .map_err(|error| error.replacen("unshare did not listen", "postgres did not listen", 1))?;
+        servers.insert(
+            call.pod_uid.clone(),
+            Served {
+                server,
+                pgdata,
+                socket_dir: socket_dir.clone(),
             },
         );
-        server
+        // Still under the lock: no exec meets the server before its bootstrap ended.
+        if fresh
+            && let Err(error) =
+                self.bootstrap(call, host, &cluster, &cluster_name, address, &socket_dir)
+        {
+            // An interrupted bootstrap starts again from an empty volume, as the operator's
+            // bootstrap job does.
+            if let Some(served) = servers.remove(&call.pod_uid) {
+                let pgdata = served.pgdata.clone();
+                drop(served);
+                let _ = std::fs::remove_dir_all(pgdata);
+            }
+            return Err(error);
+        }
+        Ok((address, socket_dir))
     }
-}
 
-/// The servers of every Cluster, by (namespace, Cluster name): what other programs ask.
-#[derive(Default)]
-pub struct Servers {
-    servers: Mutex<BTreeMap<(String, String), Server>>,
-}
-
-impl Servers {
-    /// The server of a Cluster as it is now (`None` before any `psql` ran in it).
-    pub fn server(&self, namespace: &str, cluster: &str) -> Option<Server> {
-        self.lock()
-            .get(&(namespace.to_string(), cluster.to_string()))
-            .cloned()
-    }
-
-    /// Whether role `role` exists, can log in, and has password `password`.
-    pub fn role_has_password(
+    /// `bootstrap.initdb`'s owner and database, as `postgres` over the socket.
+    fn bootstrap(
         &self,
-        namespace: &str,
-        cluster: &str,
-        role: &str,
-        password: &str,
-    ) -> bool {
-        self.server(namespace, cluster).is_some_and(|server| {
-            server
-                .roles
-                .get(role)
-                .is_some_and(|r| r.login && r.password.as_deref() == Some(password))
-        })
+        call: &ExecCall,
+        host: &Host,
+        cluster: &Value,
+        cluster_name: &str,
+        address: SocketAddr,
+        socket_dir: &Path,
+    ) -> Result<(), String> {
+        let initdb = &cluster["spec"]["bootstrap"]["initdb"];
+        let database = initdb["database"].as_str().unwrap_or("app");
+        let owner = initdb["owner"].as_str().unwrap_or(database);
+        let secret_name = initdb["secret"]["name"]
+            .as_str()
+            .map(str::to_string)
+            .unwrap_or_else(|| format!("{cluster_name}-app"));
+        let password = host
+            .object("secrets", &call.namespace, &secret_name)
+            .and_then(|secret| secret_value(&secret, "password"));
+        let sql = bootstrap_sql(database, owner, password.as_deref());
+        let outcome = self.client(
+            call,
+            "psql",
+            &["-v".into(), "ON_ERROR_STOP=1".into(), "-q".into()],
+            sql.as_bytes(),
+            address,
+            socket_dir,
+        )?;
+        if outcome.code != 0 {
+            return Err(format!(
+                "bootstrap of {cluster_name} failed: {}",
+                String::from_utf8_lossy(&outcome.stderr).trim()
+            ));
+        }
+        Ok(())
     }
 
-    /// Whether database `database` exists (and its owner).
-    pub fn database_owner(&self, namespace: &str, cluster: &str, database: &str) -> Option<String> {
-        self.server(namespace, cluster)?
-            .databases
-            .get(database)
-            .map(|d| d.owner.clone())
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<(String, String), Server>> {
-        self.servers.lock().unwrap_or_else(|p| p.into_inner())
+    /// Runs a client program of the image against the pod's server, as the image's `postgres`
+    /// user over its socket unless the arguments say otherwise.
+    fn client(
+        &self,
+        call: &ExecCall,
+        program: &str,
+        args: &[String],
+        stdin: &[u8],
+        address: SocketAddr,
+        socket_dir: &Path,
+    ) -> Result<ExecOutcome, String> {
+        let bindir = self.bindir()?;
+        let home = self.pod_dir(call).join("home");
+        std::fs::create_dir_all(&home)
+            .map_err(|error| format!("cannot create {}: {error}", home.display()))?;
+        let mut command = Command::new(bindir.join(program));
+        command.args(args).env_clear().env("PATH", "/usr/bin:/bin");
+        for (name, value) in &call.env {
+            if !matches!(name.as_str(), "PGHOST" | "PGPORT" | "HOME" | "PATH") {
+                command.env(name, value);
+            }
+        }
+        if !call.env.iter().any(|(name, _)| name == "PGUSER") {
+            command.env("PGUSER", "postgres");
+        }
+        command
+            .env("PGHOST", socket_dir)
+            .env("PGPORT", address.port().to_string())
+            .env("HOME", home);
+        let mut outcome = process::run(command, stdin, Duration::from_secs(120));
+        outcome.stderr = as_in_the_pod(&outcome.stderr, address, socket_dir).into_bytes();
+        Ok(outcome)
     }
 }
-
-/// The (namespace, Cluster) a service host names: `postgresql-cnpg-rw.postgresql.svc`,
-/// `...svc.cluster.local`, `postgresql-cnpg-ro.postgresql`, or a bare `NAME-rw` in
-/// `default_namespace`.
-pub fn cluster_of_host(host: &str, default_namespace: &str) -> Option<(String, String)> {
-    let mut parts = host.split('.');
-    let service = parts.next()?;
-    let namespace = parts.next().unwrap_or(default_namespace);
-    let cluster = ["-rw", "-ro", "-r"]
-        .iter()
-        .find_map(|suffix| service.strip_suffix(suffix))?;
-    Some((namespace.to_string(), cluster.to_string()))
-}
-
-pub struct Postgres;
 
 impl Program for Postgres {
     fn name(&self) -> &'static str {
@@ -158,893 +506,156 @@ impl Program for Postgres {
         let [program, args @ ..] = argv else {
             return None;
         };
-        if program != "psql" {
+        if !CLIENTS.contains(&program.as_str()) {
             return None;
         }
-        let cluster = call
-            .labels
-            .get("cnpg.io/cluster")
-            .cloned()
-            .unwrap_or_else(|| call.pod.clone());
-        let key = (call.namespace.clone(), cluster.clone());
-        let servers = &host.shared().postgres;
-        let initial = {
-            let known = servers.lock().contains_key(&key);
-            (!known).then(|| initial_server(host, &call.namespace, &cluster))
+        let fail = |message: String| ExecOutcome {
+            code: 2,
+            stdout: Vec::new(),
+            stderr: format!("{message}\n").into_bytes(),
         };
-        let mut all = servers.lock();
-        let server = all
-            .entry(key)
-            .or_insert_with(|| initial.unwrap_or_default());
-        let stdin = String::from_utf8_lossy(&call.stdin).into_owned();
-        Some(psql(server, args, &stdin))
+        let outcome = self.server(call, host).and_then(|(address, socket_dir)| {
+            self.client(call, program, args, &call.stdin, address, &socket_dir)
+        });
+        Some(outcome.unwrap_or_else(fail))
     }
-}
 
-/// The server a Cluster's bootstrap leaves (its `initdb` database and owner, the owner's
-/// password from the bootstrap Secret).
-pub fn initial_server(host: &Host, namespace: &str, cluster: &str) -> Server {
-    let object = host
-        .object(cnpg::STORE_KEY, namespace, cluster)
-        .unwrap_or_default();
-    let initdb = &object["spec"]["bootstrap"]["initdb"];
-    let database = initdb["database"].as_str().unwrap_or("app").to_string();
-    let owner = initdb["owner"].as_str().unwrap_or(&database).to_string();
-    let secret = initdb["secret"]["name"]
-        .as_str()
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("{cluster}-app"));
-    let password = host
-        .object("secrets", namespace, &secret)
-        .and_then(|s| s["data"]["password"].as_str().map(str::to_string))
-        .and_then(|encoded| {
-            base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()
-        })
-        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-    Server::bootstrapped(&database, &owner, password)
-}
+    fn exits_when_start_fails(&self) -> bool {
+        true
+    }
 
-/// psql's options that matter here.
-#[derive(Debug, Default)]
-struct Options {
-    commands: Vec<String>,
-    tuples_only: bool,
-    unaligned: bool,
-    quiet: bool,
-    on_error_stop: bool,
-    user: Option<String>,
-    database: Option<String>,
-    file: Option<String>,
-}
+    fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
+        self.server(call, host).map(|_| ())
+    }
 
-fn parse_options(args: &[String]) -> Result<Options, String> {
-    let mut options = Options::default();
-    let mut positional = Vec::new();
-    let mut index = 0;
-    let set_variable = |options: &mut Options, assignment: &str| {
-        let (name, value) = assignment.split_once('=').unwrap_or((assignment, ""));
-        if name == "ON_ERROR_STOP" {
-            options.on_error_stop =
-                !matches!(value.to_ascii_lowercase().as_str(), "0" | "off" | "false");
-        }
-    };
-    while index < args.len() {
-        let arg = &args[index];
-        let value_of = |rest: &str, index: &mut usize| -> Result<String, String> {
-            if !rest.is_empty() {
-                return Ok(rest.to_string());
-            }
-            *index += 1;
-            args.get(*index).cloned().ok_or_else(|| {
-                format!(
-                    "psql: error: option requires an argument -- '{}'",
-                    arg.trim_start_matches('-').chars().last().unwrap_or('?')
-                )
-            })
-        };
-        if let Some(long) = arg.strip_prefix("--") {
-            let (name, inline) = match long.split_once('=') {
-                Some((name, value)) => (name, Some(value.to_string())),
-                None => (long, None),
-            };
-            let value = |index: &mut usize| -> Result<String, String> {
-                match &inline {
-                    Some(value) => Ok(value.clone()),
-                    None => {
-                        *index += 1;
-                        args.get(*index).cloned().ok_or_else(|| {
-                            format!("psql: error: option '--{name}' requires an argument")
-                        })
-                    }
-                }
-            };
-            match name {
-                "command" => options.commands.push(value(&mut index)?),
-                "tuples-only" => options.tuples_only = true,
-                "no-align" => options.unaligned = true,
-                "quiet" => options.quiet = true,
-                "set" | "variable" => {
-                    let assignment = value(&mut index)?;
-                    set_variable(&mut options, &assignment);
-                }
-                "username" => options.user = Some(value(&mut index)?),
-                "dbname" => options.database = Some(value(&mut index)?),
-                "file" => options.file = Some(value(&mut index)?),
-                "host" | "port" => {
-                    value(&mut index)?;
-                }
-                "no-psqlrc" | "no-password" | "echo-errors" | "single-transaction" => {}
-                other => {
-                    return Err(format!(
-                        "psql: error: unrecognized option '--{other}'\npsql: hint: Try \"psql --help\" for more information."
-                    ));
-                }
-            }
-        } else if let Some(flags) = arg.strip_prefix('-').filter(|f| !f.is_empty()) {
-            for (at, flag) in flags.char_indices() {
-                let rest = &flags[at + flag.len_utf8()..];
-                match flag {
-                    't' => options.tuples_only = true,
-                    'A' => options.unaligned = true,
-                    'q' => options.quiet = true,
-                    'X' | 'w' | 'W' | 'b' | 'e' | 'a' | '1' => {}
-                    'c' => {
-                        options.commands.push(value_of(rest, &mut index)?);
-                        break;
-                    }
-                    'v' => {
-                        let assignment = value_of(rest, &mut index)?;
-                        set_variable(&mut options, &assignment);
-                        break;
-                    }
-                    'U' => {
-                        options.user = Some(value_of(rest, &mut index)?);
-                        break;
-                    }
-                    'd' => {
-                        options.database = Some(value_of(rest, &mut index)?);
-                        break;
-                    }
-                    'f' => {
-                        options.file = Some(value_of(rest, &mut index)?);
-                        break;
-                    }
-                    'h' | 'p' => {
-                        value_of(rest, &mut index)?;
-                        break;
-                    }
-                    other => {
-                        return Err(format!(
-                            "psql: error: invalid option -- '{other}'\npsql: hint: Try \"psql --help\" for more information."
-                        ));
-                    }
-                }
-            }
-        } else {
-            positional.push(arg.clone());
-        }
-        index += 1;
+    fn stop(&self, pod_uid: &str) {
+        let served = self
+            .servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(pod_uid);
+        drop(served);
     }
-    let mut positional = positional.into_iter();
-    if options.database.is_none() {
-        options.database = positional.next();
-    }
-    if options.user.is_none() {
-        options.user = positional.next();
-    }
-    Ok(options)
-}
 
-/// Runs psql against `server`: `-c` commands, else the script on stdin.
-pub fn psql(server: &mut Server, args: &[String], stdin: &str) -> ExecOutcome {
-    let fail = |code: i32, message: String| ExecOutcome {
-        code,
-        stdout: Vec::new(),
-        stderr: format!("{message}\n").into_bytes(),
-    };
-    let options = match parse_options(args) {
-        Ok(options) => options,
-        Err(message) => return fail(1, message),
-    };
-    let user = options.user.clone().unwrap_or_else(|| "postgres".into());
-    let database = options.database.clone().unwrap_or_else(|| user.clone());
-    let socket = "psql: error: connection to server on socket \"/controller/run/.s.PGSQL.5432\" failed: FATAL: ";
-    if !server.roles.contains_key(&user) {
-        return fail(2, format!("{socket} role \"{user}\" does not exist"));
-    }
-    if !server.databases.contains_key(&database) {
-        return fail(
-            2,
-            format!("{socket} database \"{database}\" does not exist"),
-        );
-    }
-    if options.file.as_deref().is_some_and(|file| file != "-") {
-        return fail(
-            1,
-            format!(
-                "psql: error: {}: No such file or directory",
-                options.file.clone().unwrap_or_default()
-            ),
-        );
-    }
-    let mut stdout = String::new();
-    let mut stderr = String::new();
-    if !options.commands.is_empty() {
-        for command in &options.commands {
-            for (_, statement) in statements(command) {
-                match run_statement(server, &statement, &options) {
-                    Ok(text) => stdout.push_str(&text),
-                    Err(error) => {
-                        stderr.push_str(&format!("{error}\n"));
-                        return ExecOutcome {
-                            code: 1,
-                            stdout: stdout.into_bytes(),
-                            stderr: stderr.into_bytes(),
-                        };
-                    }
-                }
-            }
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        if port != 5432 {
+            return None;
         }
-        return ExecOutcome {
-            code: 0,
-            stdout: stdout.into_bytes(),
-            stderr: stderr.into_bytes(),
-        };
+        self.servers
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(pod_uid)
+            .map(|served| served.server.address)
     }
-    for (line, statement) in statements(stdin) {
-        match run_statement(server, &statement, &options) {
-            Ok(text) => stdout.push_str(&text),
-            Err(error) => {
-                stderr.push_str(&format!("psql:<stdin>:{line}: {error}\n"));
-                if options.on_error_stop {
-                    return ExecOutcome {
-                        code: 3,
-                        stdout: stdout.into_bytes(),
-                        stderr: stderr.into_bytes(),
-                    };
-                }
-            }
-        }
-    }
-    ExecOutcome {
-        code: 0,
-        stdout: stdout.into_bytes(),
-        stderr: stderr.into_bytes(),
-    }
-}
 
-/// The statements of a script with the line each starts on: SQL up to `;` (outside quotes and
-/// `--` comments), and backslash meta-commands, one a line.
-pub fn statements(script: &str) -> Vec<(usize, String)> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    let mut start_line = 1;
-    let mut line = 1;
-    let mut chars = script.chars().peekable();
-    let mut quote: Option<char> = None;
-    while let Some(c) = chars.next() {
-        if current.trim().is_empty() {
-            start_line = line;
+    fn logs(&self, call: &ExecCall) -> Option<String> {
+        if self.bindir.is_none() {
+            return Some(format!("{}\n", Self::no_server()));
         }
-        if c == '\n' {
-            line += 1;
-        }
-        match quote {
-            Some(q) => {
-                current.push(c);
-                if c == q {
-                    quote = None;
-                }
-            }
-            None => match c {
-                '\'' | '"' => {
-                    quote = Some(c);
-                    current.push(c);
-                }
-                '-' if chars.peek() == Some(&'-') => {
-                    for skipped in chars.by_ref() {
-                        if skipped == '\n' {
-                            line += 1;
-                            current.push(' ');
-                            break;
-                        }
-                    }
-                }
-                '\\' if current.trim().is_empty() => {
-                    let mut meta = String::from("\\");
-                    for next in chars.by_ref() {
-                        if next == '\n' {
-                            line += 1;
-                            break;
-                        }
-                        meta.push(next);
-                    }
-                    out.push((start_line, meta.trim().to_string()));
-                    current.clear();
-                }
-                ';' => {
-                    if !current.trim().is_empty() {
-                        out.push((start_line, current.trim().to_string()));
-                    }
-                    current.clear();
-                }
-                _ => current.push(c),
-            },
-        }
-    }
-    if !current.trim().is_empty() {
-        out.push((start_line, current.trim().to_string()));
-    }
-    out
-}
-
-/// A token of SQL: a word (unquoted, lowercased), a quoted identifier, a string, a symbol.
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Token {
-    Word(String),
-    Ident(String),
-    Str(String),
-    Symbol(char),
-}
-
-fn tokens(statement: &str) -> Result<Vec<Token>, String> {
-    let mut out = Vec::new();
-    let mut chars = statement.chars().peekable();
-    while let Some(&c) = chars.peek() {
-        if c.is_whitespace() {
-            chars.next();
-        } else if c == '\'' || c == '"' {
-            chars.next();
-            let mut text = String::new();
-            loop {
-                match chars.next() {
-                    Some(q) if q == c => {
-                        if chars.peek() == Some(&c) {
-                            chars.next();
-                            text.push(c);
-                        } else {
-                            break;
-                        }
-                    }
-                    Some(other) => text.push(other),
-                    None => {
-                        return Err(if c == '\'' {
-                            "ERROR:  unterminated quoted string".to_string()
-                        } else {
-                            "ERROR:  unterminated quoted identifier".to_string()
-                        });
-                    }
-                }
-            }
-            out.push(if c == '\'' {
-                Token::Str(text)
-            } else {
-                Token::Ident(text)
-            });
-        } else if c.is_alphanumeric() || c == '_' || c == '.' || c == '*' {
-            let mut word = String::new();
-            while let Some(&next) = chars.peek() {
-                if next.is_alphanumeric()
-                    || next == '_'
-                    || next == '.'
-                    || next == '$'
-                    || next == '*'
-                {
-                    word.push(next);
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
-            out.push(Token::Word(word.to_lowercase()));
-        } else {
-            chars.next();
-            out.push(Token::Symbol(c));
-        }
-    }
-    Ok(out)
-}
-
-fn text_of(token: &Token) -> String {
-    match token {
-        Token::Word(word) | Token::Ident(word) | Token::Str(word) => word.clone(),
-        Token::Symbol(symbol) => symbol.to_string(),
-    }
-}
-
-fn syntax_error(near: Option<&Token>) -> String {
-    match near {
-        Some(token) => format!("ERROR:  syntax error at or near \"{}\"", text_of(token)),
-        None => "ERROR:  syntax error at end of input".to_string(),
-    }
-}
-
-/// A name: an identifier (quoted keeps its case) or a word.
-fn name_at(tokens: &[Token], at: usize) -> Result<String, String> {
-    match tokens.get(at) {
-        Some(Token::Word(word)) => Ok(word.clone()),
-        Some(Token::Ident(ident)) => Ok(ident.clone()),
-        other => Err(syntax_error(other)),
-    }
-}
-
-fn is_word(token: Option<&Token>, word: &str) -> bool {
-    matches!(token, Some(Token::Word(w)) if w == word)
-}
-
-/// Role options after the name (`WITH LOGIN PASSWORD '...'`).
-fn role_options(role: &mut Role, tokens: &[Token]) -> Result<(), String> {
-    let mut at = 0;
-    if is_word(tokens.first(), "with") {
-        at = 1;
-    }
-    while at < tokens.len() {
-        let Token::Word(word) = &tokens[at] else {
-            return Err(syntax_error(tokens.get(at)));
-        };
-        match word.as_str() {
-            "login" => role.login = true,
-            "nologin" => role.login = false,
-            "superuser" => role.superuser = true,
-            "nosuperuser" => role.superuser = false,
-            "createdb" => role.createdb = true,
-            "nocreatedb" => role.createdb = false,
-            "createrole" | "nocreaterole" | "inherit" | "noinherit" | "replication"
-            | "noreplication" | "bypassrls" | "nobypassrls" | "encrypted" => {}
-            "password" => {
-                at += 1;
-                role.password = match tokens.get(at) {
-                    Some(Token::Str(password)) => Some(password.clone()),
-                    Some(Token::Word(null)) if null == "null" => None,
-                    other => return Err(syntax_error(other)),
-                };
-            }
-            "connection" | "valid" => {
-                // CONNECTION LIMIT n, VALID UNTIL '...'
-                at += 2;
-            }
-            _ => return Err(syntax_error(tokens.get(at))),
-        }
-        at += 1;
-    }
-    Ok(())
-}
-
-/// Runs one statement or meta-command; its output (command tag or rows) or psql's error line.
-fn run_statement(
-    server: &mut Server,
-    statement: &str,
-    options: &Options,
-) -> Result<String, String> {
-    if statement.starts_with('\\') {
-        return meta(server, statement, options);
-    }
-    let tokens = tokens(statement)?;
-    let tag = |tag: &str| {
-        if options.quiet {
-            String::new()
-        } else {
-            format!("{tag}\n")
-        }
-    };
-    let words: Vec<String> = tokens
-        .iter()
-        .take(2)
-        .map(|t| match t {
-            Token::Word(w) => w.clone(),
-            _ => String::new(),
-        })
-        .collect();
-    let first = words.first().map(String::as_str).unwrap_or("");
-    let second = words.get(1).map(String::as_str).unwrap_or("");
-    match (first, second) {
-        ("create", "role" | "user") => {
-            let name = name_at(&tokens, 2)?;
-            if server.roles.contains_key(&name) {
-                return Err(format!("ERROR:  role \"{name}\" already exists"));
-            }
-            let mut role = Role::new(&name, second == "user");
-            role_options(&mut role, &tokens[3..])?;
-            server.roles.insert(name, role);
-            Ok(tag("CREATE ROLE"))
-        }
-        ("alter", "role" | "user") => {
-            let name = name_at(&tokens, 2)?;
-            let Some(role) = server.roles.get_mut(&name) else {
-                return Err(format!("ERROR:  role \"{name}\" does not exist"));
-            };
-            if is_word(tokens.get(3), "set") || is_word(tokens.get(3), "reset") {
-                return Ok(tag("ALTER ROLE"));
-            }
-            let mut changed = role.clone();
-            role_options(&mut changed, &tokens[3..])?;
-            *role = changed;
-            Ok(tag("ALTER ROLE"))
-        }
-        ("create", "database") => {
-            let name = name_at(&tokens, 2)?;
-            let mut owner = options.user.clone().unwrap_or_else(|| "postgres".into());
-            let mut at = 3;
-            if is_word(tokens.get(at), "with") {
-                at += 1;
-            }
-            while at < tokens.len() {
-                let key = name_at(&tokens, at)?;
-                at += 1;
-                if tokens.get(at) == Some(&Token::Symbol('=')) {
-                    at += 1;
-                }
-                let value = tokens
-                    .get(at)
-                    .map(text_of)
-                    .ok_or_else(|| syntax_error(None))?;
-                at += 1;
-                if key == "owner" {
-                    owner = value;
-                }
-            }
-            if server.databases.contains_key(&name) {
-                return Err(format!("ERROR:  database \"{name}\" already exists"));
-            }
-            if !server.roles.contains_key(&owner) {
-                return Err(format!("ERROR:  role \"{owner}\" does not exist"));
-            }
-            server
-                .databases
-                .insert(name.clone(), Database { name, owner });
-            Ok(tag("CREATE DATABASE"))
-        }
-        ("alter", "database") => {
-            let name = name_at(&tokens, 2)?;
-            if !server.databases.contains_key(&name) {
-                return Err(format!("ERROR:  database \"{name}\" does not exist"));
-            }
-            if is_word(tokens.get(3), "owner") && is_word(tokens.get(4), "to") {
-                let owner = name_at(&tokens, 5)?;
-                if !server.roles.contains_key(&owner) {
-                    return Err(format!("ERROR:  role \"{owner}\" does not exist"));
-                }
-                if let Some(database) = server.databases.get_mut(&name) {
-                    database.owner = owner;
-                }
-            }
-            Ok(tag("ALTER DATABASE"))
-        }
-        ("drop", "database" | "role" | "user") => {
-            let if_exists = is_word(tokens.get(2), "if") && is_word(tokens.get(3), "exists");
-            let name = name_at(&tokens, if if_exists { 4 } else { 2 })?;
-            let (what, exists) = if second == "database" {
-                ("database", server.databases.contains_key(&name))
-            } else {
-                ("role", server.roles.contains_key(&name))
-            };
-            let done = if second == "database" {
-                "DROP DATABASE"
-            } else {
-                "DROP ROLE"
-            };
-            if !exists {
-                if if_exists {
-                    return Ok(tag(done));
-                }
-                return Err(format!("ERROR:  {what} \"{name}\" does not exist"));
-            }
-            if second == "database" {
-                server.databases.remove(&name);
-            } else {
-                let owned: Vec<String> = server
-                    .databases
-                    .values()
-                    .filter(|d| d.owner == name)
-                    .map(|d| format!("owner of database {}", d.name))
-                    .collect();
-                if !owned.is_empty() {
-                    return Err(format!(
-                        "ERROR:  role \"{name}\" cannot be dropped because some objects depend on it\nDETAIL:  {}",
-                        owned.join("\n")
-                    ));
-                }
-                server.roles.remove(&name);
-            }
-            Ok(tag(done))
-        }
-        ("grant", _) => {
-            // GRANT ... ON DATABASE d TO r: both must exist.
-            let on_database = tokens
-                .windows(2)
-                .position(|pair| is_word(pair.first(), "on") && is_word(pair.get(1), "database"));
-            if let Some(at) = on_database {
-                let database = name_at(&tokens, at + 2)?;
-                if !server.databases.contains_key(&database) {
-                    return Err(format!("ERROR:  database \"{database}\" does not exist"));
-                }
-            }
-            if let Some(to) = tokens.iter().position(|t| is_word(Some(t), "to")) {
-                let role = name_at(&tokens, to + 1)?;
-                if role != "public" && !server.roles.contains_key(&role) {
-                    return Err(format!("ERROR:  role \"{role}\" does not exist"));
-                }
-            }
-            Ok(tag("GRANT"))
-        }
-        ("create", "extension") => Ok(tag("CREATE EXTENSION")),
-        ("select", _) => select(server, &tokens[1..], options),
-        _ => Err(format!(
-            "ERROR:  the simulated PostgreSQL (bprun-sim) does not model this statement: {statement}"
-        )),
-    }
-}
-
-/// A catalog row as column -> value.
-fn catalog(server: &Server, table: &str) -> Option<Vec<BTreeMap<&'static str, String>>> {
-    let boolean = |b: bool| if b { "t" } else { "f" }.to_string();
-    match table {
-        "pg_roles" | "pg_user" | "pg_catalog.pg_roles" | "pg_catalog.pg_user" => Some(
-            server
-                .roles
-                .values()
-                .filter(|r| !table.ends_with("pg_user") || r.login)
-                .map(|r| {
-                    BTreeMap::from([
-                        ("rolname", r.name.clone()),
-                        ("usename", r.name.clone()),
-                        ("rolcanlogin", boolean(r.login)),
-                        ("rolsuper", boolean(r.superuser)),
-                        ("usesuper", boolean(r.superuser)),
-                        ("rolcreatedb", boolean(r.createdb)),
-                    ])
-                })
-                .collect(),
-        ),
-        "pg_database" | "pg_catalog.pg_database" => Some(
-            server
-                .databases
-                .values()
-                .map(|d| {
-                    BTreeMap::from([
-                        ("datname", d.name.clone()),
-                        ("owner", d.owner.clone()),
-                        ("datistemplate", boolean(d.name.starts_with("template"))),
-                    ])
-                })
-                .collect(),
-        ),
-        _ => None,
-    }
-}
-
-/// `SELECT exprs [FROM catalog [WHERE col = 'v' [AND ...]]]`.
-fn select(server: &Server, tokens: &[Token], options: &Options) -> Result<String, String> {
-    let from = tokens.iter().position(|t| is_word(Some(t), "from"));
-    let projection = &tokens[..from.unwrap_or(tokens.len())];
-    let expressions: Vec<&[Token]> = projection.split(|t| *t == Token::Symbol(',')).collect();
-    if expressions.iter().any(|e| e.is_empty()) {
-        return Err(syntax_error(tokens.first()));
-    }
-    let rows: Vec<BTreeMap<&'static str, String>> = match from {
-        None => vec![BTreeMap::new()],
-        Some(at) => {
-            let table = name_at(tokens, at + 1)?;
-            let Some(rows) = catalog(server, &table) else {
-                return Err(format!("ERROR:  relation \"{table}\" does not exist"));
-            };
-            let mut conditions = Vec::new();
-            let mut index = at + 2;
-            if is_word(tokens.get(index), "where") {
-                index += 1;
-                loop {
-                    let column = name_at(tokens, index)?;
-                    if tokens.get(index + 1) != Some(&Token::Symbol('=')) {
-                        return Err(syntax_error(tokens.get(index + 1)));
-                    }
-                    let value = tokens
-                        .get(index + 2)
-                        .map(text_of)
-                        .ok_or_else(|| syntax_error(None))?;
-                    conditions.push((column, value));
-                    index += 3;
-                    if is_word(tokens.get(index), "and") {
-                        index += 1;
-                        continue;
-                    }
-                    break;
-                }
-            }
-            if index < tokens.len() {
-                return Err(syntax_error(tokens.get(index)));
-            }
-            for (column, _) in &conditions {
-                if rows
-                    .first()
-                    .is_some_and(|row| !row.contains_key(column.as_str()))
-                {
-                    return Err(format!("ERROR:  column \"{column}\" does not exist"));
-                }
-            }
-            rows.into_iter()
-                .filter(|row| {
-                    conditions
-                        .iter()
-                        .all(|(column, value)| row.get(column.as_str()) == Some(value))
-                })
-                .collect()
-        }
-    };
-    let mut headers = Vec::new();
-    let mut columns: Vec<Vec<String>> = Vec::new();
-    let mut numeric = Vec::new();
-    for expression in &expressions {
-        let (header, values, is_number) = match expression {
-            [Token::Word(number)] if number.parse::<f64>().is_ok() => (
-                "?column?".to_string(),
-                vec![number.clone(); rows.len()],
-                true,
-            ),
-            [Token::Str(text)] => (
-                "?column?".to_string(),
-                vec![text.clone(); rows.len()],
-                false,
-            ),
-            [Token::Word(column)] | [Token::Ident(column)] => {
-                let values: Option<Vec<String>> = rows
-                    .iter()
-                    .map(|row| row.get(column.as_str()).cloned())
-                    .collect();
-                match values {
-                    Some(values) if from.is_some() => (column.clone(), values, false),
-                    _ => return Err(format!("ERROR:  column \"{column}\" does not exist")),
-                }
-            }
-            other => return Err(syntax_error(other.first())),
-        };
-        headers.push(header);
-        columns.push(values);
-        numeric.push(is_number);
-    }
-    let records: Vec<Vec<String>> = (0..rows.len())
-        .map(|row| columns.iter().map(|column| column[row].clone()).collect())
-        .collect();
-    Ok(table(&headers, &records, &numeric, options))
-}
-
-/// Rows as psql prints them: aligned (headers centred, numbers right-aligned, `(N rows)`),
-/// unaligned (`-A`, `|` between fields), tuples only (`-t`).
-fn table(
-    headers: &[String],
-    records: &[Vec<String>],
-    numeric: &[bool],
-    options: &Options,
-) -> String {
-    let mut out = String::new();
-    if options.unaligned {
-        if !options.tuples_only {
-            out.push_str(&format!("{}\n", headers.join("|")));
-        }
-        for record in records {
-            out.push_str(&format!("{}\n", record.join("|")));
-        }
-        if !options.tuples_only {
-            out.push_str(&row_count(records.len()));
-        }
-        return out;
-    }
-    let widths: Vec<usize> = headers
-        .iter()
-        .enumerate()
-        .map(|(column, header)| {
-            records
-                .iter()
-                .map(|record| record[column].chars().count())
-                .chain([header.chars().count()])
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    let line = |cells: Vec<String>| format!("{}\n", cells.join("|").trim_end());
-    if !options.tuples_only {
-        out.push_str(&line(
-            headers
-                .iter()
-                .zip(&widths)
-                .map(|(header, width)| {
-                    let total = width - header.chars().count();
-                    let left = total / 2;
-                    format!(" {}{header}{} ", " ".repeat(left), " ".repeat(total - left))
-                })
-                .collect(),
-        ));
-        out.push_str(&format!(
-            "{}\n",
-            widths
-                .iter()
-                .map(|width| "-".repeat(width + 2))
-                .collect::<Vec<_>>()
-                .join("+")
-        ));
-    }
-    for record in records {
-        out.push_str(&line(
-            record
-                .iter()
-                .zip(&widths)
-                .zip(numeric)
-                .map(|((value, width), number)| {
-                    if *number {
-                        format!(" {value:>width$} ")
-                    } else {
-                        format!(" {value:<width$} ")
-                    }
-                })
-                .collect(),
-        ));
-    }
-    if !options.tuples_only {
-        out.push_str(&row_count(records.len()));
-    }
-    out.push('\n');
-    out
-}
-
-fn row_count(count: usize) -> String {
-    if count == 1 {
-        "(1 row)\n".to_string()
-    } else {
-        format!("({count} rows)\n")
-    }
-}
-
-/// `\l` (databases and owners), `\du` (roles and attributes), `\q`.
-fn meta(server: &Server, command: &str, options: &Options) -> Result<String, String> {
-    let name = command.split_whitespace().next().unwrap_or("");
-    match name {
-        "\\l" | "\\list" | "\\l+" => {
-            let records: Vec<Vec<String>> = server
-                .databases
-                .values()
-                .map(|d| vec![d.name.clone(), d.owner.clone(), "UTF8".to_string()])
-                .collect();
-            let headers = ["Name", "Owner", "Encoding"].map(String::from);
-            let mut out = String::new();
-            if !options.tuples_only && !options.unaligned {
-                out.push_str("                List of databases\n");
-            }
-            out.push_str(&table(&headers, &records, &[false; 3], options));
-            Ok(out)
-        }
-        "\\du" | "\\du+" | "\\dg" => {
-            let records: Vec<Vec<String>> = server
-                .roles
-                .values()
-                .map(|r| {
-                    let mut attributes = Vec::new();
-                    if r.superuser {
-                        attributes.push("Superuser");
-                    }
-                    if r.createdb && !r.superuser {
-                        attributes.push("Create DB");
-                    }
-                    if !r.login {
-                        attributes.push("Cannot login");
-                    }
-                    vec![r.name.clone(), attributes.join(", ")]
-                })
-                .collect();
-            let headers = ["Role name", "Attributes"].map(String::from);
-            let mut out = String::new();
-            if !options.tuples_only && !options.unaligned {
-                out.push_str("         List of roles\n");
-            }
-            out.push_str(&table(&headers, &records, &[false; 2], options));
-            Ok(out)
-        }
-        "\\q" => Ok(String::new()),
-        other => Err(format!(
-            "invalid command {other} (the simulated psql runs \\l, \\du and \\q)"
-        )),
+        std::fs::read_to_string(self.pod_dir(call).join("postgres.log")).ok()
     }
 }
 
 #[cfg(test)]
-mod tests;
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_operators_hba_rules_put_the_clusters_own_between_peer_and_password_rules() {
+        let cluster = json!({"spec": {"postgresql": {"pg_hba": ["host all all 10.0.0.0/8 md5"]}}});
+        assert_eq!(
+            pg_hba(&cluster),
+            "# Grant local access ('local' user map)\n\
+             local all all peer map=local\n\n\
+             # Require client certificate authentication for the streaming_replica user\n\
+             hostssl postgres streaming_replica all cert\n\
+             hostssl replication streaming_replica all cert\n\n\
+             #\n# USER-DEFINED RULES\n#\n\
+             host all all 10.0.0.0/8 md5\n\n\
+             #\n# FIXED RULES\n#\n\n\
+             # Otherwise use the default authentication method\n\
+             host all all all scram-sha-256\n"
+        );
+        assert_eq!(pg_ident("nobody"), "local nobody postgres\n");
+    }
+
+    #[test]
+    fn a_clients_messages_name_the_pods_socket_and_port() {
+        let address: SocketAddr = "127.0.0.1:41234".parse().expect("an address");
+        let said = as_in_the_pod(
+            b"psql: error: connection to server on socket \"/tmp/x/run/.s.PGSQL.41234\" failed: FATAL:  Peer authentication failed for user \"gitlab\"\n\
+              psql: error: connection to server at \"127.0.0.1\", port 41234 failed: FATAL:  password authentication failed for user \"gitlab\"\n",
+            address,
+            Path::new("/tmp/x/run"),
+        );
+        assert_eq!(
+            said,
+            "psql: error: connection to server on socket \"/controller/run/.s.PGSQL.5432\" failed: FATAL:  Peer authentication failed for user \"gitlab\"\n\
+             psql: error: connection to server at \"127.0.0.1\", port 5432 failed: FATAL:  password authentication failed for user \"gitlab\"\n"
+        );
+    }
+
+    #[test]
+    fn the_bootstrap_quotes_names_and_the_password() {
+        assert_eq!(
+            bootstrap_sql("app", "app", Some("it's")),
+            "CREATE ROLE \"app\" LOGIN PASSWORD 'it''s';\nCREATE DATABASE \"app\" OWNER \"app\";\n"
+        );
+        assert_eq!(
+            bootstrap_sql("d\"b", "o", None),
+            "CREATE ROLE \"o\" LOGIN;\nCREATE DATABASE \"d\"\"b\" OWNER \"o\";\n"
+        );
+    }
+
+    #[test]
+    fn the_clusters_parameters_come_first_and_the_server_listens_on_loopback_only() {
+        let cluster = json!({"spec": {"postgresql": {"parameters": {"password_encryption": "scram-sha-256", "max_wal_senders": 5}}}});
+        let settings = settings(
+            &cluster,
+            5555,
+            Path::new("/run/pg"),
+            Path::new("/data/pgdata"),
+        );
+        assert_eq!(
+            settings,
+            [
+                "max_wal_senders=5",
+                "password_encryption=scram-sha-256",
+                "listen_addresses=127.0.0.1",
+                "port=5555",
+                "unix_socket_directories=/run/pg",
+                "hba_file=/data/pgdata/pg_hba.conf",
+                "ident_file=/data/pgdata/pg_ident.conf",
+                "shared_buffers=16MB",
+                "max_connections=40",
+                "fsync=off",
+                "synchronous_commit=off",
+                "full_page_writes=off",
+            ]
+        );
+    }
+
+    #[test]
+    fn as_root_the_server_runs_in_a_user_namespace_as_nobody() {
+        let identity = Identity {
+            wrapper: Some(vec!["/usr/bin/unshare".into(), "--user".into()]),
+            os_user: "nobody".into(),
+        };
+        assert_eq!(
+            identity.command(Path::new("/pg/bin/postgres")),
+            (
+                PathBuf::from("/usr/bin/unshare"),
+                vec![OsString::from("--user"), OsString::from("/pg/bin/postgres")]
+            )
+        );
+        let direct = Identity {
+            wrapper: None,
+            os_user: "dev".into(),
+        };
+        assert_eq!(
+            direct.command(Path::new("/pg/bin/postgres")),
+            (PathBuf::from("/pg/bin/postgres"), Vec::new())
+        );
+    }
+}
