@@ -182,12 +182,9 @@ pub fn settings(cluster: &Value, port: u16, socket_dir: &Path, pgdata: &Path) ->
         .as_object()
         .into_iter()
         .flatten()
-        .filter_map(|(name, value)| {
-            let value = match value {
-                Value::String(text) => text.clone(),
-                other => other.to_string(),
-            };
-            Some(format!("{name}={value}"))
+        .map(|(name, value)| match value {
+            Value::String(text) => format!("{name}={text}"),
+            other => format!("{name}={other}"),
         })
         .collect();
     settings.extend([
