@@ -1641,3 +1641,42 @@ Recap of scripts/phase2.rhai (check mode)
         assert_eq!(sealed(&openbao_status(&sim)), false, "{case}");
     }
 }
+
+#[test]
+fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgresqls_words() {
+    // The restore step hands GitLab a password the role was not created with (a snapshot
+    // older than the role's last password change): the real PostgreSQL refuses it.
+    let copy = edited_phase2(|source| {
+        source.replace(
+            r#"#{password: role_passwords().gitlab}"#,
+            r#"#{password: role_passwords().gitlab + "-stale"}"#,
+        )
+    });
+    let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
+        .replace_regex(r"\(10\.96\.\d+\.\d+\)", "(<cluster ip>)")
+        .replace_regex(r"(m2mb7vvbbl)-[a-z0-9]{5}_gitlab", "$1-<pod>_gitlab")
+        .replace_regex(r"_gitlab\([0-9a-z-]+\)", "_gitlab(<uid>)")
+        .replace_regex(r"\), \d+ restarts", "), <n> restarts");
+    run.code(1);
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
+  │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
+     ╭─[scripts/phase2.rhai:484:9]
+ 483 │     for name in GITLAB_DEPLOYMENTS {
+ 484 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ·         ────┬────
+     ·             ╰── failed here
+ 485 │     }
+     ╰────
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
+  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##
+    ));
+}
