@@ -20,10 +20,19 @@
 //! already served (`sim.bprun.dev/forward-8200`, the embedded platform's dev server) gets no
 //! server of its own: `bao` talks to that one. Without a `bao` binary nothing serves OpenBao:
 //! the pod's event, and every `bao` command, say so.
+//!
+//! A pod whose own configuration (a `.hcl` file of its ConfigMap volumes) declares
+//! `storage "postgresql"` (GitLab's bundled OpenBao) runs on that database instead: its
+//! connection URL's host is resolved through the Service ([`super::service`]) to the real
+//! PostgreSQL behind it, the password comes from the container's `PGPASSWORD`, and a server
+//! that cannot connect exits with its own words (`failed SASL auth: FATAL: password
+//! authentication failed for user "openbao"`, `connect: connection refused`), said with the
+//! Service's name and address, so the container crash-loops as the real one would.
 
 use super::node::{self, NodeMounts};
 use super::process;
-use super::{ExecCall, ExecOutcome, Host, Program};
+use super::service::Backend;
+use super::{ExecCall, ExecOutcome, Host, Program, volumes};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -62,6 +71,64 @@ pub fn config(storage: &Path, node_id: &str, api: SocketAddr, cluster: SocketAdd
          api_addr = \"http://{api}\"\n\
          cluster_addr = \"http://{cluster}\"\n",
         storage.display()
+    )
+}
+
+/// The connection URL of a `storage "postgresql"` stanza of a configuration (GitLab's bundled
+/// OpenBao), when it declares one.
+pub fn postgresql_url(config: &str) -> Option<String> {
+    let start = config.find("storage \"postgresql\"")?;
+    let stanza = &config[start..];
+    let stanza = &stanza[..stanza.find('}').unwrap_or(stanza.len())];
+    let line = stanza
+        .lines()
+        .find(|line| line.trim_start().starts_with("connection_url"))?;
+    let value = line.split_once('=')?.1.trim();
+    Some(value.trim_matches('"').to_string())
+}
+
+/// The host and port of a `postgres://user@host:port/db?...` URL.
+pub fn url_host_port(url: &str) -> Option<(String, u16)> {
+    let rest = url
+        .strip_prefix("postgres://")
+        .or_else(|| url.strip_prefix("postgresql://"))?;
+    let authority = rest.split(['/', '?']).next()?;
+    let host_port = authority.rsplit('@').next()?;
+    match host_port.rsplit_once(':') {
+        Some((host, port)) => Some((host.to_string(), port.parse().ok()?)),
+        None => Some((host_port.to_string(), 5432)),
+    }
+}
+
+/// The configuration of a server on PostgreSQL storage: the pod's connection URL with its
+/// host and port replaced by where the simulator serves them.
+pub fn postgresql_config(url: &str, api: SocketAddr, cluster: SocketAddr) -> String {
+    format!(
+        "ui = false\n\
+         storage \"postgresql\" {{\n  connection_url = \"{url}\"\n  ha_enabled = \"true\"\n}}\n\
+         listener \"tcp\" {{\n  address = \"{api}\"\n  cluster_address = \"{cluster}\"\n  tls_disable = 1\n}}\n\
+         api_addr = \"http://{api}\"\n\
+         cluster_addr = \"http://{cluster}\"\n"
+    )
+}
+
+/// Where a pod's PostgreSQL storage really is, and how the server's words name it in the pod.
+struct PostgresqlStorage {
+    /// The URL the server connects to (loopback).
+    url: String,
+    /// (what the server says, what the pod would say).
+    said_in_pod: Vec<(String, String)>,
+}
+
+/// What the server's last error says, as a pod would read it.
+fn as_in_pod(log: &str, said_in_pod: &[(String, String)]) -> Option<String> {
+    let line = log.lines().rev().find(|line| line.starts_with("error "))?;
+    Some(
+        said_in_pod
+            .iter()
+            .fold(line.to_string(), |text, (said, meant)| {
+                text.replace(said, meant)
+            }),
     )
 }
 
@@ -105,6 +172,75 @@ impl OpenBao {
         .unwrap_or_else(|| self.pod_dir(call).join("data"))
     }
 
+    /// The PostgreSQL storage the pod's own configuration declares (a `.hcl` file of its
+    /// ConfigMap volumes with `storage "postgresql"`), resolved through its Service. A name
+    /// no Service has fails as the cluster's DNS answers it.
+    fn postgresql_storage(
+        &self,
+        call: &ExecCall,
+        host: &Host,
+    ) -> Result<Option<PostgresqlStorage>, String> {
+        let Some(pod) = host.object("pods", &call.namespace, &call.pod) else {
+            return Ok(None);
+        };
+        let lookup = |store_key: &str, name: &str| host.object(store_key, &call.namespace, name);
+        let url = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|volume| volume["name"].as_str())
+            .flat_map(|volume| volumes::files(&pod, volume, &lookup).into_values())
+            .find_map(|text| postgresql_url(&text));
+        let Some(url) = url else {
+            return Ok(None);
+        };
+        let Some((name, port)) = url_host_port(&url) else {
+            return Err(format!(
+                "error parsing the postgresql connection_url {url:?}"
+            ));
+        };
+        let (user, database) = {
+            let rest = url.split("://").nth(1).unwrap_or("");
+            let user = rest
+                .split('@')
+                .next()
+                .filter(|_| rest.contains('@'))
+                .unwrap_or("");
+            let user = user.split(':').next().unwrap_or("").to_string();
+            let database = rest
+                .split('/')
+                .nth(1)
+                .and_then(|path| path.split('?').next())
+                .unwrap_or("")
+                .to_string();
+            (user, database)
+        };
+        let (ip, address) = match host.resolve(&name, port, &call.namespace) {
+            Backend::Unknown => {
+                return Err(format!(
+                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on 10.96.0.10:53: no such host"
+                ));
+            }
+            // Nothing listens there: the server's own connection refusal.
+            Backend::NotServing { ip } => (ip, process::free_port()?),
+            Backend::Serving { ip, address } => (ip, address),
+        };
+        let served_at = format!("{}:{}", address.ip(), address.port());
+        Ok(Some(PostgresqlStorage {
+            url: url.replacen(&format!("{name}:{port}"), &served_at, 1),
+            said_in_pod: vec![
+                (
+                    format!("{served_at} ({})", address.ip()),
+                    format!("{name}:{port} ({ip})"),
+                ),
+                (
+                    format!("dial tcp {served_at}"),
+                    format!("dial tcp {ip}:{port}"),
+                ),
+            ],
+        }))
+    }
+
     /// The server of the pod, started when it has none.
     fn server(&self, call: &ExecCall, host: Option<&Host>) -> Result<SocketAddr, String> {
         if let Some(address) = forwarded(call) {
@@ -113,6 +249,10 @@ impl OpenBao {
         let binary = self.binary.clone().ok_or_else(Self::no_binary)?;
         // Read from the store before the servers' lock is taken (never the other way round).
         let storage = self.storage(call, host);
+        let postgresql = match host {
+            Some(host) => self.postgresql_storage(call, host)?,
+            None => None,
+        };
         let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(served) = servers.get_mut(&call.pod_uid) {
             if served.server.runs() {
@@ -132,21 +272,43 @@ impl OpenBao {
         let api = process::free_port()?;
         let cluster = process::free_port()?;
         let config_file = folder.join("config.hcl");
-        std::fs::write(&config_file, config(&storage, &call.pod, api, cluster))
+        let text = match &postgresql {
+            Some(postgresql) => postgresql_config(&postgresql.url, api, cluster),
+            None => config(&storage, &call.pod, api, cluster),
+        };
+        std::fs::write(&config_file, text)
             .map_err(|error| format!("cannot write {}: {error}", config_file.display()))?;
+        // The PostgreSQL client's environment (the password, from the pod's Secret).
+        let mut env: Vec<(String, std::ffi::OsString)> =
+            vec![("HOME".into(), folder.clone().into())];
+        env.extend(
+            call.env
+                .iter()
+                .filter(|(name, _)| name.starts_with("PG") || name.starts_with("BAO_PG_"))
+                .map(|(name, value)| (name.clone(), value.into())),
+        );
+        let log_file = folder.join("server.log");
         let server = process::Server::start(process::ServerSpec {
             program: &binary,
             args: vec![
                 "server".into(),
                 format!("-config={}", config_file.display()).into(),
             ],
-            env: vec![("HOME".into(), folder.clone().into())],
-            log: &folder.join("server.log"),
+            env,
+            log: &log_file,
             listens_on: api,
             stop_signal: "TERM",
             start_within: Duration::from_secs(15),
         })
-        .map_err(|error| error.replacen("bao did not listen", "bao server did not listen", 1))?;
+        .map_err(|error| {
+            let log = std::fs::read_to_string(&log_file).unwrap_or_default();
+            postgresql
+                .as_ref()
+                .and_then(|postgresql| as_in_pod(&log, &postgresql.said_in_pod))
+                .unwrap_or_else(|| {
+                    error.replacen("bao did not listen", "bao server did not listen", 1)
+                })
+        })?;
         servers.insert(call.pod_uid.clone(), Served { server, storage });
         Ok(api)
     }
@@ -202,6 +364,10 @@ impl Program for OpenBao {
     }
 
     fn probes_readiness(&self) -> bool {
+        true
+    }
+
+    fn exits_when_start_fails(&self) -> bool {
         true
     }
 
@@ -263,6 +429,57 @@ mod tests {
             text.contains("api_addr = \"http://127.0.0.1:18200\""),
             "{text}"
         );
+    }
+
+    #[test]
+    fn a_postgresql_stanza_names_its_database_and_is_served_where_the_simulator_serves_it() {
+        let pod_config = "ui = false\nstorage \"postgresql\" {\n  connection_url = \"postgres://openbao@postgresql-cnpg-rw.postgresql.svc:5432/openbao?sslmode=disable\"\n  ha_enabled = \"true\"\n}\n";
+        let url = postgresql_url(pod_config);
+        assert_eq!(
+            url.as_deref(),
+            Some(
+                "postgres://openbao@postgresql-cnpg-rw.postgresql.svc:5432/openbao?sslmode=disable"
+            )
+        );
+        assert_eq!(
+            postgresql_url("storage \"raft\" {\n  path = \"/x\"\n}\n"),
+            None
+        );
+        assert_eq!(
+            url_host_port(url.as_deref().unwrap_or("")),
+            Some(("postgresql-cnpg-rw.postgresql.svc".to_string(), 5432))
+        );
+        assert_eq!(
+            url_host_port("postgresql://u:p@db/x"),
+            Some(("db".to_string(), 5432))
+        );
+        assert_eq!(url_host_port("mysql://db"), None);
+        let api: SocketAddr = "127.0.0.1:18200"
+            .parse()
+            .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));
+        let text = postgresql_config(
+            "postgres://openbao@127.0.0.1:40001/openbao?sslmode=disable",
+            api,
+            api,
+        );
+        assert!(text.starts_with("ui = false\nstorage \"postgresql\" {\n  connection_url = \"postgres://openbao@127.0.0.1:40001/openbao?sslmode=disable\"\n  ha_enabled = \"true\"\n}\nlistener \"tcp\" {\n  address = \"127.0.0.1:18200\""), "{text}");
+    }
+
+    #[test]
+    fn the_servers_last_error_is_said_with_the_services_name_and_address() {
+        let log = "2026-12-02T01:30:49.842Z [INFO]  proxy environment: http_proxy=\"\"\n\
+                   error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user=openbao database=openbao`: 127.0.0.1:45432 (127.0.0.1): failed SASL auth: FATAL: password authentication failed for user \"openbao\" (SQLSTATE 28P01)\n";
+        let said = vec![(
+            "127.0.0.1:45432 (127.0.0.1)".to_string(),
+            "postgresql-cnpg-rw.postgresql.svc:5432 (10.96.0.21)".to_string(),
+        )];
+        assert_eq!(
+            as_in_pod(log, &said).as_deref(),
+            Some(
+                "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user=openbao database=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (10.96.0.21): failed SASL auth: FATAL: password authentication failed for user \"openbao\" (SQLSTATE 28P01)"
+            )
+        );
+        assert_eq!(as_in_pod("[INFO] fine\n", &said), None);
     }
 
     #[test]
