@@ -19,7 +19,7 @@ use bprun_clients::reconcile::Outcome;
 use bprun_clients::secret::Secret;
 
 use super::options::{
-    RhaiResultOf, option_int, option_str, reject_unknown, remote_session as remote,
+    RhaiResultOf, option_int, option_str, option_strings, reject_unknown, remote_session as remote,
 };
 
 /// Where OpenBao runs in the cluster (`BAO_K8S_SERVICE`, default `openbao/openbao:8200`).
@@ -392,10 +392,16 @@ pub mod bao_functions {
         bao_read_with(context, path, rhai::Map::new())
     }
 
-    /// `bao_read(path)` with options: `mount`.
+    /// `bao_read(path)` with options: `mount`, and `plain`, the keys whose values are not
+    /// secrets (a host name, a port, a user name): those are returned as strings, so they are
+    /// printed as they are and never hidden as `***` wherever else they appear.
     ///
     /// ```rhai
-    /// step("Read", || { let value = bao_read("apps/x", #{mount: "kv"}); });
+    /// step("Read", || {
+    ///     let value = bao_read("apps/x", #{mount: "kv"});
+    ///     let database = bao_read("openbao/postgresql", #{plain: ["host", "port", "database", "username"]});
+    ///     info(`database ${database.database} on ${database.host}`);
+    /// });
     /// ```
     #[rhai_fn(name = "bao_read", return_raw)]
     pub fn bao_read_with(
@@ -404,7 +410,11 @@ pub mod bao_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Dynamic> {
         let session = remote(&context, "bao_read")?;
-        let path = kv_path(path, &options, "bao_read")?;
+        reject_unknown(&options, &["mount", "plain"], "bao_read")?;
+        let plain = option_strings(&options, "plain", "bao_read")?;
+        let mut path_options = options;
+        path_options.remove("plain");
+        let path = kv_path(path, &path_options, "bao_read")?;
         let secret = bao(&session).kv_read(&path).map_err(native_error)?;
         Ok(match secret.data {
             None => Dynamic::UNIT,
@@ -416,7 +426,12 @@ pub mod bao_functions {
                             Value::String(text) => text,
                             other => other.to_string(),
                         };
-                        (key.into(), Dynamic::from(Secret::new(text)))
+                        let value = if plain.contains(&key) {
+                            Dynamic::from(text)
+                        } else {
+                            Dynamic::from(Secret::new(text))
+                        };
+                        (key.into(), value)
                     })
                     .collect();
                 map.into()

@@ -74,3 +74,25 @@ pub fn option_bool(options: &Map, key: &str, native: &str) -> NativeResult<Optio
         }),
     }
 }
+
+/// An option that is an array of strings (`#{plain: ["host", "port"]}`); empty when absent.
+pub fn option_strings(options: &Map, key: &str, native: &str) -> NativeResult<Vec<String>> {
+    let Some(value) = options.get(key) else {
+        return Ok(Vec::new());
+    };
+    let not_strings = || {
+        native_error(NativeError::new(format!(
+            "{native}: option `{key}` must be an array of strings, not {}",
+            value.type_name()
+        )))
+    };
+    let array = value.clone().into_array().map_err(|_| not_strings())?;
+    array
+        .into_iter()
+        .map(|item| {
+            item.into_immutable_string()
+                .map(|text| text.to_string())
+                .map_err(|_| not_strings())
+        })
+        .collect()
+}
