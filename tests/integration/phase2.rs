@@ -249,12 +249,14 @@ print(`${a} ${a.len} ${a != b}`);
 }
 
 /// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
-/// the simulator) run.
+/// the simulator) run, and the real redis-server and redis-cli of its Redis pods.
 fn with_tools() -> crate::support::Test {
     BPRUN
         .test_in_repository_copy()
         .env("HELM_BIN", tool("helm"))
         .env("BPRUN_BAO_BIN", tool("bao"))
+        .env("BPRUN_REDIS_SERVER", tool("redis-server"))
+        .env("BPRUN_REDIS_CLI", tool("redis-cli"))
 }
 
 /// A copy of the repository whose phase 2 script is edited by `edit` (which must change it).
