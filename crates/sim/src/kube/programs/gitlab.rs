@@ -9,6 +9,15 @@
 //!   the pod crash-loops and is never Ready. Once it runs, its ports 8080 and 8181 forward to
 //!   the GitLab simulator, and GitLab is served through the Gateway only while some webservice
 //!   pod is Ready ([`Gateway`]: Envoy's `503 no healthy upstream` otherwise).
+//! - **webservice and Redis**: once the database answers, Rails connects to Redis as its
+//!   redis-rb client does (`rails_redis`): the host and port of `resque.yml.erb`'s URL resolved
+//!   as a Service name ([`Host::resolve`]), `AUTH` with the password the URL reads
+//!   (`/etc/gitlab/redis/redis-password`, projected from `global.redis.auth`), then `PING`,
+//!   against the real `redis-server` of the Redis pod ([`super::redis`]). A refusal is the
+//!   process exiting with redis-rb's words (`Redis::CannotConnectError: WRONGPASS invalid
+//!   username-password pair or user is disabled.`, `Redis::CommandError: NOAUTH Authentication
+//!   required.`, `Redis::CannotConnectError: getaddrinfo: Name or service not known
+//!   (redis://HOST:PORT)`), so the pod crash-loops.
 //! - **registry** (`gitlab-container-registry`): port 5000 answers the registry API's `GET /v2/`
 //!   (200, `Docker-Distribution-API-Version: registry/2.0`) from a loopback listener per pod.
 //! - **runner** (`gitlab-runner`): when the pod starts it verifies the token of its projected
