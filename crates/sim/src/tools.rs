@@ -1,4 +1,4 @@
-//! The machine's programs the simulators run for real (OpenBao's server, busybox, helm),
+//! The machine's programs the simulators run for real (OpenBao's server, Redis, busybox, helm),
 //! found the same way for every simulator.
 
 use std::path::{Path, PathBuf};
@@ -13,14 +13,30 @@ pub fn on_path(tool: &str) -> Option<PathBuf> {
 
 /// The `bao` binary: `BPRUN_BAO_BIN`, PATH, or the project's `.tools/bin/bao`.
 pub fn bao(root: &Path) -> Option<PathBuf> {
-    if let Some(path) = std::env::var_os("BPRUN_BAO_BIN") {
+    found("BPRUN_BAO_BIN", "bao", root)
+}
+
+/// A program found by `variable`, else on PATH as `tool`, else the project's `.tools/bin/tool`.
+fn found(variable: &str, tool: &str, root: &Path) -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os(variable) {
         let path = PathBuf::from(path);
         return path.is_file().then_some(path);
     }
-    on_path("bao").or_else(|| {
-        let local = root.join(".tools/bin/bao");
+    on_path(tool).or_else(|| {
+        let local = root.join(".tools/bin").join(tool);
         local.is_file().then_some(local)
     })
+}
+
+/// The `redis-server` binary (Redis 7): `BPRUN_REDIS_SERVER`, PATH, or the project's
+/// `.tools/bin/redis-server` (./test.sh extracts Debian's redis-tools there).
+pub fn redis_server(root: &Path) -> Option<PathBuf> {
+    found("BPRUN_REDIS_SERVER", "redis-server", root)
+}
+
+/// The `redis-cli` binary: `BPRUN_REDIS_CLI`, PATH, or the project's `.tools/bin/redis-cli`.
+pub fn redis_cli(root: &Path) -> Option<PathBuf> {
+    found("BPRUN_REDIS_CLI", "redis-cli", root)
 }
 
 /// A statically linked busybox (`BPRUN_BUSYBOX`, else `busybox` on PATH, as Debian's

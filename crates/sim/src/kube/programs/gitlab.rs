@@ -9,6 +9,15 @@
 //!   the pod crash-loops and is never Ready. Once it runs, its ports 8080 and 8181 forward to
 //!   the GitLab simulator, and GitLab is served through the Gateway only while some webservice
 //!   pod is Ready ([`Gateway`]: Envoy's `503 no healthy upstream` otherwise).
+//! - **webservice and Redis**: once the database answers, Rails connects to Redis as its
+//!   redis-rb client does (`rails_redis`): the host and port of `resque.yml.erb`'s URL resolved
+//!   as a Service name ([`Host::resolve`]), `AUTH` with the password the URL reads
+//!   (`/etc/gitlab/redis/redis-password`, projected from `global.redis.auth`), then `PING`,
+//!   against the real `redis-server` of the Redis pod ([`super::redis`]). A refusal is the
+//!   process exiting with redis-rb's words (`Redis::CannotConnectError: WRONGPASS invalid
+//!   username-password pair or user is disabled.`, `Redis::CommandError: NOAUTH Authentication
+//!   required.`, `Redis::CannotConnectError: getaddrinfo: Name or service not known
+//!   (redis://HOST:PORT)`), so the pod crash-loops.
 //! - **registry** (`gitlab-container-registry`): port 5000 answers the registry API's `GET /v2/`
 //!   (200, `Docker-Distribution-API-Version: registry/2.0`) from a loopback listener per pod.
 //! - **runner** (`gitlab-runner`): when the pod starts it verifies the token of its projected
@@ -265,6 +274,178 @@ pub fn libpq_words(stderr: &str, address: SocketAddr, pod_view: &str) -> String 
         .replace(&loopback, pod_view)
 }
 
+/// Where Rails' Redis connection goes, as the `url` of `resque.yml.erb` says
+/// (`redis://:<%= ERB::Util::url_encode(File.read("/etc/gitlab/redis/redis-password").strip) %>@HOST:PORT`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    pub host: String,
+    pub port: u16,
+    pub password: Option<RedisPassword>,
+}
+
+/// The password of a Redis URL: read from a file by the ERB, or written in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RedisPassword {
+    File(String),
+    Literal(String),
+}
+
+/// Reads the first `url:` of a `resque.yml(.erb)`; `None` without a `redis://` URL.
+pub fn redis_config(text: &str) -> Option<RedisConfig> {
+    let url = text.lines().find_map(|line| {
+        let (key, value) = line.trim().split_once(':')?;
+        (key.trim() == "url").then(|| {
+            value
+                .trim()
+                .trim_matches('"')
+                .trim_matches('\'')
+                .to_string()
+        })
+    })?;
+    let rest = url.strip_prefix("redis://")?;
+    let (userinfo, address) = match rest.rsplit_once('@') {
+        Some((userinfo, address)) => (Some(userinfo), address),
+        None => (None, rest),
+    };
+    let address = address.split('/').next().unwrap_or(address);
+    let (host, port) = match address.rsplit_once(':') {
+        Some((host, port)) => (host.to_string(), port.parse().ok()?),
+        None => (address.to_string(), 6379),
+    };
+    let password = userinfo.and_then(|userinfo| {
+        if let Some((_, after)) = userinfo.split_once("File.read(") {
+            let path = after
+                .split(')')
+                .next()?
+                .trim()
+                .trim_matches('"')
+                .trim_matches('\'');
+            return Some(RedisPassword::File(path.to_string()));
+        }
+        let password = userinfo
+            .split_once(':')
+            .map_or(userinfo, |(_, password)| password);
+        (!password.is_empty()).then(|| RedisPassword::Literal(password.to_string()))
+    });
+    Some(RedisConfig {
+        host: host.to_string(),
+        port,
+        password,
+    })
+}
+
+/// One reply of a Redis server to a command (a RESP2 simple string or error line; the
+/// commands sent here answer nothing else): `Ok(status)` or `Err(error)`.
+fn redis_reply(reader: &mut impl std::io::BufRead) -> std::io::Result<Result<String, String>> {
+    use std::io::{BufRead, Read};
+    let mut line = String::new();
+    reader.by_ref().take(64 * 1024).read_line(&mut line)?;
+    let line = line.trim_end_matches(['\r', '\n']);
+    match line.split_at_checked(1) {
+        Some(("+", status)) => Ok(Ok(status.to_string())),
+        Some(("-", error)) => Ok(Err(error.to_string())),
+        _ if line.is_empty() => Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            "Connection lost (ECONNRESET)",
+        )),
+        _ => Ok(Err(format!("unexpected reply {line:?}"))),
+    }
+}
+
+/// A command in RESP2 (an array of bulk strings).
+fn redis_command(words: &[&[u8]]) -> Vec<u8> {
+    let mut bytes = format!("*{}\r\n", words.len()).into_bytes();
+    for word in words {
+        bytes.extend_from_slice(format!("${}\r\n", word.len()).as_bytes());
+        bytes.extend_from_slice(word);
+        bytes.extend_from_slice(b"\r\n");
+    }
+    bytes
+}
+
+/// Connects to `backend` as Rails' redis-rb 5 client does on its first command (`AUTH` with
+/// the password when the URL has one, then `PING`; a real client of the real server) and
+/// returns redis-rb's error in its words: a refused `AUTH` is `Redis::CannotConnectError`
+/// (redis-client's AuthenticationError), another error reply `Redis::CommandError`, a failed
+/// connection `Redis::CannotConnectError` with the server's URL.
+pub fn check_redis(
+    config: &RedisConfig,
+    password: Option<&str>,
+    backend: &super::service::Backend,
+) -> Result<(), String> {
+    use super::service::Backend;
+    use std::io::Write;
+    let url = format!("redis://{}:{}", config.host, config.port);
+    let cannot_connect = |why: &str| format!("Redis::CannotConnectError: {why} ({url})");
+    let address = match backend {
+        Backend::Unknown => return Err(cannot_connect("getaddrinfo: Name or service not known")),
+        Backend::NotServing { ip } => {
+            return Err(cannot_connect(&format!(
+                "Connection refused - connect(2) for {ip}:{}",
+                config.port
+            )));
+        }
+        Backend::Serving { address, .. } => *address,
+    };
+    let timeout = Duration::from_secs(5);
+    let stream = std::net::TcpStream::connect_timeout(&address, timeout)
+        .map_err(|error| cannot_connect(&error.to_string()))?;
+    let lost = |error: std::io::Error| format!("Redis::ConnectionError: {error} ({url})");
+    stream.set_read_timeout(Some(timeout)).map_err(lost)?;
+    stream.set_write_timeout(Some(timeout)).map_err(lost)?;
+    let mut writer = stream.try_clone().map_err(lost)?;
+    let mut reader = std::io::BufReader::new(stream);
+    if let Some(password) = password {
+        writer
+            .write_all(&redis_command(&[b"AUTH", password.as_bytes()]))
+            .map_err(lost)?;
+        match redis_reply(&mut reader).map_err(lost)? {
+            Ok(_) => {}
+            Err(error) if error.starts_with("WRONGPASS") => {
+                return Err(format!("Redis::CannotConnectError: {error}"));
+            }
+            Err(error) => return Err(format!("Redis::CommandError: {error}")),
+        }
+    }
+    writer.write_all(&redis_command(&[b"PING"])).map_err(lost)?;
+    match redis_reply(&mut reader).map_err(lost)? {
+        Ok(_) => Ok(()),
+        Err(error) => Err(format!("Redis::CommandError: {error}")),
+    }
+}
+
+/// Rails' Redis connection from the webservice pod: the `resque.yml.erb` of its volumes, the
+/// password file its URL reads (`/etc/gitlab/...` is what the configure container copied from
+/// the projected Secrets), checked against what the host resolves to. No `resque.yml.erb`: no
+/// check.
+fn rails_redis(
+    host: &Host,
+    pod: &Value,
+    files: &dyn Fn(&str, &str) -> Option<Value>,
+    namespace: &str,
+) -> Result<(), String> {
+    let Some(config) =
+        volumes::find(pod, "resque.yml.erb", files).and_then(|(_, text)| redis_config(&text))
+    else {
+        return Ok(());
+    };
+    let password = match &config.password {
+        None => None,
+        Some(RedisPassword::Literal(password)) => Some(password.clone()),
+        Some(RedisPassword::File(path)) => {
+            let inside = path.strip_prefix("/etc/gitlab/").unwrap_or(path);
+            let Some((_, text)) = volumes::find(pod, inside, files) else {
+                return Err(format!(
+                    "Errno::ENOENT: No such file or directory @ rb_sysopen - {path}"
+                ));
+            };
+            Some(text.trim().to_string())
+        }
+    };
+    let backend = host.resolve(&config.host, config.port, namespace);
+    check_redis(&config, password.as_deref(), &backend)
+}
+
 /// The Secret and ConfigMap files of the pod a call runs in.
 fn pod_of(call: &ExecCall, host: &Host) -> Option<Value> {
     host.object("pods", &call.namespace, &call.pod)
@@ -344,6 +525,10 @@ impl Program for Webservice {
                 self.log(call, format!("Starting Puma\n{message}\n"));
                 return Err(message);
             }
+        }
+        if let Err(message) = rails_redis(host, &pod, &files, &call.namespace) {
+            self.log(call, format!("Starting Puma\n{message}\n"));
+            return Err(message);
         }
         self.log(
             call,
@@ -858,6 +1043,72 @@ mod tests {
         assert_eq!(
             host_port("https://gitlab.example.com/"),
             "gitlab.example.com:443"
+        );
+    }
+}
+
+#[cfg(test)]
+mod redis_tests {
+    use super::*;
+    use crate::kube::programs::service::Backend;
+
+    const RESQUE_YML: &str = "production:\n  url: redis://:<%= ERB::Util::url_encode(File.read(\"/etc/gitlab/redis/redis-password\").strip) %>@redis-master.redis.svc:6379\n";
+
+    #[test]
+    fn the_rendered_resque_yml_names_the_host_port_and_password_file() {
+        assert_eq!(
+            redis_config(RESQUE_YML),
+            Some(RedisConfig {
+                host: "redis-master.redis.svc".into(),
+                port: 6379,
+                password: Some(RedisPassword::File(
+                    "/etc/gitlab/redis/redis-password".into()
+                )),
+            })
+        );
+        assert_eq!(
+            redis_config("production:\n  url: redis://:s3cret@redis:6380/0\n"),
+            Some(RedisConfig {
+                host: "redis".into(),
+                port: 6380,
+                password: Some(RedisPassword::Literal("s3cret".into())),
+            })
+        );
+        assert_eq!(
+            redis_config("production:\n  url: redis://redis-master.redis.svc\n"),
+            Some(RedisConfig {
+                host: "redis-master.redis.svc".into(),
+                port: 6379,
+                password: None,
+            })
+        );
+        assert_eq!(redis_config("production:\n  id:\n"), None);
+    }
+
+    #[test]
+    fn a_host_dns_does_not_know_or_nothing_serves_is_redis_rbs_cannot_connect() {
+        let config = redis_config(RESQUE_YML).expect("a URL");
+        assert_eq!(
+            check_redis(&config, Some("pw"), &Backend::Unknown),
+            Err("Redis::CannotConnectError: getaddrinfo: Name or service not known (redis://redis-master.redis.svc:6379)".into())
+        );
+        assert_eq!(
+            check_redis(
+                &config,
+                Some("pw"),
+                &Backend::NotServing {
+                    ip: "10.96.0.14".into()
+                }
+            ),
+            Err("Redis::CannotConnectError: Connection refused - connect(2) for 10.96.0.14:6379 (redis://redis-master.redis.svc:6379)".into())
+        );
+    }
+
+    #[test]
+    fn commands_are_resp_arrays_of_bulk_strings() {
+        assert_eq!(
+            redis_command(&[b"AUTH", b"p w"]),
+            b"*2\r\n$4\r\nAUTH\r\n$3\r\np w\r\n".to_vec()
         );
     }
 }

@@ -1,6 +1,7 @@
 //! What runs inside a simulated container: a registry from image repository (registry/name,
 //! without the tag) to a [`Program`] that answers `kubectl exec`, starts what the image's
-//! entrypoint would start when the pod starts (a real `bao server` for OpenBao), stops it when
+//! entrypoint would start when the pod starts (a real `bao server` for OpenBao, a real
+//! `redis-server` for Redis), stops it when
 //! the pod goes, forwards the container's ports, and runs the image's exec readiness probe, so a
 //! pod is Ready for the reason a real one is (OpenBao only once unsealed).
 //!
@@ -523,7 +524,8 @@ impl Programs {
     }
 
     /// The programs of the platform's images. OpenBao runs the `bao` binary found as the
-    /// embedded platform finds it (`BPRUN_BAO_BIN`, PATH, `.tools/bin/bao` of the working folder).
+    /// embedded platform finds it (`BPRUN_BAO_BIN`, PATH, `.tools/bin/bao` of the working folder),
+    /// Redis `redis-server` and `redis-cli` the same way (`BPRUN_REDIS_SERVER`, `BPRUN_REDIS_CLI`).
     pub fn standard() -> Programs {
         Programs::standard_on(node::NodeMounts::default())
     }
@@ -548,7 +550,12 @@ impl Programs {
             Arc::new(gitlab::Webservice::new(postgres_bindir)),
             Arc::new(gitlab::Registry::default()),
             Arc::new(gitlab::Runner::default()),
-            Arc::new(redis::Redis::default()),
+            Arc::new(redis::Redis::new(
+                crate::tools::redis_server(&root),
+                crate::tools::redis_cli(&root),
+                state_dir.join("redis"),
+                node.clone(),
+            )),
             Arc::new(minio::Minio),
             Arc::new(script::Scripts::new(
                 state_dir.join("nodes"),
