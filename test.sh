@@ -126,19 +126,22 @@ install_debs() {
   rm -rf "$TOOLS/download"
 }
 
-# A wrapper .tools/bin/NAME that runs .tools/FOLDER/PROGRAM (a path inside the extracted
-# packages) with the extracted libraries found first: deb_wrapper FOLDER PROGRAM NAME
+# A wrapper .tools/BIN/NAME (BIN: bin unless given) that runs .tools/FOLDER/PROGRAM (a path
+# inside the extracted packages) with the extracted libraries found first:
+# deb_wrapper FOLDER PROGRAM NAME [BIN]
 deb_wrapper() {
-  local folder="$1" program="$2" name="$3" libraries
+  local folder="$1" program="$2" name="$3" bin="${4:-bin}" libraries up
   libraries=$(cd "$TOOLS/$folder" && find . -name '*.so*' -printf '%h\n' | sort -u \
     | sed "s|^\.|\$tools/$folder|" | paste -sd: -)
-  cat >"$TOOLS/bin/$name" <<SH
+  up=$(echo "$bin" | sed 's|[^/][^/]*|..|g')
+  mkdir -p "$TOOLS/$bin"
+  cat >"$TOOLS/$bin/$name" <<SH
 #!/bin/sh
 # Written by test.sh: $program of the Debian packages extracted into .tools/$folder.
-tools="\$(cd "\${0%/*}/.." && pwd)"
+tools="\$(cd "\${0%/*}/$up" && pwd)"
 LD_LIBRARY_PATH="$libraries\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}" exec "\$tools/$folder/$program" "\$@"
 SH
-  chmod 755 "$TOOLS/bin/$name"
+  chmod 755 "$TOOLS/$bin/$name"
 }
 
 # Redis 7 (Debian's redis-tools 7.0.15): the real redis-server the Kubernetes simulator runs in
@@ -150,6 +153,17 @@ if ! "$TOOLS/bin/redis-server" --version 2>/dev/null | grep -q 'v=7\.' \
   ln -sf redis-check-rdb "$TOOLS/redis/usr/bin/redis-server"
   deb_wrapper redis usr/bin/redis-server redis-server
   deb_wrapper redis usr/bin/redis-cli redis-cli
+fi
+
+# PostgreSQL 15 (Debian's postgresql-15): the real server the Kubernetes simulator runs in
+# CloudNativePG's instance pods, and its client programs. Machines of this kind have it in
+# /usr/lib/postgresql/15/bin; elsewhere it is extracted into .tools/postgresql, with wrappers in
+# .tools/postgresql/bin (where the simulator looks, see crates/sim/src/tools.rs).
+if ! [ -x /usr/lib/postgresql/15/bin/postgres ] && ! [ -x "$TOOLS/postgresql/bin/postgres" ]; then
+  install_debs postgresql postgresql-15 postgresql-client-15
+  for program in postgres initdb psql pg_isready pg_dump pg_dumpall pg_restore createdb dropdb createuser dropuser; do
+    deb_wrapper postgresql "usr/lib/postgresql/15/bin/$program" "$program" postgresql/bin
+  done
 fi
 
 # check-jsonschema (PyPI) validates rendered CI files against GitLab's CI schema, offline.

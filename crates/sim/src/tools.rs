@@ -51,9 +51,9 @@ pub fn busybox() -> Option<PathBuf> {
 }
 
 /// The folder of PostgreSQL's server and client programs (`postgres`, `initdb`, `psql`):
-/// `BPRUN_PG_BINDIR`, the project's `.tools/postgresql/usr/lib/postgresql/15/bin` (test.sh
-/// extracts Debian's postgresql-15 there when the machine has none), or Debian's
-/// `/usr/lib/postgresql/15/bin`. The major version is CloudNativePG's image's, within what the
+/// `BPRUN_PG_BINDIR`, the project's `.tools/postgresql/bin` (wrappers of Debian's
+/// postgresql-15, which test.sh extracts into `.tools/postgresql` when the machine has none), or
+/// Debian's `/usr/lib/postgresql/15/bin`. The major version is CloudNativePG's image's, within what the
 /// registries here carry.
 pub fn postgres_bindir(root: &Path) -> Option<PathBuf> {
     let has_server = |dir: &Path| dir.join("postgres").is_file() && dir.join("psql").is_file();
@@ -61,7 +61,7 @@ pub fn postgres_bindir(root: &Path) -> Option<PathBuf> {
         return has_server(&dir).then_some(dir);
     }
     [
-        root.join(".tools/postgresql/usr/lib/postgresql/15/bin"),
+        root.join(".tools/postgresql/bin"),
         PathBuf::from("/usr/lib/postgresql/15/bin"),
     ]
     .into_iter()
