@@ -497,7 +497,7 @@ Recap of scripts/phase2.rhai
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Node trust               changed                16 #.## s
- 12  Restore GitLab secrets   changed                 4 #.## s
+ 12  Restore GitLab secrets   changed                 5 #.## s
  13  GitLab                   changed                 3 #.## s
  14  Snapshot GitLab secrets  changed                 1 #.## s
  15  Registry hosts pin       failed                  1 #.## s
@@ -519,7 +519,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:539:5
+  in fn on_every_node() called at scripts/phase2.rhai:547:5
   when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
 re-run with --resume to continue from here
 "##
@@ -555,7 +555,7 @@ Recap of scripts/phase2.rhai
   8  Wildcard TLS             changed                 6 #.## s
   9  CoreDNS rewrite          changed                 2 #.## s
  10  Node trust               changed                16 #.## s
- 11  Restore GitLab secrets   changed                 4 #.## s
+ 11  Restore GitLab secrets   changed                 5 #.## s
  12  GitLab                   failed                  1 #.## s
  13  MinIO                    not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
@@ -575,15 +575,15 @@ Recap of scripts/phase2.rhai
             "{BARE_PLATFORM}{}",
             r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:453:9]
- 452 │     for name in GITLAB_DEPLOYMENTS {
- 453 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:459:9]
+ 458 │     for name in GITLAB_DEPLOYMENTS {
+ 459 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 454 │     }
+ 460 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
-  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
 "##
         ),
         defect,
@@ -651,8 +651,8 @@ Recap of scripts/phase2.rhai
      ·             ╰── failed here
  452 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
-  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
 "##
         ),
         defect,
@@ -699,7 +699,7 @@ Recap of scripts/phase2.rhai
   6  Redis                    changed                 3 #.## s
   7  MinIO                    changed                27 #.## s
   8  OpenBao                  changed                 5 #.## s
-  9  Restore GitLab secrets   changed                 4 #.## s
+  9  Restore GitLab secrets   changed                 5 #.## s
  10  GitLab                   failed                  1 #.## s
  11  Wildcard TLS             not run                 0          -
  12  CoreDNS rewrite          not run                 0          -
@@ -717,12 +717,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:426:5]
- 425 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 426 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:434:5]
+ 433 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 434 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 427 │     if check_mode() { return; }
+ 435 │     if check_mode() { return; }
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
@@ -773,7 +773,7 @@ Recap of scripts/phase2.rhai
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Node trust               changed                16 #.## s
- 12  Restore GitLab secrets   changed                 4 #.## s
+ 12  Restore GitLab secrets   changed                 5 #.## s
  13  GitLab                   failed                  1 #.## s
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
@@ -791,17 +791,17 @@ Recap of scripts/phase2.rhai
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
-  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:484:9]
- 483 │     for name in GITLAB_DEPLOYMENTS {
- 484 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
+     ╭─[scripts/phase2.rhai:490:9]
+ 489 │     for name in GITLAB_DEPLOYMENTS {
+ 490 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 485 │     }
+ 491 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
-  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab(<uid>)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
 re-run with --resume to continue from here
@@ -1734,25 +1734,25 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
     });
     let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
         .replace_regex(r"\(10\.96\.\d+\.\d+\)", "(<cluster ip>)")
-        .replace_regex(r"(m2mb7vvbbl)-[a-z0-9]{5}_gitlab", "$1-<pod>_gitlab")
+        .replace_regex(r"(fls79jl7zz)-[a-z0-9]{5}_gitlab", "$1-<pod>_gitlab")
         .replace_regex(r"_gitlab\([0-9a-z-]+\)", "_gitlab(<uid>)")
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
     run.code(1);
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
-  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:484:9]
- 483 │     for name in GITLAB_DEPLOYMENTS {
- 484 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:490:9]
+ 489 │     for name in GITLAB_DEPLOYMENTS {
+ 490 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 485 │     }
+ 491 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-m2mb7vvbbl" is progressing.)
-  caused by: pod gitlab-webservice-default-m2mb7vvbbl-<pod>: Pod/gitlab-webservice-default-m2mb7vvbbl-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-m2mb7vvbbl-<pod>_gitlab(<uid>)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
 re-run with --resume to continue from here
