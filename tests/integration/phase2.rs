@@ -1760,3 +1760,42 @@ warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no 
 "##
     ));
 }
+
+#[test]
+fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_words() {
+    // The restore step hands the bundled OpenBao a password the openbao role does not have.
+    let copy = edited_phase2(|source| {
+        source.replace(
+            r#"#{password: openbao_database.password}"#,
+            r#"#{password: openbao_database.password + "-stale"}"#,
+        )
+    });
+    let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
+        .replace_regex(r"\(10\.96\.\d+\.\d+\)", "(<cluster ip>)")
+        .replace_regex(
+            r"gitlab-openbao-0_gitlab\([0-9a-z-]+\)",
+            "gitlab-openbao-0_gitlab(<uid>)",
+        )
+        .replace_regex(r"\), \d+ restarts", "), <n> restarts");
+    run.code(1);
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
+  │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
+     ╭─[scripts/phase2.rhai:500:5]
+ 499 │     // The bundled OpenBao runs once it reaches its database (PostgreSQL's words otherwise).
+ 500 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ·     ────┬────
+     ·         ╰── failed here
+ 501 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+     ╰────
+  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
+  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
+  caused by:   event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json
+re-run with --resume to continue from here
+"##
+    ));
+}

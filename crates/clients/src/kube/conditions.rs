@@ -888,16 +888,22 @@ fn spec_replicas(object: &Value) -> i64 {
     opt_int(object, "/spec/replicas").unwrap_or(1)
 }
 
-/// Whitespace (including newlines) collapsed to single spaces, cut to [`MAX_MESSAGE_CHARS`].
+/// Whitespace (including newlines) collapsed to single spaces, cut to [`MAX_MESSAGE_CHARS`] in
+/// the middle: a program's error names what failed first and why last (Go's wrapped errors,
+/// `error initializing storage ...: failed SASL auth: FATAL: password authentication failed`),
+/// so both ends are kept.
 fn one_line(message: &str) -> String {
     let joined = message.split_whitespace().collect::<Vec<_>>().join(" ");
-    if joined.chars().count() <= MAX_MESSAGE_CHARS {
-        joined
-    } else {
-        let mut cut: String = joined.chars().take(MAX_MESSAGE_CHARS - 1).collect();
-        cut.push('…');
-        cut
+    let count = joined.chars().count();
+    if count <= MAX_MESSAGE_CHARS {
+        return joined;
     }
+    let head = MAX_MESSAGE_CHARS / 3;
+    let tail = MAX_MESSAGE_CHARS - head - 1;
+    let mut cut: String = joined.chars().take(head).collect();
+    cut.push('…');
+    cut.extend(joined.chars().skip(count - tail));
+    cut
 }
 
 #[cfg(test)]
@@ -1512,10 +1518,11 @@ mod tests {
     #[test]
     fn long_messages_are_one_line_and_cut() {
         let long = "word ".repeat(200);
-        let cut = one_line(&format!("first\nsecond  {long}"));
+        let cut = one_line(&format!("first\nsecond  {long} the cause"));
         assert!(cut.starts_with("first second word"));
         assert_eq!(cut.chars().count(), MAX_MESSAGE_CHARS);
-        assert!(cut.ends_with('…'));
+        assert!(cut.ends_with("word the cause"), "{cut}");
+        assert_eq!(cut.matches('…').count(), 1);
     }
 
     #[test]
