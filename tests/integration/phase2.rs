@@ -519,7 +519,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:547:5
+  in fn on_every_node() called at scripts/phase2.rhai:553:5
   when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
 re-run with --resume to continue from here
 "##
@@ -575,12 +575,12 @@ Recap of scripts/phase2.rhai
             "{BARE_PLATFORM}{}",
             r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:459:9]
- 458 │     for name in GITLAB_DEPLOYMENTS {
- 459 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:461:9]
+ 460 │     for name in GITLAB_DEPLOYMENTS {
+ 461 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 460 │     }
+ 462 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
@@ -644,12 +644,12 @@ Recap of scripts/phase2.rhai
             "{BARE_PLATFORM}{}",
             r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:451:9]
- 450 │     for name in GITLAB_DEPLOYMENTS {
- 451 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:457:9]
+ 456 │     for name in GITLAB_DEPLOYMENTS {
+ 457 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 452 │     }
+ 458 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
@@ -717,12 +717,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:434:5]
- 433 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 434 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:440:5]
+ 439 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 440 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 435 │     if check_mode() { return; }
+ 441 │     if check_mode() { return; }
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
@@ -792,12 +792,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:490:9]
- 489 │     for name in GITLAB_DEPLOYMENTS {
- 490 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:496:9]
+ 495 │     for name in GITLAB_DEPLOYMENTS {
+ 496 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 491 │     }
+ 497 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1124,6 +1124,71 @@ Recap of scripts/phase2.rhai
 "##, "");
     let again3 = copy.run(&["scripts/phase3.rhai"]);
     again3.code(0);
+    // A check of the converged platform says what the run above did: nothing would change.
+    settled(copy.run(&["--check", "scripts/phase2.rhai"])).expect(
+        0,
+        r##"
+check mode: nothing will be changed
+[1/17] Pre-flight ...
+    5 nodes; helm reaches the cluster
+[1/17] Pre-flight ... ok (#.## s)
+[2/17] Gateway API CRDs ... ok (#.## s)
+[3/17] local-path StorageClass ... ok (#.## s)
+[4/17] Stable storage ... ok (#.## s)
+[5/17] CloudNativePG ...
+    helm release cnpg-system/cnpg left alone: revision 1 of cloudnative-pg-0.26.1 is deployed with the same chart digest and values
+[5/17] CloudNativePG ... ok (#.## s)
+[6/17] Redis ...
+    helm release redis/redis left alone: revision 1 of redis-19.6.4 is deployed with the same chart digest and values
+[6/17] Redis ... ok (#.## s)
+[7/17] MinIO ...
+    helm release minio/minio left alone: revision 1 of minio-5.4.0 is deployed with the same chart digest and values
+[7/17] MinIO ... ok (#.## s)
+[8/17] OpenBao ...
+    helm release openbao/openbao left alone: revision 1 of openbao-0.11.0 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+[8/17] OpenBao ... ok (#.## s)
+[9/17] Wildcard TLS ... ok (#.## s)
+[10/17] CoreDNS rewrite ...
+    CoreDNS already rewrites *.local.example.net
+[10/17] CoreDNS rewrite ... ok (#.## s)
+[11/17] Node trust ... ok (#.## s)
+[12/17] Restore GitLab secrets ... ok (#.## s)
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+[13/17] GitLab ... ok (#.## s)
+[14/17] Snapshot GitLab secrets ... ok (#.## s)
+[15/17] Registry hosts pin ... ok (#.## s)
+[16/17] Runner ...
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    helm release gitlab-runner/gitlab-runner left alone: revision 1 of gitlab-runner-0.71.0 is deployed with the same chart digest and values
+[16/17] Runner ... ok (#.## s)
+[17/17] Destroy ... skipped: only with --destroy (#.## s)
+
+Recap of scripts/phase2.rhai (check mode)
+  #  step                     status       would change       time
+  1  Pre-flight               ok                      0 #.## s
+  2  Gateway API CRDs         ok                      0 #.## s
+  3  local-path StorageClass  ok                      0 #.## s
+  4  Stable storage           ok                      0 #.## s
+  5  CloudNativePG            ok                      0 #.## s
+  6  Redis                    ok                      0 #.## s
+  7  MinIO                    ok                      0 #.## s
+  8  OpenBao                  ok                      0 #.## s
+  9  Wildcard TLS             ok                      0 #.## s
+ 10  CoreDNS rewrite          ok                      0 #.## s
+ 11  Node trust               ok                      0 #.## s
+ 12  Restore GitLab secrets   ok                      0 #.## s
+ 13  GitLab                   ok                      0 #.## s
+ 14  Snapshot GitLab secrets  ok                      0 #.## s
+ 15  Registry hosts pin       ok                      0 #.## s
+ 16  Runner                   ok                      0 #.## s
+ 17  Destroy                  skipped                 0 #.## s
+17 steps: 16 ok, 0 changed, 1 skipped, 0 failed in #.## s
+"##,
+        "",
+    );
     assert_eq!(
         kube_mutating(&sim),
         0,
@@ -1743,12 +1808,12 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:490:9]
- 489 │     for name in GITLAB_DEPLOYMENTS {
- 490 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:496:9]
+ 495 │     for name in GITLAB_DEPLOYMENTS {
+ 496 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 491 │     }
+ 497 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])

@@ -347,7 +347,7 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
              10  4 listener Secrets                      4 of 4 in gitlab                            4 of 4 in gitlab                            pass
              11  GitLab /-/health                        200                                         200                                         pass
              12  Runner online                           online, its pods Ready                      1 online, 1/1 pods Ready                    pass
-             13  GitLab pods Running                     every pod Ready, none missing               8/8 Ready                                   pass
+             13  GitLab pods Running                     every pod Ready, none missing               9/9 Ready                                   pass
              14  Group blueprint-apps                    blueprint-apps                              blueprint-apps                              pass
              15  Projects                                shared-code, guestbook, redis, redis-slave  shared-code, guestbook, redis, redis-slave  pass
              16  .gitlab-ci.yml in every project         on main in 4 projects                       on main in 4 projects                       pass
