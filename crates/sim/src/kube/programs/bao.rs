@@ -33,11 +33,9 @@ use super::node::{self, NodeMounts};
 use super::process;
 use super::service::Backend;
 use super::{ExecCall, ExecOutcome, Host, Program, volumes};
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
@@ -46,12 +44,6 @@ pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
 /// the mount path of its `data` volume.
 const DATA_MOUNT_PATH: &str = "/openbao/data";
 
-struct Served {
-    server: process::Server,
-    /// The raft folder it serves.
-    storage: PathBuf,
-}
-
 pub struct OpenBao {
     binary: Option<PathBuf>,
     state_dir: PathBuf,
@@ -59,7 +51,7 @@ pub struct OpenBao {
     node: NodeMounts,
     /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
     /// start two servers for one pod.
-    servers: Mutex<HashMap<String, Served>>,
+    servers: process::PodServers,
 }
 
 /// The server's configuration: the chart's listener without TLS, on loopback ports.
@@ -148,7 +140,7 @@ impl OpenBao {
             binary,
             state_dir,
             node,
-            servers: Mutex::new(HashMap::new()),
+            servers: process::PodServers::default(),
         }
     }
 
@@ -253,17 +245,12 @@ impl OpenBao {
             Some(host) => self.postgresql_storage(call, host)?,
             None => None,
         };
-        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(served) = servers.get_mut(&call.pod_uid) {
-            if served.server.runs() {
-                return Ok(served.server.address);
-            }
-            servers.remove(&call.pod_uid);
+        let mut servers = self.servers.lock();
+        if let Some(address) = servers.running(&call.pod_uid) {
+            return Ok(address);
         }
         let folder = self.pod_dir(call);
-        // The server of a pod that is gone may still run on this folder (the kubelet part stops
-        // it on its next pass): stop it now, so one folder never has two servers.
-        servers.retain(|uid, served| *uid == call.pod_uid || served.storage != storage);
+        servers.free(&call.pod_uid, &storage);
         std::fs::create_dir_all(&folder)
             .map_err(|error| format!("cannot create {}: {error}", folder.display()))?;
         // A hostPath of type DirectoryOrCreate (the stable PVs'): the kubelet creates it.
@@ -309,7 +296,14 @@ impl OpenBao {
                     error.replacen("bao did not listen", "bao server did not listen", 1)
                 })
         })?;
-        servers.insert(call.pod_uid.clone(), Served { server, storage });
+        servers.insert(
+            &call.pod_uid,
+            process::PodServer {
+                server,
+                data: storage,
+                port: 8200,
+            },
+        );
         Ok(api)
     }
 
@@ -376,23 +370,11 @@ impl Program for OpenBao {
     }
 
     fn stop(&self, pod_uid: &str) {
-        let server = self
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod_uid);
-        drop(server);
+        self.servers.stop(pod_uid);
     }
 
     fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        if port != 8200 {
-            return None;
-        }
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(pod_uid)
-            .map(|served| served.server.address)
+        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

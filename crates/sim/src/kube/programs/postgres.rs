@@ -29,12 +29,10 @@ use super::{ExecCall, ExecOutcome, Host, Program};
 use crate::kube::cnpg;
 use base64::Engine;
 use serde_json::Value;
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 pub const IMAGES: &[&str] = &["ghcr.io/cloudnative-pg/postgresql"];
@@ -58,19 +56,11 @@ const CLIENTS: &[&str] = &[
 /// The user a server runs as in its user namespace when the simulator runs as root.
 const NAMESPACED_USER: (&str, u32) = ("nobody", 65534);
 
-struct Served {
-    server: process::Server,
-    pgdata: PathBuf,
-    socket_dir: PathBuf,
-}
-
 pub struct Postgres {
     bindir: Option<PathBuf>,
     state_dir: PathBuf,
     node: NodeMounts,
-    /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
-    /// start two servers for one pod.
-    servers: Mutex<HashMap<String, Served>>,
+    servers: process::PodServers,
 }
 
 /// How the server's processes run: directly as this (non-root) user, or, as root, through
@@ -254,7 +244,7 @@ impl Postgres {
             bindir,
             state_dir,
             node,
-            servers: Mutex::new(HashMap::new()),
+            servers: process::PodServers::default(),
         }
     }
 
@@ -342,20 +332,15 @@ impl Postgres {
         let cluster = host
             .object(cnpg::STORE_KEY, &call.namespace, &cluster_name)
             .unwrap_or_default();
-        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(served) = servers.get_mut(&call.pod_uid) {
-            if served.server.runs() {
-                return Ok((served.server.address, served.socket_dir.clone()));
-            }
-            servers.remove(&call.pod_uid);
-        }
-        let pgdata = volume.join("pgdata");
-        // A pod that is gone may still serve this volume (the kubelet part stops it on its next
-        // pass): stop it first, as a real pod is gone before its successor mounts the volume.
-        servers.retain(|uid, served| *uid == call.pod_uid || served.pgdata != pgdata);
-        let identity = Identity::current();
         let folder = self.pod_dir(call);
         let socket_dir = folder.join("run");
+        let mut servers = self.servers.lock();
+        if let Some(address) = servers.running(&call.pod_uid) {
+            return Ok((address, socket_dir));
+        }
+        let pgdata = volume.join("pgdata");
+        servers.free(&call.pod_uid, &pgdata);
+        let identity = Identity::current();
         for dir in [&volume, &socket_dir] {
             std::fs::create_dir_all(dir)
                 .map_err(|error| format!("cannot create {}: {error}", dir.display()))?;
@@ -393,11 +378,11 @@ impl Postgres {
         })
         .map_err(|error| error.replacen("unshare did not listen", "postgres did not listen", 1))?;
         servers.insert(
-            call.pod_uid.clone(),
-            Served {
+            &call.pod_uid,
+            process::PodServer {
                 server,
-                pgdata,
-                socket_dir: socket_dir.clone(),
+                data: pgdata,
+                port: 5432,
             },
         );
         // Still under the lock: no exec meets the server before its bootstrap ended.
@@ -408,7 +393,7 @@ impl Postgres {
             // An interrupted bootstrap starts again from an empty volume, as the operator's
             // bootstrap job does.
             if let Some(served) = servers.remove(&call.pod_uid) {
-                let pgdata = served.pgdata.clone();
+                let pgdata = served.data.clone();
                 drop(served);
                 let _ = std::fs::remove_dir_all(pgdata);
             }
@@ -526,23 +511,11 @@ impl Program for Postgres {
     }
 
     fn stop(&self, pod_uid: &str) {
-        let served = self
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod_uid);
-        drop(served);
+        self.servers.stop(pod_uid);
     }
 
     fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        if port != 5432 {
-            return None;
-        }
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(pod_uid)
-            .map(|served| served.server.address)
+        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

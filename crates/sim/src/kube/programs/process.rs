@@ -4,10 +4,12 @@
 
 use crate::kube::runtime::ExecOutcome;
 use bprun_clients::process::Pipes;
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 /// Runs `command` to its end with `stdin` as its input; killed after `limit` (exit code 124
@@ -181,5 +183,77 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         terminate(&mut self.child);
+    }
+}
+
+/// A pod's server: what serves which container port from which data folder.
+pub struct PodServer {
+    pub server: Server,
+    /// The folder it keeps its data in (two pods never serve one folder at once).
+    pub data: PathBuf,
+    /// The container port that forwards to it.
+    pub port: u16,
+}
+
+/// The servers of a program's pods, by pod uid.
+#[derive(Default)]
+pub struct PodServers {
+    servers: Mutex<HashMap<String, PodServer>>,
+}
+
+/// The servers while locked: held across a start, so an exec and the kubelet's pass never start
+/// two servers for one pod.
+pub struct Locked<'a> {
+    servers: MutexGuard<'a, HashMap<String, PodServer>>,
+}
+
+impl PodServers {
+    pub fn lock(&self) -> Locked<'_> {
+        Locked {
+            servers: self.servers.lock().unwrap_or_else(|p| p.into_inner()),
+        }
+    }
+
+    /// The pod is gone: its server stops (by process id).
+    pub fn stop(&self, pod_uid: &str) {
+        let server = self.lock().servers.remove(pod_uid);
+        drop(server);
+    }
+
+    /// Where the pod's server serves its container port `port`.
+    pub fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        self.lock()
+            .servers
+            .get(pod_uid)
+            .filter(|served| served.port == port)
+            .map(|served| served.server.address)
+    }
+}
+
+impl Locked<'_> {
+    /// The address of the pod's server while it runs; a server that ended is forgotten.
+    pub fn running(&mut self, pod_uid: &str) -> Option<SocketAddr> {
+        let served = self.servers.get_mut(pod_uid)?;
+        if served.server.runs() {
+            return Some(served.server.address);
+        }
+        self.servers.remove(pod_uid);
+        None
+    }
+
+    /// Stops the servers of other pods on `data`: a pod that is gone may still serve it (the
+    /// kubelet part stops it on its next pass), and a real pod is gone before its successor
+    /// mounts the volume.
+    pub fn free(&mut self, pod_uid: &str, data: &Path) {
+        self.servers
+            .retain(|uid, served| uid == pod_uid || served.data != data);
+    }
+
+    pub fn insert(&mut self, pod_uid: &str, served: PodServer) {
+        self.servers.insert(pod_uid.to_string(), served);
+    }
+
+    pub fn remove(&mut self, pod_uid: &str) -> Option<PodServer> {
+        self.servers.remove(pod_uid)
     }
 }

@@ -34,13 +34,11 @@ use super::env::lookup;
 use super::node::{self, NodeMounts};
 use super::service::Backend;
 use super::{ExecCall, ExecOutcome, Host, Program, process, volumes};
-use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
 use std::time::Duration;
 
 pub const IMAGES: &[&str] = &["docker.io/bitnamilegacy/redis", "docker.io/bitnami/redis"];
@@ -107,23 +105,13 @@ const VALUE_OPTIONS: &[&str] = &[
     "--lru-test",
 ];
 
-struct Served {
-    server: process::Server,
-    /// The data folder it serves.
-    data: PathBuf,
-    /// The container's Redis port (what forwards to it).
-    container_port: u16,
-}
-
 pub struct Redis {
     server_binary: Option<PathBuf>,
     cli_binary: Option<PathBuf>,
     state_dir: PathBuf,
     /// The node folders backed by host folders (a pod's hostPath data lives there).
     node: NodeMounts,
-    /// pod uid -> its server. Locked across a start so an exec and the kubelet's pass never
-    /// start two servers for one pod.
-    servers: Mutex<HashMap<String, Served>>,
+    servers: process::PodServers,
 }
 
 /// A value as Redis's configuration reads it: double-quoted, with `\\`, `\"` and anything not
@@ -333,7 +321,7 @@ impl Redis {
             cli_binary,
             state_dir,
             node,
-            servers: Mutex::new(HashMap::new()),
+            servers: process::PodServers::default(),
         }
     }
 
@@ -415,16 +403,11 @@ impl Redis {
             .unwrap_or_else(|| self.pod_dir(call).join("data"));
         let password = Self::password(call, pod.as_ref(), host);
         let container_port = Self::container_port(call);
-        let mut servers = self.servers.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(served) = servers.get_mut(&call.pod_uid) {
-            if served.server.runs() {
-                return Ok(served.server.address);
-            }
-            servers.remove(&call.pod_uid);
+        let mut servers = self.servers.lock();
+        if let Some(address) = servers.running(&call.pod_uid) {
+            return Ok(address);
         }
-        // The server of a pod that is gone may still run on this folder (the kubelet part stops
-        // it on its next pass): stop it now, so one folder never has two servers.
-        servers.retain(|uid, served| *uid == call.pod_uid || served.data != data);
+        servers.free(&call.pod_uid, &data);
         let folder = self.pod_dir(call);
         for dir in [&folder, &data] {
             std::fs::create_dir_all(dir)
@@ -450,11 +433,11 @@ impl Redis {
             start_within: Duration::from_secs(15),
         })?;
         servers.insert(
-            call.pod_uid.clone(),
-            Served {
+            &call.pod_uid,
+            process::PodServer {
                 server,
                 data,
-                container_port,
+                port: container_port,
             },
         );
         Ok(address)
@@ -589,21 +572,11 @@ impl Program for Redis {
     }
 
     fn stop(&self, pod_uid: &str) {
-        let server = self
-            .servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod_uid);
-        drop(server);
+        self.servers.stop(pod_uid);
     }
 
     fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.servers
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(pod_uid)
-            .filter(|served| served.container_port == port)
-            .map(|served| served.server.address)
+        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {
