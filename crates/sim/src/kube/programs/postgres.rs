@@ -89,9 +89,9 @@ impl Identity {
                 os_user: name.to_string(),
             };
         }
-        let os_user = std::env::var("USER")
-            .or_else(|_| std::env::var("LOGNAME"))
-            .unwrap_or_else(|_| "postgres".to_string());
+        let os_user = user_name(euid)
+            .or_else(|| std::env::var("USER").ok())
+            .unwrap_or_else(|| "postgres".to_string());
         Identity {
             wrapper: None,
             os_user,
@@ -109,6 +109,30 @@ impl Identity {
             None => (program.to_path_buf(), Vec::new()),
         }
     }
+}
+
+/// The name of user `uid` in the password database (what peer authentication sees).
+fn user_name(uid: libc::uid_t) -> Option<String> {
+    let mut entry: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buffer = vec![0 as libc::c_char; 4096];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: getpwuid_r writes only into `entry` and `buffer`, whose sizes it is given, and
+    // `found` points at `entry` (or is null) afterwards.
+    let status = unsafe {
+        libc::getpwuid_r(
+            uid,
+            &mut entry,
+            buffer.as_mut_ptr(),
+            buffer.len(),
+            &mut found,
+        )
+    };
+    if status != 0 || found.is_null() || entry.pw_name.is_null() {
+        return None;
+    }
+    // SAFETY: pw_name points into `buffer`, NUL-terminated by getpwuid_r.
+    let name = unsafe { std::ffi::CStr::from_ptr(entry.pw_name) };
+    name.to_str().ok().map(str::to_string)
 }
 
 /// The operator's `pg_hba.conf`: local peer authentication through the `local` map, the
@@ -604,6 +628,12 @@ mod tests {
                 "full_page_writes=off",
             ]
         );
+    }
+
+    #[test]
+    fn the_user_name_comes_from_the_password_database() {
+        assert_eq!(user_name(0).as_deref(), Some("root"));
+        assert_eq!(user_name(65534).as_deref(), Some("nobody"));
     }
 
     #[test]
