@@ -622,3 +622,73 @@ fn psql_redis_cli_and_mc_answer_in_the_charts_pods_as_the_real_tools() {
     let missing = exec(&sim, "minio", minio, &["redis-cli", "PING"], None);
     missing.expect(127, "", &exec_not_found("redis-cli"));
 }
+
+/// The last exit message of the first container of `pod`, once it has one (bounded wait).
+fn last_exit_message(sim: &Sim, namespace: &str, pod: &str) -> String {
+    for _ in 0..60 {
+        let message = sim
+            .kubectl(&[
+                "get",
+                "pod",
+                pod,
+                "-n",
+                namespace,
+                "-o",
+                "jsonpath={.status.containerStatuses[0].lastState.terminated.message}",
+            ])
+            .raw_stdout
+            .clone();
+        if !message.is_empty() {
+            return message;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("pod {namespace}/{pod} never exited");
+}
+
+#[test]
+fn an_openbao_on_postgresql_without_its_database_exits_with_its_own_words() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    // An OpenBao whose configuration keeps its data in PostgreSQL (as GitLab's bundled one),
+    // once with a host no Service has, once with a Service no pod is ready behind.
+    let manifest = |name: &str, host: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {{name: {name}-config, namespace: default}}\n\
+             data:\n  config.hcl: |\n    storage \"postgresql\" {{\n      connection_url = \"postgres://openbao@{host}:5432/openbao?sslmode=disable\"\n    }}\n\
+             ---\napiVersion: v1\nkind: Pod\nmetadata: {{name: {name}, namespace: default}}\n\
+             spec:\n  containers:\n  - name: openbao\n    image: quay.io/openbao/openbao:2.2.0\n\
+             \x20   env: [{{name: PGPASSWORD, value: pw}}]\n\
+             \x20   volumeMounts: [{{name: config, mountPath: /openbao/config}}]\n\
+             \x20 volumes: [{{name: config, configMap: {{name: {name}-config}}}}]\n"
+        )
+    };
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        &manifest("no-dns", "nowhere-rw.postgresql.svc"),
+    )
+    .ok();
+    assert_eq!(
+        last_exit_message(&sim, "default", "no-dns"),
+        "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup nowhere-rw.postgresql.svc on 10.96.0.10:53: no such host"
+    );
+    let service = "apiVersion: v1\nkind: Service\nmetadata: {name: db-rw, namespace: default}\n\
+                   spec: {selector: {app: db}, ports: [{port: 5432, targetPort: 5432}]}\n";
+    sim.kubectl_stdin(&["apply", "-f", "-"], service).ok();
+    sim.kubectl_stdin(&["apply", "-f", "-"], &manifest("refused", "db-rw"))
+        .ok();
+    let refused = last_exit_message(&sim, "default", "refused");
+    let ip = sim
+        .kubectl(&[
+            "get",
+            "service",
+            "db-rw",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .ok()
+        .to_string();
+    assert_eq!(
+        refused.replace(&ip, "<cluster ip>"),
+        "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user=openbao database=openbao`: db-rw:5432 (<cluster ip>): dial error: dial tcp <cluster ip>:5432: connect: connection refused"
+    );
+}
