@@ -79,17 +79,33 @@ pub fn postgresql_url(config: &str) -> Option<String> {
     Some(value.trim_matches('"').to_string())
 }
 
-/// The host and port of a `postgres://user@host:port/db?...` URL.
-pub fn url_host_port(url: &str) -> Option<(String, u16)> {
+/// The parts of a `postgres://user[:password]@host[:port]/database?...` URL a connection
+/// error names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PostgresUrl {
+    pub user: String,
+    pub host: String,
+    pub port: u16,
+    pub database: String,
+}
+
+pub fn parse_url(url: &str) -> Option<PostgresUrl> {
     let rest = url
         .strip_prefix("postgres://")
         .or_else(|| url.strip_prefix("postgresql://"))?;
-    let authority = rest.split(['/', '?']).next()?;
-    let host_port = authority.rsplit('@').next()?;
-    match host_port.rsplit_once(':') {
-        Some((host, port)) => Some((host.to_string(), port.parse().ok()?)),
-        None => Some((host_port.to_string(), 5432)),
-    }
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let authority = authority.split('?').next()?;
+    let (credentials, host_port) = authority.rsplit_once('@').unwrap_or(("", authority));
+    let (host, port) = match host_port.rsplit_once(':') {
+        Some((host, port)) => (host, port.parse().ok()?),
+        None => (host_port, 5432),
+    };
+    Some(PostgresUrl {
+        user: credentials.split(':').next().unwrap_or("").to_string(),
+        host: host.to_string(),
+        port,
+        database: path.split('?').next().unwrap_or("").to_string(),
+    })
 }
 
 /// The configuration of a server on PostgreSQL storage: the pod's connection URL with its
@@ -186,26 +202,16 @@ impl OpenBao {
         let Some(url) = url else {
             return Ok(None);
         };
-        let Some((name, port)) = url_host_port(&url) else {
+        let Some(PostgresUrl {
+            user,
+            host: name,
+            port,
+            database,
+        }) = parse_url(&url)
+        else {
             return Err(format!(
                 "error parsing the postgresql connection_url {url:?}"
             ));
-        };
-        let (user, database) = {
-            let rest = url.split("://").nth(1).unwrap_or("");
-            let user = rest
-                .split('@')
-                .next()
-                .filter(|_| rest.contains('@'))
-                .unwrap_or("");
-            let user = user.split(':').next().unwrap_or("").to_string();
-            let database = rest
-                .split('/')
-                .nth(1)
-                .and_then(|path| path.split('?').next())
-                .unwrap_or("")
-                .to_string();
-            (user, database)
         };
         let (ip, address) = match host.resolve(&name, port, &call.namespace) {
             Backend::Unknown => {
@@ -239,6 +245,9 @@ impl OpenBao {
             return Ok(address);
         }
         let binary = self.binary.clone().ok_or_else(Self::no_binary)?;
+        if let Some(address) = self.servers.running(&call.pod_uid) {
+            return Ok(address);
+        }
         // Read from the store before the servers' lock is taken (never the other way round).
         let storage = self.storage(call, host);
         let postgresql = match host {
@@ -428,14 +437,24 @@ mod tests {
             None
         );
         assert_eq!(
-            url_host_port(url.as_deref().unwrap_or("")),
-            Some(("postgresql-cnpg-rw.postgresql.svc".to_string(), 5432))
+            parse_url(url.as_deref().unwrap_or("")),
+            Some(PostgresUrl {
+                user: "openbao".into(),
+                host: "postgresql-cnpg-rw.postgresql.svc".into(),
+                port: 5432,
+                database: "openbao".into(),
+            })
         );
         assert_eq!(
-            url_host_port("postgresql://u:p@db/x"),
-            Some(("db".to_string(), 5432))
+            parse_url("postgresql://u:p@db/x").map(|url| (
+                url.user,
+                url.host,
+                url.port,
+                url.database
+            )),
+            Some(("u".to_string(), "db".to_string(), 5432, "x".to_string()))
         );
-        assert_eq!(url_host_port("mysql://db"), None);
+        assert_eq!(parse_url("mysql://db"), None);
         let api: SocketAddr = "127.0.0.1:18200"
             .parse()
             .unwrap_or(SocketAddr::from(([127, 0, 0, 1], 0)));

@@ -347,6 +347,12 @@ impl Postgres {
     /// The server of the pod, started (and its volume bootstrapped when empty) when it has none.
     fn server(&self, call: &ExecCall, host: &Host) -> Result<(SocketAddr, PathBuf), String> {
         let bindir = self.bindir()?.to_path_buf();
+        let folder = self.pod_dir(call);
+        let socket_dir = folder.join("run");
+        if let Some(address) = self.servers.running(&call.pod_uid) {
+            return Ok((address, socket_dir));
+        }
+        // Read from the store before the servers' lock is taken (never the other way round).
         let volume = self.volume_folder(call, host);
         let cluster_name = call
             .labels
@@ -356,8 +362,6 @@ impl Postgres {
         let cluster = host
             .object(cnpg::STORE_KEY, &call.namespace, &cluster_name)
             .unwrap_or_default();
-        let folder = self.pod_dir(call);
-        let socket_dir = folder.join("run");
         let mut servers = self.servers.lock();
         if let Some(address) = servers.running(&call.pod_uid) {
             return Ok((address, socket_dir));
@@ -456,9 +460,16 @@ impl Postgres {
             socket_dir,
         )?;
         if outcome.code != 0 {
+            // psql quotes the failing statement (`LINE 1: CREATE ROLE ... PASSWORD '...'`):
+            // only its error lines are kept, so the password never reaches a pod's status.
+            let stderr = String::from_utf8_lossy(&outcome.stderr);
+            let said: Vec<&str> = stderr
+                .lines()
+                .filter(|line| !line.starts_with("LINE ") && !line.trim_start().starts_with('^'))
+                .collect();
             return Err(format!(
                 "bootstrap of {cluster_name} failed: {}",
-                String::from_utf8_lossy(&outcome.stderr).trim()
+                said.join("\n").trim()
             ));
         }
         Ok(())

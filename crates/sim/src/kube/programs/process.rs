@@ -214,6 +214,13 @@ impl PodServers {
         }
     }
 
+    /// The address of the pod's server while it runs: a short look that spares an exec or a
+    /// probe of a running pod the store reads a start needs (done again under the lock when
+    /// it must start one).
+    pub fn running(&self, pod_uid: &str) -> Option<SocketAddr> {
+        self.lock().running(pod_uid)
+    }
+
     /// The pod is gone: its server stops (by process id).
     pub fn stop(&self, pod_uid: &str) {
         let server = self.lock().servers.remove(pod_uid);

@@ -367,6 +367,9 @@ impl Redis {
     /// The pod's server, started when it has none.
     fn server(&self, call: &ExecCall, host: Option<&Host>) -> Result<SocketAddr, String> {
         let binary = self.server_binary.clone().ok_or_else(Self::no_server)?;
+        if let Some(address) = self.servers.running(&call.pod_uid) {
+            return Ok(address);
+        }
         // Read from the store before the servers' lock is taken (never the other way round).
         let pod = host.and_then(|host| host.object("pods", &call.namespace, &call.pod));
         let replica = pod.as_ref().is_some_and(|pod| {
