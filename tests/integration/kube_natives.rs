@@ -155,7 +155,7 @@ step("Broken image", || {
                ╰────
               caused by: Deployment/broken: replicas desired=1 ready=0 updated=0 available=0 total=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "broken-<hash>" is progressing.)
               caused by: pod broken-<hash>-<pod>: Pod/broken-<hash>-<pod>: phase Pending; container app waiting (ImagePullBackOff: Back-off pulling image "registry.invalid/app:nope": ErrImagePull: failed to pull and unpack image "registry.invalid/app:nope": not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False, Ready=False
-              caused by:   event Failed: Failed to pull image "registry.invalid/app:nope": not found
+              caused by: pod broken-<hash>-<pod>: event Failed: Failed to pull image "registry.invalid/app:nope": not found
               hint: this state does not resolve by waiting: fix the image, command or configuration
             re-run with --resume to continue from here
             "#,

@@ -567,41 +567,30 @@ Recap of scripts/phase2.rhai
 "##,
         STEPS_BEFORE,
     );
-    // The kubelet's event is printed as "caused by:   event FailedMount: ..." (three spaces, a
-    // formatting defect), so only its words are pinned, not its indentation.
-    let defect = "the event's cause line is misindented (a defect), the rest is exact";
-    run.partial_stderr(
-        &format!(
-            "{BARE_PLATFORM}{}",
-            r##"error: step "GitLab" failed
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:461:9]
- 460 │     for name in GITLAB_DEPLOYMENTS {
- 461 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:464:9]
+ 463 │     for name in GITLAB_DEPLOYMENTS {
+ 464 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 462 │     }
+ 465 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-"##
-        ),
-        defect,
-    );
-    run.partial_stderr("event FailedMount: MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-rails-storage\" not found\n", defect);
-    run.partial_stderr(
-        r##"
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event FailedMount: MountVolume.SetUp failed for volume "init-webservice-secrets" : secret "gitlab-rails-storage" not found
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##,
-        defect,
-    );
+"##
+    ));
 }
 
 #[test]
-fn gitlab_before_the_restore_step_waits_for_the_credentials_it_writes() {
+fn gitlab_before_the_restore_step_stops_at_the_bundled_openbao_naming_its_credential() {
     let run = rehearse_reordered(&[("GitLab", "Restore GitLab secrets")]);
     let run = settled(run);
     run.code(1);
@@ -636,37 +625,64 @@ Recap of scripts/phase2.rhai
 "##,
         STEPS_BEFORE,
     );
-    // The kubelet's event is printed as "caused by:   event FailedMount: ..." (three spaces, a
-    // formatting defect), so only its words are pinned, not its indentation.
-    let defect = "the event's cause line is misindented (a defect), the rest is exact";
-    run.partial_stderr(
-        &format!(
-            "{BARE_PLATFORM}{}",
-            r##"error: step "GitLab" failed
-  × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:457:9]
- 456 │     for name in GITLAB_DEPLOYMENTS {
- 457 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
-     ·         ────┬────
-     ·             ╰── failed here
- 458 │     }
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait StatefulSet/gitlab-openbao in gitlab: not ready after 20s
+     ╭─[scripts/phase2.rhai:458:5]
+ 457 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 458 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ·     ────┬────
+     ·         ╰── failed here
+ 459 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-"##
-        ),
-        defect,
-    );
-    run.partial_stderr("event FailedMount: MountVolume.SetUp failed for volume \"init-webservice-secrets\" : secret \"gitlab-redis-password\" not found\n", defect);
-    run.partial_stderr(
-        r##"
+  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
+  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Pending; container openbao waiting (CreateContainerConfigError: secret "gitlab-openbao-postgresql-password" not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: pod gitlab-openbao-0: event Failed: Error: secret "gitlab-openbao-postgresql-password" not found
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##,
-        defect,
+"##
+    ));
+}
+
+#[test]
+fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_its_database() {
+    // CloudNativePG moved after GitLab: no postgresql-cnpg-rw Service for the bundled OpenBao.
+    let run = rehearse_reordered(&[("CloudNativePG", "Snapshot GitLab secrets")]);
+    let run = settled(run)
+        .replace_regex(
+            r"gitlab-openbao-0_gitlab\([0-9a-z-]+\)",
+            "gitlab-openbao-0_gitlab(<uid>)",
+        )
+        .replace_regex(r"\), \d+ restarts", "), <n> restarts");
+    run.code(1);
+    run.partial_stdout(
+        "warning: step 11 \"Restore GitLab secrets\" needs \"CloudNativePG\", which runs after it (step 13): expect it to fail\n",
+        STEPS_BEFORE,
     );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        r##"error: step "GitLab" failed
+  × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…ection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup
+  │ postgresql-cnpg-rw.postgresql.svc on 10.96.0.10:53: no such host), <n> restarts
+     ╭─[scripts/phase2.rhai:449:5]
+ 448 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 449 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ·     ────┬────
+     ·         ╰── failed here
+ 450 │     for name in GITLAB_DEPLOYMENTS {
+     ╰────
+  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
+  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
+  caused by: pod gitlab-openbao-0: event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
+re-run with --resume to continue from here
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##
+    ));
 }
 
 #[test]
@@ -726,7 +742,7 @@ Recap of scripts/phase2.rhai
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 "##
     ));
@@ -801,9 +817,9 @@ Recap of scripts/phase2.rhai
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##
@@ -1817,9 +1833,9 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by:   event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
+  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##
@@ -1857,9 +1873,9 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
      ╰────
   caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
   caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
-  caused by:   event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
+  caused by: pod gitlab-openbao-0: event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 "##
     ));

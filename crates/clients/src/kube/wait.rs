@@ -309,7 +309,7 @@ impl KubeClient {
             lines.extend(
                 self.recent_events(pod, ns)
                     .into_iter()
-                    .map(|event| format!("  {event}")),
+                    .map(|event| format!("pod {}: {event}", name_of(pod))),
             );
         }
         lines
