@@ -519,7 +519,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:553:5
+  in fn on_every_node() called at scripts/phase2.rhai:554:5
   when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
 re-run with --resume to continue from here
 "##
@@ -733,12 +733,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:440:5]
- 439 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 440 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:441:5]
+ 440 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 441 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 441 │     if check_mode() { return; }
+ 442 │     if check_mode() { return; }
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
@@ -808,12 +808,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:496:9]
- 495 │     for name in GITLAB_DEPLOYMENTS {
- 496 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:499:9]
+ 498 │     for name in GITLAB_DEPLOYMENTS {
+ 499 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 497 │     }
+ 500 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1824,12 +1824,12 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:496:9]
- 495 │     for name in GITLAB_DEPLOYMENTS {
- 496 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:499:9]
+ 498 │     for name in GITLAB_DEPLOYMENTS {
+ 499 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 497 │     }
+ 500 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1864,12 +1864,12 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
   │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
-     ╭─[scripts/phase2.rhai:500:5]
- 499 │     // The bundled OpenBao runs once it reaches its database (PostgreSQL's words otherwise).
- 500 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:497:5]
+ 496 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 497 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 501 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 498 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
   caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
   caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
