@@ -43,15 +43,62 @@ pub fn tag(image: &str) -> &str {
 /// every node's /etc/hosts; cluster DNS names such as `gitlab-registry.gitlab.svc:5000` resolve
 /// in pods, not on nodes), and nothing listens on a node's loopback. An image under a node host
 /// pulls only once a CI job pushed it.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct PlatformRegistry {
     pub node_hosts: Vec<String>,
     pub cluster_hosts: Vec<String>,
     /// Pushed images as `path:tag`, without the host.
     pub pushed: std::sync::Arc<std::sync::Mutex<std::collections::BTreeSet<String>>>,
+    /// How a CI job's pod dials a registry name (`name`, port): the cluster's network, attached
+    /// by the platform once its Kubernetes simulator runs; unset, every name is reached.
+    pub network: std::sync::Arc<std::sync::Mutex<Option<PodDial>>>,
+}
+
+/// Whether a CI job pod's TCP connection to `name:port` is accepted, or why not.
+pub type PodDial = std::sync::Arc<
+    dyn Fn(&str, u16) -> Result<(), crate::kube::programs::service::DialError> + Send + Sync,
+>;
+
+impl std::fmt::Debug for PlatformRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PlatformRegistry")
+            .field("node_hosts", &self.node_hosts)
+            .field("cluster_hosts", &self.cluster_hosts)
+            .finish_non_exhaustive()
+    }
 }
 
 impl PlatformRegistry {
+    /// Why a CI job's pod cannot reach `name:port` (`None`: it can, or no network is attached).
+    pub fn job_dial(
+        &self,
+        name: &str,
+        port: u16,
+    ) -> Option<crate::kube::programs::service::DialError> {
+        let dial = self
+            .network
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()?;
+        dial(name, port).err()
+    }
+
+    /// The registry names a CI job's pod cannot reach, each with why (Go's words): what kaniko
+    /// meets before it pushes.
+    pub fn unreachable_from_jobs(&self) -> Vec<(String, String)> {
+        self.hosts()
+            .into_iter()
+            .filter_map(|host| {
+                let (name, port) = match host.rsplit_once(':') {
+                    Some((name, port)) => (name.to_string(), port.parse().unwrap_or(443)),
+                    None => (host.clone(), 443),
+                };
+                self.job_dial(&name, port)
+                    .map(|why| (host.clone(), why.go_words(&name, port)))
+            })
+            .collect()
+    }
+
     /// Every name of the registry (where a job may push).
     pub fn hosts(&self) -> Vec<String> {
         self.node_hosts
@@ -76,7 +123,13 @@ impl PlatformRegistry {
 
     /// Why a node cannot pull `image` (containerd's words after `failed to pull and unpack
     /// image "...": `), or `None` when it can or the image is not this registry's business.
-    pub fn pull_error(&self, image: &str) -> Option<String> {
+    /// `reach(host, manifest URL)` says why the node cannot reach a registry name it may pull
+    /// from (its `/etc/hosts`, the route, the certificate: `kube::pulls`).
+    pub fn pull_error(
+        &self,
+        image: &str,
+        reach: &dyn Fn(&str, &str) -> Result<(), String>,
+    ) -> Option<String> {
         let (host, rest) = split_host(image);
         let manifest = || {
             let reference = with_tag(rest);
@@ -84,6 +137,9 @@ impl PlatformRegistry {
             format!("https://{host}/v2/{path}/manifests/{tag}")
         };
         if self.node_hosts.iter().any(|known| known == host) {
+            if let Err(why) = reach(host, &manifest()) {
+                return Some(format!("failed to resolve reference \"{image}\": {why}"));
+            }
             let pushed = self.pushed.lock().unwrap_or_else(|p| p.into_inner());
             return (!pushed.contains(&with_tag(rest)))
                 .then(|| format!("failed to resolve reference \"{image}\": {image}: not found"));

@@ -266,6 +266,9 @@ fn to_tokio(listener: TcpListener) -> Result<tokio::net::TcpListener, String> {
     tokio::net::TcpListener::from_std(listener).map_err(|error| error.to_string())
 }
 
+/// Where the GitLab Runner chart runs its job pods (infra/helm-values/runner.yaml).
+const RUNNER_NAMESPACE: &str = "gitlab-runner";
+
 /// Serves what `prepare` bound and waits until every part answers (bounded: 30 s).
 pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let runtime = bprun_clients::runtime::runtime();
@@ -277,6 +280,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         node_hosts: vec!["registry.local.example.net".to_string()],
         cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".to_string()],
         pushed: Default::default(),
+        network: Default::default(),
     };
     let mut jobs = crate::gitlab::ci::jobs::Settings {
         // The platform's runner (infra/helm-values/runner.yaml) defaults to alpine:3.20; its
@@ -284,6 +288,9 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         default_image: Some("alpine:3.20".to_string()),
         registry: Some("registry.local.example.net".to_string()),
         image_store: Some(image_store.clone()),
+        // GitLab's external host (infra/helm-values/gitlab.yaml's global.hosts): a job's pod
+        // fetches the sources there, once the platform's network is attached (bare platform).
+        clone_host: Some("gitlab.local.example.net".to_string()),
         ..crate::gitlab::ci::jobs::Settings::from_env()
     };
     jobs.play |= prepared.play_jobs;
@@ -387,9 +394,25 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         crate::kube::builtin_exec(Some(minter)),
         crate::kube::programs::Programs::standard_on(node),
     ));
-    kube_sim.cluster().images.registry = Some(image_store);
+    kube_sim.cluster().images.registry = Some(image_store.clone());
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
+        // The network as on a kind cluster: nodes pull through their own /etc/hosts and
+        // containerd's certs.d, CI job pods dial the registry through the cluster's DNS.
+        kube_sim.cluster().images.nodes = Some(kube_sim.programs.state_dir.join("nodes"));
+        let weak = Arc::downgrade(&kube_sim);
+        let dial: crate::images::PodDial = Arc::new(move |name: &str, port: u16| {
+            // The cluster is gone with the platform: nothing answers DNS any more.
+            let sim = weak
+                .upgrade()
+                .ok_or(crate::kube::programs::service::DialError::NoDns)?;
+            let host = crate::kube::programs::Host::new(&*sim, &sim.programs);
+            crate::kube::programs::service::dial(&host, name, port, RUNNER_NAMESPACE)
+        });
+        *image_store
+            .network
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(dial);
         // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a
         // webservice pod is Ready; the webservice pods' ports forward to GitLab itself, and the
         // runner pods verify their token and poll for jobs there.

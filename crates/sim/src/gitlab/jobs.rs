@@ -72,6 +72,13 @@ impl GitlabSim {
             protected_ref,
             job.run.environment.as_deref(),
         );
+        let fetch_error = settings.clone_host.as_ref().and_then(|host| {
+            let why = settings.image_store.as_ref()?.job_dial(host, 443)?;
+            Some(format!(
+                "fatal: unable to access 'https://{host}/{project_path}.git/': {}",
+                why.curl_words(host, 443)
+            ))
+        });
         Some(Ok(JobSpec {
             id: job.id,
             name: job.name.clone(),
@@ -92,6 +99,12 @@ impl GitlabSim {
                 .as_ref()
                 .map(|store| store.hosts())
                 .unwrap_or_default(),
+            unreachable_registries: settings
+                .image_store
+                .as_ref()
+                .map(|store| store.unreachable_from_jobs())
+                .unwrap_or_default(),
+            fetch_error,
         }))
     }
 

@@ -15,6 +15,11 @@ use crate::images::PlatformRegistry;
 pub trait ClusterView {
     /// The object `name` of `store_key` (`secrets`, `configmaps`, ...) in `namespace`.
     fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value>;
+
+    /// Every object of `store_key`, in every namespace.
+    fn objects(&self, _store_key: &str) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 /// Images that no registry serves any more: Bitnami removed its versioned images from
@@ -31,6 +36,10 @@ pub struct ImagePolicy {
     pub deny_prefixes: Vec<String>,
     /// The platform's own registry, when the cluster has one (the embedded platform).
     pub registry: Option<PlatformRegistry>,
+    /// The nodes' own folders (`NODE/etc/hosts`, `NODE/etc/containerd/certs.d`), when pulls
+    /// from the platform's registry go through the node's network (`super::pulls`); `None`:
+    /// the registry's names resolve on every node.
+    pub nodes: Option<std::path::PathBuf>,
 }
 
 impl Default for ImagePolicy {
@@ -42,6 +51,7 @@ impl Default for ImagePolicy {
                 .map(|prefix| prefix.to_string())
                 .collect(),
             registry: None,
+            nodes: None,
         }
     }
 }
@@ -49,11 +59,24 @@ impl Default for ImagePolicy {
 impl ImagePolicy {
     /// Why a node cannot pull `image` (what follows `failed to pull and unpack image "...": `
     /// in containerd's message), or `None` when it can.
-    pub fn pull_error(&self, image: &str) -> Option<String> {
+    /// `node` is the pod's node, `view` the store.
+    pub fn pull_error(&self, image: &str, node: &str, view: &dyn ClusterView) -> Option<String> {
+        let reach = |host: &str, manifest: &str| match &self.nodes {
+            Some(root) => super::pulls::reach_registry(
+                host,
+                manifest,
+                &super::pulls::NodeFolder {
+                    root: root.clone(),
+                    node: node.to_string(),
+                },
+                view,
+            ),
+            None => Ok(()),
+        };
         if let Some(error) = self
             .registry
             .as_ref()
-            .and_then(|registry| registry.pull_error(image))
+            .and_then(|registry| registry.pull_error(image, &reach))
         {
             return Some(error);
         }
@@ -327,7 +350,10 @@ fn containers(
     for container in all {
         let name = text(container, "name").to_string();
         let image = text(container, "image");
-        if let Some(reason) = images.pull_error(image) {
+        let node = pod["spec"]["nodeName"]
+            .as_str()
+            .unwrap_or("sim-control-plane");
+        if let Some(reason) = images.pull_error(image, node, view) {
             return Some(Verdict::ImagePull {
                 container: name,
                 image: image.to_string(),
@@ -658,6 +684,7 @@ mod tests {
             allow_prefixes: vec!["docker.io/bitnamilegacy/".into()],
             deny_prefixes: Vec::new(),
             registry: None,
+            nodes: None,
         };
         assert_eq!(
             verdict(&fixture.pod, &fixture, &policy),
@@ -678,6 +705,7 @@ mod tests {
             node_hosts: vec!["registry.local.example.net".into()],
             cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".into()],
             pushed: Default::default(),
+            network: Default::default(),
         };
         let policy = ImagePolicy {
             registry: Some(registry.clone()),
@@ -685,7 +713,11 @@ mod tests {
         };
         let image = "registry.local.example.net/blueprint-apps/guestbook:latest";
         assert_eq!(
-            policy.pull_error(image),
+            policy.pull_error(
+                image,
+                "sim-control-plane",
+                &fixture(fixture_file!("optional-refs.yaml"))
+            ),
             Some(format!(
                 "failed to resolve reference \"{image}\": {image}: not found"
             ))
@@ -694,24 +726,50 @@ mod tests {
             registry.record_push("gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:latest")
         );
         assert!(!registry.record_push("docker.io/library/guestbook:latest"));
-        assert_eq!(policy.pull_error(image), None);
         assert_eq!(
-            policy.pull_error("registry.local.example.net/blueprint-apps/guestbook"),
+            policy.pull_error(
+                image,
+                "sim-control-plane",
+                &fixture(fixture_file!("optional-refs.yaml"))
+            ),
+            None
+        );
+        assert_eq!(
+            policy.pull_error(
+                "registry.local.example.net/blueprint-apps/guestbook",
+                "sim-control-plane",
+                &fixture(fixture_file!("optional-refs.yaml"))
+            ),
             None
         );
         assert!(
             policy
-                .pull_error("gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:latest")
+                .pull_error(
+                    "gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:latest",
+                    "sim-control-plane",
+                    &fixture(fixture_file!("optional-refs.yaml"))
+                )
                 .is_some_and(|error| error
                     .ends_with("dial tcp: lookup gitlab-registry.gitlab.svc: no such host"))
         );
         assert!(
             policy
-                .pull_error("127.0.0.1:5000/blueprint-apps/guestbook:latest")
+                .pull_error(
+                    "127.0.0.1:5000/blueprint-apps/guestbook:latest",
+                    "sim-control-plane",
+                    &fixture(fixture_file!("optional-refs.yaml"))
+                )
                 .is_some_and(
                     |error| error.ends_with("dial tcp 127.0.0.1:5000: connect: connection refused")
                 )
         );
-        assert_eq!(policy.pull_error("redis:7.4.1"), None);
+        assert_eq!(
+            policy.pull_error(
+                "redis:7.4.1",
+                "sim-control-plane",
+                &fixture(fixture_file!("optional-refs.yaml"))
+            ),
+            None
+        );
     }
 }

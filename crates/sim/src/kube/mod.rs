@@ -19,6 +19,7 @@ pub mod kubelet;
 pub mod merge;
 pub mod programs;
 pub mod protobuf;
+pub mod pulls;
 pub mod rbac;
 pub mod resources;
 pub mod rollout;

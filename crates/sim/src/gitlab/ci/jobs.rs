@@ -49,6 +49,10 @@ pub struct Settings {
     /// only to its names, and what it pushes becomes pullable. `None`: kaniko's pushes go
     /// nowhere and any destination is accepted.
     pub image_store: Option<crate::images::PlatformRegistry>,
+    /// GitLab's host as its external URL names it (`gitlab.<domain>`), which a job's pod dials
+    /// to fetch the sources through the platform's network (`image_store.network`); `None`: the
+    /// fetch always reaches GitLab.
+    pub clone_host: Option<String>,
 }
 
 impl Settings {
@@ -117,6 +121,12 @@ pub struct JobSpec {
     pub runner_description: String,
     /// The registry names kaniko can push to (empty: any).
     pub registry_hosts: Vec<String>,
+    /// Those of them the job's pod cannot reach, with why in Go's words (the cluster's DNS and
+    /// Services decide: a missing CoreDNS rewrite makes `registry.<domain>` unknown).
+    pub unreachable_registries: Vec<(String, String)>,
+    /// Why the job's pod cannot fetch the sources (git's `fatal: unable to access ...` line):
+    /// GitLab's external host does not resolve or answer inside the cluster.
+    pub fetch_error: Option<String>,
 }
 
 /// How a job ended.
@@ -242,6 +252,7 @@ usage() {
 }
 set -f
 registries="@REGISTRIES@"
+unreachable="@UNREACHABLE@"
 scheme=https
 context=/workspace/
 dockerfile=Dockerfile
@@ -301,6 +312,11 @@ for destination in $destinations; do
   case "${destination##*/}" in *:*) repository="${destination%:*}" ;; *) repository="$destination" ;; esac
   path="${repository#*/}"
   host="${destination%%/*}"
+  why=$(printf '%s\n' "$unreachable" | awk -F'|' -v host="$host" '$1 == host { print $2; exit }')
+  if [ -n "$why" ]; then
+    echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": creating push check transport for $host failed: Get \"https://$host/v2/\": $why"
+    exit 1
+  fi
   if [ -n "$registries" ]; then
     case " $registries " in
       *" $host "*) ;;
@@ -497,7 +513,16 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
         }
         Runtime::Kaniko => {
             let executor = root.join("kaniko").join("executor");
-            let script = KANIKO_EXECUTOR.replace("@REGISTRIES@", &spec.registry_hosts.join(" "));
+            let unreachable: Vec<String> = spec
+                .unreachable_registries
+                .iter()
+                .map(|(host, why)| {
+                    format!("{host}|{}", why.replace(['"', '$', '`', '\\', '|'], ""))
+                })
+                .collect();
+            let script = KANIKO_EXECUTOR
+                .replace("@REGISTRIES@", &spec.registry_hosts.join(" "))
+                .replace("@UNREACHABLE@", &unreachable.join("\n"));
             std::fs::write(&executor, script)
                 .and_then(|()| {
                     use std::os::unix::fs::PermissionsExt;
@@ -510,8 +535,15 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
 
     // The source, as the runner fetches it: a fresh working copy of the pipeline's commit.
     trace.push_str(&format!(
-        "Getting source from Git repository\nInitialized empty Git repository in {}/.git/\nCreated fresh repository.\nChecking out {} as detached HEAD (ref is {})...\nSkipping Git submodules setup\n",
+        "Getting source from Git repository\nInitialized empty Git repository in {}/.git/\nCreated fresh repository.\n",
         project_dir.display(),
+    ));
+    if let Some(fatal) = &spec.fetch_error {
+        trace.push_str(&format!("{fatal}\n"));
+        return Err("exit code 1".to_string());
+    }
+    trace.push_str(&format!(
+        "Checking out {} as detached HEAD (ref is {})...\nSkipping Git submodules setup\n",
         spec.sha.get(..8).unwrap_or(&spec.sha),
         spec.reference
     ));

@@ -125,6 +125,10 @@ impl super::kubelet::ClusterView for Cluster {
     fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
         self.lookup(store_key, namespace, name).cloned()
     }
+
+    fn objects(&self, store_key: &str) -> Vec<Value> {
+        self.all(store_key)
+    }
 }
 
 impl super::runtime::Store for Cluster {

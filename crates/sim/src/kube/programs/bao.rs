@@ -219,6 +219,11 @@ impl OpenBao {
                     "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on 10.96.0.10:53: no such host"
                 ));
             }
+            Backend::NoDns => {
+                return Err(format!(
+                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on 10.96.0.10:53: read: connection refused"
+                ));
+            }
             // Nothing listens there: the server's own connection refusal.
             Backend::NotServing { ip } => (ip, process::free_port()?),
             Backend::Serving { ip, address } => (ip, address),

@@ -224,6 +224,11 @@ pub fn connect(
             "could not translate host name \"{}\" to address: Name or service not known",
             config.host
         )),
+        // glibc's resolver when its name server refuses (EAI_AGAIN).
+        Backend::NoDns => Err(format!(
+            "could not translate host name \"{}\" to address: Temporary failure in name resolution",
+            config.host
+        )),
         Backend::NotServing { ip } => Err(format!(
             "{}Connection refused\n\tIs the server running on that host and accepting TCP/IP connections?",
             at(ip)
@@ -379,6 +384,11 @@ pub fn check_redis(
     let cannot_connect = |why: &str| format!("Redis::CannotConnectError: {why} ({url})");
     let address = match backend {
         Backend::Unknown => return Err(cannot_connect("getaddrinfo: Name or service not known")),
+        Backend::NoDns => {
+            return Err(cannot_connect(
+                "getaddrinfo: Temporary failure in name resolution",
+            ));
+        }
         Backend::NotServing { ip } => {
             return Err(cannot_connect(&format!(
                 "Connection refused - connect(2) for {ip}:{}",

@@ -32,6 +32,7 @@
 //!    goes into [`Shared`], reached through [`Host::shared`].
 
 pub mod bao;
+pub mod coredns;
 pub mod env;
 pub mod gitlab;
 pub mod minio;
@@ -173,6 +174,14 @@ pub struct Host<'a> {
     programs: &'a Programs,
 }
 
+impl<'a> Host<'a> {
+    /// The view of the simulator `node` (its store) with its `programs`, for a caller outside
+    /// any pod (a CI job's container dialling a Service).
+    pub fn new(node: &'a dyn Node, programs: &'a Programs) -> Host<'a> {
+        Host { node, programs }
+    }
+}
+
 impl Host<'_> {
     /// An object of the store (`secrets`, `configmaps`, `pods`, `services`, ...).
     pub fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
@@ -284,6 +293,8 @@ pub struct Shared {
     pub gitlab: gitlab::Link,
     /// The buckets of MinIO releases and the `mc` aliases of pods.
     pub minio: minio::Stores,
+    /// The Corefiles the CoreDNS pods loaded: the cluster's DNS.
+    pub dns: coredns::Servers,
 }
 
 /// Whether `pod` runs to completion with a container whose command really runs (a script):
@@ -557,6 +568,7 @@ impl Programs {
                 node.clone(),
             )),
             Arc::new(minio::Minio),
+            Arc::new(coredns::CoreDns),
             Arc::new(script::Scripts::new(
                 state_dir.join("nodes"),
                 node,

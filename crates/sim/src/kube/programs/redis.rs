@@ -480,6 +480,9 @@ impl Redis {
                 Backend::Unknown => Err(format!(
                     "Could not connect to Redis at {name}:{port}: Name or service not known"
                 )),
+                Backend::NoDns => Err(format!(
+                    "Could not connect to Redis at {name}:{port}: Temporary failure in name resolution"
+                )),
             }
         };
         let words = match cli_args(args, &target) {

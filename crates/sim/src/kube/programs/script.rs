@@ -30,7 +30,7 @@ const LOG_LIMIT: usize = 64 * 1024;
 const KEPT: usize = 512;
 
 /// kind's `/etc/hosts` on a node, which the registry pin edits.
-fn kind_hosts(node: &str) -> String {
+pub(crate) fn kind_hosts(node: &str) -> String {
     format!(
         "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n172.18.0.2\t{node}\n"
     )

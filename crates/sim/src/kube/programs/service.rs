@@ -5,7 +5,7 @@
 //! talks to the real server behind it. Only what a client can observe: DNS knows the name or
 //! not, the Service has a ready endpoint or refuses the connection.
 
-use super::Host;
+use super::{Host, coredns};
 use serde_json::Value;
 use std::net::SocketAddr;
 
@@ -14,6 +14,9 @@ use std::net::SocketAddr;
 pub enum Backend {
     /// No such Service: DNS does not know the name.
     Unknown,
+    /// No CoreDNS pod answers (none ready, or none loaded its Corefile): the query to
+    /// 10.96.0.10:53 is refused.
+    NoDns,
     /// The Service exists (its cluster IP) but no ready pod serves the port behind it: the
     /// connection is refused.
     NotServing { ip: String },
@@ -57,10 +60,146 @@ fn target_port(service: &Value, port: u16, pod: &Value) -> Option<u16> {
     }
 }
 
-/// What `name:port` is from a pod in `from_namespace`.
+/// What the cluster's DNS answers for `name` asked from a pod in `from_namespace` (`None`: no
+/// CoreDNS pod answers): [`coredns::lookup`] with the Corefile a ready CoreDNS pod loaded.
+pub fn answer(host: &Host, name: &str, from_namespace: &str) -> Option<coredns::Answer> {
+    let object =
+        |store_key: &str, namespace: &str, name: &str| host.object(store_key, namespace, name);
+    if object("services", "kube-system", "kube-dns").is_none() {
+        // A cluster without kind's CoreDNS (`bprun sim kube` starts one): names are Services'.
+        let found = service_of(name, from_namespace).and_then(|(namespace, name)| {
+            object("services", &namespace, &name).map(|_| (namespace, name))
+        });
+        return Some(match found {
+            Some((namespace, name)) => coredns::Answer::Service {
+                namespace,
+                name,
+                ip: String::new(),
+            },
+            None => coredns::Answer::NoSuchHost,
+        });
+    }
+    let corefile = coredns::cluster_corefile(host)?;
+    Some(coredns::lookup(&corefile, name, from_namespace, &object))
+}
+
+/// Why a pod's TCP connection to a name fails.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DialError {
+    /// No CoreDNS pod answers the query.
+    NoDns,
+    /// CoreDNS answers NXDOMAIN.
+    NoSuchHost,
+    /// The Service has no ready endpoint: kube-proxy rejects the connection.
+    Refused { ip: String },
+    /// The Service does not declare the port: no kube-proxy rule, the packets go nowhere.
+    Timeout { ip: String },
+}
+
+impl DialError {
+    /// Go's `net` words (helm, kubectl, kaniko, containerd): what follows `Get "URL": `.
+    pub fn go_words(&self, name: &str, port: u16) -> String {
+        let dns = coredns::CLUSTER_DNS;
+        match self {
+            DialError::NoDns => {
+                format!("dial tcp: lookup {name} on {dns}: read: connection refused")
+            }
+            DialError::NoSuchHost => format!("dial tcp: lookup {name} on {dns}: no such host"),
+            DialError::Refused { ip } => {
+                format!("dial tcp {ip}:{port}: connect: connection refused")
+            }
+            DialError::Timeout { ip } => format!("dial tcp {ip}:{port}: i/o timeout"),
+        }
+    }
+
+    /// curl's words (git over HTTPS): what follows `fatal: unable to access 'URL': `.
+    pub fn curl_words(&self, name: &str, port: u16) -> String {
+        match self {
+            DialError::NoDns | DialError::NoSuchHost => format!("Could not resolve host: {name}"),
+            DialError::Refused { .. } => format!(
+                "Failed to connect to {name} port {port} after 0 ms: Couldn't connect to server"
+            ),
+            DialError::Timeout { .. } => format!(
+                "Failed to connect to {name} port {port} after 130000 ms: Couldn't connect to server"
+            ),
+        }
+    }
+}
+
+/// Whether a TCP connection from a pod in `from_namespace` to `name:port` is accepted: a ready
+/// endpoint behind the Service's port (kube-proxy forwards to it), or a ready pod behind a
+/// headless Service's name.
+pub fn dial(host: &Host, name: &str, port: u16, from_namespace: &str) -> Result<(), DialError> {
+    let (namespace, service_name) = match answer(host, name, from_namespace) {
+        None => return Err(DialError::NoDns),
+        Some(coredns::Answer::NoSuchHost) => return Err(DialError::NoSuchHost),
+        Some(coredns::Answer::Pod { namespace, pod }) => {
+            let has_ip = host
+                .object("pods", &namespace, &pod)
+                .is_some_and(|found| found["status"]["podIP"].is_string());
+            return if has_ip {
+                Ok(())
+            } else {
+                Err(DialError::NoSuchHost)
+            };
+        }
+        Some(coredns::Answer::Service {
+            namespace, name, ..
+        }) => (namespace, name),
+    };
+    let Some(service) = host.object("services", &namespace, &service_name) else {
+        return Err(DialError::NoSuchHost);
+    };
+    let ip = service["spec"]["clusterIP"]
+        .as_str()
+        .unwrap_or("")
+        .to_string();
+    let declared = service["spec"]["ports"].as_array().is_some_and(|ports| {
+        ports
+            .iter()
+            .any(|p| p["port"].as_u64() == Some(u64::from(port)))
+    });
+    if !declared {
+        return Err(DialError::Timeout { ip });
+    }
+    let ready = host
+        .object("endpoints", &namespace, &service_name)
+        .and_then(|endpoints| endpoints["subsets"].as_array().cloned())
+        .into_iter()
+        .flatten()
+        .any(|subset| {
+            subset["addresses"]
+                .as_array()
+                .is_some_and(|a| !a.is_empty())
+        });
+    if ready {
+        Ok(())
+    } else {
+        Err(DialError::Refused { ip })
+    }
+}
+
+/// What `name:port` is from a pod in `from_namespace`: the name as the cluster's DNS answers
+/// it ([`answer`]), then the Service's ready endpoints.
 pub fn resolve(host: &Host, name: &str, port: u16, from_namespace: &str) -> Backend {
-    let Some((namespace, service_name)) = service_of(name, from_namespace) else {
-        return Backend::Unknown;
+    let (namespace, service_name) = match answer(host, name, from_namespace) {
+        None => return Backend::NoDns,
+        Some(coredns::Answer::Service {
+            namespace, name, ..
+        }) => (namespace, name),
+        Some(coredns::Answer::Pod { namespace, pod }) => {
+            return match host.object("pods", &namespace, &pod) {
+                Some(found) => {
+                    let ip = found["status"]["podIP"].as_str().unwrap_or("").to_string();
+                    match host.serving(&found, port) {
+                        Some(address) => Backend::Serving { ip, address },
+                        None => Backend::NotServing { ip },
+                    }
+                }
+                None => Backend::Unknown,
+            };
+        }
+        Some(coredns::Answer::NoSuchHost) => return Backend::Unknown,
     };
     let Some(service) = host.object("services", &namespace, &service_name) else {
         return Backend::Unknown;
