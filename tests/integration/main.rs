@@ -24,6 +24,7 @@ mod kube_natives;
 mod kube_realism;
 mod kube_sim;
 mod natives;
+mod network;
 mod params;
 mod phase1;
 mod phase2;

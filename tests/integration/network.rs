@@ -1,0 +1,323 @@
+//! The rehearsal's network: phase 2's CoreDNS rewrite, node trust and registry hosts pin are
+//! what let phase 3's jobs fetch and push and its apps' pods pull, as on a kind cluster. Each
+//! test breaks one of them in a copy of the repository, rehearses phases 2 and 3, and pins the
+//! error from its headline on (the steps before it are pinned by the passing rehearsals).
+
+use crate::support::{BPRUN, Output, assert_text, tool};
+
+/// A copy of the repository with the real tools, `phase2.rhai` edited by `edit` (which must
+/// change it), and the apps' deploy jobs waiting 20 s instead of 5 minutes for their workloads.
+fn copy_with(edit: impl Fn(&str) -> String) -> crate::support::Test {
+    let copy = BPRUN
+        .test_in_repository_copy()
+        .env("HELM_BIN", tool("helm"))
+        .env("BPRUN_BAO_BIN", tool("bao"))
+        .env("BPRUN_REDIS_SERVER", tool("redis-server"))
+        .env("BPRUN_REDIS_CLI", tool("redis-cli"));
+    let phase2 = copy.path().join("scripts/phase2.rhai");
+    let source = std::fs::read_to_string(&phase2).expect("phase2.rhai");
+    let edited = edit(&source);
+    assert_ne!(edited, source, "the edit changed nothing");
+    std::fs::write(&phase2, edited).expect("write phase2.rhai");
+    let common = copy.path().join("apps/shared-code/templates/ci-common.yml");
+    let text = std::fs::read_to_string(&common).expect("ci-common.yml");
+    assert!(text.contains("--timeout 5m"), "the deploy job's timeout");
+    std::fs::write(&common, text.replace("--timeout 5m", "--timeout 20s")).expect("write");
+    copy
+}
+
+/// `source` without the step named `name` (and without it in other steps' `needs`).
+fn without_step(source: &str, name: &str) -> String {
+    let start = source
+        .find(&format!("step(\"{name}\""))
+        .unwrap_or_else(|| panic!("no step {name}"));
+    let length = source[start..]
+        .find("\n});\n")
+        .expect("the end of the step")
+        + "\n});\n".len();
+    let cut = format!("{}{}", &source[..start], &source[start + length..]);
+    cut.replace(&format!(", \"{name}\""), "")
+        .replace(&format!("\"{name}\", "), "")
+}
+
+/// Rehearses phases 2 and 3 in `copy`; its stderr from the failing step's headline on, with
+/// what differs between runs as placeholders.
+fn rehearse_failing(copy: &crate::support::Test) -> String {
+    let run: Output = copy
+        .run(&[
+            "rehearse",
+            "scripts/phase2.rhai",
+            "scripts/phase3.rhai",
+            "--wait-timeout",
+            "20",
+        ])
+        .replace_regex(r"127\.0\.0\.1:\d{4,5}", "127.0.0.1:<port>")
+        .replace_regex(
+            r"guestbook-([a-z0-9]{10})-[a-z0-9]{5}\b",
+            "guestbook-$1-<pod>",
+        )
+        .replace_regex(r"pipelines/\d+", "pipelines/<id>")
+        .replace_regex(r"pipeline #\d+", "pipeline #<id>")
+        .replace_regex(r"Checking out [0-9a-f]{8}", "Checking out <sha>")
+        .replace_regex(
+            r"coredns-[a-z0-9]{10}-[a-z0-9]{5}",
+            "coredns-<hash>-<pod>",
+        )
+        .replace_regex(r#""coredns-[a-z0-9]{10}""#, "\"coredns-<hash>\"")
+        .replace_regex(r"_kube-system\([0-9a-z-]+\)", "_kube-system(<uid>)")
+        .replace_regex(r"\), \d+ restarts", "), <n> restarts");
+    run.code(1);
+    let at = run.stderr.find("error: step").expect("a failed step");
+    run.stderr[at..].to_string()
+}
+
+#[test]
+fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
+    let copy = copy_with(|source| without_step(source, "CoreDNS rewrite"));
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Smoke test" failed
+  × gitlab: 4 of 4 pipelines did not succeed
+     ╭─[scripts/phase3.rhai:190:9]
+ 189 │         }
+ 190 │         throw failed;
+     ·         ──┬──
+     ·           ╰── failed here
+ 191 │     }
+     ╰────
+  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
+    job lint-templates failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine:3.20 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/shared-code/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/shared-code.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/shared-code/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/guestbook.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/redis/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/redis/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/redis-slave failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/redis-slave/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis-slave.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
+  hint: each failed pipeline is listed above with its URL
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##,
+    );
+}
+
+#[test]
+fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
+    let copy = copy_with(|source| {
+        source.replace(
+            "const GATEWAY_SERVICE = \"gitlab-gateway.gitlab.svc.cluster.local\";",
+            "const GATEWAY_SERVICE = \"gitlab-gw.gitlab.svc.cluster.local\";",
+        )
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Smoke test" failed
+  × gitlab: 4 of 4 pipelines did not succeed
+     ╭─[scripts/phase3.rhai:190:9]
+ 189 │         }
+ 190 │         throw failed;
+     ·         ──┬──
+     ·           ╰── failed here
+ 191 │     }
+     ╰────
+  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
+    job lint-templates failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine:3.20 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/shared-code/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/shared-code.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/shared-code/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/guestbook.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/redis/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/redis/-/pipelines/<id>)
+  caused by: gitlab: pipeline #<id> of blueprint-apps/redis-slave failed
+    job lint failed; end of its trace:
+    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on blueprint gitlab-runner 
+    Preparing the "kubernetes" executor
+    Using Kubernetes executor with image alpine/helm:3.16.4 ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/redis-slave/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis-slave.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
+  hint: each failed pipeline is listed above with its URL
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##,
+    );
+}
+
+#[test]
+fn without_node_trust_the_apps_image_fails_containerds_tls_check() {
+    let copy = copy_with(|source| without_step(source, "Node trust"));
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Smoke test" failed
+  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…ps://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority)
+     ╭─[scripts/phase3.rhai:187:17]
+ 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
+ 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
+     ·                 ────┬────
+     ·                     ╰── failed here
+ 188 │             }
+     ╰────
+  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
+  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…ps://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##,
+    );
+}
+
+#[test]
+fn without_the_registry_pin_the_node_cannot_resolve_the_registry() {
+    let copy = copy_with(|source| without_step(source, "Registry hosts pin"));
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Smoke test" failed
+  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…d "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host)
+     ╭─[scripts/phase3.rhai:187:17]
+ 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
+ 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
+     ·                 ────┬────
+     ·                     ╰── failed here
+ 188 │             }
+     ╰────
+  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
+  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…d "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##,
+    );
+}
+
+#[test]
+fn a_pin_to_an_address_no_service_has_times_out() {
+    let copy = copy_with(|source| {
+        source.replace(
+            "let address = gateway[0].spec.clusterIP;",
+            "let address = \"10.96.250.250\";",
+        )
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Smoke test" failed
+  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout)
+     ╭─[scripts/phase3.rhai:187:17]
+ 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
+ 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
+     ·                 ────┬────
+     ·                     ╰── failed here
+ 188 │             }
+     ╰────
+  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
+  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##,
+    );
+}
+
+#[test]
+fn a_broken_corefile_leaves_coredns_crash_looping_in_its_own_words() {
+    let copy = copy_with(|source| {
+        source.replace(
+            "let rule = `rewrite name regex",
+            "let rule = `rewrit name regex",
+        )
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "CoreDNS rewrite" failed
+  × kube_wait Deployment/coredns in kube-system: pod coredns-<hash>-<pod>: container coredns: CrashLoopBackOff (back-off 10s restarting failed container=coredns pod=coredns-<hash>-<pod>_kube-system); last exit code 1 (Error: /etc/coredns/Corefile:2 - Error during parsing: Unknown directive 'rewrit'), <n> restarts
+     ╭─[scripts/phase2.rhai:428:5]
+ 427 │     kube_rollout_restart("Deployment", "kube-system", "coredns");
+ 428 │     kube_wait("Deployment", "kube-system", "coredns", "Rollout", #{timeout: 300});
+     ·     ────┬────
+     ·         ╰── failed here
+ 429 │ });
+     ╰────
+  caused by: Deployment/coredns: replicas desired=2 ready=2 updated=1 available=2 total=3; conditions: Available=True (MinimumReplicasAvailable: Deployment has minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "coredns-<hash>" is progressing.)
+  caused by: pod coredns-<hash>-<pod>: Pod/coredns-<hash>-<pod>: phase Running; container coredns waiting (CrashLoopBackOff: back-off 10s restarting failed container=coredns pod=coredns-<hash>-<pod>_kube-system); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [coredns]), Ready=False (ContainersNotReady: containers with unready status: [coredns])
+  caused by: pod coredns-<hash>-<pod>: event BackOff: Back-off restarting failed container coredns in pod coredns-<hash>-<pod>_kube-system(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a CoreDNS pod crash-looping names the Corefile line it cannot parse: fix the rule this step adds (kubectl -n kube-system get configmap coredns -o yaml); the old pods answer until the rollout ends
+re-run with --resume to continue from here
+rehearsal stopped: scripts/phase2.rhai failed, so scripts/phase3.rhai did not run
+warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##,
+    );
+}
