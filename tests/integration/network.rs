@@ -59,10 +59,7 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
         .replace_regex(r"pipelines/\d+", "pipelines/<id>")
         .replace_regex(r"pipeline #\d+", "pipeline #<id>")
         .replace_regex(r"Checking out [0-9a-f]{8}", "Checking out <sha>")
-        .replace_regex(
-            r"coredns-[a-z0-9]{10}-[a-z0-9]{5}",
-            "coredns-<hash>-<pod>",
-        )
+        .replace_regex(r"coredns-[a-z0-9]{10}-[a-z0-9]{5}", "coredns-<hash>-<pod>")
         .replace_regex(r#""coredns-[a-z0-9]{10}""#, "\"coredns-<hash>\"")
         .replace_regex(r"_kube-system\([0-9a-z-]+\)", "_kube-system(<uid>)")
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
