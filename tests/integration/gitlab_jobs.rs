@@ -480,7 +480,7 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
     );
     // The provisioning's lines come in the order parallel work finishes: only the failure's
     // report is compared.
-    steady_failure(&sim, run).code(1).stderr(
+    steady_failure(&sim, run).code(1).stderr(&[
         "error: step \"Smoke test\" failed\n\
          \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
          \x20    ╭─[scripts/phase3.rhai:180:5]\n\
@@ -502,7 +502,11 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
          \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
-         re-run with --resume to continue from here\n",
+         ",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat()
     );
 }
 
@@ -522,7 +526,7 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
     );
     // helm's words, with the path as the job's script wrote it.
     let run = steady_failure(&sim, run);
-    run.code(1).stderr(
+    run.code(1).stderr(&[
         "error: step \"Smoke test\" failed\n\
          \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
          \x20    ╭─[scripts/phase3.rhai:180:5]\n\
@@ -544,7 +548,11 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
          \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
-         re-run with --resume to continue from here\n",
+         ",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat()
     );
     let (_, jobs) = finished_pipeline(&sim, "blueprint-apps%2Fredis");
     let deploy = jobs.iter().find(|(n, _, _)| n == "deploy").expect("deploy");
@@ -578,7 +586,7 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
         },
         &["--app", "guestbook", "--smoke-timeout", "120"],
     );
-    steady_failure(&sim, run).code(1).stderr(
+    steady_failure(&sim, run).code(1).stderr(&[
         "error: step \"Smoke test\" failed\n\
          \x20 × gitlab: pipeline #7 of blueprint-apps/guestbook failed\n\
          \x20    ╭─[scripts/phase3.rhai:180:5]\n\
@@ -600,7 +608,11 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
          \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
-         re-run with --resume to continue from here\n",
+         ",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat()
     );
 }
 

@@ -376,14 +376,15 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
 "
         )
     };
-    run.stderr(&format!(
+    run.stderr(&(format!(
         "error: step \"Smoke test\" failed\n  × gitlab: 3 of 4 pipelines did not succeed\n{}{}{}{}{}",
         crate::phase3::SMOKE_WAIT_SOURCE,
         deploy_failed("guestbook", "guestbook"),
         deploy_failed("redis", "redis-demo"),
         deploy_failed("redis-slave", "redis-slave-demo"),
-        "  hint: each failed pipeline is listed above with its URL\nre-run with --resume to continue from here\n",
-    ));
+        "  hint: each failed pipeline is listed above with its URL\n",
+    ) + crate::phase3::SMOKE_ADVICE_LINE
+        + "re-run with --resume to continue from here\n"));
     // Given the rights the pipelines need (here, everything, cluster-wide), the run is green.
     let deployer = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: app-deployer}\n\
                     rules: [{apiGroups: ['*'], resources: ['*'], verbs: ['*']}]\n---\n\

@@ -40,8 +40,8 @@ fn without_step(source: &str, name: &str) -> String {
         .replace(&format!("\"{name}\", "), "")
 }
 
-/// Rehearses phases 2 and 3 in `copy`; its stderr from the failing step's headline on, with
-/// what differs between runs as placeholders.
+/// Rehearses phases 2 and 3 in `copy`; its stderr from the failing step's headline on, then the
+/// guestbook's line of the end state, with what differs between runs as placeholders.
 fn rehearse_failing(copy: &crate::support::Test) -> String {
     let run: Output = copy
         .run(&[
@@ -65,7 +65,14 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
     run.code(1);
     let at = run.stderr.find("error: step").expect("a failed step");
-    run.stderr[at..].to_string()
+    // The apps' workloads in the end state, with why an unready one waits.
+    let workloads: String = run
+        .stdout
+        .lines()
+        .filter(|line| line.starts_with("  Deployment/guestbook "))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    format!("{}{workloads}", &run.stderr[at..])
 }
 
 #[test]
@@ -75,12 +82,12 @@ fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
         &rehearse_failing(&copy),
         r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:190:9]
- 189 │         }
- 190 │         throw failed;
-     ·         ──┬──
-     ·           ╰── failed here
- 191 │     }
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
      ╰────
   caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
     job lint-templates failed; end of its trace:
@@ -131,7 +138,7 @@ fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
   hint: each failed pipeline is listed above with its URL
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
 "##,
     );
@@ -149,12 +156,12 @@ fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
         &rehearse_failing(&copy),
         r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:190:9]
- 189 │         }
- 190 │         throw failed;
-     ·         ──┬──
-     ·           ╰── failed here
- 191 │     }
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
      ╰────
   caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
     job lint-templates failed; end of its trace:
@@ -205,7 +212,7 @@ fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
   hint: each failed pipeline is listed above with its URL
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
 "##,
     );
@@ -217,20 +224,29 @@ fn without_node_trust_the_apps_image_fails_containerds_tls_check() {
     assert_text(
         &rehearse_failing(&copy),
         r##"error: step "Smoke test" failed
-  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…ps://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority)
-     ╭─[scripts/phase3.rhai:187:17]
- 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
- 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
-     ·                 ────┬────
-     ·                     ╰── failed here
- 188 │             }
+  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
      ╰────
-  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
-  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…ps://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority
-  hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  caused by: job deploy failed; end of its trace:
+    Checking out <sha> as detached HEAD (ref is main)...
+    Skipping Git submodules setup
+    Executing "step_script" stage of the job script
+    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
+    Release "guestbook" does not exist. Installing it now.
+    Error: context deadline exceeded
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
+  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority)
 "##,
     );
 }
@@ -241,20 +257,29 @@ fn without_the_registry_pin_the_node_cannot_resolve_the_registry() {
     assert_text(
         &rehearse_failing(&copy),
         r##"error: step "Smoke test" failed
-  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…d "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host)
-     ╭─[scripts/phase3.rhai:187:17]
- 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
- 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
-     ·                 ────┬────
-     ·                     ╰── failed here
- 188 │             }
+  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
      ╰────
-  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
-  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…d "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host
-  hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  caused by: job deploy failed; end of its trace:
+    Checking out <sha> as detached HEAD (ref is main)...
+    Skipping Git submodules setup
+    Executing "step_script" stage of the job script
+    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
+    Release "guestbook" does not exist. Installing it now.
+    Error: context deadline exceeded
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
+  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host)
 "##,
     );
 }
@@ -270,20 +295,29 @@ fn a_pin_to_an_address_no_service_has_times_out() {
     assert_text(
         &rehearse_failing(&copy),
         r##"error: step "Smoke test" failed
-  × kube_wait Deployment/guestbook in guestbook: pod guestbook-8knk55t76p-<pod>: container guestbook: ErrImagePull (failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout)
-     ╭─[scripts/phase3.rhai:187:17]
- 186 │             for deployment in kube_list("Deployment", app.helm_namespace) {
- 187 │                 kube_wait("Deployment", app.helm_namespace, deployment.metadata.name, "Available", #{timeout: 2});
-     ·                 ────┬────
-     ·                     ╰── failed here
- 188 │             }
+  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
      ╰────
-  caused by: Deployment/guestbook: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "guestbook-8knk55t76p" is progressing.)
-  caused by: pod guestbook-8knk55t76p-<pod>: Pod/guestbook-8knk55t76p-<pod>: phase Pending; container guestbook waiting (ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guest…:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-  caused by: pod guestbook-8knk55t76p-<pod>: event Failed: Failed to pull image "registry.local.example.net/blueprint-apps/guestbook:latest": rpc error: code = Unknown desc = failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout
-  hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  caused by: job deploy failed; end of its trace:
+    Checking out <sha> as detached HEAD (ref is main)...
+    Skipping Git submodules setup
+    Executing "step_script" stage of the job script
+    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
+    Release "guestbook" does not exist. Installing it now.
+    Error: context deadline exceeded
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
+  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout)
 "##,
     );
 }

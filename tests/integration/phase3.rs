@@ -132,6 +132,9 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
 }
 
 /// The source lines under a failed smoke test (its wait for the pipelines).
+/// The smoke step's `on_failure` line, as every failing smoke step prints it.
+pub(crate) const SMOKE_ADVICE_LINE: &str = "  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address\n";
+
 pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:180:5]
  179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
  180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
@@ -782,7 +785,7 @@ fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
             r"a real `bao server -dev` \([^)]*\)",
             "a real `bao server -dev` (<bao>)",
         );
-    out.code(1).stderr(&format!(
+    out.code(1).stderr(&(format!(
         "{}{SMOKE_WAIT_SOURCE}{}",
         r##"
 rehearsal platform (as phase 2 leaves it):
@@ -793,8 +796,9 @@ rehearsal platform (as phase 2 leaves it):
 error: step "Smoke test" failed
   × gitlab: pipelines did not finish within 3 s: #<n> of blueprint-apps/shared-code is pending; no online runner can take job lint-templates, #<n> of blueprint-apps/guestbook is pending; no online runner can take job lint, #<n> of blueprint-apps/redis is pending; no online runner can take job lint, #<n> of blueprint-apps/redis-slave is pending; no online runner can take job lint
 "##,
-        "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\nre-run with --resume to continue from here\n",
-    ));
+        "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n",
+    ) + SMOKE_ADVICE_LINE
+        + "re-run with --resume to continue from here\n"));
     let varies =
         "the projects are provisioned in parallel: their lines interleave, their ids differ";
     out.partial_stdout("[5/6] Provision projects ... changed (#.## s)\n", varies);

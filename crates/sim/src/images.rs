@@ -54,10 +54,7 @@ pub struct PlatformRegistry {
     pub network: std::sync::Arc<std::sync::Mutex<Option<PodDial>>>,
 }
 
-/// Whether a CI job pod's TCP connection to `name:port` is accepted, or why not.
-pub type PodDial = std::sync::Arc<
-    dyn Fn(&str, u16) -> Result<(), crate::kube::programs::service::DialError> + Send + Sync,
->;
+pub use crate::network::PodDial;
 
 impl std::fmt::Debug for PlatformRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,11 +67,7 @@ impl std::fmt::Debug for PlatformRegistry {
 
 impl PlatformRegistry {
     /// Why a CI job's pod cannot reach `name:port` (`None`: it can, or no network is attached).
-    pub fn job_dial(
-        &self,
-        name: &str,
-        port: u16,
-    ) -> Option<crate::kube::programs::service::DialError> {
+    pub fn job_dial(&self, name: &str, port: u16) -> Option<crate::network::DialError> {
         let dial = self
             .network
             .lock()

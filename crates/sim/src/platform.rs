@@ -532,6 +532,36 @@ impl Platform {
         };
         let text = |value: &serde_json::Value| value.as_str().unwrap_or("").to_string();
         let mut lines: Vec<(String, String)> = Vec::new();
+        let pods = list("", "v1", "pods");
+        // Why an unready workload's first waiting pod waits (`kubectl describe`'s first answer:
+        // an image pull, a crash, a missing Secret).
+        let waiting = |namespace: &str, selector: &serde_json::Value| -> Option<String> {
+            let wanted = selector.as_object()?;
+            pods.iter()
+                .filter(|pod| text(&pod["metadata"]["namespace"]) == namespace)
+                .filter(|pod| {
+                    wanted
+                        .iter()
+                        .all(|(key, value)| pod["metadata"]["labels"][key] == *value)
+                })
+                .find_map(|pod| {
+                    pod["status"]["containerStatuses"]
+                        .as_array()?
+                        .iter()
+                        .find_map(|status| {
+                            let state = &status["state"]["waiting"];
+                            let reason = state["reason"].as_str()?;
+                            (reason != "ContainerCreating").then(|| {
+                                format!(
+                                    "pod {} container {} {reason}: {}",
+                                    text(&pod["metadata"]["name"]),
+                                    text(&status["name"]),
+                                    text(&state["message"])
+                                )
+                            })
+                        })
+                })
+        };
         for (plural, kind) in [
             ("deployments", "Deployment"),
             ("statefulsets", "StatefulSet"),
@@ -540,10 +570,15 @@ impl Platform {
                 let namespace = text(&object["metadata"]["namespace"]);
                 let wanted = object["spec"]["replicas"].as_u64().unwrap_or(1);
                 let ready = object["status"]["readyReplicas"].as_u64().unwrap_or(0);
+                let why = (ready < wanted)
+                    .then(|| waiting(&namespace, &object["spec"]["selector"]["matchLabels"]))
+                    .flatten()
+                    .map(|reason| format!(" ({reason})"))
+                    .unwrap_or_default();
                 lines.push((
                     namespace,
                     format!(
-                        "{kind}/{} {ready}/{wanted} ready",
+                        "{kind}/{} {ready}/{wanted} ready{why}",
                         text(&object["metadata"]["name"])
                     ),
                 ));

@@ -22,6 +22,19 @@ pub trait ClusterView {
     }
 }
 
+/// The kubelet's view as a pull reads it.
+struct PullView<'a>(&'a dyn ClusterView);
+
+impl super::pulls::ClusterView for PullView<'_> {
+    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.0.object(store_key, namespace, name)
+    }
+
+    fn objects(&self, store_key: &str) -> Vec<Value> {
+        self.0.objects(store_key)
+    }
+}
+
 /// Images that no registry serves any more: Bitnami removed its versioned images from
 /// `docker.io/bitnami/` on 2025-09-29 (they live on as `docker.io/bitnamilegacy/`), so a chart
 /// that still names them pulls nothing on a real cluster.
@@ -69,7 +82,7 @@ impl ImagePolicy {
                     root: root.clone(),
                     node: node.to_string(),
                 },
-                view,
+                &PullView(view),
             ),
             None => Ok(()),
         };

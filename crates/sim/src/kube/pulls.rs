@@ -8,9 +8,9 @@
 //! must exist (a pipeline pushed it). Each failure is containerd's message after
 //! `failed to pull and unpack image "...": `.
 //!
-//! Pure functions of the node's files ([`NodeFiles`]) and the store ([`ClusterView`]).
+//! Pure functions of the node's files ([`NodeFiles`]) and the store ([`ClusterView`]). A leaf
+//! module: the kubelet's verdicts call it, it calls nothing of the simulator.
 
-use super::kubelet::ClusterView;
 use base64::Engine as _;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -18,6 +18,24 @@ use std::path::{Path, PathBuf};
 /// The resolver a kind node asks after its `/etc/hosts` (Docker's network gateway), which
 /// knows none of the platform's names.
 pub const NODE_RESOLVER: &str = "172.18.0.1:53";
+
+/// The store as a pull reads it (the kubelet's view of the cluster).
+pub trait ClusterView {
+    /// The object `name` of `store_key` in `namespace`.
+    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value>;
+    /// Every object of `store_key`, in every namespace.
+    fn objects(&self, store_key: &str) -> Vec<Value>;
+}
+
+/// Gateway API Gateways' store key (as `super::gateway` names it).
+const GATEWAY_STORE_KEY: &str = "gateways.gateway.networking.k8s.io";
+
+/// kind's `/etc/hosts` on a node, which the registry pin edits.
+pub fn kind_hosts(node: &str) -> String {
+    format!(
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n172.18.0.2\t{node}\n"
+    )
+}
 
 /// What a node's filesystem holds for pulls.
 pub trait NodeFiles {
@@ -37,7 +55,7 @@ pub struct NodeFolder {
 impl NodeFiles for NodeFolder {
     fn hosts(&self) -> String {
         self.read("/etc/hosts")
-            .unwrap_or_else(|| super::programs::script::kind_hosts(&self.node))
+            .unwrap_or_else(|| kind_hosts(&self.node))
     }
 
     fn read(&self, node_path: &str) -> Option<String> {
@@ -96,11 +114,7 @@ fn served_certificate(
     let labels = &service["metadata"]["labels"];
     let gateway_name = labels["gateway.envoyproxy.io/owning-gateway-name"].as_str()?;
     let gateway_namespace = labels["gateway.envoyproxy.io/owning-gateway-namespace"].as_str()?;
-    let gateway = view.object(
-        super::gateway::GATEWAY_STORE_KEY,
-        gateway_namespace,
-        gateway_name,
-    )?;
+    let gateway = view.object(GATEWAY_STORE_KEY, gateway_namespace, gateway_name)?;
     let listener = gateway["spec"]["listeners"]
         .as_array()?
         .iter()
@@ -299,7 +313,7 @@ mod tests {
                 json!({"subsets": [{"addresses": addresses}]}),
             ),
             (
-                super::super::gateway::GATEWAY_STORE_KEY.into(),
+                GATEWAY_STORE_KEY.into(),
                 "gitlab".into(),
                 "gitlab-gw".into(),
                 json!({"spec": {"listeners": [

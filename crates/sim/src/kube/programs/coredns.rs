@@ -23,8 +23,7 @@ use std::time::{Duration, Instant};
 
 /// How often the `reload` plugin checks the Corefile (its default `30s`).
 pub const RELOAD_INTERVAL: Duration = Duration::from_secs(30);
-/// The cluster DNS Service's address in a kind cluster (`kube-system/kube-dns`).
-pub const CLUSTER_DNS: &str = "10.96.0.10:53";
+pub use crate::network::CLUSTER_DNS;
 /// Where the kind Deployment mounts the Corefile.
 const COREFILE_PATH: &str = "/etc/coredns/Corefile";
 

@@ -13,6 +13,7 @@
 
 use super::node::NodeMounts;
 use super::{Host, Program};
+use crate::kube::pulls::kind_hosts;
 use crate::kube::runtime::{ExecCall, ExecOutcome, Exit};
 use crate::sandbox::Mount;
 use base64::Engine as _;
@@ -28,13 +29,6 @@ const LONGEST_RUN: Duration = Duration::from_secs(300);
 const LOG_LIMIT: usize = 64 * 1024;
 /// Containers whose exits and logs are kept at most (the oldest go first).
 const KEPT: usize = 512;
-
-/// kind's `/etc/hosts` on a node, which the registry pin edits.
-pub(crate) fn kind_hosts(node: &str) -> String {
-    format!(
-        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\nff02::2\tip6-allrouters\n172.18.0.2\t{node}\n"
-    )
-}
 
 /// A node path made of plain names (no `..`): its parts, else `None`.
 fn plain_parts(path: &str) -> Option<Vec<String>> {

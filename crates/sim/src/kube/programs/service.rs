@@ -83,48 +83,7 @@ pub fn answer(host: &Host, name: &str, from_namespace: &str) -> Option<coredns::
     Some(coredns::lookup(&corefile, name, from_namespace, &object))
 }
 
-/// Why a pod's TCP connection to a name fails.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum DialError {
-    /// No CoreDNS pod answers the query.
-    NoDns,
-    /// CoreDNS answers NXDOMAIN.
-    NoSuchHost,
-    /// The Service has no ready endpoint: kube-proxy rejects the connection.
-    Refused { ip: String },
-    /// The Service does not declare the port: no kube-proxy rule, the packets go nowhere.
-    Timeout { ip: String },
-}
-
-impl DialError {
-    /// Go's `net` words (helm, kubectl, kaniko, containerd): what follows `Get "URL": `.
-    pub fn go_words(&self, name: &str, port: u16) -> String {
-        let dns = coredns::CLUSTER_DNS;
-        match self {
-            DialError::NoDns => {
-                format!("dial tcp: lookup {name} on {dns}: read: connection refused")
-            }
-            DialError::NoSuchHost => format!("dial tcp: lookup {name} on {dns}: no such host"),
-            DialError::Refused { ip } => {
-                format!("dial tcp {ip}:{port}: connect: connection refused")
-            }
-            DialError::Timeout { ip } => format!("dial tcp {ip}:{port}: i/o timeout"),
-        }
-    }
-
-    /// curl's words (git over HTTPS): what follows `fatal: unable to access 'URL': `.
-    pub fn curl_words(&self, name: &str, port: u16) -> String {
-        match self {
-            DialError::NoDns | DialError::NoSuchHost => format!("Could not resolve host: {name}"),
-            DialError::Refused { .. } => format!(
-                "Failed to connect to {name} port {port} after 0 ms: Couldn't connect to server"
-            ),
-            DialError::Timeout { .. } => format!(
-                "Failed to connect to {name} port {port} after 130000 ms: Couldn't connect to server"
-            ),
-        }
-    }
-}
+pub use crate::network::DialError;
 
 /// Whether a TCP connection from a pod in `from_namespace` to `name:port` is accepted: a ready
 /// endpoint behind the Service's port (kube-proxy forwards to it), or a ready pod behind a
