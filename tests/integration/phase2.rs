@@ -801,7 +801,7 @@ Recap of scripts/phase2.rhai
         STEPS_BEFORE,
     );
     run.partial_stdout(
-        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready\n",
+        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready (pod gitlab-webservice-default-fls79jl7zz-<pod> container webservice CrashLoopBackOff: last exit code 1: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.)\n",
         "the end state's other namespaces are pinned by the passing rehearsals",
     );
     run.stderr(&format!(

@@ -551,12 +551,23 @@ impl Platform {
                         .find_map(|status| {
                             let state = &status["state"]["waiting"];
                             let reason = state["reason"].as_str()?;
+                            // A crash loop's own message is only the back-off: its last exit
+                            // says why.
+                            let last = &status["lastState"]["terminated"];
+                            let message = if reason == "CrashLoopBackOff" && last.is_object() {
+                                format!(
+                                    "last exit code {}: {}",
+                                    last["exitCode"],
+                                    text(&last["message"]).trim_end()
+                                )
+                            } else {
+                                text(&state["message"])
+                            };
                             (reason != "ContainerCreating").then(|| {
                                 format!(
-                                    "pod {} container {} {reason}: {}",
+                                    "pod {} container {} {reason}: {message}",
                                     text(&pod["metadata"]["name"]),
                                     text(&status["name"]),
-                                    text(&state["message"])
                                 )
                             })
                         })
