@@ -563,6 +563,20 @@ fn the_readmes_rhai_examples_compile_and_call_only_existing_functions() {
     }
 }
 
+/// The stdout of `scripts/test.rhai`'s one step printing `which("helm")`, found in the
+/// checkout's `.tools/bin`.
+fn helm_found_in_tools() -> String {
+    with_recaps(
+        "
+        [1/1] Which ...
+            helm: <repo>/.tools/bin/helm
+        [1/1] Which ... ok (#.## s)
+
+        <recap of scripts/test.rhai: Which: ok>
+        ",
+    ) + EMPTY_END_STATE
+}
+
 #[test]
 fn a_rehearsal_finds_the_tools_test_sh_installed_without_them_on_path() {
     // `./test.sh` puts helm, kubectl and bao into .tools/bin; the main job must find them there.
@@ -583,15 +597,7 @@ fn a_rehearsal_finds_the_tools_test_sh_installed_without_them_on_path() {
         .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
     output.expect(
         0,
-        &(with_recaps(
-            "
-        [1/1] Which ...
-            helm: <repo>/.tools/bin/helm
-        [1/1] Which ... ok (#.## s)
-
-        <recap of scripts/test.rhai: Which: ok>
-        ",
-        ) + EMPTY_END_STATE),
+        &helm_found_in_tools(),
         &rehearsal_platform("bprun's in-process OpenBao stand-in (no `bao` binary found)"),
     );
 }
@@ -646,15 +652,7 @@ fn the_main_job_installs_what_it_misses_with_the_checkouts_installer_first() {
         .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
     output.expect(
         0,
-        &(with_recaps(
-            "
-        [1/1] Which ...
-            helm: <repo>/.tools/bin/helm
-        [1/1] Which ... ok (#.## s)
-
-        <recap of scripts/test.rhai: Which: ok>
-        ",
-        ) + EMPTY_END_STATE),
+        &helm_found_in_tools(),
         &format!(
             "bprun: the rehearsal needs bao, helm, kubectl, helm3, redis-server, redis-cli: installing into .tools/ with scripts/install-tools.sh --main\ninstall-tools: installing bao, helm, kubectl, helm3, redis-server, redis-cli into .tools/bin\n{}",
             rehearsal_platform("a real `bao server -dev` (<repo>/.tools/bin/bao)")

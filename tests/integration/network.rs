@@ -3,17 +3,12 @@
 //! test breaks one of them in a copy of the repository, rehearses phases 2 and 3, and pins the
 //! error from its headline on (the steps before it are pinned by the passing rehearsals).
 
-use crate::support::{BPRUN, Output, assert_text, tool};
+use crate::support::{Output, assert_text};
 
 /// A copy of the repository with the real tools, `phase2.rhai` edited by `edit` (which must
 /// change it), and the apps' deploy jobs waiting 20 s instead of 5 minutes for their workloads.
 fn copy_with(edit: impl Fn(&str) -> String) -> crate::support::Test {
-    let copy = BPRUN
-        .test_in_repository_copy()
-        .env("HELM_BIN", tool("helm"))
-        .env("BPRUN_BAO_BIN", tool("bao"))
-        .env("BPRUN_REDIS_SERVER", tool("redis-server"))
-        .env("BPRUN_REDIS_CLI", tool("redis-cli"));
+    let copy = crate::phase2::with_tools();
     let phase2 = copy.path().join("scripts/phase2.rhai");
     let source = std::fs::read_to_string(&phase2).expect("phase2.rhai");
     let edited = edit(&source);
@@ -75,12 +70,9 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
     format!("{}{workloads}", &run.stderr[at..])
 }
 
-#[test]
-fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
-    let copy = copy_with(|source| without_step(source, "CoreDNS rewrite"));
-    assert_text(
-        &rehearse_failing(&copy),
-        r##"error: step "Smoke test" failed
+/// What phase 3 says when its jobs cannot fetch from GitLab's external host (no CoreDNS rewrite,
+/// or a rewrite to a Service that does not exist): every project's first job fails.
+const NO_FETCH: &str = r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
      ╭─[scripts/phase3.rhai:180:5]
  179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
@@ -140,8 +132,47 @@ fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
   hint: each failed pipeline is listed above with its URL
   when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
-"##,
-    );
+"##;
+
+/// What phase 3 says when the guestbook's deploy job timed out waiting for a pod that cannot pull
+/// its image (helm's words only), before the end state's guestbook line.
+const DEPLOY_TIMED_OUT: &str = r##"error: step "Smoke test" failed
+  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
+     ╰────
+  caused by: job deploy failed; end of its trace:
+    Checking out <sha> as detached HEAD (ref is main)...
+    Skipping Git submodules setup
+    Executing "step_script" stage of the job script
+    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
+    Release "guestbook" does not exist. Installing it now.
+    Error: context deadline exceeded
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+re-run with --resume to continue from here
+"##;
+
+/// The deploy job's timeout, then the end state's guestbook line with containerd's reason `why`
+/// (what follows the manifest request).
+fn unpullable(why: &str) -> String {
+    format!(
+        "{DEPLOY_TIMED_OUT}  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to do request: Head \"https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest\": {why})\n"
+    )
+}
+
+#[test]
+fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
+    let copy = copy_with(|source| without_step(source, "CoreDNS rewrite"));
+    assert_text(&rehearse_failing(&copy), NO_FETCH);
 }
 
 #[test]
@@ -152,70 +183,7 @@ fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
             "const GATEWAY_SERVICE = \"gitlab-gw.gitlab.svc.cluster.local\";",
         )
     });
-    assert_text(
-        &rehearse_failing(&copy),
-        r##"error: step "Smoke test" failed
-  × gitlab: 4 of 4 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
-    job lint-templates failed; end of its trace:
-    Running with gitlab-runner 17.9.0 (bprun-sim)
-      on blueprint gitlab-runner 
-    Preparing the "kubernetes" executor
-    Using Kubernetes executor with image alpine:3.20 ...
-    Getting source from Git repository
-    Initialized empty Git repository in /builds/blueprint-apps/shared-code/.git/
-    Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/shared-code.git/': Could not resolve host: gitlab.local.example.net
-    ERROR: Job failed: exit code 1
-    (open http://127.0.0.1:<port>/blueprint-apps/shared-code/-/pipelines/<id>)
-  caused by: gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-    job lint failed; end of its trace:
-    Running with gitlab-runner 17.9.0 (bprun-sim)
-      on blueprint gitlab-runner 
-    Preparing the "kubernetes" executor
-    Using Kubernetes executor with image alpine/helm:3.16.4 ...
-    Getting source from Git repository
-    Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/
-    Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/guestbook.git/': Could not resolve host: gitlab.local.example.net
-    ERROR: Job failed: exit code 1
-    (open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>)
-  caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed
-    job lint failed; end of its trace:
-    Running with gitlab-runner 17.9.0 (bprun-sim)
-      on blueprint gitlab-runner 
-    Preparing the "kubernetes" executor
-    Using Kubernetes executor with image alpine/helm:3.16.4 ...
-    Getting source from Git repository
-    Initialized empty Git repository in /builds/blueprint-apps/redis/.git/
-    Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis.git/': Could not resolve host: gitlab.local.example.net
-    ERROR: Job failed: exit code 1
-    (open http://127.0.0.1:<port>/blueprint-apps/redis/-/pipelines/<id>)
-  caused by: gitlab: pipeline #<id> of blueprint-apps/redis-slave failed
-    job lint failed; end of its trace:
-    Running with gitlab-runner 17.9.0 (bprun-sim)
-      on blueprint gitlab-runner 
-    Preparing the "kubernetes" executor
-    Using Kubernetes executor with image alpine/helm:3.16.4 ...
-    Getting source from Git repository
-    Initialized empty Git repository in /builds/blueprint-apps/redis-slave/.git/
-    Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis-slave.git/': Could not resolve host: gitlab.local.example.net
-    ERROR: Job failed: exit code 1
-    (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
-  hint: each failed pipeline is listed above with its URL
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
-re-run with --resume to continue from here
-"##,
-    );
+    assert_text(&rehearse_failing(&copy), NO_FETCH);
 }
 
 #[test]
@@ -223,31 +191,9 @@ fn without_node_trust_the_apps_image_fails_containerds_tls_check() {
     let copy = copy_with(|source| without_step(source, "Node trust"));
     assert_text(
         &rehearse_failing(&copy),
-        r##"error: step "Smoke test" failed
-  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  caused by: job deploy failed; end of its trace:
-    Checking out <sha> as detached HEAD (ref is main)...
-    Skipping Git submodules setup
-    Executing "step_script" stage of the job script
-    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
-    $ export KUBECONFIG=/tmp/kubeconfig
-    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
-    Release "guestbook" does not exist. Installing it now.
-    Error: context deadline exceeded
-    Cleaning up project directory and file based variables
-    ERROR: Job failed: exit code 1
-  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
-re-run with --resume to continue from here
-  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": tls: failed to verify certificate: x509: certificate signed by unknown authority)
-"##,
+        &unpullable(
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority",
+        ),
     );
 }
 
@@ -256,31 +202,7 @@ fn without_the_registry_pin_the_node_cannot_resolve_the_registry() {
     let copy = copy_with(|source| without_step(source, "Registry hosts pin"));
     assert_text(
         &rehearse_failing(&copy),
-        r##"error: step "Smoke test" failed
-  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  caused by: job deploy failed; end of its trace:
-    Checking out <sha> as detached HEAD (ref is main)...
-    Skipping Git submodules setup
-    Executing "step_script" stage of the job script
-    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
-    $ export KUBECONFIG=/tmp/kubeconfig
-    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
-    Release "guestbook" does not exist. Installing it now.
-    Error: context deadline exceeded
-    Cleaning up project directory and file based variables
-    ERROR: Job failed: exit code 1
-  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
-re-run with --resume to continue from here
-  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host)
-"##,
+        &unpullable("dial tcp: lookup registry.local.example.net on 172.18.0.1:53: no such host"),
     );
 }
 
@@ -294,31 +216,7 @@ fn a_pin_to_an_address_no_service_has_times_out() {
     });
     assert_text(
         &rehearse_failing(&copy),
-        r##"error: step "Smoke test" failed
-  × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  caused by: job deploy failed; end of its trace:
-    Checking out <sha> as detached HEAD (ref is main)...
-    Skipping Git submodules setup
-    Executing "step_script" stage of the job script
-    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
-    $ export KUBECONFIG=/tmp/kubeconfig
-    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace "$HELM_NAMESPACE" --create-namespace --wait --timeout 20s
-    Release "guestbook" does not exist. Installing it now.
-    Error: context deadline exceeded
-    Cleaning up project directory and file based variables
-    ERROR: Job failed: exit code 1
-  hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
-re-run with --resume to continue from here
-  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image "registry.local.example.net/blueprint-apps/guestbook:latest": failed to resolve reference "registry.local.example.net/blueprint-apps/guestbook:latest": failed to do request: Head "https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest": dial tcp 10.96.250.250:443: i/o timeout)
-"##,
+        &unpullable("dial tcp 10.96.250.250:443: i/o timeout"),
     );
 }
 

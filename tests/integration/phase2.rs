@@ -250,7 +250,7 @@ print(`${a} ${a.len} ${a != b}`);
 
 /// A copy of the repository with the real helm and bao that phase 2 (and the OpenBao pods of
 /// the simulator) run, and the real redis-server and redis-cli of its Redis pods.
-fn with_tools() -> crate::support::Test {
+pub(crate) fn with_tools() -> crate::support::Test {
     BPRUN
         .test_in_repository_copy()
         .env("HELM_BIN", tool("helm"))
@@ -426,6 +426,15 @@ fn move_step_before(source: &str, moved: &str, before: &str) -> String {
         .unwrap_or_else(|| panic!("no step {before}"));
     format!("{}{block}\n{}", &without[..at], &without[at..])
 }
+
+/// How a crash-looping bundled OpenBao stops the GitLab step, after the wait's headline and
+/// source: its StatefulSet, its pod and the pod's event, the hint and the step's advice.
+const OPENBAO_CRASH_LOOP: &str = r##"  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
+  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
+  caused by: pod gitlab-openbao-0: event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
+  hint: this state does not resolve by waiting: fix the image, command or configuration
+  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
+"##;
 
 /// What `bprun rehearse` says on stderr first about a bare platform.
 const BARE_PLATFORM: &str = "\
@@ -663,7 +672,7 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
         STEPS_BEFORE,
     );
     run.stderr(&format!(
-        "{BARE_PLATFORM}{}",
+        "{BARE_PLATFORM}{}{}{}",
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…ection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup
   │ postgresql-cnpg-rw.postgresql.svc on 10.96.0.10:53: no such host), <n> restarts
@@ -674,12 +683,9 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
      ·         ╰── failed here
  450 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
-  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
-  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
-  caused by: pod gitlab-openbao-0: event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
-  hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
-re-run with --resume to continue from here
+"##,
+        OPENBAO_CRASH_LOOP,
+        r##"re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##
     ));
@@ -1860,7 +1866,7 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
     run.code(1);
     run.stderr(&format!(
-        "{BARE_PLATFORM}{}",
+        "{BARE_PLATFORM}{}{}{}",
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
   │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
@@ -1871,12 +1877,9 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
      ·         ╰── failed here
  498 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
-  caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
-  caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Running; container openbao waiting (CrashLoopBackOff: back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [openbao]), Ready=False (ContainersNotReady: containers with unready status: [openbao])
-  caused by: pod gitlab-openbao-0: event BackOff: Back-off restarting failed container openbao in pod gitlab-openbao-0_gitlab(<uid>)
-  hint: this state does not resolve by waiting: fix the image, command or configuration
-  when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
-re-run with --resume to continue from here
+"##,
+        OPENBAO_CRASH_LOOP,
+        r##"re-run with --resume to continue from here
 "##
     ));
 }

@@ -11,29 +11,8 @@ use serde_json::{Value, json};
 
 use crate::images::PlatformRegistry;
 
-/// Read access to the objects a pod depends on.
-pub trait ClusterView {
-    /// The object `name` of `store_key` (`secrets`, `configmaps`, ...) in `namespace`.
-    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value>;
-
-    /// Every object of `store_key`, in every namespace.
-    fn objects(&self, _store_key: &str) -> Vec<Value> {
-        Vec::new()
-    }
-}
-
-/// The kubelet's view as a pull reads it.
-struct PullView<'a>(&'a dyn ClusterView);
-
-impl super::pulls::ClusterView for PullView<'_> {
-    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
-        self.0.object(store_key, namespace, name)
-    }
-
-    fn objects(&self, store_key: &str) -> Vec<Value> {
-        self.0.objects(store_key)
-    }
-}
+/// Read access to the objects a pod depends on (defined with the pulls, which read it too).
+pub use super::pulls::ClusterView;
 
 /// Images that no registry serves any more: Bitnami removed its versioned images from
 /// `docker.io/bitnami/` on 2025-09-29 (they live on as `docker.io/bitnamilegacy/`), so a chart
@@ -82,7 +61,7 @@ impl ImagePolicy {
                     root: root.clone(),
                     node: node.to_string(),
                 },
-                &PullView(view),
+                view,
             ),
             None => Ok(()),
         };

@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod cnpg;
 pub mod controllers;
 pub mod crd_schema;
+pub mod endpoints;
 pub mod gateway;
 pub mod kubelet;
 pub mod merge;

@@ -19,12 +19,16 @@ use std::path::{Path, PathBuf};
 /// knows none of the platform's names.
 pub const NODE_RESOLVER: &str = "172.18.0.1:53";
 
-/// The store as a pull reads it (the kubelet's view of the cluster).
+/// Read access to the store: what a pod depends on (the kubelet's verdicts) and what a pull
+/// meets (Services, Gateways, Secrets). `super::kubelet` re-exports it.
 pub trait ClusterView {
-    /// The object `name` of `store_key` in `namespace`.
+    /// The object `name` of `store_key` (`secrets`, `configmaps`, ...) in `namespace`.
     fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value>;
+
     /// Every object of `store_key`, in every namespace.
-    fn objects(&self, store_key: &str) -> Vec<Value>;
+    fn objects(&self, _store_key: &str) -> Vec<Value> {
+        Vec::new()
+    }
 }
 
 /// Gateway API Gateways' store key (as `super::gateway` names it).
@@ -179,16 +183,9 @@ pub fn verify_certificate(ca: Option<&str>, chain: &str, host: &str) -> Result<(
 }
 
 /// Whether a Service has a ready endpoint (kube-proxy forwards to it; without one it rejects).
-pub fn has_ready_endpoint(view: &dyn ClusterView, namespace: &str, name: &str) -> bool {
+fn has_ready_endpoint(view: &dyn ClusterView, namespace: &str, name: &str) -> bool {
     view.object("endpoints", namespace, name)
-        .and_then(|endpoints| endpoints["subsets"].as_array().cloned())
-        .into_iter()
-        .flatten()
-        .any(|subset| {
-            subset["addresses"]
-                .as_array()
-                .is_some_and(|addresses| !addresses.is_empty())
-        })
+        .is_some_and(|endpoints| super::endpoints::has_ready_address(&endpoints))
 }
 
 /// Why the node cannot reach the registry `host` (no port: 443) for `image`, or `Ok` once the

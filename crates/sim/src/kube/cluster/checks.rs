@@ -209,14 +209,7 @@ impl Cluster {
             }
             let ready = self
                 .lookup("endpoints", service_namespace, name)
-                .and_then(|endpoints| endpoints["subsets"].as_array())
-                .is_some_and(|subsets| {
-                    subsets.iter().any(|subset| {
-                        subset["addresses"]
-                            .as_array()
-                            .is_some_and(|addresses| !addresses.is_empty())
-                    })
-                });
+                .is_some_and(crate::kube::endpoints::has_ready_address);
             if ready {
                 admission::ServiceState::Ready
             } else {

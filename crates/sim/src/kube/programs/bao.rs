@@ -33,6 +33,7 @@ use super::node::{self, NodeMounts};
 use super::process;
 use super::service::Backend;
 use super::{ExecCall, ExecOutcome, Host, Program, volumes};
+use crate::network::CLUSTER_DNS;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -216,12 +217,12 @@ impl OpenBao {
         let (ip, address) = match host.resolve(&name, port, &call.namespace) {
             Backend::Unknown => {
                 return Err(format!(
-                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on 10.96.0.10:53: no such host"
+                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on {CLUSTER_DNS}: no such host"
                 ));
             }
             Backend::NoDns => {
                 return Err(format!(
-                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on 10.96.0.10:53: read: connection refused"
+                    "error initializing storage of type postgresql: failed to connect to postgres: unable to verify connection: failed to connect to `user={user} database={database}`: hostname resolving error: lookup {name} on {CLUSTER_DNS}: read: connection refused"
                 ));
             }
             // Nothing listens there: the server's own connection refusal.

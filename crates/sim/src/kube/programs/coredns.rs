@@ -463,20 +463,15 @@ impl Program for CoreDns {
 /// `kube-system/kube-dns` whose pod loaded one; `None` when no CoreDNS pod serves.
 pub fn cluster_corefile(host: &Host) -> Option<Corefile> {
     let endpoints = host.object("endpoints", "kube-system", "kube-dns")?;
-    let pods: Vec<String> = endpoints["subsets"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .flat_map(|subset| subset["addresses"].as_array().cloned().unwrap_or_default())
-        .filter_map(|address| address["targetRef"]["name"].as_str().map(str::to_string))
-        .collect();
-    pods.iter().find_map(|name| {
-        let pod = host.object("pods", "kube-system", name)?;
-        let uid = pod["metadata"]["uid"].as_str()?.to_string();
-        host.shared()
-            .dns
-            .corefile(&uid, || mounted_corefile(&pod, host))
-    })
+    crate::kube::endpoints::ready_pods(&endpoints)
+        .iter()
+        .find_map(|name| {
+            let pod = host.object("pods", "kube-system", name)?;
+            let uid = pod["metadata"]["uid"].as_str()?.to_string();
+            host.shared()
+                .dns
+                .corefile(&uid, || mounted_corefile(&pod, host))
+        })
 }
 
 #[cfg(test)]

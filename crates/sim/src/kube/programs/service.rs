@@ -6,6 +6,7 @@
 //! not, the Service has a ready endpoint or refuses the connection.
 
 use super::{Host, coredns};
+use crate::kube::endpoints;
 use serde_json::Value;
 use std::net::SocketAddr;
 
@@ -123,14 +124,7 @@ pub fn dial(host: &Host, name: &str, port: u16, from_namespace: &str) -> Result<
     }
     let ready = host
         .object("endpoints", &namespace, &service_name)
-        .and_then(|endpoints| endpoints["subsets"].as_array().cloned())
-        .into_iter()
-        .flatten()
-        .any(|subset| {
-            subset["addresses"]
-                .as_array()
-                .is_some_and(|a| !a.is_empty())
-        });
+        .is_some_and(|endpoints| endpoints::has_ready_address(&endpoints));
     if ready {
         Ok(())
     } else {
@@ -167,14 +161,10 @@ pub fn resolve(host: &Host, name: &str, port: u16, from_namespace: &str) -> Back
         .as_str()
         .unwrap_or("10.96.0.1")
         .to_string();
-    let ready_pods: Vec<String> = host
+    let ready_pods = host
         .object("endpoints", &namespace, &service_name)
-        .and_then(|endpoints| endpoints["subsets"].as_array().cloned())
-        .into_iter()
-        .flatten()
-        .flat_map(|subset| subset["addresses"].as_array().cloned().unwrap_or_default())
-        .filter_map(|address| address["targetRef"]["name"].as_str().map(str::to_string))
-        .collect();
+        .map(|endpoints| endpoints::ready_pods(&endpoints))
+        .unwrap_or_default();
     for pod_name in ready_pods {
         let Some(pod) = host.object("pods", &namespace, &pod_name) else {
             continue;
