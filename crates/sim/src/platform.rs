@@ -255,7 +255,10 @@ impl Drop for Platform {
 /// Answers like a container registry's `/v2/` (an empty 200 with the API version header), as
 /// the registry image's program does.
 async fn registry(listener: tokio::net::TcpListener) {
-    crate::kube::programs::gitlab::registry_api(listener).await
+    crate::http::accept_loop(listener, None, |_| async {
+        Some(crate::kube::programs::gitlab::registry_root())
+    })
+    .await
 }
 
 fn to_tokio(listener: TcpListener) -> Result<tokio::net::TcpListener, String> {

@@ -133,6 +133,16 @@ impl std::ops::DerefMut for Locked<'_> {
 }
 
 /// The node the programs run on: this simulator's store and shell basics.
+impl programs::World for KubeSim {
+    fn node(&self) -> &dyn Node {
+        self
+    }
+
+    fn programs(&self) -> &Programs {
+        &self.programs
+    }
+}
+
 impl Node for KubeSim {
     fn store(&self) -> StoreGuard<'_> {
         Box::new(Locked(self.cluster()))
@@ -161,6 +171,8 @@ pub async fn serve(
     sim: Arc<KubeSim>,
     tls: tokio_rustls::TlsAcceptor,
 ) {
+    let world: std::sync::Weak<dyn programs::World> = Arc::downgrade(&sim) as _;
+    let _ = sim.programs.shared.world.set(world);
     let controller = sim.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));

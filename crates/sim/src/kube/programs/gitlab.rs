@@ -582,43 +582,19 @@ impl Program for Webservice {
     }
 }
 
-/// Answers like a container registry's API root: `GET /v2/` (any request) gets an empty 200
-/// JSON object with `Docker-Distribution-API-Version: registry/2.0`, until the task is aborted.
-pub async fn registry_api(listener: tokio::net::TcpListener) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    loop {
-        let Ok((mut connection, _)) = listener.accept().await else {
-            // Out of file descriptors or similar: back off rather than spin.
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
-        tokio::spawn(async move {
-            let mut buffer = [0u8; 2048];
-            let read =
-                tokio::time::timeout(Duration::from_secs(5), connection.read(&mut buffer)).await;
-            if matches!(read, Ok(Ok(n)) if n > 0) {
-                let _ = connection
-                    .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ndocker-distribution-api-version: registry/2.0\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}")
-                    .await;
-            }
-        });
-    }
-}
+use super::web::Task;
 
-/// A task on the shared runtime, aborted when dropped.
-struct Task(tokio::task::JoinHandle<()>);
-
-impl Drop for Task {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
+/// What a container registry's API root answers (any request): an empty 200 JSON object with
+/// `Docker-Distribution-API-Version: registry/2.0`.
+pub fn registry_root() -> SimResponse {
+    SimResponse::bytes(200, "application/json", b"{}".to_vec())
+        .with_header("docker-distribution-api-version", "registry/2.0")
 }
 
 /// GitLab's container registry: port 5000 of each pod is a loopback listener of its own.
 #[derive(Default)]
 pub struct Registry {
-    /// pod uid -> where it listens, and the task serving it.
-    listeners: Mutex<BTreeMap<String, (SocketAddr, Task)>>,
+    served: super::web::Served,
 }
 
 impl Program for Registry {
@@ -640,39 +616,19 @@ impl Program for Registry {
         if call.annotations.contains_key("sim.bprun.dev/forward-5000") {
             return Ok(());
         }
-        let listener = std::net::TcpListener::bind("127.0.0.1:0")
-            .map_err(|error| format!("registry: cannot listen on 127.0.0.1: {error}"))?;
-        let address = listener.local_addr().map_err(|e| e.to_string())?;
-        listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        let runtime = bprun_clients::runtime::runtime();
-        let listener = {
-            let _guard = runtime.enter();
-            tokio::net::TcpListener::from_std(listener).map_err(|e| e.to_string())?
-        };
-        let task = Task(runtime.spawn(registry_api(listener)));
-        self.listeners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(call.pod_uid.clone(), (address, task));
-        Ok(())
+        self.served
+            .listen(&call.pod_uid, 5000, None, |_| async {
+                Some(registry_root())
+            })
+            .map_err(|error| format!("registry: {error}"))
     }
 
     fn stop(&self, pod_uid: &str) {
-        self.listeners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(pod_uid);
+        self.served.stop(pod_uid);
     }
 
     fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        if port != 5000 {
-            return None;
-        }
-        self.listeners
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(pod_uid)
-            .map(|(address, _)| *address)
+        self.served.forward(pod_uid, port)
     }
 }
 

@@ -34,6 +34,7 @@
 pub mod bao;
 pub mod coredns;
 pub mod env;
+pub mod envoy;
 pub mod gitlab;
 pub mod minio;
 pub mod node;
@@ -43,6 +44,7 @@ pub mod redis;
 pub mod script;
 pub mod service;
 pub mod volumes;
+pub mod web;
 
 use super::kubelet::ClusterView;
 use super::runtime::{
@@ -198,6 +200,11 @@ impl Host<'_> {
             .collect()
     }
 
+    /// Every object of `store_key`, in every namespace.
+    pub fn all(&self, store_key: &str) -> Vec<Value> {
+        self.node.store().all(store_key)
+    }
+
     pub fn shared(&self) -> &Shared {
         &self.programs.shared
     }
@@ -295,6 +302,25 @@ pub struct Shared {
     pub minio: minio::Stores,
     /// The Corefiles the CoreDNS pods loaded: the cluster's DNS.
     pub dns: coredns::Servers,
+    /// The simulator itself, for programs that answer connections after `start` returned (the
+    /// Envoy proxy routing a request reads the routes and endpoints of that moment). Set when
+    /// the simulator starts serving.
+    pub world: std::sync::OnceLock<std::sync::Weak<dyn World>>,
+}
+
+/// The simulator as a program that serves reaches it later: its store and its programs.
+pub trait World: Send + Sync {
+    fn node(&self) -> &dyn Node;
+    fn programs(&self) -> &Programs;
+}
+
+impl Shared {
+    /// Runs `read` with the simulator's [`Host`], while the simulator lives and serves.
+    pub fn with_host<T>(&self, read: impl FnOnce(&Host) -> T) -> Option<T> {
+        let world = self.world.get()?.upgrade()?;
+        let host = Host::new(world.node(), world.programs());
+        Some(read(&host))
+    }
 }
 
 /// Whether `pod` runs to completion with a container whose command really runs (a script):
@@ -569,6 +595,9 @@ impl Programs {
             )),
             Arc::new(minio::Minio),
             Arc::new(coredns::CoreDns),
+            Arc::new(envoy::Envoy::default()),
+            Arc::new(web::Guestbook::default()),
+            Arc::new(web::Nginx::default()),
             Arc::new(script::Scripts::new(
                 state_dir.join("nodes"),
                 node,
