@@ -73,4 +73,67 @@ pub mod net_functions {
             }
         }
     }
+
+    /// A GET over HTTPS as `curl --resolve --cacert` sends it: #{status, body}. Options:
+    /// `connect_to` ("127.0.0.1:PORT", where to connect: a port-forward to the gateway's
+    /// Service) while the URL's host stays the SNI and `Host`; `ca_file` (PEM, the only CA
+    /// trusted); `timeout` (seconds, 30 by default, retries included: a GET is safe, so refused
+    /// connections and 429/502/503/504 answers are retried with backoff until then). Any other
+    /// status is returned as it came; a connection that never succeeded is an error naming
+    /// its cause (a certificate the CA does not sign, a refused connection). Runs inside a step
+    /// only.
+    ///
+    /// ```rhai
+    /// step("Workloads reachable", || {
+    ///     let gateway = kube_port_forward("gitlab", "svc/gitlab-gateway", 443);
+    ///     let answer = https_get("https://guestbook.local.example.net/",
+    ///                            #{connect_to: gateway, ca_file: "infra/tls/wildcard/ca.pem"});
+    ///     if answer.status != 200 { throw `guestbook answered ${answer.status}` }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn https_get(
+        context: NativeCallContext,
+        url: &str,
+        options: rhai::Map,
+    ) -> RhaiResultOf<rhai::Map> {
+        use crate::natives::options::{option_str, reject_unknown};
+        const NATIVE: &str = "https_get";
+        let session = crate::natives::options::remote_session(&context, NATIVE)?;
+        reject_unknown(&options, &["connect_to", "ca_file", "timeout"], NATIVE)?;
+        let connect_to = match option_str(&options, "connect_to", NATIVE)? {
+            None => None,
+            Some(text) => Some(text.parse::<std::net::SocketAddr>().map_err(|_| {
+                native_error(
+                    NativeError::new(format!(
+                        "{NATIVE}: connect_to `{text}` is not an address"
+                    ))
+                    .with_hint("write IP:PORT, as kube_port_forward returns it (127.0.0.1:40123)"),
+                )
+            })?),
+        };
+        let ca_pem = match option_str(&options, "ca_file", NATIVE)? {
+            None => None,
+            Some(path) => Some(
+                bprun_clients::fs::Confinement::new(&session.state.root)
+                    .read_text(&path)
+                    .map_err(native_error)?,
+            ),
+        };
+        let timeout = match options.get("timeout") {
+            None => std::time::Duration::from_secs(30),
+            Some(value) => super::super::seconds(value, "https_get timeout")?,
+        };
+        let answer = net::https_get(&net::HttpsGet {
+            url: url.to_string(),
+            connect_to,
+            ca_pem,
+            timeout,
+        })
+        .map_err(native_error)?;
+        let mut result = rhai::Map::new();
+        result.insert("status".into(), Dynamic::from(i64::from(answer.status)));
+        result.insert("body".into(), Dynamic::from(answer.body));
+        Ok(result)
+    }
 }

@@ -40,3 +40,95 @@ pub fn http_status(url: &str, timeout: Duration) -> Result<Result<u16, String>, 
         Err(error) => Err(error_chain(&error)),
     })
 }
+
+/// A GET over HTTPS as `curl --resolve HOST:PORT:ADDRESS --cacert CA URL` sends it: the URL's
+/// host as SNI and `Host`, the TCP connection to `connect_to` when given (a port-forward to the
+/// gateway's Service), the server's certificate verified against `ca_pem` only when given.
+pub struct HttpsGet {
+    pub url: String,
+    pub connect_to: Option<std::net::SocketAddr>,
+    pub ca_pem: Option<String>,
+    /// How long the answer may take, retries included.
+    pub timeout: Duration,
+}
+
+/// What came back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpAnswer {
+    pub status: u16,
+    pub body: String,
+}
+
+/// The longest wait between two attempts of [`https_get`], `Retry-After` included.
+const GET_MAX_BACKOFF: Duration = Duration::from_secs(5);
+
+/// Sends [`HttpsGet`]; a GET is safe, so connection failures and 429/502/503/504 answers are
+/// retried with backoff (honouring `Retry-After`) until the timeout. The last answer is returned
+/// whatever its status; a connection that never succeeded is an error with its cause.
+pub fn https_get(request: &HttpsGet) -> Result<HttpAnswer, ClientError> {
+    let url = reqwest::Url::parse(&request.url).map_err(|error| {
+        ClientError::new(format!("invalid URL {}: {error}", request.url))
+            .with_hint("write a full URL such as https://guestbook.local.example.net/")
+    })?;
+    let host = url.host_str().unwrap_or("").to_string();
+    let mut builder = super::runtime::http_client_builder()
+        .no_proxy()
+        .connect_timeout(request.timeout.min(Duration::from_secs(10)))
+        .timeout(request.timeout.min(Duration::from_secs(30)))
+        .redirect(reqwest::redirect::Policy::none());
+    if let Some(address) = request.connect_to {
+        builder = builder.resolve(&host, address);
+    }
+    if let Some(ca) = &request.ca_pem {
+        let certificates = reqwest::Certificate::from_pem_bundle(ca.as_bytes()).map_err(|error| {
+            ClientError::new(format!("the CA for {} is not PEM: {error}", request.url))
+        })?;
+        builder = builder.tls_certs_only(certificates);
+    }
+    let client = builder
+        .build()
+        .map_err(|error| ClientError::new(format!("cannot build an HTTPS client: {error}")))?;
+    let deadline = std::time::Instant::now() + request.timeout;
+    let via = request
+        .connect_to
+        .map(|address| format!(" (connecting to {address})"))
+        .unwrap_or_default();
+    let mut attempt: u32 = 0;
+    loop {
+        let (client, url) = (client.clone(), url.clone());
+        let result = super::runtime::runtime().block_on(async move {
+            let response = client.get(url).send().await?;
+            let status = response.status().as_u16();
+            let retry_after = response
+                .headers()
+                .get("retry-after")
+                .and_then(|value| value.to_str().ok())
+                .and_then(|value| value.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let body = response.text().await?;
+            Ok::<_, reqwest::Error>((HttpAnswer { status, body }, retry_after))
+        });
+        let (retry_after, outcome) = match result {
+            Ok((answer, retry_after)) if matches!(answer.status, 429 | 502 | 503 | 504) => {
+                (retry_after, Ok(answer))
+            }
+            Ok((answer, _)) => return Ok(answer),
+            Err(error) => (None, Err(error_chain(&error))),
+        };
+        let wait = retry_after
+            .unwrap_or_else(|| Duration::from_millis(250).saturating_mul(1 << attempt.min(5)))
+            .min(GET_MAX_BACKOFF);
+        if std::time::Instant::now() + wait >= deadline {
+            return outcome.map_err(|cause| {
+                ClientError::new(format!("GET {}{via} failed", request.url))
+                    .caused_by(cause)
+                    .with_hint(format!(
+                        "curl --resolve {host}:443:ADDRESS --cacert CA {} shows the same; a certificate error means the CA does not sign what the gateway serves for {host}",
+                        request.url
+                    ))
+            });
+        }
+        std::thread::sleep(wait);
+        attempt += 1;
+    }
+}
