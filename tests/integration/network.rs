@@ -8,12 +8,17 @@ use crate::support::{Output, assert_text};
 /// A copy of the repository with the real tools, `phase2.rhai` edited by `edit` (which must
 /// change it), and the apps' deploy jobs waiting 20 s instead of 5 minutes for their workloads.
 fn copy_with(edit: impl Fn(&str) -> String) -> crate::support::Test {
+    copy_editing("scripts/phase2.rhai", edit)
+}
+
+/// [`copy_with`] for another file of the repository.
+fn copy_editing(file: &str, edit: impl Fn(&str) -> String) -> crate::support::Test {
     let copy = crate::phase2::with_tools();
-    let phase2 = copy.path().join("scripts/phase2.rhai");
-    let source = std::fs::read_to_string(&phase2).expect("phase2.rhai");
+    let path = copy.path().join(file);
+    let source = std::fs::read_to_string(&path).expect("the file to edit");
     let edited = edit(&source);
     assert_ne!(edited, source, "the edit changed nothing");
-    std::fs::write(&phase2, edited).expect("write phase2.rhai");
+    std::fs::write(&path, edited).expect("write the edited file");
     let common = copy.path().join("apps/shared-code/templates/ci-common.yml");
     let text = std::fs::read_to_string(&common).expect("ci-common.yml");
     assert!(text.contains("--timeout 5m"), "the deploy job's timeout");
@@ -247,6 +252,29 @@ fn a_broken_corefile_leaves_coredns_crash_looping_in_its_own_words() {
 re-run with --resume to continue from here
 rehearsal stopped: scripts/phase2.rhai failed, so scripts/phase3.rhai did not run
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
+"##,
+    );
+}
+
+#[test]
+fn without_the_guestbooks_route_the_gateway_answers_envoys_404() {
+    let copy = copy_editing("apps/guestbook/helm-chart/values.yaml", |values| {
+        values.replace("route:\n  enabled: true", "route:\n  enabled: false")
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        r##"error: step "Workloads reachable" failed
+  × https://guestbook.local.example.net/ answered 404 with an empty body through the gateway (svc/gitlab-gateway in gitlab)
+     ╭─[scripts/phase3.rhai:204:9]
+ 203 │         let shown = if body == "" { "an empty body" } else { `\"${body}\"` };
+ 204 │         throw `https://${GUESTBOOK_HOST}/ answered ${answer.status} with ${shown} through the gateway (svc/${GATEWAY_SERVICE} in ${GATEWAY_NAMESPACE})`;
+     ·         ──┬──
+     ·           ╰── thrown here
+ 205 │     }
+     ╰────
+  when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
+re-run with --resume to continue from here
+  Deployment/guestbook 1/1 ready
 "##,
     );
 }

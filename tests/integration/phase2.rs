@@ -528,7 +528,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:554:5
+  in fn on_every_node() called at scripts/phase2.rhai:556:5
   when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
 re-run with --resume to continue from here
 "##
@@ -814,12 +814,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:499:9]
- 498 │     for name in GITLAB_DEPLOYMENTS {
- 499 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:501:9]
+ 500 │     for name in GITLAB_DEPLOYMENTS {
+ 501 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 500 │     }
+ 502 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1830,12 +1830,12 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:499:9]
- 498 │     for name in GITLAB_DEPLOYMENTS {
- 499 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:501:9]
+ 500 │     for name in GITLAB_DEPLOYMENTS {
+ 501 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 500 │     }
+ 502 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
   caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1870,12 +1870,12 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
   │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
-     ╭─[scripts/phase2.rhai:497:5]
- 496 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 497 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:499:5]
+ 498 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 499 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 498 │     for name in GITLAB_DEPLOYMENTS {
+ 500 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
 "##,
         OPENBAO_CRASH_LOOP,
