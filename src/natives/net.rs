@@ -105,10 +105,10 @@ pub mod net_functions {
             None => None,
             Some(text) => Some(text.parse::<std::net::SocketAddr>().map_err(|_| {
                 native_error(
-                    NativeError::new(format!(
-                        "{NATIVE}: connect_to `{text}` is not an address"
-                    ))
-                    .with_hint("write IP:PORT, as kube_port_forward returns it (127.0.0.1:40123)"),
+                    NativeError::new(format!("{NATIVE}: connect_to `{text}` is not an address"))
+                        .with_hint(
+                            "write IP:PORT, as kube_port_forward returns it (127.0.0.1:40123)",
+                        ),
                 )
             })?),
         };

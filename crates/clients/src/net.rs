@@ -80,9 +80,10 @@ pub fn https_get(request: &HttpsGet) -> Result<HttpAnswer, ClientError> {
         builder = builder.resolve(&host, address);
     }
     if let Some(ca) = &request.ca_pem {
-        let certificates = reqwest::Certificate::from_pem_bundle(ca.as_bytes()).map_err(|error| {
-            ClientError::new(format!("the CA for {} is not PEM: {error}", request.url))
-        })?;
+        let certificates =
+            reqwest::Certificate::from_pem_bundle(ca.as_bytes()).map_err(|error| {
+                ClientError::new(format!("the CA for {} is not PEM: {error}", request.url))
+            })?;
         builder = builder.tls_certs_only(certificates);
     }
     let client = builder

@@ -296,6 +296,311 @@ pub fn proxy_objects(
     ]
 }
 
+// How routes attach to listeners (Gateway API's rules), shared with the Envoy proxy program.
+
+/// Whether a Gateway API hostname (`gitlab.example.net`, or a wildcard `*.example.net` that
+/// matches any name ending in `.example.net`) matches `host`; case-insensitive.
+pub fn hostname_matches(pattern: &str, host: &str) -> bool {
+    let (pattern, host) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
+    match pattern.strip_prefix('*') {
+        Some(suffix) => host.ends_with(&suffix) && host.len() > suffix.len(),
+        None => pattern == host,
+    }
+}
+
+/// How specifically a listener's hostname names `host` (higher wins): exact, then the longest
+/// wildcard, then a listener without hostname. `None` when it does not match.
+fn specificity(listener: &Value, host: &str) -> Option<usize> {
+    match listener["hostname"].as_str() {
+        None | Some("") => Some(0),
+        Some(pattern) if hostname_matches(pattern, host) => Some(if pattern.starts_with('*') {
+            pattern.len()
+        } else {
+            usize::MAX
+        }),
+        Some(_) => None,
+    }
+}
+
+/// The listener of `gateway` on `port` that serves `host` (the most specific hostname).
+pub fn listener_for<'a>(gateway: &'a Value, port: u16, host: &str) -> Option<&'a Value> {
+    gateway["spec"]["listeners"]
+        .as_array()?
+        .iter()
+        .filter(|listener| listener["port"].as_u64() == Some(u64::from(port)))
+        .filter_map(|listener| specificity(listener, host).map(|rank| (rank, listener)))
+        .max_by_key(|(rank, _)| *rank)
+        .map(|(_, listener)| listener)
+}
+
+/// Whether `listener` of a Gateway in `gateway_namespace` admits routes from `route_namespace`
+/// (labelled `namespace_labels`): `allowedRoutes.namespaces.from` Same (the default), All, or
+/// Selector (its matchLabels).
+pub fn admits(
+    listener: &Value,
+    gateway_namespace: &str,
+    route_namespace: &str,
+    namespace_labels: &Value,
+) -> bool {
+    let namespaces = &listener["allowedRoutes"]["namespaces"];
+    match namespaces["from"].as_str().unwrap_or("Same") {
+        "All" => true,
+        "Selector" => namespaces["selector"]["matchLabels"]
+            .as_object()
+            .is_some_and(|labels| {
+                labels
+                    .iter()
+                    .all(|(key, value)| namespace_labels[key] == *value)
+            }),
+        _ => gateway_namespace == route_namespace,
+    }
+}
+
+/// Whether `route` names `listener` of `gateway` among its parents.
+pub fn attaches(route: &Value, gateway: &Value, listener: &Value) -> bool {
+    let route_namespace = text(&route["metadata"], "namespace");
+    route["spec"]["parentRefs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|parent| {
+            let kind_ok = parent["kind"].as_str().unwrap_or("Gateway") == "Gateway";
+            let name_ok = text(parent, "name") == text(&gateway["metadata"], "name");
+            let namespace_ok = parent["namespace"].as_str().unwrap_or(route_namespace)
+                == text(&gateway["metadata"], "namespace");
+            let section_ok = parent["sectionName"]
+                .as_str()
+                .is_none_or(|section| section == text(listener, "name"));
+            let port_ok = parent["port"].is_null() || parent["port"] == listener["port"];
+            kind_ok && name_ok && namespace_ok && section_ok && port_ok
+        })
+}
+
+pub const ROUTE_STORE_KEY: &str = "httproutes.gateway.networking.k8s.io";
+
+/// Whether two hostnames (either may be a wildcard) have a name in common.
+fn hostnames_intersect(a: &str, b: &str) -> bool {
+    a.eq_ignore_ascii_case(b) || hostname_matches(a, b) || hostname_matches(b, a)
+}
+
+/// Whether `listener` takes `route`: the route names it among its parents, the listener
+/// admits the route's namespace, and they have a hostname in common.
+pub fn accepts(listener: &Value, gateway: &Value, route: &Value, namespace_labels: &Value) -> bool {
+    attaches(route, gateway, listener)
+        && admits(
+            listener,
+            namespace_of(gateway),
+            namespace_of(route),
+            namespace_labels,
+        )
+        && shares_hostname(listener, route)
+}
+
+fn shares_hostname(listener: &Value, route: &Value) -> bool {
+    let hostnames: Vec<&str> = route["spec"]["hostnames"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    match listener["hostname"].as_str() {
+        None | Some("") => true,
+        Some(pattern) => {
+            hostnames.is_empty()
+                || hostnames
+                    .iter()
+                    .any(|name| hostnames_intersect(pattern, name))
+        }
+    }
+}
+
+/// The status Envoy Gateway writes for one parent reference of an HTTPRoute to `gateway`:
+/// `Accepted` (or why no listener takes it) and `ResolvedRefs` (every backend a Service of the
+/// route's namespace that exists; `service_exists(namespace, name)`).
+pub fn route_parent_status(
+    route: &Value,
+    parent: &Value,
+    gateway: &Value,
+    namespace_labels: &Value,
+    service_exists: &dyn Fn(&str, &str) -> bool,
+    controller_name: &str,
+) -> Value {
+    let generation = &route["metadata"]["generation"];
+    let single = json!({"metadata": route["metadata"], "spec": {"parentRefs": [parent], "hostnames": route["spec"]["hostnames"]}});
+    let listeners: Vec<&Value> = gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|listener| attaches(&single, gateway, listener))
+        .collect();
+    let admitting: Vec<&&Value> = listeners
+        .iter()
+        .filter(|listener| {
+            admits(
+                listener,
+                namespace_of(gateway),
+                namespace_of(route),
+                namespace_labels,
+            )
+        })
+        .collect();
+    let accepted = if admitting.is_empty() {
+        condition(
+            "Accepted",
+            "False",
+            "NotAllowedByListeners",
+            "No listeners included by this parent ref allowed this attachment.",
+            generation,
+        )
+    } else if !admitting
+        .iter()
+        .any(|listener| shares_hostname(listener, route))
+    {
+        condition(
+            "Accepted",
+            "False",
+            "NoMatchingListenerHostname",
+            "There were no hostname intersections between the HTTPRoute and this parent ref's Listener(s).",
+            generation,
+        )
+    } else {
+        condition(
+            "Accepted",
+            "True",
+            "Accepted",
+            "Route is accepted",
+            generation,
+        )
+    };
+    let mut unresolved = None;
+    for (rule_index, rule) in route["spec"]["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        for (backend_index, backend) in rule["backendRefs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let namespace = backend["namespace"].as_str().unwrap_or(namespace_of(route));
+            let name = text(backend, "name");
+            let problem = if backend["kind"].as_str().unwrap_or("Service") != "Service" {
+                Some((
+                    "InvalidKind",
+                    format!(
+                        "Failed to process route rule {rule_index} backendRef {backend_index}: {} is not a supported kind.",
+                        text(backend, "kind")
+                    ),
+                ))
+            } else if namespace != namespace_of(route) {
+                Some((
+                    "RefNotPermitted",
+                    format!(
+                        "Failed to process route rule {rule_index} backendRef {backend_index}: backend ref to Service {namespace}/{name} not permitted by any ReferenceGrant."
+                    ),
+                ))
+            } else if !service_exists(namespace, name) {
+                Some((
+                    "BackendNotFound",
+                    format!(
+                        "Failed to process route rule {rule_index} backendRef {backend_index}: service {namespace}/{name} not found."
+                    ),
+                ))
+            } else {
+                None
+            };
+            if unresolved.is_none() {
+                unresolved = problem;
+            }
+        }
+    }
+    let resolved = match unresolved {
+        Some((reason, message)) => condition("ResolvedRefs", "False", reason, &message, generation),
+        None => condition(
+            "ResolvedRefs",
+            "True",
+            "ResolvedRefs",
+            "Resolved all the Object references for the Route",
+            generation,
+        ),
+    };
+    json!({"parentRef": parent, "controllerName": controller_name, "conditions": [accepted, resolved]})
+}
+
+/// The labels of namespace `name` (what `allowedRoutes` selectors match).
+fn namespace_labels(cluster: &Cluster, name: &str) -> Value {
+    cluster
+        .lookup("namespaces", "", name)
+        .map(|namespace| namespace["metadata"]["labels"].clone())
+        .unwrap_or(Value::Null)
+}
+
+/// Writes the status of every HTTPRoute's parents that are Gateways of a served class
+/// (`served`: class name -> controllerName); returns how many routes it wrote.
+fn reconcile_routes(cluster: &mut Cluster, served: &[(String, String)]) -> usize {
+    if cluster
+        .resource_for_kind("gateway.networking.k8s.io/v1", "HTTPRoute")
+        .is_none()
+    {
+        return 0;
+    }
+    let mut writes = 0;
+    for route in cluster.all(ROUTE_STORE_KEY) {
+        let route_namespace = namespace_of(&route).to_string();
+        let labels = namespace_labels(cluster, &route_namespace);
+        let mut ours = Vec::new();
+        let mut controllers = Vec::new();
+        for parent in route["spec"]["parentRefs"].as_array().into_iter().flatten() {
+            if parent["kind"].as_str().unwrap_or("Gateway") != "Gateway" {
+                continue;
+            }
+            let namespace = parent["namespace"].as_str().unwrap_or(&route_namespace);
+            let Some(gateway) = cluster.lookup(GATEWAY_STORE_KEY, namespace, text(parent, "name"))
+            else {
+                continue;
+            };
+            let Some((_, controller)) = served
+                .iter()
+                .find(|(class, _)| class == text(&gateway["spec"], "gatewayClassName"))
+            else {
+                continue;
+            };
+            let exists =
+                |namespace: &str, name: &str| cluster.lookup("services", namespace, name).is_some();
+            ours.push(route_parent_status(
+                &route, parent, gateway, &labels, &exists, controller,
+            ));
+            controllers.push(controller.clone());
+        }
+        // Other controllers' entries stay; ours are replaced.
+        let mut parents: Vec<Value> = route["status"]["parents"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|entry| {
+                let name = text(entry, "controllerName");
+                !name.starts_with("gateway.envoyproxy.io/")
+                    && !controllers.iter().any(|c| c == name)
+            })
+            .cloned()
+            .collect();
+        parents.extend(ours);
+        let current = route["status"]["parents"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if current != parents {
+            let mut updated = route.clone();
+            updated["status"] = json!({"parents": parents});
+            writes += write(cluster, ROUTE_STORE_KEY, updated);
+        }
+    }
+    writes
+}
+
 /// Envoy Gateway's part of a reconcile pass; returns how many objects it wrote.
 pub fn reconcile(cluster: &mut Cluster) -> usize {
     if cluster
@@ -415,7 +720,27 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
             proxy["status"]["availableReplicas"].as_u64().unwrap_or(0),
             proxy["spec"]["replicas"].as_u64().unwrap_or(1),
         );
-        let status = gateway_status(&gateway, &problems, replicas);
+        let mut status = gateway_status(&gateway, &problems, replicas);
+        let routes = cluster.all(ROUTE_STORE_KEY);
+        for (index, listener) in gateway["spec"]["listeners"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let attached = routes
+                .iter()
+                .filter(|route| {
+                    accepts(
+                        listener,
+                        &gateway,
+                        route,
+                        &namespace_labels(cluster, namespace_of(route)),
+                    )
+                })
+                .count();
+            status["listeners"][index]["attachedRoutes"] = json!(attached);
+        }
         if gateway["status"]["conditions"] != status["conditions"]
             || gateway["status"]["listeners"] != status["listeners"]
         {
@@ -424,7 +749,16 @@ pub fn reconcile(cluster: &mut Cluster) -> usize {
             writes += write(cluster, GATEWAY_STORE_KEY, updated);
         }
     }
-    writes
+    let classes: Vec<(String, String)> = served
+        .iter()
+        .map(|(name, _, class)| {
+            (
+                name.clone(),
+                text(&class["spec"], "controllerName").to_string(),
+            )
+        })
+        .collect();
+    writes + reconcile_routes(cluster, &classes)
 }
 
 fn write(cluster: &mut Cluster, store_key: &str, object: Value) -> usize {
@@ -563,5 +897,55 @@ mod tests {
             proxy_objects(&documents[0], "gitlab", None)[0].1["spec"]["replicas"],
             1
         );
+    }
+
+    #[test]
+    fn a_routes_parents_say_whether_a_listener_took_it_and_its_backends_resolve() {
+        let fixtures = documents("envoy", "routes.yaml");
+        let gateway = &fixtures[0];
+        let by_name = |name: &str| {
+            fixtures
+                .iter()
+                .find(|object| object["metadata"]["name"] == name && object["kind"] == "HTTPRoute")
+                .unwrap()
+        };
+        let exists = |_: &str, name: &str| name != "gone";
+        let verdict = |name: &str| {
+            let route = by_name(name);
+            let status = route_parent_status(
+                route,
+                &route["spec"]["parentRefs"][0],
+                gateway,
+                &Value::Null,
+                &exists,
+                "gateway.envoyproxy.io/gitlab-gatewayclass-controller",
+            );
+            conditions(&status)
+        };
+        assert_eq!(
+            verdict("guestbook"),
+            [
+                "Accepted=True Accepted: Route is accepted",
+                "ResolvedRefs=True ResolvedRefs: Resolved all the Object references for the Route"
+            ]
+        );
+        assert_eq!(
+            verdict("sneaky")[0],
+            "Accepted=False NotAllowedByListeners: No listeners included by this parent ref allowed this attachment."
+        );
+        assert_eq!(
+            verdict("cross")[1],
+            "ResolvedRefs=False RefNotPermitted: Failed to process route rule 0 backendRef 0: backend ref to Service redis/redis-master not permitted by any ReferenceGrant."
+        );
+        assert_eq!(
+            verdict("wrong-host"),
+            [
+                "Accepted=False NoMatchingListenerHostname: There were no hostname intersections between the HTTPRoute and this parent ref's Listener(s).",
+                "ResolvedRefs=False BackendNotFound: Failed to process route rule 0 backendRef 0: service gitlab/gone not found."
+            ]
+        );
+        let apps = &gateway["spec"]["listeners"][2];
+        assert!(accepts(apps, gateway, by_name("guestbook"), &Value::Null));
+        assert!(!accepts(apps, gateway, by_name("sneaky"), &Value::Null));
     }
 }

@@ -16,6 +16,7 @@ use super::service::{self, Backend};
 use super::web::Served;
 use super::{ExecCall, ExecOutcome, Host, Program, World};
 use crate::http::{SimRequest, SimResponse};
+use crate::kube::gateway::{admits, attaches, hostname_matches, listener_for};
 use serde_json::Value;
 use std::sync::{Arc, Weak};
 
@@ -27,84 +28,6 @@ pub const PORT_OFFSET: u16 = 10000;
 
 fn text<'a>(value: &'a Value, key: &str) -> &'a str {
     value[key].as_str().unwrap_or("")
-}
-
-/// Whether a Gateway API hostname (`gitlab.example.net`, or a wildcard `*.example.net` that
-/// matches any name ending in `.example.net`) matches `host`; case-insensitive.
-pub fn hostname_matches(pattern: &str, host: &str) -> bool {
-    let (pattern, host) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
-    match pattern.strip_prefix('*') {
-        Some(suffix) => host.ends_with(&suffix) && host.len() > suffix.len(),
-        None => pattern == host,
-    }
-}
-
-/// How specifically a listener's hostname names `host` (higher wins): exact, then the longest
-/// wildcard, then a listener without hostname. `None` when it does not match.
-fn specificity(listener: &Value, host: &str) -> Option<usize> {
-    match listener["hostname"].as_str() {
-        None | Some("") => Some(0),
-        Some(pattern) if hostname_matches(pattern, host) => Some(if pattern.starts_with('*') {
-            pattern.len()
-        } else {
-            usize::MAX
-        }),
-        Some(_) => None,
-    }
-}
-
-/// The listener of `gateway` on `port` that serves `host` (the most specific hostname).
-pub fn listener_for<'a>(gateway: &'a Value, port: u16, host: &str) -> Option<&'a Value> {
-    gateway["spec"]["listeners"]
-        .as_array()?
-        .iter()
-        .filter(|listener| listener["port"].as_u64() == Some(u64::from(port)))
-        .filter_map(|listener| specificity(listener, host).map(|rank| (rank, listener)))
-        .max_by_key(|(rank, _)| *rank)
-        .map(|(_, listener)| listener)
-}
-
-/// Whether `listener` of a Gateway in `gateway_namespace` admits routes from `route_namespace`
-/// (labelled `namespace_labels`): `allowedRoutes.namespaces.from` Same (the default), All, or
-/// Selector (its matchLabels).
-pub fn admits(
-    listener: &Value,
-    gateway_namespace: &str,
-    route_namespace: &str,
-    namespace_labels: &Value,
-) -> bool {
-    let namespaces = &listener["allowedRoutes"]["namespaces"];
-    match namespaces["from"].as_str().unwrap_or("Same") {
-        "All" => true,
-        "Selector" => namespaces["selector"]["matchLabels"]
-            .as_object()
-            .is_some_and(|labels| {
-                labels
-                    .iter()
-                    .all(|(key, value)| namespace_labels[key] == *value)
-            }),
-        _ => gateway_namespace == route_namespace,
-    }
-}
-
-/// Whether `route` names `listener` of `gateway` among its parents.
-fn attaches(route: &Value, gateway: &Value, listener: &Value) -> bool {
-    let route_namespace = text(&route["metadata"], "namespace");
-    route["spec"]["parentRefs"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|parent| {
-            let kind_ok = parent["kind"].as_str().unwrap_or("Gateway") == "Gateway";
-            let name_ok = text(parent, "name") == text(&gateway["metadata"], "name");
-            let namespace_ok = parent["namespace"].as_str().unwrap_or(route_namespace)
-                == text(&gateway["metadata"], "namespace");
-            let section_ok = parent["sectionName"]
-                .as_str()
-                .is_none_or(|section| section == text(listener, "name"));
-            let port_ok = parent["port"].is_null() || parent["port"] == listener["port"];
-            kind_ok && name_ok && namespace_ok && section_ok && port_ok
-        })
 }
 
 /// How long a match of rule path `path_match` is for `path` (`None`: no match).
