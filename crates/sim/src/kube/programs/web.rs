@@ -19,11 +19,13 @@ impl Drop for Task {
     }
 }
 
-/// The loopback listeners of pods: pod uid -> (container port, where it listens, the task
-/// serving it).
+/// A pod's served ports: (container port, where it listens, the task serving it).
+type PodPorts = Vec<(u16, SocketAddr, Task)>;
+
+/// The loopback listeners of pods, by pod uid.
 #[derive(Default)]
 pub struct Served {
-    listeners: Mutex<BTreeMap<String, Vec<(u16, SocketAddr, Task)>>>,
+    listeners: Mutex<BTreeMap<String, PodPorts>>,
 }
 
 impl Served {
