@@ -337,6 +337,7 @@ pub fn rehearse(
     prepared.with_runner = with_runner && !bare;
     prepared.bare = bare;
     prepared.node_shared = Some(node_shared);
+    prepared.repository = Some(work.clone());
     export(&prepared, &root, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;

@@ -38,6 +38,114 @@ pub fn tag(image: &str) -> &str {
     split_tag(image).1.unwrap_or("latest")
 }
 
+/// The public registries a kind node pulls from through the host's network. Any repository
+/// under them pulls (what exists there is not known here), except on Docker Hub, below.
+pub const PUBLIC_REGISTRIES: &[&str] = &[
+    "docker.io",
+    "quay.io",
+    "ghcr.io",
+    "gcr.io",
+    "registry.k8s.io",
+    "registry.gitlab.com",
+    "public.ecr.aws",
+    "mcr.microsoft.com",
+    "cgr.dev",
+    "docker.elastic.co",
+];
+
+/// Docker Hub's official images (`docker.io/library/NAME`, what a bare `NAME` means): every
+/// other `docker.io/library/` name does not exist.
+pub const OFFICIAL_IMAGES: &[&str] = &[
+    "alpine",
+    "almalinux",
+    "amazonlinux",
+    "bash",
+    "buildpack-deps",
+    "busybox",
+    "caddy",
+    "cassandra",
+    "centos",
+    "clojure",
+    "consul",
+    "couchdb",
+    "debian",
+    "docker",
+    "eclipse-temurin",
+    "elasticsearch",
+    "erlang",
+    "fedora",
+    "gcc",
+    "golang",
+    "gradle",
+    "haproxy",
+    "haskell",
+    "httpd",
+    "influxdb",
+    "julia",
+    "kibana",
+    "mariadb",
+    "maven",
+    "memcached",
+    "mongo",
+    "mysql",
+    "nats",
+    "neo4j",
+    "nginx",
+    "node",
+    "openjdk",
+    "oraclelinux",
+    "perl",
+    "php",
+    "postgres",
+    "python",
+    "rabbitmq",
+    "redis",
+    "registry",
+    "rockylinux",
+    "ruby",
+    "rust",
+    "swift",
+    "tomcat",
+    "traefik",
+    "ubuntu",
+    "vault",
+    "wordpress",
+    "zookeeper",
+];
+
+/// Why a node cannot pull a public image (containerd's words after `failed to pull and unpack
+/// image "...": `), or `None` when it can: a registry host that is not a public registry does
+/// not resolve on the node (`resolver`, the node's DNS server), a Docker Hub `library/` name that
+/// is not an official image is refused as a repository that does not exist. The platform's own
+/// registry is [`PlatformRegistry`]'s to decide, before this.
+pub fn public_pull_error(image: &str, resolver: &str) -> Option<String> {
+    let (host, rest) = split_host(image);
+    let reference = with_tag(rest);
+    let (path, tag) = reference
+        .rsplit_once(':')
+        .unwrap_or((reference.as_str(), "latest"));
+    if host.is_empty() || host == "docker.io" || host == "index.docker.io" {
+        let path = if path.contains('/') {
+            path.to_string()
+        } else {
+            format!("library/{path}")
+        };
+        let official = path
+            .strip_prefix("library/")
+            .is_none_or(|name| OFFICIAL_IMAGES.contains(&name));
+        return (!official).then(|| {
+            format!("failed to resolve reference \"docker.io/{path}:{tag}\": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed")
+        });
+    }
+    if PUBLIC_REGISTRIES.contains(&host) {
+        return None;
+    }
+    let name = host.split(':').next().unwrap_or(host);
+    Some(format!(
+        "failed to resolve reference \"{image}\": failed to do request: Head \"https://{host}/v2/{path}/manifests/{tag}\": dial tcp: lookup {name} on {resolver}: no such host"
+    ))
+}
+
 /// The platform's container registry (GitLab's) as the cluster sees it. Every name serves the
 /// same storage, but a node resolves only `node_hosts` (phase 2 pins `registry.<domain>` in
 /// every node's /etc/hosts; cluster DNS names such as `gitlab-registry.gitlab.svc:5000` resolve
@@ -99,6 +207,14 @@ impl PlatformRegistry {
             .chain(&self.cluster_hosts)
             .cloned()
             .collect()
+    }
+
+    /// Whether `image` names this registry (or a loopback one, which is nothing a node reaches).
+    pub fn serves(&self, image: &str) -> bool {
+        let host = split_host(image).0;
+        let loopback = ["127.0.0.1:", "localhost:", "[::1]:"];
+        self.hosts().iter().any(|known| known == host)
+            || loopback.iter().any(|prefix| host.starts_with(prefix))
     }
 
     /// Records `image` as pushed when it names this registry; false for another registry.

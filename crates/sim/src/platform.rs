@@ -55,6 +55,10 @@ pub struct Prepared {
     /// lives (OpenBao's raft storage). None: no node folder is backed, programs keep their data
     /// in the simulator's state folder.
     pub node_shared: Option<PathBuf>,
+    /// The repository the scripts run in (the rehearsal's copy): its manifests seed the
+    /// gateway phase 2 leaves, and its `infra/tls/wildcard/` gets the certificate phase 2 would
+    /// have minted. None: the working folder.
+    pub repository: Option<PathBuf>,
 }
 
 fn loopback_listener() -> Result<TcpListener, String> {
@@ -172,6 +176,7 @@ pub fn prepare(root: &Path, state_dir: &Path, pipeline_seconds: f64) -> Result<P
         gitlab_latency_ms: 0,
         play_jobs: false,
         node_shared: None,
+        repository: None,
     })
 }
 
@@ -449,6 +454,14 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             &crate::kube::PlatformTargets {
                 openbao: Some(prepared.bao_addr),
                 registry: Some(registry_addr),
+                // The repository the scripts run in: its manifests, and the wildcard
+                // certificate phase 2 would have left in infra/tls/wildcard/.
+                gateway: crate::kube::seed_gateway::objects(
+                    &prepared
+                        .repository
+                        .clone()
+                        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
+                )?,
             },
         )?;
     }

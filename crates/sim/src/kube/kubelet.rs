@@ -65,14 +65,15 @@ impl ImagePolicy {
             ),
             None => Ok(()),
         };
-        if let Some(error) = self
-            .registry
-            .as_ref()
-            .and_then(|registry| registry.pull_error(image, &reach))
+        if let Some(registry) = &self.registry
+            && registry.serves(image)
         {
-            return Some(error);
+            return registry.pull_error(image, &reach);
         }
-        (!self.allows(image)).then(|| "not found".to_string())
+        if !self.allows(image) {
+            return Some("not found".to_string());
+        }
+        crate::images::public_pull_error(image, super::pulls::NODE_RESOLVER)
     }
 
     pub fn allows(&self, image: &str) -> bool {

@@ -26,6 +26,7 @@ pub mod resources;
 pub mod rollout;
 pub mod runtime;
 pub mod scale;
+pub mod seed_gateway;
 pub mod selectors;
 pub mod server;
 pub mod service_accounts;
@@ -253,6 +254,8 @@ pub struct PlatformTargets {
     pub openbao: Option<SocketAddr>,
     /// Where the registry really listens (svc/gitlab-registry 5000 in namespace gitlab).
     pub registry: Option<SocketAddr>,
+    /// The gateway phase 2 leaves ([`seed_gateway::objects`]), created last; empty: none.
+    pub gateway: Vec<serde_json::Value>,
 }
 
 /// Seeds the cluster with what phase 2 leaves behind and phase 3 relies on.
@@ -340,6 +343,9 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
         apply(json!({"apiVersion": "v1", "kind": "Service",
                      "metadata": {"name": name, "namespace": namespace},
                      "spec": {"selector": selector, "ports": [{"name": "http", "port": port}]}}))?;
+    }
+    for object in &targets.gateway {
+        apply(object.clone())?;
     }
     Ok(())
 }
@@ -570,6 +576,7 @@ pub fn run(config: Config) -> Result<(), String> {
             &PlatformTargets {
                 openbao: config.openbao,
                 registry: config.registry,
+                gateway: Vec::new(),
             },
         )?;
     }

@@ -1,0 +1,110 @@
+//! The gateway as phase 2 leaves it, for the platform the simulator seeds without running phase
+//! 2: the Gateway API CRDs of `infra/manifests/`, the EnvoyProxy CRD and the Envoy Gateway
+//! controller of the GitLab chart (its stand-in's `gateway-helm`), the GatewayClass `gitlab-gw`
+//! with its EnvoyProxy (the proxy Service's fixed name `gitlab-gateway`), the listener Secrets
+//! of the wildcard certificate in `infra/tls/wildcard/` (minted there as phase 2's wildcard TLS
+//! step does, when missing), and phase 2's Gateway (`infra/references/gateway.yaml`). The
+//! simulator's controllers then bring up the Envoy proxy, as on the bare platform.
+
+use serde::Deserialize;
+use serde_json::{Value, json};
+use std::path::Path;
+
+/// The Gateway API CRDs phase 3's apps need (their charts create HTTPRoutes).
+const GATEWAY_API_CRDS: &[&str] = &[
+    "gateway.networking.k8s.io_gatewayclasses.yaml",
+    "gateway.networking.k8s.io_gateways.yaml",
+    "gateway.networking.k8s.io_httproutes.yaml",
+    "gateway.networking.k8s.io_referencegrants.yaml",
+];
+const GATEWAY_API_DIR: &str = "infra/manifests/gateway-api-v1.5.0";
+const ENVOY_PROXY_CRD: &str =
+    "infra/helm-charts/stand-ins/gitlab/charts/gateway-helm/crds/envoyproxies.yaml";
+const GATEWAY_MANIFEST: &str = "infra/references/gateway.yaml";
+const TLS_DIR: &str = "infra/tls/wildcard";
+const DOMAIN: &str = "local.example.net";
+/// Phase 2's listener Secrets (scripts/phase2.rhai, LISTENERS).
+const LISTENER_SECRETS: &[&str] = &[
+    "gitlab-wildcard-tls",
+    "registry-tls",
+    "kas-tls",
+    "minio-tls",
+];
+const CONTROLLER_NAME: &str = "gateway.envoyproxy.io/gitlab-gatewayclass-controller";
+
+fn documents(root: &Path, file: &str) -> Result<Vec<Value>, String> {
+    let path = root.join(file);
+    let text = std::fs::read_to_string(&path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
+    serde_norway::Deserializer::from_str(&text)
+        .map(Value::deserialize)
+        .filter(|document| !matches!(document, Ok(Value::Null)))
+        .collect::<Result<_, _>>()
+        .map_err(|error| format!("{}: {error}", path.display()))
+}
+
+/// The wildcard CA and certificate in `root/infra/tls/wildcard/`, minted when missing:
+/// (CA PEM, certificate PEM, key PEM).
+fn wildcard_tls(root: &Path) -> Result<(String, String, String), String> {
+    use bprun_clients::fs::Confinement;
+    let files = Confinement::new(root);
+    bprun_clients::tls::ensure_ca(&files, TLS_DIR, "blueprint local CA", 3650, false)
+        .map_err(|error| error.to_string())?;
+    let names = vec![format!("*.{DOMAIN}"), DOMAIN.to_string()];
+    bprun_clients::tls::ensure_cert(&files, TLS_DIR, TLS_DIR, &names, 3650, false)
+        .map_err(|error| error.to_string())?;
+    let read = |name: &str| {
+        let path = root.join(TLS_DIR).join(name);
+        std::fs::read_to_string(&path)
+            .map_err(|error| format!("cannot read {}: {error}", path.display()))
+    };
+    Ok((read("ca.pem")?, read("cert.pem")?, read("key.pem")?))
+}
+
+/// The objects, in the order they are created.
+pub fn objects(root: &Path) -> Result<Vec<Value>, String> {
+    use base64::Engine;
+    let mut objects = Vec::new();
+    for file in GATEWAY_API_CRDS {
+        objects.extend(documents(root, &format!("{GATEWAY_API_DIR}/{file}"))?);
+    }
+    objects.extend(documents(root, ENVOY_PROXY_CRD)?);
+    let labels = json!({"app.kubernetes.io/name": "gateway-helm", "app.kubernetes.io/instance": "gitlab",
+                        "control-plane": "envoy-gateway"});
+    objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "envoy-gateway-config", "namespace": "gitlab"},
+        "data": {"envoy-gateway.yaml": format!(
+            "apiVersion: gateway.envoyproxy.io/v1alpha1\nkind: EnvoyGateway\ngateway:\n  controllerName: {CONTROLLER_NAME}\nprovider:\n  type: Kubernetes\n")}}));
+    objects.push(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "envoy-gateway", "namespace": "gitlab", "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels},
+                 "template": {"metadata": {"labels": labels},
+                              "spec": {"containers": [{"name": "envoy-gateway",
+                                                       "image": "docker.io/envoyproxy/gateway:v1.7.0",
+                                                       "args": ["server", "--config-path=/config/envoy-gateway.yaml"]}]}}}}));
+    objects.push(
+        json!({"apiVersion": "gateway.envoyproxy.io/v1alpha1", "kind": "EnvoyProxy",
+        "metadata": {"name": "gitlab-envoy-proxy", "namespace": "gitlab"},
+        "spec": {"provider": {"type": "Kubernetes", "kubernetes": {
+            "envoyService": {"type": "LoadBalancer", "name": "gitlab-gateway"}}}}}),
+    );
+    objects.push(
+        json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+        "metadata": {"name": "gitlab-gw"},
+        "spec": {"controllerName": CONTROLLER_NAME,
+                 "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
+                                   "name": "gitlab-envoy-proxy", "namespace": "gitlab"}}}),
+    );
+    let (ca, certificate, key) = wildcard_tls(root)?;
+    let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
+    for name in LISTENER_SECRETS {
+        objects.push(
+            json!({"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": name, "namespace": "gitlab"},
+            "data": {"tls.crt": encode(&format!("{certificate}{ca}")), "tls.key": encode(&key),
+                     "ca.crt": encode(&ca)}}),
+        );
+    }
+    objects.extend(documents(root, GATEWAY_MANIFEST)?);
+    Ok(objects)
+}
