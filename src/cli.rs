@@ -188,6 +188,11 @@ enum SimCommand {
         /// its data there) [default: infra/data/shared of the current folder]
         #[arg(long, value_name = "DIR")]
         node_shared: Option<PathBuf>,
+        /// The repository phase 3 runs in, where phase 2 would have left the wildcard
+        /// certificate the seeded gateway serves (infra/tls/wildcard/, minted when missing)
+        /// [default: the current folder]
+        #[arg(long, value_name = "DIR")]
+        repository: Option<PathBuf>,
         /// Play every CI job instead of running its script (for tests about GitLab's API and
         /// convergence, not what jobs do; also BPRUN_SIM_PLAY_JOBS=1)
         #[arg(long)]
@@ -510,6 +515,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             platform,
             latency_ms,
             node_shared,
+            repository,
             play_jobs,
         })) => crate::rehearse::sim_all(
             state,
@@ -517,6 +523,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             platform == "bare",
             latency_ms,
             node_shared,
+            repository,
             play_jobs,
         ),
         Some(Command::Sim(SimCommand::Kube {

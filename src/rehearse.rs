@@ -484,15 +484,17 @@ fn helm_releases(work: &Path) -> String {
     }
 }
 
-/// `bprun sim all [--state DIR] [--node-shared DIR]`: serves the platform and prints its
-/// environment. The nodes mount `node_shared` (default: the current folder's
-/// `infra/data/shared`, the repository phase 2 runs in) at `/var/local/shared`.
+/// `bprun sim all [--state DIR] [--node-shared DIR] [--repository DIR]`: serves the platform
+/// and prints its environment. The nodes mount `node_shared` (default: the current folder's
+/// `infra/data/shared`, the repository phase 2 runs in) at `/var/local/shared`; the seeded
+/// gateway serves the wildcard certificate of `repository`'s `infra/tls/wildcard/`.
 pub fn sim_all(
     state: Option<PathBuf>,
     pipeline_seconds: f64,
     bare: bool,
     gitlab_latency_ms: u64,
     node_shared: Option<PathBuf>,
+    repository: Option<PathBuf>,
     play_jobs: bool,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
@@ -506,6 +508,10 @@ pub fn sim_all(
     prepared.node_shared = Some(
         std::path::absolute(node_shared.unwrap_or_else(|| root.join(NODE_SHARED)))
             .map_err(|error| usage(format!("bprun sim all: --node-shared: {error}")))?,
+    );
+    prepared.repository = Some(
+        std::path::absolute(repository.unwrap_or_else(|| root.clone()))
+            .map_err(|error| usage(format!("bprun sim all: --repository: {error}")))?,
     );
     let platform =
         platform::start(prepared).map_err(|message| usage(format!("bprun sim all: {message}")))?;

@@ -1,6 +1,7 @@
 //! Health checks: TCP reachability and HTTP status.
 
 use crate::natives::options::RhaiResultOf;
+use rhai::Map;
 use rhai::plugin::*;
 
 use crate::engine::{native_error, session};
@@ -96,7 +97,7 @@ pub mod net_functions {
         context: NativeCallContext,
         url: &str,
         options: rhai::Map,
-    ) -> RhaiResultOf<rhai::Map> {
+    ) -> RhaiResultOf<Map> {
         use crate::natives::options::{option_str, reject_unknown};
         const NATIVE: &str = "https_get";
         let session = crate::natives::options::remote_session(&context, NATIVE)?;
@@ -131,7 +132,7 @@ pub mod net_functions {
             timeout,
         })
         .map_err(native_error)?;
-        let mut result = rhai::Map::new();
+        let mut result = Map::new();
         result.insert("status".into(), Dynamic::from(i64::from(answer.status)));
         result.insert("body".into(), Dynamic::from(answer.body));
         Ok(result)

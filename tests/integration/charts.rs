@@ -14,13 +14,14 @@ fn run_helm(args: &[&str]) -> String {
 
 #[test]
 fn every_chart_passes_helm_lint_and_template() {
-    for (chart, release, namespace, service, image) in [
+    for (chart, release, namespace, service, image, kinds) in [
         (
             "apps/guestbook/helm-chart",
             "guestbook",
             "guestbook",
             "guestbook",
             "registry.local.example.net/blueprint-apps/guestbook:latest",
+            &["Service", "Deployment", "HTTPRoute"][..],
         ),
         (
             "apps/redis/helm-chart",
@@ -28,6 +29,7 @@ fn every_chart_passes_helm_lint_and_template() {
             "redis-demo",
             "redis-master",
             "redis:7.4.1",
+            &["Service", "Deployment"][..],
         ),
         (
             "apps/redis-slave/helm-chart",
@@ -35,6 +37,7 @@ fn every_chart_passes_helm_lint_and_template() {
             "redis-slave-demo",
             "redis-replica",
             "redis:7.4.1",
+            &["Service", "Deployment"][..],
         ),
     ] {
         run_helm(&["lint", "--strict", chart]);
@@ -44,11 +47,11 @@ fn every_chart_passes_helm_lint_and_template() {
             .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
             .filter(|doc| doc.is_object())
             .collect();
-        let kinds: Vec<&str> = documents
+        let found: Vec<&str> = documents
             .iter()
             .filter_map(|d| d["kind"].as_str())
             .collect();
-        assert_eq!(kinds, ["Service", "Deployment"], "{chart}");
+        assert_eq!(found, kinds, "{chart}");
         assert_eq!(
             documents[0]["metadata"]["name"], service,
             "{chart}: the Service name is the host the manifest names"
@@ -58,6 +61,32 @@ fn every_chart_passes_helm_lint_and_template() {
             "{chart}"
         );
     }
+}
+
+/// The guestbook is served through the apps' listener of phase 2's Gateway, to its Service.
+#[test]
+fn the_guestbooks_route_attaches_to_the_platforms_gateway() {
+    let rendered = run_helm(&[
+        "template",
+        "guestbook",
+        "apps/guestbook/helm-chart",
+        "--namespace",
+        "guestbook",
+    ]);
+    let route = rendered
+        .split("\n---")
+        .filter_map(|doc| serde_norway::from_str::<serde_json::Value>(doc).ok())
+        .find(|doc| doc["kind"] == "HTTPRoute")
+        .unwrap_or_else(|| panic!("no HTTPRoute in:\n{rendered}"));
+    assert_eq!(
+        route["spec"],
+        serde_json::json!({
+            "parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                            "name": "gitlab-gw", "namespace": "gitlab", "sectionName": "apps"}],
+            "hostnames": ["guestbook.local.example.net"],
+            "rules": [{"backendRefs": [{"name": "guestbook", "port": 80}]}]
+        })
+    );
 }
 
 #[test]

@@ -207,7 +207,7 @@ fn an_unknown_runner_option_is_a_usage_error() {
 }
 
 #[test]
-fn the_phase3_script_lists_its_six_steps() {
+fn the_phase3_script_lists_its_seven_steps() {
     let output = BPRUN
         .command()
         .args(["--list", "scripts/phase3.rhai"])
@@ -216,13 +216,14 @@ fn the_phase3_script_lists_its_six_steps() {
         .expect("run bprun");
     Output::raw(output).code(0).stdout(
         "
-        scripts/phase3.rhai: 6 steps
-        [1/6] Pre-flight
-        [2/6] Mint PAT
-        [3/6] Seed glab auth
-        [4/6] Ensure group
-        [5/6] Provision projects
-        [6/6] Smoke test
+        scripts/phase3.rhai: 7 steps
+        [1/7] Pre-flight
+        [2/7] Mint PAT
+        [3/7] Seed glab auth
+        [4/7] Ensure group
+        [5/7] Provision projects
+        [6/7] Smoke test
+        [7/7] Workloads reachable
         parameters:
           --app TEXT         Provision only this app (shared-code, whose CI templates every app includes, comes along)
           --destroy          Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)

@@ -361,6 +361,7 @@ fn phase3_with_file(
     args: &[&str],
 ) -> crate::support::Output {
     let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
     let script = test.path().join(file);
     let text = std::fs::read_to_string(&script).expect("file to edit");
     let edited = edit(text.clone());

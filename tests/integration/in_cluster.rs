@@ -248,6 +248,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         .cloned()
         .collect();
     let copy = BPRUN.test_in_repository_copy();
+    sim.platform_files(copy.path());
     // What differs from run to run: pipeline numbers and commits (projects are created in
     // parallel, commits carry their time), how long pipelines take (the recap's columns are
     // aligned to the durations' width; the smoke test says "waiting for" a pipeline as often as
@@ -280,10 +281,10 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
             "",
         )
         .sorted_between(
-            "[5/6] Provision projects ...",
-            "[5/6] Provision projects ... ",
+            "[5/7] Provision projects ...",
+            "[5/7] Provision projects ... ",
         )
-        .sorted_between("[6/6] Smoke test ...", "[6/6] Smoke test ... ")
+        .sorted_between("[6/7] Smoke test ...", "[6/7] Smoke test ... ")
     };
     let run = phase3_in_pod();
     // Phase 3 itself stays within the Role: every step up to the smoke test succeeds. The apps'
@@ -293,16 +294,16 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     run.code(1);
     run.stdout(
         "
-        [1/6] Pre-flight ... ok (#.## s)
-        [2/6] Mint PAT ...
+        [1/7] Pre-flight ... ok (#.## s)
+        [2/7] Mint PAT ...
             ~ exec gitlab-rails in gitlab/app=toolbox
             ~ write secret secret/gitlab/bootstrap/admin_token (version 1)
-        [2/6] Mint PAT ... changed (#.## s)
-        [3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-        [4/6] Ensure group ...
+        [2/7] Mint PAT ... changed (#.## s)
+        [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+        [4/7] Ensure group ...
             ~ create group blueprint-apps (internal)
-        [4/6] Ensure group ... changed (#.## s)
-        [5/6] Provision projects ...
+        [4/7] Ensure group ... changed (#.## s)
+        [5/7] Provision projects ...
             ~ clone <gitlab>/blueprint-apps/guestbook.git into apps-local/blueprint-apps/guestbook
             ~ clone <gitlab>/blueprint-apps/redis-slave.git into apps-local/blueprint-apps/redis-slave
             ~ clone <gitlab>/blueprint-apps/redis.git into apps-local/blueprint-apps/redis
@@ -335,17 +336,17 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
             ~ create project blueprint-apps/redis
             ~ create project blueprint-apps/redis-slave
             ~ create project blueprint-apps/shared-code
-            ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (8 created, 0 updated, 0 deleted)
+            ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (9 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis from apps/redis (4 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis-slave from apps/redis-slave (4 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/shared-code from apps/shared-code (2 created, 0 updated, 0 deleted)
-        [5/6] Provision projects ... changed (#.## s)
-        [6/6] Smoke test ...
+        [5/7] Provision projects ... changed (#.## s)
+        [6/7] Smoke test ...
             pipeline #<n> of blueprint-apps/guestbook: failed (# s)
             pipeline #<n> of blueprint-apps/redis-slave: failed (# s)
             pipeline #<n> of blueprint-apps/redis: failed (# s)
             pipeline #<n> of blueprint-apps/shared-code: success (# s)
-        [6/6] Smoke test ... failed (#.## s)
+        [6/7] Smoke test ... failed (#.## s)
 
         Recap of scripts/phase3.rhai
           #  step                status            changes       time
@@ -405,7 +406,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
             ~ start pipeline of blueprint-apps/guestbook on main
             ~ start pipeline of blueprint-apps/redis on main
             ~ start pipeline of blueprint-apps/redis-slave on main
-        [6/6] Smoke test ... changed (#.## s)
+        [6/7] Smoke test ... changed (#.## s)
 
         Recap of scripts/phase3.rhai
           #  step                status            changes       time
@@ -431,7 +432,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     denied.expect(
         1,
         "
-        [1/6] Pre-flight ... failed (#.## s)
+        [1/7] Pre-flight ... failed (#.## s)
 
         Recap of scripts/phase3.rhai
           #  step                status            changes       time

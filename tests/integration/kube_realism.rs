@@ -400,7 +400,7 @@ fn stateful_set_pods_come_up_in_order() {
     sim.kubectl(&["create", "ns", "demo"]).ok();
     let set = "apiVersion: apps/v1\nkind: StatefulSet\nmetadata: {name: gitaly, namespace: demo}\n\
                spec:\n  replicas: 2\n  serviceName: gitaly\n  selector: {matchLabels: {app: gitaly}}\n  template:\n\
-               \x20   metadata: {labels: {app: gitaly}}\n    spec:\n      containers:\n      - name: gitaly\n        image: gitaly:18\n\
+               \x20   metadata: {labels: {app: gitaly}}\n    spec:\n      containers:\n      - name: gitaly\n        image: registry.gitlab.com/gitlab-org/build/cng/gitaly:v18.1.1\n\
                \x20       envFrom: [{secretRef: {name: gitaly-secret}}]\n";
     sim.kubectl_stdin(&["apply", "-f", "-"], set).code(0);
     sim.kubectl(&[

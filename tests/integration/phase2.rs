@@ -507,7 +507,7 @@ Recap of scripts/phase2.rhai
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Node trust               changed                16 #.## s
  12  Restore GitLab secrets   changed                 5 #.## s
- 13  GitLab                   changed                 3 #.## s
+ 13  GitLab                   changed                 4 #.## s
  14  Snapshot GitLab secrets  changed                 1 #.## s
  15  Registry hosts pin       failed                  1 #.## s
  16  Runner                   not run                 0          -
@@ -548,6 +548,7 @@ fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
     run.partial_stdout(
         r##"
 [12/17] GitLab ...
+    ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
 [12/17] GitLab ... failed (#.## s)
@@ -565,7 +566,7 @@ Recap of scripts/phase2.rhai
   9  CoreDNS rewrite          changed                 2 #.## s
  10  Node trust               changed                16 #.## s
  11  Restore GitLab secrets   changed                 5 #.## s
- 12  GitLab                   failed                  1 #.## s
+ 12  GitLab                   failed                  2 #.## s
  13  MinIO                    not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
@@ -580,16 +581,16 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:464:9]
- 463 │     for name in GITLAB_DEPLOYMENTS {
- 464 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:466:9]
+ 465 │     for name in GITLAB_DEPLOYMENTS {
+ 466 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 465 │     }
+ 467 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event FailedMount: MountVolume.SetUp failed for volume "init-webservice-secrets" : secret "gitlab-rails-storage" not found
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event FailedMount: MountVolume.SetUp failed for volume "init-webservice-secrets" : secret "gitlab-rails-storage" not found
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
@@ -606,6 +607,7 @@ fn gitlab_before_the_restore_step_stops_at_the_bundled_openbao_naming_its_creden
     run.partial_stdout(
         r##"
 [12/17] GitLab ...
+    ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
 [12/17] GitLab ... failed (#.## s)
@@ -623,7 +625,7 @@ Recap of scripts/phase2.rhai
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Node trust               changed                16 #.## s
- 12  GitLab                   failed                  1 #.## s
+ 12  GitLab                   failed                  2 #.## s
  13  Restore GitLab secrets   not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
@@ -638,12 +640,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:458:5]
- 457 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 458 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:460:5]
+ 459 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 460 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 459 │     for name in GITLAB_DEPLOYMENTS {
+ 461 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
   caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
   caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Pending; container openbao waiting (CreateContainerConfigError: secret "gitlab-openbao-postgresql-password" not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
@@ -676,12 +678,12 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…ection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup
   │ postgresql-cnpg-rw.postgresql.svc on 10.96.0.10:53: no such host), <n> restarts
-     ╭─[scripts/phase2.rhai:449:5]
- 448 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 449 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:451:5]
+ 450 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 451 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 450 │     for name in GITLAB_DEPLOYMENTS {
+ 452 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
 "##,
         OPENBAO_CRASH_LOOP,
@@ -707,6 +709,7 @@ fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret(
     run.partial_stdout(
         r##"
 [10/17] GitLab ...
+    ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
 [10/17] GitLab ... failed (#.## s)
@@ -722,7 +725,7 @@ Recap of scripts/phase2.rhai
   7  MinIO                    changed                27 #.## s
   8  OpenBao                  changed                 5 #.## s
   9  Restore GitLab secrets   changed                 5 #.## s
- 10  GitLab                   failed                  1 #.## s
+ 10  GitLab                   failed                  2 #.## s
  11  Wildcard TLS             not run                 0          -
  12  CoreDNS rewrite          not run                 0          -
  13  Node trust               not run                 0          -
@@ -739,12 +742,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:441:5]
- 440 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 441 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:443:5]
+ 442 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 443 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 442 │     if check_mode() { return; }
+ 444 │     if check_mode() { return; }
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
@@ -778,6 +781,7 @@ fn a_wrong_redis_password_for_gitlab_leaves_its_webservice_crash_looping_with_re
     run.partial_stdout(
         r##"
 [13/17] GitLab ...
+    ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
 [13/17] GitLab ... failed (#.## s)
@@ -796,7 +800,7 @@ Recap of scripts/phase2.rhai
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Node trust               changed                16 #.## s
  12  Restore GitLab secrets   changed                 5 #.## s
- 13  GitLab                   failed                  1 #.## s
+ 13  GitLab                   failed                  2 #.## s
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
  16  Runner                   not run                 0          -
@@ -807,13 +811,13 @@ Recap of scripts/phase2.rhai
         STEPS_BEFORE,
     );
     run.partial_stdout(
-        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready (pod gitlab-webservice-default-fls79jl7zz-<pod> container webservice CrashLoopBackOff: last exit code 1: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.)\n",
+        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready (pod gitlab-webservice-default-9fbc8mr2n9-<pod> container webservice CrashLoopBackOff: last exit code 1: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.)\n",
         "the end state's other namespaces are pinned by the passing rehearsals",
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
-  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
      ╭─[scripts/phase2.rhai:501:9]
  500 │     for name in GITLAB_DEPLOYMENTS {
  501 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
@@ -821,9 +825,9 @@ Recap of scripts/phase2.rhai
      ·             ╰── failed here
  502 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
@@ -1821,14 +1825,14 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
     });
     let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
         .replace_regex(r"\(10\.96\.\d+\.\d+\)", "(<cluster ip>)")
-        .replace_regex(r"(fls79jl7zz)-[a-z0-9]{5}_gitlab", "$1-<pod>_gitlab")
+        .replace_regex(r"(9fbc8mr2n9)-[a-z0-9]{5}_gitlab", "$1-<pod>_gitlab")
         .replace_regex(r"_gitlab\([0-9a-z-]+\)", "_gitlab(<uid>)")
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
     run.code(1);
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
-  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-fls79jl7zz-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
+  × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
      ╭─[scripts/phase2.rhai:501:9]
  500 │     for name in GITLAB_DEPLOYMENTS {
@@ -1837,9 +1841,9 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
      ·             ╰── failed here
  502 │     }
      ╰────
-  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-fls79jl7zz" is progressing.)
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: Pod/gitlab-webservice-default-fls79jl7zz-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-fls79jl7zz-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
-  caused by: pod gitlab-webservice-default-fls79jl7zz-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-fls79jl7zz-<pod>_gitlab(<uid>)
+  caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
+  caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab(<uid>)
   hint: this state does not resolve by waiting: fix the image, command or configuration
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here

@@ -16,7 +16,10 @@ const PROJECTS: [&str; 4] = ["shared-code", "guestbook", "redis", "redis-slave"]
 fn phase3_copy(sim: Option<&Sim>) -> Test {
     let test = BPRUN.test_in_repository_copy();
     match sim {
-        Some(sim) => test.envs(sim.vars()),
+        Some(sim) => {
+            sim.platform_files(test.path());
+            test.envs(sim.vars())
+        }
         None => test,
     }
 }
@@ -147,14 +150,14 @@ pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:18
 /// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
 /// done (the smoke test's lines follow).
 pub(crate) const PROVISIONED: &str = "\
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
+[1/7] Pre-flight ... ok (#.## s)
+[2/7] Mint PAT ...
     admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... ok (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ... ok (#.## s)
-[5/6] Provision projects ... ok (#.## s)
-[6/6] Smoke test ...
+[2/7] Mint PAT ... ok (#.## s)
+[3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+[4/7] Ensure group ... ok (#.## s)
+[5/7] Provision projects ... ok (#.## s)
+[6/7] Smoke test ...
 ";
 
 /// What a run of phase 3 on a provisioned platform prints: nothing to do, after `head`.
@@ -172,7 +175,7 @@ fn second_run(head: &str) -> String {
     pipeline #<n> of blueprint-apps/guestbook: success (0 s)
     pipeline #<n> of blueprint-apps/redis: success (0 s)
     pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
-[6/6] Smoke test ... ok (#.## s)
+[6/7] Smoke test ... ok (#.## s)
 
 <recap of {title}: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
 "##
@@ -370,22 +373,22 @@ fn check_mode_on_a_fresh_platform_reports_everything_and_sends_no_write() {
     // The projects are planned in parallel: their lines are compared sorted.
     copy.run(&["--check", "scripts/phase3.rhai"])
         .sorted_between(
-            "[5/6] Provision projects ...",
-            "[5/6] Provision projects ... ",
+            "[5/7] Provision projects ...",
+            "[5/7] Provision projects ... ",
         )
         .expect(
             0,
             &with_recaps(r##"
 check mode: nothing will be changed
-[1/6] Pre-flight ... ok (#.## s)
-[2/6] Mint PAT ...
+[1/7] Pre-flight ... ok (#.## s)
+[2/7] Mint PAT ...
     ~ would mint admin PAT through gitlab-rails runner in the toolbox pod
-[2/6] Mint PAT ... skipped: check mode: the PAT would be minted and stored in OpenBao (#.## s)
-[3/6] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-[4/6] Ensure group ...
+[2/7] Mint PAT ... skipped: check mode: the PAT would be minted and stored in OpenBao (#.## s)
+[3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+[4/7] Ensure group ...
     ~ would create group blueprint-apps (internal)
-[4/6] Ensure group ... changed (#.## s)
-[5/6] Provision projects ...
+[4/7] Ensure group ... changed (#.## s)
+[5/7] Provision projects ...
     ~ would create project blueprint-apps/guestbook
     ~ would create project blueprint-apps/redis
     ~ would create project blueprint-apps/redis-slave
@@ -394,13 +397,13 @@ check mode: nothing will be changed
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/redis
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/redis-slave
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/shared-code
-[5/6] Provision projects ... changed (#.## s)
-[6/6] Smoke test ...
+[5/7] Provision projects ... changed (#.## s)
+[6/7] Smoke test ...
     ~ would start pipeline of blueprint-apps/shared-code on main
     ~ would start pipeline of blueprint-apps/guestbook on main
     ~ would start pipeline of blueprint-apps/redis on main
     ~ would start pipeline of blueprint-apps/redis-slave on main
-[6/6] Smoke test ... changed (#.## s)
+[6/7] Smoke test ... changed (#.## s)
 
 <recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 8; Smoke test: changed 4>
 "##),
@@ -687,16 +690,16 @@ fn a_stale_pat_is_replaced_and_stray_pats_are_revoked() {
     let renewal = |version: u32| {
         format!(
             r##"
-[1/6] Pre-flight ... skipped (not selected by --only)
-[2/6] Mint PAT ...
+[1/7] Pre-flight ... skipped (not selected by --only)
+[2/7] Mint PAT ...
     warning: the admin PAT in OpenBao is no longer accepted by GitLab; minting a new one
     ~ exec gitlab-rails in gitlab/app=toolbox
     ~ write secret secret/gitlab/bootstrap/admin_token (version {version})
-[2/6] Mint PAT ... changed (#.## s)
-[3/6] Seed glab auth ... skipped (not selected by --only)
-[4/6] Ensure group ... skipped (not selected by --only)
-[5/6] Provision projects ... skipped (not selected by --only)
-[6/6] Smoke test ... skipped (not selected by --only)
+[2/7] Mint PAT ... changed (#.## s)
+[3/7] Seed glab auth ... skipped (not selected by --only)
+[4/7] Ensure group ... skipped (not selected by --only)
+[5/7] Provision projects ... skipped (not selected by --only)
+[6/7] Smoke test ... skipped (not selected by --only)
 
 Recap of scripts/phase3.rhai
   #  step                status            changes       time
@@ -723,15 +726,15 @@ Recap of scripts/phase3.rhai
     tidy.replace_regex(r"\(#\d+\)", "(#<id>)").expect(
         0,
         &with_recaps(r##"
-[1/6] Pre-flight ... skipped (not selected by --only)
-[2/6] Mint PAT ...
+[1/7] Pre-flight ... skipped (not selected by --only)
+[2/7] Mint PAT ...
     ~ revoke personal access token blueprint-phase3 (#<id>)
     admin PAT already in OpenBao; reusing
-[2/6] Mint PAT ... changed (#.## s)
-[3/6] Seed glab auth ... skipped (not selected by --only)
-[4/6] Ensure group ... skipped (not selected by --only)
-[5/6] Provision projects ... skipped (not selected by --only)
-[6/6] Smoke test ... skipped (not selected by --only)
+[2/7] Mint PAT ... changed (#.## s)
+[3/7] Seed glab auth ... skipped (not selected by --only)
+[4/7] Ensure group ... skipped (not selected by --only)
+[5/7] Provision projects ... skipped (not selected by --only)
+[6/7] Smoke test ... skipped (not selected by --only)
 
 <recap of scripts/phase3.rhai: Pre-flight: skipped; Mint PAT: changed 1; Seed glab auth: skipped; Ensure group: skipped; Provision projects: skipped; Smoke test: skipped>
 "##),
@@ -801,10 +804,10 @@ error: step "Smoke test" failed
         + "re-run with --resume to continue from here\n"));
     let varies =
         "the projects are provisioned in parallel: their lines interleave, their ids differ";
-    out.partial_stdout("[5/6] Provision projects ... changed (#.## s)\n", varies);
+    out.partial_stdout("[5/7] Provision projects ... changed (#.## s)\n", varies);
     out.partial_stdout(
         &with_recaps(r##"
-[6/6] Smoke test ... failed (#.## s)
+[6/7] Smoke test ... failed (#.## s)
 
 <recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 36; Smoke test: failed>
 

@@ -55,9 +55,9 @@ pub struct Prepared {
     /// lives (OpenBao's raft storage). None: no node folder is backed, programs keep their data
     /// in the simulator's state folder.
     pub node_shared: Option<PathBuf>,
-    /// The repository the scripts run in (the rehearsal's copy): its manifests seed the
-    /// gateway phase 2 leaves, and its `infra/tls/wildcard/` gets the certificate phase 2 would
-    /// have minted. None: the working folder.
+    /// The repository the scripts run in (the rehearsal's copy): its `infra/tls/wildcard/`
+    /// holds the certificate phase 2 would have minted, which the seeded gateway serves.
+    /// None: the working folder.
     pub repository: Option<PathBuf>,
 }
 
@@ -454,14 +454,13 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             &crate::kube::PlatformTargets {
                 openbao: Some(prepared.bao_addr),
                 registry: Some(registry_addr),
-                // The repository the scripts run in: its manifests, and the wildcard
-                // certificate phase 2 would have left in infra/tls/wildcard/.
-                gateway: crate::kube::seed_gateway::objects(
-                    &prepared
-                        .repository
-                        .clone()
-                        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
-                )?,
+                // The checkout's manifests; the wildcard certificate phase 2 would have left
+                // in the repository the scripts run in (infra/tls/wildcard/).
+                gateway: {
+                    let checkout = std::env::current_dir().unwrap_or_default();
+                    let repository = prepared.repository.clone().unwrap_or(checkout.clone());
+                    crate::kube::seed_gateway::objects(&checkout, &repository)?
+                },
             },
         )?;
     }

@@ -105,6 +105,14 @@ impl Sim {
                 .arg("--node-shared")
                 .arg(home.path().join("node-shared"));
         }
+        // The repository phase 2 would have left its files in (the wildcard certificate the
+        // seeded gateway serves): the simulator's own folder, copied into the repository copies
+        // the tests run phase 3 in (`Sim::platform_files`), never the checkout.
+        if matches!(kind, SimKind::All) && !extra.contains(&"--repository") {
+            command
+                .arg("--repository")
+                .arg(home.path().join("repository"));
+        }
         let mut child = command
             .args(extra)
             .current_dir(crate::root())
@@ -180,6 +188,20 @@ impl Sim {
     }
 
     /// Every `KEY=value` line it printed, in order.
+    /// Copies what phase 2 would have left in the repository (`infra/tls/wildcard/`, the
+    /// certificate the seeded gateway serves) into the repository copy at `copy`.
+    pub fn platform_files(&self, copy: &std::path::Path) {
+        let from = self.home.path().join("repository/infra/tls/wildcard");
+        let Ok(entries) = std::fs::read_dir(&from) else {
+            return;
+        };
+        let to = copy.join("infra/tls/wildcard");
+        std::fs::create_dir_all(&to).expect("create infra/tls/wildcard in the copy");
+        for entry in entries.flatten() {
+            std::fs::copy(entry.path(), to.join(entry.file_name())).expect("copy a TLS file");
+        }
+    }
+
     pub fn vars(&self) -> &[(String, String)] {
         &self.vars
     }

@@ -61,8 +61,9 @@ fn wildcard_tls(root: &Path) -> Result<(String, String, String), String> {
     Ok((read("ca.pem")?, read("cert.pem")?, read("key.pem")?))
 }
 
-/// The objects, in the order they are created.
-pub fn objects(root: &Path) -> Result<Vec<Value>, String> {
+/// The objects, in the order they are created: the manifests read from the checkout `root`,
+/// the wildcard certificate kept in (and minted into) `repository`'s `infra/tls/wildcard/`.
+pub fn objects(root: &Path, repository: &Path) -> Result<Vec<Value>, String> {
     use base64::Engine;
     let mut objects = Vec::new();
     for file in GATEWAY_API_CRDS {
@@ -95,7 +96,7 @@ pub fn objects(root: &Path) -> Result<Vec<Value>, String> {
                  "parametersRef": {"group": "gateway.envoyproxy.io", "kind": "EnvoyProxy",
                                    "name": "gitlab-envoy-proxy", "namespace": "gitlab"}}}),
     );
-    let (ca, certificate, key) = wildcard_tls(root)?;
+    let (ca, certificate, key) = wildcard_tls(repository)?;
     let encode = |text: &str| base64::engine::general_purpose::STANDARD.encode(text);
     for name in LISTENER_SECRETS {
         objects.push(
