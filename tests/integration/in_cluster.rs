@@ -249,6 +249,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         .collect();
     let copy = BPRUN.test_in_repository_copy();
     sim.platform_files(copy.path());
+    sim.platform_files(copy.path());
     // What differs from run to run: pipeline numbers and commits (projects are created in
     // parallel, commits carry their time), how long pipelines take (the recap's columns are
     // aligned to the durations' width; the smoke test says "waiting for" a pipeline as often as
@@ -349,14 +350,15 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         [6/7] Smoke test ... failed (#.## s)
 
         Recap of scripts/phase3.rhai
-          #  step                status            changes       time
-          1  Pre-flight          ok                      0 #.## s
-          2  Mint PAT            changed                 2 #.## s
-          3  Seed glab auth      skipped                 0 #.## s
-          4  Ensure group        changed                 1 #.## s
-          5  Provision projects  changed                36 #.## s
-          6  Smoke test          failed                  0 #.## s
-        6 steps: 1 ok, 3 changed, 1 skipped, 1 failed in #.## s
+          #  step                 status            changes       time
+          1  Pre-flight           ok                      0 #.## s
+          2  Mint PAT             changed                 2 #.## s
+          3  Seed glab auth       skipped                 0 #.## s
+          4  Ensure group         changed                 1 #.## s
+          5  Provision projects   changed                36 #.## s
+          6  Smoke test           failed                  0 #.## s
+          7  Workloads reachable  not run                 0          -
+        7 steps: 1 ok, 3 changed, 1 skipped, 1 failed, 1 not run in #.## s
         ",
     );
     let deploy_failed = |project: &str, namespace: &str| {

@@ -160,12 +160,25 @@ pub(crate) const PROVISIONED: &str = "\
 [6/7] Smoke test ...
 ";
 
+/// Phase 3's last step when the guestbook answers through the gateway.
+pub(crate) const WORKLOADS_REACHABLE: &str = "\
+[7/7] Workloads reachable ...
+    https://guestbook.local.example.net/ answers 200 through the gateway
+[7/7] Workloads reachable ... ok (#.## s)
+";
+
 /// What a run of phase 3 on a provisioned platform prints: nothing to do, after `head`.
 fn second_run(head: &str) -> String {
     let title = if head.is_empty() {
         "scripts/phase3.rhai"
     } else {
         "scripts/phase3.rhai (check mode)"
+    };
+    // A check does not ask the guestbook (there is nothing to compare yet on a fresh platform).
+    let workloads = if head.is_empty() {
+        WORKLOADS_REACHABLE
+    } else {
+        "[7/7] Workloads reachable ... ok (#.## s)\n"
     };
     format!(
         "{head}{}",
@@ -176,8 +189,8 @@ fn second_run(head: &str) -> String {
     pipeline #<n> of blueprint-apps/redis: success (0 s)
     pipeline #<n> of blueprint-apps/redis-slave: success (0 s)
 [6/7] Smoke test ... ok (#.## s)
-
-<recap of {title}: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok>
+{workloads}
+<recap of {title}: Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
 "##
         ))
     )
@@ -404,8 +417,9 @@ check mode: nothing will be changed
     ~ would start pipeline of blueprint-apps/redis on main
     ~ would start pipeline of blueprint-apps/redis-slave on main
 [6/7] Smoke test ... changed (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
 
-<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 8; Smoke test: changed 4>
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 8; Smoke test: changed 4; Workloads reachable: ok>
 "##),
             "",
         );
@@ -700,16 +714,18 @@ fn a_stale_pat_is_replaced_and_stray_pats_are_revoked() {
 [4/7] Ensure group ... skipped (not selected by --only)
 [5/7] Provision projects ... skipped (not selected by --only)
 [6/7] Smoke test ... skipped (not selected by --only)
+[7/7] Workloads reachable ... skipped (not selected by --only)
 
 Recap of scripts/phase3.rhai
-  #  step                status            changes       time
-  1  Pre-flight          skipped                 0          -
-  2  Mint PAT            changed                 2     #.## s
-  3  Seed glab auth      skipped                 0          -
-  4  Ensure group        skipped                 0          -
-  5  Provision projects  skipped                 0          -
-  6  Smoke test          skipped                 0          -
-6 steps: 0 ok, 1 changed, 5 skipped, 0 failed in #.## s
+  #  step                 status            changes       time
+  1  Pre-flight           skipped                 0          -
+  2  Mint PAT             changed                 2     #.## s
+  3  Seed glab auth       skipped                 0          -
+  4  Ensure group         skipped                 0          -
+  5  Provision projects   skipped                 0          -
+  6  Smoke test           skipped                 0          -
+  7  Workloads reachable  skipped                 0          -
+7 steps: 0 ok, 1 changed, 6 skipped, 0 failed in #.## s
 "##
         )
     };
@@ -735,8 +751,9 @@ Recap of scripts/phase3.rhai
 [4/7] Ensure group ... skipped (not selected by --only)
 [5/7] Provision projects ... skipped (not selected by --only)
 [6/7] Smoke test ... skipped (not selected by --only)
+[7/7] Workloads reachable ... skipped (not selected by --only)
 
-<recap of scripts/phase3.rhai: Pre-flight: skipped; Mint PAT: changed 1; Seed glab auth: skipped; Ensure group: skipped; Provision projects: skipped; Smoke test: skipped>
+<recap of scripts/phase3.rhai: Pre-flight: skipped; Mint PAT: changed 1; Seed glab auth: skipped; Ensure group: skipped; Provision projects: skipped; Smoke test: skipped; Workloads reachable: skipped>
 "##),
         "",
     );
@@ -809,7 +826,7 @@ error: step "Smoke test" failed
         &with_recaps(r##"
 [6/7] Smoke test ... failed (#.## s)
 
-<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 36; Smoke test: failed>
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 36; Smoke test: failed; Workloads reachable: not run>
 
 "##),
         varies,
@@ -856,12 +873,12 @@ fn under_a_fifth_of_answers_failing_phase3_converges_in_one_run_without_duplicat
     ];
     // About GitLab's answers and duplicates, not what jobs do: the platform plays its jobs
     // (`--play-jobs`), which halves the test's time (20 trials of 4 smoke pipelines each).
-    // Jobs run for real in the other phase 3 tests and in gitlab_jobs.rs.
+    // Jobs run for real in the other phase 3 tests and in gitlab_jobs.rs. Played jobs deploy
+    // nothing, so the guestbook's reachability is not asked.
+    const PLAYED: [&str; 3] = ["--skip", "Workloads reachable", "scripts/phase3.rhai"];
     let (reference, reference_pipelines) = {
         let sim = BPRUN.sim(SimKind::All, &["--play-jobs"]);
-        phase3_copy(Some(&sim))
-            .run(&["scripts/phase3.rhai"])
-            .success();
+        phase3_copy(Some(&sim)).run(&PLAYED).success();
         (
             summary(&sim),
             pipelines(&sim).values().map(Vec::len).collect::<Vec<_>>(),
@@ -874,7 +891,7 @@ fn under_a_fifth_of_answers_failing_phase3_converges_in_one_run_without_duplicat
         let sim = BPRUN.sim(SimKind::All, &["--play-jobs"]);
         let copy = phase3_copy(Some(&sim)).env("BPRUN_GITLAB_BACKOFF_MS", "5");
         sim.set_faults(faults);
-        let run = copy.run(&["scripts/phase3.rhai"]);
+        let run = copy.run(&PLAYED);
         injected += sim.requests()["requests"]
             .as_array()
             .expect("log")
@@ -944,8 +961,15 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
     let faults = sim.raw("GET", "/-/sim/faults", None, None).json();
     assert_eq!(faults["latency_ms"], 50, "{faults}");
     let copy = phase3_copy(Some(&sim));
-    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
-        .success();
+    copy.run(&[
+        "-q",
+        "--skip",
+        "Smoke test",
+        "--skip",
+        "Workloads reachable",
+        "scripts/phase3.rhai",
+    ])
+    .success();
     let log = sim.requests();
     let writes: Vec<&serde_json::Value> = log["requests"]
         .as_array()
@@ -980,8 +1004,15 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
     );
 
     sim.clear_requests();
-    copy.run(&["-q", "--skip", "Smoke test", "scripts/phase3.rhai"])
-        .success();
+    copy.run(&[
+        "-q",
+        "--skip",
+        "Smoke test",
+        "--skip",
+        "Workloads reachable",
+        "scripts/phase3.rhai",
+    ])
+    .success();
     let log = sim.requests();
     assert_eq!(log["mutating"], 0, "{}", log["counters"]);
     let requests = log["requests"].as_array().expect("requests").clone();

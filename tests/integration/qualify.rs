@@ -312,48 +312,50 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
         .expect(
             0,
             r#"
-            [1/18] Cluster and helm reachable ... ok (#.## s)
-            [2/18] Envoy gateway pods ... ok (#.## s)
-            [3/18] Gateway/gitlab-gw Programmed ... ok (#.## s)
-            [4/18] local-path is the default StorageClass ... ok (#.## s)
-            [5/18] CloudNativePG cluster Ready ... ok (#.## s)
-            [6/18] Redis answers PING ... ok (#.## s)
-            [7/18] MinIO buckets ... ok (#.## s)
-            [8/18] OpenBao unsealed ... ok (#.## s)
-            [9/18] Wildcard CA on disk ... ok (#.## s)
-            [10/18] 4 listener Secrets ... ok (#.## s)
-            [11/18] GitLab /-/health ... ok (#.## s)
-            [12/18] Runner online ...
+            [1/19] Cluster and helm reachable ... ok (#.## s)
+            [2/19] Envoy gateway pods ... ok (#.## s)
+            [3/19] Gateway/gitlab-gw Programmed ... ok (#.## s)
+            [4/19] local-path is the default StorageClass ... ok (#.## s)
+            [5/19] CloudNativePG cluster Ready ... ok (#.## s)
+            [6/19] Redis answers PING ... ok (#.## s)
+            [7/19] MinIO buckets ... ok (#.## s)
+            [8/19] OpenBao unsealed ... ok (#.## s)
+            [9/19] Wildcard CA on disk ... ok (#.## s)
+            [10/19] 4 listener Secrets ... ok (#.## s)
+            [11/19] GitLab /-/health ... ok (#.## s)
+            [12/19] Runner online ...
                 warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
-            [12/18] Runner online ... ok (#.## s)
-            [13/18] GitLab pods Running ... ok (#.## s)
-            [14/18] Group blueprint-apps ... ok (#.## s)
-            [15/18] Projects ... ok (#.## s)
-            [16/18] .gitlab-ci.yml in every project ... ok (#.## s)
-            [17/18] CI/CD variables ... ok (#.## s)
-            [18/18] Smoke pipelines green ... ok (#.## s)
+            [12/19] Runner online ... ok (#.## s)
+            [13/19] GitLab pods Running ... ok (#.## s)
+            [14/19] Group blueprint-apps ... ok (#.## s)
+            [15/19] Projects ... ok (#.## s)
+            [16/19] .gitlab-ci.yml in every project ... ok (#.## s)
+            [17/19] CI/CD variables ... ok (#.## s)
+            [18/19] Smoke pipelines green ... ok (#.## s)
+            [19/19] Workloads reachable ... ok (#.## s)
 
             Qualification of scripts/qualify.rhai
-              #  check                                   expected                                    found                                       result
-              1  Cluster and helm reachable              nodes, helm releases                        5 nodes, 9 helm releases                    pass
-              2  Envoy gateway pods                      every replica Ready                         1/1 Ready                                   pass
-              3  Gateway/gitlab-gw Programmed            True                                        True                                        pass
-              4  local-path is the default StorageClass  true                                        true                                        pass
-              5  CloudNativePG cluster Ready             True                                        True                                        pass
-              6  Redis answers PING                      PONG                                        PONG                                        pass
-              7  MinIO buckets                           11 of 11                                    11 of 11                                    pass
-              8  OpenBao unsealed                        sealed: false                               sealed: false                               pass
-              9  Wildcard CA on disk                     ca.pem, cert.pem, key.pem                   ca.pem, cert.pem, key.pem                   pass
-             10  4 listener Secrets                      4 of 4 in gitlab                            4 of 4 in gitlab                            pass
-             11  GitLab /-/health                        200                                         200                                         pass
-             12  Runner online                           online, its pods Ready                      1 online, 1/1 pods Ready                    pass
-             13  GitLab pods Running                     every pod Ready, none missing               9/9 Ready                                   pass
-             14  Group blueprint-apps                    blueprint-apps                              blueprint-apps                              pass
-             15  Projects                                shared-code, guestbook, redis, redis-slave  shared-code, guestbook, redis, redis-slave  pass
-             16  .gitlab-ci.yml in every project         on main in 4 projects                       on main in 4 projects                       pass
-             17  CI/CD variables                         4 keys in every project                     4 keys in every project                     pass
-             18  Smoke pipelines green                   success on main in 4 projects               success on main in 4 projects               pass
-            18 checks: 18 passed, 0 failed
+              #  check                                   expected                                         found                                            result
+              1  Cluster and helm reachable              nodes, helm releases                             5 nodes, 9 helm releases                         pass
+              2  Envoy gateway pods                      every replica Ready                              1/1 Ready                                        pass
+              3  Gateway/gitlab-gw Programmed            True                                             True                                             pass
+              4  local-path is the default StorageClass  true                                             true                                             pass
+              5  CloudNativePG cluster Ready             True                                             True                                             pass
+              6  Redis answers PING                      PONG                                             PONG                                             pass
+              7  MinIO buckets                           11 of 11                                         11 of 11                                         pass
+              8  OpenBao unsealed                        sealed: false                                    sealed: false                                    pass
+              9  Wildcard CA on disk                     ca.pem, cert.pem, key.pem                        ca.pem, cert.pem, key.pem                        pass
+             10  4 listener Secrets                      4 of 4 in gitlab                                 4 of 4 in gitlab                                 pass
+             11  GitLab /-/health                        200                                              200                                              pass
+             12  Runner online                           online, its pods Ready                           1 online, 1/1 pods Ready                         pass
+             13  GitLab pods Running                     every pod Ready, none missing                    9/9 Ready                                        pass
+             14  Group blueprint-apps                    blueprint-apps                                   blueprint-apps                                   pass
+             15  Projects                                shared-code, guestbook, redis, redis-slave       shared-code, guestbook, redis, redis-slave       pass
+             16  .gitlab-ci.yml in every project         on main in 4 projects                            on main in 4 projects                            pass
+             17  CI/CD variables                         4 keys in every project                          4 keys in every project                          pass
+             18  Smoke pipelines green                   success on main in 4 projects                    success on main in 4 projects                    pass
+             19  Workloads reachable                     https://guestbook.local.example.net answers 200  https://guestbook.local.example.net answers 200  pass
+            19 checks: 19 passed, 0 failed
             "#,
             "",
         );

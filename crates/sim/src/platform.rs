@@ -454,13 +454,14 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             &crate::kube::PlatformTargets {
                 openbao: Some(prepared.bao_addr),
                 registry: Some(registry_addr),
-                // The checkout's manifests; the wildcard certificate phase 2 would have left
-                // in the repository the scripts run in (infra/tls/wildcard/).
-                gateway: {
-                    let checkout = std::env::current_dir().unwrap_or_default();
-                    let repository = prepared.repository.clone().unwrap_or(checkout.clone());
-                    crate::kube::seed_gateway::objects(&checkout, &repository)?
-                },
+                // The wildcard certificate phase 2 would have left in the repository the
+                // scripts run in (infra/tls/wildcard/).
+                gateway: crate::kube::seed_gateway::objects(
+                    &prepared
+                        .repository
+                        .clone()
+                        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
+                )?,
             },
         )?;
     }

@@ -1,6 +1,6 @@
 //! The gateway as phase 2 leaves it, for the platform the simulator seeds without running phase
 //! 2: the Gateway API CRDs of `infra/manifests/`, the EnvoyProxy CRD and the Envoy Gateway
-//! controller of the GitLab chart (its stand-in's `gateway-helm`), the GatewayClass `gitlab-gw`
+//! controller of the GitLab chart (its stand-in's `gateway-helm`; all vendored at build time), the GatewayClass `gitlab-gw`
 //! with its EnvoyProxy (the proxy Service's fixed name `gitlab-gateway`), the listener Secrets
 //! of the wildcard certificate in `infra/tls/wildcard/` (minted there as phase 2's wildcard TLS
 //! step does, when missing), and phase 2's Gateway (`infra/references/gateway.yaml`). The
@@ -10,17 +10,41 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use std::path::Path;
 
-/// The Gateway API CRDs phase 3's apps need (their charts create HTTPRoutes).
-const GATEWAY_API_CRDS: &[&str] = &[
-    "gateway.networking.k8s.io_gatewayclasses.yaml",
-    "gateway.networking.k8s.io_gateways.yaml",
-    "gateway.networking.k8s.io_httproutes.yaml",
-    "gateway.networking.k8s.io_referencegrants.yaml",
+/// The Gateway API CRDs phase 3's apps need (their charts create HTTPRoutes), the EnvoyProxy CRD
+/// and phase 2's Gateway, as this build vendors them (a repository copy need not carry them).
+const MANIFESTS: &[(&str, &str)] = &[
+    (
+        "gatewayclasses",
+        include_str!(
+            "../../../../infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gatewayclasses.yaml"
+        ),
+    ),
+    (
+        "gateways",
+        include_str!(
+            "../../../../infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_gateways.yaml"
+        ),
+    ),
+    (
+        "httproutes",
+        include_str!(
+            "../../../../infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_httproutes.yaml"
+        ),
+    ),
+    (
+        "referencegrants",
+        include_str!(
+            "../../../../infra/manifests/gateway-api-v1.5.0/gateway.networking.k8s.io_referencegrants.yaml"
+        ),
+    ),
+    (
+        "envoyproxies",
+        include_str!(
+            "../../../../infra/helm-charts/stand-ins/gitlab/charts/gateway-helm/crds/envoyproxies.yaml"
+        ),
+    ),
 ];
-const GATEWAY_API_DIR: &str = "infra/manifests/gateway-api-v1.5.0";
-const ENVOY_PROXY_CRD: &str =
-    "infra/helm-charts/stand-ins/gitlab/charts/gateway-helm/crds/envoyproxies.yaml";
-const GATEWAY_MANIFEST: &str = "infra/references/gateway.yaml";
+const GATEWAY_MANIFEST: &str = include_str!("../../../../infra/references/gateway.yaml");
 const TLS_DIR: &str = "infra/tls/wildcard";
 const DOMAIN: &str = "local.example.net";
 /// Phase 2's listener Secrets (scripts/phase2.rhai, LISTENERS).
@@ -32,15 +56,12 @@ const LISTENER_SECRETS: &[&str] = &[
 ];
 const CONTROLLER_NAME: &str = "gateway.envoyproxy.io/gitlab-gatewayclass-controller";
 
-fn documents(root: &Path, file: &str) -> Result<Vec<Value>, String> {
-    let path = root.join(file);
-    let text = std::fs::read_to_string(&path)
-        .map_err(|error| format!("cannot read {}: {error}", path.display()))?;
-    serde_norway::Deserializer::from_str(&text)
+fn documents(name: &str, text: &str) -> Result<Vec<Value>, String> {
+    serde_norway::Deserializer::from_str(text)
         .map(Value::deserialize)
         .filter(|document| !matches!(document, Ok(Value::Null)))
         .collect::<Result<_, _>>()
-        .map_err(|error| format!("{}: {error}", path.display()))
+        .map_err(|error| format!("the vendored {name} manifest: {error}"))
 }
 
 /// The wildcard CA and certificate in `root/infra/tls/wildcard/`, minted when missing:
@@ -61,15 +82,14 @@ fn wildcard_tls(root: &Path) -> Result<(String, String, String), String> {
     Ok((read("ca.pem")?, read("cert.pem")?, read("key.pem")?))
 }
 
-/// The objects, in the order they are created: the manifests read from the checkout `root`,
-/// the wildcard certificate kept in (and minted into) `repository`'s `infra/tls/wildcard/`.
-pub fn objects(root: &Path, repository: &Path) -> Result<Vec<Value>, String> {
+/// The objects, in the order they are created; the wildcard certificate is kept in (and minted
+/// into) `repository`'s `infra/tls/wildcard/`.
+pub fn objects(repository: &Path) -> Result<Vec<Value>, String> {
     use base64::Engine;
     let mut objects = Vec::new();
-    for file in GATEWAY_API_CRDS {
-        objects.extend(documents(root, &format!("{GATEWAY_API_DIR}/{file}"))?);
+    for (name, text) in MANIFESTS {
+        objects.extend(documents(name, text)?);
     }
-    objects.extend(documents(root, ENVOY_PROXY_CRD)?);
     let labels = json!({"app.kubernetes.io/name": "gateway-helm", "app.kubernetes.io/instance": "gitlab",
                         "control-plane": "envoy-gateway"});
     objects.push(json!({"apiVersion": "v1", "kind": "ConfigMap",
@@ -106,6 +126,6 @@ pub fn objects(root: &Path, repository: &Path) -> Result<Vec<Value>, String> {
                      "ca.crt": encode(&ca)}}),
         );
     }
-    objects.extend(documents(root, GATEWAY_MANIFEST)?);
+    objects.extend(documents("gateway", GATEWAY_MANIFEST)?);
     Ok(objects)
 }
