@@ -409,16 +409,20 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
             ~ start pipeline of blueprint-apps/redis on main
             ~ start pipeline of blueprint-apps/redis-slave on main
         [6/7] Smoke test ... changed (#.## s)
+        [7/7] Workloads reachable ...
+            https://guestbook.local.example.net/ answers 200 through the gateway
+        [7/7] Workloads reachable ... ok (#.## s)
 
         Recap of scripts/phase3.rhai
-          #  step                status            changes       time
-          1  Pre-flight          ok                      0 #.## s
-          2  Mint PAT            ok                      0 #.## s
-          3  Seed glab auth      skipped                 0 #.## s
-          4  Ensure group        ok                      0 #.## s
-          5  Provision projects  ok                      0 #.## s
-          6  Smoke test          changed                 3 #.## s
-        6 steps: 4 ok, 1 changed, 1 skipped, 0 failed in #.## s
+          #  step                 status            changes       time
+          1  Pre-flight           ok                      0 #.## s
+          2  Mint PAT             ok                      0 #.## s
+          3  Seed glab auth       skipped                 0 #.## s
+          4  Ensure group         ok                      0 #.## s
+          5  Provision projects   ok                      0 #.## s
+          6  Smoke test           changed                 3 #.## s
+          7  Workloads reachable  ok                      0 #.## s
+        7 steps: 5 ok, 1 changed, 1 skipped, 0 failed in #.## s
         ",
             )
             .as_str()),
@@ -437,14 +441,15 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         [1/7] Pre-flight ... failed (#.## s)
 
         Recap of scripts/phase3.rhai
-          #  step                status            changes       time
-          1  Pre-flight          failed                  0 #.## s
-          2  Mint PAT            not run                 0          -
-          3  Seed glab auth      not run                 0          -
-          4  Ensure group        not run                 0          -
-          5  Provision projects  not run                 0          -
-          6  Smoke test          not run                 0          -
-        6 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 5 not run in #.## s
+          #  step                 status            changes       time
+          1  Pre-flight           failed                  0 #.## s
+          2  Mint PAT             not run                 0          -
+          3  Seed glab auth       not run                 0          -
+          4  Ensure group         not run                 0          -
+          5  Provision projects   not run                 0          -
+          6  Smoke test           not run                 0          -
+          7  Workloads reachable  not run                 0          -
+        7 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 6 not run in #.## s
         ",
         r#"
         error: step "Pre-flight" failed

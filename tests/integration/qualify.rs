@@ -41,7 +41,7 @@ fn not_passed(rows: &BTreeMap<String, Row>) -> BTreeMap<String, Row> {
 }
 
 /// Every row of both smoke tables, in the script's order.
-const ROWS: [&str; 18] = [
+const ROWS: [&str; 19] = [
     "Cluster and helm reachable",
     "Envoy gateway pods",
     "Gateway/gitlab-gw Programmed",
@@ -60,6 +60,7 @@ const ROWS: [&str; 18] = [
     ".gitlab-ci.yml in every project",
     "CI/CD variables",
     "Smoke pipelines green",
+    "Workloads reachable",
 ];
 
 #[test]

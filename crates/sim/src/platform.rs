@@ -470,6 +470,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     crate::kube::write_kubeconfig(&prepared.kubeconfig, &kube.url, &kube.token, &kube.ca_pem)?;
     std::fs::write(prepared.state_dir.join("kube-ca.pem"), &kube.ca_pem)
         .map_err(|error| format!("cannot write the CA file: {error}"))?;
+    let prepared_bare = prepared.bare;
     let mut platform = Platform {
         gitlab,
         gitlab_url: prepared.gitlab_url,
@@ -483,7 +484,34 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     };
     platform.tasks.append(&mut tasks);
     platform.wait_ready()?;
+    if !prepared_bare {
+        wait_seeded_gateway(&platform.kube.sim)?;
+    }
     Ok(platform)
+}
+
+/// Waits (at most 30 s) until the seeded gateway's Envoy proxy pod is Ready: phase 2 leaves it
+/// running, so phase 3's first port-forward to it must find it.
+fn wait_seeded_gateway(sim: &crate::kube::KubeSim) -> Result<(), String> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let ready = sim.cluster().all("pods").iter().any(|pod| {
+            pod["metadata"]["namespace"] == "gitlab"
+                && pod["metadata"]["labels"]["app.kubernetes.io/name"] == "envoy"
+                && pod["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        });
+        if ready {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err("the seeded gateway's Envoy proxy pod was not Ready within 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 impl Platform {
