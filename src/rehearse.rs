@@ -552,8 +552,11 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     ensure_tools(&root)?;
     let state = state_dir(None, "repl")?;
-    let prepared = platform::prepare(&root, &state.path, 1.0)
+    let mut prepared = platform::prepare(&root, &state.path, 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
+    // The wildcard certificate phase 2 would have left: in the session's own folder, not the
+    // checkout (a REPL session changes no file of it).
+    prepared.repository = Some(state.path.join("repository"));
     export(&prepared, &root, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;

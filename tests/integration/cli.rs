@@ -311,6 +311,9 @@ fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
         .command()
         .args(["sim", "all", "--pipeline-seconds", "0.3", "--state"])
         .arg(state)
+        // Phase 2's files (the wildcard certificate) in the state folder, never the checkout.
+        .arg("--repository")
+        .arg(state.join("repository"))
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())

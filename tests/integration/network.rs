@@ -40,6 +40,24 @@ fn without_step(source: &str, name: &str) -> String {
         .replace(&format!("\"{name}\", "), "")
 }
 
+/// `source` with the step named `name` moved to right after the Pre-flight step.
+fn moved_first(source: &str, name: &str) -> String {
+    let start = source
+        .find(&format!("step(\"{name}\""))
+        .unwrap_or_else(|| panic!("no step {name}"));
+    let length = source[start..]
+        .find("\n});\n")
+        .expect("the end of the step")
+        + "\n});\n".len();
+    let step = &source[start..start + length];
+    let rest = format!("{}{}", &source[..start], &source[start + length..]);
+    let preflight = rest
+        .find("step(\"Pre-flight\"")
+        .expect("the Pre-flight step");
+    let after = preflight + rest[preflight..].find("\n});\n").expect("its end") + "\n});\n".len();
+    format!("{}\n{step}{}", &rest[..after], &rest[after..])
+}
+
 /// Rehearses phases 2 and 3 in `copy`; its stderr from the failing step's headline on, then the
 /// guestbook's line of the end state, with what differs between runs as placeholders.
 fn rehearse_failing(copy: &crate::support::Test) -> String {
@@ -276,5 +294,43 @@ fn without_the_guestbooks_route_the_gateway_answers_envoys_404() {
 re-run with --resume to continue from here
   Deployment/guestbook 1/1 ready
 "##,
+    );
+}
+
+#[test]
+fn node_trust_of_a_ca_that_is_not_the_registrys_fails_containerds_tls_check() {
+    let copy = copy_with(|source| {
+        source.replace(
+            "    let ca = read_text(`${TLS_DIR}/ca.pem`);\n    kube_apply(#{apiVersion: \"v1\", kind: \"ConfigMap\",",
+            "    tls_ensure_ca(\"infra/tls/other\", #{cn: \"another CA\"});\n    let ca = read_text(\"infra/tls/other/ca.pem\");\n    kube_apply(#{apiVersion: \"v1\", kind: \"ConfigMap\",",
+        )
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        &unpullable(
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority",
+        ),
+    );
+}
+
+/// The CoreDNS rewrite names a Service that does not exist yet, and the wildcard TLS step needs
+/// nothing before it: both may run first, and the platform comes up the same.
+#[test]
+fn the_coredns_rewrite_and_wildcard_tls_may_run_first() {
+    let copy =
+        copy_with(|source| moved_first(&moved_first(source, "CoreDNS rewrite"), "Wildcard TLS"));
+    let run = copy.run(&["rehearse", "scripts/phase2.rhai", "scripts/phase3.rhai"]);
+    run.code(0);
+    run.partial_stdout(
+        "[2/17] Wildcard TLS ...",
+        "the order is what this test is about; the steps' lines are pinned by the other rehearsals",
+    );
+    run.partial_stdout(
+        "[3/17] CoreDNS rewrite ...",
+        "the order is what this test is about; the steps' lines are pinned by the other rehearsals",
+    );
+    run.partial_stdout(
+        "[7/7] Workloads reachable ...\n    https://guestbook.local.example.net/ answers 200 through the gateway\n[7/7] Workloads reachable ... ok (#.## s)\n",
+        "phase 3's end is what matters: the guestbook answers through the gateway",
     );
 }

@@ -77,14 +77,14 @@ step("Plain step", || { info("still runs after failed rows") });
     test.run(&["scripts/test.rhai"]).expect(
         1,
         &with_recaps(r#"
-        [1/7] Equal ... ok (#.## s)
-        [2/7] Different ... failed (#.## s)
-        [3/7] Verdict ... failed (#.## s)
-        [4/7] Throws ... failed (#.## s)
-        [5/7] Cannot read ... skipped: OpenBao is sealed (#.## s)
-        [6/7] Plain step ...
+        [1/6] Equal ... ok (#.## s)
+        [2/6] Different ... failed (#.## s)
+        [3/6] Verdict ... failed (#.## s)
+        [4/6] Throws ... failed (#.## s)
+        [5/6] Cannot read ... skipped: OpenBao is sealed (#.## s)
+        [6/6] Plain step ...
             still runs after failed rows
-        [6/7] Plain step ... ok (#.## s)
+        [6/6] Plain step ... ok (#.## s)
 
         <recap of scripts/test.rhai: Equal: ok; Different: failed; Verdict: failed; Throws: failed; Cannot read: skipped, timed; Plain step: ok>
 
@@ -148,12 +148,12 @@ step("Plain step", || { info("still runs after failed rows") });
         .stderr("")
         .stdout(
             &with_recaps("
-            [1/7] Equal ... ok (#.## s)
-            [2/7] Different ... skipped (not selected by --only)
-            [3/7] Verdict ... skipped (not selected by --only)
-            [4/7] Throws ... skipped (not selected by --only)
-            [5/7] Cannot read ... skipped (not selected by --only)
-            [6/7] Plain step ... skipped (not selected by --only)
+            [1/6] Equal ... ok (#.## s)
+            [2/6] Different ... skipped (not selected by --only)
+            [3/6] Verdict ... skipped (not selected by --only)
+            [4/6] Throws ... skipped (not selected by --only)
+            [5/6] Cannot read ... skipped (not selected by --only)
+            [6/6] Plain step ... skipped (not selected by --only)
 
             <recap of scripts/test.rhai: Equal: ok; Different: skipped; Verdict: skipped; Throws: skipped; Cannot read: skipped; Plain step: skipped>
 
@@ -170,12 +170,12 @@ step("Plain step", || { info("still runs after failed rows") });
         .stderr("")
         .stdout(
             &with_recaps("
-            [1/7] Equal ... skipped (not selected by --only)
-            [2/7] Different ... skipped (not selected by --only)
-            [3/7] Verdict ... skipped (not selected by --only)
-            [4/7] Throws ... skipped (not selected by --only)
-            [5/7] Cannot read ... skipped: OpenBao is sealed (#.## s)
-            [6/7] Plain step ... skipped (not selected by --only)
+            [1/6] Equal ... skipped (not selected by --only)
+            [2/6] Different ... skipped (not selected by --only)
+            [3/6] Verdict ... skipped (not selected by --only)
+            [4/6] Throws ... skipped (not selected by --only)
+            [5/6] Cannot read ... skipped: OpenBao is sealed (#.## s)
+            [6/6] Plain step ... skipped (not selected by --only)
 
             <recap of scripts/test.rhai: Equal: skipped; Different: skipped; Verdict: skipped; Throws: skipped; Cannot read: skipped, timed; Plain step: skipped>
 

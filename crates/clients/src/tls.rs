@@ -89,6 +89,10 @@ pub fn ensure_ca(
             Ok((parsed, _)) if expiring(parsed.not_after) => {
                 Some(format!("the CA expires within {RENEW_MARGIN_DAYS} days"))
             }
+            // A key that is not the certificate's signs leaves nothing any client trusts.
+            Ok((_, der)) if !key_matches(&der, &key_path) => {
+                Some("ca-key.pem is not the key of ca.pem".to_string())
+            }
             Ok(_) => None,
             Err(problem) => Some(problem),
         },
@@ -171,6 +175,8 @@ pub fn ensure_cert(
                     ))
                 } else if !signed_by(&der, &ca_der) {
                     Some("the certificate is not signed by this CA".to_string())
+                } else if !key_matches(&der, &key_path) {
+                    Some("key.pem is not the key of cert.pem".to_string())
                 } else {
                     None
                 }
@@ -219,6 +225,18 @@ pub fn ensure_cert(
     })
 }
 
+/// Whether the private key in `key_path` is the one whose public key `cert_der` carries.
+fn key_matches(cert_der: &[u8], key_path: &std::path::Path) -> bool {
+    let (Ok(pem), Ok((_, cert))) = (
+        std::fs::read_to_string(key_path),
+        x509_parser::parse_x509_certificate(cert_der),
+    ) else {
+        return false;
+    };
+    KeyPair::from_pem(&pem)
+        .is_ok_and(|key| key.public_key_raw() == cert.public_key().subject_public_key.data.as_ref())
+}
+
 fn signed_by(cert_der: &[u8], ca_der: &[u8]) -> bool {
     let (Ok((_, cert)), Ok((_, ca))) = (
         x509_parser::parse_x509_certificate(cert_der),
@@ -227,4 +245,50 @@ fn signed_by(cert_der: &[u8], ca_der: &[u8]) -> bool {
         return false;
     };
     cert.verify_signature(Some(ca.public_key())).is_ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ca_or_certificate_whose_key_file_is_another_keys_is_minted_again() {
+        let folder = tempfile::tempdir().expect("folder");
+        let files = Confinement::new(folder.path());
+        let names = vec!["*.local.example.net".to_string()];
+        assert!(
+            ensure_ca(&files, "tls", "test CA", 30 * 3, false)
+                .expect("CA")
+                .changed
+        );
+        let first = ensure_cert(&files, "tls", "tls", &names, 90, false).expect("cert");
+        assert!(first.changed);
+        let again = ensure_cert(&files, "tls", "tls", &names, 90, false).expect("cert");
+        assert_eq!(
+            again,
+            Outcome {
+                changed: false,
+                reason: None
+            }
+        );
+        // Another CA's key next to this CA's certificate (a half-copied folder).
+        let other = KeyPair::generate().expect("key").serialize_pem();
+        std::fs::write(folder.path().join("tls/ca-key.pem"), &other).expect("write");
+        let ca = ensure_ca(&files, "tls", "test CA", 90, false).expect("CA");
+        assert_eq!(
+            ca.reason.as_deref(),
+            Some("ca-key.pem is not the key of ca.pem")
+        );
+        let cert = ensure_cert(&files, "tls", "tls", &names, 90, false).expect("cert");
+        assert_eq!(
+            cert.reason.as_deref(),
+            Some("the certificate is not signed by this CA")
+        );
+        std::fs::write(folder.path().join("tls/key.pem"), &other).expect("write");
+        let cert = ensure_cert(&files, "tls", "tls", &names, 90, true).expect("cert");
+        assert_eq!(
+            cert.reason.as_deref(),
+            Some("key.pem is not the key of cert.pem")
+        );
+    }
 }

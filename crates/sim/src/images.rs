@@ -115,7 +115,8 @@ pub const OFFICIAL_IMAGES: &[&str] = &[
 
 /// Why a node cannot pull a public image (containerd's words after `failed to pull and unpack
 /// image "...": `), or `None` when it can: a registry host that is not a public registry does
-/// not resolve on the node (`resolver`, the node's DNS server), a Docker Hub `library/` name that
+/// not resolve on the node (`resolver`, the node's DNS server; `localhost/NAME` is an image loaded
+/// into the node, as `kind load` names it), a Docker Hub `library/` name that
 /// is not an official image is refused as a repository that does not exist. The platform's own
 /// registry is [`PlatformRegistry`]'s to decide, before this.
 pub fn public_pull_error(image: &str, resolver: &str) -> Option<String> {
@@ -137,7 +138,9 @@ pub fn public_pull_error(image: &str, resolver: &str) -> Option<String> {
             format!("failed to resolve reference \"docker.io/{path}:{tag}\": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed")
         });
     }
-    if PUBLIC_REGISTRIES.contains(&host) {
+    // `localhost/NAME` (no port) is how `kind load docker-image` names an image built on the
+    // host: it is in the node's image store, not pulled.
+    if PUBLIC_REGISTRIES.contains(&host) || host == "localhost" {
         return None;
     }
     let name = host.split(':').next().unwrap_or(host);
