@@ -26,8 +26,8 @@ fn copy_editing(file: &str, edit: impl Fn(&str) -> String) -> crate::support::Te
     copy
 }
 
-/// `source` without the step named `name` (and without it in other steps' `needs`).
-fn without_step(source: &str, name: &str) -> String {
+/// Where the step named `name` stands in `source`: from `step("NAME"` to its closing `});`.
+fn step_span(source: &str, name: &str) -> std::ops::Range<usize> {
     let start = source
         .find(&format!("step(\"{name}\""))
         .unwrap_or_else(|| panic!("no step {name}"));
@@ -35,26 +35,23 @@ fn without_step(source: &str, name: &str) -> String {
         .find("\n});\n")
         .expect("the end of the step")
         + "\n});\n".len();
-    let cut = format!("{}{}", &source[..start], &source[start + length..]);
+    start..start + length
+}
+
+/// `source` without the step named `name` (and without it in other steps' `needs`).
+fn without_step(source: &str, name: &str) -> String {
+    let span = step_span(source, name);
+    let cut = format!("{}{}", &source[..span.start], &source[span.end..]);
     cut.replace(&format!(", \"{name}\""), "")
         .replace(&format!("\"{name}\", "), "")
 }
 
 /// `source` with the step named `name` moved to right after the Pre-flight step.
 fn moved_first(source: &str, name: &str) -> String {
-    let start = source
-        .find(&format!("step(\"{name}\""))
-        .unwrap_or_else(|| panic!("no step {name}"));
-    let length = source[start..]
-        .find("\n});\n")
-        .expect("the end of the step")
-        + "\n});\n".len();
-    let step = &source[start..start + length];
-    let rest = format!("{}{}", &source[..start], &source[start + length..]);
-    let preflight = rest
-        .find("step(\"Pre-flight\"")
-        .expect("the Pre-flight step");
-    let after = preflight + rest[preflight..].find("\n});\n").expect("its end") + "\n});\n".len();
+    let span = step_span(source, name);
+    let step = &source[span.clone()];
+    let rest = format!("{}{}", &source[..span.start], &source[span.end..]);
+    let after = step_span(&rest, "Pre-flight").end;
     format!("{}\n{step}{}", &rest[..after], &rest[after..])
 }
 

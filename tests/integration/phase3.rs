@@ -958,6 +958,16 @@ fn of_project(request: &serde_json::Value, name: &str) -> bool {
         || path.contains(&format!("blueprint-apps/{name}.git"))
 }
 
+/// Phase 3 quiet, without its pipelines and what they deploy.
+const WITHOUT_SMOKE: [&str; 6] = [
+    "-q",
+    "--skip",
+    "Smoke test",
+    "--skip",
+    "Workloads reachable",
+    "scripts/phase3.rhai",
+];
+
 /// `bprun sim all --latency-ms`: every GitLab answer (API and git) is held back. Provisioning
 /// sends shared-code's writes, its push included, before any write of another project; a no-op
 /// re-run stays read-only with fewer requests than before (18 before issue #17; the kept PAT
@@ -969,15 +979,7 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
     let faults = sim.raw("GET", "/-/sim/faults", None, None).json();
     assert_eq!(faults["latency_ms"], 50, "{faults}");
     let copy = phase3_copy(Some(&sim));
-    copy.run(&[
-        "-q",
-        "--skip",
-        "Smoke test",
-        "--skip",
-        "Workloads reachable",
-        "scripts/phase3.rhai",
-    ])
-    .success();
+    copy.run(&WITHOUT_SMOKE).success();
     let log = sim.requests();
     let writes: Vec<&serde_json::Value> = log["requests"]
         .as_array()
@@ -1012,15 +1014,7 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
     );
 
     sim.clear_requests();
-    copy.run(&[
-        "-q",
-        "--skip",
-        "Smoke test",
-        "--skip",
-        "Workloads reachable",
-        "scripts/phase3.rhai",
-    ])
-    .success();
+    copy.run(&WITHOUT_SMOKE).success();
     let log = sim.requests();
     assert_eq!(log["mutating"], 0, "{}", log["counters"]);
     let requests = log["requests"].as_array().expect("requests").clone();

@@ -197,12 +197,7 @@ impl HttpStream {
                 };
                 let response = request.send().await?;
                 let status = response.status().as_u16();
-                let retry_after = response
-                    .headers()
-                    .get("retry-after")
-                    .and_then(|value| value.to_str().ok())
-                    .and_then(|value| value.trim().parse::<u64>().ok())
-                    .map(Duration::from_secs);
+                let retry_after = super::net::retry_after(response.headers());
                 let body = response.bytes().await?;
                 Ok::<_, reqwest::Error>((status, retry_after, body.to_vec()))
             });

@@ -59,6 +59,15 @@ pub struct HttpAnswer {
     pub body: String,
 }
 
+/// How long a server asks to wait before the next attempt (`Retry-After` in seconds).
+pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    headers
+        .get("retry-after")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.trim().parse::<u64>().ok())
+        .map(Duration::from_secs)
+}
+
 /// The longest wait between two attempts of [`https_get`], `Retry-After` included.
 const GET_MAX_BACKOFF: Duration = Duration::from_secs(5);
 
@@ -100,12 +109,7 @@ pub fn https_get(request: &HttpsGet) -> Result<HttpAnswer, ClientError> {
         let result = super::runtime::runtime().block_on(async move {
             let response = client.get(url).send().await?;
             let status = response.status().as_u16();
-            let retry_after = response
-                .headers()
-                .get("retry-after")
-                .and_then(|value| value.to_str().ok())
-                .and_then(|value| value.trim().parse::<u64>().ok())
-                .map(Duration::from_secs);
+            let retry_after = retry_after(response.headers());
             let body = response.text().await?;
             Ok::<_, reqwest::Error>((HttpAnswer { status, body }, retry_after))
         });

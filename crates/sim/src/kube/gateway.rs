@@ -396,13 +396,18 @@ pub fn accepts(listener: &Value, gateway: &Value, route: &Value, namespace_label
         && shares_hostname(listener, route)
 }
 
-fn shares_hostname(listener: &Value, route: &Value) -> bool {
-    let hostnames: Vec<&str> = route["spec"]["hostnames"]
+/// The hostnames an HTTPRoute names (none: every host its listeners serve).
+pub fn route_hostnames(route: &Value) -> Vec<&str> {
+    route["spec"]["hostnames"]
         .as_array()
         .into_iter()
         .flatten()
         .filter_map(Value::as_str)
-        .collect();
+        .collect()
+}
+
+fn shares_hostname(listener: &Value, route: &Value) -> bool {
+    let hostnames = route_hostnames(route);
     match listener["hostname"].as_str() {
         None | Some("") => true,
         Some(pattern) => {

@@ -16,7 +16,7 @@ use super::service::{self, Backend};
 use super::web::Served;
 use super::{ExecCall, ExecOutcome, Host, Program, World};
 use crate::http::{SimRequest, SimResponse};
-use crate::kube::gateway::{admits, attaches, hostname_matches, listener_for};
+use crate::kube::gateway::{admits, attaches, hostname_matches, listener_for, route_hostnames};
 use serde_json::Value;
 use std::sync::{Arc, Weak};
 
@@ -86,12 +86,7 @@ pub fn decide(
         {
             continue;
         }
-        let hostnames: Vec<&str> = route["spec"]["hostnames"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(Value::as_str)
-            .collect();
+        let hostnames = route_hostnames(route);
         if !hostnames.is_empty() && !hostnames.iter().any(|name| hostname_matches(name, host)) {
             continue;
         }
