@@ -837,3 +837,59 @@ fn resource_groups_sorted(mut output: Output) -> Output {
     output.stdout = format!("{}{}{}", &text[..start], groups.concat(), &text[end + 1..]);
     output
 }
+
+/// As on a real cluster, an image no registry serves is never pulled, so its Deployment never
+/// becomes Available: a registry host that does not resolve, a Docker Hub library name that is
+/// not an official image. The pods say containerd's reason.
+#[test]
+fn an_unpullable_image_never_becomes_available() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    for (name, image, reason) in [
+        (
+            "invalid",
+            "registry.invalid/no-such/image:0",
+            "failed to pull and unpack image \"registry.invalid/no-such/image:0\": failed to resolve reference \"registry.invalid/no-such/image:0\": failed to do request: Head \"https://registry.invalid/v2/no-such/image/manifests/0\": dial tcp: lookup registry.invalid on 172.18.0.1:53: no such host",
+        ),
+        (
+            "no-such",
+            "docker.io/library/no-such-image:1",
+            "failed to pull and unpack image \"docker.io/library/no-such-image:1\": failed to resolve reference \"docker.io/library/no-such-image:1\": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed",
+        ),
+    ] {
+        let manifest = format!(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {{name: {name}, namespace: demo}}\nspec:\n  selector: {{matchLabels: {{app: {name}}}}}\n  template:\n    metadata: {{labels: {{app: {name}}}}}\n    spec: {{containers: [{{name: app, image: \"{image}\"}}]}}\n"
+        );
+        assert_eq!(
+            sim.kubectl_stdin(&["apply", "-f", "-"], &manifest).ok(),
+            format!("deployment.apps/{name} created\n")
+        );
+        let waited = sim.kubectl(&[
+            "wait",
+            "--for=condition=Available",
+            &format!("deployment/{name}"),
+            "-n",
+            "demo",
+            "--timeout=3s",
+        ]);
+        assert_eq!(
+            (waited.code, waited.stderr.as_str()),
+            (
+                1,
+                format!("error: timed out waiting for the condition on deployments/{name}\n")
+                    .as_str()
+            )
+        );
+        let waiting = sim.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            "demo",
+            "-l",
+            &format!("app={name}"),
+            "-o",
+            "jsonpath={.items[0].status.containerStatuses[0].state.waiting.message}",
+        ]);
+        assert_eq!(waiting.ok(), reason);
+    }
+}
