@@ -439,18 +439,27 @@ impl Program for CoreDns {
         let text = mounted_corefile(&pod, host)
             .ok_or_else(|| format!("open {COREFILE_PATH}: no such file or directory"))?;
         let corefile = parse(&text)?;
-        host.shared()
+        // The Corefiles of pods that are gone are forgotten here: `stop` has no way to the
+        // shared state that holds them.
+        let existing: std::collections::HashSet<String> = host
+            .all("pods")
+            .iter()
+            .filter_map(|pod| pod["metadata"]["uid"].as_str().map(str::to_string))
+            .collect();
+        let mut loaded = host
+            .shared()
             .dns
             .loaded
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(
-                call.pod_uid.clone(),
-                Loaded {
-                    corefile,
-                    checked: Instant::now(),
-                },
-            );
+            .unwrap_or_else(|p| p.into_inner());
+        loaded.retain(|uid, _| existing.contains(uid));
+        loaded.insert(
+            call.pod_uid.clone(),
+            Loaded {
+                corefile,
+                checked: Instant::now(),
+            },
+        );
         Ok(())
     }
 
