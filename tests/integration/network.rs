@@ -331,3 +331,36 @@ fn the_coredns_rewrite_and_wildcard_tls_may_run_first() {
         "phase 3's end is what matters: the guestbook answers through the gateway",
     );
 }
+
+/// The smoke check trusts the wildcard CA only, as `curl --cacert` does: another CA does not
+/// verify what the gateway serves, in rustls's words.
+#[test]
+fn the_guestbook_check_with_another_ca_fails_the_certificate_check() {
+    let copy = copy_editing("scripts/phase3.rhai", |source| {
+        source.replace(
+            "const WILDCARD_CA = \"infra/tls/wildcard/ca.pem\";",
+            "const WILDCARD_CA = \"infra/tls/other/ca.pem\";",
+        )
+        .replace(
+            "    let gateway = kube_port_forward(GATEWAY_NAMESPACE,",
+            "    tls_ensure_ca(\"infra/tls/other\", #{cn: \"another CA\"});\n    let gateway = kube_port_forward(GATEWAY_NAMESPACE,",
+        )
+    });
+    assert_text(&rehearse_failing(&copy), ANOTHER_CA);
+}
+
+const ANOTHER_CA: &str = r##"error: step "Workloads reachable" failed
+  × GET https://guestbook.local.example.net/ (connecting to 127.0.0.1:<port>) failed
+     ╭─[scripts/phase3.rhai:201:18]
+ 200 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
+ 201 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
+     ·                  ────┬────
+     ·                      ╰── failed here
+ 202 │     if answer.status != 200 {
+     ╰────
+  caused by: error sending request for url (https://guestbook.local.example.net/): client error (Connect): invalid peer certificate: UnknownIssuer
+  hint: the CA given does not sign what the server presents for guestbook.local.example.net; curl --resolve guestbook.local.example.net:443:ADDRESS --cacert CA https://guestbook.local.example.net/ shows the same
+  when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
+re-run with --resume to continue from here
+  Deployment/guestbook 1/1 ready
+"##;

@@ -59,6 +59,27 @@ pub struct HttpAnswer {
     pub body: String,
 }
 
+/// Whether `error` is the server's certificate failing verification. rustls's error reaches
+/// here only as text (hyper and io::Error wrap it, and io::Error hides it from `source`):
+/// `invalid peer certificate: ...` is how rustls says it.
+fn is_certificate_error(error: &reqwest::Error) -> bool {
+    error_chain(error).contains("invalid peer certificate")
+}
+
+fn certificate_error(
+    request: &HttpsGet,
+    via: &str,
+    host: &str,
+    error: &reqwest::Error,
+) -> ClientError {
+    ClientError::new(format!("GET {}{via} failed", request.url))
+        .caused_by(error_chain(error))
+        .with_hint(format!(
+            "the CA given does not sign what the server presents for {host}; curl --resolve {host}:443:ADDRESS --cacert CA {} shows the same",
+            request.url
+        ))
+}
+
 /// How long a server asks to wait before the next attempt (`Retry-After` in seconds).
 pub fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     headers
@@ -118,6 +139,10 @@ pub fn https_get(request: &HttpsGet) -> Result<HttpAnswer, ClientError> {
                 (retry_after, Ok(answer))
             }
             Ok((answer, _)) => return Ok(answer),
+            // A certificate that does not verify will not verify on the next attempt.
+            Err(error) if is_certificate_error(&error) => {
+                return Err(certificate_error(request, &via, &host, &error));
+            }
             Err(error) => (None, Err(error_chain(&error))),
         };
         let wait = retry_after
@@ -128,7 +153,7 @@ pub fn https_get(request: &HttpsGet) -> Result<HttpAnswer, ClientError> {
                 ClientError::new(format!("GET {}{via} failed", request.url))
                     .caused_by(cause)
                     .with_hint(format!(
-                        "curl --resolve {host}:443:ADDRESS --cacert CA {} shows the same; a certificate error means the CA does not sign what the gateway serves for {host}",
+                        "curl --resolve {host}:443:ADDRESS {} shows the same: is the server listening there?",
                         request.url
                     ))
             });
