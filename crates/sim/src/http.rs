@@ -61,6 +61,30 @@ impl SimRequest {
         }
     }
 
+    /// A request made in-process (a program calling a simulator, a unit test): `body` sent as
+    /// `content_type` when given; no query, no upgrade.
+    pub fn local(
+        method: &str,
+        path: &str,
+        content_type: Option<&str>,
+        body: Vec<u8>,
+    ) -> SimRequest {
+        let mut headers = hyper::HeaderMap::new();
+        if let Some(value) = content_type.and_then(|t| hyper::header::HeaderValue::from_str(t).ok())
+        {
+            headers.insert(hyper::header::CONTENT_TYPE, value);
+        }
+        SimRequest {
+            method: method.to_string(),
+            path: path.to_string(),
+            query: BTreeMap::new(),
+            query_pairs: Vec::new(),
+            headers,
+            body: body.into(),
+            upgrade: None,
+        }
+    }
+
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.get(name).and_then(|value| value.to_str().ok())
     }

@@ -11,7 +11,6 @@ use super::{
 use crate::http::{Handler, SimRequest, SimResponse};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -126,24 +125,16 @@ pub async fn runner_standin(sim: Arc<GitlabSim>, token: String, interval: Durati
 /// One job request of the runner stand-in (also made once before the simulator serves, so
 /// the runner is online from the first answer on).
 pub fn standin_poll(sim: &GitlabSim, token: &str) {
-    let mut headers = hyper::HeaderMap::new();
-    headers.insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
     let body = json!({
         "token": token,
         "info": {"name": "gitlab-runner", "version": "17.9.0", "executor": "kubernetes", "features": {}},
     });
-    let request = SimRequest {
-        method: "POST".to_string(),
-        path: "/api/v4/jobs/request".to_string(),
-        query: BTreeMap::new(),
-        query_pairs: Vec::new(),
-        headers,
-        body: serde_json::to_vec(&body).unwrap_or_default().into(),
-        upgrade: None,
-    };
+    let request = SimRequest::local(
+        "POST",
+        "/api/v4/jobs/request",
+        Some("application/json"),
+        serde_json::to_vec(&body).unwrap_or_default(),
+    );
     let _ = sim.handle(request);
 }
 

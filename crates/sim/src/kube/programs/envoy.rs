@@ -199,6 +199,23 @@ enum Routed {
     Upstream(std::net::SocketAddr),
 }
 
+/// The one HTTP client every proxy pod relays with (its connection pool shared), built once.
+fn upstream_client() -> Option<&'static reqwest::Client> {
+    static CLIENT: std::sync::OnceLock<Option<reqwest::Client>> = std::sync::OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            bprun_clients::runtime::http_client_builder()
+                .no_proxy()
+                .http1_only()
+                .redirect(reqwest::redirect::Policy::none())
+                .connect_timeout(std::time::Duration::from_secs(5))
+                .timeout(std::time::Duration::from_secs(60))
+                .build()
+                .ok()
+        })
+        .as_ref()
+}
+
 /// Sends `request` to the upstream at `address` over HTTP/1.1 and relays its answer (Envoy's
 /// 503 when the connection fails).
 async fn relay(address: std::net::SocketAddr, request: SimRequest, tls: bool) -> SimResponse {
@@ -208,16 +225,8 @@ async fn relay(address: std::net::SocketAddr, request: SimRequest, tls: bool) ->
             "upstream connect error or disconnect/reset before headers. reset reason: remote connection failure, transport failure reason: delayed connect error: Connection refused",
         )
     };
-    let client = match bprun_clients::runtime::http_client_builder()
-        .no_proxy()
-        .http1_only()
-        .redirect(reqwest::redirect::Policy::none())
-        .connect_timeout(std::time::Duration::from_secs(5))
-        .timeout(std::time::Duration::from_secs(60))
-        .build()
-    {
-        Ok(client) => client,
-        Err(_) => return failed(),
+    let Some(client) = upstream_client() else {
+        return failed();
     };
     let query: String = if request.query_pairs.is_empty() {
         String::new()

@@ -733,22 +733,8 @@ fn host_port(url: &str) -> String {
 }
 
 fn runner_request(path: &str, token: &str) -> SimRequest {
-    let mut headers = hyper::HeaderMap::new();
-    headers.insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    SimRequest {
-        method: "POST".to_string(),
-        path: path.to_string(),
-        query: BTreeMap::new(),
-        query_pairs: Vec::new(),
-        headers,
-        body: serde_json::to_vec(&json!({"token": token}))
-            .unwrap_or_default()
-            .into(),
-        upgrade: None,
-    }
+    let body = serde_json::to_vec(&json!({"token": token})).unwrap_or_default();
+    SimRequest::local("POST", path, Some("application/json"), body)
 }
 
 /// GitLab Runner (the runner chart's Deployment).

@@ -247,15 +247,7 @@ mod tests {
     use super::*;
 
     fn request(method: &str, path: &str, body: &str) -> SimRequest {
-        SimRequest {
-            method: method.into(),
-            path: path.into(),
-            query: Default::default(),
-            query_pairs: Vec::new(),
-            headers: Default::default(),
-            body: body.as_bytes().to_vec().into(),
-            upgrade: None,
-        }
+        SimRequest::local(method, path, None, body.as_bytes().to_vec())
     }
 
     #[test]
