@@ -8,6 +8,7 @@ pub mod gitlab;
 pub mod http;
 pub mod images;
 pub mod kube;
+pub mod netns;
 pub mod network;
 pub mod platform;
 pub mod sandbox;
