@@ -893,3 +893,70 @@ fn an_unpullable_image_never_becomes_available() {
         assert_eq!(waiting.ok(), reason);
     }
 }
+
+/// helm's dates (`Wed Dec  2 18:01:52 2026`) as `<date>`.
+fn without_helm_dates(text: &str) -> String {
+    let dates = regex::Regex::new(r"\w{3} \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}").expect("regex");
+    dates.replace_all(text, "<date>").into_owned()
+}
+
+/// As on a real cluster, `helm test` of the chart `helm create` makes passes: its busybox test
+/// pod resolves the release's Service through the cluster DNS (its own `/etc/resolv.conf`,
+/// the resolver on 10.96.0.10 in its own network namespace) and fetches nginx's page behind
+/// it. With no ready endpoint left, the same test fails as there: the connection is refused.
+#[test]
+fn helm_test_of_a_helm_create_chart_reaches_its_service() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let chart = dir.path().join("demo");
+    let chart = chart.to_str().expect("path");
+    sim.helm(&["create", chart]).ok();
+    sim.helm(&[
+        "install",
+        "demo",
+        chart,
+        "-n",
+        "demo",
+        "--create-namespace",
+        "--wait",
+        "--timeout",
+        "60s",
+    ])
+    .ok();
+    let tested = sim.helm(&["test", "demo", "-n", "demo"]);
+    assert_eq!(
+        without_helm_dates(tested.ok()),
+        "NAME: demo\nLAST DEPLOYED: <date>\nNAMESPACE: demo\nSTATUS: deployed\nREVISION: 1\nDESCRIPTION: Install complete\nTEST SUITE:     demo-test-connection\nLast Started:   <date>\nLast Completed: <date>\nPhase:          Succeeded\n"
+    );
+    assert_eq!(
+        sim.kubectl(&["logs", "-n", "demo", "demo-test-connection"])
+            .ok(),
+        "Connecting to demo:80 (127.96.0.12:80)\nsaving to 'index.html'\nindex.html           100% |********************************|   245  0:00:00 ETA\n'index.html' saved\n"
+    );
+    sim.kubectl(&["scale", "deployment/demo", "-n", "demo", "--replicas=0"])
+        .ok();
+    sim.kubectl(&[
+        "wait",
+        "--for=delete",
+        "pod",
+        "-l",
+        "app.kubernetes.io/name=demo,pod-template-hash",
+        "-n",
+        "demo",
+        "--timeout=20s",
+    ])
+    .ok();
+    let failed = sim.helm(&["test", "demo", "-n", "demo"]);
+    assert_eq!(
+        (failed.code, without_helm_dates(&failed.stderr)),
+        (
+            1,
+            "Error: resource Pod/demo/demo-test-connection not ready. status: Failed, message: pod demo-test-connection failed\n".to_string()
+        )
+    );
+    assert_eq!(
+        sim.kubectl(&["logs", "-n", "demo", "demo-test-connection"])
+            .ok(),
+        "Connecting to demo:80 (127.96.0.12:80)\nwget: can't connect to remote host (127.96.0.12): Connection refused\n"
+    );
+}

@@ -16,11 +16,12 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Sets up the sandbox, then runs the container's command in it. Arguments: the root folder,
-/// the working folder, a static busybox (empty: the machine's programs instead), then
+/// the working folder, a static busybox (empty: the machine's programs instead), the
+/// kubelet's `/etc/resolv.conf` (empty: none, no network), then
 /// `SOURCE TARGET MODE` triples (MODE `rw` or `ro`), `--`, and the command. Only arguments
 /// carry what the pod says: nothing of it is parsed by this script.
 const POD_SANDBOX: &str = r#"set -e
-root=$1; workdir=$2; busybox=$3; shift 3
+root=$1; workdir=$2; busybox=$3; resolv=$4; shift 4
 mount -t tmpfs tmpfs "$root"
 if [ -n "$busybox" ]; then
   # The image's own userland: busybox and its applets in /bin, nothing else.
@@ -41,6 +42,7 @@ mkdir -p "$root/tmp" "$root/dev" "$root/etc" "$root/root"
 hostname "$HOSTNAME" 2>/dev/null || true
 echo "$HOSTNAME" > "$root/etc/hostname"
 printf '127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n' > "$root/etc/hosts"
+if [ -n "$resolv" ]; then printf '%s' "$resolv" > "$root/etc/resolv.conf"; fi
 for device in null zero random urandom; do
   touch "$root/dev/$device"; mount --bind "/dev/$device" "$root/dev/$device"
 done
@@ -62,8 +64,16 @@ pub struct Mount {
     pub read_only: bool,
 }
 
+/// The network a pod's sandbox joins: its own namespace wired to the cluster, and the
+/// `/etc/resolv.conf` that names the cluster's resolver in it.
+pub struct PodNetwork<'a> {
+    pub network: &'a crate::netns::Network,
+    pub resolv_conf: String,
+}
+
 /// The command that runs `argv` in a pod's sandbox rooted at `root` (an empty folder): as user
-/// root of a private user namespace, with private mount, UTS and network namespaces, chrooted
+/// root of a private user namespace, with private mount and UTS namespaces and the pod's
+/// network namespace (`network`; without one, an empty one of its own), chrooted
 /// into `root` holding `busybox`'s applets (the machine's programs without one) and `mounts`,
 /// in `workdir`, for at most `limit` (`timeout` signals its whole process group, so nothing
 /// the script started outlives it). The environment is only `PATH`, `HOSTNAME` and `HOME`:
@@ -76,22 +86,29 @@ pub fn pod_command(
     argv: &[String],
     hostname: &str,
     limit: Duration,
+    network: Option<&PodNetwork>,
 ) -> Command {
     let mut command = Command::new("timeout");
     command
         .args(["-k", "2", &limit.as_secs().to_string()])
-        .args([
-            "unshare",
-            "--map-root-user",
-            "--mount",
-            "--net",
-            "--uts",
-            "--",
-        ])
+        .args(["unshare", "--map-root-user", "--mount", "--uts"]);
+    match network {
+        Some(network) => network.network.enter(&mut command),
+        None => {
+            command.arg("--net");
+        }
+    }
+    command
+        .arg("--")
         .args(["/bin/sh", "-c", POD_SANDBOX, "sandbox"])
         .arg(root)
         .arg(workdir)
-        .arg(busybox.unwrap_or(Path::new("")));
+        .arg(busybox.unwrap_or(Path::new("")))
+        .arg(
+            network
+                .map(|network| network.resolv_conf.as_str())
+                .unwrap_or(""),
+        );
     for mount in mounts {
         command
             .arg(&mount.source)

@@ -173,6 +173,9 @@ pub async fn serve(
 ) {
     let world: std::sync::Weak<dyn programs::World> = Arc::downgrade(&sim) as _;
     let _ = sim.programs.shared.world.set(world);
+    if let Ok(address) = listener.local_addr() {
+        let _ = sim.programs.shared.api_server.set(address);
+    }
     let controller = sim.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(100));

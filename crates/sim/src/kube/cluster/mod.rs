@@ -103,6 +103,9 @@ enum Decoding {
     Applied,
 }
 
+/// The ClusterIP of `default/kubernetes`, the first of kind's Service range.
+pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
+
 pub struct Cluster {
     /// The answer's `Warning` headers of the write in progress (unknown fields under Warn).
     pub warnings: Vec<String>,
@@ -177,6 +180,38 @@ impl Cluster {
                     rt,
                     "",
                     json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}),
+                    &WriteOptions {
+                        manager: "kube-apiserver".into(),
+                        ..Default::default()
+                    },
+                );
+            }
+        }
+        // The API server's own Service and Endpoints (its address on kind's node network), as
+        // kube-apiserver keeps them: pods reach the API at `kubernetes.default.svc`.
+        for (resource, object) in [
+            (
+                "services",
+                json!({"apiVersion": "v1", "kind": "Service",
+                       "metadata": {"name": "kubernetes", "namespace": "default",
+                                    "labels": {"component": "apiserver", "provider": "kubernetes"}},
+                       "spec": {"type": "ClusterIP", "clusterIP": KUBERNETES_SERVICE_IP,
+                                "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}]}}),
+            ),
+            (
+                "endpoints",
+                json!({"apiVersion": "v1", "kind": "Endpoints",
+                       "metadata": {"name": "kubernetes", "namespace": "default",
+                                    "labels": {"endpointslice.kubernetes.io/skip-mirror": "true"}},
+                       "subsets": [{"addresses": [{"ip": "172.18.0.2"}],
+                                    "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}]}]}),
+            ),
+        ] {
+            if let Some(rt) = cluster.resource("", "v1", resource) {
+                let _ = cluster.create(
+                    &rt,
+                    "default",
+                    object,
                     &WriteOptions {
                         manager: "kube-apiserver".into(),
                         ..Default::default()

@@ -38,6 +38,7 @@ pub mod envoy;
 pub mod gitlab;
 pub mod minio;
 pub mod node;
+pub mod pod_network;
 pub mod postgres;
 pub mod process;
 pub mod redis;
@@ -306,6 +307,9 @@ pub struct Shared {
     /// Envoy proxy routing a request reads the routes and endpoints of that moment). Set when
     /// the simulator starts serving.
     pub world: std::sync::OnceLock<std::sync::Weak<dyn World>>,
+    /// Where the API server itself listens (behind `default/kubernetes`). Set when it starts
+    /// serving.
+    pub api_server: std::sync::OnceLock<SocketAddr>,
 }
 
 /// The simulator as a program that serves reaches it later: its store and its programs.

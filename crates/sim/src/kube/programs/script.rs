@@ -7,15 +7,18 @@
 //! namespaces, chrooted), holding the pod's volumes at their mount paths. A `hostPath` volume
 //! is the node's folder: under a node mount ([`NodeMounts`], the shared data folder) the host folder behind it, elsewhere the
 //! node's own folder in the simulator (`nodes/NODE/...`, seeded with kind's `/etc/hosts`).
-//! ConfigMap, Secret and emptyDir volumes are files the simulator writes for the pod. No network
-//! (not even the simulator's), a bounded time (`activeDeadlineSeconds`, at most 5 minutes),
-//! a bounded log.
+//! ConfigMap, Secret and emptyDir volumes are files the simulator writes for the pod. The pod's
+//! network is its own namespace wired to the cluster ([`crate::netns`], [`PodFabric`]): the
+//! cluster's DNS and its Services' ready endpoints, nothing of the host's; a host-network pod
+//! gets an empty one. A bounded time (`activeDeadlineSeconds`, at most 5 minutes), a bounded log.
 
 use super::node::NodeMounts;
+use super::pod_network::PodFabric;
 use super::{Host, Program};
 use crate::kube::pulls::kind_hosts;
 use crate::kube::runtime::{ExecCall, ExecOutcome, Exit};
-use crate::sandbox::Mount;
+use crate::netns::Network;
+use crate::sandbox::{Mount, PodNetwork};
 use base64::Engine as _;
 use serde_json::Value;
 use std::collections::HashMap;
@@ -312,6 +315,30 @@ impl Program for Scripts {
             .unwrap_or(LONGEST_RUN)
             .min(LONGEST_RUN);
         let workdir = container["workingDir"].as_str().unwrap_or("/").to_string();
+        // The pod's own network, wired to the cluster; a host-network pod (the node scripts)
+        // gets none: the node's network is not simulated.
+        let network = if pod["spec"]["hostNetwork"] == true {
+            None
+        } else {
+            match PodFabric::for_namespace(host, &call.namespace).map(Network::new) {
+                None => None,
+                Some(Ok(network)) => Some(network),
+                Some(Err(error)) => {
+                    self.record(
+                        key,
+                        Exit {
+                            code: 128,
+                            log: format!("{error}\n"),
+                        },
+                    );
+                    return Ok(());
+                }
+            }
+        };
+        let pod_network = network.as_ref().map(|network| PodNetwork {
+            network,
+            resolv_conf: crate::netns::resolv_conf(&call.namespace),
+        });
         let mut command = crate::sandbox::pod_command(
             &root,
             &workdir,
@@ -320,7 +347,9 @@ impl Program for Scripts {
             &argv(&container),
             &call.pod,
             limit,
+            pod_network.as_ref(),
         );
+        drop(pod_network);
         for (name, value) in &call.env {
             command.env(name, value);
         }
@@ -328,6 +357,8 @@ impl Program for Scripts {
         let order = self.order.clone();
         std::thread::spawn(move || {
             let outcome = super::process::run(command, &[], limit + Duration::from_secs(5));
+            // The namespace goes with the pod's process.
+            drop(network);
             let mut log = outcome.stdout;
             log.extend_from_slice(&outcome.stderr);
             let _ = std::fs::remove_dir_all(&scratch);

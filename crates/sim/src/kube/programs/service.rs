@@ -161,22 +161,26 @@ pub fn resolve(host: &Host, name: &str, port: u16, from_namespace: &str) -> Back
         .as_str()
         .unwrap_or("10.96.0.1")
         .to_string();
+    match serving_behind(host, &service, port) {
+        Some(address) => Backend::Serving { ip, address },
+        None => Backend::NotServing { ip },
+    }
+}
+
+/// Where the first ready endpoint of `service` serves its port `port` (kube-proxy's choice,
+/// made by address, whatever DNS says): `None` when no ready pod serves it.
+pub fn serving_behind(host: &Host, service: &Value, port: u16) -> Option<SocketAddr> {
+    let namespace = service["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = service["metadata"]["name"].as_str().unwrap_or("");
     let ready_pods = host
-        .object("endpoints", &namespace, &service_name)
+        .object("endpoints", namespace, name)
         .map(|endpoints| endpoints::ready_pods(&endpoints))
         .unwrap_or_default();
-    for pod_name in ready_pods {
-        let Some(pod) = host.object("pods", &namespace, &pod_name) else {
-            continue;
-        };
-        let Some(target) = target_port(&service, port, &pod) else {
-            continue;
-        };
-        if let Some(address) = host.serving(&pod, target) {
-            return Backend::Serving { ip, address };
-        }
-    }
-    Backend::NotServing { ip }
+    ready_pods.into_iter().find_map(|pod_name| {
+        let pod = host.object("pods", namespace, &pod_name)?;
+        let target = target_port(service, port, &pod)?;
+        host.serving(&pod, target)
+    })
 }
 
 #[cfg(test)]
