@@ -713,6 +713,38 @@ pub mod kube_functions {
             base64::engine::general_purpose::STANDARD.encode(text),
         ))
     }
+
+    /// The kubeconfig in use, base64-encoded, as a `Secret`, with its cluster reached at
+    /// `server` (option `server`): the address a pod can reach, for a CI job that runs in the
+    /// cluster (`https://kubernetes.default.svc`; the workstation's `https://127.0.0.1:PORT`
+    /// of a kind cluster is the pod's own loopback there).
+    ///
+    /// ```rhai
+    /// step("CI", || {
+    ///     let kubeconfig = kube_config_b64(#{server: "https://kubernetes.default.svc"});
+    /// });
+    /// ```
+    #[rhai_fn(name = "kube_config_b64", return_raw)]
+    pub fn kube_config_b64_for(context: NativeCallContext, options: Map) -> RhaiResultOf<Secret> {
+        use base64::Engine;
+        const NATIVE: &str = "kube_config_b64";
+        reject_unknown(&options, &["server"], NATIVE)?;
+        let (_, kube) = remote(&context, NATIVE)?;
+        let text = kube.kubeconfig_text().map_err(kube_error)?;
+        let text = match option_str(&options, "server", NATIVE)? {
+            Some(server) => bprun_clients::kube::with_server(&text, &server)
+                .map_err(|message| {
+                    native_error(
+                        NativeError::new(format!("{NATIVE}: the kubeconfig in use: {message}"))
+                            .with_hint("give bprun a kubeconfig with a single context (KUBECONFIG, --context)"),
+                    )
+                })?,
+            None => text,
+        };
+        Ok(Secret::new(
+            base64::engine::general_purpose::STANDARD.encode(text),
+        ))
+    }
 }
 
 fn secret_write(

@@ -302,6 +302,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         ..crate::gitlab::ci::jobs::Settings::from_env()
     };
     jobs.play |= prepared.play_jobs;
+    let job_network = jobs.network.clone();
     let gitlab_config = crate::gitlab::Config {
         listen: "127.0.0.1:0".into(),
         state_dir: Some(prepared.state_dir.join("gitlab")),
@@ -403,6 +404,12 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         crate::kube::programs::Programs::standard_on(node),
     ));
     kube_sim.cluster().images.registry = Some(image_store.clone());
+    // CI jobs run in pods of the runner's namespace, wired to this cluster's network.
+    let world: std::sync::Weak<dyn crate::kube::programs::World> = Arc::downgrade(&kube_sim) as _;
+    *job_network.lock().unwrap_or_else(|p| p.into_inner()) =
+        Some(crate::gitlab::ci::jobs::JobFabric(
+            crate::kube::programs::pod_network::PodFabric::new(world, RUNNER_NAMESPACE),
+        ));
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
         // The network as on a kind cluster: nodes pull through their own /etc/hosts and

@@ -1,15 +1,12 @@
-//! The userland sandboxes the simulators run real scripts in, one place for both:
-//!
-//! - a pod's (busybox and alpine pods that run to completion): a static busybox (the images'
-//!   own userland; the machine's `sh` and utilities when there is none) in private user,
-//!   mount, UTS and network namespaces, chrooted into an empty root holding those programs and
-//!   the pod's volumes at their mount paths ([`pod_command`]);
-//! - a CI job's: the host's basic utilities linked into the job's private root
-//!   ([`link_host_utilities`]), a cleared environment, its own process group that a timeout or
-//!   the simulator's end kills whole ([`run_in_group`], [`stop_running_jobs`]). Jobs keep the
-//!   host's network (behind a proxy that refuses connections).
+//! The userland sandbox the simulators run real scripts in, one for pods and CI jobs alike
+//! ([`pod_command`]): a static busybox (the images' own userland; the machine's `sh` and
+//! utilities when there is none) in private user, mount and UTS namespaces and the pod's own
+//! network namespace ([`crate::netns`]: the cluster's DNS and Services, nothing of the host's),
+//! chrooted into an empty root holding those programs and the pod's volumes at their mount
+//! paths. A CI job is a pod of the runner's: its working copy, scripts and tools are mounts,
+//! its stages run in their own process group that a timeout or the simulator's end kills
+//! whole ([`run_in_group`], [`stop_running_jobs`]).
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -128,69 +125,6 @@ pub fn pod_command(
     command
 }
 
-/// The utilities an alpine image's busybox provides, taken from the host (`/usr/bin`, `/bin`).
-/// No network tools: a job reaches nothing but the simulated platform's loopback services.
-const UTILITIES: &[&str] = &[
-    "sh",
-    "base64",
-    "basename",
-    "cat",
-    "chmod",
-    "cp",
-    "cut",
-    "date",
-    "dirname",
-    "echo",
-    "env",
-    "expr",
-    "false",
-    "find",
-    "grep",
-    "gzip",
-    "head",
-    "id",
-    "ls",
-    "mkdir",
-    "mktemp",
-    "mv",
-    "printf",
-    "pwd",
-    "readlink",
-    "rm",
-    "rmdir",
-    "sed",
-    "seq",
-    "sha256sum",
-    "sleep",
-    "sort",
-    "tail",
-    "tar",
-    "tee",
-    "test",
-    "[",
-    "touch",
-    "tr",
-    "true",
-    "uname",
-    "uniq",
-    "wc",
-    "xargs",
-    "awk",
-];
-
-/// Links the host's [`UTILITIES`] into `bin` (those the host has).
-pub fn link_host_utilities(bin: &Path) {
-    for utility in UTILITIES {
-        if let Some(found) = ["/usr/bin", "/bin"]
-            .iter()
-            .map(|dir| Path::new(dir).join(utility))
-            .find(|candidate| candidate.is_file())
-        {
-            let _ = std::os::unix::fs::symlink(found, bin.join(utility));
-        }
-    }
-}
-
 /// The job's private root: removed when dropped, whatever happened.
 pub struct JobRoot(PathBuf);
 
@@ -226,15 +160,12 @@ pub struct GroupRun {
     pub timed_out: bool,
 }
 
-/// Runs `shell script` in `dir` with only `environment`, in its own process group, until it
-/// ends or `deadline`; then kills whatever it left running. While it runs, the group is known
-/// to [`stop_running_jobs`] under the job's `root` (a [`JobRoot`]'s path).
+/// Runs `command` (a [`pod_command`]) in its own process group, until it ends or `deadline`;
+/// then kills whatever it left running. While it runs, the group is known to
+/// [`stop_running_jobs`] under the job's `root` (a [`JobRoot`]'s path).
 pub fn run_in_group(
     root: &Path,
-    shell: &Path,
-    script: &Path,
-    environment: &BTreeMap<String, String>,
-    dir: &Path,
+    mut command: Command,
     deadline: Instant,
     output_limit: usize,
 ) -> Result<GroupRun, String> {
@@ -243,13 +174,8 @@ pub fn run_in_group(
     let writer_err = writer
         .try_clone()
         .map_err(|error| format!("cannot start the job: {error}"))?;
-    let mut command = Command::new(shell);
     use std::os::unix::process::CommandExt;
     command
-        .arg(script)
-        .env_clear()
-        .envs(environment)
-        .current_dir(dir)
         .stdin(Stdio::null())
         .stdout(writer)
         .stderr(writer_err)
@@ -259,8 +185,7 @@ pub fn run_in_group(
     let spawned = command.spawn();
     // The parent's copies of the pipe's write end must go, or the reader never sees its end.
     drop(command);
-    let mut child =
-        spawned.map_err(|error| format!("cannot start {}: {error}", shell.display()))?;
+    let mut child = spawned.map_err(|error| format!("cannot start the job's shell: {error}"))?;
     set_running_group(root, Some(child.id()));
     let collector = std::thread::spawn(move || {
         let mut kept = Vec::new();

@@ -108,8 +108,40 @@ pub fn minimal_kubeconfig(text: &str, context: Option<&str>) -> Result<String, S
     serde_norway::to_string(&minimal).map_err(|error| error.to_string())
 }
 
+/// A minimal kubeconfig (one cluster, see [`minimal_kubeconfig`]) whose cluster is reached at
+/// `server` instead: the address a pod uses (`https://kubernetes.default.svc`), where the
+/// workstation's (`https://127.0.0.1:PORT` on kind) leads nowhere. The CA and the credentials
+/// stay; the API server's certificate names its in-cluster addresses.
+pub fn with_server(text: &str, server: &str) -> Result<String, String> {
+    let mut config: Value = serde_norway::from_str(text).map_err(|error| error.to_string())?;
+    let clusters = config["clusters"]
+        .as_array_mut()
+        .filter(|clusters| clusters.len() == 1)
+        .ok_or("it does not hold exactly one cluster")?;
+    clusters[0]["cluster"]["server"] = json!(server.trim_end_matches('/'));
+    serde_norway::to_string(&config).map_err(|error| error.to_string())
+}
+
 #[cfg(test)]
 mod in_cluster_tests {
+    #[test]
+    fn a_kubeconfig_for_pods_names_the_in_cluster_address_and_keeps_the_rest() {
+        let text = super::kubeconfig_from_parts("https://127.0.0.1:41234", &[vec![1, 2, 3]], "tok");
+        let moved = super::with_server(&text, "https://kubernetes.default.svc/").expect("moved");
+        let before: serde_json::Value = serde_norway::from_str(&text).expect("YAML");
+        let mut after: serde_json::Value = serde_norway::from_str(&moved).expect("YAML");
+        assert_eq!(
+            after["clusters"][0]["cluster"]["server"],
+            "https://kubernetes.default.svc"
+        );
+        after["clusters"][0]["cluster"]["server"] = "https://127.0.0.1:41234".into();
+        assert_eq!(after, before);
+        assert_eq!(
+            super::with_server("clusters: []", "https://x"),
+            Err("it does not hold exactly one cluster".to_string())
+        );
+    }
+
     #[test]
     fn in_cluster_kubeconfigs_carry_the_ca_and_token() {
         let text =

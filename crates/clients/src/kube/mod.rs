@@ -14,7 +14,7 @@ mod wait;
 pub use apply::{Applied, already_applied, for_diff, hide_secret_values};
 pub use crud::PatchKind;
 pub use exec::ExecResult;
-pub use kubeconfig::{kubeconfig_from_parts, minimal_kubeconfig};
+pub use kubeconfig::{kubeconfig_from_parts, minimal_kubeconfig, with_server};
 pub use wait::{Until, WaitSpec, Waited};
 
 use crate::error::{ClientError, ErrorKind};

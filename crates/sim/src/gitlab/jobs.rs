@@ -105,6 +105,11 @@ impl GitlabSim {
                 .map(|store| store.unreachable_from_jobs())
                 .unwrap_or_default(),
             fetch_error,
+            network: settings
+                .network
+                .lock()
+                .unwrap_or_else(|poison| poison.into_inner())
+                .clone(),
         }))
     }
 

@@ -1,5 +1,5 @@
-//! The simulator's serving certificate: a throw-away CA and a certificate for 127.0.0.1, ::1
-//! and localhost, minted in memory at start. kubectl and helm send bearer tokens only over
+//! The simulator's serving certificate: a throw-away CA and a certificate for 127.0.0.1, ::1,
+//! localhost and the in-cluster names of `default/kubernetes`, minted in memory at start. kubectl and helm send bearer tokens only over
 //! HTTPS, so the simulator serves HTTPS and its kubeconfig carries the CA.
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
@@ -87,10 +87,17 @@ fn mint_identity() -> Result<Identity, String> {
     let ca_pem = ca_cert.pem();
     let issuer = Issuer::from_ca_cert_pem(&ca_pem, ca_key).map_err(|e| error("use the CA", e))?;
     let key = KeyPair::generate().map_err(|e| error("server key", e))?;
+    // The workstation's addresses, and the in-cluster ones kube-apiserver's certificate names
+    // (`kubernetes.default.svc`, the Service's ClusterIP), which a pod dials.
     let mut params = CertificateParams::new(vec![
         "127.0.0.1".to_string(),
         "::1".to_string(),
         "localhost".to_string(),
+        "kubernetes".to_string(),
+        "kubernetes.default".to_string(),
+        "kubernetes.default.svc".to_string(),
+        "kubernetes.default.svc.cluster.local".to_string(),
+        crate::kube::cluster::KUBERNETES_SERVICE_IP.to_string(),
     ])
     .map_err(|e| error("server parameters", e))?;
     params

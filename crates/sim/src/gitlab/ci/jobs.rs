@@ -15,17 +15,20 @@
 //!
 //! A job whose image the simulator does not know is played, as before (see docs/gitlab-sim.md).
 //!
-//! What a container has and a host process does not, and how it is stood in for: the container's
-//! `/tmp` and `/kaniko` are folders of the job's private root; a script's literal `/tmp...` and
-//! `/kaniko...` paths are rewritten to them before the line runs (the trace shows the line as
-//! written). `CI_PROJECT_DIR` is the working copy's real path under that root. Outbound HTTP
-//! goes through a proxy that does not exist (loopback excepted), so a job never reaches a
-//! non-loopback address by HTTP(S).
+//! Where it runs: the pod sandbox of `crate::sandbox`, as the Kubernetes executor runs a job in
+//! a pod of the runner's namespace: the image's userland (busybox's, as alpine's and kaniko's
+//! debug images have), the working copy under `/builds`, the stage scripts under `/scripts`,
+//! the image's tools at their paths (`/usr/bin/helm`, `/kaniko/executor`), and the pod's own
+//! network namespace wired to the cluster when the platform has one ([`Settings::network`]):
+//! names resolve through the cluster's DNS, connections reach Services' ready endpoints,
+//! the host's loopback and the outside are unreachable. Without a cluster, no network at all.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+use crate::sandbox::{Mount, PodNetwork};
 
 /// GitLab's default job timeout (a project's `build_timeout`, 60 minutes).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3600);
@@ -53,6 +56,22 @@ pub struct Settings {
     /// to fetch the sources through the platform's network (`image_store.network`); `None`: the
     /// fetch always reaches GitLab.
     pub clone_host: Option<String>,
+    /// The cluster network a job's pod joins, attached by the platform once its cluster
+    /// exists; empty: jobs have no network.
+    pub network: JobNetwork,
+}
+
+/// The cluster a job's pod is wired to ([`crate::netns::Fabric`]), attached later.
+pub type JobNetwork = std::sync::Arc<std::sync::Mutex<Option<JobFabric>>>;
+
+/// The cluster seen from the runner's namespace.
+#[derive(Clone)]
+pub struct JobFabric(pub std::sync::Arc<dyn crate::netns::Fabric>);
+
+impl std::fmt::Debug for JobFabric {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.write_str("JobFabric")
+    }
 }
 
 impl Settings {
@@ -127,6 +146,8 @@ pub struct JobSpec {
     /// Why the job's pod cannot fetch the sources (git's `fatal: unable to access ...` line):
     /// GitLab's external host does not resolve or answer inside the cluster.
     pub fetch_error: Option<String>,
+    /// The cluster the job's pod is wired to (`None`: no network).
+    pub network: Option<JobFabric>,
 }
 
 /// How a job ended.
@@ -406,43 +427,6 @@ pub fn mask(text: &str, secrets: &[String]) -> String {
     masked
 }
 
-/// A script line with the container paths (`/tmp`, `/kaniko`) moved under the job's root: a
-/// path starts where a word does (line start, blank, quote, `=`, `>`, `<`, `(`, `:`, `;`).
-pub fn rewrite_container_paths(line: &str, root: &Path) -> String {
-    const CONTAINER_DIRS: &[&str] = &["/tmp", "/kaniko"];
-    let root = root.display().to_string();
-    let mut out = String::with_capacity(line.len());
-    let mut previous: Option<char> = None;
-    let mut index = 0;
-    while index < line.len() {
-        let rest = &line[index..];
-        let at_word_start = previous.is_none_or(|c| {
-            c.is_whitespace() || matches!(c, '"' | '\'' | '=' | '>' | '<' | '(' | ':' | ';')
-        });
-        if at_word_start
-            && let Some(dir) = CONTAINER_DIRS.iter().find(|dir| {
-                rest.starts_with(**dir)
-                    && rest[dir.len()..].chars().next().is_none_or(|c| {
-                        c == '/' || c.is_whitespace() || matches!(c, '"' | '\'' | ';' | ')')
-                    })
-            })
-        {
-            out.push_str(&root);
-            out.push_str(dir);
-            index += dir.len();
-            previous = dir.chars().last();
-            continue;
-        }
-        let Some(c) = rest.chars().next() else {
-            break;
-        };
-        out.push(c);
-        previous = Some(c);
-        index += c.len_utf8();
-    }
-    out
-}
-
 /// Single-quotes `text` for `sh`.
 fn quoted(text: &str) -> String {
     format!("'{}'", text.replace('\'', r"'\''"))
@@ -492,27 +476,64 @@ pub fn execute(spec: &JobSpec) -> Outcome {
     }
 }
 
-/// Sets up the job's root and runs its scripts; `Ok((success, pushed images))`, `Err` for a
+/// The job's folders on the host: what the sandbox mounts into its pod.
+struct JobFolders {
+    /// The sandbox's (empty) root.
+    root: PathBuf,
+    /// `/builds`: the working copy and the file variables.
+    builds: PathBuf,
+    /// `/scripts`: the stage scripts.
+    scripts: PathBuf,
+    /// `/kaniko` of kaniko's image: the executor, its Docker config and what it pushed.
+    kaniko: PathBuf,
+}
+
+/// Sets up the job's folders and runs its scripts; `Ok((success, pushed images))`, `Err` for a
 /// system failure (the trace then ends with it).
-fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<String>), String> {
-    let project_dir = root.join("builds").join(&spec.project_path);
-    for dir in ["bin", "root", "tmp", "kaniko"] {
-        std::fs::create_dir_all(root.join(dir))
+fn run_in(
+    job_dir: &Path,
+    spec: &JobSpec,
+    trace: &mut String,
+) -> Result<(bool, Vec<String>), String> {
+    let folders = JobFolders {
+        root: job_dir.join("root"),
+        builds: job_dir.join("builds"),
+        scripts: job_dir.join("scripts"),
+        kaniko: job_dir.join("kaniko"),
+    };
+    let project_dir = folders.builds.join(&spec.project_path);
+    let container_project_dir = format!("/builds/{}", spec.project_path);
+    for dir in [
+        &folders.root,
+        &folders.scripts,
+        &folders.kaniko,
+        &project_dir,
+    ] {
+        std::fs::create_dir_all(dir)
             .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
     }
-    std::fs::create_dir_all(&project_dir)
-        .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
-    let tools = root.join("bin");
-    crate::sandbox::link_host_utilities(&tools);
-    let mut path = tools.display().to_string();
+    let mut mounts = vec![
+        Mount {
+            source: folders.builds.clone(),
+            target: "/builds".to_string(),
+            read_only: false,
+        },
+        Mount {
+            source: folders.scripts.clone(),
+            target: "/scripts".to_string(),
+            read_only: true,
+        },
+    ];
+    let mut path = DEFAULT_PATH.to_string();
     match &spec.runtime {
         Runtime::Shell => {}
-        Runtime::Helm { helm } => {
-            std::os::unix::fs::symlink(helm, tools.join("helm"))
-                .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
-        }
+        Runtime::Helm { helm } => mounts.push(Mount {
+            source: helm.clone(),
+            target: "/usr/bin/helm".to_string(),
+            read_only: true,
+        }),
         Runtime::Kaniko => {
-            let executor = root.join("kaniko").join("executor");
+            let executor = folders.kaniko.join("executor");
             let unreachable: Vec<String> = spec
                 .unreachable_registries
                 .iter()
@@ -529,14 +550,18 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
                     std::fs::set_permissions(&executor, std::fs::Permissions::from_mode(0o755))
                 })
                 .map_err(|error| format!("cannot prepare the job's filesystem: {error}"))?;
-            path.push_str(&format!(":{}", root.join("kaniko").display()));
+            mounts.push(Mount {
+                source: folders.kaniko.clone(),
+                target: "/kaniko".to_string(),
+                read_only: false,
+            });
+            path.push_str(":/kaniko");
         }
     }
 
     // The source, as the runner fetches it: a fresh working copy of the pipeline's commit.
     trace.push_str(&format!(
-        "Getting source from Git repository\nInitialized empty Git repository in {}/.git/\nCreated fresh repository.\n",
-        project_dir.display(),
+        "Getting source from Git repository\nInitialized empty Git repository in {container_project_dir}/.git/\nCreated fresh repository.\n",
     ));
     if let Some(fatal) = &spec.fetch_error {
         trace.push_str(&format!("{fatal}\n"));
@@ -590,52 +615,49 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
                     )
                 })
                 .map_err(|error| format!("cannot write file variable {}: {error}", variable.key))?;
-            file_dir.join(&variable.key).display().to_string()
+            format!("{container_project_dir}.tmp/{}", variable.key)
         } else {
             variable.value.clone()
         };
         environment.insert(variable.key.clone(), value);
     }
-    environment.insert("CI_PROJECT_DIR".into(), project_dir.display().to_string());
-    environment.insert(
-        "CI_BUILDS_DIR".into(),
-        root.join("builds").display().to_string(),
-    );
-    environment.insert("HOME".into(), root.join("root").display().to_string());
+    environment.insert("CI_PROJECT_DIR".into(), container_project_dir.clone());
+    environment.insert("CI_BUILDS_DIR".into(), "/builds".into());
+    environment.insert("HOME".into(), "/root".into());
     environment.insert("PATH".into(), path);
-    // Any HTTP(S) request to a non-loopback address goes to a proxy that refuses connections.
-    for key in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
-        environment.insert(key.into(), "http://127.0.0.1:9".into());
-    }
-    for key in ["NO_PROXY", "no_proxy"] {
-        environment.insert(key.into(), "127.0.0.1,localhost,::1".into());
-    }
+
+    // The job's pod network, for both stages: the cluster's when the platform attached one.
+    let network = match &spec.network {
+        Some(fabric) => {
+            Some(crate::netns::Network::new(fabric.0.clone()).map_err(|error| error.to_string())?)
+        }
+        None => None,
+    };
+    let pod_network = network.as_ref().map(|network| PodNetwork {
+        network,
+        resolv_conf: crate::netns::resolv_conf(RUNNER_NAMESPACE),
+    });
+    let sandbox = Sandbox {
+        job_dir,
+        folders: &folders,
+        mounts: &mounts,
+        environment: &environment,
+        workdir: &container_project_dir,
+        hostname: format!("runner-job-{}", spec.id),
+        network: pod_network.as_ref(),
+    };
 
     let deadline = Instant::now() + spec.timeout;
     trace.push_str("Executing \"step_script\" stage of the job script\n");
     let lines: Vec<&String> = spec.before_script.iter().chain(&spec.script).collect();
-    let step = run_step(
-        root,
-        "step_script",
-        &lines,
-        &environment,
-        &project_dir,
-        deadline,
-    )?;
+    let step = sandbox.run_step("step_script", &lines, deadline)?;
     trace.push_str(&step.output);
     if !spec.after_script.is_empty() && !step.timed_out {
         trace.push_str("Running after_script\nRunning after script...\n");
         let after_lines: Vec<&String> = spec.after_script.iter().collect();
         // GitLab Runner gives after_script its own 5-minute budget.
         let after_deadline = Instant::now() + Duration::from_secs(300);
-        let after = run_step(
-            root,
-            "after_script",
-            &after_lines,
-            &environment,
-            &project_dir,
-            after_deadline,
-        )?;
+        let after = sandbox.run_step("after_script", &after_lines, after_deadline)?;
         trace.push_str(&after.output);
         if after.code != Some(0) {
             trace.push_str(&format!(
@@ -645,7 +667,7 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
         }
     }
     trace.push_str("Cleaning up project directory and file based variables\n");
-    let pushed: Vec<String> = std::fs::read_to_string(root.join("kaniko").join(".pushed"))
+    let pushed: Vec<String> = std::fs::read_to_string(folders.kaniko.join(".pushed"))
         .unwrap_or_default()
         .lines()
         .map(str::to_string)
@@ -672,54 +694,72 @@ fn run_in(root: &Path, spec: &JobSpec, trace: &mut String) -> Result<(bool, Vec<
     }
 }
 
+/// The namespace the platform's runner starts job pods in (infra/helm-values/runner.yaml).
+pub const RUNNER_NAMESPACE: &str = "gitlab-runner";
+/// The `PATH` of alpine's and busybox's images.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
 struct StepResult {
     output: String,
     code: Option<i32>,
     timed_out: bool,
 }
 
-/// One of the runner's script stages: the lines in one `sh`, each echoed as `$ line` before it
-/// runs, stopping at the first failure (`errexit`, and `pipefail` where the shell has it).
-fn run_step(
-    root: &Path,
-    stage: &str,
-    lines: &[&String],
-    environment: &BTreeMap<String, String>,
-    project_dir: &Path,
-    deadline: Instant,
-) -> Result<StepResult, String> {
-    let mut script = String::from(
-        "if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n",
-    );
-    for line in lines {
-        script.push_str(&format!(
-            "printf '%s\\n' {}\n",
-            quoted(&format!("$ {line}"))
-        ));
-        script.push_str(&rewrite_container_paths(line, root));
-        script.push('\n');
+/// A job's pod: what every stage runs in.
+struct Sandbox<'a> {
+    job_dir: &'a Path,
+    folders: &'a JobFolders,
+    mounts: &'a [Mount],
+    environment: &'a BTreeMap<String, String>,
+    workdir: &'a str,
+    hostname: String,
+    network: Option<&'a PodNetwork<'a>>,
+}
+
+impl Sandbox<'_> {
+    /// One of the runner's script stages: the lines in one `sh`, each echoed as `$ line` before
+    /// it runs, stopping at the first failure (`errexit`, and `pipefail` where the shell has it).
+    fn run_step(
+        &self,
+        stage: &str,
+        lines: &[&String],
+        deadline: Instant,
+    ) -> Result<StepResult, String> {
+        let mut script = String::from(
+            "if set -o | grep pipefail > /dev/null; then set -o pipefail; fi; set -o errexit\n",
+        );
+        for line in lines {
+            script.push_str(&format!(
+                "printf '%s\\n' {}\n",
+                quoted(&format!("$ {line}"))
+            ));
+            script.push_str(line);
+            script.push('\n');
+        }
+        let script_path = self.folders.scripts.join(stage);
+        std::fs::write(&script_path, script)
+            .map_err(|error| format!("cannot write the job's script /scripts/{stage}: {error}"))?;
+        let limit = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1);
+        let busybox = crate::tools::busybox();
+        let mut command = crate::sandbox::pod_command(
+            &self.folders.root,
+            self.workdir,
+            busybox.as_deref(),
+            self.mounts,
+            &["sh".to_string(), format!("/scripts/{stage}")],
+            &self.hostname,
+            limit,
+            self.network,
+        );
+        command.envs(self.environment);
+        let run =
+            crate::sandbox::run_in_group(self.job_dir, command, deadline, TRACE_LIMIT + 4096)?;
+        Ok(StepResult {
+            output: String::from_utf8_lossy(&run.output).into_owned(),
+            code: run.code,
+            timed_out: run.timed_out,
+        })
     }
-    let script_path = root.join(format!(".{stage}.sh"));
-    std::fs::write(&script_path, script).map_err(|error| {
-        format!(
-            "cannot write the job's script {}: {error}",
-            script_path.display()
-        )
-    })?;
-    let run = crate::sandbox::run_in_group(
-        root,
-        &root.join("bin").join("sh"),
-        &script_path,
-        environment,
-        project_dir,
-        deadline,
-        TRACE_LIMIT + 4096,
-    )?;
-    Ok(StepResult {
-        output: String::from_utf8_lossy(&run.output).into_owned(),
-        code: run.code,
-        timed_out: run.timed_out,
-    })
 }
 
 #[cfg(test)]
@@ -740,27 +780,6 @@ mod tests {
         );
         assert_eq!(runtime_for("ruby:3.3"), Ok(None));
         assert_eq!(runtime_for("alpine/helm:latest"), Ok(None));
-    }
-
-    #[test]
-    fn container_paths_move_under_the_root_only_where_a_word_starts() {
-        let root = Path::new("/r");
-        assert_eq!(
-            rewrite_container_paths("echo x | base64 -d > /tmp/kubeconfig", root),
-            "echo x | base64 -d > /r/tmp/kubeconfig"
-        );
-        assert_eq!(
-            rewrite_container_paths("export KUBECONFIG=/tmp/kubeconfig", root),
-            "export KUBECONFIG=/r/tmp/kubeconfig"
-        );
-        assert_eq!(
-            rewrite_container_paths("/kaniko/executor --context \"/tmp\"", root),
-            "/r/kaniko/executor --context \"/r/tmp\""
-        );
-        assert_eq!(
-            rewrite_container_paths("ls a/tmp/b /tmpfoo", root),
-            "ls a/tmp/b /tmpfoo"
-        );
     }
 
     #[test]

@@ -28,6 +28,15 @@ impl PodFabric {
         }))
     }
 
+    /// The fabric of a pod in `namespace` of the simulator `world` (a CI job's pod, whose
+    /// simulator is not serving yet when the platform wires it).
+    pub fn new(world: Weak<dyn World>, namespace: &str) -> Arc<dyn Fabric> {
+        Arc::new(PodFabric {
+            world,
+            namespace: namespace.to_string(),
+        })
+    }
+
     fn with_host<T>(&self, read: impl FnOnce(&Host) -> T) -> Option<T> {
         let world = self.world.upgrade()?;
         let host = Host::new(world.node(), world.programs());
