@@ -169,7 +169,7 @@ show:
          $ echo \"short=$CI_COMMIT_SHORT_SHA api=$CI_API_V4_URL\"\n\
          short=<short sha> api=<gitlab>/api/v4\n\
          $ echo \"path=$PATH\"\n\
-         path=/bin\n\
+         path=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n\
          $ test -f .gitlab-ci.yml && test \"$(pwd)\" = \"$CI_PROJECT_DIR\"\n\
          $ echo \"registry=${CI_REGISTRY:-none} protected=${ONLY_PROTECTED:-absent} scoped=${PROD_ONLY:-absent}\"\n\
          registry=none protected=yes scoped=absent\n\
@@ -221,9 +221,9 @@ deploy:
             + "$ echo \"token is $API_TOKEN\"\n\
          token is [MASKED]\n\
          $ ls /no/such/dir\n\
-         ls: cannot access '/no/such/dir': No such file or directory\n\
+         ls: /no/such/dir: No such file or directory\n\
          Cleaning up project directory and file based variables\n\
-         ERROR: Job failed: exit code 2\n"),
+         ERROR: Job failed: exit code 1\n"),
     );
     let deploy = jobs.iter().find(|(n, _, _)| n == "deploy").expect("deploy");
     assert_eq!(deploy.1, "skipped");
@@ -631,4 +631,51 @@ fn job_start(image: &str) -> String {
          Skipping Git submodules setup\n\
          Executing \"step_script\" stage of the job script\n"
     )
+}
+
+/// A deploy job runs in a pod: the workstation's kubeconfig (`https://127.0.0.1:PORT`, what
+/// `kube_config_b64()` gives without `server`) names the pod's own loopback, where nothing
+/// listens, so helm fails with Go's `connection refused`, as every deploy job of a real kind
+/// platform would. Phase 3 hands the pipelines `https://kubernetes.default.svc` instead.
+#[test]
+fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_pod() {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let run = phase3_with(
+        &sim,
+        &|text| {
+            text.replace(
+                "kube_config_b64(#{server: \"https://kubernetes.default.svc\"})",
+                "kube_config_b64()",
+            )
+        },
+        &["--app", "redis", "--smoke-timeout", "120"],
+    );
+    let run = steady_failure(&sim, run).replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
+    run.code(1).stderr(&[
+        "error: step \"Smoke test\" failed\n\
+         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
+         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
+         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
+         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
+         \x20    ·     ──────────┬──────────\n\
+         \x20    ·               ╰── failed here\n\
+         \x20181 │ });\n\
+         \x20    ╰────\n\
+         \x20 caused by: job deploy failed; end of its trace:\n\
+         \x20   Created fresh repository.\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig\n\
+         \x20   $ export KUBECONFIG=/tmp/kubeconfig\n\
+         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m\n\
+         \x20   Error: Kubernetes cluster unreachable: Get \"https://127.0.0.1:<port>/version\": dial tcp 127.0.0.1:<port>: connect: connection refused\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         ",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat());
 }

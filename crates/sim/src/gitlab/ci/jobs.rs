@@ -739,7 +739,8 @@ impl Sandbox<'_> {
         let script_path = self.folders.scripts.join(stage);
         std::fs::write(&script_path, script)
             .map_err(|error| format!("cannot write the job's script /scripts/{stage}: {error}"))?;
-        let limit = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(1);
+        // The sandbox's own limit is a backstop: the deadline below ends the stage first.
+        let limit = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(10);
         let busybox = crate::tools::busybox();
         let mut command = crate::sandbox::pod_command(
             &self.folders.root,
