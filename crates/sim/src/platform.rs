@@ -408,7 +408,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let world: std::sync::Weak<dyn crate::kube::programs::World> = Arc::downgrade(&kube_sim) as _;
     *job_network.lock().unwrap_or_else(|p| p.into_inner()) =
         Some(crate::gitlab::ci::jobs::JobFabric(
-            crate::kube::programs::pod_network::PodFabric::new(world, RUNNER_NAMESPACE),
+            crate::kube::programs::pod_network::PodFabric::in_world(world, RUNNER_NAMESPACE),
         ));
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;

@@ -71,20 +71,21 @@ pub struct PodNetwork<'a> {
 /// The command that runs `argv` in a pod's sandbox rooted at `root` (an empty folder): as user
 /// root of a private user namespace, with private mount and UTS namespaces and the pod's
 /// network namespace (`network`; without one, an empty one of its own), chrooted
-/// into `root` holding `busybox`'s applets (the machine's programs without one) and `mounts`,
+/// into `root` holding the static busybox's applets ([`crate::tools::busybox`]; the machine's
+/// programs without one) and `mounts`,
 /// in `workdir`, for at most `limit` (`timeout` signals its whole process group, so nothing
 /// the script started outlives it). The environment is only `PATH`, `HOSTNAME` and `HOME`:
 /// the caller adds the container's.
 pub fn pod_command(
     root: &Path,
     workdir: &str,
-    busybox: Option<&Path>,
     mounts: &[Mount],
     argv: &[String],
     hostname: &str,
     limit: Duration,
     network: Option<&PodNetwork>,
 ) -> Command {
+    let busybox = crate::tools::busybox();
     let mut command = Command::new("timeout");
     command
         .args(["-k", "2", &limit.as_secs().to_string()])
@@ -100,7 +101,7 @@ pub fn pod_command(
         .args(["/bin/sh", "-c", POD_SANDBOX, "sandbox"])
         .arg(root)
         .arg(workdir)
-        .arg(busybox.unwrap_or(Path::new("")))
+        .arg(busybox.as_deref().unwrap_or(Path::new("")))
         .arg(
             network
                 .map(|network| network.resolv_conf.as_str())

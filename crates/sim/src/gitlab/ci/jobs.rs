@@ -741,11 +741,9 @@ impl Sandbox<'_> {
             .map_err(|error| format!("cannot write the job's script /scripts/{stage}: {error}"))?;
         // The sandbox's own limit is a backstop: the deadline below ends the stage first.
         let limit = deadline.saturating_duration_since(Instant::now()) + Duration::from_secs(10);
-        let busybox = crate::tools::busybox();
         let mut command = crate::sandbox::pod_command(
             &self.folders.root,
             self.workdir,
-            busybox.as_deref(),
             self.mounts,
             &["sh".to_string(), format!("/scripts/{stage}")],
             &self.hostname,

@@ -30,7 +30,7 @@ impl PodFabric {
 
     /// The fabric of a pod in `namespace` of the simulator `world` (a CI job's pod, whose
     /// simulator is not serving yet when the platform wires it).
-    pub fn new(world: Weak<dyn World>, namespace: &str) -> Arc<dyn Fabric> {
+    pub fn in_world(world: Weak<dyn World>, namespace: &str) -> Arc<dyn Fabric> {
         Arc::new(PodFabric {
             world,
             namespace: namespace.to_string(),

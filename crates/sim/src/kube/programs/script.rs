@@ -60,7 +60,6 @@ pub struct Scripts {
     exits: Arc<Mutex<HashMap<(String, String), Exit>>>,
     /// The order exits arrived in, to forget the oldest.
     order: Arc<Mutex<Vec<(String, String)>>>,
-    busybox: Option<PathBuf>,
 }
 
 impl Scripts {
@@ -71,7 +70,6 @@ impl Scripts {
             scratch,
             exits: Arc::default(),
             order: Arc::default(),
-            busybox: crate::tools::busybox(),
         }
     }
 
@@ -342,7 +340,6 @@ impl Program for Scripts {
         let mut command = crate::sandbox::pod_command(
             &root,
             &workdir,
-            self.busybox.as_deref(),
             &mounts,
             &argv(&container),
             &call.pod,
