@@ -25,7 +25,7 @@ use hickory_proto::op::{Header, Message, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io;
+use std::io::{self, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddr, SocketAddrV4, TcpListener, TcpStream, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -459,7 +459,7 @@ fn rtnetlink(kind: u16, flags: u16, body: &[u8]) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: `raw` is a fresh descriptor no one else owns.
-    let socket = unsafe { OwnedFd::from_raw_fd(raw) };
+    let mut socket = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
     let length = 16 + body.len();
     let mut message = Vec::with_capacity(length);
     message.extend_from_slice(&(length as u32).to_ne_bytes());
@@ -468,30 +468,12 @@ fn rtnetlink(kind: u16, flags: u16, body: &[u8]) -> io::Result<()> {
     message.extend_from_slice(&1u32.to_ne_bytes()); // sequence
     message.extend_from_slice(&0u32.to_ne_bytes()); // port id: the kernel's
     message.extend_from_slice(body);
-    // SAFETY: `message` is valid for its length.
-    let sent = unsafe {
-        libc::send(
-            socket.as_raw_fd(),
-            message.as_ptr().cast(),
-            message.len(),
-            0,
-        )
-    };
-    if sent < 0 {
-        return Err(io::Error::last_os_error());
-    }
+    // A netlink socket takes one message per write and gives one per read.
+    socket.write_all(&message)?;
     let mut reply = [0u8; 1024];
-    // SAFETY: `reply` is valid for its length.
-    let read = unsafe {
-        libc::recv(
-            socket.as_raw_fd(),
-            reply.as_mut_ptr().cast(),
-            reply.len(),
-            0,
-        )
-    };
+    let read = socket.read(&mut reply)?;
     if read < 20 {
-        return Err(io::Error::last_os_error());
+        return Err(io::Error::other("a short rtnetlink acknowledgement"));
     }
     let reply_kind = u16::from_ne_bytes([reply[4], reply[5]]);
     let code = i32::from_ne_bytes([reply[16], reply[17], reply[18], reply[19]]);
@@ -506,7 +488,6 @@ mod tests {
     use super::*;
     use hickory_proto::op::Query;
     use hickory_proto::rr::Name;
-    use std::io::{Read, Write};
     use std::str::FromStr;
 
     /// A cluster of one Service (`web.demo`, 10.96.3.4:80) served by `backend`.

@@ -22,10 +22,7 @@ impl PodFabric {
     /// The fabric of a pod in `namespace`; `None` before the simulator serves (nothing to reach).
     pub fn for_namespace(host: &Host, namespace: &str) -> Option<Arc<dyn Fabric>> {
         let world = host.shared().world.get()?.clone();
-        Some(Arc::new(PodFabric {
-            world,
-            namespace: namespace.to_string(),
-        }))
+        Some(Self::in_world(world, namespace))
     }
 
     /// The fabric of a pod in `namespace` of the simulator `world` (a CI job's pod, whose
@@ -71,19 +68,6 @@ fn container_ports(pod: &Value) -> impl Iterator<Item = u16> + '_ {
         })
 }
 
-/// Where a connection to `service`'s port goes: the API server itself behind
-/// `default/kubernetes`, else the Service's first ready endpoint that serves it.
-fn behind(host: &Host, service: &Value, port: u16) -> Option<SocketAddr> {
-    let is_api = service["metadata"]["namespace"] == "default"
-        && service["metadata"]["name"] == "kubernetes";
-    if is_api {
-        return (port == 443)
-            .then(|| host.shared().api_server.get().copied())
-            .flatten();
-    }
-    service::serving_behind(host, service, port)
-}
-
 /// The IPs of the ready pods behind a (headless) Service.
 fn ready_pod_ips(host: &Host, service: &Value) -> Vec<Ipv4Addr> {
     let namespace = service["metadata"]["namespace"].as_str().unwrap_or("");
@@ -106,7 +90,7 @@ impl Fabric for PodFabric {
                     continue;
                 };
                 for port in service_ports(&service) {
-                    if behind(host, &service, port).is_some() {
+                    if service::serving_behind(host, &service, port).is_some() {
                         open.insert(SocketAddrV4::new(ip, port));
                     }
                 }
@@ -134,7 +118,7 @@ impl Fabric for PodFabric {
                 .into_iter()
                 .find(|service| service["spec"]["clusterIP"] == ip.as_str())
             {
-                return behind(host, &service, to.port());
+                return service::serving_behind(host, &service, to.port());
             }
             host.all("pods")
                 .into_iter()

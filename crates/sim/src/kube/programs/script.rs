@@ -227,6 +227,15 @@ fn record(
     }
 }
 
+/// How a container that could not be set up ends (containerd's `StartError`: exit code 128),
+/// with why as its log.
+fn start_failure(why: &dyn std::fmt::Display) -> Exit {
+    Exit {
+        code: 128,
+        log: format!("{why}\n"),
+    }
+}
+
 /// The command a container runs: `command` then `args`; busybox's and alpine's default is `sh`.
 fn argv(container: &Value) -> Vec<String> {
     let words = |value: &Value| -> Vec<String> {
@@ -295,13 +304,7 @@ impl Program for Scripts {
         let mounts = match self.mounts_of(&pod, &container, &scratch, host) {
             Ok(mounts) => mounts,
             Err(message) => {
-                self.record(
-                    key,
-                    Exit {
-                        code: 128,
-                        log: format!("{message}\n"),
-                    },
-                );
+                self.record(key, start_failure(&message));
                 return Ok(());
             }
         };
@@ -322,21 +325,11 @@ impl Program for Scripts {
                 None => None,
                 Some(Ok(network)) => Some(network),
                 Some(Err(error)) => {
-                    self.record(
-                        key,
-                        Exit {
-                            code: 128,
-                            log: format!("{error}\n"),
-                        },
-                    );
+                    self.record(key, start_failure(&error));
                     return Ok(());
                 }
             }
         };
-        let pod_network = network.as_ref().map(|network| PodNetwork {
-            network,
-            resolv_conf: crate::netns::resolv_conf(&call.namespace),
-        });
         let mut command = crate::sandbox::pod_command(
             &root,
             &workdir,
@@ -344,9 +337,14 @@ impl Program for Scripts {
             &argv(&container),
             &call.pod,
             limit,
-            pod_network.as_ref(),
+            network
+                .as_ref()
+                .map(|network| PodNetwork {
+                    network,
+                    resolv_conf: crate::netns::resolv_conf(&call.namespace),
+                })
+                .as_ref(),
         );
-        drop(pod_network);
         for (name, value) in &call.env {
             command.env(name, value);
         }

@@ -168,10 +168,16 @@ pub fn resolve(host: &Host, name: &str, port: u16, from_namespace: &str) -> Back
 }
 
 /// Where the first ready endpoint of `service` serves its port `port` (kube-proxy's choice,
-/// made by address, whatever DNS says): `None` when no ready pod serves it.
+/// made by address, whatever DNS says): `None` when no ready pod serves it. Behind
+/// `default/kubernetes` (port 443) is the API server itself, as kube-apiserver's own endpoints.
 pub fn serving_behind(host: &Host, service: &Value, port: u16) -> Option<SocketAddr> {
     let namespace = service["metadata"]["namespace"].as_str().unwrap_or("");
     let name = service["metadata"]["name"].as_str().unwrap_or("");
+    if (namespace, name) == ("default", "kubernetes") {
+        return (port == 443)
+            .then(|| host.shared().api_server.get().copied())
+            .flatten();
+    }
     let ready_pods = host
         .object("endpoints", namespace, name)
         .map(|endpoints| endpoints::ready_pods(&endpoints))
