@@ -988,26 +988,41 @@ fn workload_defaults(kind: &str, object: &mut Value) {
     default("replicas", json!(1));
     match kind {
         "Deployment" => {
-            default(
-                "strategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": "25%", "maxUnavailable": "25%"}}),
-            );
             default("revisionHistoryLimit", json!(10));
             default("progressDeadlineSeconds", json!(600));
+            // As SetDefaults_Deployment: an empty strategy (`strategy: {}`, as a protobuf body
+            // from `kubectl create deployment` has it) is a rolling update of 25 % / 25 %.
+            rolling_update_default(
+                &mut spec["strategy"],
+                &[("maxUnavailable", json!("25%")), ("maxSurge", json!("25%"))],
+            );
         }
         "StatefulSet" => {
-            default(
-                "updateStrategy",
-                json!({"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}),
-            );
             default("podManagementPolicy", json!("OrderedReady"));
             default("revisionHistoryLimit", json!(10));
             default(
                 "persistentVolumeClaimRetentionPolicy",
                 json!({"whenDeleted": "Retain", "whenScaled": "Retain"}),
             );
+            rolling_update_default(&mut spec["updateStrategy"], &[("partition", json!(0))]);
         }
         _ => {}
+    }
+}
+
+/// A strategy's defaults: no type is `RollingUpdate`, whose parameters default one by one.
+fn rolling_update_default(strategy: &mut Value, parameters: &[(&str, Value)]) {
+    if strategy["type"].as_str().is_none_or(str::is_empty) {
+        strategy["type"] = json!("RollingUpdate");
+    }
+    if strategy["type"] != "RollingUpdate" {
+        return;
+    }
+    let rolling = &mut strategy["rollingUpdate"];
+    for (key, value) in parameters {
+        if rolling[*key].is_null() {
+            rolling[*key] = value.clone();
+        }
     }
 }
 

@@ -1,9 +1,10 @@
-//! Decoders of `k8s.io/apimachinery/pkg/apis/meta/v1`: ObjectMeta and its parts, DeleteOptions.
+//! The decoder of `k8s.io/apimachinery/pkg/apis/meta/v1` ObjectMeta: written by hand because its
+//! JSON form follows each field's Go tags exactly (`omitempty`, `omitzero`, pointers).
 
 use serde_json::{Map, Value};
 
 use super::json::{
-    child, decode_time, default_str, push, put_bool_field, put_int_omitempty, put_map_entry,
+    decode_time, default_str, push, put_bool_field, put_int_omitempty, put_map_entry,
     put_string_field, rfc3339, time_value,
 };
 use super::wire::Reader;
@@ -124,52 +125,6 @@ fn decode_fields_v1(buf: &[u8], base: usize) -> Result<Value, String> {
         Some((b, off)) => serde_json::from_slice(b)
             .map_err(|e| format!("protobuf: FieldsV1.Raw at offset {off} is not valid JSON: {e}")),
     }
-}
-
-pub(super) fn decode_delete_options(
-    buf: &[u8],
-    base: usize,
-    out: &mut Map<String, Value>,
-) -> Result<(), String> {
-    let mut r = Reader::new(buf, base, "DeleteOptions");
-    while let Some(f) = r.next_field()? {
-        match f.num {
-            1 => {
-                let v = f.int64("DeleteOptions.gracePeriodSeconds")?;
-                out.insert("gracePeriodSeconds".into(), Value::from(v));
-            }
-            2 => {
-                let (b, off) = f.bytes("DeleteOptions.preconditions")?;
-                let pre = child(out, "preconditions");
-                let mut p = Reader::new(b, off, "Preconditions");
-                while let Some(g) = p.next_field()? {
-                    // Both are pointers upstream: kept when present.
-                    match g.num {
-                        1 => put_string_field(pre, &g, "Preconditions", "uid", false)?,
-                        2 => put_string_field(pre, &g, "Preconditions", "resourceVersion", false)?,
-                        _ => {}
-                    }
-                }
-            }
-            3 => put_bool_field(out, &f, "DeleteOptions", "orphanDependents")?,
-            4 => put_string_field(out, &f, "DeleteOptions", "propagationPolicy", false)?,
-            5 => push(
-                out,
-                "dryRun",
-                Value::String(f.string("DeleteOptions.dryRun")?),
-            ),
-            6 => {
-                let v =
-                    f.boolean("DeleteOptions.ignoreStoreReadErrorWithClusterBreakingPotential")?;
-                out.insert(
-                    "ignoreStoreReadErrorWithClusterBreakingPotential".into(),
-                    Value::Bool(v),
-                );
-            }
-            _ => {}
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

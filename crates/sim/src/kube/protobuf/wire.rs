@@ -4,7 +4,7 @@
 #[derive(Clone, Copy, Debug)]
 pub(super) enum Wire<'a> {
     Varint(u64),
-    Fixed64,
+    Fixed64(u64),
     /// Payload and its absolute offset in the body.
     Len(&'a [u8], usize),
     /// A whole (already skipped) group.
@@ -16,7 +16,7 @@ impl Wire<'_> {
     fn name(&self) -> &'static str {
         match self {
             Wire::Varint(_) => "0 (varint)",
-            Wire::Fixed64 => "1 (64-bit)",
+            Wire::Fixed64(_) => "1 (64-bit)",
             Wire::Len(..) => "2 (length-delimited)",
             Wire::Group => "3 (group)",
             Wire::Fixed32 => "5 (32-bit)",
@@ -137,8 +137,10 @@ impl<'a> Reader<'a> {
         Ok(match wire {
             0 => Wire::Varint(self.varint()?),
             1 => {
-                self.skip(8, "64-bit field")?;
-                Wire::Fixed64
+                let start = self.skip(8, "64-bit field")?;
+                let mut le = [0u8; 8];
+                le.copy_from_slice(&self.buf[start..start + 8]);
+                Wire::Fixed64(u64::from_le_bytes(le))
             }
             2 => {
                 let len_at = self.at();
@@ -211,6 +213,16 @@ pub(super) fn wrong_wire(f: &Field<'_>, ctx: &str, want: &str) -> String {
 }
 
 impl<'a> Field<'a> {
+    /// A length-delimited field holding `payload` (at absolute offset `offset`), for the decoders
+    /// that read a message's bytes as a field.
+    pub(super) fn len(payload: &'a [u8], offset: usize) -> Self {
+        Field {
+            num: 0,
+            wire: Wire::Len(payload, offset),
+            offset,
+        }
+    }
+
     pub(super) fn bytes(&self, ctx: &str) -> Result<(&'a [u8], usize), String> {
         match self.wire {
             Wire::Len(b, off) => Ok((b, off)),
@@ -238,6 +250,55 @@ impl<'a> Field<'a> {
 
     pub(super) fn boolean(&self, ctx: &str) -> Result<bool, String> {
         self.varint(ctx).map(|v| v != 0)
+    }
+
+    /// A `double`: 64-bit little-endian IEEE 754.
+    pub(super) fn double(&self, ctx: &str) -> Result<f64, String> {
+        match self.wire {
+            Wire::Fixed64(bits) => Ok(f64::from_bits(bits)),
+            _ => Err(wrong_wire(self, ctx, "1 (64-bit)")),
+        }
+    }
+
+    /// The varints of a repeated scalar field: one per field when unpacked (gogo's proto2 default),
+    /// all of them in one length-delimited payload when packed (both are valid on the wire).
+    pub(super) fn varints(&self, ctx: &'static str) -> Result<Vec<u64>, String> {
+        match self.wire {
+            Wire::Varint(v) => Ok(vec![v]),
+            Wire::Len(payload, offset) => {
+                let mut r = Reader::new(payload, offset, ctx);
+                let mut values = Vec::new();
+                while r.pos < r.buf.len() {
+                    values.push(r.varint()?);
+                }
+                Ok(values)
+            }
+            _ => Err(wrong_wire(self, ctx, "0 (varint)")),
+        }
+    }
+
+    /// The doubles of a repeated `double` field, unpacked or packed.
+    pub(super) fn doubles(&self, ctx: &'static str) -> Result<Vec<f64>, String> {
+        match self.wire {
+            Wire::Fixed64(bits) => Ok(vec![f64::from_bits(bits)]),
+            Wire::Len(payload, offset) => {
+                if payload.len() % 8 != 0 {
+                    return Err(format!(
+                        "protobuf: {ctx} at offset {offset}: packed doubles of {} bytes",
+                        payload.len()
+                    ));
+                }
+                Ok(payload
+                    .chunks_exact(8)
+                    .map(|c| {
+                        let mut le = [0u8; 8];
+                        le.copy_from_slice(c);
+                        f64::from_bits(u64::from_le_bytes(le))
+                    })
+                    .collect())
+            }
+            _ => Err(wrong_wire(self, ctx, "1 (64-bit)")),
+        }
     }
 }
 
