@@ -9,6 +9,7 @@
 //! missing or lacks `tls.crt`/`tls.key` gets `InvalidCertificateRef` and is not programmed).
 
 use super::cluster::{Cluster, WriteOptions};
+pub use super::listeners::{hostname_matches, listener_for};
 use serde_json::{Value, json};
 
 pub const CLASS_STORE_KEY: &str = "gatewayclasses.gateway.networking.k8s.io";
@@ -297,41 +298,6 @@ pub fn proxy_objects(
 }
 
 // How routes attach to listeners (Gateway API's rules), shared with the Envoy proxy program.
-
-/// Whether a Gateway API hostname (`gitlab.example.net`, or a wildcard `*.example.net` that
-/// matches any name ending in `.example.net`) matches `host`; case-insensitive.
-pub fn hostname_matches(pattern: &str, host: &str) -> bool {
-    let (pattern, host) = (pattern.to_ascii_lowercase(), host.to_ascii_lowercase());
-    match pattern.strip_prefix('*') {
-        Some(suffix) => host.ends_with(&suffix) && host.len() > suffix.len(),
-        None => pattern == host,
-    }
-}
-
-/// How specifically a listener's hostname names `host` (higher wins): exact, then the longest
-/// wildcard, then a listener without hostname. `None` when it does not match.
-fn specificity(listener: &Value, host: &str) -> Option<usize> {
-    match listener["hostname"].as_str() {
-        None | Some("") => Some(0),
-        Some(pattern) if hostname_matches(pattern, host) => Some(if pattern.starts_with('*') {
-            pattern.len()
-        } else {
-            usize::MAX
-        }),
-        Some(_) => None,
-    }
-}
-
-/// The listener of `gateway` on `port` that serves `host` (the most specific hostname).
-pub fn listener_for<'a>(gateway: &'a Value, port: u16, host: &str) -> Option<&'a Value> {
-    gateway["spec"]["listeners"]
-        .as_array()?
-        .iter()
-        .filter(|listener| listener["port"].as_u64() == Some(u64::from(port)))
-        .filter_map(|listener| specificity(listener, host).map(|rank| (rank, listener)))
-        .max_by_key(|(rank, _)| *rank)
-        .map(|(_, listener)| listener)
-}
 
 /// Whether `listener` of a Gateway in `gateway_namespace` admits routes from `route_namespace`
 /// (labelled `namespace_labels`): `allowedRoutes.namespaces.from` Same (the default), All, or

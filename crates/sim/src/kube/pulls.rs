@@ -11,7 +11,6 @@
 //! Pure functions of the node's files ([`NodeFiles`]) and the store ([`ClusterView`]). A leaf
 //! module: the kubelet's verdicts call it, it calls nothing of the simulator.
 
-use base64::Engine as _;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -97,16 +96,6 @@ fn registry_ca(node: &dyn NodeFiles, host: &str) -> Option<String> {
     node.read(&path)
 }
 
-/// Whether a Gateway listener's `hostname` covers `host` (exact, or `*.` one label).
-fn hostname_matches(pattern: &str, host: &str) -> bool {
-    match pattern.strip_prefix("*.") {
-        Some(domain) => host
-            .split_once('.')
-            .is_some_and(|(label, rest)| !label.is_empty() && rest == domain),
-        None => pattern == host,
-    }
-}
-
 /// The certificate chain (PEM) the Envoy proxy behind `service` presents for `host` on `port`:
 /// its Gateway's HTTPS listener for that name, and the listener's Secret.
 fn served_certificate(
@@ -119,22 +108,12 @@ fn served_certificate(
     let gateway_name = labels["gateway.envoyproxy.io/owning-gateway-name"].as_str()?;
     let gateway_namespace = labels["gateway.envoyproxy.io/owning-gateway-namespace"].as_str()?;
     let gateway = view.object(GATEWAY_STORE_KEY, gateway_namespace, gateway_name)?;
-    let listener = gateway["spec"]["listeners"]
-        .as_array()?
-        .iter()
-        .find(|listener| {
-            listener["port"].as_u64() == Some(u64::from(port))
-                && listener["protocol"] == "HTTPS"
-                && listener["hostname"]
-                    .as_str()
-                    .is_none_or(|pattern| hostname_matches(pattern, host))
-        })?;
+    // The most specific listener for the name, as Envoy picks it (a wildcard is a suffix match).
+    let listener = crate::kube::listeners::listener_for(&gateway, port, host)
+        .filter(|listener| listener["protocol"] == "HTTPS")?;
     let secret_name = listener["tls"]["certificateRefs"][0]["name"].as_str()?;
     let secret = view.object("secrets", gateway_namespace, secret_name)?;
-    let encoded = secret["data"]["tls.crt"].as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()?;
+    let bytes = crate::kube::object_data::secret_bytes(&secret, "tls.crt")?;
     String::from_utf8(bytes).ok()
 }
 
@@ -232,6 +211,7 @@ pub fn reach_registry(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
     use std::collections::HashMap;
 
@@ -414,8 +394,10 @@ mod tests {
             Some("10.0.0.1".into())
         );
         assert_eq!(hosts_address("10.0.0.1 ab\n", "a"), None);
+        use crate::kube::listeners::hostname_matches;
         assert!(hostname_matches("*.local.example.net", HOST));
-        assert!(!hostname_matches("*.example.net", HOST));
+        // The Gateway API's wildcard is a suffix match: more than one label.
+        assert!(hostname_matches("*.example.net", HOST));
         assert!(hostname_matches(HOST, HOST));
     }
 }

@@ -8,22 +8,9 @@
 //! required one leaves the variable out.
 
 use crate::kube::kubelet::ClusterView;
-use base64::Engine;
 use serde_json::Value;
 
-/// One key of a Secret (base64 `data`, or `stringData` not yet folded) or a ConfigMap (`data`).
-fn key_of(object: &Value, key: &str, secret: bool) -> Option<String> {
-    if secret {
-        if let Some(encoded) = object["data"][key].as_str() {
-            return base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-        }
-        return object["stringData"][key].as_str().map(str::to_string);
-    }
-    object["data"][key].as_str().map(str::to_string)
-}
+use crate::kube::object_data::key_text as key_of;
 
 /// Every key of a Secret or ConfigMap, in key order.
 fn keys_of(object: &Value, secret: bool) -> Vec<(String, String)> {

@@ -313,20 +313,10 @@ impl rustls::server::ResolvesServerCert for ListenerCertificates {
 
 /// A TLS Secret's certificate chain and key.
 fn certified_key(secret: &Value) -> Result<Arc<rustls::sign::CertifiedKey>, String> {
-    use base64::Engine;
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let field = |key: &str| -> Result<Vec<u8>, String> {
-        match (
-            secret["data"][key].as_str(),
-            secret["stringData"][key].as_str(),
-        ) {
-            (Some(encoded), _) => base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .map_err(|e| e.to_string()),
-            (None, Some(plain)) => Ok(plain.as_bytes().to_vec()),
-            (None, None) => Err(format!("no {key}")),
-        }
+        crate::kube::object_data::secret_bytes(secret, key).ok_or_else(|| format!("no {key}"))
     };
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&field("tls.crt")?)
         .collect::<Result<_, _>>()

@@ -27,7 +27,6 @@ use super::node::{self, NodeMounts};
 use super::process;
 use super::{ExecCall, ExecOutcome, Host, Program};
 use crate::kube::cnpg;
-use base64::Engine;
 use serde_json::Value;
 use std::ffi::OsString;
 use std::net::SocketAddr;
@@ -218,11 +217,7 @@ pub fn settings(cluster: &Value, port: u16, socket_dir: &Path, pgdata: &Path) ->
 
 /// A value of a Secret's `data`, decoded.
 fn secret_value(secret: &Value, key: &str) -> Option<String> {
-    let encoded = secret["data"][key].as_str()?;
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(encoded)
-        .ok()?;
-    String::from_utf8(bytes).ok()
+    String::from_utf8(crate::kube::object_data::secret_bytes(secret, key)?).ok()
 }
 
 /// Where the instance manager puts the server's socket in the pod, and the port it listens on.

@@ -6,23 +6,10 @@
 //! projected volume). What the kubelet would refuse to mount is `kubelet::verdict`'s business;
 //! here a missing object or key is left out.
 
-use base64::Engine;
 use serde_json::Value;
 use std::collections::BTreeMap;
 
-/// One key of a Secret (base64 `data`, or `stringData` not yet folded) or a ConfigMap (`data`).
-fn key_of(object: &Value, key: &str, secret: bool) -> Option<String> {
-    if secret {
-        if let Some(encoded) = object["data"][key].as_str() {
-            return base64::engine::general_purpose::STANDARD
-                .decode(encoded)
-                .ok()
-                .map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-        }
-        return object["stringData"][key].as_str().map(str::to_string);
-    }
-    object["data"][key].as_str().map(str::to_string)
-}
+use crate::kube::object_data::key_text as key_of;
 
 /// The files of one Secret or ConfigMap source: its `items` (key -> path), or every key.
 fn source_files(source: &Value, object: &Value, secret: bool) -> Vec<(String, String)> {
@@ -115,6 +102,7 @@ pub fn find(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine as _;
     use serde_json::json;
 
     fn store(store_key: &str, name: &str) -> Option<Value> {
