@@ -679,3 +679,103 @@ fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_p
     ]
     .concat());
 }
+
+#[test]
+fn the_platform_as_phase2_leaves_it_resolves_gitlab_through_its_coredns_rewrite() {
+    // `bprun sim all` is the platform after phase 2: its CoreDNS carries phase 2's rewrite, and
+    // jobs fetch from GitLab's external name through it. Put kind's Corefile back (as an
+    // operator undoing the rewrite would) and phase 3's jobs cannot fetch, as on kind.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let corefile = sim
+        .kubectl(&[
+            "get",
+            "configmap",
+            "coredns",
+            "-n",
+            "kube-system",
+            "-o",
+            "jsonpath={.data.Corefile}",
+        ])
+        .stdout;
+    let rule = "    rewrite name regex (.+)\\.local\\.example\\.net gitlab-gateway.gitlab.svc.cluster.local answer auto\n";
+    assert_eq!(
+        corefile.lines().take(2).collect::<Vec<_>>().join("\n") + "\n",
+        format!(".:53 {{\n{rule}")
+    );
+    let kind_corefile = corefile.replacen(rule, "", 1);
+    let patch = json!({"data": {"Corefile": kind_corefile}}).to_string();
+    sim.kubectl(&[
+        "patch",
+        "configmap",
+        "coredns",
+        "-n",
+        "kube-system",
+        "--type",
+        "merge",
+        "-p",
+        &patch,
+    ])
+    .success();
+    sim.kubectl(&[
+        "rollout",
+        "restart",
+        "deployment/coredns",
+        "-n",
+        "kube-system",
+    ])
+    .success();
+    sim.kubectl(&[
+        "rollout",
+        "status",
+        "deployment/coredns",
+        "-n",
+        "kube-system",
+        "--timeout=60s",
+    ])
+    .success();
+    let run = phase3_with(
+        &sim,
+        &|text| text,
+        &["--app", "redis", "--smoke-timeout", "120"],
+    );
+    // The two pipelines are triggered together: their numbers may come in either order.
+    let run = steady_failure(&sim, run)
+        .replace_regex(r"pipeline #\d+", "pipeline #<id>")
+        .replace_regex(r"pipelines/\d+", "pipelines/<id>");
+    let trace = |image: &str, project: &str| {
+        format!(
+            "    Running with gitlab-runner 17.9.0 (bprun-sim)
+      on bprun-sim runner stand-in 
+    Preparing the \"kubernetes\" executor
+    Using Kubernetes executor with image {image} ...
+    Getting source from Git repository
+    Initialized empty Git repository in /builds/blueprint-apps/{project}/.git/
+    Created fresh repository.
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/{project}.git/': Could not resolve host: gitlab.local.example.net
+    ERROR: Job failed: exit code 1
+    (open <gitlab>/blueprint-apps/{project}/-/pipelines/<id>)
+"
+        )
+    };
+    run.code(1).stderr(&[
+        r##"error: step "Smoke test" failed
+  × gitlab: 2 of 2 pipelines did not succeed
+     ╭─[scripts/phase3.rhai:180:5]
+ 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ·     ──────────┬──────────
+     ·               ╰── failed here
+ 181 │ });
+     ╰────
+  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
+    job lint-templates failed; end of its trace:
+"##,
+        &trace("alpine:3.20", "shared-code"),
+        "  caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed\n    job lint failed; end of its trace:\n",
+        &trace("alpine/helm:3.16.4", "redis"),
+        "  hint: each failed pipeline is listed above with its URL\n",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat());
+}

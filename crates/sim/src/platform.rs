@@ -410,24 +410,31 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         Some(crate::gitlab::ci::jobs::JobFabric(
             crate::kube::programs::pod_network::PodFabric::in_world(world, RUNNER_NAMESPACE),
         ));
+    // The network as on a kind cluster: nodes pull through their own /etc/hosts and
+    // containerd's certs.d, CI job pods dial the registry through the cluster's DNS.
+    let nodes_dir = kube_sim.programs.state_dir.join("nodes");
+    kube_sim.cluster().images.nodes = Some(nodes_dir.clone());
+    let weak = Arc::downgrade(&kube_sim);
+    let dial: crate::images::PodDial = Arc::new(move |name: &str, port: u16| {
+        // The cluster is gone with the platform: nothing answers DNS any more.
+        let sim = weak
+            .upgrade()
+            .ok_or(crate::kube::programs::service::DialError::NoDns)?;
+        let host = crate::kube::programs::Host::new(&*sim, &sim.programs);
+        crate::kube::programs::service::dial(&host, name, port, RUNNER_NAMESPACE)
+    });
+    *image_store
+        .network
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some(dial);
+    // Where the platform as phase 2 leaves it keeps its wildcard certificate (infra/tls/wildcard/
+    // of the repository the scripts run in).
+    let repository = prepared
+        .repository
+        .clone()
+        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
     if prepared.bare {
         crate::kube::seed_bare(&kube_sim)?;
-        // The network as on a kind cluster: nodes pull through their own /etc/hosts and
-        // containerd's certs.d, CI job pods dial the registry through the cluster's DNS.
-        kube_sim.cluster().images.nodes = Some(kube_sim.programs.state_dir.join("nodes"));
-        let weak = Arc::downgrade(&kube_sim);
-        let dial: crate::images::PodDial = Arc::new(move |name: &str, port: u16| {
-            // The cluster is gone with the platform: nothing answers DNS any more.
-            let sim = weak
-                .upgrade()
-                .ok_or(crate::kube::programs::service::DialError::NoDns)?;
-            let host = crate::kube::programs::Host::new(&*sim, &sim.programs);
-            crate::kube::programs::service::dial(&host, name, port, RUNNER_NAMESPACE)
-        });
-        *image_store
-            .network
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(dial);
         // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a
         // webservice pod is Ready; the webservice pods' ports forward to GitLab itself, and the
         // runner pods verify their token and poll for jobs there.
@@ -456,6 +463,8 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             to_tokio(gitlab_listener)?,
             gitlab.clone(),
         )));
+        // A kind cluster's nodes and CoreDNS, its Corefile with phase 2's rewrite.
+        crate::kube::seed_kind(&kube_sim, &crate::kube::phase2_corefile())?;
         crate::kube::seed_platform(
             &kube_sim,
             &crate::kube::PlatformTargets {
@@ -463,12 +472,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 registry: Some(registry_addr),
                 // The wildcard certificate phase 2 would have left in the repository the
                 // scripts run in (infra/tls/wildcard/).
-                gateway: crate::kube::seed_gateway::objects(
-                    &prepared
-                        .repository
-                        .clone()
-                        .unwrap_or_else(|| std::env::current_dir().unwrap_or_default()),
-                )?,
+                gateway: crate::kube::seed_gateway::objects(&repository)?,
             },
         )?;
     }
@@ -493,6 +497,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     platform.wait_ready()?;
     if !prepared_bare {
         wait_seeded_gateway(&platform.kube.sim)?;
+        crate::kube::seed_gateway::node_network(&platform.kube.sim, &nodes_dir, &repository)?;
     }
     Ok(platform)
 }

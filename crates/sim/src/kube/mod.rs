@@ -346,8 +346,20 @@ pub fn seed_platform(sim: &KubeSim, targets: &PlatformTargets) -> Result<(), Str
                      "metadata": {"name": name, "namespace": namespace},
                      "spec": {"selector": selector, "ports": [{"name": "http", "port": port}]}}))?;
     }
-    for object in &targets.gateway {
-        apply(object.clone())?;
+    if !targets.gateway.is_empty() {
+        for object in &targets.gateway {
+            apply(object.clone())?;
+        }
+        // The GitLab chart's route of the registry's name to its Service, as phase 2 leaves it.
+        apply(
+            json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                     "metadata": {"name": "gitlab-registry", "namespace": "gitlab"},
+                     "spec": {"parentRefs": [{"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                                              "name": "gitlab-gw", "namespace": "gitlab",
+                                              "sectionName": "registry-web"}],
+                              "hostnames": ["registry.local.example.net"],
+                              "rules": [{"backendRefs": [{"name": "gitlab-registry", "port": 5000}]}]}}),
+        )?;
     }
     Ok(())
 }
@@ -391,6 +403,24 @@ pub const KIND_WORKERS: &[(&str, &str)] = &[
 /// (Deployment, ConfigMap with kind's Corefile, the `kube-dns` Service). No StorageClass, no
 /// CRDs, no workloads of the platform.
 pub fn seed_bare(sim: &KubeSim) -> Result<(), String> {
+    seed_kind(sim, KIND_COREFILE)
+}
+
+/// Phase 2's CoreDNS rewrite (scripts/phase2.rhai, step "CoreDNS rewrite"): every name under
+/// the platform's domain answers as the Envoy gateway's Service, first in the server block.
+pub const PHASE2_COREDNS_REWRITE: &str = r"rewrite name regex (.+)\.local\.example\.net gitlab-gateway.gitlab.svc.cluster.local answer auto";
+
+/// kind's Corefile as phase 2's CoreDNS step leaves it.
+pub fn phase2_corefile() -> String {
+    KIND_COREFILE.replacen(
+        ".:53 {\n",
+        &format!(".:53 {{\n    {PHASE2_COREDNS_REWRITE}\n"),
+        1,
+    )
+}
+
+/// A fresh kind cluster's nodes and CoreDNS, its ConfigMap holding `corefile`.
+pub fn seed_kind(sim: &KubeSim, corefile: &str) -> Result<(), String> {
     let mut cluster = sim.cluster();
     let create = |cluster: &mut cluster::Cluster, manager: &str, object: serde_json::Value| {
         let api_version = object["apiVersion"].as_str().unwrap_or("v1").to_string();
@@ -428,7 +458,7 @@ pub fn seed_bare(sim: &KubeSim) -> Result<(), String> {
         "kubeadm",
         json!({"apiVersion": "v1", "kind": "ConfigMap",
                "metadata": {"name": "coredns", "namespace": "kube-system"},
-               "data": {"Corefile": KIND_COREFILE}}),
+               "data": {"Corefile": corefile}}),
     )?;
     create(
         &mut cluster,

@@ -54,6 +54,10 @@ const LISTENER_SECRETS: &[&str] = &[
     "kas-tls",
     "minio-tls",
 ];
+/// Phase 2's listener hosts (under [`DOMAIN`]), which its node trust step gives the CA.
+const LISTENER_HOSTS: &[&str] = &["gitlab", "registry", "kas", "minio"];
+/// The Envoy proxy Service the registry pin points at (infra/helm-values/gitlab.yaml).
+const GATEWAY_SERVICE: (&str, &str) = ("gitlab", "gitlab-gateway");
 const CONTROLLER_NAME: &str = "gateway.envoyproxy.io/gitlab-gatewayclass-controller";
 
 fn documents(name: &str, text: &str) -> Result<Vec<Value>, String> {
@@ -128,4 +132,89 @@ pub fn objects(repository: &Path) -> Result<Vec<Value>, String> {
     }
     objects.extend(documents("gateway", GATEWAY_MANIFEST)?);
     Ok(objects)
+}
+
+/// What phase 2's node trust and registry pin steps leave on every node, once the gateway's
+/// Service has its address: containerd's `certs.d/<host>/` (the wildcard CA and `hosts.toml`)
+/// for the four listener hosts, `registry.<domain>` pinned to the gateway in `/etc/hosts`, the
+/// markers the steps record on each Node, and the CA's ConfigMap in kube-system. `nodes_dir`
+/// holds the nodes' folders (`NODE/etc/...`), as the node scripts of phase 2 write them.
+pub fn node_network(
+    sim: &super::KubeSim,
+    nodes_dir: &Path,
+    repository: &Path,
+) -> Result<(), String> {
+    let (ca, _, _) = wildcard_tls(repository)?;
+    let mut cluster = sim.cluster();
+    let options = super::cluster::WriteOptions {
+        manager: "bprun".into(),
+        ..Default::default()
+    };
+    let (namespace, name) = GATEWAY_SERVICE;
+    let address = cluster
+        .lookup("services", namespace, name)
+        .and_then(|service| service["spec"]["clusterIP"].as_str().map(str::to_string))
+        .ok_or_else(|| format!("the seeded gateway has no Service {namespace}/{name} yet"))?;
+    let pin = format!("{address} registry.{DOMAIN}");
+    let ca_digest = bprun_clients::digest::sha256_hex(&ca);
+    let write = |path: &Path, text: &str| {
+        path.parent()
+            .map(std::fs::create_dir_all)
+            .transpose()
+            .and_then(|_| std::fs::write(path, text))
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))
+    };
+    let nodes: Vec<String> = cluster
+        .all("nodes")
+        .iter()
+        .filter_map(|node| node["metadata"]["name"].as_str().map(str::to_string))
+        .collect();
+    for node in &nodes {
+        let root = nodes_dir.join(node);
+        write(
+            &root.join("etc/hosts"),
+            &format!("{}{pin}\n", super::pulls::kind_hosts(node)),
+        )?;
+        for host in LISTENER_HOSTS {
+            let host = format!("{host}.{DOMAIN}");
+            let certs = root.join("etc/containerd/certs.d").join(&host);
+            write(&certs.join("ca.pem"), &ca)?;
+            write(
+                &certs.join("hosts.toml"),
+                &format!(
+                    "server = \"https://{host}\"\n\n[host.\"https://{host}\"]\n  ca = \"/etc/containerd/certs.d/{host}/ca.pem\"\n"
+                ),
+            )?;
+        }
+        let rt = cluster
+            .resource_for_kind("v1", "Node")
+            .ok_or("no resource for Node")?;
+        let markers = json!({"metadata": {"annotations": {
+            "bprun.dev/containerd-ca-sha256": ca_digest,
+            "bprun.dev/registry-hosts-pin": pin}}});
+        cluster
+            .patch(
+                &rt,
+                "",
+                node,
+                super::cluster::PatchType::Merge,
+                markers,
+                &options,
+            )
+            .map_err(|error| error.message)?;
+    }
+    let rt = cluster
+        .resource_for_kind("v1", "ConfigMap")
+        .ok_or("no resource for ConfigMap")?;
+    cluster
+        .create(
+            &rt,
+            "kube-system",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "bprun-wildcard-ca", "namespace": "kube-system"},
+                   "data": {"ca.pem": ca}}),
+            &options,
+        )
+        .map_err(|error| error.message)?;
+    Ok(())
 }
