@@ -344,6 +344,14 @@ fn steady_failure(sim: &Sim, run: crate::support::Output) -> crate::support::Out
         .replace_regex(r"(?m)^    $", "")
 }
 
+/// The head of phase 3's report when its smoke step's wait failed with `headline`.
+fn smoke_failed(headline: &str) -> String {
+    format!(
+        "error: step \"Smoke test\" failed\n  × {headline}\n{}",
+        crate::phase3::SMOKE_WAIT_SOURCE
+    )
+}
+
 /// Phase 3 on the embedded platform with a changed `scripts/phase3.rhai` (the repository copy's).
 fn phase3_with(
     sim: &Sim,
@@ -482,16 +490,8 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
     // The provisioning's lines come in the order parallel work finishes: only the failure's
     // report is compared.
     steady_failure(&sim, run).code(1).stderr(&[
-        "error: step \"Smoke test\" failed\n\
-         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
-         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
-         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
-         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
-         \x20    ·     ──────────┬──────────\n\
-         \x20    ·               ╰── failed here\n\
-         \x20181 │ });\n\
-         \x20    ╰────\n\
-         \x20 caused by: job lint failed; end of its trace:\n\
+        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        "\x20 caused by: job lint failed; end of its trace:\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
          \x20   Skipping Git submodules setup\n\
          \x20   Executing \"step_script\" stage of the job script\n\
@@ -528,16 +528,8 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
     // helm's words, with the path as the job's script wrote it.
     let run = steady_failure(&sim, run);
     run.code(1).stderr(&[
-        "error: step \"Smoke test\" failed\n\
-         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
-         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
-         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
-         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
-         \x20    ·     ──────────┬──────────\n\
-         \x20    ·               ╰── failed here\n\
-         \x20181 │ });\n\
-         \x20    ╰────\n\
-         \x20 caused by: job deploy failed; end of its trace:\n\
+        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        "\x20 caused by: job deploy failed; end of its trace:\n\
          \x20   Created fresh repository.\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
          \x20   Skipping Git submodules setup\n\
@@ -588,16 +580,8 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
         &["--app", "guestbook", "--smoke-timeout", "120"],
     );
     steady_failure(&sim, run).code(1).stderr(&[
-        "error: step \"Smoke test\" failed\n\
-         \x20 × gitlab: pipeline #7 of blueprint-apps/guestbook failed\n\
-         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
-         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
-         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
-         \x20    ·     ──────────┬──────────\n\
-         \x20    ·               ╰── failed here\n\
-         \x20181 │ });\n\
-         \x20    ╰────\n\
-         \x20 caused by: job build failed; end of its trace:\n\
+        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/guestbook failed"),
+        "\x20 caused by: job build failed; end of its trace:\n\
          \x20   Getting source from Git repository\n\
          \x20   Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/\n\
          \x20   Created fresh repository.\n\
@@ -652,16 +636,8 @@ fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_p
     );
     let run = steady_failure(&sim, run).replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
     run.code(1).stderr(&[
-        "error: step \"Smoke test\" failed\n\
-         \x20 × gitlab: pipeline #7 of blueprint-apps/redis failed\n\
-         \x20    ╭─[scripts/phase3.rhai:180:5]\n\
-         \x20179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, \"main\", #{reuse: true}));\n\
-         \x20180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});\n\
-         \x20    ·     ──────────┬──────────\n\
-         \x20    ·               ╰── failed here\n\
-         \x20181 │ });\n\
-         \x20    ╰────\n\
-         \x20 caused by: job deploy failed; end of its trace:\n\
+        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        "\x20 caused by: job deploy failed; end of its trace:\n\
          \x20   Created fresh repository.\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
          \x20   Skipping Git submodules setup\n\
@@ -758,16 +734,8 @@ fn the_platform_as_phase2_leaves_it_resolves_gitlab_through_its_coredns_rewrite(
         )
     };
     run.code(1).stderr(&[
-        r##"error: step "Smoke test" failed
-  × gitlab: 2 of 2 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:180:5]
- 179 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 180 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 181 │ });
-     ╰────
-  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
+        &smoke_failed("gitlab: 2 of 2 pipelines did not succeed"),
+        r##"  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
     job lint-templates failed; end of its trace:
 "##,
         &trace("alpine:3.20", "shared-code"),
