@@ -1175,3 +1175,114 @@ fn kubectl_generators_create_every_kind_through_protobuf_as_through_json() {
         "0"
     );
 }
+
+#[test]
+fn rbac_refuses_granting_what_the_writer_does_not_hold_unless_it_may_bind() {
+    // RBAC's escalation prevention, with the real kubectl: an account that may write Roles and
+    // RoleBindings in its namespace grants only what it holds, or binds a role it has `bind` on.
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let setup = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: apps}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ci, namespace: apps}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: rbac-writer, namespace: apps}
+rules:
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: rbac-writer, namespace: apps}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: rbac-writer}
+subjects: [{kind: ServiceAccount, name: ci, namespace: apps}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: deployer}
+rules:
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, list]
+"#;
+    sim.kubectl_stdin(&["apply", "-f", "-"], setup).success();
+    let token = sim
+        .kubectl(&["create", "token", "ci", "-n", "apps"])
+        .ok()
+        .trim()
+        .to_string();
+    let as_ci = |args: &[&str]| {
+        let mut all = vec!["--token", token.as_str(), "-n", "apps"];
+        all.extend_from_slice(args);
+        sim.kubectl(&all)
+    };
+    as_ci(&[
+        "create",
+        "role",
+        "reader",
+        "--verb=get,list",
+        "--resource=configmaps",
+    ])
+    .expect(0, "role.rbac.authorization.k8s.io/reader created\n", "");
+    let groups = r#"(groups=["system:serviceaccounts" "system:serviceaccounts:apps" "system:authenticated"])"#;
+    as_ci(&["create", "role", "peek", "--verb=get,watch", "--resource=secrets,configmaps"]).expect(
+        1,
+        "",
+        &format!(
+            "Error from server (Forbidden): roles.rbac.authorization.k8s.io \"peek\" is forbidden: user \"system:serviceaccount:apps:ci\" {groups} is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"watch\"]}}\n{{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"watch\"]}}\n"
+        ),
+    );
+    let bind = [
+        "create",
+        "rolebinding",
+        "deployer",
+        "--clusterrole=deployer",
+        "--serviceaccount=apps:ci",
+    ];
+    as_ci(&bind).expect(
+        1,
+        "",
+        &format!(
+            "error: failed to create rolebinding: rolebindings.rbac.authorization.k8s.io \"deployer\" is forbidden: user \"system:serviceaccount:apps:ci\" {groups} is attempting to grant RBAC permissions not currently held:\n{{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"list\"]}}\n"
+        ),
+    );
+    // `bind` on that ClusterRole, by name, in the namespace: the binding goes through.
+    sim.kubectl(&[
+        "create",
+        "role",
+        "bind-deployer",
+        "-n",
+        "apps",
+        "--verb=bind",
+        "--resource=clusterroles.rbac.authorization.k8s.io",
+        "--resource-name=deployer",
+    ])
+    .success();
+    sim.kubectl(&[
+        "create",
+        "rolebinding",
+        "bind-deployer",
+        "-n",
+        "apps",
+        "--role=bind-deployer",
+        "--serviceaccount=apps:ci",
+    ])
+    .success();
+    as_ci(&bind).expect(
+        0,
+        "rolebinding.rbac.authorization.k8s.io/deployer created\n",
+        "",
+    );
+    // Now it holds what the ClusterRole grants, in its namespace only.
+    as_ci(&["auth", "can-i", "list", "secrets"]).expect(0, "yes\n", "");
+}

@@ -233,6 +233,221 @@ pub fn rules_in(identity: &Identity, namespace: &str, policies: &Policies) -> Ve
     granted(identity, namespace, policies).cloned().collect()
 }
 
+/// The RBAC API group, whose Roles and bindings the escalation check guards.
+pub const GROUP: &str = "rbac.authorization.k8s.io";
+
+/// One permission a rule grants, as RBAC's `BreakdownRule` splits a rule: a verb on one
+/// resource of one group (and one name, when the rule names some), or a verb on one
+/// non-resource URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Atom {
+    group: Option<String>,
+    resource: Option<String>,
+    name: Option<String>,
+    url: Option<String>,
+    verb: String,
+}
+
+fn breakdown(rule: &Value) -> Vec<Atom> {
+    let mut atoms = Vec::new();
+    let names = strings(&rule["resourceNames"]);
+    let verbs = strings(&rule["verbs"]);
+    for group in strings(&rule["apiGroups"]) {
+        for resource in strings(&rule["resources"]) {
+            for verb in &verbs {
+                let atom = |name: Option<&str>| Atom {
+                    group: Some(group.to_string()),
+                    resource: Some(resource.to_string()),
+                    name: name.map(str::to_string),
+                    url: None,
+                    verb: verb.to_string(),
+                };
+                if names.is_empty() {
+                    atoms.push(atom(None));
+                } else {
+                    atoms.extend(names.iter().map(|name| atom(Some(name))));
+                }
+            }
+        }
+    }
+    for url in strings(&rule["nonResourceURLs"]) {
+        for verb in &verbs {
+            atoms.push(Atom {
+                group: None,
+                resource: None,
+                name: None,
+                url: Some(url.to_string()),
+                verb: verb.to_string(),
+            });
+        }
+    }
+    atoms
+}
+
+/// Whether an owner's rule covers one atom, as RBAC's `ruleCovers` decides (stricter than the
+/// authorizer: `pods/*` does not cover `pods/exec`, only `*/exec` or `*` does).
+fn covers(owner: &Value, atom: &Atom) -> bool {
+    let has = |list: &[&str], wanted: &str| list.contains(&wanted);
+    let verbs = strings(&owner["verbs"]);
+    let groups = strings(&owner["apiGroups"]);
+    let resources = strings(&owner["resources"]);
+    let names = strings(&owner["resourceNames"]);
+    let urls = strings(&owner["nonResourceURLs"]);
+    let verb = has(&verbs, "*") || has(&verbs, &atom.verb);
+    let group = atom
+        .group
+        .as_deref()
+        .is_none_or(|group| has(&groups, "*") || has(&groups, group));
+    let resource = atom.resource.as_deref().is_none_or(|resource| {
+        has(&resources, "*")
+            || has(&resources, resource)
+            || resource
+                .split_once('/')
+                .is_some_and(|(_, sub)| has(&resources, &format!("*/{sub}")))
+    });
+    let url = atom.url.as_deref().is_none_or(|url| {
+        urls.iter().any(|owned| {
+            *owned == "*"
+                || *owned == url
+                || owned
+                    .strip_suffix('*')
+                    .is_some_and(|prefix| url.starts_with(prefix))
+        })
+    });
+    let name = match &atom.name {
+        None => names.is_empty(),
+        Some(name) => names.is_empty() || has(&names, name),
+    };
+    verb && group && resource && url && name
+}
+
+/// Go's `%q` of a string list: `["a" "b"]`.
+fn go_quoted(list: &[String]) -> String {
+    let quoted: Vec<String> = list.iter().map(|item| format!("{item:?}")).collect();
+    format!("[{}]", quoted.join(" "))
+}
+
+/// The atoms nobody granted, compacted as RBAC's `CompactRules` does (the verbs of one group,
+/// resource and name together, in the order they came) and written as `CompactString` writes
+/// each rule; sorted, without repeats, as the API server lists them.
+fn describe_missing(missing: &[Atom]) -> String {
+    let mut compacted: Vec<(Atom, Vec<String>)> = Vec::new();
+    for atom in missing {
+        let key = Atom {
+            verb: String::new(),
+            ..atom.clone()
+        };
+        match compacted
+            .iter_mut()
+            .find(|(known, _)| known.url.is_none() && *known == key)
+        {
+            Some((_, verbs)) => verbs.push(atom.verb.clone()),
+            None => compacted.push((key, vec![atom.verb.clone()])),
+        }
+    }
+    let mut lines: Vec<String> = compacted
+        .into_iter()
+        .map(|(atom, verbs)| {
+            let mut parts = Vec::new();
+            if let Some(group) = atom.group {
+                parts.push(format!("APIGroups:{}", go_quoted(&[group])));
+            }
+            if let Some(resource) = atom.resource {
+                parts.push(format!("Resources:{}", go_quoted(&[resource])));
+            }
+            if let Some(url) = atom.url {
+                parts.push(format!("NonResourceURLs:{}", go_quoted(&[url])));
+            }
+            if let Some(name) = atom.name {
+                parts.push(format!("ResourceNames:{}", go_quoted(&[name])));
+            }
+            parts.push(format!("Verbs:{}", go_quoted(&verbs)));
+            format!("{{{}}}", parts.join(", "))
+        })
+        .collect();
+    lines.sort();
+    lines.dedup();
+    lines.join("\n")
+}
+
+/// What a write of a Role, ClusterRole, RoleBinding or ClusterRoleBinding (`resource`, the
+/// object as it would be stored, in `namespace`) asks to grant that `identity` may not: the API
+/// server's 403 reason, or `None` when it may go on. As the RBAC registry decides: the cluster
+/// admin may; a role writer with `escalate` on it may, a binding writer with `bind` on the role
+/// it references (by name) may; otherwise every permission granted must be one the writer
+/// already holds in that namespace (cluster-wide for cluster objects).
+pub fn escalation_refusal(
+    identity: &Identity,
+    resource: &str,
+    namespace: &str,
+    object: &Value,
+    policies: &Policies,
+) -> Option<String> {
+    if identity.admin {
+        return None;
+    }
+    let name = object["metadata"]["name"].as_str().unwrap_or("");
+    let ask = |verb: &str, resource: &str, name: &str| Attributes {
+        verb: verb.into(),
+        group: GROUP.into(),
+        resource: resource.into(),
+        subresource: String::new(),
+        namespace: namespace.into(),
+        name: name.into(),
+    };
+    let granted_rules: Vec<Value> = match resource {
+        "roles" | "clusterroles" => {
+            if allowed(identity, &ask("escalate", resource, name), policies) {
+                return None;
+            }
+            object["rules"].as_array().cloned().unwrap_or_default()
+        }
+        "rolebindings" | "clusterrolebindings" => {
+            let role_ref = &object["roleRef"];
+            let role_name = role_ref["name"].as_str().unwrap_or("");
+            let (role_resource, singular) = match role_ref["kind"].as_str() {
+                Some("ClusterRole") => ("clusterroles", "clusterrole"),
+                Some("Role") => ("roles", "role"),
+                _ => return None,
+            };
+            if allowed(identity, &ask("bind", role_resource, role_name), policies) {
+                return None;
+            }
+            let role = if role_resource == "clusterroles" {
+                policies
+                    .cluster_roles
+                    .iter()
+                    .find(|role| role["metadata"]["name"] == role_name)
+            } else {
+                policies.roles.iter().find(|role| {
+                    role["metadata"]["name"] == role_name
+                        && role["metadata"]["namespace"] == namespace
+                })
+            };
+            let Some(role) = role else {
+                return Some(format!("{singular}.{GROUP} {role_name:?} not found"));
+            };
+            role["rules"].as_array().cloned().unwrap_or_default()
+        }
+        _ => return None,
+    };
+    let held: Vec<&Value> = granted(identity, namespace, policies).collect();
+    let missing: Vec<Atom> = granted_rules
+        .iter()
+        .flat_map(breakdown)
+        .filter(|atom| !held.iter().any(|owner| covers(owner, atom)))
+        .collect();
+    if missing.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "user {:?} (groups={}) is attempting to grant RBAC permissions not currently held:\n{}",
+        identity.user,
+        go_quoted(&identity.groups),
+        describe_missing(&missing)
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -348,6 +563,117 @@ mod tests {
         assert_eq!(
             forbidden_message(&bprun, &ask("create", "pods", "exec", "gitlab", "toolbox")),
             "pods \"toolbox\" is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"gitlab\""
+        );
+    }
+
+    #[test]
+    fn a_writer_grants_only_what_it_holds_unless_it_may_escalate_or_bind() {
+        let roles = vec![
+            json!({"metadata": {"name": "deployer", "namespace": "apps"},
+                   "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles", "rolebindings"], "verbs": ["create"]},
+                             {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list"]},
+                             {"apiGroups": [""], "resources": ["*/status"], "verbs": ["get"]}]}),
+            json!({"metadata": {"name": "escalator", "namespace": "apps"},
+                   "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"], "resourceNames": ["anything"]}]}),
+        ];
+        let cluster_roles = vec![
+            json!({"metadata": {"name": "ci"},
+                   "rules": [{"apiGroups": ["", "apps"], "resources": ["secrets", "deployments"], "verbs": ["get", "delete"]}]}),
+            json!({"metadata": {"name": "binder"},
+                   "rules": [{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"], "verbs": ["bind"], "resourceNames": ["ci"]}]}),
+        ];
+        let role_bindings = vec![
+            json!({"metadata": {"name": "deployer", "namespace": "apps"}, "roleRef": {"kind": "Role", "name": "deployer"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bprun", "namespace": "bprun"}]}),
+            json!({"metadata": {"name": "escalator", "namespace": "apps"}, "roleRef": {"kind": "Role", "name": "escalator"},
+                   "subjects": [{"kind": "ServiceAccount", "name": "bprun", "namespace": "bprun"}]}),
+        ];
+        let mut cluster_role_bindings = vec![];
+        let bprun = Identity::service_account("bprun", "bprun");
+        let role = |name: &str, rules: Value| json!({"metadata": {"name": name}, "rules": rules});
+        let binding = |kind: &str, name: &str| json!({"metadata": {"name": "b"}, "roleRef": {"kind": kind, "name": name}});
+        let refusal = |resource: &str, object: &Value, cluster_role_bindings: &[Value]| {
+            let policies = Policies {
+                roles: &roles,
+                cluster_roles: &cluster_roles,
+                role_bindings: &role_bindings,
+                cluster_role_bindings,
+            };
+            escalation_refusal(&bprun, resource, "apps", object, &policies)
+        };
+        // What it holds it may grant; a subresource is covered by `*/status`.
+        let held = role(
+            "r",
+            json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["list"]},
+                                        {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["get"]}]),
+        );
+        assert_eq!(refusal("roles", &held, &cluster_role_bindings), None);
+        // What it does not hold, compacted per resource and sorted.
+        let more = role(
+            "r",
+            json!([{"apiGroups": [""], "resources": ["secrets", "configmaps"], "verbs": ["get", "watch", "list"]}]),
+        );
+        assert_eq!(
+            refusal("roles", &more, &cluster_role_bindings).as_deref(),
+            Some(
+                "user \"system:serviceaccount:bprun:bprun\" (groups=[\"system:serviceaccounts\" \"system:serviceaccounts:bprun\" \"system:authenticated\"]) is attempting to grant RBAC permissions not currently held:\n{APIGroups:[\"\"], Resources:[\"configmaps\"], Verbs:[\"watch\"]}\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"watch\" \"list\"]}"
+            )
+        );
+        // `escalate` on that role's name lets it through.
+        assert_eq!(
+            refusal(
+                "roles",
+                &role(
+                    "anything",
+                    json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}])
+                ),
+                &cluster_role_bindings
+            ),
+            None
+        );
+        // A binding to a ClusterRole it neither holds nor may bind.
+        assert_eq!(
+            refusal("rolebindings", &binding("ClusterRole", "ci"), &cluster_role_bindings).map(|m| m.lines().skip(1).collect::<Vec<_>>().join("\n")),
+            Some("{APIGroups:[\"\"], Resources:[\"deployments\"], Verbs:[\"get\" \"delete\"]}\n{APIGroups:[\"\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\"]}\n{APIGroups:[\"apps\"], Resources:[\"deployments\"], Verbs:[\"get\" \"delete\"]}\n{APIGroups:[\"apps\"], Resources:[\"secrets\"], Verbs:[\"get\" \"delete\"]}".to_string())
+        );
+        assert_eq!(
+            refusal(
+                "rolebindings",
+                &binding("ClusterRole", "missing"),
+                &cluster_role_bindings
+            )
+            .as_deref(),
+            Some("clusterrole.rbac.authorization.k8s.io \"missing\" not found")
+        );
+        // `bind` on the ClusterRole by name, cluster-wide: allowed.
+        cluster_role_bindings.push(json!({"metadata": {"name": "binder"}, "roleRef": {"kind": "ClusterRole", "name": "binder"},
+                                          "subjects": [{"kind": "ServiceAccount", "name": "bprun", "namespace": "bprun"}]}));
+        assert_eq!(
+            refusal(
+                "rolebindings",
+                &binding("ClusterRole", "ci"),
+                &cluster_role_bindings
+            ),
+            None
+        );
+        assert!(
+            refusal(
+                "rolebindings",
+                &binding("ClusterRole", "binder"),
+                &cluster_role_bindings
+            )
+            .is_none()
+        );
+        // The cluster admin may grant anything.
+        let policies = Policies {
+            roles: &roles,
+            cluster_roles: &cluster_roles,
+            role_bindings: &role_bindings,
+            cluster_role_bindings: &cluster_role_bindings,
+        };
+        assert_eq!(
+            escalation_refusal(&Identity::admin(), "clusterroles", "", &more, &policies),
+            None
         );
     }
 }

@@ -566,6 +566,7 @@ async fn route(
     let mut warnings = Vec::new();
     let response = match resource_call(
         sim,
+        identity,
         method,
         &target,
         pairs,
@@ -617,6 +618,7 @@ async fn route(
 #[allow(clippy::too_many_arguments)]
 fn resource_call(
     sim: &Arc<KubeSim>,
+    identity: &rbac::Identity,
     method: &str,
     target: &Target,
     pairs: &[(String, String)],
@@ -644,6 +646,7 @@ fn resource_call(
         force: query_value(pairs, "force").is_some_and(|v| v == "true"),
         field_validation: FieldValidation::from_query(query_value(pairs, "fieldValidation")),
         subresource: target.subresource.clone(),
+        requester: (!identity.admin).then(|| identity.clone()),
     };
     if resources::is_review(&rt.kind) {
         if method != "POST" {

@@ -179,6 +179,66 @@ impl Cluster {
     }
 
     /// The admission webhooks' verdict on a write (see `admission`).
+    /// RBAC's escalation check on a Role, ClusterRole or binding write by a requester (the
+    /// object as it would be stored; `live` on updates, which only the garbage collector's
+    /// fields may change unchecked), as the RBAC registry runs it before storing.
+    pub(super) fn confirm_no_escalation(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        object: &Value,
+        live: Option<&Value>,
+        options: &super::WriteOptions,
+    ) -> Result<(), ApiError> {
+        let Some(requester) = &options.requester else {
+            return Ok(());
+        };
+        if rt.group != crate::kube::rbac::GROUP {
+            return Ok(());
+        }
+        if let Some(live) = live {
+            let without_gc_fields = |object: &Value| {
+                let mut object = object.clone();
+                if let Some(metadata) = object["metadata"].as_object_mut() {
+                    for field in [
+                        "ownerReferences",
+                        "finalizers",
+                        "managedFields",
+                        "resourceVersion",
+                    ] {
+                        metadata.remove(field);
+                    }
+                }
+                object
+            };
+            if without_gc_fields(live) == without_gc_fields(object) {
+                return Ok(());
+            }
+        }
+        let all = |key: &str| self.all(key);
+        let policies = crate::kube::rbac::Policies {
+            roles: &all("roles.rbac.authorization.k8s.io"),
+            cluster_roles: &all("clusterroles.rbac.authorization.k8s.io"),
+            role_bindings: &all("rolebindings.rbac.authorization.k8s.io"),
+            cluster_role_bindings: &all("clusterrolebindings.rbac.authorization.k8s.io"),
+        };
+        let namespace = if rt.namespaced { namespace } else { "" };
+        match crate::kube::rbac::escalation_refusal(
+            requester, &rt.plural, namespace, object, &policies,
+        ) {
+            None => Ok(()),
+            Some(reason) => {
+                let name = object["metadata"]["name"].as_str().unwrap_or("");
+                Err(ApiError::new(
+                    403,
+                    "Forbidden",
+                    format!("{}.{} {name:?} is forbidden: {reason}", rt.plural, rt.group),
+                )
+                .with_details(rt, name))
+            }
+        }
+    }
+
     pub(super) fn admit(
         &self,
         rt: &ResourceType,

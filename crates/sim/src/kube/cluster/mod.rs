@@ -68,6 +68,9 @@ pub struct WriteOptions {
     /// What unknown fields do (`fieldValidation`).
     pub field_validation: FieldValidation,
     pub subresource: Option<String>,
+    /// Who asks, when it is not the cluster admin or a controller: RBAC's escalation check
+    /// applies to its Role and binding writes.
+    pub requester: Option<crate::kube::rbac::Identity>,
 }
 
 /// The `fieldValidation` parameter: unknown fields refused (kubectl and helm send Strict),
@@ -460,6 +463,7 @@ impl Cluster {
                 ApiError::new(403, "Forbidden", message).with_details(rt, &name_for_admission)
             })?;
         }
+        self.confirm_no_escalation(rt, &namespace, &object, None, options)?;
         self.admit(rt, &namespace, &object, "CREATE")?;
         let object_has_spec = object.get("spec").is_some();
         let metadata = object["metadata"]
@@ -837,6 +841,7 @@ impl Cluster {
         }
         // Status writes go to a subresource that webhooks on the resource do not intercept.
         if options.subresource.is_none() {
+            self.confirm_no_escalation(rt, namespace, &object, Some(live), options)?;
             self.admit(rt, namespace, &object, "UPDATE")?;
         }
         if let Some(generation) = live["metadata"]["generation"].as_i64()
