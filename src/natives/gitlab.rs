@@ -167,6 +167,7 @@ fn variable_of(key: &str, spec: &Dynamic) -> RhaiResultOf<Variable> {
             "variable_type",
             "environment_scope",
             "description",
+            "hidden",
         ],
         &native,
     )?;
@@ -187,6 +188,7 @@ fn variable_of(key: &str, spec: &Dynamic) -> RhaiResultOf<Variable> {
         variable.environment_scope = scope;
     }
     variable.description = option_str(&options, "description", &native)?;
+    variable.hidden = option_bool(&options, "hidden", &native)?.unwrap_or(false);
     Ok(variable)
 }
 
@@ -583,7 +585,10 @@ pub mod gitlab_functions {
 
     /// Sets a project's CI/CD variables: `vars` maps keys to values (strings or `Secret`s) or to
     /// option maps (`value`, `masked`, `protected`, `raw`, `variable_type`, `environment_scope`,
-    /// `description`). Creates missing, updates differing, leaves equal ones untouched (no request).
+    /// `description`, `hidden`). Creates missing, updates differing, leaves equal ones untouched
+    /// (no request). A `hidden` variable (masked and hidden: GitLab never returns its value) is
+    /// known by its description: the same description leaves it, another one writes the value;
+    /// a visible one is deleted and created hidden.
     /// Option `remove_unlisted: true` deletes variables not in `vars`. Returns
     /// `#{created, updated, unchanged, removed, changed}`. Masking rules are checked before sending.
     ///
@@ -625,6 +630,98 @@ pub mod gitlab_functions {
         result.insert("updated".into(), counts.updated.into());
         result.insert("unchanged".into(), counts.unchanged.into());
         result.insert("removed".into(), counts.removed.into());
+        result.insert("changed".into(), changed.into());
+        Ok(result)
+    }
+
+    /// Keeps `project`'s deploying kubeconfig valid: a token of ServiceAccount `service_account`
+    /// (default `ci-deployer`) of namespace `namespace` from the TokenRequest API, valid
+    /// `lifetime_days` (default 30), in a kubeconfig for `server` (default
+    /// `https://kubernetes.default.svc`, the address pods use) with the cluster CA of the
+    /// namespace's `kube-root-ca.crt` and no other credential, in the hidden CI variable
+    /// `variable` (default `CI_KUBECONFIG_B64`). The variable's description records the
+    /// account's uid, the expiry and the token's digest: a stored token is kept while it is valid
+    /// for more than `renew_within_days` (default 7) and its account is the same one, and
+    /// replaced otherwise. Check mode says why it would replace it. Returns
+    /// `#{expires_at, rotated, changed}` (`rotated`: why a token was issued, or `()`).
+    ///
+    /// ```rhai
+    /// step("Deployers", || {
+    ///     gitlab_ensure_deployer_kubeconfig("blueprint-apps/guestbook", #{namespace: "guestbook"});
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_ensure_deployer_kubeconfig(
+        context: NativeCallContext,
+        project: &str,
+        options: rhai::Map,
+    ) -> RhaiResultOf<Map> {
+        const NATIVE: &str = "gitlab_ensure_deployer_kubeconfig";
+        reject_unknown(
+            &options,
+            &[
+                "namespace",
+                "service_account",
+                "server",
+                "variable",
+                "lifetime_days",
+                "renew_within_days",
+            ],
+            NATIVE,
+        )?;
+        let (session, gitlab) = remote(&context, NATIVE)?;
+        let kube = crate::natives::kube::client(&session).map_err(native_error)?;
+        let namespace = option_str(&options, "namespace", NATIVE)?.ok_or_else(|| {
+            native_error(
+                NativeError::new(format!("{NATIVE}: option `namespace` is required"))
+                    .with_hint("the app's namespace, whose ServiceAccount deploys it"),
+            )
+        })?;
+        let days = |key: &str, default: i64| -> RhaiResultOf<std::time::Duration> {
+            let days = crate::natives::options::option_int(&options, key, NATIVE, default)?;
+            if days < 1 {
+                return Err(native_error(NativeError::new(format!(
+                    "{NATIVE}: `{key}` must be at least 1 day, not {days}"
+                ))));
+            }
+            Ok(std::time::Duration::from_secs(days.unsigned_abs() * 86_400))
+        };
+        let spec = bprun_clients::deployers::DeployerSpec {
+            project: project.to_string(),
+            variable: option_str(&options, "variable", NATIVE)?
+                .unwrap_or_else(|| "CI_KUBECONFIG_B64".into()),
+            namespace,
+            service_account: option_str(&options, "service_account", NATIVE)?
+                .unwrap_or_else(|| "ci-deployer".into()),
+            server: option_str(&options, "server", NATIVE)?
+                .unwrap_or_else(|| "https://kubernetes.default.svc".into()),
+            lifetime: days("lifetime_days", 30)?,
+            renew_within: days("renew_within_days", 7)?,
+        };
+        if spec.renew_within >= spec.lifetime {
+            return Err(native_error(
+                NativeError::new(format!(
+                    "{NATIVE}: renew_within_days must be less than lifetime_days"
+                ))
+                .with_hint("otherwise every run replaces the token it just issued"),
+            ));
+        }
+        let outcome = bprun_clients::deployers::ensure_deployer_kubeconfig(
+            &kube,
+            &gitlab,
+            &spec,
+            mode(&session),
+            std::time::SystemTime::now(),
+            &cancelled(&session),
+        )
+        .map_err(|error| native_error(error.named_by(|_| NATIVE)))?;
+        let (deployer, changed) = settle(&session, outcome);
+        let mut result = rhai::Map::new();
+        result.insert("expires_at".into(), deployer.expires_at.into());
+        result.insert(
+            "rotated".into(),
+            deployer.rotated.map(Dynamic::from).unwrap_or(Dynamic::UNIT),
+        );
         result.insert("changed".into(), changed.into());
         Ok(result)
     }

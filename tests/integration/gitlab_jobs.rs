@@ -536,7 +536,7 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
          \x20   Executing \"step_script\" stage of the job script\n\
          \x20   $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig\n\
          \x20   $ export KUBECONFIG=/tmp/kubeconfig\n\
-         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m\n\
+         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --wait --timeout 5m\n\
          \x20   Error: Kubernetes cluster unreachable: error loading config file \"/tmp/kubeconfig\": couldn't get version/kind; json parse error: json: cannot unmarshal string into Go value of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
@@ -644,7 +644,7 @@ fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_p
          \x20   Executing \"step_script\" stage of the job script\n\
          \x20   $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig\n\
          \x20   $ export KUBECONFIG=/tmp/kubeconfig\n\
-         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m\n\
+         \x20   $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --wait --timeout 5m\n\
          \x20   Error: Kubernetes cluster unreachable: Get \"https://127.0.0.1:<port>/version\": dial tcp 127.0.0.1:<port>: connect: connection refused\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
@@ -742,6 +742,43 @@ fn the_platform_as_phase2_leaves_it_resolves_gitlab_through_its_coredns_rewrite(
         "  caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed\n    job lint failed; end of its trace:\n",
         &trace("alpine/helm:3.16.4", "redis"),
         "  hint: each failed pipeline is listed above with its URL\n",
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat());
+}
+
+#[test]
+fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespace() {
+    // The guestbook's deploy job, given a look at GitLab's namespace and a deploy into the redis
+    // app's namespace: its token is guestbook/ci-deployer's, which RBAC limits to guestbook.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let run = phase3_with_file(
+        &sim,
+        "apps/shared-code/templates/ci-common.yml",
+        &|text| {
+            text.replace(
+                "    - helm upgrade --install \"$HELM_RELEASE\"",
+                "    - helm list -n gitlab || echo refused\n    - helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace redis-demo --wait --timeout 5m\n    - helm upgrade --install \"$HELM_RELEASE\"",
+            )
+        },
+        &["--app", "guestbook", "--smoke-timeout", "120"],
+    );
+    steady_failure(&sim, run).code(1).stderr(&[
+        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/guestbook failed"),
+        r#"  caused by: job deploy failed; end of its trace:
+    Executing "step_script" stage of the job script
+    $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
+    $ export KUBECONFIG=/tmp/kubeconfig
+    $ helm list -n gitlab || echo refused
+    Error: list: failed to list: secrets is forbidden: User "system:serviceaccount:guestbook:ci-deployer" cannot list resource "secrets" in API group "" in the namespace "gitlab"
+    refused
+    $ helm upgrade --install "$HELM_RELEASE" "$CI_HELM_CHART_DIR" --namespace redis-demo --wait --timeout 5m
+    Error: query: failed to query with labels: secrets is forbidden: User "system:serviceaccount:guestbook:ci-deployer" cannot list resource "secrets" in API group "" in the namespace "redis-demo"
+    Cleaning up project directory and file based variables
+    ERROR: Job failed: exit code 1
+  hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7
+"#,
         crate::phase3::SMOKE_ADVICE_LINE,
         "re-run with --resume to continue from here\n",
     ]

@@ -371,7 +371,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
     Executing \"step_script\" stage of the job script
     $ echo \"$CI_KUBECONFIG_B64\" | base64 -d > /tmp/kubeconfig
     $ export KUBECONFIG=/tmp/kubeconfig
-    $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --create-namespace --wait --timeout 5m
+    $ helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace \"$HELM_NAMESPACE\" --wait --timeout 5m
     Error: query: failed to query with labels: secrets is forbidden: User \"system:serviceaccount:bprun:bprun\" cannot list resource \"secrets\" in API group \"\" in the namespace \"{namespace}\"
     Cleaning up project directory and file based variables
     ERROR: Job failed: exit code 1
@@ -454,14 +454,14 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_need_m
         r#"
         error: step "Pre-flight" failed
           × kube_get services/gitlab-registry in gitlab: 403 Forbidden: services "gitlab-registry" is forbidden: User "system:serviceaccount:bprun:bprun" cannot get resource "services" in API group "" in the namespace "gitlab"
-            ╭─[scripts/phase3.rhai:83:28]
-         82 │             // The in-cluster registry, through a port-forward to its Service.
-         83 │             let registry = kube_port_forward("gitlab", "svc/gitlab-registry", 5000).split(":");
-            ·                            ────────┬────────
-            ·                                    ╰── failed here
-         84 │             if !tcp_probe(registry[0], parse_int(registry[1]), 5) {
-            ╰────
-          in a closure called at scripts/phase3.rhai:78:5
+             ╭─[scripts/phase3.rhai:109:28]
+         108 │             // The in-cluster registry, through a port-forward to its Service.
+         109 │             let registry = kube_port_forward("gitlab", "svc/gitlab-registry", 5000).split(":");
+             ·                            ────────┬────────
+             ·                                    ╰── failed here
+         110 │             if !tcp_probe(registry[0], parse_int(registry[1]), 5) {
+             ╰────
+          in a closure called at scripts/phase3.rhai:104:5
           hint: the kubeconfig's user may not do this: check its RBAC
         re-run with --resume to continue from here
         "#,

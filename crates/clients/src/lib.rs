@@ -4,6 +4,7 @@
 
 pub mod apps;
 pub mod bao;
+pub mod deployers;
 pub mod digest;
 pub mod error;
 pub mod fs;

@@ -20,6 +20,10 @@ pub struct Variable {
     pub variable_type: String,
     pub environment_scope: String,
     pub description: Option<String>,
+    /// Masked and hidden (GitLab's `masked_and_hidden`, set only when a variable is created):
+    /// GitLab never shows or returns its value again, so only its description can tell what it
+    /// holds.
+    pub hidden: bool,
     /// The value came from a `Secret`: `--diff` never shows it (nor the value it replaces),
     /// masked or not.
     pub secret: bool,
@@ -37,6 +41,7 @@ impl Variable {
             variable_type: "env_var".into(),
             environment_scope: "*".into(),
             description: None,
+            hidden: false,
             secret: false,
         }
     }
@@ -56,7 +61,7 @@ impl Variable {
                     .with_hint("keys are 1 to 255 characters of A-Z a-z 0-9 _"),
             );
         }
-        if self.masked && (self.value.contains('\n') || !maskable(&self.value)) {
+        if (self.masked || self.hidden) && (self.value.contains('\n') || !maskable(&self.value)) {
             return Err(ClientError::new(format!(
                 "CI variable {key} cannot be masked: its value breaks GitLab's masking rules"
             ))
@@ -67,10 +72,19 @@ impl Variable {
 
     fn body(&self) -> Value {
         json!({
-            "key": self.key, "value": self.value, "masked": self.masked, "protected": self.protected,
+            "key": self.key, "value": self.value, "masked": self.masked || self.hidden, "protected": self.protected,
             "raw": self.raw, "variable_type": self.variable_type, "environment_scope": self.environment_scope,
             "description": self.description,
         })
+    }
+
+    /// The body that creates it: a hidden variable says so only here.
+    fn create_body(&self) -> Value {
+        let mut body = self.body();
+        if self.hidden {
+            body["masked_and_hidden"] = json!(true);
+        }
+        body
     }
 
     fn matches(&self, existing: &Value) -> bool {
@@ -116,7 +130,7 @@ pub fn variable_diff(desired: Option<&Variable>, existing: Option<&Value>) -> St
         {
             continue;
         }
-        if field == "value" && (desired.masked || desired.secret || hidden_now) {
+        if field == "value" && (desired.masked || desired.hidden || desired.secret || hidden_now) {
             lines.push(match old {
                 None => "value: set, value hidden".to_string(),
                 Some(_) => "value: changed, value hidden".to_string(),
@@ -189,7 +203,59 @@ impl GitlabClient {
                     && e["environment_scope"].as_str().unwrap_or("*") == variable.environment_scope
             });
             let url = scoped(&variable.key, &variable.environment_scope);
+            let hidden_now = current.is_some_and(|c| c["hidden"].as_bool().unwrap_or(false));
             match current {
+                // A hidden value is known by its description only: the same description, the
+                // same value; another one, a new value to write.
+                Some(current)
+                    if hidden_now
+                        && variable.hidden
+                        && variable.description.is_some()
+                        && current["description"].as_str() == variable.description.as_deref() =>
+                {
+                    counts.unchanged += 1;
+                }
+                Some(current) if hidden_now && variable.hidden => {
+                    if mode.writes() {
+                        self.request(Method::Put, &url, Some(&variable.body()), None, cancelled)
+                            .map_err(|error| after(error, &changes))?;
+                    }
+                    changes.push(Change {
+                        action: "update",
+                        kind: "CI variable".into(),
+                        name: variable.key.clone(),
+                        resource: resource(&variable.key),
+                        detail: Some(Detail::Line(variable_diff(Some(variable), Some(current)))),
+                    });
+                    counts.updated += 1;
+                }
+                // GitLab hides a value only when the variable is created: delete it, create it.
+                Some(current) if variable.hidden => {
+                    if mode.writes() {
+                        self.request(Method::Delete, &url, None, None, cancelled)
+                            .map_err(|error| after(error, &changes))?;
+                        let read_back = || self.find(&url, cancelled);
+                        self.request(
+                            Method::Post,
+                            &base,
+                            Some(&variable.create_body()),
+                            Some(&read_back),
+                            cancelled,
+                        )
+                        .map_err(|error| after(error, &changes))?;
+                    }
+                    let diff = variable_diff(Some(variable), Some(current));
+                    changes.push(Change {
+                        action: "update",
+                        kind: "CI variable".into(),
+                        name: variable.key.clone(),
+                        resource: resource(&variable.key),
+                        detail: Some(Detail::Line(format!(
+                            "{diff}\nhidden: false -> true (deleted and created again: GitLab hides a value only when it creates the variable)"
+                        ))),
+                    });
+                    counts.updated += 1;
+                }
                 Some(current)
                     if current["value"].is_null()
                         && current["hidden"].as_bool().unwrap_or(false) =>
@@ -222,7 +288,7 @@ impl GitlabClient {
                         self.request(
                             Method::Post,
                             &base,
-                            Some(&variable.body()),
+                            Some(&variable.create_body()),
                             Some(&read_back),
                             cancelled,
                         )

@@ -9,12 +9,14 @@ mod crud;
 mod exec;
 mod kubeconfig;
 mod port_forward;
+mod tokens;
 mod wait;
 
 pub use apply::{Applied, already_applied, for_diff, hide_secret_values};
 pub use crud::PatchKind;
 pub use exec::ExecResult;
 pub use kubeconfig::{kubeconfig_from_parts, minimal_kubeconfig, with_server};
+pub use tokens::{IssuedToken, token_kubeconfig};
 pub use wait::{Until, WaitSpec, Waited};
 
 use crate::error::{ClientError, ErrorKind};

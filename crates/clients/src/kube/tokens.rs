@@ -1,0 +1,89 @@
+//! Tokens of ServiceAccounts from the TokenRequest API, and the kubeconfig a pod uses with one.
+
+use super::{KubeClient, block_on, failed};
+use crate::error::ClientError;
+use crate::secret::Secret;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use kube::api::{Api, PostParams};
+
+/// A token the API server issued, with when it stops being accepted.
+#[derive(Debug, Clone)]
+pub struct IssuedToken {
+    pub token: Secret,
+    /// RFC 3339, as the API server says it (`status.expirationTimestamp`).
+    pub expires_at: String,
+}
+
+impl KubeClient {
+    /// A token of ServiceAccount `namespace/name`, valid `expiration_seconds`, for the API
+    /// server's own audience (none asked). A TokenRequest creates nothing in the cluster: the
+    /// token is known only to whoever keeps it, until it expires or the account is deleted.
+    pub fn create_token(
+        &self,
+        namespace: &str,
+        name: &str,
+        expiration_seconds: i64,
+    ) -> Result<IssuedToken, ClientError> {
+        let subject = format!("token of ServiceAccount {namespace}/{name}");
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                expiration_seconds: Some(expiration_seconds),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        // Not retried: each call mints another credential.
+        let answer = block_on(async {
+            let api: Api<ServiceAccount> = Api::namespaced(self.client.clone(), namespace);
+            api.create_token_request(name, &PostParams::default(), &request)
+                .await
+        })
+        .map_err(|error| failed("create", &subject, &error))?;
+        let status = answer.status.ok_or_else(|| {
+            ClientError::new(format!(
+                "{subject}: the API server answered without a token"
+            ))
+        })?;
+        Ok(IssuedToken {
+            token: Secret::new(status.token),
+            expires_at: status.expiration_timestamp.0.to_string(),
+        })
+    }
+}
+
+/// A kubeconfig for a pod of the cluster: its API server at `server`, verified against the
+/// cluster CA `ca_pem` (what `kube-root-ca.crt` holds), authenticated by `token` alone (no
+/// client certificate), its context in `namespace`.
+pub fn token_kubeconfig(server: &str, ca_pem: &str, token: &str, namespace: &str) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let config = serde_json::json!({
+        "apiVersion": "v1", "kind": "Config", "current-context": "deployer",
+        "clusters": [{"name": "cluster", "cluster": {"server": server.trim_end_matches('/'),
+                      "certificate-authority-data": engine.encode(ca_pem)}}],
+        "users": [{"name": "deployer", "user": {"token": token}}],
+        "contexts": [{"name": "deployer", "context": {"cluster": "cluster", "user": "deployer",
+                                                      "namespace": namespace}}],
+    });
+    serde_norway::to_string(&config).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_kubeconfig_holds_the_server_ca_token_and_namespace_only() {
+        let text = token_kubeconfig(
+            "https://kubernetes.default.svc/",
+            "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+            "eyJ.a.b",
+            "guestbook",
+        );
+        assert_eq!(
+            text,
+            "apiVersion: v1\nclusters:\n- cluster:\n    certificate-authority-data: LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUIKLS0tLS1FTkQgQ0VSVElGSUNBVEUtLS0tLQo=\n    server: https://kubernetes.default.svc\n  name: cluster\ncontexts:\n- context:\n    cluster: cluster\n    namespace: guestbook\n    user: deployer\n  name: deployer\ncurrent-context: deployer\nkind: Config\nusers:\n- name: deployer\n  user:\n    token: eyJ.a.b\n"
+        );
+    }
+}
