@@ -393,5 +393,53 @@ fn rbac_names_what_phase3_calls_and_nothing_more() {
         bindings[0]["subjects"][0]["namespace"].as_str(),
         Some("bprun")
     );
-    assert!(of_kind("ClusterRole").is_empty() && of_kind("ClusterRoleBinding").is_empty());
+    // Cluster-wide: the deployers' role, which bprun may only bind, and what creating the apps'
+    // namespaces, accounts, bindings and tokens takes (each narrowed by name where RBAC can).
+    let cluster_roles: Vec<String> = of_kind("ClusterRole")
+        .iter()
+        .map(|role| role["metadata"]["name"].as_str().unwrap_or("").to_string())
+        .collect();
+    assert_eq!(
+        cluster_roles,
+        ["bprun-ci-deployer", "bprun-phase3-identities"]
+    );
+    let identities = &of_kind("ClusterRole")[1];
+    let mut granted = Vec::new();
+    for rule in identities["rules"].as_sequence().expect("rules") {
+        let names = strings(&rule["resourceNames"]).join(",");
+        for resource in strings(&rule["resources"]) {
+            for verb in strings(&rule["verbs"]) {
+                granted.push(if names.is_empty() {
+                    format!("{verb} {resource}")
+                } else {
+                    format!("{verb} {resource} {names}")
+                });
+            }
+        }
+    }
+    granted.sort();
+    assert_eq!(
+        granted,
+        [
+            "bind clusterroles bprun-ci-deployer",
+            "create namespaces",
+            "create rolebindings",
+            "create serviceaccounts",
+            "create serviceaccounts/token ci-deployer",
+            "get clusterroles bprun-ci-deployer",
+            "get configmaps kube-root-ca.crt",
+            "get namespaces",
+            "get rolebindings",
+            "get serviceaccounts",
+            "patch namespaces",
+            "patch rolebindings",
+            "patch serviceaccounts",
+        ]
+    );
+    let cluster_bindings = of_kind("ClusterRoleBinding");
+    assert_eq!(cluster_bindings.len(), 1);
+    assert_eq!(
+        cluster_bindings[0]["roleRef"]["name"].as_str(),
+        Some("bprun-phase3-identities")
+    );
 }

@@ -740,7 +740,11 @@ impl Platform {
                         format!(
                             "{}{}",
                             v["key"].as_str().unwrap_or(""),
-                            if v["masked"] == true { " (masked)" } else { "" }
+                            match (v["masked"] == true, v["hidden"] == true) {
+                                (_, true) => " (masked, hidden)",
+                                (true, false) => " (masked)",
+                                _ => "",
+                            }
                         )
                     })
                     .collect();

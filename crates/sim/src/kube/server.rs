@@ -844,10 +844,12 @@ fn issue_token(sim: &KubeSim, target: &Target, request: &Value) -> Result<Value,
         .as_str()
         .unwrap_or("")
         .to_string();
+    // kind's API server sets no --service-account-max-token-expiration: a token lives as long
+    // as asked (at least 10 minutes), an hour when no one says.
     let seconds = request["spec"]["expirationSeconds"]
         .as_u64()
         .unwrap_or(3600)
-        .clamp(600, 48 * 3600);
+        .max(600);
     let now = std::time::SystemTime::now();
     let expires = now + std::time::Duration::from_secs(seconds);
     let epoch = |time: std::time::SystemTime| {
@@ -855,8 +857,10 @@ fn issue_token(sim: &KubeSim, target: &Target, request: &Value) -> Result<Value,
             .map(|d| d.as_secs())
             .unwrap_or(0)
     };
+    // No audience asked: the API server's own.
     let audiences = request["spec"]["audiences"]
         .as_array()
+        .filter(|asked| !asked.is_empty())
         .cloned()
         .unwrap_or_else(|| vec![json!("https://kubernetes.default.svc.cluster.local")]);
     // Shaped as the API server's JWTs are; the simulator knows its tokens by their text.
