@@ -149,6 +149,8 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
     let objects = [
         "serviceaccount/bprun",
         "role.rbac.authorization.k8s.io/bprun-phase3\nrolebinding.rbac.authorization.k8s.io/bprun-phase3",
+        "clusterrole.rbac.authorization.k8s.io/bprun-ci-deployer",
+        "clusterrole.rbac.authorization.k8s.io/bprun-phase3-identities\nclusterrolebinding.rbac.authorization.k8s.io/bprun-phase3-identities",
         "configmap/bprun-platform",
         "job.batch/bprun-phase3",
     ];

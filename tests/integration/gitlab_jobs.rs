@@ -787,3 +787,39 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
     ]
     .concat());
 }
+
+#[test]
+fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
+    // Deleting an app's ServiceAccount revokes its tokens at once (the hand rotation of
+    // deploy/README.md); the next phase 3 run creates the account anew and replaces the stored
+    // kubeconfig, which `--check` announces with the reason.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let args = ["--app", "guestbook", "--smoke-timeout", "120"];
+    phase3_as_is(&sim, &args).success();
+    let description = || {
+        sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")
+            ["description"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let uid = || {
+        sim.kubectl(&[
+            "get",
+            "serviceaccount",
+            "ci-deployer",
+            "-n",
+            "guestbook",
+            "-o",
+            "jsonpath={.metadata.uid}",
+        ])
+        .ok()
+        .to_string()
+    };
+    let first = description();
+    assert!(first.contains(&format!("(uid {})", uid())), "{first}");
+    sim.kubectl(&["delete", "serviceaccount", "ci-deployer", "-n", "guestbook"])
+        .success();
+    let check = phase3_as_is(&sim, &["--check", "--diff", "--app", "guestbook"]);
+    check.code(0).stdout("");
+}

@@ -351,12 +351,12 @@ fn the_guestbook_check_with_another_ca_fails_the_certificate_check() {
 
 const ANOTHER_CA: &str = r##"error: step "Workloads reachable" failed
   × GET https://guestbook.local.example.net/ (connecting to 127.0.0.1:<port>) failed
-     ╭─[scripts/phase3.rhai:228:18]
- 227 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
- 228 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
+     ╭─[scripts/phase3.rhai:229:18]
+ 228 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
+ 229 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
      ·                  ────┬────
      ·                      ╰── failed here
- 229 │     if answer.status != 200 {
+ 230 │     if answer.status != 200 {
      ╰────
   caused by: error sending request for url (https://guestbook.local.example.net/): client error (Connect): invalid peer certificate: UnknownIssuer
   hint: the CA given does not sign what the server presents for guestbook.local.example.net; curl --resolve guestbook.local.example.net:443:ADDRESS --cacert CA https://guestbook.local.example.net/ shows the same

@@ -256,8 +256,9 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     );
 
     // (a) OpenBao wiped (the dev server starts empty), GitLab kept: the PAT is minted again,
-    // everything else unchanged, the same project ids. The cluster is not kept (issue #29): the
-    // reused green pipelines deploy nothing again, so there is no guestbook to ask.
+    // everything else in GitLab unchanged, the same project ids. The cluster is not kept (issue
+    // #29): the apps' identities are created again and their tokens replaced (the accounts are
+    // new), and the reused green pipelines deploy nothing again, so there is no guestbook to ask.
     let again = cwd.run(&[
         "rehearse",
         "--state",
@@ -273,12 +274,23 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
         Some("changed"),
         "{steps:?}"
     );
-    for step in [
-        "Pre-flight",
-        "Ensure group",
-        "Provision projects",
-        "Smoke test",
-    ] {
+    assert_eq!(
+        steps.get("Provision projects").map(String::as_str),
+        Some("changed"),
+        "{steps:?}"
+    );
+    let renewed: Vec<&str> = again
+        .stdout
+        .lines()
+        .filter(|line| line.contains("CI_KUBECONFIG_B64"))
+        .collect();
+    assert_eq!(
+        renewed.len(),
+        3,
+        "a new token for each app's new account: {}",
+        again.stdout
+    );
+    for step in ["Pre-flight", "Ensure group", "Smoke test"] {
         assert_eq!(
             steps.get(step).map(String::as_str),
             Some("ok"),
