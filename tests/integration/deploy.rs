@@ -175,6 +175,9 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
             serviceaccount/bprun created
             role.rbac.authorization.k8s.io/bprun-phase3 created
             rolebinding.rbac.authorization.k8s.io/bprun-phase3 created
+            clusterrole.rbac.authorization.k8s.io/bprun-ci-deployer created
+            clusterrole.rbac.authorization.k8s.io/bprun-phase3-identities created
+            clusterrolebinding.rbac.authorization.k8s.io/bprun-phase3-identities created
             configmap/bprun-platform created
             job.batch/bprun-phase3 created
             ",
@@ -233,6 +236,9 @@ fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
             serviceaccount/bprun unchanged
             role.rbac.authorization.k8s.io/bprun-phase3 unchanged
             rolebinding.rbac.authorization.k8s.io/bprun-phase3 unchanged
+            clusterrole.rbac.authorization.k8s.io/bprun-ci-deployer unchanged
+            clusterrole.rbac.authorization.k8s.io/bprun-phase3-identities unchanged
+            clusterrolebinding.rbac.authorization.k8s.io/bprun-phase3-identities unchanged
             configmap/bprun-platform unchanged
             job.batch/bprun-phase3 unchanged
             ",

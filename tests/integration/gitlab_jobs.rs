@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind};
+use crate::support::{BPRUN, GITLAB_TOKEN, Sim, SimKind, with_recaps};
 use serde_json::{Value, json};
 
 /// A group `g` and a project `g/p` with `variables` (JSON bodies of `POST .../variables`) set
@@ -788,14 +788,31 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
     .concat());
 }
 
+/// Phase 3's check of a platform it provisioned with `--app guestbook`: the steps before
+/// Provision projects, and those after it.
+const CHECKED_HEAD: &str = "check mode: nothing will be changed\n[1/7] Pre-flight ... ok (#.## s)\n[2/7] Mint PAT ...\n    admin PAT already in OpenBao; reusing\n[2/7] Mint PAT ... ok (#.## s)\n[3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)\n[4/7] Ensure group ... ok (#.## s)\n";
+const CHECKED_TAIL: &str = "[6/7] Smoke test ...\n    pipeline #4 of blueprint-apps/shared-code: success (0 s)\n    pipeline #7 of blueprint-apps/guestbook: success (0 s)\n[6/7] Smoke test ... ok (#.## s)\n[7/7] Workloads reachable ... ok (#.## s)\n\n";
+
 #[test]
 fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     // Deleting an app's ServiceAccount revokes its tokens at once (the hand rotation of
     // deploy/README.md); the next phase 3 run creates the account anew and replaces the stored
     // kubeconfig, which `--check` announces with the reason.
     let sim = BPRUN.sim(SimKind::All, &[]);
-    let args = ["--app", "guestbook", "--smoke-timeout", "120"];
-    phase3_as_is(&sim, &args).success();
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
+    let run = |runner: &[&str]| {
+        let mut all = runner.to_vec();
+        all.extend([
+            "scripts/phase3.rhai",
+            "--app",
+            "guestbook",
+            "--smoke-timeout",
+            "120",
+        ]);
+        test.run(&all)
+    };
+    run(&[]).success();
     let description = || {
         sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")
             ["description"]
@@ -820,6 +837,37 @@ fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     assert!(first.contains(&format!("(uid {})", uid())), "{first}");
     sim.kubectl(&["delete", "serviceaccount", "ci-deployer", "-n", "guestbook"])
         .success();
-    let check = phase3_as_is(&sim, &["--check", "--diff", "--app", "guestbook"]);
-    check.code(0).stdout("");
+    let check = run(&["--check", "--diff"]);
+    // A provisioned platform, checked: the steps before and after Provision projects.
+    let (head, tail) = (CHECKED_HEAD, CHECKED_TAIL);
+    check.code(0).stdout(&with_recaps(&format!(
+        r##"
+{head}[5/7] Provision projects ...
+    ~ would create ServiceAccount/ci-deployer in guestbook
+      --- /dev/null
+      +++ b/ServiceAccount/guestbook/ci-deployer
+      @@ -0,0 +1,5 @@
+      +apiVersion: v1
+      +kind: ServiceAccount
+      +metadata:
+      +  name: ci-deployer
+      +  namespace: guestbook
+    ~ would update CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook
+      a new token of ServiceAccount guestbook/ci-deployer: ServiceAccount guestbook/ci-deployer does not exist yet
+[5/7] Provision projects ... changed (#.## s)
+{tail}<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: changed 2; Smoke test: ok; Workloads reachable: ok>
+"##,
+    )));
+    // The run does it: a new account, a token of it in the variable, recorded by its uid.
+    run(&[]).success();
+    let second = description();
+    assert_ne!(second, first);
+    assert!(second.contains(&format!("(uid {})", uid())), "{second}");
+    // And then there is nothing left to do.
+    run(&["--check"]).code(0).stdout(&with_recaps(&format!(
+        r##"
+{head}[5/7] Provision projects ... ok (#.## s)
+{tail}<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
+"##,
+    )));
 }
