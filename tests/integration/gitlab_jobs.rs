@@ -352,6 +352,29 @@ fn smoke_failed(headline: &str) -> String {
     )
 }
 
+/// Phase 3's whole report when its smoke step's wait failed with `headline`, `trace` naming
+/// the failed job (its `caused by` and `hint` lines).
+fn smoke_report(headline: &str, trace: &str) -> String {
+    [
+        &smoke_failed(headline),
+        trace,
+        crate::phase3::SMOKE_ADVICE_LINE,
+        "re-run with --resume to continue from here\n",
+    ]
+    .concat()
+}
+
+/// Phase 3 of the guestbook (and shared-code) with `ci-common.yml`, the apps' CI templates,
+/// changed by `edit`.
+fn guestbook_with_ci_common(sim: &Sim, edit: &dyn Fn(String) -> String) -> crate::support::Output {
+    phase3_with_file(
+        sim,
+        "apps/shared-code/templates/ci-common.yml",
+        edit,
+        &["--app", "guestbook", "--smoke-timeout", "120"],
+    )
+}
+
 /// Phase 3 on the embedded platform, as the repository has it.
 fn phase3_as_is(sim: &Sim, args: &[&str]) -> crate::support::Output {
     let test = BPRUN.test_in_repository_copy().envs(sim.vars());
@@ -571,20 +594,15 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
 fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses_it() {
     let sim = BPRUN.sim(SimKind::All, &[]);
     // ci-common.yml without the lines that write kaniko's Docker config.
-    let run = phase3_with_file(
-        &sim,
-        "apps/shared-code/templates/ci-common.yml",
-        &|text| {
-            let start = text
-                .find("    - mkdir -p /kaniko/.docker")
-                .unwrap_or(text.len());
-            let end = text
-                .find("    - >-\n      /kaniko/executor")
-                .unwrap_or(start);
-            format!("{}{}", &text[..start], &text[end..])
-        },
-        &["--app", "guestbook", "--smoke-timeout", "120"],
-    );
+    let run = guestbook_with_ci_common(&sim, &|text| {
+        let start = text
+            .find("    - mkdir -p /kaniko/.docker")
+            .unwrap_or(text.len());
+        let end = text
+            .find("    - >-\n      /kaniko/executor")
+            .unwrap_or(start);
+        format!("{}{}", &text[..start], &text[end..])
+    });
     steady_failure(&sim, run).code(1).stderr(&[
         &smoke_failed("gitlab: pipeline #7 of blueprint-apps/guestbook failed"),
         "\x20 caused by: job build failed; end of its trace:\n\
@@ -756,19 +774,14 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
     // The guestbook's deploy job, given a look at GitLab's namespace and a deploy into the redis
     // app's namespace: its token is guestbook/ci-deployer's, which RBAC limits to guestbook.
     let sim = BPRUN.sim(SimKind::All, &[]);
-    let run = phase3_with_file(
-        &sim,
-        "apps/shared-code/templates/ci-common.yml",
-        &|text| {
-            text.replace(
+    let run = guestbook_with_ci_common(&sim, &|text| {
+        text.replace(
                 "    - helm upgrade --install \"$HELM_RELEASE\"",
                 "    - helm list -n gitlab || echo refused\n    - helm upgrade --install \"$HELM_RELEASE\" \"$CI_HELM_CHART_DIR\" --namespace redis-demo --wait --timeout 5m\n    - helm upgrade --install \"$HELM_RELEASE\"",
             )
-        },
-        &["--app", "guestbook", "--smoke-timeout", "120"],
-    );
-    steady_failure(&sim, run).code(1).stderr(&[
-        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/guestbook failed"),
+    });
+    steady_failure(&sim, run).code(1).stderr(&smoke_report(
+        "gitlab: pipeline #7 of blueprint-apps/guestbook failed",
         r#"  caused by: job deploy failed; end of its trace:
     Executing "step_script" stage of the job script
     $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
@@ -782,10 +795,7 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
     ERROR: Job failed: exit code 1
   hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7
 "#,
-        crate::phase3::SMOKE_ADVICE_LINE,
-        "re-run with --resume to continue from here\n",
-    ]
-    .concat());
+    ));
 }
 
 /// Phase 3's check of a platform it provisioned with `--app guestbook`: the steps before
@@ -870,4 +880,33 @@ fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
 {tail}<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
 "##,
     )));
+}
+
+#[test]
+fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
+    // The in-cluster registry (gitlab-registry.gitlab.svc:5000) speaks plain HTTP: kaniko's
+    // client, asked for HTTPS (no --insecure), fails as go-containerregistry does.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let run = guestbook_with_ci_common(&sim, &|text| {
+        text.replace(
+            "      --insecure --skip-tls-verify",
+            "      --skip-tls-verify",
+        )
+    });
+    steady_failure(&sim, run).code(1).stderr(&smoke_report(
+        "gitlab: pipeline #7 of blueprint-apps/guestbook failed",
+        "\x20 caused by: job build failed; end of its trace:\n\
+         \x20   Created fresh repository.\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ mkdir -p /kaniko/.docker\n\
+         \x20   $ echo \"{\\\"auths\\\":{\\\"${CI_REGISTRY_IMAGE%%/*}\\\":{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}\" > /kaniko/.docker/config.json\n\
+         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --skip-tls-verify\n\
+         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab-registry.gitlab.svc:5000/v2/\": http: server gave HTTP response to HTTPS client\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
+         ",
+    ));
 }

@@ -282,7 +282,7 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let renewed: Vec<&str> = again
         .stdout
         .lines()
-        .filter(|line| line.contains("CI_KUBECONFIG_B64"))
+        .filter(|line| line.starts_with("    ~ update CI variable CI_KUBECONFIG_B64 of "))
         .collect();
     assert_eq!(
         renewed.len(),
@@ -667,9 +667,33 @@ error: the top level of scripts/phase3.rhai failed
 "##,
     );
 
+    // The guestbook's deploying identity: its account and binding.
+    let identities = || {
+        sim.kubectl(&[
+            "get",
+            "serviceaccounts,rolebindings",
+            "-A",
+            "--field-selector",
+            "metadata.name=ci-deployer",
+            "-o",
+            "name",
+        ])
+    };
+    identities().expect(
+        0,
+        "serviceaccount/ci-deployer\nrolebinding.rbac.authorization.k8s.io/ci-deployer\n",
+        "",
+    );
     let destroy = copy.run(&["scripts/phase3.rhai", "--destroy"]);
     destroy.success();
     assert!(summary(&sim).is_empty(), "projects and group deleted");
+    // No deploying identity is left: no account (its tokens are refused with it), no binding,
+    // no deployers' ClusterRole; the apps' namespaces stay with what was deployed there.
+    identities().expect(0, "", "");
+    sim.kubectl(&["get", "clusterrole", "bprun-ci-deployer", "-o", "name"])
+        .code(1);
+    sim.kubectl(&["get", "namespace", "guestbook", "-o", "name"])
+        .expect(0, "namespace/guestbook\n", "");
     assert!(
         !copy.path().join("apps-local/blueprint-apps").exists(),
         "working trees wiped"

@@ -99,6 +99,11 @@ impl GitlabSim {
                 .as_ref()
                 .map(|store| store.hosts())
                 .unwrap_or_default(),
+            plain_http_registries: settings
+                .image_store
+                .as_ref()
+                .map(|store| store.cluster_hosts.clone())
+                .unwrap_or_default(),
             unreachable_registries: settings
                 .image_store
                 .as_ref()

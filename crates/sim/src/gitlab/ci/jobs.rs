@@ -143,6 +143,8 @@ pub struct JobSpec {
     /// Those of them the job's pod cannot reach, with why in Go's words (the cluster's DNS and
     /// Services decide: a missing CoreDNS rewrite makes `registry.<domain>` unknown).
     pub unreachable_registries: Vec<(String, String)>,
+    /// The registry names served over plain HTTP (the in-cluster registry's Service).
+    pub plain_http_registries: Vec<String>,
     /// Why the job's pod cannot fetch the sources (git's `fatal: unable to access ...` line):
     /// GitLab's external host does not resolve or answer inside the cluster.
     pub fetch_error: Option<String>,
@@ -273,7 +275,12 @@ usage() {
 }
 set -f
 registries="@REGISTRIES@"
+plain_http="@PLAIN_HTTP@"
 unreachable="@UNREACHABLE@"
+insecure_registries=
+skip_tls=
+skip_tls_registries=
+certified_registries=
 scheme=https
 context=/workspace/
 dockerfile=Dockerfile
@@ -301,11 +308,15 @@ while [ $# -gt 0 ]; do
         --context|-c) context="${value#dir://}" ;;
         --dockerfile|-f) dockerfile="$value" ;;
         --destination|-d) destinations="$destinations $value" ;;
+        --insecure-registry) insecure_registries="$insecure_registries $value" ;;
+        --skip-tls-verify-registry) skip_tls_registries="$skip_tls_registries $value" ;;
+        --registry-certificate) certified_registries="$certified_registries ${value%%=*}" ;;
       esac
       ;;
     --no-push) no_push=1 ;;
     --insecure) scheme=http ;;
-    --skip-tls-verify|--insecure-pull|--skip-tls-verify-pull|--cache|--cleanup|--single-snapshot|--reproducible|--use-new-run|--cache-copy-layers|--cache-run-layers|--compressed-caching|--skip-unused-stages|--ignore-var-run|--force|--no-push-cache|--push-ignore-immutable-tag-errors|--skip-push-permission-check) ;;
+    --skip-tls-verify) skip_tls=1 ;;
+    --insecure-pull|--skip-tls-verify-pull|--cache|--cleanup|--single-snapshot|--reproducible|--use-new-run|--cache-copy-layers|--cache-run-layers|--compressed-caching|--skip-unused-stages|--ignore-var-run|--force|--no-push-cache|--push-ignore-immutable-tag-errors|--skip-push-permission-check) ;;
     version) echo "Kaniko version :  v1.23.2"; exit 0 ;;
     *)
       echo "Error: unknown flag: $name"
@@ -357,6 +368,25 @@ for destination in $destinations; do
       exit 1
       ;;
   esac
+  # The transport as kaniko's registry client meets it: HTTPS unless --insecure (or
+  # --insecure-registry HOST); the in-cluster registry answers plain HTTP, the platform's name
+  # is the gateway's, whose wildcard certificate no CA of kaniko's image signs (trusted with
+  # --skip-tls-verify, --skip-tls-verify-registry HOST or --registry-certificate HOST=CA).
+  case " $insecure_registries " in *" $host "*) host_scheme=http ;; *) host_scheme=$scheme ;; esac
+  if [ "$host_scheme" = https ]; then
+    transport="error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": creating push check transport for $host failed: Get \"https://$host/v2/\""
+    case " $plain_http " in
+      *" $host "*)
+        echo "$transport: http: server gave HTTP response to HTTPS client"
+        exit 1
+        ;;
+    esac
+    case " $skip_tls_registries $certified_registries " in *" $host "*) trusted=1 ;; *) trusted=$skip_tls ;; esac
+    if [ -z "$trusted" ]; then
+      echo "$transport: tls: failed to verify certificate: x509: certificate signed by unknown authority"
+      exit 1
+    fi
+  fi
 done
 # GitLab's registry takes no anonymous push: credentials for the destination's registry must be
 # in the Docker config (DOCKER_CONFIG, by default /kaniko/.docker), and a CI job token must be
@@ -543,6 +573,7 @@ fn run_in(
                 .collect();
             let script = KANIKO_EXECUTOR
                 .replace("@REGISTRIES@", &spec.registry_hosts.join(" "))
+                .replace("@PLAIN_HTTP@", &spec.plain_http_registries.join(" "))
                 .replace("@UNREACHABLE@", &unreachable.join("\n"));
             std::fs::write(&executor, script)
                 .and_then(|()| {
