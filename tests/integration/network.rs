@@ -94,12 +94,12 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
 /// or a rewrite to a Service that does not exist): every project's first job fails.
 const NO_FETCH: &str = r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:208:5]
- 207 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 208 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ╭─[scripts/phase3.rhai:219:5]
+ 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
      ·     ──────────┬──────────
      ·               ╰── failed here
- 209 │ });
+ 220 │ });
      ╰────
   caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
     job lint-templates failed; end of its trace:
@@ -158,12 +158,12 @@ re-run with --resume to continue from here
 /// its image (helm's words only), before the end state's guestbook line.
 const DEPLOY_TIMED_OUT: &str = r##"error: step "Smoke test" failed
   × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-     ╭─[scripts/phase3.rhai:208:5]
- 207 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 208 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+     ╭─[scripts/phase3.rhai:219:5]
+ 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
      ·     ──────────┬──────────
      ·               ╰── failed here
- 209 │ });
+ 220 │ });
      ╰────
   caused by: job deploy failed; end of its trace:
     Checking out <sha> as detached HEAD (ref is main)...
@@ -280,12 +280,12 @@ fn without_the_guestbooks_route_the_gateway_answers_envoys_404() {
         &rehearse_failing(&copy),
         r##"error: step "Workloads reachable" failed
   × https://guestbook.local.example.net/ answered 404 with an empty body through the gateway (svc/gitlab-gateway in gitlab)
-     ╭─[scripts/phase3.rhai:232:9]
- 231 │         let shown = if body == "" { "an empty body" } else { `\"${body}\"` };
- 232 │         throw `https://${GUESTBOOK_HOST}/ answered ${answer.status} with ${shown} through the gateway (svc/${GATEWAY_SERVICE} in ${GATEWAY_NAMESPACE})`;
+     ╭─[scripts/phase3.rhai:243:9]
+ 242 │         let shown = if body == "" { "an empty body" } else { `\"${body}\"` };
+ 243 │         throw `https://${GUESTBOOK_HOST}/ answered ${answer.status} with ${shown} through the gateway (svc/${GATEWAY_SERVICE} in ${GATEWAY_NAMESPACE})`;
      ·         ──┬──
      ·           ╰── thrown here
- 233 │     }
+ 244 │     }
      ╰────
   when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
 re-run with --resume to continue from here
@@ -351,12 +351,12 @@ fn the_guestbook_check_with_another_ca_fails_the_certificate_check() {
 
 const ANOTHER_CA: &str = r##"error: step "Workloads reachable" failed
   × GET https://guestbook.local.example.net/ (connecting to 127.0.0.1:<port>) failed
-     ╭─[scripts/phase3.rhai:229:18]
- 228 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
- 229 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
+     ╭─[scripts/phase3.rhai:240:18]
+ 239 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
+ 240 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
      ·                  ────┬────
      ·                      ╰── failed here
- 230 │     if answer.status != 200 {
+ 241 │     if answer.status != 200 {
      ╰────
   caused by: error sending request for url (https://guestbook.local.example.net/): client error (Connect): invalid peer certificate: UnknownIssuer
   hint: the CA given does not sign what the server presents for guestbook.local.example.net; curl --resolve guestbook.local.example.net:443:ADDRESS --cacert CA https://guestbook.local.example.net/ shows the same

@@ -138,12 +138,12 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
 /// The smoke step's `on_failure` line, as every failing smoke step prints it.
 pub(crate) const SMOKE_ADVICE_LINE: &str = "  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address\n";
 
-pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:208:5]
- 207 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 208 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
+pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:219:5]
+ 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
+ 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
      ·     ──────────┬──────────
      ·               ╰── failed here
- 209 │ });
+ 220 │ });
      ╰────
 "#;
 
