@@ -1216,6 +1216,9 @@ rules:
   verbs: [get, list]
 "#;
     sim.kubectl_stdin(&["apply", "-f", "-"], setup).success();
+    // A token lives at least 10 minutes, as the API server validates it.
+    sim.kubectl(&["create", "token", "ci", "-n", "apps", "--duration=5m"])
+        .expect(1, "", "error: failed to create token: TokenRequest.authentication.k8s.io \"ci\" is invalid: spec.expirationSeconds: Invalid value: 300: may not specify a duration less than 10 minutes\n");
     let token = sim
         .kubectl(&["create", "token", "ci", "-n", "apps"])
         .ok()

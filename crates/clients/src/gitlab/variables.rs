@@ -166,6 +166,26 @@ pub struct VariableCounts {
 }
 
 impl GitlabClient {
+    /// POSTs `variable` to `base`; a retried POST is read back at `url` first, so a create that
+    /// took effect is not sent twice.
+    fn create_variable(
+        &self,
+        base: &str,
+        url: &str,
+        variable: &Variable,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(), ClientError> {
+        let read_back = || self.find(url, cancelled);
+        self.request(
+            Method::Post,
+            base,
+            Some(&variable.create_body()),
+            Some(&read_back),
+            cancelled,
+        )
+        .map(|_| ())
+    }
+
     /// Creates missing variables, updates differing ones and leaves equal ones alone (no
     /// request). With `remove_unlisted`, deletes variables not in `desired`. In check mode a
     /// project that does not exist yet (one an earlier step would create) has no variables.
@@ -204,6 +224,13 @@ impl GitlabClient {
             });
             let url = scoped(&variable.key, &variable.environment_scope);
             let hidden_now = current.is_some_and(|c| c["hidden"].as_bool().unwrap_or(false));
+            let change = |action: &'static str, detail: String| Change {
+                action,
+                kind: "CI variable".into(),
+                name: variable.key.clone(),
+                resource: resource(&variable.key),
+                detail: Some(Detail::Line(detail)),
+            };
             match current {
                 // A hidden value is known by its description only: the same description, the
                 // same value; another one, a new value to write.
@@ -215,51 +242,21 @@ impl GitlabClient {
                 {
                     counts.unchanged += 1;
                 }
-                Some(current) if hidden_now && variable.hidden => {
-                    if mode.writes() {
-                        self.request(Method::Put, &url, Some(&variable.body()), None, cancelled)
-                            .map_err(|error| after(error, &changes))?;
-                    }
-                    changes.push(Change {
-                        action: "update",
-                        kind: "CI variable".into(),
-                        name: variable.key.clone(),
-                        resource: resource(&variable.key),
-                        detail: Some(Detail::Line(variable_diff(Some(variable), Some(current)))),
-                    });
-                    counts.updated += 1;
-                }
                 // GitLab hides a value only when the variable is created: delete it, create it.
-                Some(current) if variable.hidden => {
+                Some(current) if variable.hidden && !hidden_now => {
                     if mode.writes() {
                         self.request(Method::Delete, &url, None, None, cancelled)
                             .map_err(|error| after(error, &changes))?;
-                        let read_back = || self.find(&url, cancelled);
-                        self.request(
-                            Method::Post,
-                            &base,
-                            Some(&variable.create_body()),
-                            Some(&read_back),
-                            cancelled,
-                        )
-                        .map_err(|error| after(error, &changes))?;
+                        self.create_variable(&base, &url, variable, cancelled)
+                            .map_err(|error| after(error, &changes))?;
                     }
                     let diff = variable_diff(Some(variable), Some(current));
-                    changes.push(Change {
-                        action: "update",
-                        kind: "CI variable".into(),
-                        name: variable.key.clone(),
-                        resource: resource(&variable.key),
-                        detail: Some(Detail::Line(format!(
-                            "{diff}\nhidden: false -> true (deleted and created again: GitLab hides a value only when it creates the variable)"
-                        ))),
-                    });
+                    changes.push(change("update", format!(
+                        "{diff}\nhidden: false -> true (deleted and created again: GitLab hides a value only when it creates the variable)"
+                    )));
                     counts.updated += 1;
                 }
-                Some(current)
-                    if current["value"].is_null()
-                        && current["hidden"].as_bool().unwrap_or(false) =>
-                {
+                Some(_) if hidden_now && !variable.hidden => {
                     // GitLab never returns a hidden value, so it cannot be compared: leave it.
                     warnings.push(format!(
                         "CI variable {} of {project} is hidden: its value cannot be compared, left as it is",
@@ -267,40 +264,25 @@ impl GitlabClient {
                     ));
                     counts.unchanged += 1;
                 }
-                Some(current) if variable.matches(current) => counts.unchanged += 1,
-                Some(_) => {
+                Some(current) if !hidden_now && variable.matches(current) => counts.unchanged += 1,
+                // Differing, or hidden with another description: a new value.
+                Some(current) => {
                     if mode.writes() {
                         self.request(Method::Put, &url, Some(&variable.body()), None, cancelled)
                             .map_err(|error| after(error, &changes))?;
                     }
-                    changes.push(Change {
-                        action: "update",
-                        kind: "CI variable".into(),
-                        name: variable.key.clone(),
-                        resource: resource(&variable.key),
-                        detail: Some(Detail::Line(variable_diff(Some(variable), current))),
-                    });
+                    changes.push(change(
+                        "update",
+                        variable_diff(Some(variable), Some(current)),
+                    ));
                     counts.updated += 1;
                 }
                 None => {
                     if mode.writes() {
-                        let read_back = || self.find(&url, cancelled);
-                        self.request(
-                            Method::Post,
-                            &base,
-                            Some(&variable.create_body()),
-                            Some(&read_back),
-                            cancelled,
-                        )
-                        .map_err(|error| after(error, &changes))?;
+                        self.create_variable(&base, &url, variable, cancelled)
+                            .map_err(|error| after(error, &changes))?;
                     }
-                    changes.push(Change {
-                        action: "create",
-                        kind: "CI variable".into(),
-                        name: variable.key.clone(),
-                        resource: resource(&variable.key),
-                        detail: Some(Detail::Line(variable_diff(Some(variable), None))),
-                    });
+                    changes.push(change("create", variable_diff(Some(variable), None)));
                     counts.created += 1;
                 }
             }

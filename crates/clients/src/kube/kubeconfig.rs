@@ -66,12 +66,37 @@ pub fn kubeconfig_from_parts(server: &str, certificates: &[Vec<u8>], token: &str
             )
         })
         .collect();
+    bearer_kubeconfig(
+        server,
+        &pem,
+        token,
+        ("in-cluster", "service-account", "in-cluster"),
+        None,
+    )
+}
+
+/// A kubeconfig of one cluster (`server`, verified against `ca_pem`) and one bearer token, no
+/// client certificate: `names` are the cluster's, the user's and the context's, `namespace` the
+/// context's when given.
+pub(super) fn bearer_kubeconfig(
+    server: &str,
+    ca_pem: &str,
+    token: &str,
+    (cluster, user, context): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> String {
+    use base64::Engine;
+    let engine = base64::engine::general_purpose::STANDARD;
+    let mut in_context = json!({"cluster": cluster, "user": user});
+    if let Some(namespace) = namespace {
+        in_context["namespace"] = json!(namespace);
+    }
     let config = json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "in-cluster",
-        "clusters": [{"name": "in-cluster", "cluster": {"server": server.trim_end_matches('/'),
-                      "certificate-authority-data": engine.encode(pem)}}],
-        "users": [{"name": "service-account", "user": {"token": token}}],
-        "contexts": [{"name": "in-cluster", "context": {"cluster": "in-cluster", "user": "service-account"}}],
+        "apiVersion": "v1", "kind": "Config", "current-context": context,
+        "clusters": [{"name": cluster, "cluster": {"server": server.trim_end_matches('/'),
+                      "certificate-authority-data": engine.encode(ca_pem)}}],
+        "users": [{"name": user, "user": {"token": token}}],
+        "contexts": [{"name": context, "context": in_context}],
     });
     serde_norway::to_string(&config).unwrap_or_default()
 }

@@ -56,17 +56,13 @@ impl KubeClient {
 /// cluster CA `ca_pem` (what `kube-root-ca.crt` holds), authenticated by `token` alone (no
 /// client certificate), its context in `namespace`.
 pub fn token_kubeconfig(server: &str, ca_pem: &str, token: &str, namespace: &str) -> String {
-    use base64::Engine;
-    let engine = base64::engine::general_purpose::STANDARD;
-    let config = serde_json::json!({
-        "apiVersion": "v1", "kind": "Config", "current-context": "deployer",
-        "clusters": [{"name": "cluster", "cluster": {"server": server.trim_end_matches('/'),
-                      "certificate-authority-data": engine.encode(ca_pem)}}],
-        "users": [{"name": "deployer", "user": {"token": token}}],
-        "contexts": [{"name": "deployer", "context": {"cluster": "cluster", "user": "deployer",
-                                                      "namespace": namespace}}],
-    });
-    serde_norway::to_string(&config).unwrap_or_default()
+    super::kubeconfig::bearer_kubeconfig(
+        server,
+        ca_pem,
+        token,
+        ("cluster", "deployer", "deployer"),
+        Some(namespace),
+    )
 }
 
 #[cfg(test)]

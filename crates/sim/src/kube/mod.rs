@@ -685,3 +685,35 @@ mod toolbox_tests {
         );
     }
 }
+
+#[cfg(test)]
+mod seed_tests {
+    use super::*;
+
+    /// The seeded Corefile's rewrite is the rule phase 2's CoreDNS step writes: its pieces, as
+    /// scripts/phase2.rhai builds the rule from them (a substring check of the script's source,
+    /// since the rule exists only as the script's template).
+    #[test]
+    fn the_seeded_rewrite_is_the_one_phase2_writes() {
+        let script = include_str!("../../../../scripts/phase2.rhai");
+        assert!(script.contains("const DOMAIN = \"local.example.net\";"));
+        assert!(
+            script.contains("const GATEWAY_SERVICE = \"gitlab-gateway.gitlab.svc.cluster.local\";")
+        );
+        assert!(script.contains(
+            "let rule = `rewrite name regex (.+)\\.${escaped} ${GATEWAY_SERVICE} answer auto`;"
+        ));
+        assert!(
+            script.contains("patched.replace(\".:53 {\\n\", \".:53 {\\n    \" + rule + \"\\n\");")
+        );
+        let corefile = phase2_corefile();
+        assert_eq!(
+            corefile.lines().take(2).collect::<Vec<_>>(),
+            [".:53 {", &format!("    {PHASE2_COREDNS_REWRITE}")]
+        );
+        assert_eq!(
+            corefile.replacen(&format!("    {PHASE2_COREDNS_REWRITE}\n"), "", 1),
+            KIND_COREFILE
+        );
+    }
+}

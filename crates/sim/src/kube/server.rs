@@ -93,14 +93,7 @@ impl KubeSim {
 
     /// Runs `decide` over the cluster's Roles, ClusterRoles and their bindings.
     fn with_policies<T>(&self, decide: impl FnOnce(&rbac::Policies) -> T) -> T {
-        let cluster = self.cluster();
-        let all = |key: &str| cluster.all(key);
-        decide(&rbac::Policies {
-            roles: &all("roles.rbac.authorization.k8s.io"),
-            cluster_roles: &all("clusterroles.rbac.authorization.k8s.io"),
-            role_bindings: &all("rolebindings.rbac.authorization.k8s.io"),
-            cluster_role_bindings: &all("clusterrolebindings.rbac.authorization.k8s.io"),
-        })
+        self.cluster().with_policies(decide)
     }
 
     /// Runs a command in a container: its image's program, else the shell basics.
@@ -845,11 +838,22 @@ fn issue_token(sim: &KubeSim, target: &Target, request: &Value) -> Result<Value,
         .unwrap_or("")
         .to_string();
     // kind's API server sets no --service-account-max-token-expiration: a token lives as long
-    // as asked (at least 10 minutes), an hour when no one says.
+    // as asked, an hour when no one says; under 10 minutes is invalid.
     let seconds = request["spec"]["expirationSeconds"]
         .as_u64()
-        .unwrap_or(3600)
-        .max(600);
+        .unwrap_or(3600);
+    if seconds < 600 {
+        let mut error = ApiError::new(
+            422,
+            "Invalid",
+            format!(
+                "TokenRequest.authentication.k8s.io {name:?} is invalid: spec.expirationSeconds: Invalid value: {seconds}: may not specify a duration less than 10 minutes"
+            ),
+        );
+        error.details =
+            json!({"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest"});
+        return Err(error);
+    }
     let now = std::time::SystemTime::now();
     let expires = now + std::time::Duration::from_secs(seconds);
     let epoch = |time: std::time::SystemTime| {

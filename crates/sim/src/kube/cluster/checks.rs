@@ -179,6 +179,17 @@ impl Cluster {
     }
 
     /// The admission webhooks' verdict on a write (see `admission`).
+    /// Runs `decide` over the store's Roles, ClusterRoles and their bindings (what RBAC reads).
+    pub fn with_policies<T>(&self, decide: impl FnOnce(&crate::kube::rbac::Policies) -> T) -> T {
+        let all = |key: &str| self.all(key);
+        decide(&crate::kube::rbac::Policies {
+            roles: &all("roles.rbac.authorization.k8s.io"),
+            cluster_roles: &all("clusterroles.rbac.authorization.k8s.io"),
+            role_bindings: &all("rolebindings.rbac.authorization.k8s.io"),
+            cluster_role_bindings: &all("clusterrolebindings.rbac.authorization.k8s.io"),
+        })
+    }
+
     /// RBAC's escalation check on a Role, ClusterRole or binding write by a requester (the
     /// object as it would be stored; `live` on updates, which only the garbage collector's
     /// fields may change unchecked), as the RBAC registry runs it before storing.
@@ -215,17 +226,13 @@ impl Cluster {
                 return Ok(());
             }
         }
-        let all = |key: &str| self.all(key);
-        let policies = crate::kube::rbac::Policies {
-            roles: &all("roles.rbac.authorization.k8s.io"),
-            cluster_roles: &all("clusterroles.rbac.authorization.k8s.io"),
-            role_bindings: &all("rolebindings.rbac.authorization.k8s.io"),
-            cluster_role_bindings: &all("clusterrolebindings.rbac.authorization.k8s.io"),
-        };
         let namespace = if rt.namespaced { namespace } else { "" };
-        match crate::kube::rbac::escalation_refusal(
-            requester, &rt.plural, namespace, object, &policies,
-        ) {
+        let refusal = self.with_policies(|policies| {
+            crate::kube::rbac::escalation_refusal(
+                requester, &rt.plural, namespace, object, policies,
+            )
+        });
+        match refusal {
             None => Ok(()),
             Some(reason) => {
                 let name = object["metadata"]["name"].as_str().unwrap_or("");
