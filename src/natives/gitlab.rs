@@ -711,7 +711,6 @@ pub mod gitlab_functions {
             &gitlab,
             &spec,
             mode(&session),
-            std::time::SystemTime::now(),
             &cancelled(&session),
         )
         .map_err(|error| native_error(error.named_by(|_| NATIVE)))?;

@@ -882,6 +882,100 @@ fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     )));
 }
 
+/// Starts a pipeline of `project` on main and waits for it to end: its status and the trace
+/// lines of its deploy job that begin with `Error:`.
+fn deploy_errors_of_a_new_pipeline(sim: &Sim, project: &str) -> (String, Vec<String>) {
+    let started = sim.api(
+        "POST",
+        &format!("projects/{project}/pipeline?ref=main"),
+        None,
+    );
+    assert_eq!(started.status, 201, "{}", started.body);
+    let (status, jobs) = finished_pipeline(sim, project);
+    let errors = jobs
+        .iter()
+        .filter(|(name, _, _)| name == "deploy")
+        .flat_map(|(_, _, trace)| trace.lines().filter(|line| line.starts_with("Error:")))
+        .map(str::to_string)
+        .collect();
+    (status, errors)
+}
+
+#[test]
+fn an_expired_deployer_token_is_refused_by_the_cluster_and_replaced_by_the_next_run() {
+    // A deployer token lives 30 days by the API server's clock. Moved 31 days on, the cluster
+    // refuses the stored one (helm's words in the deploy job); `--check` names it, and the
+    // next run replaces it with a token that deploys again.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
+    let run = |runner: &[&str]| {
+        let mut all = runner.to_vec();
+        all.extend([
+            "scripts/phase3.rhai",
+            "--app",
+            "guestbook",
+            "--smoke-timeout",
+            "120",
+        ]);
+        test.run(&all)
+    };
+    run(&[]).success();
+    let description = || {
+        sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")
+            ["description"]
+            .as_str()
+            .unwrap_or("")
+            .to_string()
+    };
+    let first = description();
+    let clock = test.path().join("clock.json");
+    std::fs::write(&clock, r#"{"advance_days": 31}"#).expect("clock file");
+    sim.kubectl(&[
+        "replace",
+        "--raw",
+        "/-/sim/clock",
+        "-f",
+        &clock.to_string_lossy(),
+    ])
+    .success();
+    let (status, errors) = deploy_errors_of_a_new_pipeline(&sim, "blueprint-apps%2Fguestbook");
+    assert_eq!(
+        (status.as_str(), errors),
+        (
+            "failed",
+            vec!["Error: Kubernetes cluster unreachable: the server has asked for the client to provide credentials".to_string()]
+        )
+    );
+    // The smoke step sees that failed pipeline as the head commit's latest: it would start one.
+    let head = CHECKED_HEAD;
+    run(&["--check", "--diff"])
+        .replace_regex(
+            r"expired at \d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ",
+            "expired at <time>",
+        )
+        .code(0)
+        .stdout(&with_recaps(&format!(
+            r##"
+{head}[5/7] Provision projects ...
+    ~ would update CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook
+      a new token of ServiceAccount guestbook/ci-deployer: the stored token expired at <time>
+[5/7] Provision projects ... changed (#.## s)
+[6/7] Smoke test ...
+    ~ would start pipeline of blueprint-apps/guestbook on main
+    pipeline #4 of blueprint-apps/shared-code: success (0 s)
+[6/7] Smoke test ... changed (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: changed 1; Smoke test: changed 1; Workloads reachable: ok>
+"##,
+        )));
+    run(&[]).success();
+    assert_ne!(description(), first);
+    let (status, errors) = deploy_errors_of_a_new_pipeline(&sim, "blueprint-apps%2Fguestbook");
+    assert_eq!((status.as_str(), errors), ("success", vec![]));
+}
+
 #[test]
 fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
     // The in-cluster registry (gitlab-registry.gitlab.svc:5000) speaks plain HTTP: kaniko's

@@ -116,15 +116,16 @@ fn rotation_reason(
 /// records and the account's uid, and when the token must be replaced issues one, reads the
 /// cluster CA from the namespace's `kube-root-ca.crt`, and writes the kubeconfig into the hidden
 /// variable with its new description. Check mode reads only and says why it would rotate.
+/// Expiry is judged by the API server's clock, which is the one that will refuse the token.
 pub fn ensure_deployer_kubeconfig(
     kube: &KubeClient,
     gitlab: &GitlabClient,
     spec: &DeployerSpec,
     mode: Mode,
-    now: SystemTime,
     cancelled: &dyn Fn() -> bool,
 ) -> Result<Outcome<Deployer>, ClientError> {
     let account = format!("{}/{}", spec.namespace, spec.service_account);
+    let now = kube.server_time()?;
     let uid = kube
         .get("ServiceAccount", &spec.namespace, &spec.service_account)?
         .and_then(|found| found["metadata"]["uid"].as_str().map(str::to_string));

@@ -112,6 +112,23 @@ impl SimRequest {
                 .collect();
         serde_json::Value::Object(form)
     }
+
+    /// The parameters as a Rails (Grape) API sees them: the query string's, overlaid by the
+    /// body's (JSON or form), so `POST .../pipeline?ref=main` and a `ref` in the body agree.
+    pub fn params(&self) -> serde_json::Value {
+        let mut params: serde_json::Map<String, serde_json::Value> = self
+            .query_pairs
+            .iter()
+            .map(|(key, value)| (key.clone(), serde_json::Value::String(value.clone())))
+            .collect();
+        match self.json() {
+            serde_json::Value::Object(body) => {
+                params.extend(body);
+                serde_json::Value::Object(params)
+            }
+            other => other,
+        }
+    }
 }
 
 /// A response a handler returns.

@@ -1,6 +1,6 @@
 //! Tokens of ServiceAccounts from the TokenRequest API, and the kubeconfig a pod uses with one.
 
-use super::{KubeClient, block_on, failed};
+use super::{KubeClient, block_on, failed, retry};
 use crate::error::ClientError;
 use crate::secret::Secret;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -49,6 +49,33 @@ impl KubeClient {
             token: Secret::new(status.token),
             expires_at: status.expiration_timestamp.0.to_string(),
         })
+    }
+}
+
+impl KubeClient {
+    /// Now on the API server's clock, from its `Date` header: the clock that decides when the
+    /// tokens it issued expire (a workstation's clock may be off; kind's nodes share the host's).
+    /// An answer without the header (a proxy that strips it) falls back to this machine's clock.
+    pub fn server_time(&self) -> Result<std::time::SystemTime, ClientError> {
+        let response = block_on(retry(|| async {
+            let request = http::Request::get("/version")
+                .body(kube::client::Body::empty())
+                .map_err(kube::Error::HttpError)?;
+            self.client.send(request).await
+        }))
+        .map_err(|error| failed("read", "the API server's clock (GET /version)", &error))?;
+        if !response.status().is_success() {
+            return Err(ClientError::new(format!(
+                "cannot read the API server's clock (GET /version): {}",
+                response.status()
+            )));
+        }
+        Ok(response
+            .headers()
+            .get(http::header::DATE)
+            .and_then(|date| date.to_str().ok())
+            .and_then(|date| httpdate::parse_http_date(date).ok())
+            .unwrap_or_else(std::time::SystemTime::now))
     }
 }
 

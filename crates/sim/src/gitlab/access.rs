@@ -187,7 +187,7 @@ impl GitlabSim {
             ["runners", "all"] => Some(forbidden()),
             ["runners", _, ..] if writes(method) => Some(forbidden()),
             ["user", "runners"] => {
-                let body = request.json();
+                let body = request.params();
                 let allowed = match string_field(&body, "runner_type").as_deref() {
                     Some("group_type") => string_field(&body, "group_id")
                         .and_then(|id| Self::find_group(state, &id))
@@ -202,7 +202,7 @@ impl GitlabSim {
                 (!allowed).then(forbidden)
             }
             ["groups"] if method == "POST" => {
-                let allowed = match string_field(&request.json(), "parent_id") {
+                let allowed = match string_field(&request.params(), "parent_id") {
                     // `create_subgroup`: Maintainer of the parent (GitLab's default setting).
                     Some(parent) => Self::find_group(state, &parent)
                         .is_none_or(|g| Self::group_level(state, user, g) >= MAINTAINER),
@@ -248,7 +248,7 @@ impl GitlabSim {
                     return Some(forbidden());
                 }
                 // Pushing to a protected branch takes a Maintainer (GitLab's default).
-                let branch = string_field(&request.json(), "branch");
+                let branch = string_field(&request.params(), "branch");
                 match (rest, branch) {
                     (["repository", "files", ..], Some(branch))
                         if writes(method)
@@ -359,7 +359,7 @@ impl GitlabSim {
                 self.paginate(request, items)
             }
             ("POST", []) => {
-                let body = request.json();
+                let body = request.params();
                 let mut missing = Vec::new();
                 for field in ["email", "name", "username"] {
                     if string_field(&body, field).is_none() {
@@ -423,7 +423,7 @@ impl GitlabSim {
                         SimResponse::json(200, &Self::user_json(&state.users[index], admin_view))
                     }
                     "PUT" => {
-                        let body = request.json();
+                        let body = request.params();
                         let found = &mut state.users[index];
                         if let Some(admin) = bool_field(&body, "admin") {
                             found.is_admin = admin;
@@ -519,7 +519,7 @@ impl GitlabSim {
                 self.paginate(request, items)
             }
             ("POST", []) => {
-                let body = request.json();
+                let body = request.params();
                 let Some(user) =
                     string_field(&body, "user_id").and_then(|id| id.parse::<u64>().ok())
                 else {
@@ -566,7 +566,7 @@ impl GitlabSim {
                         )
                     }
                     "PUT" => {
-                        let level = match level_of(&request.json()) {
+                        let level = match level_of(&request.params()) {
                             Ok(level) => level,
                             Err(response) => return response,
                         };

@@ -276,7 +276,7 @@ impl GitlabSim {
     }
 
     fn create_commit(&self, request: &SimRequest, project_id: u64, full: &str) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let branch = string_field(&body, "branch");
         let commit_message = string_field(&body, "commit_message");
         let mut missing: Vec<&str> = Vec::new();

@@ -37,7 +37,7 @@ impl GitlabSim {
         if self.authenticate(request).is_none() {
             return message(401, "401 Unauthorized");
         }
-        let body = request.json();
+        let body = request.params();
         let name = string_field(&body, "name")
             .unwrap_or_else(|| "minted by gitlab-rails runner".to_string());
         let expires_in_days = body.get("expires_in_days").and_then(Value::as_i64);
@@ -53,7 +53,7 @@ impl GitlabSim {
     }
 
     pub(super) fn advance_calendar(&self, request: &SimRequest) -> SimResponse {
-        let Some(days) = request.json().get("advance_days").and_then(Value::as_i64) else {
+        let Some(days) = request.params().get("advance_days").and_then(Value::as_i64) else {
             return param_error("advance_days is missing");
         };
         self.clock_days
@@ -66,7 +66,7 @@ impl GitlabSim {
         if self.authenticate(request).is_none() {
             return message(401, "401 Unauthorized");
         }
-        let description = string_field(&request.json(), "description")
+        let description = string_field(&request.params(), "description")
             .unwrap_or_else(|| "created by gitlab-rails runner".to_string());
         SimResponse::json(
             201,

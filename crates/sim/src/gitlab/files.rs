@@ -71,7 +71,7 @@ impl GitlabSim {
                 )
             }
             (method @ ("POST" | "PUT"), []) => {
-                let body = request.json();
+                let body = request.params();
                 let Some(branch) = string_field(&body, "branch") else {
                     return param_error("branch is missing");
                 };

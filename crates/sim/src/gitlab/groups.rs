@@ -149,7 +149,7 @@ impl GitlabSim {
     }
 
     pub(super) fn create_group(&self, request: &SimRequest, user: u64) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let Some(name) = string_field(&body, "name") else {
             return param_error("name is missing");
         };
@@ -236,7 +236,7 @@ impl GitlabSim {
     }
 
     pub(super) fn update_group(&self, request: &SimRequest, id: &str) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let mut state = self.lock();
         let Some(found) = Self::find_group(&state, id) else {
             return not_found("Group");

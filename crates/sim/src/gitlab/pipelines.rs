@@ -318,7 +318,7 @@ impl GitlabSim {
     }
 
     pub(super) fn create_pipeline(&self, request: &SimRequest, id: &str) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let Some(reference) = string_field(&body, "ref") else {
             return param_error("ref is missing");
         };

@@ -209,7 +209,7 @@ impl GitlabSim {
                 self.paginate(request, items)
             }
             ("POST", []) => {
-                let Some(name) = string_field(&request.json(), "name") else {
+                let Some(name) = string_field(&request.params(), "name") else {
                     return param_error("name is missing");
                 };
                 if list.contains(&name) {
@@ -276,7 +276,7 @@ impl GitlabSim {
     }
 
     pub(super) fn create_project(&self, request: &SimRequest, user: u64) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let name = string_field(&body, "name");
         let path = string_field(&body, "path");
         let (name, path) = match (name, path) {

@@ -290,7 +290,7 @@ impl GitlabSim {
 
     /// `POST /user/runners` (GitLab 16+): a runner and its authentication token.
     pub(super) fn create_runner(&self, request: &SimRequest) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let Some(runner_type) = string_field(&body, "runner_type") else {
             return param_error("runner_type is missing");
         };
@@ -348,7 +348,7 @@ impl GitlabSim {
     }
 
     pub(super) fn update_runner(&self, request: &SimRequest, id: &str) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let mut state = self.lock();
         let Some(runner) = id
             .parse::<u64>()
@@ -384,7 +384,7 @@ impl GitlabSim {
 
     /// The runner a runner-API request authenticates as (its `token` field).
     pub(super) fn runner_of(&self, request: &SimRequest) -> Result<u64, SimResponse> {
-        let Some(token) = string_field(&request.json(), "token") else {
+        let Some(token) = string_field(&request.params(), "token") else {
             return Err(param_error("token is missing"));
         };
         let digest = token_digest(&token);
@@ -401,7 +401,7 @@ impl GitlabSim {
         match self.runner_of(request) {
             Ok(id) => SimResponse::json(
                 200,
-                &json!({"id": id, "token": string_field(&request.json(), "token"), "token_expires_at": null}),
+                &json!({"id": id, "token": string_field(&request.params(), "token"), "token_expires_at": null}),
             ),
             Err(response) => response,
         }

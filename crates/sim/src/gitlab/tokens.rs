@@ -240,7 +240,7 @@ impl GitlabSim {
 
     /// `POST /users/:id/personal_access_tokens` (an administrator creates a user's token).
     pub(super) fn create_token(&self, request: &SimRequest, user: &str) -> SimResponse {
-        let body = request.json();
+        let body = request.params();
         let Some(name) = string_field(&body, "name") else {
             return param_error("name is missing");
         };

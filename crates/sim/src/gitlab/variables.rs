@@ -43,7 +43,7 @@ impl GitlabSim {
                 self.paginate(request, items)
             }
             ("POST", []) => {
-                let body = request.json();
+                let body = request.params();
                 let variable = match Self::variable_from(&body, None) {
                     Ok(variable) => variable,
                     Err(response) => return response,
@@ -86,7 +86,7 @@ impl GitlabSim {
                 match method {
                     "GET" => SimResponse::json(200, &Self::variable_json(&list[index])),
                     "PUT" => {
-                        let body = request.json();
+                        let body = request.params();
                         let updated = match Self::variable_from(&body, Some(&list[index])) {
                             Ok(variable) => variable,
                             Err(response) => return response,

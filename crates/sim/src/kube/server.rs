@@ -27,6 +27,9 @@ pub struct KubeSim {
     pub programs: Programs,
     /// Tokens the TokenRequest API issued: token -> its ServiceAccount and expiry.
     service_account_tokens: Mutex<std::collections::HashMap<String, IssuedToken>>,
+    /// Seconds the API server's clock is ahead of the machine's (`PUT /-/sim/clock`): the clock
+    /// tokens are issued and checked by and its `Date` header tells, so a test can let them expire.
+    clock_seconds: std::sync::atomic::AtomicI64,
 }
 
 /// A ServiceAccount token the TokenRequest API issued.
@@ -56,6 +59,21 @@ impl KubeSim {
             exec,
             programs,
             service_account_tokens: Mutex::new(std::collections::HashMap::new()),
+            clock_seconds: std::sync::atomic::AtomicI64::new(0),
+        }
+    }
+
+    /// Now on the API server's clock (the machine's, moved by `PUT /-/sim/clock`).
+    pub fn now(&self) -> std::time::SystemTime {
+        let ahead = self
+            .clock_seconds
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let now = std::time::SystemTime::now();
+        let shift = std::time::Duration::from_secs(ahead.unsigned_abs());
+        if ahead >= 0 {
+            now + shift
+        } else {
+            now.checked_sub(shift).unwrap_or(now)
         }
     }
 
@@ -76,7 +94,7 @@ impl KubeSim {
             .unwrap_or_else(|p| p.into_inner())
             .get(token)
             .cloned()?;
-        if issued.expires < std::time::SystemTime::now() {
+        if issued.expires < self.now() {
             return None;
         }
         let cluster = self.cluster();
@@ -195,7 +213,11 @@ pub async fn serve(
     });
     crate::http::accept_loop(listener, Some(tls), move |request| {
         let sim = sim.clone();
-        async move { Some(answer(sim, request).await) }
+        async move {
+            // Every answer carries the API server's clock, as Go's net/http writes it.
+            let date = httpdate::fmt_http_date(sim.now());
+            Some(answer(sim, request).await.with_header("Date", date))
+        }
     })
     .await;
 }
@@ -330,11 +352,14 @@ async fn answer(sim: Arc<KubeSim>, mut request: SimRequest) -> SimResponse {
         return refused;
     }
     // The simulator's request log (tests count writes with it); the admin's only.
-    if path == "/-/sim/requests" && !identity.admin {
+    if (path == "/-/sim/requests" || path == "/-/sim/clock") && !identity.admin {
         return forbidden(&format!(
-            "forbidden: User {:?} cannot get path \"/-/sim/requests\"",
+            "forbidden: User {:?} cannot get path {path:?}",
             identity.user
         ));
+    }
+    if path == "/-/sim/clock" && identity.admin {
+        return clock(&sim, &method, &request.body);
     }
     if path == "/-/sim/requests" {
         return match method.as_str() {
@@ -780,6 +805,28 @@ fn attributes_of(target: &Target, method: &str, watch: bool) -> rbac::Attributes
     }
 }
 
+/// `GET /-/sim/clock`: the API server's time; `PUT {"advance_days": N}` moves it (tests only).
+fn clock(sim: &KubeSim, method: &str, body: &[u8]) -> SimResponse {
+    if method == "PUT" {
+        let asked: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let Some(days) = asked["advance_days"].as_i64() else {
+            return error_response(&ApiError::bad_request(
+                "advance_days is missing".to_string(),
+            ));
+        };
+        sim.clock_seconds.fetch_add(
+            days.saturating_mul(86_400),
+            std::sync::atomic::Ordering::Relaxed,
+        );
+    } else if method != "GET" {
+        return error_response(&ApiError::new(405, "MethodNotAllowed", "GET or PUT"));
+    }
+    json_response(
+        200,
+        &json!({"now": humantime::format_rfc3339_seconds(sim.now()).to_string()}),
+    )
+}
+
 fn forbidden(message: &str) -> SimResponse {
     error_response(&ApiError::new(403, "Forbidden", message))
 }
@@ -854,7 +901,7 @@ fn issue_token(sim: &KubeSim, target: &Target, request: &Value) -> Result<Value,
             json!({"name": name, "group": "authentication.k8s.io", "kind": "TokenRequest"});
         return Err(error);
     }
-    let now = std::time::SystemTime::now();
+    let now = sim.now();
     let expires = now + std::time::Duration::from_secs(seconds);
     let epoch = |time: std::time::SystemTime| {
         time.duration_since(std::time::UNIX_EPOCH)
