@@ -9,7 +9,9 @@ use serde_json::Value;
 use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{
+    RhaiResultOf, option_bool, option_str, option_strings, reject_unknown, remote_session,
+};
 use super::reconcile::{mode, settle};
 use crate::engine::{Session, lock, native_error, session};
 use crate::error::NativeError;
@@ -20,7 +22,7 @@ use bprun_clients::gitlab::pipelines::{
 };
 use bprun_clients::gitlab::{
     GitlabClient, GitlabSettings, Group, GroupSpec, Method, Pipeline, PipelineRef, Project,
-    ProjectSpec, Started, Variable, WaitParams,
+    ProjectSpec, Removal, Started, Variable, WaitParams,
 };
 use bprun_clients::secret::Secret;
 
@@ -589,7 +591,9 @@ pub mod gitlab_functions {
     /// (no request). A `hidden` variable (masked and hidden: GitLab never returns its value) is
     /// known by its description: the same description leaves it, another one writes the value;
     /// a visible one is deleted and created hidden.
-    /// Option `remove_unlisted: true` deletes variables not in `vars`. Returns
+    /// Option `remove_unlisted: true` deletes variables not in `vars`; `remove: [KEY, ...]`
+    /// deletes those keys when present (a variable an earlier version set and no longer should).
+    /// Returns
     /// `#{created, updated, unchanged, removed, changed}`. Masking rules are checked before sending.
     ///
     /// ```rhai
@@ -609,8 +613,28 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_set_variables";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(&options, &["remove_unlisted"], NATIVE)?;
+        reject_unknown(&options, &["remove_unlisted", "remove"], NATIVE)?;
         let remove_unlisted = option_bool(&options, "remove_unlisted", NATIVE)?.unwrap_or(false);
+        let named = option_strings(&options, "remove", NATIVE)?;
+        if let Some(both) = named.iter().find(|key| vars.contains_key(key.as_str())) {
+            return Err(native_error(
+                NativeError::new(format!("{NATIVE}: {both} is both set and removed"))
+                    .with_hint("list a key in `vars` or in `remove`, not in both"),
+            ));
+        }
+        let removal = match (remove_unlisted, named.is_empty()) {
+            (true, true) => Removal::Unlisted,
+            (true, false) => {
+                return Err(native_error(
+                    NativeError::new(format!(
+                        "{NATIVE}: remove_unlisted already deletes every variable not in `vars`"
+                    ))
+                    .with_hint("give `remove_unlisted: true` or `remove: [...]`, not both"),
+                ));
+            }
+            (false, true) => Removal::Nothing,
+            (false, false) => Removal::Named(named),
+        };
         let mut desired = Vec::with_capacity(vars.len());
         for (key, spec) in &vars {
             desired.push(variable_of(key, spec)?);
@@ -619,7 +643,7 @@ pub mod gitlab_functions {
             .set_variables(
                 project,
                 &desired,
-                remove_unlisted,
+                &removal,
                 mode(&session),
                 &cancelled(&session),
             )

@@ -348,7 +348,7 @@ fn steady_failure(sim: &Sim, run: crate::support::Output) -> crate::support::Out
 fn smoke_failed(headline: &str) -> String {
     format!(
         "error: step \"Smoke test\" failed\n  × {headline}\n{}",
-        crate::phase3::SMOKE_WAIT_SOURCE
+        crate::phase3::smoke_wait_source()
     )
 }
 
@@ -974,6 +974,119 @@ fn an_expired_deployer_token_is_refused_by_the_cluster_and_replaced_by_the_next_
     assert_ne!(description(), first);
     let (status, errors) = deploy_errors_of_a_new_pipeline(&sim, "blueprint-apps%2Fguestbook");
     assert_eq!((status.as_str(), errors), ("success", vec![]));
+}
+
+#[test]
+fn an_app_that_left_the_manifest_loses_its_deploying_identity_and_shared_code_its_old_kubeconfig() {
+    // What an earlier platform leaves: the identity of an app no longer in the manifest (its
+    // namespace labelled as an app's, its account and binding), and bprun's own kubeconfig in
+    // shared-code, as bprun stored it before apps had identities. A full run removes both and
+    // keeps the namespace; a second check finds nothing to do.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
+    let run = |runner: &[&str]| {
+        let mut all = runner.to_vec();
+        all.extend(["scripts/phase3.rhai", "--smoke-timeout", "120"]);
+        test.run(&all)
+    };
+    run(&[]).success();
+    let retired = r#"
+apiVersion: v1
+kind: Namespace
+metadata: {name: retired, labels: {bprun.dev/app: retired}}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: ci-deployer, namespace: retired}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ci-deployer, namespace: retired}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: bprun-ci-deployer}
+subjects: [{kind: ServiceAccount, name: ci-deployer, namespace: retired}]
+"#;
+    sim.kubectl_stdin(&["apply", "-f", "-"], retired).success();
+    let old = sim.api(
+        "POST",
+        "projects/blueprint-apps%2Fshared-code/variables",
+        Some(
+            r#"{"key": "CI_KUBECONFIG_B64", "value": "YWRtaW4ga3ViZWNvbmZpZw==", "masked": true}"#,
+        ),
+    );
+    assert_eq!(old.status, 201, "{}", old.body);
+    let only = ["--only", "Provision projects"];
+    let checked = |changes: &str, status: &str| {
+        let short = status.split(' ').next().unwrap_or(status);
+        // A step that prints nothing shows its one line.
+        let provision = if changes.is_empty() {
+            format!("[5/7] Provision projects ... {short} (#.## s)")
+        } else {
+            format!(
+                "[5/7] Provision projects ...\n{changes}[5/7] Provision projects ... {short} (#.## s)"
+            )
+        };
+        with_recaps(&format!(
+            r##"
+check mode: nothing will be changed
+[1/7] Pre-flight ... skipped (not selected by --only)
+[2/7] Mint PAT ...
+    admin PAT already in OpenBao; reusing
+[2/7] Mint PAT ... ok (#.## s)
+[3/7] Seed glab auth ... skipped (not selected by --only)
+[4/7] Ensure group ... skipped (not selected by --only)
+{provision}
+[6/7] Smoke test ... skipped (not selected by --only)
+[7/7] Workloads reachable ... skipped (not selected by --only)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: skipped; Mint PAT: ok; Seed glab auth: skipped; Ensure group: skipped; Provision projects: {status}; Smoke test: skipped; Workloads reachable: skipped>
+"##
+        ))
+    };
+    run(&["--check", "--only", "Provision projects"])
+        .code(0)
+        .stdout(&checked(
+            "    ~ would delete CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n    ~ would delete RoleBinding/ci-deployer in retired\n    ~ would delete ServiceAccount/ci-deployer in retired\n",
+            "changed 3",
+        ));
+    run(&only).success();
+    assert_eq!(
+        sim.kubectl(&[
+            "get",
+            "serviceaccounts,rolebindings",
+            "-n",
+            "retired",
+            "-o",
+            "name"
+        ])
+        .ok(),
+        "serviceaccount/default\n",
+        "the retired app's identity is gone; the namespace's own account stays"
+    );
+    assert_eq!(
+        sim.kubectl(&["get", "namespace", "retired", "-o", "name"])
+            .ok(),
+        "namespace/retired\n"
+    );
+    let variables = sim.api_json("projects/blueprint-apps%2Fshared-code/variables");
+    let mut keys: Vec<&str> = variables
+        .as_array()
+        .expect("variables")
+        .iter()
+        .filter_map(|variable| variable["key"].as_str())
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        [
+            "CI_HELM_CHART_DIR",
+            "CI_INSECURE_REGISTRY",
+            "CI_REGISTRY_IMAGE"
+        ]
+    );
+    run(&["--check", "--only", "Provision projects"])
+        .code(0)
+        .stdout(&checked("", "ok"));
 }
 
 #[test]

@@ -434,20 +434,28 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           7  Workloads reachable  not run                 0          -
         7 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 6 not run in #.## s
         ",
-        r#"
+        &format!(
+            r#"
         error: step "Pre-flight" failed
           × kube_get services/gitlab-registry in gitlab: 403 Forbidden: services "gitlab-registry" is forbidden: User "system:serviceaccount:bprun:bprun" cannot get resource "services" in API group "" in the namespace "gitlab"
-             ╭─[scripts/phase3.rhai:111:28]
-         110 │             // The in-cluster registry, through a port-forward to its Service.
-         111 │             let registry = kube_port_forward("gitlab", "svc/gitlab-registry", 5000).split(":");
-             ·                            ────────┬────────
-             ·                                    ╰── failed here
-         112 │             if !tcp_probe(registry[0], parse_int(registry[1]), 5) {
-             ╰────
-          in a closure called at scripts/phase3.rhai:106:5
+        {}  in a closure called at {}
           hint: the kubeconfig's user may not do this: check its RBAC
         re-run with --resume to continue from here
         "#,
+            // The frame, indented as the rest of this text.
+            crate::support::script_frame(
+                "scripts/phase3.rhai",
+                "let registry = kube_port_forward(\"gitlab\", \"svc/gitlab-registry\", 5000)",
+                "kube_port_forward",
+                "failed here"
+            )
+            .replace('\n', "\n        "),
+            crate::support::script_location_after(
+                "scripts/phase3.rhai",
+                "step(\"Pre-flight\"",
+                "concurrently(["
+            ),
+        ),
     );
     // A deleted account's token no longer authenticates.
     sim.kubectl(&["delete", "serviceaccount", "bprun", "-n", "bprun"])

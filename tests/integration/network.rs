@@ -92,16 +92,11 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
 
 /// What phase 3 says when its jobs cannot fetch from GitLab's external host (no CoreDNS rewrite,
 /// or a rewrite to a Service that does not exist): every project's first job fails.
-const NO_FETCH: &str = r##"error: step "Smoke test" failed
+fn no_fetch() -> String {
+    format!(
+        r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
-     ╭─[scripts/phase3.rhai:219:5]
- 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 220 │ });
-     ╰────
-  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
+{}  caused by: gitlab: pipeline #<id> of blueprint-apps/shared-code failed
     job lint-templates failed; end of its trace:
     Running with gitlab-runner 17.9.0 (bprun-sim)
       on blueprint gitlab-runner 
@@ -152,20 +147,18 @@ const NO_FETCH: &str = r##"error: step "Smoke test" failed
   hint: each failed pipeline is listed above with its URL
   when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
-"##;
+"##,
+        crate::phase3::smoke_wait_source()
+    )
+}
 
 /// What phase 3 says when the guestbook's deploy job timed out waiting for a pod that cannot pull
 /// its image (helm's words only), before the end state's guestbook line.
-const DEPLOY_TIMED_OUT: &str = r##"error: step "Smoke test" failed
+fn deploy_timed_out() -> String {
+    format!(
+        r##"error: step "Smoke test" failed
   × gitlab: pipeline #<id> of blueprint-apps/guestbook failed
-     ╭─[scripts/phase3.rhai:219:5]
- 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 220 │ });
-     ╰────
-  caused by: job deploy failed; end of its trace:
+{}  caused by: job deploy failed; end of its trace:
     Checking out <sha> as detached HEAD (ref is main)...
     Skipping Git submodules setup
     Executing "step_script" stage of the job script
@@ -179,20 +172,24 @@ const DEPLOY_TIMED_OUT: &str = r##"error: step "Smoke test" failed
   hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
   when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
-"##;
+"##,
+        crate::phase3::smoke_wait_source()
+    )
+}
 
 /// The deploy job's timeout, then the end state's guestbook line with containerd's reason `why`
 /// (what follows the manifest request).
 fn unpullable(why: &str) -> String {
     format!(
-        "{DEPLOY_TIMED_OUT}  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to do request: Head \"https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest\": {why})\n"
+        "{}  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to do request: Head \"https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest\": {why})\n",
+        deploy_timed_out()
     )
 }
 
 #[test]
 fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
     let copy = copy_with(|source| without_step(source, "CoreDNS rewrite"));
-    assert_text(&rehearse_failing(&copy), NO_FETCH);
+    assert_text(&rehearse_failing(&copy), &no_fetch());
 }
 
 #[test]
@@ -203,7 +200,7 @@ fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
             "const GATEWAY_SERVICE = \"gitlab-gw.gitlab.svc.cluster.local\";",
         )
     });
-    assert_text(&rehearse_failing(&copy), NO_FETCH);
+    assert_text(&rehearse_failing(&copy), &no_fetch());
 }
 
 #[test]
@@ -278,19 +275,20 @@ fn without_the_guestbooks_route_the_gateway_answers_envoys_404() {
     });
     assert_text(
         &rehearse_failing(&copy),
-        r##"error: step "Workloads reachable" failed
+        &format!(
+            r##"error: step "Workloads reachable" failed
   × https://guestbook.local.example.net/ answered 404 with an empty body through the gateway (svc/gitlab-gateway in gitlab)
-     ╭─[scripts/phase3.rhai:243:9]
- 242 │         let shown = if body == "" { "an empty body" } else { `\"${body}\"` };
- 243 │         throw `https://${GUESTBOOK_HOST}/ answered ${answer.status} with ${shown} through the gateway (svc/${GATEWAY_SERVICE} in ${GATEWAY_NAMESPACE})`;
-     ·         ──┬──
-     ·           ╰── thrown here
- 244 │     }
-     ╰────
-  when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
+{}  when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
 re-run with --resume to continue from here
   Deployment/guestbook 1/1 ready
 "##,
+            crate::support::script_frame(
+                "scripts/phase3.rhai",
+                "answered ${answer.status} with ${shown} through the gateway",
+                "throw",
+                "thrown here"
+            )
+        ),
     );
 }
 
@@ -346,21 +344,28 @@ fn the_guestbook_check_with_another_ca_fails_the_certificate_check() {
             "    tls_ensure_ca(\"infra/tls/other\", #{cn: \"another CA\"});\n    let gateway = kube_port_forward(GATEWAY_NAMESPACE,",
         )
     });
-    assert_text(&rehearse_failing(&copy), ANOTHER_CA);
+    let source =
+        std::fs::read_to_string(copy.path().join("scripts/phase3.rhai")).expect("the copy");
+    assert_text(&rehearse_failing(&copy), &another_ca(&source));
 }
 
-const ANOTHER_CA: &str = r##"error: step "Workloads reachable" failed
+/// What the check with another CA says, its frame in `source` (the edited phase3.rhai).
+fn another_ca(source: &str) -> String {
+    format!(
+        r##"error: step "Workloads reachable" failed
   × GET https://guestbook.local.example.net/ (connecting to 127.0.0.1:<port>) failed
-     ╭─[scripts/phase3.rhai:240:18]
- 239 │     let gateway = kube_port_forward(GATEWAY_NAMESPACE, `svc/${GATEWAY_SERVICE}`, 443);
- 240 │     let answer = https_get(`https://${GUESTBOOK_HOST}/`, #{connect_to: gateway, ca_file: WILDCARD_CA, timeout: 60});
-     ·                  ────┬────
-     ·                      ╰── failed here
- 241 │     if answer.status != 200 {
-     ╰────
-  caused by: error sending request for url (https://guestbook.local.example.net/): client error (Connect): invalid peer certificate: UnknownIssuer
+{}  caused by: error sending request for url (https://guestbook.local.example.net/): client error (Connect): invalid peer certificate: UnknownIssuer
   hint: the CA given does not sign what the server presents for guestbook.local.example.net; curl --resolve guestbook.local.example.net:443:ADDRESS --cacert CA https://guestbook.local.example.net/ shows the same
   when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
 re-run with --resume to continue from here
   Deployment/guestbook 1/1 ready
-"##;
+"##,
+        crate::support::source_frame(
+            source,
+            "scripts/phase3.rhai",
+            "let answer = https_get(",
+            "https_get",
+            "failed here"
+        )
+    )
+}

@@ -138,14 +138,15 @@ fn files_outside_secrets(dir: &Path) -> Vec<PathBuf> {
 /// The smoke step's `on_failure` line, as every failing smoke step prints it.
 pub(crate) const SMOKE_ADVICE_LINE: &str = "  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address\n";
 
-pub(crate) const SMOKE_WAIT_SOURCE: &str = r#"     ╭─[scripts/phase3.rhai:219:5]
- 218 │     let pipelines = apps.map(|app| gitlab_trigger_pipeline(`${GROUP}/${app.name}`, "main", #{reuse: true}));
- 219 │     gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});
-     ·     ──────────┬──────────
-     ·               ╰── failed here
- 220 │ });
-     ╰────
-"#;
+/// The smoke step's frame: where its wait for the pipelines fails.
+pub(crate) fn smoke_wait_source() -> String {
+    crate::support::script_frame(
+        "scripts/phase3.rhai",
+        "gitlab_wait_pipelines(pipelines, #{timeout: smoke_timeout});",
+        "gitlab_wait_pipelines",
+        "failed here",
+    )
+}
 
 /// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
 /// done (the smoke test's lines follow).
@@ -869,7 +870,7 @@ fn without_a_runner_the_smoke_step_fails_naming_the_pending_jobs() {
             "a real `bao server -dev` (<bao>)",
         );
     out.code(1).stderr(&(format!(
-        "{}{SMOKE_WAIT_SOURCE}{}",
+        "{}{}{}",
         r##"
 rehearsal platform (as phase 2 leaves it):
   GitLab simulator     http://127.0.0.1:<port>
@@ -879,6 +880,7 @@ rehearsal platform (as phase 2 leaves it):
 error: step "Smoke test" failed
   × gitlab: pipelines did not finish within 3 s: #<n> of blueprint-apps/shared-code is pending; no online runner can take job lint-templates, #<n> of blueprint-apps/guestbook is pending; no online runner can take job lint, #<n> of blueprint-apps/redis is pending; no online runner can take job lint, #<n> of blueprint-apps/redis-slave is pending; no online runner can take job lint
 "##,
+        smoke_wait_source(),
         "  hint: register a runner that serves the project (phase 2 ends by registering GitLab Runner), check that its pods run, and that its tags cover the jobs' `tags:`\n",
     ) + SMOKE_ADVICE_LINE
         + "re-run with --resume to continue from here\n"));

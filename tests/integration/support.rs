@@ -245,3 +245,82 @@ pub fn gitlab_wait_error(message: &str, line: &str, notes: &str) -> String {
 "
     )
 }
+
+/// A script of this repository, as the tests' copies start.
+#[track_caller]
+fn read_script(script: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{script}: {e}"))
+}
+
+/// Where `source` says `text`: `(line, column)`, 1-based, of its one line that holds `text`.
+/// Tests name a frame's place by what the script says there, so a line added above it does not
+/// move their expected output.
+#[track_caller]
+fn place_in(source: &str, script: &str, text: &str) -> (usize, usize) {
+    let mut found = source
+        .lines()
+        .enumerate()
+        .filter_map(|(index, line)| line.find(text).map(|at| (index + 1, at + 1)));
+    let place = found
+        .next()
+        .unwrap_or_else(|| panic!("{script} has no line with {text:?}"));
+    assert!(
+        found.next().is_none(),
+        "{script} has more than one line with {text:?}"
+    );
+    place
+}
+
+/// `script:LINE:COLUMN` of the first `text` after the one line holding `anchor`.
+#[track_caller]
+pub fn script_location_after(script: &str, anchor: &str, text: &str) -> String {
+    let source = read_script(script);
+    let (from, _) = place_in(&source, script, anchor);
+    let (line, column) = source
+        .lines()
+        .enumerate()
+        .skip(from)
+        .find_map(|(index, line)| line.find(text).map(|at| (index + 1, at + 1)))
+        .unwrap_or_else(|| panic!("{script} has no {text:?} after {anchor:?}"));
+    format!("{script}:{line}:{column}")
+}
+
+/// The source frame miette draws under an error raised at the one line of `script` holding
+/// `line_text`, underlining the first `span` in it with `label`, and the lines around it.
+#[track_caller]
+pub fn script_frame(script: &str, line_text: &str, span: &str, label: &str) -> String {
+    source_frame(&read_script(script), script, line_text, span, label)
+}
+
+/// Like `script_frame`, over `source` (a test's edited copy of `script`).
+#[track_caller]
+pub fn source_frame(
+    source: &str,
+    script: &str,
+    line_text: &str,
+    span: &str,
+    label: &str,
+) -> String {
+    let (line, _) = place_in(source, script, line_text);
+    let lines: Vec<&str> = source.lines().collect();
+    let text = lines[line - 1];
+    let column = text
+        .find(span)
+        .unwrap_or_else(|| panic!("{script}:{line} has no {span:?}"))
+        + 1;
+    let width = (line + 1).to_string().len();
+    let pad = " ".repeat(width + 2);
+    let numbered = |n: usize| format!(" {n:>width$} │ {}\n", lines[n - 1]).replace(" │ \n", " │\n");
+    let length = span.chars().count();
+    let left = length / 2;
+    let marks = format!("{}┬{}", "─".repeat(left), "─".repeat(length - left - 1));
+    let indent = " ".repeat(column - 1);
+    format!(
+        "{pad}╭─[{script}:{line}:{column}]\n{}{}{pad}· {indent}{marks}\n{pad}· {indent}{}╰── {label}\n{}{pad}╰────\n",
+        numbered(line - 1),
+        numbered(line),
+        " ".repeat(left),
+        numbered(line + 1),
+    )
+}

@@ -203,7 +203,13 @@ pub fn ensure_deployer_kubeconfig(
         &issued.expires_at,
         issued.token.reveal(),
     ));
-    gitlab.set_variables(&spec.project, &[variable], false, mode, cancelled)?;
+    gitlab.set_variables(
+        &spec.project,
+        &[variable],
+        &crate::gitlab::Removal::Nothing,
+        mode,
+        cancelled,
+    )?;
     Ok(Outcome::single(
         Deployer {
             expires_at: issued.expires_at.clone(),

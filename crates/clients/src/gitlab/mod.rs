@@ -28,7 +28,7 @@ pub use groups::{Group, GroupSpec};
 pub use pipelines::{Pipeline, PipelineRef, Started, WaitParams};
 pub use projects::{Project, ProjectSpec};
 pub use tokens::TokenInfo;
-pub use variables::{Variable, VariableCounts};
+pub use variables::{Removal, Variable, VariableCounts};
 
 /// The timeout of every request.
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -156,6 +156,19 @@ fn after(error: ClientError, done: &[Change]) -> ClientError {
     error.caused_by(format!("done before the failure: {}", list.join(", ")))
 }
 
+/// Which of a project's variables that are not desired `set_variables` deletes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Removal {
+    /// None: variables others set stay.
+    #[default]
+    Nothing,
+    /// Every one not desired.
+    Unlisted,
+    /// Those with these keys (in any scope): a variable an earlier version set and no longer
+    /// should, such as a credential that moved elsewhere.
+    Named(Vec<String>),
+}
+
 /// How many variables each action touched.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VariableCounts {
@@ -187,13 +200,13 @@ impl GitlabClient {
     }
 
     /// Creates missing variables, updates differing ones and leaves equal ones alone (no
-    /// request). With `remove_unlisted`, deletes variables not in `desired`. In check mode a
-    /// project that does not exist yet (one an earlier step would create) has no variables.
+    /// request), then deletes what `removal` names. In check mode a project that does not exist
+    /// yet (one an earlier step would create) has no variables.
     pub fn set_variables(
         &self,
         project: &str,
         desired: &[Variable],
-        remove_unlisted: bool,
+        removal: &Removal,
         mode: Mode,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Outcome<VariableCounts>, ClientError> {
@@ -287,14 +300,19 @@ impl GitlabClient {
                 }
             }
         }
-        if remove_unlisted {
+        {
             for current in &existing {
                 let key = current["key"].as_str().unwrap_or("");
                 let scope = current["environment_scope"].as_str().unwrap_or("*");
-                if desired
+                let listed = desired
                     .iter()
-                    .any(|d| d.key == key && d.environment_scope == scope)
-                {
+                    .any(|d| d.key == key && d.environment_scope == scope);
+                let removed = match removal {
+                    Removal::Nothing => false,
+                    Removal::Unlisted => !listed,
+                    Removal::Named(names) => !listed && names.iter().any(|name| name == key),
+                };
+                if !removed {
                     continue;
                 }
                 if mode.writes() {
