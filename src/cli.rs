@@ -185,7 +185,8 @@ enum SimCommand {
         latency_ms: u64,
         /// The host folder every simulated node mounts at /var/local/shared, as phase 1's kind
         /// cluster mounts the repository's infra/data/shared/ (OpenBao's stable volume keeps
-        /// its data there) [default: infra/data/shared of the current folder]
+        /// its data there); a folder holding a real platform's data is refused [default:
+        /// node-shared in the state folder]
         #[arg(long, value_name = "DIR")]
         node_shared: Option<PathBuf>,
         /// The repository phase 3 runs in, where phase 2 would have left the wildcard
@@ -335,29 +336,38 @@ pub fn main() -> i32 {
     }
 }
 
-/// Runner options that take a value (`--only STEP`).
-const RUNNER_OPTIONS_WITH_VALUE: &[&str] = &[
-    "--only",
-    "--skip",
-    "--tags",
-    "--skip-tags",
-    "--from",
-    "--kube-context",
-];
-/// Runner options that are flags.
-const RUNNER_FLAGS: &[&str] = &[
-    "--check",
-    "--list",
-    "--resume",
-    "--json",
-    "--timings",
-    "--summary",
-    "--verbose",
-    "--quiet",
-    "-v",
-    "-vv",
-    "-q",
-];
+/// The options of the command that runs the scripts (`bprun`, `bprun run` or `bprun
+/// rehearse`), read from its clap definition so that every one of them, now and later, may also
+/// come after the script path: each spelling (`--diff`, `-v`) with whether it takes a value.
+fn runner_options(subcommand: Option<&str>) -> Vec<(String, bool)> {
+    let root = Cli::command();
+    let command = match subcommand {
+        Some(name @ ("run" | "rehearse")) => root.find_subcommand(name).cloned(),
+        _ => Some(root),
+    };
+    let mut options = Vec::new();
+    // clap's own --help and --version are not the runner's: after the path they are the
+    // script's (--help describes the script, see below).
+    let own = |arg: &&clap::Arg| !matches!(arg.get_id().as_str(), "help" | "version");
+    for arg in command
+        .iter()
+        .flat_map(|command| command.get_arguments())
+        .filter(own)
+    {
+        let takes_value = arg.get_action().takes_values();
+        if let Some(long) = arg.get_long() {
+            options.push((format!("--{long}"), takes_value));
+        }
+        if let Some(short) = arg.get_short() {
+            options.push((format!("-{short}"), takes_value));
+            // A counted flag repeated in one word (`-vv`).
+            if matches!(arg.get_action(), clap::ArgAction::Count) {
+                options.push((format!("-{short}{short}"), false));
+            }
+        }
+    }
+    options
+}
 
 /// The command line as clap should see it. Runner options may come after the script path as
 /// well as before it (`bprun scripts/phase3.rhai --app x --check` is a check run, never a real
@@ -385,6 +395,13 @@ fn normalize_command_line(mut words: Vec<String>) -> Vec<String> {
     if !runs_a_script {
         return words;
     }
+    let options = runner_options(subcommand);
+    let option = |name: &str| {
+        options
+            .iter()
+            .find(|(spelling, _)| spelling == name)
+            .map(|(_, takes_value)| *takes_value)
+    };
     let mut hoisted = Vec::new();
     let mut kept = Vec::new();
     let mut index = script + 1;
@@ -397,9 +414,9 @@ fn normalize_command_line(mut words: Vec<String>) -> Vec<String> {
             } else {
                 kept.push(word.clone());
             }
-        } else if RUNNER_FLAGS.contains(&word.as_str()) {
+        } else if option(word) == Some(false) {
             hoisted.push(word.clone());
-        } else if RUNNER_OPTIONS_WITH_VALUE.contains(&name) {
+        } else if option(name) == Some(true) {
             hoisted.push(word.clone());
             if !word.contains('=')
                 && let Some(value) = words.get(index + 1).filter(|_| index + 1 < end)
@@ -783,6 +800,42 @@ mod tests {
             normalize_command_line(words("bprun s.rhai --version v2")),
             words("bprun s.rhai -- --version v2")
         );
+    }
+
+    #[test]
+    fn every_runner_option_may_come_after_the_script_path() {
+        // One rule for all of them, read from the definition: the same run either way.
+        for subcommand in [None, Some("run"), Some("rehearse")] {
+            let prefix = match subcommand {
+                Some(name) => format!("bprun {name}"),
+                None => "bprun".to_string(),
+            };
+            let options = super::runner_options(subcommand);
+            assert!(options.iter().any(|(name, _)| name == "--diff"));
+            for (option, takes_value) in options {
+                let given = if takes_value {
+                    format!("{option} V")
+                } else {
+                    option.clone()
+                };
+                assert_eq!(
+                    normalize_command_line(words(&format!("{prefix} s.rhai --app x {given}"))),
+                    words(&format!("{prefix} {given} s.rhai -- --app x")),
+                    "{prefix}: {option}"
+                );
+            }
+        }
+        let rehearse = super::runner_options(Some("rehearse"));
+        for option in [
+            "--state",
+            "--platform",
+            "--no-runner",
+            "--check",
+            "--json",
+            "-vv",
+        ] {
+            assert!(rehearse.iter().any(|(name, _)| name == option), "{option}");
+        }
     }
 
     #[test]

@@ -484,10 +484,54 @@ fn helm_releases(work: &Path) -> String {
     }
 }
 
+/// Marks a folder as a rehearsal's node data, so that a later `--node-shared` can tell it from
+/// a real platform's.
+const REHEARSAL_MARKER: &str = ".bprun-rehearsal";
+
+/// `folder`, made ready for a rehearsal's nodes: created when missing, and marked. A folder
+/// that holds data no rehearsal wrote (phase 1's `infra/data/shared` of a real kind platform,
+/// with OpenBao's raft storage and PostgreSQL's files) is refused: a rehearsal would write its
+/// own OpenBao and databases over them. Hidden files alone (a `.gitkeep`) are no data.
+fn rehearsal_folder(folder: &Path) -> Result<PathBuf, Error> {
+    if folder.join(REHEARSAL_MARKER).exists() {
+        return Ok(folder.to_path_buf());
+    }
+    let data: Vec<String> = match std::fs::read_dir(folder) {
+        Ok(entries) => entries
+            .filter_map(Result::ok)
+            .map(|entry| entry.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with('.'))
+            .collect(),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(Error::io("read the node folder", folder, error)),
+    };
+    if let Some(first) = data.iter().min() {
+        return Err(Error::usage(
+            format!(
+                "--node-shared {}: it holds data no rehearsal wrote ({first}{}), such as a real platform's",
+                folder.display(),
+                if data.len() > 1 { ", ..." } else { "" }
+            ),
+            Some(
+                "give an empty folder, or leave --node-shared out: the rehearsal keeps its nodes' data in its state folder"
+                    .into(),
+            ),
+        ));
+    }
+    std::fs::create_dir_all(folder)
+        .map_err(|error| Error::io("create the node folder", folder, error))?;
+    std::fs::write(
+        folder.join(REHEARSAL_MARKER),
+        "bprun's rehearsal nodes keep their data here (bprun sim all, bprun rehearse)\n",
+    )
+    .map_err(|error| Error::io("mark the node folder", folder, error))?;
+    Ok(folder.to_path_buf())
+}
+
 /// `bprun sim all [--state DIR] [--node-shared DIR] [--repository DIR]`: serves the platform
-/// and prints its environment. The nodes mount `node_shared` (default: the current folder's
-/// `infra/data/shared`, the repository phase 2 runs in) at `/var/local/shared`; the seeded
-/// gateway serves the wildcard certificate of `repository`'s `infra/tls/wildcard/`.
+/// and prints its environment. The nodes mount `node_shared` (default: `node-shared` in the
+/// state folder; a folder with a real platform's data is refused) at `/var/local/shared`; the
+/// seeded gateway serves the wildcard certificate of `repository`'s `infra/tls/wildcard/`.
 pub fn sim_all(
     state: Option<PathBuf>,
     pipeline_seconds: f64,
@@ -498,6 +542,13 @@ pub fn sim_all(
     play_jobs: bool,
 ) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+    // Before anything starts: a folder with a real platform's data is refused untouched.
+    let asked_node_shared = match node_shared {
+        Some(asked) => Some(rehearsal_folder(&std::path::absolute(&asked).map_err(
+            |error| usage(format!("bprun sim all: --node-shared: {error}")),
+        )?)?),
+        None => None,
+    };
     ensure_tools(&root)?;
     let state = state_dir(state.or_else(|| Some(root.join(".bprun/sim"))), "sim")?;
     let mut prepared = platform::prepare(&root, &state.path, pipeline_seconds)
@@ -505,10 +556,10 @@ pub fn sim_all(
     prepared.bare = bare;
     prepared.gitlab_latency_ms = gitlab_latency_ms;
     prepared.play_jobs = play_jobs;
-    prepared.node_shared = Some(
-        std::path::absolute(node_shared.unwrap_or_else(|| root.join(NODE_SHARED)))
-            .map_err(|error| usage(format!("bprun sim all: --node-shared: {error}")))?,
-    );
+    prepared.node_shared = Some(match asked_node_shared {
+        Some(folder) => folder,
+        None => rehearsal_folder(&state.path.join("node-shared"))?,
+    });
     prepared.repository = Some(
         std::path::absolute(repository.unwrap_or_else(|| root.clone()))
             .map_err(|error| usage(format!("bprun sim all: --repository: {error}")))?,

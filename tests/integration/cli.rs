@@ -679,3 +679,57 @@ fn a_failing_installer_stops_the_main_job_before_the_platform_starts() {
         ",
     );
 }
+
+#[test]
+fn sim_all_refuses_a_node_folder_holding_a_real_platforms_data_and_touches_nothing() {
+    // Phase 1's kind nodes mount infra/data/shared; once a real platform ran, it holds
+    // OpenBao's raft storage and PostgreSQL's files. A rehearsal there would write over them.
+    let test = crate::support::repo()
+        .file("infra/data/shared/.gitkeep", "")
+        .file("infra/data/shared/openbao/raft/raft.db", "raft")
+        .file("infra/data/shared/postgres/PG_VERSION", "15\n");
+    let root = test.path().display().to_string();
+    test.run(&["sim", "all", "--node-shared", "infra/data/shared"])
+        .replace(&root, "<repo>")
+        .expect(
+            2,
+            "",
+            "
+            error: --node-shared <repo>/infra/data/shared: it holds data no rehearsal wrote (openbao, ...), such as a real platform's
+              hint: give an empty folder, or leave --node-shared out: the rehearsal keeps its nodes' data in its state folder
+            ",
+        );
+    assert!(
+        !test.join("infra/data/shared/.bprun-rehearsal").exists() && !test.join(".bprun").exists(),
+        "nothing written"
+    );
+}
+
+#[test]
+fn runner_options_after_the_script_path_are_the_runners() {
+    // `--check --diff` after the path: a check run that shows how, never a real run.
+    let test = crate::support::repo().file(
+        "s.rhai",
+        "let args = params(#{name: #{type: \"string\", default_value: \"a\", help: \"The file name\"}});\nstep(\"Write\", || write_text(`${args.name}.txt`, \"hello\\n\"));\n",
+    );
+    test.run(&["s.rhai", "--name", "b", "--check", "--diff"])
+        .expect(
+            0,
+            &with_recaps(
+                "
+                check mode: nothing will be changed
+                [1/1] Write ...
+                    ~ would create file b.txt
+                      --- /dev/null
+                      +++ b/b.txt
+                      @@ -0,0 +1 @@
+                      +hello
+                [1/1] Write ... changed (#.## s)
+
+                <recap of s.rhai (check mode): Write: changed 1>
+                ",
+            ),
+            "",
+        );
+    assert!(!test.join("b.txt").exists(), "check mode wrote nothing");
+}

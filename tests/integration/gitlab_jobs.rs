@@ -1090,6 +1090,37 @@ check mode: nothing will be changed
 }
 
 #[test]
+fn helm_4_deploys_under_the_deployer_role_as_helm_3_does() {
+    // The deployer role was derived from what helm 3 calls; helm 4 (its jobs' image
+    // alpine/helm:4.*) deploys the guestbook with the same token and role.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    guestbook_with_ci_common(&sim, &|text| {
+        text.replace("image: alpine/helm:3.16.4", "image: alpine/helm:4.1.4")
+            .replace(
+                "    - helm upgrade --install \"$HELM_RELEASE\"",
+                "    - helm version --short\n    - helm upgrade --install \"$HELM_RELEASE\"",
+            )
+    })
+    .success();
+    let (status, jobs) = finished_pipeline(&sim, "blueprint-apps%2Fguestbook");
+    let deploy = jobs
+        .iter()
+        .find(|(name, _, _)| name == "deploy")
+        .expect("deploy");
+    let version = deploy
+        .2
+        .lines()
+        .skip_while(|line| *line != "$ helm version --short")
+        .nth(1);
+    assert_eq!(
+        (status.as_str(), deploy.1.as_str(), version),
+        ("success", "success", Some("v4.1.4+g05fa379")),
+        "{}",
+        deploy.2
+    );
+}
+
+#[test]
 fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
     // The in-cluster registry (gitlab-registry.gitlab.svc:5000) speaks plain HTTP: kaniko's
     // client, asked for HTTPS (no --insecure), fails as go-containerregistry does.
