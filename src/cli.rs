@@ -63,6 +63,10 @@ struct RunArgs {
     /// OpenBao keys by name (with --check: what would change, and how)
     #[arg(long)]
     diff: bool,
+    /// With --check: exit 5 (changes-pending) when a run would change something, 0 when
+    /// nothing (for a scheduled drift check)
+    #[arg(long, requires = "check")]
+    detailed_exitcode: bool,
     /// Print where the last run stopped and the next steps, from the journal, and exit
     #[arg(long, conflicts_with = "timings")]
     summary: bool,
@@ -298,6 +302,7 @@ impl RunArgs {
                 resume: self.resume,
                 json: self.json,
                 diff: self.diff,
+                detailed_exitcode: self.detailed_exitcode,
                 verbosity,
                 kube_context: self.kube_context,
             },

@@ -20,16 +20,20 @@ pub enum ExitCode {
     Io,
     /// Ctrl-C or SIGTERM stopped the run.
     Interrupted,
+    /// `--check --detailed-exitcode`: every step ran, and a run would change something (as
+    /// `terraform plan -detailed-exitcode`'s 2; bprun's 2 is a usage error).
+    ChangesPending,
 }
 
 impl ExitCode {
-    pub const ALL: [ExitCode; 6] = [
+    pub const ALL: [ExitCode; 7] = [
         ExitCode::Success,
         ExitCode::StepFailed,
         ExitCode::Usage,
         ExitCode::ScriptError,
         ExitCode::Io,
         ExitCode::Interrupted,
+        ExitCode::ChangesPending,
     ];
 
     pub fn code(self) -> i32 {
@@ -39,6 +43,7 @@ impl ExitCode {
             ExitCode::Usage => 2,
             ExitCode::ScriptError => 3,
             ExitCode::Io => 4,
+            ExitCode::ChangesPending => 5,
             ExitCode::Interrupted => 130,
         }
     }
@@ -51,6 +56,7 @@ impl ExitCode {
             ExitCode::ScriptError => "script-error",
             ExitCode::Io => "io-error",
             ExitCode::Interrupted => "interrupted",
+            ExitCode::ChangesPending => "changes-pending",
         }
     }
 
@@ -64,6 +70,9 @@ impl ExitCode {
             }
             ExitCode::Io => "a file bprun needs could not be read or written",
             ExitCode::Interrupted => "stopped by Ctrl-C or SIGTERM; the journal is consistent",
+            ExitCode::ChangesPending => {
+                "with --check --detailed-exitcode: no step failed, and a run would change something"
+            }
         }
     }
 }

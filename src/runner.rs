@@ -37,6 +37,8 @@ pub struct RunOptions {
     pub json: bool,
     /// `--diff`: natives show how each change changes its resource.
     pub diff: bool,
+    /// `--detailed-exitcode` (with `--check`): exit 5 when a run would change something.
+    pub detailed_exitcode: bool,
     pub verbosity: i8,
     /// The kubeconfig context the Kubernetes natives use (None: the current one).
     pub kube_context: Option<String>,
@@ -905,7 +907,14 @@ fn run_steps(
     }
     session.state.set_phase(Phase::Planning);
     let duration = run_started.elapsed();
-    let code = stop.unwrap_or(ExitCode::Success);
+    let pending = options.check
+        && options.detailed_exitcode
+        && records.iter().any(|record| record.changes > 0);
+    let code = stop.unwrap_or(if pending {
+        ExitCode::ChangesPending
+    } else {
+        ExitCode::Success
+    });
     if reporter.format() == Format::Human {
         reporter.line("");
         // A script of check rows only (a qualification report) ends with their table alone.

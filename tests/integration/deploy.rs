@@ -132,6 +132,49 @@ fn ci_template_runs_a_phase_per_context_and_keeps_events_and_journal() {
 }
 
 #[test]
+fn ci_template_checks_for_drift_on_a_schedule_only_and_warns_on_exit_5() {
+    let text = std::fs::read_to_string(deploy().join("gitlab-ci.yml")).expect("template");
+    let ci: Value = serde_norway::from_str(&text).expect("YAML");
+    let drift = &ci["bprun:drift"];
+    let run = strings(&drift["script"])
+        .into_iter()
+        .find(|line| line.contains("$BPRUN_PHASE"))
+        .expect("a line checking the phase");
+    assert_eq!(
+        run,
+        "bprun --check --detailed-exitcode --json --kube-context \"$KUBE_CONTEXT\" \"$BPRUN_PHASE\" > bprun-drift.jsonl"
+    );
+    assert_eq!(
+        serde_json::to_value(&drift["rules"]).expect("rules"),
+        serde_json::json!([{"if": "$CI_PIPELINE_SOURCE == \"schedule\""}])
+    );
+    assert_eq!(
+        serde_json::to_value(&drift["allow_failure"]).expect("allow_failure"),
+        serde_json::json!({"exit_codes": [bprun::error::ExitCode::ChangesPending.code()]})
+    );
+    // The deploying job stays out of scheduled pipelines: a schedule checks, never applies.
+    let rules = ci["bprun:phase3"]["rules"].as_sequence().expect("rules");
+    assert!(rules.iter().any(|rule| rule["if"].as_str()
+        == Some("$CI_PIPELINE_SOURCE == \"schedule\"")
+        && rule["when"].as_str() == Some("never")));
+    // bprun accepts the command line (`--list` reads it all and contacts nothing).
+    let test = BPRUN.test_in_repository_copy();
+    let root = test.path().to_path_buf();
+    let test = test.env("BPRUN_ROOT", &root);
+    test.run(&[
+        "--list",
+        "--check",
+        "--detailed-exitcode",
+        "--json",
+        "--kube-context",
+        "staging",
+        "scripts/phase3.rhai",
+    ])
+    .replace_regex(r#""ts":"[^"]+""#, r#""ts":"<time>""#)
+    .expect(0, PHASE3_PLAN, "");
+}
+
+#[test]
 fn manifests_apply_to_the_kubernetes_simulator_dry_run_then_for_real() {
     let sim = BPRUN.sim(SimKind::Kube, &[]);
     // The platform's namespace the Role lives in exists before bprun is deployed.

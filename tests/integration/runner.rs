@@ -975,3 +975,68 @@ step("Web", #{tags: ["web"]}, || { info("web"); });
         ",
         );
 }
+
+#[test]
+fn a_detailed_check_exits_5_when_a_run_would_change_something_and_0_when_nothing() {
+    let test = repo().script(THREE_STEPS);
+    let check = |test: &crate::support::Test| {
+        test.run(&["-q", "--check", "--detailed-exitcode", "scripts/test.rhai"])
+    };
+    check(&test).expect(
+        5,
+        &with_recaps(
+            "
+        check mode: nothing will be changed
+        [1/3] Write config ... changed (#.## s)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        <recap of scripts/test.rhai (check mode): Write config: changed 1; Say hello: ok; Maybe fail: ok>
+        ",
+        ),
+        "",
+    );
+    assert!(
+        !test.join("out/config.txt").exists(),
+        "a check writes nothing"
+    );
+    test.run(&["-q", "scripts/test.rhai"]).success();
+    check(&test).expect(
+        0,
+        &with_recaps(
+            "
+        check mode: nothing will be changed
+        [1/3] Write config ... ok (#.## s)
+        [2/3] Say hello ... ok (#.## s)
+        [3/3] Maybe fail ... ok (#.## s)
+
+        <recap of scripts/test.rhai (check mode): Write config: ok; Say hello: ok; Maybe fail: ok>
+        ",
+        ),
+        "",
+    );
+    // A failed step is a failure, whatever else would change.
+    test.write("out/config.txt", "v0\n");
+    test.run(&[
+        "-q",
+        "--check",
+        "--detailed-exitcode",
+        "scripts/test.rhai",
+        "--fail",
+    ])
+    .code(1);
+    // Only a check has such an exit code.
+    test.run(&["--detailed-exitcode", "scripts/test.rhai"])
+        .expect(
+            2,
+            "",
+            "
+            error: the following required arguments were not provided:
+              --check
+
+            Usage: bprun --check --detailed-exitcode <SCRIPT> [SCRIPT_ARGS]...
+
+            For more information, try '--help'.
+            ",
+        );
+}
