@@ -22,6 +22,10 @@ const NOT_COPIED: &[&str] = &[
     NODE_SHARED,
 ];
 
+/// What phases 2 and 3 write into the repository (gitignored): a kept rehearsal keeps the
+/// copy's, which belong to its platform, rather than the checkout's.
+const WRITTEN_BY_THE_SCRIPTS: &[&str] = &["infra/secrets", "infra/tls"];
+
 /// The repository folder phase 1's kind cluster mounts at `/var/local/shared` on every node.
 const NODE_SHARED: &str = "infra/data/shared";
 
@@ -181,11 +185,9 @@ fn state_dir(given: Option<PathBuf>, purpose: &str) -> Result<StateDir, Error> {
 }
 
 /// Copies the repository at `root` into `destination` (rsync -a --delete semantics).
-fn copy_repository(root: &Path, destination: &Path, also_skip: Option<&Path>) -> Result<(), Error> {
+fn copy_repository(root: &Path, destination: &Path, also_skip: &[&Path]) -> Result<(), Error> {
     let mut exclude: Vec<String> = NOT_COPIED.iter().map(|s| s.to_string()).collect();
-    if let Some(inside) = also_skip {
-        exclude.push(inside.display().to_string());
-    }
+    exclude.extend(also_skip.iter().map(|path| path.display().to_string()));
     bprun_clients::tree::sync_tree(root, destination, &exclude, false).map_err(|error| {
         usage(format!(
             "copying the repository for the rehearsal: {}",
@@ -322,11 +324,22 @@ pub fn rehearse(
     let state_inside = std::path::absolute(&state.path)
         .ok()
         .and_then(|path| path.strip_prefix(&root).ok().map(Path::to_path_buf));
-    copy_repository(&root, &work, state_inside.as_deref())?;
-    // The simulated cluster starts fresh, so do its nodes' volumes (a kept --state folder may
-    // hold an earlier rehearsal's).
+    // A --state folder that holds a platform keeps it: the cluster, its nodes' volumes, and
+    // what the scripts wrote into the copy (phase 2's secrets and certificates, the journal,
+    // the working trees) stay, while the checkout's files are copied over as they are now.
+    let kept = state
+        .path
+        .join("platform")
+        .join(platform::KUBE_STORE)
+        .is_file();
+    let mut skipped: Vec<&Path> = state_inside.iter().map(PathBuf::as_path).collect();
+    if kept {
+        skipped.extend(WRITTEN_BY_THE_SCRIPTS.iter().map(Path::new));
+    }
+    copy_repository(&root, &work, &skipped)?;
     let node_shared = work.join(NODE_SHARED);
-    if node_shared.exists() {
+    if !kept && node_shared.exists() {
+        // A new platform starts with empty volumes.
         std::fs::remove_dir_all(&node_shared)
             .map_err(|error| Error::io("empty the rehearsal's node folder", &node_shared, error))?;
     }

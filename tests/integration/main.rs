@@ -10,6 +10,7 @@ mod charts;
 mod cli;
 mod deploy;
 mod diagnostics;
+mod day_two;
 mod diff;
 mod gitlab;
 mod gitlab_ci;

@@ -243,12 +243,84 @@ pub struct Platform {
     bao: Bao,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     env: Vec<(&'static str, String)>,
+    /// What keeps the platform in its state folder.
+    keeper: Option<Keeper>,
+}
+
+/// The store file of the cluster a state folder keeps (`kube::persist`).
+pub const KUBE_STORE: &str = "kube-store.json";
+/// The images pushed to the platform's registry (kaniko's), kept beside it.
+const PUSHED_IMAGES: &str = "registry-images.json";
+
+/// Saves what a kept platform is: the cluster's store and the registry's images.
+#[derive(Clone)]
+struct Keeper {
+    store_file: PathBuf,
+    pushed_file: PathBuf,
+    kind: &'static str,
+    images: crate::images::PlatformRegistry,
+}
+
+impl Keeper {
+    /// What changes when something worth keeping does: the store's resourceVersion, the
+    /// tokens issued, the images pushed.
+    fn progress(&self, sim: &crate::kube::KubeSim) -> (u64, usize, usize) {
+        let tokens = sim
+            .service_account_tokens
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        let pushed = self
+            .images
+            .pushed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len();
+        (crate::kube::persist::version(sim), tokens, pushed)
+    }
+
+    fn save(&self, sim: &crate::kube::KubeSim) -> Result<(), String> {
+        crate::kube::persist::save(sim, self.kind, &self.store_file)?;
+        let pushed: Vec<String> = self
+            .images
+            .pushed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .cloned()
+            .collect();
+        let text = serde_json::to_vec(&pushed).map_err(|error| error.to_string())?;
+        bprun_clients::fs::write_private(&self.pushed_file, &text)
+            .map_err(|error| format!("cannot write {}: {error}", self.pushed_file.display()))
+    }
+}
+
+/// The images a kept platform's registry held.
+fn restore_pushed(images: &crate::images::PlatformRegistry, file: &Path) -> Result<(), String> {
+    let text = match std::fs::read(file) {
+        Ok(text) => text,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(error) => return Err(format!("cannot read {}: {error}", file.display())),
+    };
+    let pushed: Vec<String> = serde_json::from_slice(&text)
+        .map_err(|error| format!("{} is not a list of images: {error}", file.display()))?;
+    images
+        .pushed
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .extend(pushed);
+    Ok(())
 }
 
 impl Drop for Platform {
     fn drop(&mut self) {
         for task in &self.tasks {
             task.abort();
+        }
+        if let Some(keeper) = &self.keeper
+            && let Err(message) = keeper.save(&self.kube.sim)
+        {
+            eprintln!("warning: the platform's state was not saved: {message}");
         }
         crate::sandbox::stop_running_jobs();
         if let Some(folder) = &self.gitlab.temporary_repos {
@@ -398,11 +470,22 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         .clone()
         .map(crate::kube::programs::node::NodeMounts::shared)
         .unwrap_or_default();
+    // The nodes' folders and the cluster's store live in the state folder: a platform started
+    // again on it is the one it was, as a kind cluster after `docker restart`.
     let kube_sim = Arc::new(crate::kube::KubeSim::with_programs(
         prepared.kube_token.clone(),
         crate::kube::builtin_exec(Some(minter)),
-        crate::kube::programs::Programs::standard_on(node),
+        crate::kube::programs::Programs::standard_with_nodes(
+            node,
+            prepared.state_dir.join("nodes"),
+        ),
     ));
+    let store_file = prepared.state_dir.join(KUBE_STORE);
+    let platform_kind = if prepared.bare { "bare" } else { "phase2" };
+    let restored = crate::kube::persist::restore(&kube_sim, platform_kind, &store_file)?;
+    if restored {
+        restore_pushed(&image_store, &prepared.state_dir.join(PUSHED_IMAGES))?;
+    }
     kube_sim.cluster().images.registry = Some(image_store.clone());
     // CI jobs run in pods of the runner's namespace, wired to this cluster's network.
     let world: std::sync::Weak<dyn crate::kube::programs::World> = Arc::downgrade(&kube_sim) as _;
@@ -412,7 +495,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         ));
     // The network as on a kind cluster: nodes pull through their own /etc/hosts and
     // containerd's certs.d, CI job pods dial the registry through the cluster's DNS.
-    let nodes_dir = kube_sim.programs.state_dir.join("nodes");
+    let nodes_dir = kube_sim.programs.nodes.clone();
     kube_sim.cluster().images.nodes = Some(nodes_dir.clone());
     let weak = Arc::downgrade(&kube_sim);
     let dial: crate::images::PodDial = Arc::new(move |name: &str, port: u16| {
@@ -434,7 +517,9 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         .clone()
         .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
     if prepared.bare {
-        crate::kube::seed_bare(&kube_sim)?;
+        if !restored {
+            crate::kube::seed_bare(&kube_sim)?;
+        }
         // Phase 2 installs GitLab: GITLAB_URL is the Gateway, which serves GitLab only while a
         // webservice pod is Ready; the webservice pods' ports forward to GitLab itself, and the
         // runner pods verify their token and poll for jobs there.
@@ -464,17 +549,23 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             gitlab.clone(),
         )));
         // A kind cluster's nodes and CoreDNS, its Corefile with phase 2's rewrite.
-        crate::kube::seed_kind(&kube_sim, &crate::kube::phase2_corefile())?;
-        crate::kube::seed_platform(
-            &kube_sim,
-            &crate::kube::PlatformTargets {
-                openbao: Some(prepared.bao_addr),
-                registry: Some(registry_addr),
-                // The wildcard certificate phase 2 would have left in the repository the
-                // scripts run in (infra/tls/wildcard/).
-                gateway: crate::kube::seed_gateway::objects(&repository)?,
-            },
-        )?;
+        if !restored {
+            crate::kube::seed_kind(&kube_sim, &crate::kube::phase2_corefile())?;
+        }
+        // A kept platform's objects are as it left them (the forwards to OpenBao and the
+        // registry name the ports platform.json keeps).
+        if !restored {
+            crate::kube::seed_platform(
+                &kube_sim,
+                &crate::kube::PlatformTargets {
+                    openbao: Some(prepared.bao_addr),
+                    registry: Some(registry_addr),
+                    // The wildcard certificate phase 2 would have left in the repository the
+                    // scripts run in (infra/tls/wildcard/).
+                    gateway: crate::kube::seed_gateway::objects(&repository)?,
+                },
+            )?;
+        }
     }
     let identity = crate::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
     let kube = crate::kube::start_with(prepared.kube, kube_sim, identity)?;
@@ -482,6 +573,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     std::fs::write(prepared.state_dir.join("kube-ca.pem"), &kube.ca_pem)
         .map_err(|error| format!("cannot write the CA file: {error}"))?;
     let prepared_bare = prepared.bare;
+    let platform_state = prepared.state_dir.clone();
     let mut platform = Platform {
         gitlab,
         gitlab_url: prepared.gitlab_url,
@@ -492,13 +584,41 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         bao,
         tasks: Vec::new(),
         env,
+        keeper: None,
     };
     platform.tasks.append(&mut tasks);
     platform.wait_ready()?;
     if !prepared_bare {
         wait_seeded_gateway(&platform.kube.sim)?;
-        crate::kube::seed_gateway::node_network(&platform.kube.sim, &nodes_dir, &repository)?;
+        if !restored {
+            crate::kube::seed_gateway::node_network(&platform.kube.sim, &nodes_dir, &repository)?;
+        }
     }
+    // Kept: the store after writes, at most once a second, and when the platform stops.
+    platform.keeper = Some(Keeper {
+        store_file,
+        pushed_file: platform_state.join(PUSHED_IMAGES),
+        kind: platform_kind,
+        images: image_store,
+    });
+    let sim = platform.kube.sim.clone();
+    let keeper = platform.keeper.clone();
+    platform.tasks.push(runtime.spawn(async move {
+        let mut saved = (0, usize::MAX, usize::MAX);
+        loop {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            if let Some(keeper) = &keeper {
+                let now = keeper.progress(&sim);
+                if now != saved {
+                    let (sim, keeper) = (sim.clone(), keeper.clone());
+                    if let Ok(Ok(())) = tokio::task::spawn_blocking(move || keeper.save(&sim)).await
+                    {
+                        saved = now;
+                    }
+                }
+            }
+        }
+    }));
     Ok(platform)
 }
 

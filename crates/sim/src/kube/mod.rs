@@ -20,6 +20,7 @@ pub mod kubelet;
 pub mod listeners;
 pub mod merge;
 pub mod object_data;
+pub mod persist;
 pub mod programs;
 pub mod protobuf;
 pub mod pulls;

@@ -26,7 +26,7 @@ pub struct KubeSim {
     /// What runs in the containers of known images (`programs`).
     pub programs: Programs,
     /// Tokens the TokenRequest API issued: token -> its ServiceAccount and expiry.
-    service_account_tokens: Mutex<std::collections::HashMap<String, IssuedToken>>,
+    pub service_account_tokens: Mutex<std::collections::HashMap<String, IssuedToken>>,
     /// Seconds the API server's clock is ahead of the machine's (`PUT /-/sim/clock`): the clock
     /// tokens are issued and checked by and its `Date` header tells, so a test can let them expire.
     clock_seconds: std::sync::atomic::AtomicI64,
@@ -34,12 +34,12 @@ pub struct KubeSim {
 
 /// A ServiceAccount token the TokenRequest API issued.
 #[derive(Debug, Clone)]
-struct IssuedToken {
-    namespace: String,
-    name: String,
+pub struct IssuedToken {
+    pub namespace: String,
+    pub(crate) name: String,
     /// The account's uid: a token outlives neither its account nor a new one of the same name.
-    uid: String,
-    expires: std::time::SystemTime,
+    pub(crate) uid: String,
+    pub(crate) expires: std::time::SystemTime,
 }
 
 impl KubeSim {

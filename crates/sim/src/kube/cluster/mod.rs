@@ -320,6 +320,89 @@ impl Cluster {
     }
 
     /// Every object of a store key (controllers' view).
+    /// What etcd would keep of the store: every object by its store key, the last
+    /// resourceVersion and the next Service IP (see `kube::persist`).
+    pub fn export(&self) -> (u64, u32, BTreeMap<String, Vec<Value>>) {
+        let objects = self
+            .objects
+            .iter()
+            .map(|(key, objects)| (key.clone(), objects.values().cloned().collect()))
+            .collect();
+        (self.resource_version, self.next_ip, objects)
+    }
+
+    /// The store as `export` left it: its objects, resourceVersion and Service IPs go on from
+    /// there, the custom resources of its CRDs are served again. Watches are not kept: a
+    /// client's watch from an older resourceVersion is answered as after an API server restart.
+    pub fn import(
+        &mut self,
+        resource_version: u64,
+        next_ip: u32,
+        objects: BTreeMap<String, Vec<Value>>,
+    ) {
+        self.objects = objects
+            .into_iter()
+            .map(|(key, objects)| {
+                let keyed = objects
+                    .into_iter()
+                    .map(|object| {
+                        let metadata = &object["metadata"];
+                        let namespace = metadata["namespace"].as_str().unwrap_or("").to_string();
+                        let name = metadata["name"].as_str().unwrap_or("").to_string();
+                        ((namespace, name), object)
+                    })
+                    .collect();
+                (key, keyed)
+            })
+            .collect();
+        self.resource_version = self.resource_version.max(resource_version);
+        self.next_ip = self.next_ip.max(next_ip);
+        self.history.clear();
+        let crds: Vec<Value> = self
+            .objects
+            .values()
+            .flat_map(|objects| objects.values())
+            .filter(|object| object["kind"] == "CustomResourceDefinition")
+            .cloned()
+            .collect();
+        for crd in &crds {
+            if let Ok(served) = resources::from_crd(crd) {
+                self.resources.extend(served);
+            }
+        }
+    }
+
+    /// The pods of a node that restarted (a kind node after `docker restart`): every pod that
+    /// had not ended is Pending again with its containers to be created, so the kubelet starts
+    /// them anew and they turn Ready only when their probes pass again. Their workloads count
+    /// them unready meanwhile.
+    pub fn restart_pods(&mut self, now: &str) {
+        for pod in self.all("pods") {
+            let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+            if matches!(phase, "Succeeded" | "Failed")
+                || pod["metadata"]["deletionTimestamp"].is_string()
+            {
+                continue;
+            }
+            let mut restarted = pod.clone();
+            restarted["status"] = json!({
+                "phase": "Pending", "qosClass": "BestEffort",
+                "hostIP": pod["status"]["hostIP"], "startTime": now,
+                "conditions": [
+                    {"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+                    {"type": "ContainersReady", "status": "False", "lastTransitionTime": now},
+                    {"type": "Ready", "status": "False", "lastTransitionTime": now}
+                ]
+            });
+            let namespace = pod["metadata"]["namespace"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            let name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+            self.commit("pods", &namespace, &name, Some(restarted));
+        }
+    }
+
     pub fn all(&self, store_key: &str) -> Vec<Value> {
         self.objects
             .get(store_key)

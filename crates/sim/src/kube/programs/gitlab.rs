@@ -676,8 +676,24 @@ pub enum Verification {
 /// authentication token verifies it), in GitLab Runner 17's words; `Err` with the whole log when
 /// it panics (the container exits).
 pub fn register_log(url: &str, token: &str, verification: &Verification) -> Result<String, String> {
+    register_attempt_log(1, url, token, verification)
+}
+
+/// The chart's entrypoint tries `gitlab-runner register` this many times, 5 s apart
+/// (`register-the-runner`), before the container exits.
+const REGISTER_ATTEMPTS: u32 = 30;
+/// The pause between two attempts: the chart's 5 s, shortened as probe periods are.
+const REGISTER_RETRY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Attempt `attempt` of the chart's registration loop, as [`register_log`] logs the first.
+fn register_attempt_log(
+    attempt: u32,
+    url: &str,
+    token: &str,
+    verification: &Verification,
+) -> Result<String, String> {
     let short = short_token(token);
-    let mut log = String::from("Registration attempt 1 of 30\n");
+    let mut log = format!("Registration attempt {attempt} of {REGISTER_ATTEMPTS}\n");
     log.push_str(&runner_line(
         "Runtime platform",
         "arch=amd64 os=linux pid=16 revision=374d34fd version=17.6.0",
@@ -742,8 +758,8 @@ fn runner_request(path: &str, token: &str) -> SimRequest {
 pub struct Runner {
     /// pod uid -> its job polling.
     polls: Mutex<BTreeMap<String, Task>>,
-    /// pod uid -> its log.
-    logs: Mutex<BTreeMap<String, String>>,
+    /// pod uid -> its log (the registration loop appends to it).
+    logs: Arc<Mutex<BTreeMap<String, String>>>,
 }
 
 impl Program for Runner {
@@ -801,11 +817,52 @@ impl Program for Runner {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .insert(call.pod_uid.clone(), log);
-        result?;
+        // A GitLab that does not answer yet (its pods still starting, as after a node restart)
+        // is tried again by the chart's loop; a token it refuses ends the container at once.
+        let unreachable = matches!(verification, Verification::Unreachable(_));
+        if !unreachable {
+            result?;
+        }
         let gitlab = attached.gitlab.clone();
         let healthy = attached.healthy.clone();
         let interval = attached.poll_interval;
+        let (logs, uid) = (self.logs.clone(), call.pod_uid.clone());
         let poll = bprun_clients::runtime::runtime().spawn(async move {
+            let mut attempt = 1;
+            while unreachable {
+                if attempt == REGISTER_ATTEMPTS {
+                    // The chart's loop exits here (not modelled: the container's restart).
+                    return;
+                }
+                tokio::time::sleep(REGISTER_RETRY).await;
+                attempt += 1;
+                let verification = if healthy() {
+                    let (gitlab, token) = (gitlab.clone(), token.clone());
+                    let answer = tokio::task::spawn_blocking(move || {
+                        gitlab.handle(runner_request("/api/v4/runners/verify", &token))
+                    })
+                    .await;
+                    match answer.map(|answer| answer.status) {
+                        Ok(200 | 201) => Verification::Valid,
+                        _ => Verification::Forbidden,
+                    }
+                } else {
+                    Verification::Unreachable(format!(
+                        "dial tcp {}: connect: connection refused",
+                        host_port(&url)
+                    ))
+                };
+                let (Ok(log) | Err(log)) =
+                    register_attempt_log(attempt, &url, &token, &verification);
+                if let Some(kept) = logs.lock().unwrap_or_else(|p| p.into_inner()).get_mut(&uid) {
+                    kept.push_str(&log);
+                }
+                match verification {
+                    Verification::Valid => break,
+                    Verification::Forbidden => return,
+                    Verification::Unreachable(_) => {}
+                }
+            }
             loop {
                 if healthy() {
                     let gitlab = gitlab.clone();

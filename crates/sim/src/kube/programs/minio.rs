@@ -32,7 +32,14 @@ pub struct Endpoint {
     pub release: String,
     pub user: String,
     pub password: String,
+    /// Where the server keeps its buckets, as MinIO does (a folder per bucket in its data
+    /// volume, the chart's `mountPath` /export), when that volume is backed by a host folder:
+    /// a kept platform's buckets outlive the server. None: kept in memory.
+    pub data: Option<std::path::PathBuf>,
 }
+
+/// The chart's `mountPath`, where the server keeps its data.
+const DATA_MOUNT_PATH: &str = "/export";
 
 /// Buckets per release, aliases per pod.
 #[derive(Default)]
@@ -44,6 +51,73 @@ pub struct Stores {
 }
 
 impl Stores {
+    /// The server's buckets with their creation times: the folders of its data volume (MinIO's
+    /// own `.minio.sys` is not one), else those kept in memory.
+    fn listed(&self, endpoint: &Endpoint) -> BTreeMap<String, String> {
+        let Some(data) = &endpoint.data else {
+            return self
+                .buckets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&(endpoint.namespace.clone(), endpoint.release.clone()))
+                .cloned()
+                .unwrap_or_default();
+        };
+        std::fs::read_dir(data)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|entry| entry.path().is_dir())
+            .filter_map(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                let created = entry
+                    .metadata()
+                    .and_then(|meta| meta.modified())
+                    .map(|time| humantime::format_rfc3339_seconds(time).to_string())
+                    .ok()?;
+                (!name.starts_with('.')).then_some((name, created))
+            })
+            .collect()
+    }
+
+    /// Makes `bucket`; false when it exists.
+    fn make(&self, endpoint: &Endpoint, bucket: &str) -> Result<bool, String> {
+        if self.listed(endpoint).contains_key(bucket) {
+            return Ok(false);
+        }
+        match &endpoint.data {
+            Some(data) => std::fs::create_dir_all(data.join(bucket))
+                .map(|_| true)
+                .map_err(|error| format!("cannot create {}: {error}", data.join(bucket).display())),
+            None => {
+                self.buckets
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry((endpoint.namespace.clone(), endpoint.release.clone()))
+                    .or_default()
+                    .insert(bucket.to_string(), crate::kube::runtime::now_rfc3339());
+                Ok(true)
+            }
+        }
+    }
+
+    /// Removes `bucket`; false when there is none.
+    fn remove(&self, endpoint: &Endpoint, bucket: &str) -> bool {
+        if !self.listed(endpoint).contains_key(bucket) {
+            return false;
+        }
+        match &endpoint.data {
+            Some(data) => std::fs::remove_dir_all(data.join(bucket)).is_ok(),
+            None => self
+                .buckets
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&(endpoint.namespace.clone(), endpoint.release.clone()))
+                .and_then(|buckets| buckets.remove(bucket))
+                .is_some(),
+        }
+    }
+
     /// The buckets of a release, in name order.
     pub fn buckets(&self, namespace: &str, release: &str) -> Vec<String> {
         self.buckets
@@ -92,11 +166,31 @@ fn bucket_name_error(name: &str) -> Option<&'static str> {
     }
 }
 
-pub struct Minio;
+pub struct Minio {
+    /// The nodes' host-backed folders (where a data volume's folder really is).
+    node: super::node::NodeMounts,
+}
+
+impl Minio {
+    pub fn new(node: super::node::NodeMounts) -> Minio {
+        Minio { node }
+    }
+
+    /// The host folder of `pod`'s data volume (its server container's /export), when backed.
+    fn data_folder(
+        &self,
+        pod: &serde_json::Value,
+        container: &str,
+        host: &Host,
+    ) -> Option<std::path::PathBuf> {
+        let node_path = super::node::volume_node_path(pod, container, DATA_MOUNT_PATH, host)?;
+        self.node.host_path(&node_path)
+    }
+}
 
 impl Minio {
     /// The server `url` reaches from the pod of `call`.
-    fn endpoint(call: &ExecCall, url: &str, host: &Host) -> Result<Endpoint, String> {
+    fn endpoint(&self, call: &ExecCall, url: &str, host: &Host) -> Result<Endpoint, String> {
         let (name, port) = host_of(url).ok_or_else(|| format!("Invalid URL. URL `{url}` for MinIO Client should be of the form scheme://host[:port]/ without resource component."))?;
         let refused = || {
             format!(
@@ -109,7 +203,11 @@ impl Minio {
             if crate::images::canonical_repository(&call.image) != SERVER_IMAGE || port != 9000 {
                 return Err(refused());
             }
+            let data = host
+                .object("pods", &call.namespace, &call.pod)
+                .and_then(|pod| self.data_folder(&pod, &call.container, host));
             return Ok(Endpoint {
+                data,
                 namespace: call.namespace.clone(),
                 release: call
                     .labels
@@ -158,7 +256,9 @@ impl Minio {
             .cloned()
             .ok_or_else(refused)?;
         let server_call = host.call_for(&pod, &container);
+        let data = self.data_folder(&pod, container["name"].as_str().unwrap_or(""), host);
         Ok(Endpoint {
+            data,
             namespace,
             release: server_call
                 .labels
@@ -249,7 +349,7 @@ impl Program for Minio {
             let Some(found) = alias_of(alias) else {
                 return Ok(None);
             };
-            let endpoint = Minio::endpoint(call, &found.url, host)?;
+            let endpoint = self.endpoint(call, &found.url, host)?;
             check_credentials(&endpoint, &found.access_key, &found.secret_key)?;
             Ok(Some((endpoint, bucket.trim_end_matches('/').to_string())))
         };
@@ -265,7 +365,8 @@ impl Program for Minio {
                         "Incorrect number of arguments for alias set command.".into(),
                     ));
                 };
-                let checked = Minio::endpoint(call, url, host)
+                let checked = self
+                    .endpoint(call, url, host)
                     .and_then(|endpoint| check_credentials(&endpoint, access_key, secret_key));
                 if let Err(message) = checked {
                     return Some(error(format!(
@@ -311,18 +412,19 @@ impl Program for Minio {
                                     "Unable to make bucket `{shown}`. {problem}"
                                 )));
                             }
-                            let mut all = stores.buckets.lock().unwrap_or_else(|p| p.into_inner());
-                            let buckets = all
-                                .entry((endpoint.namespace, endpoint.release))
-                                .or_default();
-                            if buckets.contains_key(&bucket) && !ignore_existing {
-                                return Some(error(format!(
-                                    "Unable to make bucket `{shown}`. Your previous request to create the named bucket succeeded and you already own it."
-                                )));
+                            match stores.make(&endpoint, &bucket) {
+                                Err(message) => {
+                                    return Some(error(format!(
+                                        "Unable to make bucket `{shown}`. {message}"
+                                    )));
+                                }
+                                Ok(false) if !ignore_existing => {
+                                    return Some(error(format!(
+                                        "Unable to make bucket `{shown}`. Your previous request to create the named bucket succeeded and you already own it."
+                                    )));
+                                }
+                                Ok(_) => {}
                             }
-                            buckets
-                                .entry(bucket)
-                                .or_insert_with(crate::kube::runtime::now_rfc3339);
                             stdout.push_str(&format!("Bucket created successfully `{shown}`.\n"));
                         }
                     }
@@ -345,11 +447,7 @@ impl Program for Minio {
                             )));
                         }
                         Ok(Some((endpoint, bucket))) => {
-                            let mut all = stores.buckets.lock().unwrap_or_else(|p| p.into_inner());
-                            let removed = all
-                                .get_mut(&(endpoint.namespace, endpoint.release))
-                                .and_then(|buckets| buckets.remove(&bucket));
-                            if removed.is_none() {
+                            if !stores.remove(&endpoint, &bucket) {
                                 return Some(error(format!(
                                     "Unable to validate target `{shown}`. Bucket `{bucket}` does not exist."
                                 )));
@@ -364,13 +462,7 @@ impl Program for Minio {
                 Err(message) => error(format!("Unable to list folder. {message}")),
                 Ok(None) => error(format!("Unable to stat `{path}`. Object does not exist.")),
                 Ok(Some((endpoint, bucket))) => {
-                    let buckets = stores
-                        .buckets
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .get(&(endpoint.namespace, endpoint.release))
-                        .cloned()
-                        .unwrap_or_default();
+                    let buckets = stores.listed(&endpoint);
                     if bucket.is_empty() {
                         ok(buckets
                             .iter()

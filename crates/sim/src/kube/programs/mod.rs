@@ -496,6 +496,9 @@ pub struct Programs {
     exited: Mutex<HashMap<(String, String), Instant>>,
     /// Where programs keep files (OpenBao's storage); removed when the simulator stops.
     pub state_dir: PathBuf,
+    /// The nodes' own folders (`nodes/<node>/...`): in `state_dir` unless the platform keeps
+    /// them elsewhere.
+    pub nodes: PathBuf,
 }
 
 /// The name of programs' state folders under the temporary folder, before `PID-RANDOM`.
@@ -560,6 +563,7 @@ impl Programs {
             started: Mutex::new(BTreeMap::new()),
             last_probe: Mutex::new(HashMap::new()),
             exited: Mutex::new(HashMap::new()),
+            nodes: state_dir.join("nodes"),
             state_dir,
         }
     }
@@ -574,6 +578,14 @@ impl Programs {
     /// [`Programs::standard`] on nodes whose folders `node` backs with host folders (where a
     /// pod's hostPath data lives).
     pub fn standard_on(node: node::NodeMounts) -> Programs {
+        let state_dir = Programs::fresh_state_dir();
+        Programs::standard_with_nodes(node, state_dir.join("nodes"))
+    }
+
+    /// [`Programs::standard_on`] with the nodes' own folders (`/etc/hosts`, containerd's
+    /// `certs.d`, hostPath volumes outside the node mounts) in `nodes`, which outlives the
+    /// simulator: a kept platform's nodes keep what phase 2 wrote on them.
+    pub fn standard_with_nodes(node: node::NodeMounts, nodes: PathBuf) -> Programs {
         let state_dir = Programs::fresh_state_dir();
         let root = std::env::current_dir().unwrap_or_default();
         let postgres_bindir = crate::tools::postgres_bindir(&root);
@@ -597,18 +609,20 @@ impl Programs {
                 state_dir.join("redis"),
                 node.clone(),
             )),
-            Arc::new(minio::Minio),
+            Arc::new(minio::Minio::new(node.clone())),
             Arc::new(coredns::CoreDns),
             Arc::new(envoy::Envoy::default()),
             Arc::new(web::Guestbook::default()),
             Arc::new(web::Nginx::default()),
             Arc::new(script::Scripts::new(
-                state_dir.join("nodes"),
+                nodes.clone(),
                 node,
                 state_dir.join("scripts"),
             )),
         ];
-        Programs::with_state_dir(registry, state_dir)
+        let mut programs = Programs::with_state_dir(registry, state_dir);
+        programs.nodes = nodes;
+        programs
     }
 
     /// The program that runs in `image`.
