@@ -74,7 +74,10 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
     );
     use std::os::unix::fs::PermissionsExt;
     let store = state.path().join("platform/kube-store.json");
-    let mode = std::fs::metadata(&store).expect("the kept cluster").permissions().mode();
+    let mode = std::fs::metadata(&store)
+        .expect("the kept cluster")
+        .permissions()
+        .mode();
     assert_eq!(mode & 0o777, 0o600, "the store holds Secrets");
 
     // A kept state of one start is not used for another, and a damaged one is refused;

@@ -133,3 +133,44 @@ pub fn restore(sim: &KubeSim, platform: &str, file: &Path) -> Result<bool, Strin
 pub fn version(sim: &KubeSim) -> u64 {
     sim.cluster().resource_version()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kube::{KubeSim, builtin_exec};
+
+    #[test]
+    fn a_kept_cluster_comes_back_with_its_objects_and_restarts_its_pods() {
+        let folder = tempfile::tempdir().expect("state");
+        let file = folder.path().join("kube-store.json");
+        let first = KubeSim::new("t".into(), builtin_exec(None));
+        let pod = serde_json::json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "web", "namespace": "default", "uid": "u-1"},
+            "spec": {"containers": [{"name": "web", "image": "nginx"}]},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+        });
+        first.cluster().commit("pods", "default", "web", Some(pod));
+        let version = save(&first, "bare", &file).expect("saved");
+        assert_eq!(version, first.cluster().resource_version());
+
+        let second = KubeSim::new("t".into(), builtin_exec(None));
+        assert_eq!(restore(&second, "bare", &file), Ok(true));
+        let cluster = second.cluster();
+        let restored = cluster.lookup("pods", "default", "web").expect("the pod");
+        assert_eq!(restored["metadata"]["uid"], "u-1");
+        // Its node restarted: the pod starts again, unready until its containers run.
+        assert_eq!(restored["status"]["phase"], "Pending");
+        assert!(cluster.resource_version() > version);
+        assert!(cluster.lookup("namespaces", "", "kube-system").is_some());
+        drop(cluster);
+
+        let third = KubeSim::new("t".into(), builtin_exec(None));
+        let refused = restore(&third, "phase2", &file).expect_err("another start");
+        assert!(refused.ends_with("holds a platform that started bare, not phase2; start it as it was (--platform bare), or use another state folder"), "{refused}");
+        assert_eq!(
+            restore(&third, "bare", &folder.path().join("none.json")),
+            Ok(false)
+        );
+    }
+}

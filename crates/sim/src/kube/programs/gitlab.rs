@@ -829,7 +829,8 @@ impl Program for Runner {
         let (logs, uid) = (self.logs.clone(), call.pod_uid.clone());
         let poll = bprun_clients::runtime::runtime().spawn(async move {
             let mut attempt = 1;
-            while unreachable {
+            let mut registered = !unreachable;
+            while !registered {
                 if attempt == REGISTER_ATTEMPTS {
                     // The chart's loop exits here (not modelled: the container's restart).
                     return;
@@ -858,7 +859,7 @@ impl Program for Runner {
                     kept.push_str(&log);
                 }
                 match verification {
-                    Verification::Valid => break,
+                    Verification::Valid => registered = true,
                     Verification::Forbidden => return,
                     Verification::Unreachable(_) => {}
                 }

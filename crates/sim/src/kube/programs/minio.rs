@@ -527,6 +527,7 @@ mod tests {
             release: "minio".into(),
             user: "admin".into(),
             password: "pw".into(),
+            data: None,
         };
         assert_eq!(check_credentials(&endpoint, "admin", "pw"), Ok(()));
         assert_eq!(
@@ -537,5 +538,29 @@ mod tests {
             check_credentials(&endpoint, "admin", "nope")
                 .is_err_and(|e| e.starts_with("The request signature we calculated"))
         );
+    }
+
+    #[test]
+    fn buckets_are_folders_of_the_servers_data_volume_and_outlive_it() {
+        let volume = tempfile::tempdir().expect("volume");
+        std::fs::create_dir(volume.path().join(".minio.sys")).expect("MinIO's own folder");
+        let endpoint = Endpoint {
+            namespace: "minio".into(),
+            release: "minio".into(),
+            user: "admin".into(),
+            password: "pw".into(),
+            data: Some(volume.path().to_path_buf()),
+        };
+        let stores = Stores::default();
+        assert_eq!(stores.make(&endpoint, "lfs"), Ok(true));
+        assert_eq!(stores.make(&endpoint, "lfs"), Ok(false));
+        assert!(volume.path().join("lfs").is_dir());
+        // A new server on the same volume (the pod restarted) has the same buckets.
+        let again = Stores::default();
+        let listed: Vec<String> = again.listed(&endpoint).into_keys().collect();
+        assert_eq!(listed, ["lfs"]);
+        assert!(again.remove(&endpoint, "lfs"));
+        assert!(!again.remove(&endpoint, "lfs"));
+        assert!(again.listed(&endpoint).is_empty());
     }
 }
