@@ -354,7 +354,21 @@ pub fn rehearse(
     export(&prepared, &root, false);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    print_platform(&platform, with_runner && !bare, bare);
+    if kept {
+        eprintln!(
+            "rehearsal platform (kept in {}, started again as it was{}):",
+            state.path.display(),
+            if bare {
+                reopen_openbao(&work)
+            } else {
+                String::new()
+            }
+        );
+        eprintln!("  GitLab simulator     {}", platform.gitlab_url);
+        eprintln!("  Kubernetes simulator {}", platform.kube.url);
+    } else {
+        print_platform(&platform, with_runner && !bare, bare);
+    }
     let mut code = Ok(ExitCode::Success);
     let mut pending = false;
     for (index, (location, relative)) in located.iter().enumerate() {
@@ -420,6 +434,36 @@ pub fn rehearse(
     match code {
         Ok(ExitCode::Success) if pending => Ok(ExitCode::ChangesPending),
         other => other,
+    }
+}
+
+/// A kept platform's OpenBao as the last rehearsal left it: its pod restarted with the
+/// platform, so it is sealed again, which on the operator's model of the platform (a kind
+/// cluster that stayed up between two runs) it never was. Unsealed with the copy's init file,
+/// through a port-forward as phase 2 reaches it; what it did, in words for the banner.
+fn reopen_openbao(work: &Path) -> String {
+    use bprun_clients::bao::{BaoClient, BaoSettings};
+    let settings = BaoSettings::from_env(work);
+    if !settings.init_file.is_file() {
+        return String::new();
+    }
+    let unsealed = bprun_clients::kube::KubeClient::connect(None)
+        .and_then(|kube| kube.port_forward("openbao", "svc/openbao", 8200))
+        .and_then(|address| {
+            let client = BaoClient::new(BaoSettings {
+                address: format!("http://{address}"),
+                ..settings
+            });
+            if !client.status()?.sealed {
+                return Ok(false);
+            }
+            let init = client.read_init_file()?;
+            client.unseal(&init).map(|_| true)
+        });
+    match unsealed {
+        Ok(true) => "; OpenBao, whose pod restarted, unsealed again with the copy's infra/secrets/openbao-init.json".into(),
+        Ok(false) => String::new(),
+        Err(error) => format!("; OpenBao stays sealed ({})", error.message),
     }
 }
 

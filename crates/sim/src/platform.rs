@@ -594,6 +594,9 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             crate::kube::seed_gateway::node_network(&platform.kube.sim, &nodes_dir, &repository)?;
         }
     }
+    if restored {
+        wait_restarted(&platform.kube.sim);
+    }
     // Kept: the store after writes, at most once a second, and when the platform stops.
     platform.keeper = Some(Keeper {
         store_file,
@@ -620,6 +623,53 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         }
     }));
     Ok(platform)
+}
+
+/// Waits (at most 60 s) until the pods of a restarted platform are back as its node's kubelet
+/// leaves them: each Ready again, or told otherwise by its own containers (a failed probe, such
+/// as a sealed OpenBao's; a start error; a crash). The scripts then meet the platform as it was,
+/// not its first second of restart; a pod still settling after that is left to their waits.
+fn wait_restarted(sim: &crate::kube::KubeSim) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let unsettled: Vec<String> = {
+            let cluster = sim.cluster();
+            let probes = &cluster.probes;
+            cluster
+                .all("pods")
+                .iter()
+                .filter(|pod| {
+                    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+                    let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+                    let ended = matches!(phase, "Succeeded" | "Failed")
+                        || pod["metadata"]["deletionTimestamp"].is_string();
+                    let ready = pod["status"]["conditions"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                    let told = probes
+                        .results
+                        .get(uid)
+                        .is_some_and(|verdicts| verdicts.values().any(|v| !v.passed))
+                        || probes.start_errors.contains_key(uid)
+                        || probes.crashes.contains_key(uid);
+                    !(ended || ready || (phase == "Running" && told))
+                })
+                .map(|pod| {
+                    format!(
+                        "{}/{}",
+                        pod["metadata"]["namespace"].as_str().unwrap_or(""),
+                        pod["metadata"]["name"].as_str().unwrap_or("")
+                    )
+                })
+                .collect()
+        };
+        if unsettled.is_empty() || Instant::now() >= deadline {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Waits (at most 30 s) until the seeded gateway's Envoy proxy pod is Ready: phase 2 leaves it

@@ -259,7 +259,14 @@ pub fn progressing(progress: &Progress<'_>) -> Value {
             &updated,
         );
     }
-    if previous["reason"] == "ProgressDeadlineExceeded" && !moved {
+    // A complete rollout whose pods went unready (a node restarted) makes no progress, and
+    // never times out: the Deployment controller's DeploymentTimedOut is false while the reason
+    // is still NewReplicaSetAvailable.
+    if matches!(
+        previous["reason"].as_str(),
+        Some("ProgressDeadlineExceeded" | "NewReplicaSetAvailable")
+    ) && !moved
+    {
         return previous;
     }
     let last_move = if moved || previous["lastUpdateTime"].is_null() {
@@ -448,5 +455,29 @@ mod tests {
             (&done["status"], &done["reason"]),
             (&json!("True"), &json!("NewReplicaSetAvailable"))
         );
+    }
+
+    #[test]
+    fn a_complete_rollout_whose_pods_went_unready_never_times_out() {
+        let start = humantime::parse_rfc3339("2026-01-01T00:00:00Z").unwrap();
+        let complete = json!({"type": "Progressing", "status": "True",
+                              "reason": "NewReplicaSetAvailable",
+                              "message": "ReplicaSet \"web-x\" has successfully progressed.",
+                              "lastUpdateTime": "2026-01-01T00:00:00Z",
+                              "lastTransitionTime": "2026-01-01T00:00:00Z"});
+        let previous = json!({"replicas": 1, "updatedReplicas": 1, "readyReplicas": 1,
+                              "conditions": [complete]});
+        // An hour on, its pod restarted and is not Ready yet: still the complete rollout.
+        let restarted = progressing(&Progress {
+            previous: &previous,
+            replica_set: "web-x",
+            updated: 1,
+            replicas: 1,
+            ready: 0,
+            desired: 1,
+            deadline: Some(600),
+            now: start + Duration::from_secs(3600),
+        });
+        assert_eq!(restarted, complete);
     }
 }
