@@ -150,3 +150,127 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
         "a damaged store is never replaced"
     );
 }
+
+/// Vendors `archive` (a newer upstream release from ../shared/upstream/charts/next/) into
+/// `copy` and pins it in infra/VERSIONS.json, as an operator's whole upgrade is.
+fn bump(copy: &crate::support::Test, key: &str, archive: &str, version: &str) {
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/upstream/charts/next")
+        .join(archive);
+    let bytes = std::fs::read(&source).unwrap_or_else(|e| panic!("{}: {e}", source.display()));
+    std::fs::write(copy.path().join("infra/helm-charts").join(archive), &bytes).expect("vendor");
+    let digest = {
+        use sha2::Digest;
+        format!("{:x}", sha2::Sha256::digest(&bytes))
+    };
+    let path = copy.path().join("infra/VERSIONS.json");
+    let mut pins: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).expect("pins")).expect("JSON");
+    pins["helm_repositories"][key]["chart_version"] = serde_json::json!(version);
+    pins["helm_repositories"][key]["sha256"] = serde_json::json!(digest);
+    std::fs::write(&path, serde_json::to_string_pretty(&pins).expect("JSON")).expect("pin");
+}
+
+/// The lines of step `name` in a run's stdout (its start line to its end line).
+fn step_lines(stdout: &str, name: &str) -> String {
+    let start = format!("] {name} ...");
+    let mut out = String::new();
+    let mut inside = false;
+    for line in stdout.lines() {
+        if line.contains(&start) {
+            inside = true;
+        }
+        if inside {
+            out.push_str(line);
+            out.push('\n');
+            if line.contains(&start) && line.len() > start.len() + line.find(&start).unwrap_or(0) {
+                break;
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
+    // Converge on the pins, bump OpenBao (its StatefulSet updates OnDelete) and CloudNativePG
+    // to the newer upstream releases, rehearse again on the kept platform: the run upgrades
+    // both, replaces OpenBao's pod (unsealed) so that it runs the new image, keeps every
+    // OpenBao path; the run after it changes nothing.
+    let copy = crate::phase2::with_tools();
+    let state = tempfile::tempdir().expect("state folder");
+    let state_arg = state.path().to_str().expect("a UTF-8 path").to_string();
+    let rehearse = |extra: &[&str]| {
+        let mut args = vec!["rehearse", "--state", &state_arg];
+        args.extend_from_slice(extra);
+        args.push("scripts/phase2.rhai");
+        copy.run(&args)
+    };
+    let converged = rehearse(&[]);
+    converged.success();
+    bump(&copy, "openbao", "openbao-0.16.4.tgz", "0.16.4");
+    bump(
+        &copy,
+        "cloudnative-pg",
+        "cloudnative-pg-0.27.1.tgz",
+        "0.27.1",
+    );
+    // The check names both upgrades. Not yet: the pod replacement that follows OpenBao's (the
+    // StatefulSet's new revision exists only once the upgrade ran), so its count is 1, the
+    // run's 3.
+    let planned = rehearse(&["-q", "--check", "--detailed-exitcode"]);
+    planned.code(5);
+    assert_eq!(
+        recaps(&planned.stdout),
+        format!(
+            "{}\n",
+            expected_recap(
+                "scripts/phase2.rhai (check mode)",
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: changed 1; Redis: ok; MinIO: ok; OpenBao: changed 1; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+            )
+        )
+    );
+    let upgraded = rehearse(&[]).replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
+    upgraded.success();
+    assert_eq!(
+        step_lines(&upgraded.stdout, "OpenBao"),
+        "[8/17] OpenBao ...
+    ~ upgrade helm release openbao/openbao from infra/helm-charts/openbao-0.16.4.tgz (chart or values changed)
+    warning: http://127.0.0.1:<port> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    openbao-0 runs revision openbao-dtstx8mljw, the StatefulSet's is openbao-wkxw82hvjx (updateStrategy OnDelete: a pod takes a new template only when deleted)
+    ~ delete Pod/openbao-0 in openbao
+    ~ unseal openbao http://127.0.0.1:<port>
+    openbao-0 replaced: it runs quay.io/openbao/openbao:2.3.2, unsealed
+[8/17] OpenBao ... changed (#.## s)
+"
+    );
+    assert_eq!(
+        step_lines(&upgraded.stdout, "CloudNativePG"),
+        "[5/17] CloudNativePG ...
+    ~ upgrade helm release cnpg-system/cnpg from infra/helm-charts/cloudnative-pg-0.27.1.tgz (chart or values changed)
+[5/17] CloudNativePG ... changed (#.## s)
+"
+    );
+    // The data is as it was: the same OpenBao paths, the same claims; the releases moved on.
+    let end = |output: &crate::support::Output| {
+        end_state(&output.stdout)
+            .lines()
+            .filter(|line| !line.contains(" revision "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(end(&upgraded), end(&converged));
+    assert!(end(&converged).contains("OpenBao secret/ (values hidden): "));
+    let again = rehearse(&["-q"]);
+    again.success();
+    assert_eq!(
+        recaps(&again.stdout),
+        format!(
+            "{}\n",
+            expected_recap(
+                "scripts/phase2.rhai",
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+            )
+        )
+    );
+}

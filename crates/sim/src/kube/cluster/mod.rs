@@ -956,8 +956,13 @@ impl Cluster {
         Ok(Cluster::present(rt, &stored))
     }
 
+    /// A created or updated CRD serves its resources as it now says; an update keeps the
+    /// custom resources stored (an operator chart's upgrade re-applies its CRDs).
     fn register_crd(&mut self, crd: &Value) {
-        self.unregister_crd(crd);
+        let group = crd["spec"]["group"].as_str().unwrap_or("");
+        let plural = crd["spec"]["names"]["plural"].as_str().unwrap_or("");
+        self.resources
+            .retain(|r| !(r.custom && r.group == group && r.plural == plural));
         if let Ok(served) = resources::from_crd(crd) {
             self.resources.extend(served);
         }

@@ -30,11 +30,14 @@ pub(super) fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> u
             workload["spec"]["replicas"].as_u64().unwrap_or(1)
         };
         let owned: Vec<Value> = owned_by(cluster, "pods", &namespace, &uid);
+        let (revision_key, revision) = revision_label(kind, &name, &hash);
+        let of_revision =
+            |pod: &Value, wanted: &str| pod["metadata"]["labels"][revision_key] == wanted;
         // Rollout: pods of an older template go, new ones come.
         let (updated, stale): (Vec<Value>, Vec<Value>) = owned
             .iter()
             .cloned()
-            .partition(|pod| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str());
+            .partition(|pod| of_revision(pod, &revision));
         let mut current = if kind == "StatefulSet" {
             // A StatefulSet's pods keep their identity: a rolling update replaces one at a time
             // (see `stateful_set_update`), and the others serve meanwhile.
@@ -109,7 +112,10 @@ pub(super) fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> u
             if !labels.is_object() {
                 labels = json!({});
             }
-            labels["pod-template-hash"] = json!(hash);
+            labels[revision_key] = json!(revision);
+            if kind == "StatefulSet" {
+                labels["statefulset.kubernetes.io/pod-name"] = json!(pod_name);
+            }
             let pod = json!({
                 "apiVersion": "v1", "kind": "Pod",
                 "metadata": {
@@ -155,16 +161,15 @@ pub(super) fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> u
         let status = match kind {
             "StatefulSet" => {
                 // The current revision stays the old one until every pod runs the new one.
-                let is_updated =
-                    |pod: &&Value| pod["metadata"]["labels"]["pod-template-hash"] == hash.as_str();
+                let is_updated = |pod: &&Value| of_revision(pod, &revision);
                 let updated_count = current.iter().filter(is_updated).count();
-                let old_hash = current
+                let old_revision = current
                     .iter()
                     .find(|pod| !is_updated(pod))
-                    .and_then(|pod| pod["metadata"]["labels"]["pod-template-hash"].as_str())
-                    .unwrap_or(&hash)
+                    .and_then(|pod| pod["metadata"]["labels"][revision_key].as_str())
+                    .unwrap_or(&revision)
                     .to_string();
-                let current_count = if old_hash == hash {
+                let current_count = if old_revision == revision {
                     updated_count
                 } else {
                     current.len() - updated_count
@@ -172,8 +177,8 @@ pub(super) fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> u
                 json!({
                     "observedGeneration": generation, "replicas": current.len(),
                     "readyReplicas": ready, "availableReplicas": ready, "currentReplicas": current_count,
-                    "updatedReplicas": updated_count, "currentRevision": format!("{name}-{old_hash}"),
-                    "updateRevision": format!("{name}-{hash}"), "collisionCount": 0
+                    "updatedReplicas": updated_count, "currentRevision": old_revision,
+                    "updateRevision": revision, "collisionCount": 0
                 })
             }
             "DaemonSet" => json!({
@@ -207,6 +212,17 @@ pub(super) fn workloads(cluster: &mut Cluster, store_key: &str, kind: &str) -> u
     writes
 }
 
+/// The label a workload's pods carry their template's revision in, and its value for `hash`:
+/// a StatefulSet's `controller-revision-hash` names its ControllerRevision (`NAME-HASH`, what
+/// `status.updateRevision` says), a ReplicaSet's `pod-template-hash` is the hash alone.
+pub fn revision_label(kind: &str, name: &str, hash: &str) -> (&'static str, String) {
+    if kind == "StatefulSet" {
+        ("controller-revision-hash", format!("{name}-{hash}"))
+    } else {
+        ("pod-template-hash", hash.to_string())
+    }
+}
+
 /// A StatefulSet pod's ordinal (`web-2` -> 2).
 pub(super) fn ordinal(pod_name: &str) -> u64 {
     pod_name
@@ -232,7 +248,10 @@ pub fn stateful_set_update(set: &Value, pods: &[Value], hash: &str, desired: u64
         return Vec::new();
     }
     pods.iter()
-        .filter(|pod| pod["metadata"]["labels"]["pod-template-hash"] != hash)
+        .filter(|pod| {
+            let (key, revision) = revision_label("StatefulSet", name_of(set).as_str(), hash);
+            pod["metadata"]["labels"][key] != revision.as_str()
+        })
         .map(name_of)
         .filter(|name| ordinal(name) >= partition && ordinal(name) < desired)
         .max_by_key(|name| ordinal(name))
