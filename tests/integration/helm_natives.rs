@@ -837,3 +837,52 @@ fn rendered_cache(tag: &str) -> String {
     .trim_start_matches('\n')
     .replace("{tag}", tag)
 }
+
+#[test]
+fn a_failed_upgrade_says_which_revision_ran_before_and_how_to_go_back() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let test = script(helm_test(&sim));
+    let install = |values: &str| {
+        format!(
+            r#"step("Redis", || {{ helm_install("redis", "apps/redis/helm-chart", "redis", #{{create_namespace: true, wait: true, timeout: 20, values: {values}}}); }});
+"#
+        )
+    };
+    run_script(&test, &[], &install("#{}")).success();
+    // An image no node can pull: helm's --wait runs out, the release is left failed.
+    let failed = run_script(
+        &test,
+        &[],
+        &install(r#"#{image: #{repository: "registry.invalid/redis"}}"#),
+    );
+    failed
+        .replace_regex(r"/tmp/bprun-helm-values-[0-9a-f-]+\.json", "<values>")
+        .expect(
+            1,
+            &one_step_run("Redis", "failed"),
+            r#"
+        error: step "Redis" failed
+          × helm_install: `helm upgrade --install redis apps/redis/helm-chart -n redis --description 'bprun digest 1007e69b20e3a2e24183251ea87548eb2bc273c82a7041a5ec3ab5bb4022cfc1' --timeout 20s -o json -f <values> --wait --create-namespace` exited with code 1
+           ╭─[scripts/test.rhai:1:20]
+         1 │ step("Redis", || { helm_install("redis", "apps/redis/helm-chart", "redis", #{create_namespace: true, wait: true, timeout: 20, values: #{image: #{repository: "registry.invalid/redis"}}}); });
+           ·                    ──────┬─────
+           ·                          ╰── failed here
+           ╰────
+          caused by: level=WARN msg="upgrade failed" name=redis error="resource Deployment/redis/redis not ready. status: InProgress, message: Pending termination: 1\ncontext deadline exceeded"
+            Error: UPGRADE FAILED: resource Deployment/redis/redis not ready. status: InProgress, message: Pending termination: 1
+            context deadline exceeded
+          hint: the release's resources did not become ready in time; raise the timeout or look at the pods of the namespace; revision 1 (redis-0.1.0) ran before this upgrade: to go back, pin redis-0.1.0 again and run again, or `helm rollback redis 1 -n redis` (the `timeout` option, in seconds: #{timeout: 600})
+        re-run with --resume to continue from here
+        "#,
+        );
+    let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
+    let revisions: serde_json::Value = serde_json::from_str(history.ok()).expect("history json");
+    let statuses: Vec<&str> = revisions
+        .as_array()
+        .expect("revisions")
+        .iter()
+        .filter_map(|revision| revision["status"].as_str())
+        .collect();
+    // helm keeps the previous revision deployed and records the new one failed.
+    assert_eq!(statuses, ["deployed", "failed"]);
+}

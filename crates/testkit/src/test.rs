@@ -297,15 +297,23 @@ fn first_difference(expected: &str, actual: &str) -> String {
     }
 }
 
-/// Durations become `#.## s`, timestamps `<time>`.
+/// Durations become `#.## s`, timestamps `<time>`. A duration right-aligned in a column (after
+/// two spaces or more, as the recap's time column) keeps the column's width, so `  12.34 s`
+/// reads `   #.## s` as `   1.23 s` does.
 pub fn normalize(text: &str) -> String {
     static PATTERNS: OnceLock<(regex::Regex, regex::Regex)> = OnceLock::new();
     let (durations, times) = PATTERNS.get_or_init(|| {
         (
-            regex::Regex::new(r"\d+\.\d\d s").expect("regex"),
+            regex::Regex::new(r"(  +)?(\d+\.\d\d s)").expect("regex"),
             regex::Regex::new(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ").expect("regex"),
         )
     });
-    let text = durations.replace_all(text, "#.## s");
+    let text = durations.replace_all(text, |found: &regex::Captures<'_>| match found.get(1) {
+        Some(padding) => {
+            let width = padding.as_str().len() + found[2].len();
+            format!("{:>width$}", "#.## s")
+        }
+        None => "#.## s".to_string(),
+    });
     times.replace_all(&text, "<time>").into_owned()
 }

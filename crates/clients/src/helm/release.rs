@@ -219,7 +219,7 @@ impl Helm {
                 create_namespace: spec.create_namespace,
                 digest,
             })
-            .map_err(named)?;
+            .map_err(|error| named(way_back(error, current.as_ref(), spec)))?;
         drop(temp);
         let release = Some(Release {
             revision: installed.revision,
@@ -371,4 +371,22 @@ impl Helm {
         };
         Ok(Detail::Diffs(vec![values, manifest]))
     }
+}
+
+/// A failed upgrade's error, with how to go back to the revision that ran before it: helm
+/// leaves the release `failed` at the new revision (bprun does not ask it to roll back by
+/// itself), and the previous one is still in its history.
+fn way_back(error: ClientError, before: Option<&Release>, spec: &ReleaseSpec) -> ClientError {
+    let Some(before) = before.filter(|before| before.status == "deployed") else {
+        return error;
+    };
+    let back = format!(
+        "revision {} ({}) ran before this upgrade: to go back, pin {} again and run again, or `helm rollback {} {} -n {}`",
+        before.revision, before.chart, before.chart, spec.release, before.revision, spec.namespace
+    );
+    let hint = match &error.hint {
+        Some(hint) => format!("{hint}; {back}"),
+        None => back,
+    };
+    error.with_hint(hint)
 }
