@@ -274,3 +274,31 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
         )
     );
 }
+
+#[test]
+fn resume_continues_across_rehearsals_on_the_same_state() {
+    let copy = crate::phase2::with_tools().file(
+        "scripts/steps.rhai",
+        r#"let args = params(#{ok: #{type: "bool", default_value: false, help: "Let the second step pass"}});
+step("First", || { write_text("out/first.txt", "done\n"); });
+step("Second", || { if !args.ok { throw "not yet"; } });
+"#,
+    );
+    let state = tempfile::tempdir().expect("state folder");
+    let state_arg = state.path().to_str().expect("a UTF-8 path").to_string();
+    let rehearse = |extra: &[&str]| {
+        let mut args = vec!["rehearse", "--state", &state_arg, "-q"];
+        args.extend_from_slice(extra);
+        copy.run(&args)
+    };
+    rehearse(&["scripts/steps.rhai"]).code(1);
+    let resumed = rehearse(&["--resume", "scripts/steps.rhai", "--ok"]);
+    resumed.success();
+    assert_eq!(
+        recaps(&resumed.stdout),
+        format!(
+            "{}\n",
+            expected_recap("scripts/steps.rhai", "First: skipped; Second: ok")
+        )
+    );
+}
