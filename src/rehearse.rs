@@ -447,19 +447,34 @@ fn reopen_openbao(work: &Path) -> String {
     if !settings.init_file.is_file() {
         return String::new();
     }
-    let unsealed = bprun_clients::kube::KubeClient::connect(None)
-        .and_then(|kube| kube.port_forward("openbao", "svc/openbao", 8200))
-        .and_then(|address| {
-            let client = BaoClient::new(BaoSettings {
-                address: format!("http://{address}"),
-                ..settings
-            });
-            if !client.status()?.sealed {
-                return Ok(false);
-            }
-            let init = client.read_init_file()?;
-            client.unseal(&init).map(|_| true)
+    let unsealed = bprun_clients::kube::KubeClient::connect(None).and_then(|kube| {
+        let address = kube.port_forward("openbao", "svc/openbao", 8200)?;
+        let client = BaoClient::new(BaoSettings {
+            address: format!("http://{address}"),
+            ..settings
         });
+        if !client.status()?.sealed {
+            return Ok(false);
+        }
+        let init = client.read_init_file()?;
+        client.unseal(&init)?;
+        // Ready again once its readiness probe has seen it unsealed (bounded: 30 s).
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            let ready = kube.get("Pod", "openbao", "openbao-0")?.is_some_and(|pod| {
+                pod["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
+            });
+            if ready {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Ok(true)
+    });
     match unsealed {
         Ok(true) => "; OpenBao, whose pod restarted, unsealed again with the copy's infra/secrets/openbao-init.json".into(),
         Ok(false) => String::new(),

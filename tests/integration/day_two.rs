@@ -215,18 +215,28 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
         "cloudnative-pg-0.27.1.tgz",
         "0.27.1",
     );
-    // The check names both upgrades. Not yet: the pod replacement that follows OpenBao's (the
-    // StatefulSet's new revision exists only once the upgrade ran), so its count is 1, the
-    // run's 3.
-    let planned = rehearse(&["-q", "--check", "--detailed-exitcode"]);
+    // The check names both upgrades and what follows OpenBao's: its pod replaced, unsealed.
+    let planned = rehearse(&["--check", "--detailed-exitcode"])
+        .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
     planned.code(5);
+    assert_eq!(
+        step_lines(&planned.stdout, "OpenBao"),
+        "[8/17] OpenBao ...
+    ~ would upgrade helm release openbao/openbao from infra/helm-charts/openbao-0.16.4.tgz (chart or values changed)
+    warning: http://127.0.0.1:<port> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    openbao-0 runs openbao-0.11.0's template; the upgrade to openbao-0.16.4 replaces it (updateStrategy OnDelete: a pod takes a new template only when deleted)
+    ~ would delete Pod/openbao-0 in openbao
+    ~ would unseal openbao (the new openbao-0 starts sealed)
+[8/17] OpenBao ... changed (#.## s)
+"
+    );
     assert_eq!(
         recaps(&planned.stdout),
         format!(
             "{}\n",
             expected_recap(
                 "scripts/phase2.rhai (check mode)",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: changed 1; Redis: ok; MinIO: ok; OpenBao: changed 1; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: changed 1; Redis: ok; MinIO: ok; OpenBao: changed 3; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             )
         )
     );

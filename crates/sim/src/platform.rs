@@ -627,7 +627,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
 
 /// Waits (at most 60 s) until the pods of a restarted platform are back as its node's kubelet
 /// leaves them: each Ready again, or told otherwise by its own containers (a failed probe, such
-/// as a sealed OpenBao's; a start error; a crash). The scripts then meet the platform as it was,
+/// as a sealed OpenBao's; a start error). The scripts then meet the platform as it was,
 /// not its first second of restart; a pod still settling after that is left to their waits.
 fn wait_restarted(sim: &crate::kube::KubeSim) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -648,12 +648,13 @@ fn wait_restarted(sim: &crate::kube::KubeSim) {
                         .into_iter()
                         .flatten()
                         .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                    // A crash is not an answer yet: after a restart a pod may crash while
+                    // what it needs still starts, and comes back once it is there.
                     let told = probes
                         .results
                         .get(uid)
                         .is_some_and(|verdicts| verdicts.values().any(|v| !v.passed))
-                        || probes.start_errors.contains_key(uid)
-                        || probes.crashes.contains_key(uid);
+                        || probes.start_errors.contains_key(uid);
                     !(ended || ready || (phase == "Running" && told))
                 })
                 .map(|pod| {

@@ -118,7 +118,12 @@ impl Sim {
             .current_dir(crate::root())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            // Kept in a file of the simulator's home: a start that fails says why.
+            .stderr(
+                std::fs::File::create(home.path().join("sim.stderr"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::null()),
+            )
             .spawn()
             .unwrap_or_else(|e| panic!("start bprun sim {}: {e}", kind.name()));
         let mut reader = BufReader::new(child.stdout.take().expect("stdout"));
@@ -129,8 +134,10 @@ impl Sim {
             if read == 0 {
                 let _ = child.kill();
                 let _ = child.wait();
+                let said = std::fs::read_to_string(home.path().join("sim.stderr"))
+                    .unwrap_or_default();
                 panic!(
-                    "bprun sim {} ended before printing its environment",
+                    "bprun sim {} ended before printing its environment; its stderr:\n{said}",
                     kind.name()
                 );
             }
