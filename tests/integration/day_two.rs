@@ -261,15 +261,32 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
 [5/17] CloudNativePG ... changed (#.## s)
 "
     );
-    // The data is as it was: the same OpenBao paths, the same claims; the releases moved on.
+    // The data is as it was: the same OpenBao paths, the same claims; the two releases and
+    // what their workloads run moved on, and the end state says what they run now.
+    let moved = |line: &&str| {
+        line.contains(" revision ")
+            || line.starts_with("  StatefulSet/openbao ")
+            || line.starts_with("  Deployment/cnpg-controller-manager ")
+    };
     let end = |output: &crate::support::Output| {
         end_state(&output.stdout)
             .lines()
-            .filter(|line| !line.contains(" revision "))
+            .filter(|line| !moved(line))
             .collect::<Vec<_>>()
             .join("\n")
     };
     assert_eq!(end(&upgraded), end(&converged));
+    let now: Vec<&str> = end_state(&upgraded.stdout)
+        .lines()
+        .filter(|line| moved(line) && !line.contains(" revision "))
+        .collect();
+    assert_eq!(
+        now,
+        [
+            "  Deployment/cnpg-controller-manager 1/1 ready, runs ghcr.io/cloudnative-pg/cloudnative-pg:1.28.1",
+            "  StatefulSet/openbao 1/1 ready, runs quay.io/openbao/openbao:2.3.2",
+        ]
+    );
     assert!(end(&converged).contains("OpenBao secret/ (values hidden): "));
     let again = rehearse(&["-q"]);
     again.success();

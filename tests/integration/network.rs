@@ -181,7 +181,7 @@ re-run with --resume to continue from here
 /// (what follows the manifest request).
 fn unpullable(why: &str) -> String {
     format!(
-        "{}  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to do request: Head \"https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest\": {why})\n",
+        "{}  Deployment/guestbook 0/1 ready (pod guestbook-8knk55t76p-<pod> container guestbook ErrImagePull: failed to pull and unpack image \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to resolve reference \"registry.local.example.net/blueprint-apps/guestbook:latest\": failed to do request: Head \"https://registry.local.example.net/v2/blueprint-apps/guestbook/manifests/latest\": {why}), runs registry.local.example.net/blueprint-apps/guestbook:latest\n",
         deploy_timed_out()
     )
 }
@@ -280,7 +280,7 @@ fn without_the_guestbooks_route_the_gateway_answers_envoys_404() {
   × https://guestbook.local.example.net/ answered 404 with an empty body through the gateway (svc/gitlab-gateway in gitlab)
 {}  when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
 re-run with --resume to continue from here
-  Deployment/guestbook 1/1 ready
+  Deployment/guestbook 1/1 ready, runs registry.local.example.net/blueprint-apps/guestbook:latest
 "##,
             crate::support::script_frame(
                 "scripts/phase3.rhai",
@@ -358,7 +358,7 @@ fn another_ca(source: &str) -> String {
   hint: the CA given does not sign what the server presents for guestbook.local.example.net; curl --resolve guestbook.local.example.net:443:ADDRESS --cacert CA https://guestbook.local.example.net/ shows the same
   when this step fails: Envoy's 404 means no HTTPRoute serves the host (kubectl -n guestbook get httproute -o yaml: a route's status.parents say why the Gateway refused it); `503: no healthy upstream` that the guestbook Service has no ready pod (kubectl -n guestbook get pods); a certificate error that the wildcard CA in infra/tls/wildcard/ does not sign what the gateway serves (phase 2's wildcard TLS step)
 re-run with --resume to continue from here
-  Deployment/guestbook 1/1 ready
+  Deployment/guestbook 1/1 ready, runs registry.local.example.net/blueprint-apps/guestbook:latest
 "##,
         crate::support::source_frame(
             source,

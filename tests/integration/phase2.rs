@@ -369,13 +369,13 @@ End state of the rehearsal cluster:
 helm releases:
   cnpg-system/cnpg cloudnative-pg-0.26.1 revision 1 deployed (digest f60ec68c3ada0cde)
 namespace cnpg-system
-  Deployment/cnpg-controller-manager <0 or 1>/1 ready
+  Deployment/cnpg-controller-manager <0 or 1>/1 ready, runs ghcr.io/cloudnative-pg/cloudnative-pg:1.27.1
 namespace gitlab
   PersistentVolumeClaim/repo-data-gitlab-gitaly-0 Bound
 namespace kube-system
-  Deployment/coredns 2/2 ready
+  Deployment/coredns 2/2 ready, runs registry.k8s.io/coredns/coredns:v1.12.1
 namespace local-path-storage
-  Deployment/local-path-provisioner 1/1 ready
+  Deployment/local-path-provisioner 1/1 ready, runs rancher/local-path-provisioner:v0.0.30
 namespace minio
   PersistentVolumeClaim/minio Bound
 namespace openbao
@@ -811,7 +811,7 @@ Recap of scripts/phase2.rhai
         STEPS_BEFORE,
     );
     run.partial_stdout(
-        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready\n  Deployment/gitlab-kas 1/1 ready\n  Deployment/gitlab-registry 1/1 ready\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready\n  Deployment/gitlab-toolbox 1/1 ready\n  Deployment/gitlab-webservice-default 0/1 ready (pod gitlab-webservice-default-9fbc8mr2n9-<pod> container webservice CrashLoopBackOff: last exit code 1: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.)\n",
+        "namespace gitlab\n  Deployment/envoy-gateway 1/1 ready, runs docker.io/envoyproxy/gateway:v1.7.0\n  Deployment/envoy-gitlab-gitlab-gw-80260869 1/1 ready, runs docker.io/envoyproxy/envoy:distroless-v1.37.0\n  Deployment/gitlab-kas 1/1 ready, runs registry.gitlab.com/gitlab-org/build/cng/gitlab-kas:v19.1.1\n  Deployment/gitlab-registry 1/1 ready, runs registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry:v4.24.0-gitlab\n  Deployment/gitlab-sidekiq-all-in-1-v2 1/1 ready, runs registry.gitlab.com/gitlab-org/build/cng/gitlab-sidekiq-ee:v19.1.1\n  Deployment/gitlab-toolbox 1/1 ready, runs registry.gitlab.com/gitlab-org/build/cng/gitlab-toolbox-ee:v19.1.1\n  Deployment/gitlab-webservice-default 0/1 ready (pod gitlab-webservice-default-9fbc8mr2n9-<pod> container webservice CrashLoopBackOff: last exit code 1: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), runs registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ee:v19.1.1, registry.gitlab.com/gitlab-org/build/cng/gitlab-workhorse-ee:v19.1.1\n",
         "the end state's other namespaces are pinned by the passing rehearsals",
     );
     run.stderr(&format!(

@@ -808,15 +808,44 @@ impl Platform {
                 let namespace = text(&object["metadata"]["namespace"]);
                 let wanted = object["spec"]["replicas"].as_u64().unwrap_or(1);
                 let ready = object["status"]["readyReplicas"].as_u64().unwrap_or(0);
+                let selector = &object["spec"]["selector"]["matchLabels"];
                 let why = (ready < wanted)
-                    .then(|| waiting(&namespace, &object["spec"]["selector"]["matchLabels"]))
+                    .then(|| waiting(&namespace, selector))
                     .flatten()
                     .map(|reason| format!(" ({reason})"))
                     .unwrap_or_default();
+                // What its pods run (not what its template says: an OnDelete StatefulSet's pods
+                // keep an older one until they are replaced).
+                let images: std::collections::BTreeSet<String> = pods
+                    .iter()
+                    .filter(|pod| text(&pod["metadata"]["namespace"]) == namespace)
+                    .filter(|pod| {
+                        selector.as_object().is_some_and(|wanted| {
+                            wanted
+                                .iter()
+                                .all(|(key, value)| pod["metadata"]["labels"][key] == *value)
+                        })
+                    })
+                    .flat_map(|pod| {
+                        pod["spec"]["containers"]
+                            .as_array()
+                            .cloned()
+                            .unwrap_or_default()
+                    })
+                    .map(|container| text(&container["image"]))
+                    .collect();
+                let runs = if images.is_empty() {
+                    String::new()
+                } else {
+                    format!(
+                        ", runs {}",
+                        images.into_iter().collect::<Vec<_>>().join(", ")
+                    )
+                };
                 lines.push((
                     namespace,
                     format!(
-                        "{kind}/{} {ready}/{wanted} ready{why}",
+                        "{kind}/{} {ready}/{wanted} ready{why}{runs}",
                         text(&object["metadata"]["name"])
                     ),
                 ));

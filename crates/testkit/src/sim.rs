@@ -134,8 +134,8 @@ impl Sim {
             if read == 0 {
                 let _ = child.kill();
                 let _ = child.wait();
-                let said = std::fs::read_to_string(home.path().join("sim.stderr"))
-                    .unwrap_or_default();
+                let said =
+                    std::fs::read_to_string(home.path().join("sim.stderr")).unwrap_or_default();
                 panic!(
                     "bprun sim {} ended before printing its environment; its stderr:\n{said}",
                     kind.name()
