@@ -803,33 +803,44 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
 const CHECKED_HEAD: &str = "check mode: nothing will be changed\n[1/7] Pre-flight ... ok (#.## s)\n[2/7] Mint PAT ...\n    admin PAT already in OpenBao; reusing\n[2/7] Mint PAT ... ok (#.## s)\n[3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)\n[4/7] Ensure group ... ok (#.## s)\n";
 const CHECKED_TAIL: &str = "[6/7] Smoke test ...\n    pipeline #4 of blueprint-apps/shared-code: success (0 s)\n    pipeline #7 of blueprint-apps/guestbook: success (0 s)\n[6/7] Smoke test ... ok (#.## s)\n[7/7] Workloads reachable ... ok (#.## s)\n\n";
 
+/// The embedded platform and a repository copy to run phase 3 of the guestbook in.
+fn guestbook_platform() -> (Sim, crate::support::Test) {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
+    (sim, test)
+}
+
+/// Phase 3 with `--app guestbook`, the runner options `runner` first.
+fn run_guestbook(test: &crate::support::Test, runner: &[&str]) -> crate::support::Output {
+    let mut all = runner.to_vec();
+    all.extend([
+        "scripts/phase3.rhai",
+        "--app",
+        "guestbook",
+        "--smoke-timeout",
+        "120",
+    ]);
+    test.run(&all)
+}
+
+/// What the guestbook's deployer variable's description records (account uid, expiry, digest).
+fn deployer_description(sim: &Sim) -> String {
+    sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")["description"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
+}
+
 #[test]
 fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     // Deleting an app's ServiceAccount revokes its tokens at once (the hand rotation of
     // deploy/README.md); the next phase 3 run creates the account anew and replaces the stored
     // kubeconfig, which `--check` announces with the reason.
-    let sim = BPRUN.sim(SimKind::All, &[]);
-    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
-    sim.platform_files(test.path());
-    let run = |runner: &[&str]| {
-        let mut all = runner.to_vec();
-        all.extend([
-            "scripts/phase3.rhai",
-            "--app",
-            "guestbook",
-            "--smoke-timeout",
-            "120",
-        ]);
-        test.run(&all)
-    };
+    let (sim, test) = guestbook_platform();
+    let run = |runner: &[&str]| run_guestbook(&test, runner);
     run(&[]).success();
-    let description = || {
-        sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")
-            ["description"]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    };
+    let description = || deployer_description(&sim);
     let uid = || {
         sim.kubectl(&[
             "get",
@@ -906,28 +917,10 @@ fn an_expired_deployer_token_is_refused_by_the_cluster_and_replaced_by_the_next_
     // A deployer token lives 30 days by the API server's clock. Moved 31 days on, the cluster
     // refuses the stored one (helm's words in the deploy job); `--check` names it, and the
     // next run replaces it with a token that deploys again.
-    let sim = BPRUN.sim(SimKind::All, &[]);
-    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
-    sim.platform_files(test.path());
-    let run = |runner: &[&str]| {
-        let mut all = runner.to_vec();
-        all.extend([
-            "scripts/phase3.rhai",
-            "--app",
-            "guestbook",
-            "--smoke-timeout",
-            "120",
-        ]);
-        test.run(&all)
-    };
+    let (sim, test) = guestbook_platform();
+    let run = |runner: &[&str]| run_guestbook(&test, runner);
     run(&[]).success();
-    let description = || {
-        sim.api_json("projects/blueprint-apps%2Fguestbook/variables/CI_KUBECONFIG_B64")
-            ["description"]
-            .as_str()
-            .unwrap_or("")
-            .to_string()
-    };
+    let description = || deployer_description(&sim);
     let first = description();
     let clock = test.path().join("clock.json");
     std::fs::write(&clock, r#"{"advance_days": 31}"#).expect("clock file");
