@@ -306,6 +306,14 @@ fn eval_prints_one_value_as_the_repl_would_and_fails_with_exit_3() {
 
 /// Starts `bprun sim all --state STATE`, reads its six KEY=value lines and stops it (by its pid).
 fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
+    let (child, vars) = sim_all_started(state);
+    sim_all_stopped(child);
+    assert_eq!(vars.len(), 6, "{vars:?}");
+    vars
+}
+
+/// `bprun sim all --state STATE`, serving: its process and the environment it printed.
+fn sim_all_started(state: &std::path::Path) -> (std::process::Child, Vec<(String, String)>) {
     use std::io::BufRead;
     let mut child = BPRUN
         .command()
@@ -331,6 +339,11 @@ fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
             vars.push((key.to_string(), value.to_string()));
         }
     }
+    (child, vars)
+}
+
+/// Stops a `bprun sim all` as an operator's Ctrl-C does.
+fn sim_all_stopped(mut child: std::process::Child) {
     // SIGTERM, as an operator's Ctrl-C: the platform stops its own servers (its OpenBao);
     // a SIGKILL would leave them running.
     // SAFETY: signalling our own child by its pid.
@@ -345,8 +358,73 @@ fn sim_all_environment(state: &std::path::Path) -> Vec<(String, String)> {
     }
     let _ = child.kill();
     let _ = child.wait();
-    assert_eq!(vars.len(), 6, "{vars:?}");
-    vars
+}
+
+#[test]
+fn sim_all_restarted_on_its_state_keeps_the_cluster() {
+    // As a kind cluster keeps its etcd across `docker restart`: an object written before the
+    // restart is there after it, the same object (uid and resourceVersion).
+    let state = tempfile::tempdir().expect("state");
+    let kubectl = |vars: &[(String, String)], args: &[&str]| {
+        let kubeconfig = vars
+            .iter()
+            .find(|(key, _)| key == "KUBECONFIG")
+            .map(|(_, value)| value.clone())
+            .expect("KUBECONFIG");
+        crate::support::Output::raw(
+            std::process::Command::new(crate::support::tool("kubectl"))
+                .args(["--request-timeout=20s", "--kubeconfig", &kubeconfig])
+                .args(args)
+                .output()
+                .expect("kubectl"),
+        )
+    };
+    let (child, vars) = sim_all_started(state.path());
+    kubectl(
+        &vars,
+        &[
+            "create",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "--from-literal=day=one",
+        ],
+    )
+    .success();
+    let written = kubectl(
+        &vars,
+        &[
+            "get",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.uid} {.metadata.resourceVersion} {.data.day}",
+        ],
+    )
+    .ok()
+    .to_string();
+    sim_all_stopped(child);
+    let (child, vars) = sim_all_started(state.path());
+    let read = kubectl(
+        &vars,
+        &[
+            "get",
+            "configmap",
+            "kept",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.metadata.uid} {.metadata.resourceVersion} {.data.day}",
+        ],
+    )
+    .ok()
+    .to_string();
+    sim_all_stopped(child);
+    assert!(written.ends_with(" one"), "{written}");
+    assert_eq!(read, written);
 }
 
 #[test]
