@@ -222,13 +222,16 @@ pub mod step_functions {
         body: FnPtr,
         limit: i64,
     ) -> RhaiResultOf<Array> {
-        parallel_items(context, items, body, limit, false)
+        parallel_items(context, items, body, limit, WriteOrder::Free)
     }
 
-    /// Like `parallel(items, body, limit)` with options: `limit` (default 4), and
+    /// Like `parallel(items, body, limit)` with options: `limit` (default 4),
     /// `writes_after_first` (true: the first item runs to its end before any other item sends a
     /// remote write, a GitLab POST, PUT or DELETE or a git push; the others' reads go ahead
-    /// meanwhile, and their writes are not sent if the first item fails).
+    /// meanwhile, and their writes are not sent if the first item fails), and `writes_in_order`
+    /// (true: as `writes_after_first`, and each later item's writes also wait until the item
+    /// before it has finished, so what they create is created in the items' order, with the
+    /// same ids on every rebuild; a later item that fails does not hold the next one back).
     ///
     /// ```rhai
     /// let apps = [#{name: "shared-code"}, #{name: "guestbook"}];
@@ -243,7 +246,7 @@ pub mod step_functions {
     ) -> RhaiResultOf<Array> {
         crate::natives::options::reject_unknown(
             &options,
-            &["limit", "writes_after_first"],
+            &["limit", "writes_after_first", "writes_in_order"],
             "parallel",
         )?;
         let limit = match options.get("limit") {
@@ -254,10 +257,18 @@ pub mod step_functions {
                 )))
             })?,
         };
-        let writes_after_first =
-            crate::natives::options::option_bool(&options, "writes_after_first", "parallel")?
-                .unwrap_or(false);
-        parallel_items(context, items, body, limit, writes_after_first)
+        let flag = |name: &str| {
+            crate::natives::options::option_bool(&options, name, "parallel")
+                .map(|value| value.unwrap_or(false))
+        };
+        let order = if flag("writes_in_order")? {
+            WriteOrder::InOrder
+        } else if flag("writes_after_first")? {
+            WriteOrder::AfterFirst
+        } else {
+            WriteOrder::Free
+        };
+        parallel_items(context, items, body, limit, order)
     }
 
     /// Calls every closure of `tasks` at the same time and returns their results in order: for
@@ -288,7 +299,7 @@ pub mod step_functions {
             &context,
             closures.len(),
             closures.len(),
-            None,
+            Vec::new(),
             |worker, index| closures[index].call_within_context::<Dynamic>(worker, ()),
         )?;
         let mut values = rhai::Array::with_capacity(closures.len());
@@ -356,18 +367,29 @@ struct StepOptions {
     tags: Vec<String>,
 }
 
+/// When the items' remote writes may be sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteOrder {
+    /// As soon as each item sends them.
+    Free,
+    /// After the first item finished (and not at all if it failed).
+    AfterFirst,
+    /// After the first item finished, and after the item before.
+    InOrder,
+}
+
 /// `parallel`: see its forms above.
 fn parallel_items(
     context: NativeCallContext,
     items: rhai::Array,
     body: FnPtr,
     limit: i64,
-    writes_after_first: bool,
+    order: WriteOrder,
 ) -> RhaiResultOf<Array> {
-    let first_label = if writes_after_first {
-        items.first().map(item_label)
-    } else {
-        None
+    let labels: Vec<String> = match order {
+        WriteOrder::Free => Vec::new(),
+        WriteOrder::AfterFirst => items.first().map(item_label).into_iter().collect(),
+        WriteOrder::InOrder => items.iter().map(item_label).collect(),
     };
     if limit < 1 {
         return Err(native_error(NativeError::new(format!(
@@ -378,7 +400,7 @@ fn parallel_items(
         &context,
         items.len(),
         limit as usize,
-        first_label,
+        labels,
         |worker, index| body.call_within_context::<Dynamic>(worker, (items[index].clone(),)),
     )?;
     let mut values = rhai::Array::with_capacity(items.len());
@@ -422,14 +444,16 @@ fn parallel_items(
 
 /// Calls `call(worker_context, index)` for every index below `count`, at most `limit` at a
 /// time on worker threads (each with the caller's context and write gate); the outcomes in
-/// index order (`None`: not run, as when the run was interrupted first). With
-/// `writes_after_first` (the first item's label), the other items' remote writes wait until the
-/// first item has finished, and are not sent if it failed; their reads go ahead.
+/// index order (`None`: not run, as when the run was interrupted first). `awaited` holds the
+/// labels of the items whose end later items' remote writes wait for: with one label (the
+/// first item's), every other item waits for the first, and sends nothing if it failed; with
+/// one label per item, item `i` waits for item `i - 1` as well (whose failure, past the
+/// first, only lets it go on). Reads go ahead meanwhile.
 fn run_concurrently(
     context: &NativeCallContext,
     count: usize,
     limit: usize,
-    writes_after_first: Option<String>,
+    awaited: Vec<String>,
     call: impl Fn(&NativeCallContext, usize) -> ItemResult + Sync,
 ) -> Result<Vec<Option<ItemResult>>, Box<EvalAltResult>> {
     let session = session(context)?;
@@ -438,12 +462,21 @@ fn run_concurrently(
     let results: Mutex<Vec<Option<ItemResult>>> = Mutex::new((0..count).map(|_| None).collect());
     let engine = context.engine();
     let outer = write_gate::current();
-    let first_gate = writes_after_first.map(WriteGate::new);
+    // gates[i]: opened when item i has finished. The first one's inside the caller's gate;
+    // each later one inside the first's, so the first item's failure holds everything back.
+    let mut gates: Vec<std::sync::Arc<WriteGate>> = Vec::new();
+    for label in awaited {
+        let gate = match gates.first() {
+            Some(first) => write_gate::with_gate(Some(first.clone()), || WriteGate::new(label)),
+            None => WriteGate::new(label),
+        };
+        gates.push(gate);
+    }
     std::thread::scope(|scope| {
         for _ in 0..workers {
             let store = crate::engine::detach_context(context);
             let (call, next, results, session) = (&call, &next, &results, &session);
-            let (outer, first_gate) = (&outer, &first_gate);
+            let (outer, gates) = (&outer, &gates);
             scope.spawn(move || {
                 let worker_context = crate::engine::attach_context(&store, engine);
                 loop {
@@ -451,19 +484,26 @@ fn run_concurrently(
                     if index >= count {
                         break;
                     }
-                    let gate = match first_gate {
-                        Some(gate) if index > 0 => Some(gate.clone()),
-                        _ => outer.clone(),
+                    // The gate of the item it waits for: the one before, or the first.
+                    let gate = match index {
+                        0 => outer.clone(),
+                        _ => gates
+                            .get(index - 1)
+                            .or_else(|| gates.first())
+                            .cloned()
+                            .or_else(|| outer.clone()),
                     };
                     let outcome = if session.state.is_cancelled() {
                         Err(native_error(NativeError::new("parallel: interrupted")))
                     } else {
                         write_gate::with_gate(gate, || call(&worker_context, index))
                     };
-                    if let (Some(gate), 0) = (first_gate, index) {
+                    if let Some(gate) = gates.get(index) {
                         match &outcome {
-                            Ok(_) => gate.open(),
-                            Err(error) => gate.fail(crate::diagnostics::headline(error)),
+                            Err(error) if index == 0 => {
+                                gate.fail(crate::diagnostics::headline(error))
+                            }
+                            _ => gate.open(),
                         }
                     }
                     lock(results)[index] = Some(outcome);

@@ -1641,6 +1641,52 @@ fn writes_after_the_first_item_are_not_sent_when_it_fails() {
     assert_eq!(first_created, Some(serde_json::json!("first")), "{groups}");
 }
 
+/// `parallel(..., #{writes_in_order: true})`: every item reads at once, and what they create
+/// is created in the items' order, whichever item is slower to get there; a later item that
+/// fails does not hold the next back.
+#[test]
+fn writes_in_order_create_in_the_items_order_and_a_later_failure_holds_nothing_back() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script(
+            r#"step("Fan out", || {
+    parallel(["first", "second", "third", "fourth"], |name| {
+        gitlab_get("version");
+        // The earlier items are the slower ones: a free order would create them last.
+        if name == "first" || name == "second" { sleep(0.3); }
+        if name == "second" && args.fail == true { throw "second broke" }
+        gitlab_post("groups", #{name: name, path: name});
+    }, #{limit: 4, writes_in_order: true});
+});
+"#,
+        ),
+        &sim,
+    );
+    test.run(&["-q", "scripts/test.rhai"]).code(0);
+    let ids = |sim: &crate::support::Sim| {
+        let mut groups: Vec<(i64, String)> = sim
+            .api_json("groups")
+            .as_array()
+            .expect("groups")
+            .iter()
+            .map(|group| {
+                (
+                    group["id"].as_i64().unwrap_or(0),
+                    group["path"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        groups.sort();
+        groups.into_iter().map(|(_, path)| path).collect::<Vec<_>>()
+    };
+    assert_eq!(ids(&sim), ["first", "second", "third", "fourth"]);
+
+    let again = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(test, &again);
+    test.run(&["-q", "scripts/test.rhai", "--fail"]).code(1);
+    assert_eq!(ids(&again), ["first", "third", "fourth"]);
+}
+
 /// `gitlab_adopt_token`: a token GitLab accepts is used from then on and the other live tokens
 /// of its name are revoked, its record and the token list read at once (two requests, no
 /// write when nothing is stale); check mode only reports; a refused token changes nothing.
