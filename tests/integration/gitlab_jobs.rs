@@ -1141,3 +1141,40 @@ fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
          ",
     ));
 }
+
+#[test]
+fn without_a_running_toolbox_the_pat_mint_fails_and_says_where_to_look() {
+    // The failure mapping of the phase 3 deep dive: a token mint that fails points at the
+    // toolbox pod, whose `gitlab-rails runner` mints it.
+    let (sim, test) = guestbook_platform();
+    sim.kubectl(&[
+        "scale",
+        "deployment",
+        "gitlab-toolbox",
+        "-n",
+        "gitlab",
+        "--replicas=0",
+    ])
+    .success();
+    sim.kubectl(&[
+        "wait",
+        "--for=delete",
+        "pod",
+        "-l",
+        "app=toolbox",
+        "-n",
+        "gitlab",
+        "--timeout=20s",
+    ])
+    .success();
+    let failed = run_guestbook(&test, &[]);
+    failed.code(1).stderr(&format!(
+        "error: step \"Mint PAT\" failed\n  × no running pod matches app=toolbox in gitlab\n{}  hint: list the pods with that label selector to check it\n  when this step fails: the PAT is minted by `gitlab-rails runner` in the toolbox pod: it must be Running (kubectl -n gitlab get pods -l app=toolbox); a mint that hangs or fails means an unhealthy toolbox (kubectl -n gitlab logs -l app=toolbox --tail 50); a stored PAT GitLab refuses (a rebuilt GitLab) is replaced by the next run\nre-run with --resume to continue from here\n",
+        crate::support::script_frame(
+            "scripts/phase3.rhai",
+            "let result = kube_exec(\"gitlab\", \"app=toolbox\"",
+            "kube_exec",
+            "failed here"
+        )
+    ));
+}

@@ -440,6 +440,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           × kube_get services/gitlab-registry in gitlab: 403 Forbidden: services "gitlab-registry" is forbidden: User "system:serviceaccount:bprun:bprun" cannot get resource "services" in API group "" in the namespace "gitlab"
         {}  in a closure called at {}
           hint: the kubeconfig's user may not do this: check its RBAC
+          when this step fails: GitLab not answering: GITLAB_URL, and phase 2's GitLab step (kubectl -n gitlab get pods); OpenBao sealed or unreachable: BAO_ADDR, and phase 2's OpenBao step (it unseals with infra/secrets/openbao-init.json); the in-cluster registry not answering: kubectl -n gitlab get pods -l app=registry; an app folder or CI template missing: apps/apps_manifest.yaml names what it needs; a 403 from the cluster in a pod: deploy/kubernetes/20-rbac.yaml
         re-run with --resume to continue from here
         "#,
             // The frame, indented as the rest of this text.

@@ -302,7 +302,10 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
             .join("\n")
     };
     assert_eq!(shape(&end_state(&rebuilt.raw_stdout)), shape(&first_state));
-    assert!(first_state.contains("blueprint-apps/shared-code (id "), "{first_state}");
+    assert!(
+        first_state.contains("blueprint-apps/shared-code (id "),
+        "{first_state}"
+    );
 }
 
 #[test]
