@@ -182,6 +182,7 @@ fn install(
             "timeout",
             "create_namespace",
             "values_schema",
+            "rollback_on_failure",
         ],
         NATIVE,
     )?;
@@ -197,6 +198,7 @@ fn install(
         version: option_str(options, "version", NATIVE)?,
         wait: option_bool(options, "wait", NATIVE)?.unwrap_or(false),
         create_namespace: option_bool(options, "create_namespace", NATIVE)?.unwrap_or(false),
+        rollback_on_failure: option_bool(options, "rollback_on_failure", NATIVE)?.unwrap_or(false),
         timeout: helm_timeout(options, NATIVE)?,
         values_files: values_files(options, &files, NATIVE)?,
         values: script_values(options, NATIVE)?,
@@ -292,6 +294,7 @@ fn template(
         wait: false,
         timeout: helm::DEFAULT_HELM_TIMEOUT,
         create_namespace: false,
+        rollback_on_failure: false,
         diff: false,
     };
     client(&session).render(&spec).map_err(named(NATIVE))
@@ -343,7 +346,9 @@ pub mod helm_functions {
     /// temporary file, never the command line), `version`, `wait` (default false), `timeout`
     /// (seconds, default 300), `create_namespace` (default false), `values_schema` (a JSON
     /// Schema file the merged values must match before helm runs: a missing override key stops
-    /// the install, nothing installed, every violation named by its key path). Returns
+    /// the install, nothing installed, every violation named by its key path),
+    /// `rollback_on_failure` (default false: a failed upgrade rolls back to the revision before
+    /// it, helm 4's `--rollback-on-failure`, helm 3's `--atomic`; the error says so). Returns
     /// `#{changed, release, namespace, revision, status, chart, reason}`. Honours check mode.
     ///
     /// ```rhai

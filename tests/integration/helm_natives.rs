@@ -886,3 +886,39 @@ fn a_failed_upgrade_says_which_revision_ran_before_and_how_to_go_back() {
     // helm keeps the previous revision deployed and records the new one failed.
     assert_eq!(statuses, ["deployed", "failed"]);
 }
+
+/// With `rollback_on_failure`, helm rolls a failed upgrade back by itself (helm 4's
+/// `--rollback-on-failure`, helm 3's `--atomic`), and the error says so.
+#[test]
+fn a_failed_upgrade_that_rolls_back_by_itself_says_so_with_helm_3_and_4() {
+    for helm in ["helm", "helm3"] {
+        let sim = BPRUN.sim(SimKind::Kube, &[]);
+        let test = script(helm_test(&sim)).env("HELM_BIN", tool(helm));
+        let install = |values: &str| {
+            format!(
+                r#"step("Redis", || {{ helm_install("redis", "apps/redis/helm-chart", "redis", #{{create_namespace: true, wait: true, timeout: 20, rollback_on_failure: true, values: {values}}}); }});
+"#
+            )
+        };
+        run_script(&test, &[], &install("#{}")).success();
+        let failed = run_script(
+            &test,
+            &[],
+            &install(r#"#{image: #{repository: "registry.invalid/redis"}}"#),
+        );
+        failed.code(1).partial_stderr(
+            "; helm rolled the release back by itself: revision 3 runs redis-0.1.0 again, as revision 1 did; pin redis-0.1.0 again to stay there",
+            "helm 3's and 4's own words before it differ",
+        );
+        let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
+        let revisions: serde_json::Value =
+            serde_json::from_str(history.ok()).expect("history json");
+        let statuses: Vec<&str> = revisions
+            .as_array()
+            .expect("revisions")
+            .iter()
+            .filter_map(|revision| revision["status"].as_str())
+            .collect();
+        assert_eq!(statuses, ["superseded", "failed", "deployed"], "{helm}");
+    }
+}

@@ -449,6 +449,9 @@ pub struct InstallSpec {
     pub timeout: Duration,
     pub create_namespace: bool,
     pub digest: String,
+    /// A failed upgrade rolls back to the revision before it (helm 4's
+    /// `--rollback-on-failure`, helm 3's `--atomic`).
+    pub rollback_on_failure: bool,
 }
 
 /// The outcome of an upgrade.
@@ -610,6 +613,24 @@ impl Helm {
     }
 
     /// Runs helm and returns stdout, or the failure.
+    /// helm's major version (`helm version --short`: `v4.1.4+g05fa379` -> 4).
+    pub fn major_version(&self) -> Result<u32, ClientError> {
+        let short = self.run_ok(&strings(&["version", "--short"]), Duration::from_secs(30))?;
+        short
+            .trim()
+            .trim_start_matches('v')
+            .split('.')
+            .next()
+            .and_then(|major| major.parse().ok())
+            .ok_or_else(|| {
+                ClientError::new(format!(
+                    "`{} version --short` said {:?}, not a version",
+                    self.program,
+                    short.trim()
+                ))
+            })
+    }
+
     fn run_ok(&self, args: &[String], timeout: Duration) -> Result<String, ClientError> {
         let output = self.run(args, timeout)?;
         if output.code != 0 {
@@ -775,6 +796,15 @@ impl Helm {
         }
         if spec.create_namespace {
             args.push("--create-namespace".to_string());
+        }
+        if spec.rollback_on_failure {
+            // helm 4 renamed the flag; each major knows only its own.
+            let flag = if self.major_version()? >= 4 {
+                "--rollback-on-failure"
+            } else {
+                "--atomic"
+            };
+            args.push(flag.to_string());
         }
         let stdout = self.run_ok(&args, spec.timeout + MARGIN)?;
         // helm may print notes or warnings before the JSON document.

@@ -37,6 +37,8 @@ pub struct ReleaseSpec {
     pub wait: bool,
     pub timeout: Duration,
     pub create_namespace: bool,
+    /// A failed upgrade rolls back by itself (see `InstallSpec::rollback_on_failure`).
+    pub rollback_on_failure: bool,
     /// Whether a change carries its `--diff` (three more helm runs).
     pub diff: bool,
 }
@@ -218,8 +220,9 @@ impl Helm {
                 timeout: spec.timeout,
                 create_namespace: spec.create_namespace,
                 digest,
+                rollback_on_failure: spec.rollback_on_failure,
             })
-            .map_err(|error| named(way_back(error, current.as_ref(), spec)))?;
+            .map_err(|error| named(self.way_back(error, current.as_ref(), spec)))?;
         drop(temp);
         let release = Some(Release {
             revision: installed.revision,
@@ -373,20 +376,45 @@ impl Helm {
     }
 }
 
-/// A failed upgrade's error, with how to go back to the revision that ran before it: helm
-/// leaves the release `failed` at the new revision (bprun does not ask it to roll back by
-/// itself), and the previous one is still in its history.
-fn way_back(error: ClientError, before: Option<&Release>, spec: &ReleaseSpec) -> ClientError {
-    let Some(before) = before.filter(|before| before.status == "deployed") else {
-        return error;
-    };
-    let back = format!(
-        "revision {} ({}) ran before this upgrade: to go back, pin {} again and run again, or `helm rollback {} {} -n {}`",
-        before.revision, before.chart, before.chart, spec.release, before.revision, spec.namespace
-    );
-    let hint = match &error.hint {
-        Some(hint) => format!("{hint}; {back}"),
-        None => back,
-    };
-    error.with_hint(hint)
+impl Helm {
+    /// A failed upgrade's error, with how to go back to the revision that ran before it.
+    /// Without `rollback_on_failure` helm leaves the new revision `failed` and the previous one
+    /// deployed; with it, helm rolled back by itself, which the release's status now says.
+    fn way_back(
+        &self,
+        error: ClientError,
+        before: Option<&Release>,
+        spec: &ReleaseSpec,
+    ) -> ClientError {
+        let Some(before) = before.filter(|before| before.status == "deployed") else {
+            return error;
+        };
+        let now = self.status(&spec.release, &spec.namespace).ok().flatten();
+        let back = match now {
+            Some(now)
+                if spec.rollback_on_failure
+                    && now.status == "deployed"
+                    && now.chart == before.chart =>
+            {
+                format!(
+                    "helm rolled the release back by itself: revision {} runs {} again, as revision {} did; pin {} again to stay there",
+                    now.revision, now.chart, before.revision, before.chart
+                )
+            }
+            _ => format!(
+                "revision {} ({}) ran before this upgrade: to go back, pin {} again and run again, or `helm rollback {} {} -n {}`",
+                before.revision,
+                before.chart,
+                before.chart,
+                spec.release,
+                before.revision,
+                spec.namespace
+            ),
+        };
+        let hint = match &error.hint {
+            Some(hint) => format!("{hint}; {back}"),
+            None => back,
+        };
+        error.with_hint(hint)
+    }
 }
