@@ -379,6 +379,23 @@ fn sim_all_restarted_on_its_state_keeps_the_cluster() {
                 .expect("kubectl"),
         )
     };
+    // The object as the API server has it: uid, resourceVersion and data.
+    let kept = |vars: &[(String, String)]| {
+        kubectl(
+            vars,
+            &[
+                "get",
+                "configmap",
+                "kept",
+                "-n",
+                "default",
+                "-o",
+                "jsonpath={.metadata.uid} {.metadata.resourceVersion} {.data.day}",
+            ],
+        )
+        .ok()
+        .to_string()
+    };
     let (child, vars) = sim_all_started(state.path());
     kubectl(
         &vars,
@@ -392,36 +409,10 @@ fn sim_all_restarted_on_its_state_keeps_the_cluster() {
         ],
     )
     .success();
-    let written = kubectl(
-        &vars,
-        &[
-            "get",
-            "configmap",
-            "kept",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.metadata.uid} {.metadata.resourceVersion} {.data.day}",
-        ],
-    )
-    .ok()
-    .to_string();
+    let written = kept(&vars);
     sim_all_stopped(child);
     let (child, vars) = sim_all_started(state.path());
-    let read = kubectl(
-        &vars,
-        &[
-            "get",
-            "configmap",
-            "kept",
-            "-n",
-            "default",
-            "-o",
-            "jsonpath={.metadata.uid} {.metadata.resourceVersion} {.data.day}",
-        ],
-    )
-    .ok()
-    .to_string();
+    let read = kept(&vars);
     sim_all_stopped(child);
     assert!(written.ends_with(" one"), "{written}");
     assert_eq!(read, written);

@@ -875,16 +875,8 @@ fn a_failed_upgrade_says_which_revision_ran_before_and_how_to_go_back() {
         re-run with --resume to continue from here
         "#,
         );
-    let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
-    let revisions: serde_json::Value = serde_json::from_str(history.ok()).expect("history json");
-    let statuses: Vec<&str> = revisions
-        .as_array()
-        .expect("revisions")
-        .iter()
-        .filter_map(|revision| revision["status"].as_str())
-        .collect();
     // helm keeps the previous revision deployed and records the new one failed.
-    assert_eq!(statuses, ["deployed", "failed"]);
+    assert_eq!(redis_history(&sim), ["deployed", "failed"]);
 }
 
 /// With `rollback_on_failure`, helm rolls a failed upgrade back by itself (helm 4's
@@ -910,15 +902,22 @@ fn a_failed_upgrade_that_rolls_back_by_itself_says_so_with_helm_3_and_4() {
             "; helm rolled the release back by itself: revision 3 runs redis-0.1.0 again, as revision 1 did; pin redis-0.1.0 again to stay there",
             "helm 3's and 4's own words before it differ",
         );
-        let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
-        let revisions: serde_json::Value =
-            serde_json::from_str(history.ok()).expect("history json");
-        let statuses: Vec<&str> = revisions
-            .as_array()
-            .expect("revisions")
-            .iter()
-            .filter_map(|revision| revision["status"].as_str())
-            .collect();
-        assert_eq!(statuses, ["superseded", "failed", "deployed"], "{helm}");
+        assert_eq!(
+            redis_history(&sim),
+            ["superseded", "failed", "deployed"],
+            "{helm}"
+        );
     }
+}
+
+/// The statuses of the redis release's revisions, oldest first (`helm history`).
+fn redis_history(sim: &Sim) -> Vec<String> {
+    let history = sim.helm(&["history", "redis", "-n", "redis", "-o", "json"]);
+    let revisions: serde_json::Value = serde_json::from_str(history.ok()).expect("history json");
+    revisions
+        .as_array()
+        .expect("revisions")
+        .iter()
+        .filter_map(|revision| revision["status"].as_str().map(str::to_string))
+        .collect()
 }
