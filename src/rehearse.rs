@@ -442,37 +442,30 @@ pub fn rehearse(
 /// cluster that stayed up between two runs) it never was. Unsealed with the copy's init file,
 /// through a port-forward as phase 2 reaches it; what it did, in words for the banner.
 fn reopen_openbao(work: &Path) -> String {
-    use bprun_clients::bao::{BaoClient, BaoSettings};
-    let settings = BaoSettings::from_env(work);
-    if !settings.init_file.is_file() {
-        return String::new();
-    }
-    let unsealed = bprun_clients::kube::KubeClient::connect(None).and_then(|kube| {
-        let address = kube.port_forward("openbao", "svc/openbao", 8200)?;
-        let client = BaoClient::new(BaoSettings {
-            address: format!("http://{address}"),
-            ..settings
-        });
+    let unsealed = openbao_through_forward(work).and_then(|reached| {
+        let Some((kube, client)) = reached else {
+            return Ok(false);
+        };
         if !client.status()?.sealed {
             return Ok(false);
         }
         let init = client.read_init_file()?;
         client.unseal(&init)?;
-        // Ready again once its readiness probe has seen it unsealed (bounded: 30 s).
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::time::Instant::now() < deadline {
-            let ready = kube.get("Pod", "openbao", "openbao-0")?.is_some_and(|pod| {
-                pod["status"]["conditions"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|c| c["type"] == "Ready" && c["status"] == "True")
-            });
-            if ready {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        // Ready again once its readiness probe has seen it unsealed (bounded: 30 s; a pod
+        // still unready then is left to the scripts' own waits, which say why).
+        use bprun_clients::kube::{Until, WaitSpec, conditions};
+        let _ = kube.wait(
+            &WaitSpec {
+                kind: "Pod",
+                namespace: "openbao",
+                target: "openbao-0",
+                until: Until::Condition(&conditions::ready),
+                timeout: std::time::Duration::from_secs(30),
+            },
+            bprun_clients::reconcile::Mode::Apply,
+            &|_| {},
+            &|| false,
+        );
         Ok(true)
     });
     match unsealed {
@@ -482,24 +475,43 @@ fn reopen_openbao(work: &Path) -> String {
     }
 }
 
-/// The KV paths under `secret/` in the OpenBao phase 2 installed (values never read), through a
-/// port-forward to its Service with the root token of the init file phase 2 wrote.
-fn openbao_paths(work: &Path) -> String {
-    use bprun_clients::bao::{BaoClient, BaoSettings, KvPath};
+/// The OpenBao phase 2 installed into the rehearsal's cluster, reached as phase 2 reaches it:
+/// through a port-forward to svc/openbao, with the copy's init file (its root token). `None`:
+/// phase 2 has not initialised it (no init file).
+fn openbao_through_forward(
+    work: &Path,
+) -> Result<
+    Option<(
+        bprun_clients::kube::KubeClient,
+        bprun_clients::bao::BaoClient,
+    )>,
+    bprun_clients::error::ClientError,
+> {
+    use bprun_clients::bao::{BaoClient, BaoSettings};
     let settings = BaoSettings::from_env(work);
     if !settings.init_file.is_file() {
-        return "OpenBao: not initialised (no infra/secrets/openbao-init.json)\n".to_string();
+        return Ok(None);
     }
-    let forwarded = bprun_clients::kube::KubeClient::connect(None)
-        .and_then(|kube| kube.port_forward("openbao", "svc/openbao", 8200));
-    let address = match forwarded {
-        Ok(address) => address,
-        Err(error) => return format!("OpenBao: cannot reach svc/openbao ({})\n", error.message),
-    };
+    let kube = bprun_clients::kube::KubeClient::connect(None)?;
+    let address = kube.port_forward("openbao", "svc/openbao", 8200)?;
     let client = BaoClient::new(BaoSettings {
         address: format!("http://{address}"),
         ..settings
     });
+    Ok(Some((kube, client)))
+}
+
+/// The KV paths under `secret/` in the OpenBao phase 2 installed (values never read), through a
+/// port-forward to its Service with the root token of the init file phase 2 wrote.
+fn openbao_paths(work: &Path) -> String {
+    use bprun_clients::bao::KvPath;
+    let client = match openbao_through_forward(work) {
+        Ok(Some((_, client))) => client,
+        Ok(None) => {
+            return "OpenBao: not initialised (no infra/secrets/openbao-init.json)\n".to_string();
+        }
+        Err(error) => return format!("OpenBao: cannot reach svc/openbao ({})\n", error.message),
+    };
     // Depth-first over folders (keys ending in `/`), bounded: a KV store of a rehearsal is small.
     let mut paths = Vec::new();
     let mut folders = vec![String::new()];

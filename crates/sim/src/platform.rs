@@ -632,41 +632,30 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
 fn wait_restarted(sim: &crate::kube::KubeSim) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let unsettled: Vec<String> = {
+        let settling = {
             let cluster = sim.cluster();
             let probes = &cluster.probes;
-            cluster
-                .all("pods")
-                .iter()
-                .filter(|pod| {
-                    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
-                    let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
-                    let ended = matches!(phase, "Succeeded" | "Failed")
-                        || pod["metadata"]["deletionTimestamp"].is_string();
-                    let ready = pod["status"]["conditions"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True");
-                    // A crash is not an answer yet: after a restart a pod may crash while
-                    // what it needs still starts, and comes back once it is there.
-                    let told = probes
-                        .results
-                        .get(uid)
-                        .is_some_and(|verdicts| verdicts.values().any(|v| !v.passed))
-                        || probes.start_errors.contains_key(uid);
-                    !(ended || ready || (phase == "Running" && told))
-                })
-                .map(|pod| {
-                    format!(
-                        "{}/{}",
-                        pod["metadata"]["namespace"].as_str().unwrap_or(""),
-                        pod["metadata"]["name"].as_str().unwrap_or("")
-                    )
-                })
-                .collect()
+            cluster.all("pods").iter().any(|pod| {
+                let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+                let phase = pod["status"]["phase"].as_str().unwrap_or("Pending");
+                let ended = matches!(phase, "Succeeded" | "Failed")
+                    || pod["metadata"]["deletionTimestamp"].is_string();
+                let ready = pod["status"]["conditions"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|c| c["type"] == "Ready" && c["status"] == "True");
+                // A crash is not an answer yet: after a restart a pod may crash while
+                // what it needs still starts, and comes back once it is there.
+                let told = probes
+                    .results
+                    .get(uid)
+                    .is_some_and(|verdicts| verdicts.values().any(|v| !v.passed))
+                    || probes.start_errors.contains_key(uid);
+                !(ended || ready || (phase == "Running" && told))
+            })
         };
-        if unsettled.is_empty() || Instant::now() >= deadline {
+        if !settling || Instant::now() >= deadline {
             return;
         }
         std::thread::sleep(Duration::from_millis(100));

@@ -44,6 +44,9 @@ pub struct KubeClient {
     /// Without a kubeconfig file (a pod's service account): the CA certificates (DER) and the
     /// token file the connection uses, to write a kubeconfig from.
     in_cluster: Option<(Vec<Vec<u8>>, Option<String>)>,
+    /// The API server's clock less this machine's, in milliseconds, once read
+    /// (`server_time`): one request per client, not one per token checked.
+    clock_offset_ms: Mutex<Option<i128>>,
 }
 
 fn block_on<F: std::future::Future>(future: F) -> F::Output {
@@ -244,6 +247,7 @@ impl KubeClient {
                 default_namespace,
                 kubeconfig_path,
                 in_cluster,
+                clock_offset_ms: Mutex::new(None),
             })
         })
     }

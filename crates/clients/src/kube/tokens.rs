@@ -56,7 +56,40 @@ impl KubeClient {
     /// Now on the API server's clock, from its `Date` header: the clock that decides when the
     /// tokens it issued expire (a workstation's clock may be off; kind's nodes share the host's).
     /// An answer without the header (a proxy that strips it) falls back to this machine's clock.
+    /// The offset between the two clocks is read once per client.
     pub fn server_time(&self) -> Result<std::time::SystemTime, ClientError> {
+        use std::time::{Duration, SystemTime, UNIX_EPOCH};
+        let millis = |time: SystemTime| match time.duration_since(UNIX_EPOCH) {
+            Ok(after) => after.as_millis() as i128,
+            Err(before) => -(before.duration().as_millis() as i128),
+        };
+        let cached = *self
+            .clock_offset_ms
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let offset = match cached {
+            Some(offset) => offset,
+            None => {
+                let server = self.read_server_time()?;
+                let offset = millis(server) - millis(SystemTime::now());
+                *self
+                    .clock_offset_ms
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner()) = Some(offset);
+                offset
+            }
+        };
+        let now = SystemTime::now();
+        let shift = Duration::from_millis(offset.unsigned_abs() as u64);
+        Ok(if offset >= 0 {
+            now + shift
+        } else {
+            now.checked_sub(shift).unwrap_or(now)
+        })
+    }
+
+    /// The API server's `Date` header, read now (see `server_time`).
+    fn read_server_time(&self) -> Result<std::time::SystemTime, ClientError> {
         let response = block_on(retry(|| async {
             let request = http::Request::get("/version")
                 .body(kube::client::Body::empty())

@@ -748,6 +748,27 @@ fn host_port(url: &str) -> String {
     }
 }
 
+/// What `gitlab-runner register` gets when it verifies `token` at `url`: GitLab's answer while
+/// a webservice pod serves it, else the dial's error.
+fn verify_token(gitlab: &GitlabSim, healthy: &Upstream, url: &str, token: &str) -> Verification {
+    if url.is_empty() {
+        return Verification::Unreachable("unsupported protocol scheme \"\"".to_string());
+    }
+    if !healthy() {
+        return Verification::Unreachable(format!(
+            "dial tcp {}: connect: connection refused",
+            host_port(url)
+        ));
+    }
+    match gitlab
+        .handle(runner_request("/api/v4/runners/verify", token))
+        .status
+    {
+        200 | 201 => Verification::Valid,
+        _ => Verification::Forbidden,
+    }
+}
+
 fn runner_request(path: &str, token: &str) -> SimRequest {
     let body = serde_json::to_vec(&json!({"token": token})).unwrap_or_default();
     SimRequest::local("POST", path, Some("application/json"), body)
@@ -791,24 +812,7 @@ impl Program for Runner {
         let token = volumes::find(&pod, "runner-token", &lookup(host, &call.namespace))
             .map(|(_, token)| token.trim().to_string())
             .unwrap_or_default();
-        let verification = match attached {
-            _ if url.is_empty() => {
-                Verification::Unreachable("unsupported protocol scheme \"\"".to_string())
-            }
-            attached if (attached.healthy)() => {
-                let answer = attached
-                    .gitlab
-                    .handle(runner_request("/api/v4/runners/verify", &token));
-                match answer.status {
-                    200 | 201 => Verification::Valid,
-                    _ => Verification::Forbidden,
-                }
-            }
-            _ => Verification::Unreachable(format!(
-                "dial tcp {}: connect: connection refused",
-                host_port(&url)
-            )),
-        };
+        let verification = verify_token(&attached.gitlab, &attached.healthy, &url, &token);
         let result = register_log(&url, &token, &verification);
         let log = match &result {
             Ok(log) | Err(log) => log.clone(),
@@ -837,21 +841,14 @@ impl Program for Runner {
                 }
                 tokio::time::sleep(REGISTER_RETRY).await;
                 attempt += 1;
-                let verification = if healthy() {
-                    let (gitlab, token) = (gitlab.clone(), token.clone());
-                    let answer = tokio::task::spawn_blocking(move || {
-                        gitlab.handle(runner_request("/api/v4/runners/verify", &token))
-                    })
-                    .await;
-                    match answer.map(|answer| answer.status) {
-                        Ok(200 | 201) => Verification::Valid,
-                        _ => Verification::Forbidden,
-                    }
-                } else {
-                    Verification::Unreachable(format!(
-                        "dial tcp {}: connect: connection refused",
-                        host_port(&url)
-                    ))
+                let asked = (gitlab.clone(), healthy.clone(), url.clone(), token.clone());
+                let Ok(verification) = tokio::task::spawn_blocking(move || {
+                    let (gitlab, healthy, url, token) = asked;
+                    verify_token(&gitlab, &healthy, &url, &token)
+                })
+                .await
+                else {
+                    return;
                 };
                 let (Ok(log) | Err(log)) =
                     register_attempt_log(attempt, &url, &token, &verification);
