@@ -465,3 +465,81 @@ step("Operator", || {
         );
     assert_eq!(sim.kubectl(&["get", "crd", "-o", "name"]).ok(), "");
 }
+
+/// A StatefulSet recreates its pod under the same name: a delete that waits ends when the pod
+/// it deleted is gone (its uid), not when the name is free, which may never be seen.
+#[test]
+fn a_waiting_delete_of_a_statefulsets_pod_ends_when_that_pod_is_gone() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    let script = r#"
+step("Replace", || {
+    kube_apply(`
+apiVersion: v1
+kind: Namespace
+metadata: {name: demo}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {name: db, namespace: demo}
+spec:
+  replicas: 1
+  serviceName: db
+  selector: {matchLabels: {app: db}}
+  template:
+    metadata: {labels: {app: db}}
+    spec:
+      containers: [{name: db, image: "nginx:1.27"}]
+`);
+    kube_wait("pods", "demo", "app=db", "Ready", #{timeout: 20});
+    let before = kube_get("Pod", "demo", "db-0").metadata.uid;
+    assert_eq(kube_delete("Pod", "demo", "db-0", #{wait: true, timeout: 20}).changed, true);
+    let after = kube_wait("pods", "demo", "app=db", "Ready", #{timeout: 20});
+    assert_eq(after.len(), 1);
+    assert_eq(after[0].metadata.name, "db-0");
+    if after[0].metadata.uid == before { throw "db-0 was not replaced" }
+});
+"#;
+    let test = with_kube(repo().script(script), &sim);
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(
+            "
+        [1/1] Replace ...
+            ~ create Namespace/demo
+            ~ create StatefulSet/db in demo
+            ~ delete Pod/db-0 in demo
+        [1/1] Replace ... changed (#.## s)
+
+        <recap of scripts/test.rhai: Replace: changed 3>
+        ",
+        ),
+        "",
+    );
+}
+
+/// bprun deletes the object it looked at (a uid precondition); the real kubectl shows the
+/// API server's refusal of a delete whose uid is not the object's, and the pod stays.
+#[test]
+fn a_delete_whose_uid_precondition_fails_is_refused_and_deletes_nothing() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl_stdin(
+        &["apply", "-f", "-"],
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: one, namespace: default}\nspec:\n  containers: [{name: one, image: \"nginx:1.27\"}]\n",
+    )
+    .success();
+    let uid = sim.jsonpath("pod/one", "default", "{.metadata.uid}");
+    let body =
+        r#"{"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"not-the-uid"}}"#;
+    sim.kubectl_stdin(
+        &["delete", "--raw", "/api/v1/namespaces/default/pods/one", "-f", "-"],
+        body,
+    )
+    .expect(
+        1,
+        "",
+        &format!(
+            "Error from server (Conflict): Precondition failed: UID in precondition: not-the-uid, UID in object meta: {uid}\n"
+        ),
+    );
+    assert_eq!(sim.jsonpath("pod/one", "default", "{.metadata.uid}"), uid);
+}

@@ -7,7 +7,7 @@ use super::{
 };
 use crate::error::{ClientError, ErrorKind};
 use crate::reconcile::{Mode, Outcome};
-use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
 
@@ -112,15 +112,29 @@ impl KubeClient {
             let present = retry(|| api.get_opt(name))
                 .await
                 .map_err(|error| failed("delete", &shown, &error))?;
-            if present.is_none() {
+            let Some(present) = present else {
                 return Ok(false);
-            }
+            };
             if !mode.writes() {
                 return Ok(true);
             }
-            match api.delete(name, &DeleteParams::background()).await {
+            // A controller may recreate the object under the same name (a StatefulSet's pod):
+            // the object looked at is deleted, and the wait ends when that one is gone.
+            let uid = present.metadata.uid.clone();
+            let params = DeleteParams {
+                preconditions: uid.clone().map(|uid| Preconditions {
+                    uid: Some(uid),
+                    resource_version: None,
+                }),
+                ..DeleteParams::background()
+            };
+            match api.delete(name, &params).await {
                 Ok(_) => {}
                 Err(error) if status_code(&error) == Some(404) => return Ok(false),
+                // The uid precondition failed: what was looked at is gone, another took its name.
+                Err(error) if status_code(&error) == Some(409) && uid.is_some() => {
+                    return Ok(false);
+                }
                 Err(error) => return Err(failed("delete", &shown, &error)),
             }
             if let Some(timeout) = wait {
@@ -133,7 +147,11 @@ impl KubeClient {
                     let still = retry(|| api.get_opt(name))
                         .await
                         .map_err(|error| failed("delete", &shown, &error))?;
-                    if still.is_none() {
+                    let gone = match &still {
+                        None => true,
+                        Some(object) => uid.is_some() && object.metadata.uid != uid,
+                    };
+                    if gone {
                         break;
                     }
                     if Instant::now() >= deadline {
