@@ -417,6 +417,35 @@ pub mod gitlab_functions {
             .map_err(native_error)
     }
 
+    /// Whether the GitLab at `url` knows the runner authentication token `token` (a `Secret`
+    /// or a string): `POST /runners/verify`, which only reads. False when GitLab answers 403,
+    /// as it does for a token of a runner deleted in the UI or one a GitLab restored from an
+    /// older backup never issued. `url` is GitLab's address (a port-forward to the webservice
+    /// will do: this call needs no personal access token, so it works before phase 3).
+    ///
+    /// ```rhai
+    /// step("Runner token", || {
+    ///     let address = kube_port_forward("gitlab", "svc/gitlab-webservice-default", 8181);
+    ///     if !gitlab_runner_token_known(`http://${address}`, bao_read("gitlab/runner/registration_token").token) {
+    ///         warn("GitLab no longer knows the runner's token");
+    ///     }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn gitlab_runner_token_known(
+        context: NativeCallContext,
+        url: &str,
+        token: Dynamic,
+    ) -> RhaiResultOf<bool> {
+        let session = remote_session(&context, "gitlab_runner_token_known")?;
+        let token = secret_of(token, "gitlab_runner_token_known")?;
+        let client = GitlabClient::new(GitlabSettings::at(url, &session.state.root))
+            .map_err(native_error)?;
+        client
+            .runner_token_known(&token, &cancelled(&session))
+            .map_err(native_error)
+    }
+
     /// Revokes every active personal access token named `name` except `keep` (the one in use),
     /// so that an interrupted mint leaves no stray credential: `#{revoked, changed}`. Honours
     /// check mode.

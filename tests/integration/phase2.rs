@@ -528,7 +528,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:556:5
+  in fn on_every_node() called at scripts/phase2.rhai:561:5
   when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
 re-run with --resume to continue from here
 "##
@@ -1886,4 +1886,208 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
         r##"re-run with --resume to continue from here
 "##
     ));
+}
+
+/// The runner token OpenBao holds is verified against GitLab on every run: once GitLab no
+/// longer knows it (the runner deleted in the UI, or GitLab restored from an older backup), a
+/// check says so, the run replaces it and restarts the runner, which comes online again; a
+/// converged run asks GitLab and changes nothing.
+#[test]
+fn a_runner_token_gitlab_no_longer_knows_is_replaced_and_the_runner_comes_online() {
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
+    copy.run(&["scripts/phase2.rhai"]).code(0);
+    let runners = sim.api_json("runners/all?status=online");
+    let old_id = runners[0]["id"].as_i64().expect("one online runner");
+    assert_eq!(runners.as_array().map(Vec::len), Some(1), "{runners}");
+    let deleted = sim.api("DELETE", &format!("runners/{old_id}"), None);
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    let only = [
+        "--only",
+        "GitLab",
+        "--only",
+        "Runner",
+        "scripts/phase2.rhai",
+    ];
+    let check: Vec<&str> = ["--check"].iter().chain(&only).copied().collect();
+    settled(copy.run(&check)).expect(
+        0,
+        r##"
+check mode: nothing will be changed
+[1/17] Pre-flight ... skipped (not selected by --only)
+[2/17] Gateway API CRDs ... skipped (not selected by --only)
+[3/17] local-path StorageClass ... skipped (not selected by --only)
+[4/17] Stable storage ... skipped (not selected by --only)
+[5/17] CloudNativePG ... skipped (not selected by --only)
+[6/17] Redis ... skipped (not selected by --only)
+[7/17] MinIO ... skipped (not selected by --only)
+[8/17] OpenBao ... skipped (not selected by --only)
+[9/17] Wildcard TLS ... skipped (not selected by --only)
+[10/17] CoreDNS rewrite ... skipped (not selected by --only)
+[11/17] Node trust ... skipped (not selected by --only)
+[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    a new runner token: GitLab does not know the one at secret/gitlab/runner/registration_token (restored from an older backup, or the runner was deleted)
+    ~ would exec gitlab-rails in gitlab/app=toolbox
+    ~ would write secret secret/gitlab/runner/registration_token
+[13/17] GitLab ... changed (#.## s)
+[14/17] Snapshot GitLab secrets ... skipped (not selected by --only)
+[15/17] Registry hosts pin ... skipped (not selected by --only)
+[16/17] Runner ...
+    ~ would write Secret/gitlab-runner-token in gitlab-runner
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    helm release gitlab-runner/gitlab-runner left alone: revision 1 of gitlab-runner-0.71.0 is deployed with the same chart digest and values
+    ~ would restart Deployment/gitlab-runner in gitlab-runner
+[16/17] Runner ... changed (#.## s)
+[17/17] Destroy ... skipped (not selected by --only)
+
+Recap of scripts/phase2.rhai (check mode)
+  #  step                     status       would change       time
+  1  Pre-flight               skipped                 0          -
+  2  Gateway API CRDs         skipped                 0          -
+  3  local-path StorageClass  skipped                 0          -
+  4  Stable storage           skipped                 0          -
+  5  CloudNativePG            skipped                 0          -
+  6  Redis                    skipped                 0          -
+  7  MinIO                    skipped                 0          -
+  8  OpenBao                  skipped                 0          -
+  9  Wildcard TLS             skipped                 0          -
+ 10  CoreDNS rewrite          skipped                 0          -
+ 11  Node trust               skipped                 0          -
+ 12  Restore GitLab secrets   skipped                 0          -
+ 13  GitLab                   changed                 2 #.## s
+ 14  Snapshot GitLab secrets  skipped                 0          -
+ 15  Registry hosts pin       skipped                 0          -
+ 16  Runner                   changed                 2 #.## s
+ 17  Destroy                  skipped                 0          -
+17 steps: 0 ok, 2 changed, 15 skipped, 0 failed in #.## s
+"##,
+        "",
+    );
+    settled(copy.run(&only)).expect(
+        0,
+        r##"
+[1/17] Pre-flight ... skipped (not selected by --only)
+[2/17] Gateway API CRDs ... skipped (not selected by --only)
+[3/17] local-path StorageClass ... skipped (not selected by --only)
+[4/17] Stable storage ... skipped (not selected by --only)
+[5/17] CloudNativePG ... skipped (not selected by --only)
+[6/17] Redis ... skipped (not selected by --only)
+[7/17] MinIO ... skipped (not selected by --only)
+[8/17] OpenBao ... skipped (not selected by --only)
+[9/17] Wildcard TLS ... skipped (not selected by --only)
+[10/17] CoreDNS rewrite ... skipped (not selected by --only)
+[11/17] Node trust ... skipped (not selected by --only)
+[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    a new runner token: GitLab does not know the one at secret/gitlab/runner/registration_token (restored from an older backup, or the runner was deleted)
+    ~ exec gitlab-rails in gitlab/app=toolbox
+    ~ write secret secret/gitlab/runner/registration_token (version 2)
+[13/17] GitLab ... changed (#.## s)
+[14/17] Snapshot GitLab secrets ... skipped (not selected by --only)
+[15/17] Registry hosts pin ... skipped (not selected by --only)
+[16/17] Runner ...
+    ~ write Secret/gitlab-runner-token in gitlab-runner
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    helm release gitlab-runner/gitlab-runner left alone: revision 1 of gitlab-runner-0.71.0 is deployed with the same chart digest and values
+    ~ restart Deployment/gitlab-runner in gitlab-runner
+[16/17] Runner ... changed (#.## s)
+[17/17] Destroy ... skipped (not selected by --only)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               skipped                 0          -
+  2  Gateway API CRDs         skipped                 0          -
+  3  local-path StorageClass  skipped                 0          -
+  4  Stable storage           skipped                 0          -
+  5  CloudNativePG            skipped                 0          -
+  6  Redis                    skipped                 0          -
+  7  MinIO                    skipped                 0          -
+  8  OpenBao                  skipped                 0          -
+  9  Wildcard TLS             skipped                 0          -
+ 10  CoreDNS rewrite          skipped                 0          -
+ 11  Node trust               skipped                 0          -
+ 12  Restore GitLab secrets   skipped                 0          -
+ 13  GitLab                   changed                 2 #.## s
+ 14  Snapshot GitLab secrets  skipped                 0          -
+ 15  Registry hosts pin       skipped                 0          -
+ 16  Runner                   changed                 2 #.## s
+ 17  Destroy                  skipped                 0          -
+17 steps: 0 ok, 2 changed, 15 skipped, 0 failed in #.## s
+"##,
+        "",
+    );
+    // The new pod polls GitLab for jobs once it runs: online within 30 s.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let runners = loop {
+        let runners = sim.api_json("runners/all?status=online");
+        if runners.as_array().is_some_and(|list| !list.is_empty())
+            || std::time::Instant::now() >= deadline
+        {
+            break runners;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    assert_eq!(runners.as_array().map(Vec::len), Some(1), "{runners}");
+    assert_ne!(runners[0]["id"].as_i64(), Some(old_id), "{runners}");
+    sim.clear_requests();
+    settled(copy.run(&only)).expect(
+        0,
+        r##"
+[1/17] Pre-flight ... skipped (not selected by --only)
+[2/17] Gateway API CRDs ... skipped (not selected by --only)
+[3/17] local-path StorageClass ... skipped (not selected by --only)
+[4/17] Stable storage ... skipped (not selected by --only)
+[5/17] CloudNativePG ... skipped (not selected by --only)
+[6/17] Redis ... skipped (not selected by --only)
+[7/17] MinIO ... skipped (not selected by --only)
+[8/17] OpenBao ... skipped (not selected by --only)
+[9/17] Wildcard TLS ... skipped (not selected by --only)
+[10/17] CoreDNS rewrite ... skipped (not selected by --only)
+[11/17] Node trust ... skipped (not selected by --only)
+[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[13/17] GitLab ...
+    warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+    helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+[13/17] GitLab ... ok (#.## s)
+[14/17] Snapshot GitLab secrets ... skipped (not selected by --only)
+[15/17] Registry hosts pin ... skipped (not selected by --only)
+[16/17] Runner ...
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    helm release gitlab-runner/gitlab-runner left alone: revision 1 of gitlab-runner-0.71.0 is deployed with the same chart digest and values
+[16/17] Runner ... ok (#.## s)
+[17/17] Destroy ... skipped (not selected by --only)
+
+Recap of scripts/phase2.rhai
+  #  step                     status            changes       time
+  1  Pre-flight               skipped                 0          -
+  2  Gateway API CRDs         skipped                 0          -
+  3  local-path StorageClass  skipped                 0          -
+  4  Stable storage           skipped                 0          -
+  5  CloudNativePG            skipped                 0          -
+  6  Redis                    skipped                 0          -
+  7  MinIO                    skipped                 0          -
+  8  OpenBao                  skipped                 0          -
+  9  Wildcard TLS             skipped                 0          -
+ 10  CoreDNS rewrite          skipped                 0          -
+ 11  Node trust               skipped                 0          -
+ 12  Restore GitLab secrets   skipped                 0          -
+ 13  GitLab                   ok                      0 #.## s
+ 14  Snapshot GitLab secrets  skipped                 0          -
+ 15  Registry hosts pin       skipped                 0          -
+ 16  Runner                   ok                      0 #.## s
+ 17  Destroy                  skipped                 0          -
+17 steps: 2 ok, 0 changed, 15 skipped, 0 failed in #.## s
+"##,
+        "",
+    );
+    assert_eq!(sim.mutating_requests(), 0);
 }

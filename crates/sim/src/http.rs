@@ -385,7 +385,7 @@ impl Accounting {
         }
         let mutating = log
             .iter()
-            .filter(|entry| entry.method != "GET" && entry.method != "HEAD")
+            .filter(|entry| writes(&entry.method, &entry.path))
             .count();
         serde_json::json!({"total": log.len(), "mutating": mutating, "counters": counters, "requests": *log})
     }
@@ -619,7 +619,7 @@ async fn answer<H: Handler>(handler: Arc<H>, request: SimRequest) -> Option<SimR
             &serde_json::json!({"message": format!("{status} injected fault")}),
         ));
     }
-    let mutating = method != "GET" && method != "HEAD";
+    let mutating = writes(&method, &path);
     let drop_answer =
         mutating && faults.drop_answer_rate > 0.0 && fastrand::f64() < faults.drop_answer_rate;
     let handler_for_call = handler.clone();
@@ -692,4 +692,12 @@ mod tests {
         assert!(loopback("0.0.0.0:80").is_err());
         assert!(loopback("10.0.0.1:80").is_err());
     }
+}
+
+/// Whether a request may change what the server holds: every method but GET and HEAD, except
+/// GitLab's `POST /runners/verify`, which only reads (as long as no `system_id` is sent, which
+/// bprun never does: with one, GitLab records a runner manager).
+fn writes(method: &str, path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    method != "GET" && method != "HEAD" && !(method == "POST" && path.ends_with("/runners/verify"))
 }

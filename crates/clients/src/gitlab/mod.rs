@@ -21,6 +21,7 @@ mod groups;
 pub mod pipelines;
 mod projects;
 pub mod rules;
+mod runners;
 mod tokens;
 mod variables;
 
@@ -80,23 +81,34 @@ impl GitlabSettings {
         let url = var(&["GITLAB_URL", "CI_SERVER_URL"]).ok_or_else(|| {
             ClientError::new("GitLab's address is not set").with_hint("set GITLAB_URL, e.g. https://gitlab.local.example.net (or run against `bprun sim gitlab`)")
         })?;
+        let mut settings = GitlabSettings::at(&url, root);
+        settings.token = var(&["GITLAB_TOKEN"]).map(Secret::new);
+        if let Some(ca) = var(&["GITLAB_CACERT"]) {
+            settings.ca_file = Some(PathBuf::from(ca));
+        }
+        Ok(settings)
+    }
+
+    /// The GitLab at `url`, without a token, trusting the platform CA
+    /// `infra/tls/wildcard/ca.pem` when it exists (for an address bprun found itself, such as a
+    /// port-forward to the webservice).
+    pub fn at(url: &str, root: &std::path::Path) -> GitlabSettings {
         let platform_ca = root.join("infra/tls/wildcard/ca.pem");
-        Ok(GitlabSettings {
+        GitlabSettings {
             url: url
                 .trim_end_matches('/')
                 .trim_end_matches("/api/v4")
                 .to_string(),
-            token: var(&["GITLAB_TOKEN"]).map(Secret::new),
-            ca_file: var(&["GITLAB_CACERT"])
-                .map(PathBuf::from)
-                .or_else(|| platform_ca.exists().then_some(platform_ca)),
+            token: None,
+            ca_file: platform_ca.exists().then_some(platform_ca),
             timeout: REQUEST_TIMEOUT,
             // BPRUN_GITLAB_BACKOFF_MS shortens the first backoff (tests with injected faults).
-            base_backoff: var(&["BPRUN_GITLAB_BACKOFF_MS"])
+            base_backoff: std::env::var("BPRUN_GITLAB_BACKOFF_MS")
+                .ok()
                 .and_then(|ms| ms.parse().ok())
                 .map(Duration::from_millis)
                 .unwrap_or(Duration::from_millis(200)),
-        })
+        }
     }
 }
 
