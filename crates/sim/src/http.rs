@@ -668,6 +668,14 @@ fn to_hyper(response: SimResponse) -> Response<Body> {
         .unwrap_or_else(|_| Response::new(Full::new(Bytes::new()).boxed()))
 }
 
+/// Whether a request may change what the server holds: every method but GET and HEAD, except
+/// GitLab's `POST /runners/verify`, which only reads (as long as no `system_id` is sent, which
+/// bprun never does: with one, GitLab records a runner manager).
+fn writes(method: &str, path: &str) -> bool {
+    let path = path.split('?').next().unwrap_or(path);
+    method != "GET" && method != "HEAD" && !(method == "POST" && path.ends_with("/runners/verify"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -692,12 +700,4 @@ mod tests {
         assert!(loopback("0.0.0.0:80").is_err());
         assert!(loopback("10.0.0.1:80").is_err());
     }
-}
-
-/// Whether a request may change what the server holds: every method but GET and HEAD, except
-/// GitLab's `POST /runners/verify`, which only reads (as long as no `system_id` is sent, which
-/// bprun never does: with one, GitLab records a runner manager).
-fn writes(method: &str, path: &str) -> bool {
-    let path = path.split('?').next().unwrap_or(path);
-    method != "GET" && method != "HEAD" && !(method == "POST" && path.ends_with("/runners/verify"))
 }
