@@ -50,6 +50,9 @@ pub struct Session {
     /// Projects (`group/name`) whose head commit a check-mode `git_commit_push` would move: a
     /// pipeline of their current head says nothing about the head they would have.
     pub pending_heads: Mutex<std::collections::HashSet<String>>,
+    /// Check mode: projects whose CI/CD variables a planned write would change (a pipeline
+    /// fingerprinted with them would not be reused).
+    pub pending_variables: Mutex<std::collections::HashSet<String>>,
     /// The names of the natives the engine registered (did-you-mean in diagnostics).
     function_names: std::sync::OnceLock<Vec<String>>,
 }
@@ -69,6 +72,7 @@ impl Session {
             params: Mutex::new(None),
             tree_remotes: Mutex::new(HashMap::new()),
             pending_heads: Mutex::new(std::collections::HashSet::new()),
+            pending_variables: Mutex::new(std::collections::HashSet::new()),
             function_names: std::sync::OnceLock::new(),
         }
     }

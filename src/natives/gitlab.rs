@@ -22,7 +22,7 @@ use bprun_clients::gitlab::pipelines::{
 };
 use bprun_clients::gitlab::{
     GitlabClient, GitlabSettings, Group, GroupSpec, Method, Pipeline, PipelineRef, Project,
-    ProjectSpec, Removal, Started, Variable, WaitParams,
+    ProjectSpec, Removal, Reuse, Started, Variable, WaitParams,
 };
 use bprun_clients::secret::Secret;
 
@@ -678,6 +678,9 @@ pub mod gitlab_functions {
             )
             .map_err(native_error)?;
         let (counts, changed) = settle(&session, outcome);
+        if changed && session.state.check() {
+            lock(&session.pending_variables).insert(project.to_string());
+        }
         let mut result = rhai::Map::new();
         result.insert("created".into(), counts.created.into());
         result.insert("updated".into(), counts.updated.into());
@@ -768,6 +771,9 @@ pub mod gitlab_functions {
         )
         .map_err(|error| native_error(error.named_by(|_| NATIVE)))?;
         let (deployer, changed) = settle(&session, outcome);
+        if changed && session.state.check() {
+            lock(&session.pending_variables).insert(project.to_string());
+        }
         let mut result = rhai::Map::new();
         result.insert("expires_at".into(), deployer.expires_at.into());
         result.insert(
@@ -807,12 +813,25 @@ pub mod gitlab_functions {
         gitlab_trigger_pipeline_with(context, project, reference, rhai::Map::new())
     }
 
-    /// Like `gitlab_trigger_pipeline(project, ref)` with options: `reuse` (true: when the
-    /// newest pipeline of the branch's head commit succeeded or is still running, return it,
-    /// with `reused: true`, instead of starting another; a re-run then starts nothing).
+    /// Like `gitlab_trigger_pipeline(project, ref)` with options:
+    /// - `reuse` (true: when the newest pipeline of the branch's head commit succeeded or is
+    ///   still running, return it, with `reused: true`, instead of starting another; a re-run
+    ///   then starts nothing);
+    /// - `fingerprint` (an array of strings, with `reuse`): reuse only a pipeline that ran
+    ///   with the project's CI/CD variables as they are now and with these strings (what
+    ///   else the pipeline runs with, such as the head commit of a project whose templates it
+    ///   includes), recorded in its `BPRUN_FINGERPRINT` pipeline variable; a new pipeline is
+    ///   created with it;
+    /// - `stale` (a reason, with `reuse`): reuse nothing, and say why (what the last pipeline
+    ///   deployed is gone, or the operator asked for a new one).
+    ///
+    /// A pipeline not reused is named, with the reason, before the new one starts.
     ///
     /// ```rhai
-    /// step("Smoke", || { let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main", #{reuse: true}); });
+    /// step("Smoke", || {
+    ///     let shared = gitlab_get("projects/blueprint-apps%2Fshared-code/repository/branches/main").commit.id;
+    ///     let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main", #{reuse: true, fingerprint: [shared]});
+    /// });
     /// ```
     #[rhai_fn(name = "gitlab_trigger_pipeline", return_raw)]
     pub fn gitlab_trigger_pipeline_with(
@@ -823,45 +842,91 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_trigger_pipeline";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(&options, &["reuse"], NATIVE)?;
+        reject_unknown(&options, &["reuse", "fingerprint", "stale"], NATIVE)?;
         let reuse = option_bool(&options, "reuse", NATIVE)?.unwrap_or(false);
-        // Check mode after a planned push: the head would move, so no pipeline of today's head
-        // can be reused; a new one would start.
-        if session.state.check() && crate::engine::lock(&session.pending_heads).contains(project) {
+        let fingerprinted = options.contains_key("fingerprint");
+        let also = option_strings(&options, "fingerprint", NATIVE)?;
+        let stale = option_str(&options, "stale", NATIVE)?;
+        if !reuse && (fingerprinted || stale.is_some()) {
+            return Err(native_error(
+                NativeError::new(format!(
+                    "{NATIVE}: `fingerprint` and `stale` decide which pipeline is reused: they need `reuse: true`"
+                ))
+                .with_hint("add `reuse: true`, or drop them to always start a new pipeline"),
+            ));
+        }
+        let would_start = |why: String| {
             session.state.record_change(
                 "start",
                 Resource::new(
                     "pipeline",
                     project,
-                    format!(
-                        "pipeline of {project} at {reference} (its head commit would change: a push is planned)"
-                    ),
+                    format!("pipeline of {project} at {reference} ({why})"),
                 ),
             );
             let mut map = rhai::Map::new();
             map.insert("project".into(), project.to_string().into());
             map.insert("ref".into(), reference.to_string().into());
             map.insert("status".into(), "would-start".into());
-            return Ok(map);
+            map
+        };
+        // Check mode after a planned push: the head would move, so no pipeline of today's head
+        // can be reused; a new one would start. The same after a planned variable write, when
+        // the pipeline is fingerprinted with the variables.
+        if session.state.check() && lock(&session.pending_heads).contains(project) {
+            return Ok(would_start(
+                "its head commit would change: a push is planned".into(),
+            ));
         }
+        if session.state.check()
+            && reuse
+            && fingerprinted
+            && lock(&session.pending_variables).contains(project)
+        {
+            return Ok(would_start(
+                "its CI/CD variables would change: a write is planned".into(),
+            ));
+        }
+        let fingerprint = if reuse && fingerprinted {
+            Some(
+                client
+                    .variables_fingerprint(project, &also, &cancelled(&session))
+                    .map_err(native_error)?,
+            )
+        } else {
+            None
+        };
+        let policy = Reuse {
+            fingerprint,
+            declined: stale,
+        };
         let outcome = client
             .trigger_pipeline(
                 project,
                 reference,
-                reuse,
+                reuse.then_some(&policy),
                 mode(&session),
                 &cancelled(&session),
             )
             .map_err(native_error)?;
+        let instead_of = match &outcome.value {
+            Started::New { instead_of, .. } | Started::WouldStart { instead_of } => {
+                instead_of.clone()
+            }
+            Started::Reused(_) => None,
+        };
+        if let Some(reason) = instead_of {
+            session.state.reporter.log(Level::Info, &reason);
+        }
         let (started, _) = settle(&session, outcome);
         Ok(match started {
-            Started::New(pipeline) => pipeline_map(project, pipeline),
+            Started::New { pipeline, .. } => pipeline_map(project, pipeline),
             Started::Reused(pipeline) => {
                 let mut map = pipeline_map(project, pipeline);
                 map.insert("reused".into(), true.into());
                 map
             }
-            Started::WouldStart => {
+            Started::WouldStart { .. } => {
                 let mut map = rhai::Map::new();
                 map.insert("project".into(), project.to_string().into());
                 map.insert("ref".into(), reference.to_string().into());

@@ -801,7 +801,7 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
 /// Phase 3's check of a platform it provisioned with `--app guestbook`: the steps before
 /// Provision projects, and those after it.
 const CHECKED_HEAD: &str = "check mode: nothing will be changed\n[1/7] Pre-flight ... ok (#.## s)\n[2/7] Mint PAT ...\n    admin PAT already in OpenBao; reusing\n[2/7] Mint PAT ... ok (#.## s)\n[3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)\n[4/7] Ensure group ... ok (#.## s)\n";
-const CHECKED_TAIL: &str = "[6/7] Smoke test ...\n    pipeline #4 of blueprint-apps/shared-code: success (0 s)\n    pipeline #7 of blueprint-apps/guestbook: success (0 s)\n[6/7] Smoke test ... ok (#.## s)\n[7/7] Workloads reachable ... ok (#.## s)\n\n";
+const CHECKED_TAIL: &str = "[6/7] Smoke test ...\n    pipeline #7 of blueprint-apps/shared-code: success (0 s)\n    pipeline #9 of blueprint-apps/guestbook: success (0 s)\n[6/7] Smoke test ... ok (#.## s)\n[7/7] Workloads reachable ... ok (#.## s)\n\n";
 
 /// The embedded platform and a repository copy to run phase 3 of the guestbook in.
 fn guestbook_platform() -> (Sim, crate::support::Test) {
@@ -1177,4 +1177,68 @@ fn without_a_running_toolbox_the_pat_mint_fails_and_says_where_to_look() {
             "failed here"
         )
     ));
+}
+
+/// The release of the guestbook, as helm lists it on the simulated cluster (empty when none).
+fn guestbook_release(sim: &Sim) -> String {
+    sim.helm(&["list", "-n", "guestbook", "-o", "json"])
+        .ok()
+        .to_string()
+}
+
+#[test]
+fn a_green_smoke_pipeline_whose_deploy_is_gone_is_not_reused_and_the_app_is_deployed_again() {
+    // The guestbook's last smoke pipeline is green, but what it deployed is gone: first its
+    // release (helm uninstall), then its whole namespace. Each time the next run starts a new
+    // pipeline, saying why, and the guestbook runs again; a run after that starts nothing.
+    let (sim, test) = guestbook_platform();
+    let run = |runner: &[&str]| run_guestbook(&test, runner);
+    run(&[]).success();
+    assert!(guestbook_release(&sim).contains("\"name\":\"guestbook\""));
+    sim.helm(&["uninstall", "guestbook", "-n", "guestbook", "--wait"])
+        .ok();
+    let check = run(&["--check"]);
+    check.code(0).stdout(&with_recaps(&format!(
+        r##"
+{CHECKED_HEAD}[5/7] Provision projects ... ok (#.## s)
+[6/7] Smoke test ...
+    pipeline #9 of blueprint-apps/guestbook is not reused: release guestbook is not deployed in namespace guestbook
+    ~ would start pipeline of blueprint-apps/guestbook on main
+    pipeline #7 of blueprint-apps/shared-code: success (0 s)
+[6/7] Smoke test ... changed (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: changed 1; Workloads reachable: ok>
+"##,
+    )));
+    run(&[]).success();
+    assert!(guestbook_release(&sim).contains("\"status\":\"deployed\""));
+    sim.kubectl(&[
+        "delete",
+        "namespace",
+        "guestbook",
+        "--wait=true",
+        "--timeout=60s",
+    ])
+    .success();
+    run(&[]).success();
+    assert!(guestbook_release(&sim).contains("\"status\":\"deployed\""));
+    let ready = sim.jsonpath(
+        "deployments",
+        "guestbook",
+        "{.items[0].status.readyReplicas}",
+    );
+    assert_eq!(ready, "1");
+    run(&["--check"]).code(0).stdout(&with_recaps(&format!(
+        r##"
+{CHECKED_HEAD}[5/7] Provision projects ... ok (#.## s)
+[6/7] Smoke test ...
+    pipeline #7 of blueprint-apps/shared-code: success (0 s)
+    pipeline #17 of blueprint-apps/guestbook: success (0 s)
+[6/7] Smoke test ... ok (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
+"##,
+    )));
 }

@@ -26,7 +26,7 @@ mod tokens;
 mod variables;
 
 pub use groups::{Group, GroupSpec};
-pub use pipelines::{Pipeline, PipelineRef, Started, WaitParams};
+pub use pipelines::{Pipeline, PipelineRef, Reuse, Started, WaitParams};
 pub use projects::{Project, ProjectSpec};
 pub use tokens::TokenInfo;
 pub use variables::{Removal, Variable, VariableCounts};

@@ -48,12 +48,31 @@ impl Pipeline {
 /// What `trigger_pipeline` did.
 #[derive(Debug, Clone)]
 pub enum Started {
-    /// A new pipeline.
-    New(Pipeline),
+    /// A new pipeline; `instead_of` says why the head commit's pipeline was not reused.
+    New {
+        pipeline: Pipeline,
+        instead_of: Option<String>,
+    },
     /// The head commit's pipeline, green or still running.
     Reused(Pipeline),
-    /// Check mode: one would be started.
-    WouldStart,
+    /// Check mode: one would be started (`instead_of` as for `New`).
+    WouldStart { instead_of: Option<String> },
+}
+
+/// The pipeline variable that records what a pipeline ran with (see [`Reuse::fingerprint`]).
+pub const FINGERPRINT_VARIABLE: &str = "BPRUN_FINGERPRINT";
+
+/// When `trigger_pipeline` takes the head commit's pipeline (green or still running) instead
+/// of starting another.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Reuse {
+    /// Only a pipeline that ran with this fingerprint (its [`FINGERPRINT_VARIABLE`]) is taken;
+    /// a new pipeline is created with it. A commit does not say everything a pipeline ran
+    /// with (the CI/CD variables, templates included from another project): the fingerprint
+    /// does.
+    pub fingerprint: Option<String>,
+    /// Set: no pipeline is taken, for this reason (what it deployed is gone, or a person asked).
+    pub declined: Option<String>,
 }
 
 /// A pipeline to wait for.
@@ -160,26 +179,86 @@ impl GitlabClient {
         }
     }
 
+    /// The pipeline variables `pipeline` was created with, by key.
+    fn pipeline_variable(
+        &self,
+        project: &str,
+        pipeline: i64,
+        key: &str,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, ClientError> {
+        let list = self.get(
+            &format!(
+                "projects/{}/pipelines/{pipeline}/variables",
+                encode(project)
+            ),
+            cancelled,
+        )?;
+        Ok(list.as_array().and_then(|items| {
+            items
+                .iter()
+                .find(|item| item["key"] == key)
+                .and_then(|item| item["value"].as_str().map(str::to_string))
+        }))
+    }
+
+    /// Why `candidate` (the head commit's green or running pipeline) is not taken under
+    /// `reuse`, or `None` to take it.
+    fn not_reusable(
+        &self,
+        project: &str,
+        candidate: &Pipeline,
+        reuse: &Reuse,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, ClientError> {
+        let shown = format!(
+            "pipeline #{} of {project}",
+            candidate.id.unwrap_or_default()
+        );
+        if let Some(reason) = &reuse.declined {
+            return Ok(Some(format!("{shown} is not reused: {reason}")));
+        }
+        let (Some(wanted), Some(id)) = (&reuse.fingerprint, candidate.id) else {
+            return Ok(None);
+        };
+        Ok(
+            match self.pipeline_variable(project, id, FINGERPRINT_VARIABLE, cancelled)? {
+                Some(found) if &found == wanted => None,
+                Some(found) => Some(format!(
+                    "{shown} ran with fingerprint {found}, not {wanted} (its CI/CD variables or included templates changed since)"
+                )),
+                None => Some(format!(
+                    "{shown} has no {FINGERPRINT_VARIABLE}: it may have run with other CI/CD variables"
+                )),
+            },
+        )
+    }
+
     /// Starts a pipeline on `reference`. With `reuse`, the head commit's pipeline (green or
-    /// still running) is returned instead, so a re-run starts nothing. A POST that fails
-    /// ambiguously is read back: a pipeline on the ref that was not there before is ours.
+    /// still running) is returned instead, so a re-run starts nothing, unless `reuse` says
+    /// it no longer proves anything ([`Reuse`]). A POST that fails ambiguously is read back:
+    /// a pipeline on the ref that was not there before is ours.
     pub fn trigger_pipeline(
         &self,
         project: &str,
         reference: &str,
-        reuse: bool,
+        reuse: Option<&Reuse>,
         mode: Mode,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Outcome<Started>, ClientError> {
-        if reuse
+        let mut instead_of = None;
+        if let Some(reuse) = reuse
             && let Some(pipeline) = self.reusable_pipeline(project, reference, mode, cancelled)?
         {
-            return Ok(Outcome::unchanged(Started::Reused(pipeline)));
+            match self.not_reusable(project, &pipeline, reuse, cancelled)? {
+                None => return Ok(Outcome::unchanged(Started::Reused(pipeline))),
+                Some(reason) => instead_of = Some(reason),
+            }
         }
         let change = format!("pipeline of {project} on {reference}");
         if !mode.writes() {
             return Ok(Outcome::changed_by(
-                Started::WouldStart,
+                Started::WouldStart { instead_of },
                 "start",
                 "pipeline",
                 project,
@@ -197,20 +276,62 @@ impl GitlabClient {
                 .into_iter()
                 .find(|p| p["id"].as_i64().is_some_and(|id| !known.contains(&id))))
         };
+        let mut body = json!({"ref": reference});
+        if let Some(fingerprint) = reuse.and_then(|reuse| reuse.fingerprint.as_ref()) {
+            body["variables"] = json!([{"key": FINGERPRINT_VARIABLE, "value": fingerprint}]);
+        }
         let answer = self.request(
             Method::Post,
             &format!("projects/{}/pipeline", encode(project)),
-            Some(&json!({"ref": reference})),
+            Some(&body),
             Some(&read_back),
             cancelled,
         )?;
         Ok(Outcome::changed_by(
-            Started::New(pipeline_of(answer.body, &change)?),
+            Started::New {
+                pipeline: pipeline_of(answer.body, &change)?,
+                instead_of,
+            },
             "start",
             "pipeline",
             project,
             change,
         ))
+    }
+
+    /// A fingerprint of the project's CI/CD variables, and of `also` (what else its pipelines
+    /// run with, such as the head commit of a project whose templates they include): the first
+    /// 16 hex digits of a SHA-256. A hidden variable's value is never returned, so its
+    /// description stands for it (bprun's deployer kubeconfig records its token's digest
+    /// there). Values enter only through the digest.
+    pub fn variables_fingerprint(
+        &self,
+        project: &str,
+        also: &[String],
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<String, ClientError> {
+        let variables = self.get_all(
+            &format!("projects/{}/variables", encode(project)),
+            cancelled,
+        )?;
+        let mut entries: Vec<Value> = variables
+            .iter()
+            .map(|variable| {
+                json!([
+                    variable["key"],
+                    variable["environment_scope"],
+                    variable["variable_type"],
+                    variable["value"],
+                    variable["description"],
+                    variable["protected"],
+                    variable["masked"],
+                    variable["raw"],
+                ])
+            })
+            .collect();
+        entries.sort_by_key(|entry| entry.to_string());
+        let canonical = json!({"variables": entries, "also": also}).to_string();
+        Ok(crate::digest::sha256_hex(&canonical)[..16].to_string())
     }
 
     /// Polls `pipelines` until each is terminal or the timeout passes; `progress` hears every

@@ -406,7 +406,7 @@ impl GitlabSim {
             project.default_branch = Some(branch.to_string());
             self.repos.set_head(full, branch);
         }
-        let _ = self.start_pipeline(state, project_id, branch, "push", before);
+        let _ = self.start_pipeline(state, project_id, branch, "push", before, Vec::new());
     }
 }
 

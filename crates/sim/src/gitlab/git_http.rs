@@ -82,6 +82,7 @@ impl GitlabSim {
                     &branch,
                     "push",
                     previous.as_deref(),
+                    Vec::new(),
                 );
             }
         };

@@ -65,13 +65,19 @@ impl GitlabSim {
                 environment_scope: variable.environment_scope.clone(),
             })
             .collect();
-        let variables = ci_jobs::job_variables(
+        let mut variables = ci_jobs::job_variables(
             predefined,
             &job.run.variables,
             &cicd,
             protected_ref,
             job.run.environment.as_deref(),
         );
+        // Pipeline variables come last: they override every other kind.
+        variables.extend(pipeline.variables.iter().map(|variable| {
+            let mut plain = ci_jobs::JobVariable::plain(&variable.key, &variable.value);
+            plain.file = variable.variable_type == "file";
+            plain
+        }));
         let fetch_error = settings.clone_host.as_ref().and_then(|host| {
             let why = settings.image_store.as_ref()?.job_dial(host, 443)?;
             Some(format!(

@@ -56,6 +56,52 @@ pub(super) struct Pipeline {
     /// `skipped` at once, without jobs (GitLab's `Chain::Skip`).
     #[serde(default)]
     pub(super) skipped: bool,
+    /// Pipeline variables given when it was created (`POST /projects/:id/pipeline` with
+    /// `variables`): above every other variable in its jobs, as in GitLab.
+    #[serde(default)]
+    pub(super) variables: Vec<PipelineVariable>,
+}
+
+/// A variable a pipeline was created with.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(super) struct PipelineVariable {
+    pub(super) key: String,
+    pub(super) value: String,
+    /// `env_var` or `file`.
+    pub(super) variable_type: String,
+}
+
+/// The `variables` of a pipeline creation, as Grape validates them: an array of hashes, each
+/// with a `key` and a `value`.
+fn pipeline_variables(body: &Value) -> Result<Vec<PipelineVariable>, String> {
+    let Some(list) = body.get("variables") else {
+        return Ok(Vec::new());
+    };
+    let Some(items) = list.as_array() else {
+        return Err("variables is invalid".into());
+    };
+    let mut variables = Vec::new();
+    for (index, item) in items.iter().enumerate() {
+        let field = |name: &str| string_field(item, name);
+        let Some(key) = field("key") else {
+            return Err(format!("variables[{index}][key] is missing"));
+        };
+        let Some(value) = field("value") else {
+            return Err(format!("variables[{index}][value] is missing"));
+        };
+        let variable_type = field("variable_type").unwrap_or_else(|| "env_var".into());
+        if !matches!(variable_type.as_str(), "env_var" | "file") {
+            return Err(format!(
+                "variables[{index}][variable_type] does not have a valid value"
+            ));
+        }
+        variables.push(PipelineVariable {
+            key,
+            value,
+            variable_type,
+        });
+    }
+    Ok(variables)
 }
 
 /// The project-scoped id of the project's next pipeline.
@@ -132,6 +178,24 @@ impl GitlabSim {
         let state = self.lock();
         match self.pipeline_of(&state, id, pipeline) {
             Some(found) => SimResponse::json(200, &self.pipeline_json(&state, found)),
+            None => not_found("Pipeline"),
+        }
+    }
+
+    /// `GET /projects/:id/pipelines/:pipeline/variables`: what it was created with.
+    pub(super) fn pipeline_variables_of(&self, id: &str, pipeline: &str) -> SimResponse {
+        let state = self.lock();
+        match self.pipeline_of(&state, id, pipeline) {
+            Some(found) => SimResponse::json(
+                200,
+                &Value::Array(
+                    found
+                        .variables
+                        .iter()
+                        .map(|v| json!({"variable_type": v.variable_type, "key": v.key, "value": v.value}))
+                        .collect(),
+                ),
+            ),
             None => not_found("Pipeline"),
         }
     }
@@ -322,11 +386,15 @@ impl GitlabSim {
         let Some(reference) = string_field(&body, "ref") else {
             return param_error("ref is missing");
         };
+        let variables = match pipeline_variables(&body) {
+            Ok(variables) => variables,
+            Err(message) => return param_error(&message),
+        };
         let mut state = self.lock();
         let Some(project_id) = Self::find_project(&state, id) else {
             return not_found("Project");
         };
-        match self.start_pipeline(&mut state, project_id, &reference, "api", None) {
+        match self.start_pipeline(&mut state, project_id, &reference, "api", None, variables) {
             Ok(pipeline_id) => {
                 let mut answer = self.pipeline_json(&state, &state.pipelines[&pipeline_id]);
                 answer["status"] = json!("created");
@@ -348,6 +416,7 @@ impl GitlabSim {
         reference: &str,
         source: &str,
         before: Option<&str>,
+        variables: Vec<PipelineVariable>,
     ) -> Result<u64, ci::CiError> {
         let project = &state.projects[&project_id];
         let this_path = Self::project_path(state, project);
@@ -389,6 +458,7 @@ impl GitlabSim {
                     source: source.to_string(),
                     yaml_errors: None,
                     skipped: true,
+                    variables,
                 },
             );
             return Ok(id);
@@ -405,9 +475,12 @@ impl GitlabSim {
                     list.iter()
                         .filter(|v| v.environment_scope == "*")
                         .map(|v| (v.key.clone(), v.value.clone()))
-                        .collect()
+                        .collect::<Vec<_>>()
                 })
-                .unwrap_or_default(),
+                .unwrap_or_default()
+                .into_iter()
+                .chain(variables.iter().map(|v| (v.key.clone(), v.value.clone())))
+                .collect(),
             files: self.repos.list_files(&this_path, reference),
             changed: match (before, &after) {
                 (Some(before), Some(after)) => {
@@ -495,6 +568,7 @@ impl GitlabSim {
             source: source.to_string(),
             yaml_errors,
             skipped: false,
+            variables,
         };
         state.pipelines.insert(id, pipeline);
         Ok(id)

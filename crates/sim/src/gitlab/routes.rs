@@ -153,6 +153,11 @@ const API: &[(Method, &str, Api)] = &[
     (GET, "projects/:id/pipelines/:pipeline", |sim, call| {
         sim.pipeline(call.param("id"), call.param("pipeline"))
     }),
+    (
+        GET,
+        "projects/:id/pipelines/:pipeline/variables",
+        |sim, call| sim.pipeline_variables_of(call.param("id"), call.param("pipeline")),
+    ),
     (GET, "projects/:id/pipelines/:pipeline/jobs", |sim, call| {
         sim.pipeline_jobs(call.request, call.param("id"), call.param("pipeline"))
     }),
