@@ -871,34 +871,22 @@ pub mod gitlab_functions {
             map
         };
         // Check mode after a planned push: the head would move, so no pipeline of today's head
-        // can be reused; a new one would start. The same after a planned variable write, when
-        // the pipeline is fingerprinted with the variables.
+        // can be reused; a new one would start. After a planned variable write, a pipeline
+        // fingerprinted with the variables is not reused either.
         if session.state.check() && lock(&session.pending_heads).contains(project) {
             return Ok(would_start(
                 "its head commit would change: a push is planned".into(),
             ));
         }
-        if session.state.check()
-            && reuse
+        let variables_planned = session.state.check()
             && fingerprinted
-            && lock(&session.pending_variables).contains(project)
-        {
-            return Ok(would_start(
-                "its CI/CD variables would change: a write is planned".into(),
-            ));
-        }
-        let fingerprint = if reuse && fingerprinted {
-            Some(
-                client
-                    .variables_fingerprint(project, &also, &cancelled(&session))
-                    .map_err(native_error)?,
-            )
-        } else {
-            None
-        };
+            && lock(&session.pending_variables).contains(project);
         let policy = Reuse {
-            fingerprint,
-            declined: stale,
+            fingerprint_with: fingerprinted.then_some(also),
+            declined: stale.or_else(|| {
+                variables_planned
+                    .then(|| "its CI/CD variables would change: a write is planned".to_string())
+            }),
         };
         let outcome = client
             .trigger_pipeline(

@@ -519,7 +519,7 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
     // The provisioning's lines come in the order parallel work finishes: only the failure's
     // report is compared.
     steady_failure(&sim, run).code(1).stderr(&[
-        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        &smoke_failed("gitlab: pipeline #9 of blueprint-apps/redis failed"),
         "\x20 caused by: job lint failed; end of its trace:\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
          \x20   Skipping Git submodules setup\n\
@@ -531,7 +531,7 @@ fn phase3_with_a_wrong_chart_dir_fails_the_smoke_step_with_helms_words() {
          \x20   Error: 1 chart(s) linted, 1 chart(s) failed\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/9\n\
          ",
         crate::phase3::SMOKE_ADVICE_LINE,
         "re-run with --resume to continue from here\n",
@@ -557,7 +557,7 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
     // helm's words, with the path as the job's script wrote it.
     let run = steady_failure(&sim, run);
     run.code(1).stderr(&[
-        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        &smoke_failed("gitlab: pipeline #9 of blueprint-apps/redis failed"),
         "\x20 caused by: job deploy failed; end of its trace:\n\
          \x20   Created fresh repository.\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
@@ -569,7 +569,7 @@ fn phase3_with_a_wrong_kubeconfig_fails_deploy_and_never_shows_the_masked_value(
          \x20   Error: Kubernetes cluster unreachable: error loading config file \"/tmp/kubeconfig\": couldn't get version/kind; json parse error: json: cannot unmarshal string into Go value of type struct { APIVersion string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string \"json:\\\"kind,omitempty\\\"\" }\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/9\n\
          ",
         crate::phase3::SMOKE_ADVICE_LINE,
         "re-run with --resume to continue from here\n",
@@ -604,7 +604,7 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
         format!("{}{}", &text[..start], &text[end..])
     });
     steady_failure(&sim, run).code(1).stderr(&[
-        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/guestbook failed"),
+        &smoke_failed("gitlab: pipeline #9 of blueprint-apps/guestbook failed"),
         "\x20 caused by: job build failed; end of its trace:\n\
          \x20   Getting source from Git repository\n\
          \x20   Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/\n\
@@ -616,7 +616,7 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
          \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": POST http://gitlab-registry.gitlab.svc:5000/v2/blueprint-apps/guestbook/blobs/uploads/: UNAUTHORIZED: authentication required; [map[Action:pull Class: Name:blueprint-apps/guestbook Type:repository] map[Action:push Class: Name:blueprint-apps/guestbook Type:repository]]\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
+         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
          ",
         crate::phase3::SMOKE_ADVICE_LINE,
         "re-run with --resume to continue from here\n",
@@ -661,7 +661,7 @@ fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_p
     );
     let run = steady_failure(&sim, run).replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
     run.code(1).stderr(&[
-        &smoke_failed("gitlab: pipeline #7 of blueprint-apps/redis failed"),
+        &smoke_failed("gitlab: pipeline #9 of blueprint-apps/redis failed"),
         "\x20 caused by: job deploy failed; end of its trace:\n\
          \x20   Created fresh repository.\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
@@ -673,7 +673,7 @@ fn a_deploy_job_with_the_workstations_kubeconfig_cannot_reach_the_api_from_its_p
          \x20   Error: Kubernetes cluster unreachable: Get \"https://127.0.0.1:<port>/version\": dial tcp 127.0.0.1:<port>: connect: connection refused\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/7\n\
+         \x20 hint: open <gitlab>/blueprint-apps/redis/-/pipelines/9\n\
          ",
         crate::phase3::SMOKE_ADVICE_LINE,
         "re-run with --resume to continue from here\n",
@@ -781,7 +781,7 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
             )
     });
     steady_failure(&sim, run).code(1).stderr(&smoke_report(
-        "gitlab: pipeline #7 of blueprint-apps/guestbook failed",
+        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
         r#"  caused by: job deploy failed; end of its trace:
     Executing "step_script" stage of the job script
     $ echo "$CI_KUBECONFIG_B64" | base64 -d > /tmp/kubeconfig
@@ -793,7 +793,7 @@ fn an_apps_pipeline_deploys_with_its_own_account_and_nothing_outside_its_namespa
     Error: query: failed to query with labels: secrets is forbidden: User "system:serviceaccount:guestbook:ci-deployer" cannot list resource "secrets" in API group "" in the namespace "redis-demo"
     Cleaning up project directory and file based variables
     ERROR: Job failed: exit code 1
-  hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7
+  hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9
 "#,
     ));
 }
@@ -876,7 +876,14 @@ fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     ~ would update CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook
       a new token of ServiceAccount guestbook/ci-deployer: ServiceAccount guestbook/ci-deployer does not exist yet
 [5/7] Provision projects ... changed (#.## s)
-{tail}<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: changed 2; Smoke test: ok; Workloads reachable: ok>
+[6/7] Smoke test ...
+    pipeline #9 of blueprint-apps/guestbook is not reused: its CI/CD variables would change: a write is planned
+    ~ would start pipeline of blueprint-apps/guestbook on main
+    pipeline #7 of blueprint-apps/shared-code: success (0 s)
+[6/7] Smoke test ... changed (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: changed 2; Smoke test: changed 1; Workloads reachable: ok>
 "##,
     )));
     // The run does it: a new account, a token of it in the variable, recorded by its uid.
@@ -888,7 +895,13 @@ fn a_deployer_account_deleted_since_gets_a_new_token_on_the_next_run() {
     run(&["--check"]).code(0).stdout(&with_recaps(&format!(
         r##"
 {head}[5/7] Provision projects ... ok (#.## s)
-{tail}<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
+[6/7] Smoke test ...
+    pipeline #7 of blueprint-apps/shared-code: success (0 s)
+    pipeline #13 of blueprint-apps/guestbook: success (0 s)
+[6/7] Smoke test ... ok (#.## s)
+[7/7] Workloads reachable ... ok (#.## s)
+
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: ok; Seed glab auth: skipped, timed; Ensure group: ok; Provision projects: ok; Smoke test: ok; Workloads reachable: ok>
 "##,
     )));
 }
@@ -956,7 +969,7 @@ fn an_expired_deployer_token_is_refused_by_the_cluster_and_replaced_by_the_next_
 [5/7] Provision projects ... changed (#.## s)
 [6/7] Smoke test ...
     ~ would start pipeline of blueprint-apps/guestbook on main
-    pipeline #4 of blueprint-apps/shared-code: success (0 s)
+    pipeline #7 of blueprint-apps/shared-code: success (0 s)
 [6/7] Smoke test ... changed (#.## s)
 [7/7] Workloads reachable ... ok (#.## s)
 
@@ -1125,7 +1138,7 @@ fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
         )
     });
     steady_failure(&sim, run).code(1).stderr(&smoke_report(
-        "gitlab: pipeline #7 of blueprint-apps/guestbook failed",
+        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
         "\x20 caused by: job build failed; end of its trace:\n\
          \x20   Created fresh repository.\n\
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
@@ -1137,7 +1150,7 @@ fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
          \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab-registry.gitlab.svc:5000/v2/\": http: server gave HTTP response to HTTPS client\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/7\n\
+         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
          ",
     ));
 }

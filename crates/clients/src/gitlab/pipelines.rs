@@ -66,11 +66,12 @@ pub const FINGERPRINT_VARIABLE: &str = "BPRUN_FINGERPRINT";
 /// of starting another.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Reuse {
-    /// Only a pipeline that ran with this fingerprint (its [`FINGERPRINT_VARIABLE`]) is taken;
-    /// a new pipeline is created with it. A commit does not say everything a pipeline ran
-    /// with (the CI/CD variables, templates included from another project): the fingerprint
-    /// does.
-    pub fingerprint: Option<String>,
+    /// Set: only a pipeline that ran with the project's CI/CD variables as they are now and
+    /// with these strings is taken (its [`FINGERPRINT_VARIABLE`], see
+    /// [`GitlabClient::variables_fingerprint`]); a new pipeline is created with it. A commit
+    /// does not say everything a pipeline ran with (the CI/CD variables, templates included
+    /// from another project): the fingerprint does.
+    pub fingerprint_with: Option<Vec<String>>,
     /// Set: no pipeline is taken, for this reason (what it deployed is gone, or a person asked).
     pub declined: Option<String>,
 }
@@ -218,9 +219,10 @@ impl GitlabClient {
         if let Some(reason) = &reuse.declined {
             return Ok(Some(format!("{shown} is not reused: {reason}")));
         }
-        let (Some(wanted), Some(id)) = (&reuse.fingerprint, candidate.id) else {
+        let (Some(also), Some(id)) = (&reuse.fingerprint_with, candidate.id) else {
             return Ok(None);
         };
+        let wanted = &self.variables_fingerprint(project, also, cancelled)?;
         Ok(
             match self.pipeline_variable(project, id, FINGERPRINT_VARIABLE, cancelled)? {
                 Some(found) if &found == wanted => None,
@@ -277,7 +279,8 @@ impl GitlabClient {
                 .find(|p| p["id"].as_i64().is_some_and(|id| !known.contains(&id))))
         };
         let mut body = json!({"ref": reference});
-        if let Some(fingerprint) = reuse.and_then(|reuse| reuse.fingerprint.as_ref()) {
+        if let Some(also) = reuse.and_then(|reuse| reuse.fingerprint_with.as_ref()) {
+            let fingerprint = self.variables_fingerprint(project, also, cancelled)?;
             body["variables"] = json!([{"key": FINGERPRINT_VARIABLE, "value": fingerprint}]);
         }
         let answer = self.request(
