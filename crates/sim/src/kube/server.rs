@@ -753,28 +753,9 @@ fn resource_call(
                     .as_array()
                     .is_some_and(|list| list.iter().any(|v| v == "All"));
             let propagation = propagation_of(pairs, &options_body)?;
-            if let Some(wanted) = options_body["preconditions"]["uid"].as_str() {
-                let scope = if rt.namespaced {
-                    namespace.as_str()
-                } else {
-                    ""
-                };
-                let live_uid = cluster
-                    .lookup(&rt.store_key(), scope, name)
-                    .and_then(|live| live["metadata"]["uid"].as_str().map(str::to_string));
-                if let Some(live_uid) = live_uid.filter(|live_uid| live_uid != wanted) {
-                    *warnings = std::mem::take(&mut cluster.warnings);
-                    return Err(ApiError::new(
-                        409,
-                        "Conflict",
-                        format!(
-                            "Precondition failed: UID in precondition: {wanted}, UID in object meta: {live_uid}"
-                        ),
-                    ));
-                }
-            }
             cluster
-                .delete_with(rt, &namespace, name, dry_run, propagation)
+                .delete_preconditions_hold(rt, &namespace, name, &options_body["preconditions"])
+                .and_then(|()| cluster.delete_with(rt, &namespace, name, dry_run, propagation))
                 .map(|v| (200, v))
         }
         ("DELETE", None, None) => {

@@ -7,6 +7,34 @@ use crate::kube::resources::ResourceType;
 use serde_json::{Value, json};
 
 impl Cluster {
+    /// A DELETE's `preconditions`: with a `uid` that is not the live object's, the API
+    /// server refuses the delete (409) and deletes nothing.
+    pub fn delete_preconditions_hold(
+        &self,
+        rt: &ResourceType,
+        namespace: &str,
+        name: &str,
+        preconditions: &Value,
+    ) -> Result<(), ApiError> {
+        let Some(wanted) = preconditions["uid"].as_str() else {
+            return Ok(());
+        };
+        let namespace = if rt.namespaced { namespace } else { "" };
+        let live = self
+            .lookup(&rt.store_key(), namespace, name)
+            .and_then(|live| live["metadata"]["uid"].as_str());
+        match live {
+            Some(live) if live != wanted => Err(ApiError::new(
+                409,
+                "Conflict",
+                format!(
+                    "Precondition failed: UID in precondition: {wanted}, UID in object meta: {live}"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// DELETE with background propagation (see [`Cluster::delete_with`]).
     pub fn delete(
         &mut self,
