@@ -29,6 +29,8 @@ pub type RunHook = Box<dyn FnMut(&NativeCallContext, &Session) + Send>;
 pub struct Session {
     pub state: RunState,
     pub steps: Mutex<Vec<StepDecl>>,
+    /// What the script hands the operator when a whole run succeeds (`handover`).
+    pub handover: Mutex<Option<rhai::FnPtr>>,
     /// Source text of every file compiled in this session, by its display name, for diagnostics.
     pub sources: Mutex<HashMap<String, Arc<str>>>,
     /// Folder that `import` may read from (the script's folder).
@@ -62,6 +64,7 @@ impl Session {
         Session {
             state,
             steps: Mutex::new(Vec::new()),
+            handover: Mutex::new(None),
             sources: Mutex::new(HashMap::new()),
             import_root,
             bao: std::sync::OnceLock::new(),

@@ -936,6 +936,32 @@ fn run_steps(
             reporter.line(&format!("Qualification of {display}"));
             reporter.line(check_table(&rows).trim_end());
         }
+        let whole = records.iter().all(|record| {
+            !matches!(
+                record.status,
+                StepStatus::Deselected | StepStatus::NotRun | StepStatus::Failed
+            )
+        });
+        let handover = lock(&session.handover).clone();
+        if let Some(body) =
+            handover.filter(|_| code == ExitCode::Success && !options.check && whole)
+        {
+            // It reads the platform it describes (a Service's address): natives run as in a step.
+            session.state.set_phase(Phase::Running);
+            let text = body.call_within_context::<Dynamic>(context, ());
+            session.state.set_phase(Phase::Planning);
+            match text {
+                Ok(text) if text.is_unit() => {}
+                Ok(text) => {
+                    reporter.line("");
+                    reporter.line(bprun_clients::secret::scrub(&text.to_string()).trim_end());
+                }
+                Err(error) => reporter.line(&format!(
+                    "\nwarning: the handover could not be written: {}",
+                    diagnostics::runtime_error(session, &error, display, false).headline
+                )),
+            }
+        }
     }
     reporter.run_end(code.name(), code.code(), duration);
     Journal::append(

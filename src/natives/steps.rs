@@ -79,6 +79,34 @@ pub mod step_functions {
         declare(&context, name, body, StepOptions::default())
     }
 
+    /// Declares what the operator is handed when a whole run succeeds: `body` returns the text
+    /// (or `()` for none), printed after the recap. Not in check mode, and not after a run
+    /// that `--only`, `--from`, `--skip` or `--resume` narrowed, or that failed: the handover
+    /// speaks of the platform the whole script leaves. One per script.
+    ///
+    /// ```rhai
+    /// handover(|| `Next: bprun scripts/phase3.rhai`);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn handover(context: NativeCallContext, body: FnPtr) -> RhaiResultOf<()> {
+        let session = session(&context)?;
+        if session.state.phase() == Phase::Running {
+            return Err(native_error(
+                NativeError::new("handover(...) was declared inside a step")
+                    .with_hint("declare it at the top level of the script, once"),
+            ));
+        }
+        let mut slot = lock(&session.handover);
+        if slot.is_some() {
+            return Err(native_error(
+                NativeError::new("handover(...) is declared twice")
+                    .with_hint("a script hands over one text: build it in one closure"),
+            ));
+        }
+        *slot = Some(body);
+        Ok(())
+    }
+
     /// Declares a step with options: `always` (true: the step runs whatever `--only`, `--from`
     /// or `--resume` select, as Ansible's `always` tag; only `--skip NAME` leaves it out), for
     /// steps every later step needs, such as logging in; `on_failure` (text shown under the

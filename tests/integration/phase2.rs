@@ -529,7 +529,7 @@ Recap of scripts/phase2.rhai
  182 │         }
      ╰────
   in fn on_every_node() called at scripts/phase2.rhai:561:5
-  when this step fails: https://gitlab.local.example.net or registry pulls answering 404 or not resolving: check this pin and the CA trust (node trust step)
+  when this step fails: registry pulls on the nodes not resolving or answering 404: check this pin and the CA trust (node trust step); https://gitlab.local.example.net not resolving or answering 404 on your machine: its /etc/hosts entry and CA trust (the handover at the end of a whole phase 2 run)
 re-run with --resume to continue from here
 "##
     ));
@@ -887,6 +887,27 @@ fn kube_mutating(sim: &crate::support::Sim) -> u64 {
     log["mutating"].as_u64().expect("mutating")
 }
 
+/// What a whole, successful run of phase 2 on the rehearsal platform ends with: the operator's
+/// handover (the gateway's Service has no load-balancer address there, as on kind).
+pub const HANDOVER: &str = "
+Phase 2 is done. To use the platform from this machine:
+ 1. Name its hosts in /etc/hosts (sudo):
+   The gateway's Service gitlab/gitlab-gateway is a LoadBalancer without an address (kind
+   gives it one only while cloud-provider-kind runs). Until then, forward it and use 127.0.0.1:
+     sudo -E kubectl -n gitlab port-forward svc/gitlab-gateway 443:443
+     127.0.0.1 gitlab.local.example.net registry.local.example.net kas.local.example.net minio.local.example.net guestbook.local.example.net
+ 2. Trust its CA, infra/tls/wildcard/ca.pem (browsers, git and glab check it):
+     sudo cp infra/tls/wildcard/ca.pem /usr/local/share/ca-certificates/blueprint-wildcard.crt && sudo update-ca-certificates
+   bprun needs no trust store: it reads infra/tls/wildcard/ca.pem itself.
+ 3. Secrets: OpenBao holds them under secret/ (`bao kv list secret/gitlab`; reach it with
+   `kubectl -n openbao port-forward svc/openbao 8200:8200` and BAO_ADDR=http://127.0.0.1:8200).
+   infra/secrets/ (mode 0600, not in git) holds what rebuilds the platform, and
+   infra/secrets/openbao-init.json OpenBao's unseal key and root token: keep a copy of it off this
+   machine. Without it a sealed OpenBao cannot be opened again.
+ 4. After a restart, OpenBao starts sealed: `bprun scripts/phase2.rhai --only OpenBao` unseals it.
+ 5. Next: GITLAB_URL=https://gitlab.local.example.net bprun scripts/phase3.rhai
+";
+
 #[test]
 fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing() {
     let copy = with_tools();
@@ -1089,7 +1110,7 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
     kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
     sim.clear_requests();
     // Every step ok, and the output says what was left alone and why.
-    settled(copy.run(&["scripts/phase2.rhai"])).expect(0, r##"
+    settled(copy.run(&["scripts/phase2.rhai"])).expect(0, &(r##"
 [1/17] Pre-flight ...
     5 nodes; helm reaches the cluster
 [1/17] Pre-flight ... ok (#.## s)
@@ -1147,7 +1168,7 @@ Recap of scripts/phase2.rhai
  16  Runner                   ok                      0 #.## s
  17  Destroy                  skipped                 0 #.## s
 17 steps: 16 ok, 0 changed, 1 skipped, 0 failed in #.## s
-"##, "");
+"##.to_string() + HANDOVER), "");
     let again3 = copy.run(&["scripts/phase3.rhai"]);
     again3.code(0);
     // A check of the converged platform says what the run above did: nothing would change.
