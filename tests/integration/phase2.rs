@@ -528,7 +528,7 @@ Recap of scripts/phase2.rhai
      ·               ╰── thrown here
  182 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:561:5
+  in fn on_every_node() called at scripts/phase2.rhai:562:5
   when this step fails: registry pulls on the nodes not resolving or answering 404: check this pin and the CA trust (node trust step); https://gitlab.local.example.net not resolving or answering 404 on your machine: its /etc/hosts entry and CA trust (the handover at the end of a whole phase 2 run)
 re-run with --resume to continue from here
 "##
@@ -2111,4 +2111,80 @@ Recap of scripts/phase2.rhai
         "",
     );
     assert_eq!(sim.mutating_requests(), 0);
+}
+
+/// Every secret phase 2 made is kept in OpenBao too: a checkout that lost infra/secrets/ and
+/// infra/tls/wildcard/ (all but OpenBao's own init file, which the operator keeps elsewhere)
+/// gets them back byte for byte from OpenBao, and phase 2 then changes nothing.
+#[test]
+fn a_checkout_that_lost_its_secrets_gets_them_back_from_openbao_and_phase2_changes_nothing() {
+    use std::os::unix::fs::PermissionsExt;
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
+    copy.run(&["scripts/phase2.rhai"]).code(0);
+    let files = [
+        "infra/secrets/cnpg-role-passwords.json",
+        "infra/secrets/redis-password.txt",
+        "infra/secrets/minio-root-user.txt",
+        "infra/secrets/minio-root-password.txt",
+        "infra/secrets/gitlab-runtime-secrets.yaml",
+        "infra/tls/wildcard/ca.pem",
+        "infra/tls/wildcard/ca-key.pem",
+        "infra/tls/wildcard/cert.pem",
+        "infra/tls/wildcard/key.pem",
+    ];
+    let before: Vec<Vec<u8>> = files
+        .iter()
+        .map(|file| std::fs::read(copy.path().join(file)).unwrap_or_else(|e| panic!("{file}: {e}")))
+        .collect();
+    for file in files {
+        std::fs::remove_file(copy.path().join(file)).expect("remove");
+    }
+    settled(copy.run(&["--check", "scripts/restore-secrets.rhai"])).expect(
+        0,
+        "check mode: nothing will be changed
+[1/2] OpenBao ...
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+[1/2] OpenBao ... ok (#.## s)
+[2/2] Files ...
+    ~ would create file infra/secrets/cnpg-role-passwords.json
+    ~ would create file infra/secrets/redis-password.txt
+    ~ would create file infra/secrets/minio-root-user.txt
+    ~ would create file infra/secrets/minio-root-password.txt
+    ~ would create file infra/tls/wildcard/ca.pem
+    ~ would create file infra/tls/wildcard/ca-key.pem
+    ~ would create file infra/tls/wildcard/cert.pem
+    ~ would create file infra/tls/wildcard/key.pem
+    ~ would create file infra/secrets/gitlab-runtime-secrets.yaml
+[2/2] Files ... changed (#.## s)
+
+Recap of scripts/restore-secrets.rhai (check mode)
+  #  step     status       would change       time
+  1  OpenBao  ok                      0 #.## s
+  2  Files    changed                 9 #.## s
+2 steps: 1 ok, 1 changed, 0 skipped, 0 failed in #.## s
+",
+        "",
+    );
+    copy.run(&["scripts/restore-secrets.rhai"]).code(0);
+    for (file, bytes) in files.iter().zip(&before) {
+        let path = copy.path().join(file);
+        assert_eq!(&std::fs::read(&path).expect("restored"), bytes, "{file}");
+        let mode = std::fs::metadata(&path).expect("mode").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    let again = copy.run(&["scripts/phase2.rhai"]);
+    again.code(0);
+    let recap = crate::phase3::recap_of(&again.stdout, "scripts/phase2.rhai");
+    let changed: Vec<_> = recap
+        .iter()
+        .filter(|(_, status)| *status == "changed")
+        .collect();
+    assert_eq!(
+        changed,
+        Vec::<(&String, &String)>::new(),
+        "{}",
+        again.stdout
+    );
 }
