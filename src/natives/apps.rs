@@ -29,6 +29,53 @@ fn spec_of(app: &rhai::Map) -> RhaiResultOf<AppSpec> {
 pub mod apps_functions {
     use super::*;
 
+    /// Refuses an image that infra/VERSIONS.json does not pin: every image reference of the
+    /// values files (infra/helm-values/*.yaml, each app chart's values.yaml, the charts'
+    /// values_overrides) and the CI templates (templates/ci/*, apps/shared-code/templates/*)
+    /// must be one of its `images` (repository and tag). Images the platform builds itself
+    /// (its own registry) and references with a placeholder are not pins. Returns how many
+    /// references it checked; reads files only.
+    ///
+    /// ```rhai
+    /// step("Pre-flight", || { require_pinned_images(); });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn require_pinned_images(context: NativeCallContext) -> RhaiResultOf<i64> {
+        let session = session(&context)?;
+        let root = &session.state.root;
+        let unpinned = bprun_clients::image_pins::unpinned(root)
+            .map_err(|error| native_error(NativeError::from(error)))?;
+        if unpinned.is_empty() {
+            let checked: usize = bprun_clients::image_pins::pinned_files(root)
+                .iter()
+                .filter_map(|file| {
+                    std::fs::read_to_string(root.join(file))
+                        .ok()
+                        .map(|text| (file.clone(), text))
+                })
+                .map(|(file, text)| bprun_clients::image_pins::references(&file, &text).len())
+                .sum();
+            return Ok(checked as i64);
+        }
+        let count = unpinned.len();
+        let mut error = NativeError::new(format!(
+            "{count} image reference{} not pinned in infra/VERSIONS.json",
+            if count == 1 { " is" } else { "s are" }
+        ))
+        .with_hint(
+            "add each to infra/VERSIONS.json's images (repository, tag, and its digest where one is known, else null: never an invented one), or use an image it pins",
+        );
+        for reference in unpinned {
+            let at = if reference.line == 0 {
+                reference.file
+            } else {
+                format!("{}:{}", reference.file, reference.line)
+            };
+            error = error.caused_by(format!("{at}: {}", reference.image));
+        }
+        Err(native_error(error))
+    }
+
     /// Loads and validates the apps manifest: unknown or missing fields, wrong types, duplicate
     /// names and `shared-code` not first are errors with file:line:col. Returns an array of app
     /// maps in manifest order.

@@ -2188,3 +2188,44 @@ Recap of scripts/restore-secrets.rhai (check mode)
         again.stdout
     );
 }
+
+/// infra/VERSIONS.json is the single source of the images: a values file or CI template that
+/// names an image it does not pin stops phase 2 at its pre-flight, naming each reference by
+/// file and line, before anything is installed.
+#[test]
+fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it_is() {
+    let copy = with_tools();
+    for (file, from, to) in [
+        (
+            "infra/helm-values/runner.yaml",
+            "image = \"alpine:3.20\"",
+            "image = \"alpine:3.21\"",
+        ),
+        (
+            "apps/shared-code/templates/ci-common.yml",
+            "name: gcr.io/kaniko-project/executor:v1.23.2-debug",
+            "name: gcr.io/kaniko-project/executor:latest",
+        ),
+    ] {
+        let path = copy.path().join(file);
+        let text = std::fs::read_to_string(&path).expect(file);
+        assert!(text.contains(from), "{file}");
+        std::fs::write(&path, text.replace(from, to)).expect(file);
+    }
+    let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai"]));
+    run.code(1);
+    run.partial_stdout(
+        "[1/17] Pre-flight ... failed (#.## s)\n",
+        "the recap and the end state of the bare cluster follow",
+    );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}error: step \"Pre-flight\" failed\n  × 2 image references are not pinned in infra/VERSIONS.json\n{}{}",
+        crate::support::script_frame(
+            "scripts/phase2.rhai",
+            "require_pinned_images(); // every image",
+            "require_pinned_images",
+            "failed here",
+        ),
+        "  caused by: infra/helm-values/runner.yaml:19: alpine:3.21\n  caused by: apps/shared-code/templates/ci-common.yml:14: gcr.io/kaniko-project/executor:latest\n  hint: add each to infra/VERSIONS.json's images (repository, tag, and its digest where one is known, else null: never an invented one), or use an image it pins\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
+    ));
+}

@@ -12,6 +12,7 @@ pub mod git;
 pub mod gitlab;
 pub mod helm;
 pub mod host;
+pub mod image_pins;
 pub mod kube;
 pub mod net;
 pub mod process;
