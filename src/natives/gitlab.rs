@@ -829,8 +829,8 @@ pub mod gitlab_functions {
     ///
     /// ```rhai
     /// step("Smoke", || {
-    ///     let shared = gitlab_get("projects/blueprint-apps%2Fshared-code/repository/branches/main").commit.id;
-    ///     let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main", #{reuse: true, fingerprint: [shared]});
+    ///     let templates = gitlab_get("projects/blueprint-apps%2Fshared-code/repository/branches/main").commit.id;
+    ///     let pipeline = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main", #{reuse: true, fingerprint: [templates]});
     /// });
     /// ```
     #[rhai_fn(name = "gitlab_trigger_pipeline", return_raw)]

@@ -227,6 +227,7 @@ fn the_phase3_script_lists_its_seven_steps() {
         parameters:
           --app TEXT         Provision only this app (shared-code, whose CI templates every app includes, comes along)
           --destroy          Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)
+          --force-smoke      Start a new smoke pipeline in every project, even where the last one still proves the deploy
           --no-overwrite-ci  Keep a project's .gitlab-ci.yml when it differs from the rendered one
           --reset-clones     Wipe the working trees in apps-local/ and clone them again
           --smoke-timeout N  Seconds the smoke pipelines may take (GitLab Runner's default job timeout) (default: 600)

@@ -13,7 +13,7 @@ use serde_norway::Value;
 use std::path::{Path, PathBuf};
 
 /// `bprun --list --json scripts/phase3.rhai`: the plan event, its time as `<time>`.
-const PHASE3_PLAN: &str = "{\"event\":\"plan\",\"params\":[{\"default\":null,\"flag\":\"--app\",\"help\":\"Provision only this app (shared-code, whose CI templates every app includes, comes along)\",\"name\":\"app\",\"type\":\"string\"},{\"default\":false,\"flag\":\"--destroy\",\"help\":\"Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)\",\"name\":\"destroy\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--no-overwrite-ci\",\"help\":\"Keep a project's .gitlab-ci.yml when it differs from the rendered one\",\"name\":\"no_overwrite_ci\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--reset-clones\",\"help\":\"Wipe the working trees in apps-local/ and clone them again\",\"name\":\"reset_clones\",\"type\":\"bool\"},{\"default\":600,\"flag\":\"--smoke-timeout\",\"help\":\"Seconds the smoke pipelines may take (GitLab Runner's default job timeout)\",\"name\":\"smoke_timeout\",\"type\":\"int\"}],\"script\":\"scripts/phase3.rhai\",\"steps\":[{\"index\":1,\"name\":\"Pre-flight\",\"skipped\":null},{\"index\":2,\"name\":\"Mint PAT\",\"skipped\":null},{\"index\":3,\"name\":\"Seed glab auth\",\"skipped\":null},{\"index\":4,\"name\":\"Ensure group\",\"skipped\":null},{\"index\":5,\"name\":\"Provision projects\",\"skipped\":null},{\"index\":6,\"name\":\"Smoke test\",\"skipped\":null},{\"index\":7,\"name\":\"Workloads reachable\",\"skipped\":null}],\"ts\":\"<time>\"}\n";
+const PHASE3_PLAN: &str = "{\"event\":\"plan\",\"params\":[{\"default\":null,\"flag\":\"--app\",\"help\":\"Provision only this app (shared-code, whose CI templates every app includes, comes along)\",\"name\":\"app\",\"type\":\"string\"},{\"default\":false,\"flag\":\"--destroy\",\"help\":\"Delete the projects and the group and wipe apps-local/ (the PAT stays in OpenBao)\",\"name\":\"destroy\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--force-smoke\",\"help\":\"Start a new smoke pipeline in every project, even where the last one still proves the deploy\",\"name\":\"force_smoke\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--no-overwrite-ci\",\"help\":\"Keep a project's .gitlab-ci.yml when it differs from the rendered one\",\"name\":\"no_overwrite_ci\",\"type\":\"bool\"},{\"default\":false,\"flag\":\"--reset-clones\",\"help\":\"Wipe the working trees in apps-local/ and clone them again\",\"name\":\"reset_clones\",\"type\":\"bool\"},{\"default\":600,\"flag\":\"--smoke-timeout\",\"help\":\"Seconds the smoke pipelines may take (GitLab Runner's default job timeout)\",\"name\":\"smoke_timeout\",\"type\":\"int\"}],\"script\":\"scripts/phase3.rhai\",\"steps\":[{\"index\":1,\"name\":\"Pre-flight\",\"skipped\":null},{\"index\":2,\"name\":\"Mint PAT\",\"skipped\":null},{\"index\":3,\"name\":\"Seed glab auth\",\"skipped\":null},{\"index\":4,\"name\":\"Ensure group\",\"skipped\":null},{\"index\":5,\"name\":\"Provision projects\",\"skipped\":null},{\"index\":6,\"name\":\"Smoke test\",\"skipped\":null},{\"index\":7,\"name\":\"Workloads reachable\",\"skipped\":null}],\"ts\":\"<time>\"}\n";
 
 fn deploy() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy")
@@ -485,7 +485,9 @@ fn rbac_names_what_phase3_calls_and_nothing_more() {
             "get namespaces",
             "get rolebindings",
             "get serviceaccounts",
+            "list deployments",
             "list namespaces",
+            "list statefulsets",
             "patch namespaces",
             "patch rolebindings",
             "patch serviceaccounts",

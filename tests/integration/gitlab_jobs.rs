@@ -1214,7 +1214,7 @@ fn a_green_smoke_pipeline_whose_deploy_is_gone_is_not_reused_and_the_app_is_depl
         r##"
 {CHECKED_HEAD}[5/7] Provision projects ... ok (#.## s)
 [6/7] Smoke test ...
-    pipeline #9 of blueprint-apps/guestbook is not reused: release guestbook is not deployed in namespace guestbook
+    pipeline #9 of blueprint-apps/guestbook is not reused: release guestbook has no workload in namespace guestbook
     ~ would start pipeline of blueprint-apps/guestbook on main
     pipeline #7 of blueprint-apps/shared-code: success (0 s)
 [6/7] Smoke test ... changed (#.## s)

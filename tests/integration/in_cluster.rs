@@ -356,7 +356,11 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
             pipeline #<n> of blueprint-apps/redis-slave: success (# s)
             pipeline #<n> of blueprint-apps/redis: success (# s)
             pipeline #<n> of blueprint-apps/shared-code: success (# s)
-        [6/7] Smoke test ... ok (#.## s)
+            ~ start pipeline of blueprint-apps/guestbook on main
+            ~ start pipeline of blueprint-apps/redis on main
+            ~ start pipeline of blueprint-apps/redis-slave on main
+            ~ start pipeline of blueprint-apps/shared-code on main
+        [6/7] Smoke test ... changed (#.## s)
         [7/7] Workloads reachable ...
             https://guestbook.local.example.net/ answers 200 through the gateway
         [7/7] Workloads reachable ... ok (#.## s)
@@ -368,9 +372,9 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           3  Seed glab auth       skipped                 0 #.## s
           4  Ensure group         changed                 1 #.## s
           5  Provision projects   changed                44 #.## s
-          6  Smoke test           ok                      0 #.## s
+          6  Smoke test           changed                 4 #.## s
           7  Workloads reachable  ok                      0 #.## s
-        7 steps: 3 ok, 3 changed, 1 skipped, 0 failed in #.## s
+        7 steps: 2 ok, 4 changed, 1 skipped, 0 failed in #.## s
         ",
         "",
     );
