@@ -1788,3 +1788,95 @@ fn adopting_a_token_revokes_its_stale_namesakes_in_one_round_of_reads() {
         );
     assert_eq!(live(), 1);
 }
+
+/// The design record's access rows a read-only qualification cannot check (they need a second
+/// user): a Developer may not delete a project, and neither an outsider (a user who is no
+/// member) nor an anonymous client may clone a private one, as the real git sees it.
+#[test]
+fn a_developer_cannot_delete_a_project_and_outsiders_and_anonymous_cannot_clone_it() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let created = |path: &str, body: &str| {
+        let reply = sim.api("POST", path, Some(body));
+        assert_eq!(reply.status, 201, "POST {path}: {}", reply.body);
+        reply.json()
+    };
+    let group = created(
+        "groups",
+        r#"{"name": "team", "path": "team", "visibility": "private"}"#,
+    );
+    let project = created(
+        "projects",
+        &format!(
+            r#"{{"name": "app", "path": "app", "namespace_id": {}, "visibility": "private", "initialize_with_readme": true}}"#,
+            group["id"]
+        ),
+    );
+    let user_with_token = |name: &str| {
+        let user = created(
+            "users",
+            &format!(
+                r#"{{"username": "{name}", "name": "{name}", "email": "{name}@example.net", "password": "a-long-password-1", "skip_confirmation": true}}"#
+            ),
+        );
+        let token = created(
+            &format!("users/{}/personal_access_tokens", user["id"]),
+            r#"{"name": "t", "scopes": ["api", "read_repository"], "expires_at": "2030-01-01"}"#,
+        );
+        (
+            user["id"].clone(),
+            token["token"].as_str().expect("token").to_string(),
+        )
+    };
+    let (developer, developer_token) = user_with_token("dev");
+    let (_, outsider_token) = user_with_token("outsider");
+    created(
+        &format!("projects/{}/members", project["id"]),
+        &format!(r#"{{"user_id": {developer}, "access_level": 30}}"#),
+    );
+    let deleted = sim.raw(
+        "DELETE",
+        &format!("/api/v4/projects/{}", project["id"]),
+        Some(&developer_token),
+        None,
+    );
+    assert_eq!(
+        (deleted.status, deleted.body.as_str()),
+        (403, r#"{"message":"403 Forbidden"}"#)
+    );
+    let repository = |token: Option<&str>| {
+        let url = sim.gitlab_url().replacen("http://", "", 1);
+        match token {
+            Some(token) => format!("http://oauth2:{token}@{url}/team/app.git"),
+            None => format!("http://{url}/team/app.git"),
+        }
+    };
+    let ls_remote = |token: Option<&str>| {
+        let output = std::process::Command::new("git")
+            .args(["ls-remote", &repository(token)])
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output()
+            .expect("git");
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr)
+                .replace(&sim.gitlab_url().replacen("http://", "", 1), "<gitlab>")
+                .replace(&outsider_token, "<token>"),
+        )
+    };
+    assert_eq!(ls_remote(Some(&developer_token)).0, Some(0));
+    assert_eq!(
+        ls_remote(Some(&outsider_token)),
+        (
+            Some(128),
+            "remote: The project you were looking for could not be found or you don't have permission to view it.\nfatal: repository 'http://<gitlab>/team/app.git/' not found\n".to_string()
+        )
+    );
+    assert_eq!(
+        ls_remote(None),
+        (
+            Some(128),
+            "fatal: could not read Username for 'http://<gitlab>': terminal prompts disabled\n"
+                .to_string()
+        )
+    );
+}

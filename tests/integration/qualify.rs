@@ -41,7 +41,7 @@ fn not_passed(rows: &BTreeMap<String, Row>) -> BTreeMap<String, Row> {
 }
 
 /// Every row of both smoke tables, in the script's order.
-const ROWS: [&str; 19] = [
+const ROWS: [&str; 22] = [
     "Cluster and helm reachable",
     "Envoy gateway pods",
     "Gateway/gitlab-gw Programmed",
@@ -61,6 +61,9 @@ const ROWS: [&str; 19] = [
     "CI/CD variables",
     "Smoke pipelines green",
     "Workloads reachable",
+    "Default branch protected",
+    "Anonymous clone refused",
+    "Gateway routes answer",
 ];
 
 #[test]
@@ -313,27 +316,30 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
         .expect(
             0,
             r#"
-            [1/19] Cluster and helm reachable ... ok (#.## s)
-            [2/19] Envoy gateway pods ... ok (#.## s)
-            [3/19] Gateway/gitlab-gw Programmed ... ok (#.## s)
-            [4/19] local-path is the default StorageClass ... ok (#.## s)
-            [5/19] CloudNativePG cluster Ready ... ok (#.## s)
-            [6/19] Redis answers PING ... ok (#.## s)
-            [7/19] MinIO buckets ... ok (#.## s)
-            [8/19] OpenBao unsealed ... ok (#.## s)
-            [9/19] Wildcard CA on disk ... ok (#.## s)
-            [10/19] 4 listener Secrets ... ok (#.## s)
-            [11/19] GitLab /-/health ... ok (#.## s)
-            [12/19] Runner online ...
+            [1/22] Cluster and helm reachable ... ok (#.## s)
+            [2/22] Envoy gateway pods ... ok (#.## s)
+            [3/22] Gateway/gitlab-gw Programmed ... ok (#.## s)
+            [4/22] local-path is the default StorageClass ... ok (#.## s)
+            [5/22] CloudNativePG cluster Ready ... ok (#.## s)
+            [6/22] Redis answers PING ... ok (#.## s)
+            [7/22] MinIO buckets ... ok (#.## s)
+            [8/22] OpenBao unsealed ... ok (#.## s)
+            [9/22] Wildcard CA on disk ... ok (#.## s)
+            [10/22] 4 listener Secrets ... ok (#.## s)
+            [11/22] GitLab /-/health ... ok (#.## s)
+            [12/22] Runner online ...
                 warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
-            [12/19] Runner online ... ok (#.## s)
-            [13/19] GitLab pods Running ... ok (#.## s)
-            [14/19] Group blueprint-apps ... ok (#.## s)
-            [15/19] Projects ... ok (#.## s)
-            [16/19] .gitlab-ci.yml in every project ... ok (#.## s)
-            [17/19] CI/CD variables ... ok (#.## s)
-            [18/19] Smoke pipelines green ... ok (#.## s)
-            [19/19] Workloads reachable ... ok (#.## s)
+            [12/22] Runner online ... ok (#.## s)
+            [13/22] GitLab pods Running ... ok (#.## s)
+            [14/22] Group blueprint-apps ... ok (#.## s)
+            [15/22] Projects ... ok (#.## s)
+            [16/22] .gitlab-ci.yml in every project ... ok (#.## s)
+            [17/22] CI/CD variables ... ok (#.## s)
+            [18/22] Smoke pipelines green ... ok (#.## s)
+            [19/22] Workloads reachable ... ok (#.## s)
+            [20/22] Default branch protected ... ok (#.## s)
+            [21/22] Anonymous clone refused ... ok (#.## s)
+            [22/22] Gateway routes answer ... ok (#.## s)
 
             Qualification of scripts/qualify.rhai
               #  check                                   expected                                         found                                            result
@@ -356,7 +362,10 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
              17  CI/CD variables                         3 keys each, a hidden kubeconfig per chart       3 keys each, a hidden kubeconfig per chart       pass
              18  Smoke pipelines green                   success on main in 4 projects                    success on main in 4 projects                    pass
              19  Workloads reachable                     https://guestbook.local.example.net answers 200  https://guestbook.local.example.net answers 200  pass
-            19 checks: 19 passed, 0 failed
+             20  Default branch protected                main protected in 4 projects                     main protected in 4 projects                     pass
+             21  Anonymous clone refused                 401 for 4 projects                               401 for 4 projects                               pass
+             22  Gateway routes answer                   each host: no 404, no 5xx                        gitlab 200, registry 200, guestbook 200          pass
+            22 checks: 22 passed, 0 failed
             "#,
             "",
         );
@@ -436,13 +445,14 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
         [
             ".gitlab-ci.yml in every project",
             "CI/CD variables",
+            "Default branch protected",
             "Group blueprint-apps",
             "Projects",
             "Runner online",
             "Smoke pipelines green"
         ]
     );
-    assert_eq!(failed.len(), 7, "{failed:?}");
+    assert_eq!(failed.len(), 8, "{failed:?}");
     let with_token = Output::normalized(
         copy.command(&["--json", "scripts/qualify.rhai"])
             .env("GITLAB_TOKEN", sim.var("GITLAB_TOKEN"))
