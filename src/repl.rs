@@ -428,11 +428,40 @@ fn table(items: &rhai::Array) -> Option<String> {
     Some(out.join("\n"))
 }
 
-/// An input that ran, as `:save` writes it: function definitions at the top level of the script
-/// (Rhai allows them nowhere else), the rest inside the step.
+/// An input that ran, as `:save` writes it.
 struct SavedInput {
     text: String,
-    top_level: bool,
+    kind: SavedKind,
+}
+
+/// Where `:save` puts an input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SavedKind {
+    /// Named function definitions: the top level of the script (Rhai allows them nowhere else).
+    Functions,
+    /// Anything else (closures included): inside the step, with its `;`.
+    Body,
+    /// Typed under `:check on`: it only planned, so it is saved commented out.
+    Planned,
+    /// It holds a secret value: only a comment saying so is saved.
+    Secret,
+}
+
+impl SavedKind {
+    fn of(ast: &AST, text: &str, check: bool) -> SavedKind {
+        if holds_secret(text) {
+            return SavedKind::Secret;
+        }
+        // A closure compiles into an anonymous function: it stays where it was typed.
+        let named = ast.iter_functions().any(|f| !f.name.starts_with("anon$"));
+        if named && ast.statements().is_empty() {
+            return SavedKind::Functions;
+        }
+        if check {
+            return SavedKind::Planned;
+        }
+        SavedKind::Body
+    }
 }
 
 struct Repl {
@@ -506,7 +535,7 @@ impl Repl {
                 self.functions = self.functions.merge(&ast.clone_functions_only());
                 self.history.push(SavedInput {
                     text: input.trim_end().to_string(),
-                    top_level: ast.iter_functions().next().is_some(),
+                    kind: SavedKind::of(&ast, input, self.session.state.check()),
                 });
                 if let Some(text) = render_value(&value, self.json) {
                     self.print(&text);
@@ -646,20 +675,20 @@ impl Repl {
         }
     }
 
-    /// Writes the session's inputs to `file` as a script: function definitions at the top level,
-    /// everything else inside one step, so that `bprun FILE` runs it. A file that exists gets
-    /// another step. Inputs holding a secret are left out.
+    /// Writes the session's inputs to `file` as a script: named function definitions at the top
+    /// level, everything else inside one step, so that `bprun FILE` runs it. A file that exists
+    /// gets another step. An input typed under check mode is saved commented out, one holding a
+    /// secret as a comment saying so; the script is compiled before it is written.
     fn save(&self, file: &str) {
         if file.is_empty() {
             eprintln!(":save FILE");
             return;
         }
-        let kept: Vec<&SavedInput> = self
-            .history
+        let kept: Vec<&SavedInput> = self.history.iter().collect();
+        let left_out = kept
             .iter()
-            .filter(|input| !holds_secret(&input.text))
-            .collect();
-        let left_out = self.history.len() - kept.len();
+            .filter(|input| input.kind == SavedKind::Secret)
+            .count();
         if kept.is_empty() {
             eprintln!(":save: nothing has run successfully yet");
             return;
@@ -674,6 +703,13 @@ impl Repl {
         };
         let existing = std::fs::read_to_string(&path).unwrap_or_default();
         let text = session_script(&kept, &existing);
+        // What is written must run: a script that does not compile is not written.
+        if let Err(error) = self.engine.compile(format!("{existing}{text}")) {
+            eprintln!(
+                ":save {file}: the session does not make a script that compiles ({error}); nothing was written"
+            );
+            return;
+        }
         use std::io::Write;
         let written = path
             .parent()
@@ -695,7 +731,9 @@ impl Repl {
                     confinement.display(&path)
                 ));
                 if left_out > 0 {
-                    eprintln!("left out {left_out} input(s) holding a secret");
+                    eprintln!(
+                        "left out {left_out} input(s) holding a secret (a comment marks each place)"
+                    );
                 }
             }
             Err(error) => eprintln!(":save {file}: {error}"),
@@ -716,18 +754,41 @@ fn session_script(inputs: &[&SavedInput], existing: &str) -> String {
     if !existing.is_empty() && !existing.ends_with('\n') {
         text.push('\n');
     }
-    for input in inputs.iter().filter(|input| input.top_level) {
+    for input in inputs
+        .iter()
+        .filter(|input| input.kind == SavedKind::Functions)
+    {
         text.push_str(&input.text);
         text.push('\n');
     }
     text.push_str(&format!("step(\"{name}\", || {{\n"));
-    for input in inputs.iter().filter(|input| !input.top_level) {
+    for input in inputs
+        .iter()
+        .filter(|input| input.kind != SavedKind::Functions)
+    {
         let mut body = input.text.clone();
         if !body.ends_with(';') && !body.ends_with('}') {
             body.push(';');
         }
+        let (note, prefix) = match input.kind {
+            SavedKind::Secret => {
+                text.push_str("    // an input here held a secret value and is left out: read it with bao_read or env_secret instead\n");
+                continue;
+            }
+            SavedKind::Planned => (
+                Some(
+                    "    // typed under :check on, so it only planned: remove the `// ` to run it\n",
+                ),
+                "// ",
+            ),
+            _ => (None, ""),
+        };
+        if let Some(note) = note {
+            text.push_str(note);
+        }
         for line in body.lines() {
             text.push_str("    ");
+            text.push_str(prefix);
             text.push_str(line);
             text.push('\n');
         }

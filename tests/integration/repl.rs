@@ -512,3 +512,47 @@ fn canaries_stay_hidden_in_the_repl_whatever_reads_them() {
         );
     }
 }
+
+#[test]
+fn save_keeps_closures_in_the_step_comments_out_planned_and_secret_inputs_and_the_script_runs() {
+    let test = repo();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "fn twice(x) { x * 2 }");
+    input(&mut session, "let doubled = [1, 2, 3].map(|n| twice(n))");
+    input(&mut session, "print(`doubled ${doubled}`)");
+    session.exp_string("doubled [2, 4, 6]").expect("run");
+    input(&mut session, "let token = secret(\"s3cret-value-9\")");
+    input(&mut session, ":check on");
+    input(&mut session, "write_text(\"planned.txt\", \"x\")");
+    session.exp_string("would").expect("planned");
+    input(&mut session, ":check off");
+    input(&mut session, ":save scripts/saved.rhai");
+    session
+        .exp_string("wrote 5 input(s) as a step to scripts/saved.rhai; run it with `bprun scripts/saved.rhai`")
+        .expect(":save");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    assert_eq!(
+        test.read("scripts/saved.rhai"),
+        "fn twice(x) { x * 2 }\n\
+         step(\"REPL session\", || {\n\
+         \x20   let doubled = [1, 2, 3].map(|n| twice(n));\n\
+         \x20   print(`doubled ${doubled}`);\n\
+         \x20   // an input here held a secret value and is left out: read it with bao_read or env_secret instead\n\
+         \x20   // typed under :check on, so it only planned: remove the `// ` to run it\n\
+         \x20   // write_text(\"planned.txt\", \"x\");\n\
+         });\n"
+    );
+    test.run(&["scripts/saved.rhai"]).expect(
+        0,
+        &with_recaps(
+            "[1/1] REPL session ...\n\
+                      \x20   doubled [2, 4, 6]\n\
+                      [1/1] REPL session ... ok (#.## s)\n\
+                      \n\
+                      <recap of scripts/saved.rhai: REPL session: ok>\n",
+        ),
+        "",
+    );
+    assert!(!test.path().join("planned.txt").exists());
+}
