@@ -44,7 +44,11 @@ const COMMANDS: &[(&str, &str)] = &[
     ),
     (
         ":save",
-        ":save FILE        write the session's inputs to FILE as a step (run it with bprun FILE)",
+        ":save FILE [N..M] write the session's inputs (or those numbered N to M) to FILE as a step",
+    ),
+    (
+        ":history",
+        ":history          the inputs that ran, numbered (for :save FILE N..M)",
     ),
     (
         ":reveal",
@@ -641,10 +645,34 @@ impl Repl {
                 });
             }
             ":save" => self.save(&argument),
+            ":history" => self.list_history(),
             ":reveal" => self.reveal(line.trim_start()[name.len()..].trim()),
             other => eprintln!("unknown command {other}; :help lists the commands"),
         }
         true
+    }
+
+    /// `:history`: the inputs that ran, numbered as `:save FILE N..M` takes them; one holding a
+    /// secret shows as a note, never its text.
+    fn list_history(&self) {
+        if self.history.is_empty() {
+            eprintln!(":history: nothing has run successfully yet");
+            return;
+        }
+        for (index, input) in self.history.iter().enumerate() {
+            let text = match input.kind {
+                SavedKind::Secret => "(an input holding a secret)".to_string(),
+                SavedKind::Planned => format!("{}   (under :check on)", input.text),
+                _ => input.text.clone(),
+            };
+            for (line_index, line) in text.lines().enumerate() {
+                if line_index == 0 {
+                    self.print(&format!("{:>3}  {line}", index + 1));
+                } else {
+                    self.print(&format!("     {line}"));
+                }
+            }
+        }
     }
 
     /// `:reveal EXPR`: the expression's value with its secrets in plain text, on purpose. The
@@ -680,11 +708,37 @@ impl Repl {
     /// gets another step. An input typed under check mode is saved commented out, one holding a
     /// secret as a comment saying so; the script is compiled before it is written.
     fn save(&self, file: &str) {
+        let (file, range) = match file.split_once(char::is_whitespace) {
+            Some((file, range)) => (file, Some(range.trim())),
+            None => (file, None),
+        };
         if file.is_empty() {
-            eprintln!(":save FILE");
+            eprintln!(":save FILE [N..M]");
             return;
         }
-        let kept: Vec<&SavedInput> = self.history.iter().collect();
+        let kept: Vec<&SavedInput> = match range {
+            None => self.history.iter().collect(),
+            Some(range) => {
+                let bounds = range.split_once("..").and_then(|(from, to)| {
+                    Some((
+                        from.trim().parse::<usize>().ok()?,
+                        to.trim().parse::<usize>().ok()?,
+                    ))
+                });
+                match bounds {
+                    Some((from, to)) if from >= 1 && from <= to && to <= self.history.len() => {
+                        self.history[from - 1..to].iter().collect()
+                    }
+                    _ => {
+                        eprintln!(
+                            ":save {file} {range}: a range N..M of the inputs :history numbers (1..{})",
+                            self.history.len()
+                        );
+                        return;
+                    }
+                }
+            }
+        };
         let left_out = kept
             .iter()
             .filter(|input| input.kind == SavedKind::Secret)

@@ -556,3 +556,35 @@ fn save_keeps_closures_in_the_step_comments_out_planned_and_secret_inputs_and_th
     );
     assert!(!test.path().join("planned.txt").exists());
 }
+
+#[test]
+fn history_numbers_the_inputs_and_save_takes_a_range_of_them() {
+    let test = repo();
+    let mut session = repl(&test, &[], &[]);
+    input(&mut session, "let a = 1");
+    input(&mut session, "let t = secret(\"s3cret-value-9\")");
+    input(&mut session, "print(`a is ${a}`)");
+    session.exp_string("a is 1").expect("run");
+    input(&mut session, ":history");
+    session
+        .exp_string(
+            "  1  let a = 1\r\n  2  (an input holding a secret)\r\n  3  print(`a is ${a}`)\r\n",
+        )
+        .expect(":history");
+    input(&mut session, ":save scripts/range.rhai 3..9");
+    session
+        .exp_string(
+            ":save scripts/range.rhai 3..9: a range N..M of the inputs :history numbers (1..3)",
+        )
+        .expect("refused range");
+    input(&mut session, ":save scripts/range.rhai 1..1");
+    session
+        .exp_string("wrote 1 input(s) as a step to scripts/range.rhai")
+        .expect(":save range");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+    assert_eq!(
+        test.read("scripts/range.rhai"),
+        "step(\"REPL session\", || {\n    let a = 1;\n});\n"
+    );
+}
