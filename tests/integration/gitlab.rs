@@ -1880,3 +1880,29 @@ fn a_developer_cannot_delete_a_project_and_outsiders_and_anonymous_cannot_clone_
         )
     );
 }
+
+/// A route GitLab has but the simulator does not model answers GitLab's 404 for an unknown
+/// route, saying whose gap it is, and the error's hint says the call cannot be rehearsed
+/// (instead of suggesting a path encoding that is already right).
+#[test]
+fn a_route_the_simulator_does_not_model_says_so_instead_of_looking_like_a_missing_project() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script("step(\"Retry\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/retry\", #{}); });\n"),
+        &sim,
+    );
+    let run = test.run(&["scripts/test.rhai"]);
+    run.code(1).stderr(
+        "error: step \"Retry\" failed
+  × gitlab: POST /projects/blueprint-apps%2Fguestbook/jobs/1/retry -> 404: 404 Not Found: the GitLab simulator does not serve POST /api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/retry (it models the routes bprun's natives and the seeds' clients use)
+   ╭─[scripts/test.rhai:1:20]
+ 1 │ step(\"Retry\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/retry\", #{}); });
+   ·                    ─────┬─────
+   ·                         ╰── failed here
+   ╰────
+  caused by: at <gitlab>/api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/retry
+  hint: this GitLab is bprun's simulator, which does not model this route: the call is right for a real GitLab, but cannot be rehearsed
+re-run with --resume to continue from here
+",
+    );
+}

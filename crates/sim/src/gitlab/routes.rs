@@ -263,8 +263,21 @@ impl GitlabSim {
                 );
             }
         }
-        message(404, "404 Not Found")
+        not_served(request)
     }
+}
+
+/// A route the simulator does not serve: GitLab's 404 for an unknown route (Grape's
+/// `{"error": "404 Not Found"}`), saying that it is the simulator's gap, so a route GitLab has
+/// but the simulator does not model is not mistaken for a missing project.
+fn not_served(request: &SimRequest) -> SimResponse {
+    SimResponse::json(
+        404,
+        &json!({"error": format!(
+            "404 Not Found: the GitLab simulator does not serve {} {} (it models the routes bprun's natives and the seeds' clients use)",
+            request.method, request.path
+        )}),
+    )
 }
 
 #[cfg(test)]
