@@ -1098,14 +1098,38 @@ check mode: nothing will be changed
 fn helm_4_deploys_under_the_deployer_role_as_helm_3_does() {
     // The deployer role was derived from what helm 3 calls; helm 4 (its jobs' image
     // alpine/helm:4.*) deploys the guestbook with the same token and role.
+    // The image is pinned in infra/VERSIONS.json first, as an operator moving to helm 4 would.
     let sim = BPRUN.sim(SimKind::All, &[]);
-    guestbook_with_ci_common(&sim, &|text| {
-        text.replace("image: alpine/helm:3.16.4", "image: alpine/helm:4.1.4")
-            .replace(
-                "    - helm upgrade --install \"$HELM_RELEASE\"",
-                "    - helm version --short\n    - helm upgrade --install \"$HELM_RELEASE\"",
-            )
-    })
+    let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    sim.platform_files(test.path());
+    let edit = |file: &str, from: &str, to: &str| {
+        let path = test.path().join(file);
+        let text = std::fs::read_to_string(&path).expect("file to edit");
+        assert!(text.contains(from), "{file}");
+        std::fs::write(&path, text.replace(from, to)).expect("write");
+    };
+    edit(
+        "infra/VERSIONS.json",
+        "\"repository\": \"alpine/helm\",\n      \"tag\": \"3.16.4\"",
+        "\"repository\": \"alpine/helm\",\n      \"tag\": \"4.1.4\"",
+    );
+    edit(
+        "apps/shared-code/templates/ci-common.yml",
+        "image: alpine/helm:3.16.4",
+        "image: alpine/helm:4.1.4",
+    );
+    edit(
+        "apps/shared-code/templates/ci-common.yml",
+        "    - helm upgrade --install \"$HELM_RELEASE\"",
+        "    - helm version --short\n    - helm upgrade --install \"$HELM_RELEASE\"",
+    );
+    test.run(&[
+        "scripts/phase3.rhai",
+        "--app",
+        "guestbook",
+        "--smoke-timeout",
+        "120",
+    ])
     .success();
     let (status, jobs) = finished_pipeline(&sim, "blueprint-apps%2Fguestbook");
     let deploy = jobs
