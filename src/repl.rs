@@ -930,6 +930,7 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
         reporter,
         crate::runner::cancel_flag(),
     );
+    state.set_interactive();
     let scripts = root.join("scripts");
     let import_root = match &options.load {
         Some(script) => script

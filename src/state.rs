@@ -41,6 +41,8 @@ pub struct RunState {
     /// In check mode: files natives would have written, so later natives can tell what would
     /// follow (a working tree with a planned write would be committed and pushed).
     planned_writes: Mutex<Vec<PathBuf>>,
+    /// The REPL drives this run: check mode is left with `:check off`, not `--check`.
+    interactive: AtomicBool,
 }
 
 impl RunState {
@@ -55,7 +57,13 @@ impl RunState {
             change_count: AtomicU32::new(0),
             diff: AtomicBool::new(false),
             planned_writes: Mutex::new(Vec::new()),
+            interactive: AtomicBool::new(false),
         }
+    }
+
+    /// The REPL drives this run (hints name its commands).
+    pub fn set_interactive(&self) {
+        self.interactive.store(true, Ordering::SeqCst);
     }
 
     /// Check mode: `path` would be written (or deleted).
@@ -150,7 +158,11 @@ impl RunState {
         if self.check() {
             Err(
                 NativeError::new(format!("{native} cannot run in check mode: {why}")).with_hint(
-                    "run without --check, or guard the call with `if !check_mode() { ... }`",
+                    if self.interactive.load(Ordering::SeqCst) {
+                        "leave check mode with `:check off`, or guard the call with `if !check_mode() { ... }`"
+                    } else {
+                        "run without --check, or guard the call with `if !check_mode() { ... }`"
+                    },
                 ),
             )
         } else {

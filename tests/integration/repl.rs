@@ -588,3 +588,15 @@ fn history_numbers_the_inputs_and_save_takes_a_range_of_them() {
         "step(\"REPL session\", || {\n    let a = 1;\n});\n"
     );
 }
+
+#[test]
+fn a_refusal_under_check_mode_names_the_repls_command_to_leave_it() {
+    let test = repo();
+    let mut session = repl(&test, &["--check"], &[]);
+    input(&mut session, "run_command([\"true\"], #{})");
+    session
+        .exp_string("hint: leave check mode with `:check off`, or guard the call with `if !check_mode() { ... }`")
+        .expect("the REPL's hint");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+}
