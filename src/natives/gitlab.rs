@@ -954,6 +954,33 @@ pub mod gitlab_functions {
             .unwrap_or_default())
     }
 
+    /// `gitlab_wait_pipeline(project, id, #{})`: the default timeout (600 s) and intervals.
+    ///
+    /// ```rhai
+    /// step("Smoke", || { gitlab_wait_pipeline("blueprint-apps/guestbook", 12); });
+    /// ```
+    #[rhai_fn(name = "gitlab_wait_pipeline", return_raw)]
+    pub fn gitlab_wait_pipeline_defaults(
+        context: NativeCallContext,
+        project: &str,
+        id: i64,
+    ) -> RhaiResultOf<Map> {
+        gitlab_wait_pipeline(context, project, id, rhai::Map::new())
+    }
+
+    /// `gitlab_wait_pipelines(pipelines, #{})`: the default timeout (600 s) and intervals.
+    ///
+    /// ```rhai
+    /// step("Smoke", || { gitlab_wait_pipelines([#{project: "blueprint-apps/guestbook", id: 12}]); });
+    /// ```
+    #[rhai_fn(name = "gitlab_wait_pipelines", return_raw)]
+    pub fn gitlab_wait_pipelines_defaults(
+        context: NativeCallContext,
+        pipelines: rhai::Array,
+    ) -> RhaiResultOf<Array> {
+        gitlab_wait_pipelines(context, pipelines, rhai::Map::new())
+    }
+
     /// Waits for many pipelines at once (maps with `project` and `id`, as
     /// `gitlab_trigger_pipeline` returns them); every failure is reported, not just the first.
     ///

@@ -1906,3 +1906,27 @@ re-run with --resume to continue from here
 ",
     );
 }
+
+/// A wait without an options map takes the defaults, instead of an "unknown function" that
+/// points at another native.
+#[test]
+fn a_pipeline_wait_without_options_takes_the_defaults() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(
+        repo().script("step(\"Wait\", || { gitlab_wait_pipeline(\"nobody/nothing\", 1); });\n"),
+        &sim,
+    );
+    test.run(&["scripts/test.rhai"]).code(1).stderr(
+        "error: step \"Wait\" failed
+  × gitlab: GET /projects/nobody%2Fnothing/pipelines/1 -> 404: 404 Project Not Found
+   ╭─[scripts/test.rhai:1:19]
+ 1 │ step(\"Wait\", || { gitlab_wait_pipeline(\"nobody/nothing\", 1); });
+   ·                   ──────────┬─────────
+   ·                             ╰── failed here
+   ╰────
+  caused by: at <gitlab>/api/v4/projects/nobody%2Fnothing/pipelines/1
+  hint: the path is encoded as GitLab wants it: check that the project or group exists and that the token may see it (a project the token may not see answers 404 too)
+re-run with --resume to continue from here
+",
+    );
+}

@@ -403,6 +403,7 @@ impl GitlabClient {
             Some(401) => "the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)".to_string(),
             Some(403) => "the token lacks the permission or scope for this (phase 3 mints an admin PAT with api and sudo)".to_string(),
             Some(404) if message.contains("the GitLab simulator does not serve") => "this GitLab is bprun's simulator, which does not model this route: the call is right for a real GitLab, but cannot be rehearsed".to_string(),
+            Some(404) if shown.contains("%2F") => "the path is encoded as GitLab wants it: check that the project or group exists and that the token may see it (a project the token may not see answers 404 too)".to_string(),
             Some(404) => "check the path; project and group paths are URL-encoded (blueprint-apps%2Fguestbook)".to_string(),
             Some(429) => "GitLab kept rate-limiting this client; wait and re-run".to_string(),
             Some(500..=599) => "GitLab is unhealthy: check the gitlab-webservice pods".to_string(),

@@ -176,6 +176,9 @@ impl GitlabSim {
     /// `GET /projects/:id/pipelines/:pipeline`.
     pub(super) fn pipeline(&self, id: &str, pipeline: &str) -> SimResponse {
         let state = self.lock();
+        if Self::find_project(&state, id).is_none() {
+            return not_found("Project");
+        }
         match self.pipeline_of(&state, id, pipeline) {
             Some(found) => SimResponse::json(200, &self.pipeline_json(&state, found)),
             None => not_found("Pipeline"),
