@@ -503,14 +503,15 @@ pub mod bao_functions {
     }
 
     /// The keys under a KV v2 folder (sub-folders end with `/`); `[]` when there are none.
+    /// `""` lists the root of the `secret` mount, `kv:` another mount's.
     ///
     /// ```rhai
-    /// step("List", || { for key in bao_list("gitlab") { info(key) } });
+    /// step("List", || { for key in bao_list("gitlab") { info(key) } for top in bao_list("") { info(top) } });
     /// ```
     #[rhai_fn(return_raw)]
     pub fn bao_list(context: NativeCallContext, path: &str) -> RhaiResultOf<Array> {
         let session = remote(&context, "bao_list")?;
-        let path = kv_path(path, &rhai::Map::new(), "bao_list")?;
+        let path = KvPath::parse_folder(path, None).map_err(native_error)?;
         let keys = bao(&session).kv_list(&path).map_err(native_error)?;
         Ok(keys.into_iter().map(Dynamic::from).collect())
     }

@@ -591,3 +591,41 @@ fn writers_in_separate_processes_are_kept_apart_by_check_and_set() {
         .count();
     assert_eq!(changed, 1, "exactly one process wrote");
 }
+
+/// `bao_list("")` lists the root of the default mount and `kv:` another mount's, as
+/// `bao kv list secret/` does.
+#[test]
+fn a_mounts_root_is_listed() {
+    let server = BaoServer::dev();
+    let test = with_dev(
+        repo().script(
+            r#"
+step("Roots", || {
+    bao_write("gitlab/runner/token", #{token: "x"});
+    bao_write("platform", #{a: "1"});
+    bao_enable_kv("apps", 2);
+    bao_write("apps:team/x", #{a: "1"});
+    info(`${bao_list("")} ${bao_list("/")} ${bao_list("apps:")}`);
+});
+"#,
+        ),
+        &server,
+    );
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(
+            r#"
+[1/1] Roots ...
+    ~ write secret secret/gitlab/runner/token (version 1)
+    ~ write secret secret/platform (version 1)
+    ~ mount kv version 2 at apps/
+    ~ write secret apps/team/x (version 1)
+    ["gitlab/", "platform"] ["gitlab/", "platform"] ["team/"]
+[1/1] Roots ... changed (#.## s)
+
+<recap of scripts/test.rhai: Roots: changed 4>
+"#,
+        ),
+        "",
+    );
+}

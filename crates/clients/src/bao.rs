@@ -146,6 +146,27 @@ impl KvPath {
     }
 }
 
+impl KvPath {
+    /// A folder to list: as [`KvPath::parse`], and also a mount's root (`""` or `/` is the
+    /// default mount's, `kv:` another's).
+    pub fn parse_folder(text: &str, mount: Option<&str>) -> Result<KvPath, ClientError> {
+        let (parsed_mount, path) = match text.split_once(':') {
+            Some((mount, path)) => (mount, path),
+            None => (DEFAULT_MOUNT, text),
+        };
+        if path.trim_matches('/').is_empty() {
+            let mount = mount.unwrap_or(parsed_mount).trim_matches('/');
+            if !mount.is_empty() {
+                return Ok(KvPath {
+                    mount: mount.to_string(),
+                    path: String::new(),
+                });
+            }
+        }
+        KvPath::parse(text, mount)
+    }
+}
+
 impl std::fmt::Display for KvPath {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}", self.mount, self.path)
