@@ -508,7 +508,7 @@ Recap of scripts/phase2.rhai
  11  Node trust               changed                16 #.## s
  12  Restore GitLab secrets   changed                 5 #.## s
  13  GitLab                   changed                 4 #.## s
- 14  Snapshot GitLab secrets  changed                 1 #.## s
+ 14  Snapshot GitLab secrets  changed                16 #.## s
  15  Registry hosts pin       failed                  1 #.## s
  16  Runner                   not run                 0          -
  17  Destroy                  not run                 0          -
