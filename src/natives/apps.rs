@@ -42,20 +42,11 @@ pub mod apps_functions {
     #[rhai_fn(return_raw)]
     pub fn require_pinned_images(context: NativeCallContext) -> RhaiResultOf<i64> {
         let session = session(&context)?;
-        let root = &session.state.root;
-        let unpinned = bprun_clients::image_pins::unpinned(root)
+        let report = bprun_clients::image_pins::check(&session.state.root)
             .map_err(|error| native_error(NativeError::from(error)))?;
+        let unpinned = report.unpinned;
         if unpinned.is_empty() {
-            let checked: usize = bprun_clients::image_pins::pinned_files(root)
-                .iter()
-                .filter_map(|file| {
-                    std::fs::read_to_string(root.join(file))
-                        .ok()
-                        .map(|text| (file.clone(), text))
-                })
-                .map(|(file, text)| bprun_clients::image_pins::references(&file, &text).len())
-                .sum();
-            return Ok(checked as i64);
+            return Ok(report.checked as i64);
         }
         let count = unpinned.len();
         let mut error = NativeError::new(format!(

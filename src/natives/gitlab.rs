@@ -138,6 +138,15 @@ fn pipeline_map(project: &str, pipeline: Pipeline) -> rhai::Map {
 }
 
 /// A variable's value as text: a string, a `Secret`, or a number or bool written as text.
+/// What `gitlab_trigger_pipeline` returns in check mode for a pipeline it would start.
+fn would_start_map(project: &str, reference: &str) -> rhai::Map {
+    let mut map = rhai::Map::new();
+    map.insert("project".into(), project.to_string().into());
+    map.insert("ref".into(), reference.to_string().into());
+    map.insert("status".into(), "would-start".into());
+    map
+}
+
 fn text_value(value: &Dynamic, key: &str) -> RhaiResultOf<String> {
     if let Some(secret) = value.read_lock::<Secret>() {
         return Ok(secret.reveal().to_string());
@@ -864,11 +873,7 @@ pub mod gitlab_functions {
                     format!("pipeline of {project} at {reference} ({why})"),
                 ),
             );
-            let mut map = rhai::Map::new();
-            map.insert("project".into(), project.to_string().into());
-            map.insert("ref".into(), reference.to_string().into());
-            map.insert("status".into(), "would-start".into());
-            map
+            would_start_map(project, reference)
         };
         // Check mode after a planned push: the head would move, so no pipeline of today's head
         // can be reused; a new one would start. After a planned variable write, a pipeline
@@ -914,13 +919,7 @@ pub mod gitlab_functions {
                 map.insert("reused".into(), true.into());
                 map
             }
-            Started::WouldStart { .. } => {
-                let mut map = rhai::Map::new();
-                map.insert("project".into(), project.to_string().into());
-                map.insert("ref".into(), reference.to_string().into());
-                map.insert("status".into(), "would-start".into());
-                map
-            }
+            Started::WouldStart { .. } => would_start_map(project, reference),
         })
     }
 

@@ -214,8 +214,15 @@ pub fn pinned_files(root: &Path) -> Vec<String> {
     files
 }
 
-/// Every image reference under `root` that infra/VERSIONS.json does not pin, in file order.
-pub fn unpinned(root: &Path) -> Result<Vec<ImageRef>, ClientError> {
+/// What [`check`] found: how many references it read, and those VERSIONS.json does not pin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PinReport {
+    pub checked: usize,
+    pub unpinned: Vec<ImageRef>,
+}
+
+/// Every image reference under `root` checked against infra/VERSIONS.json, in file order.
+pub fn check(root: &Path) -> Result<PinReport, ClientError> {
     let versions_file = root.join(crate::helm::VERSIONS_FILE);
     let text = std::fs::read_to_string(&versions_file).map_err(|error| {
         ClientError::new(format!(
@@ -231,11 +238,14 @@ pub fn unpinned(root: &Path) -> Result<Vec<ImageRef>, ClientError> {
     })?;
     let pins = pins(&versions)?;
     let mut unpinned = Vec::new();
+    let mut checked = 0;
     for file in pinned_files(root) {
         let text = std::fs::read_to_string(root.join(&file))
             .map_err(|error| ClientError::new(format!("cannot read {file}: {error}")))?;
+        let found = references(&file, &text);
+        checked += found.len();
         unpinned.extend(
-            references(&file, &text)
+            found
                 .into_iter()
                 .filter(|reference| !pinned(&reference.image, &pins)),
         );
@@ -249,6 +259,7 @@ pub fn unpinned(root: &Path) -> Result<Vec<ImageRef>, ClientError> {
                     Some(image_tag) => format!("{repository}:{image_tag}"),
                     None => repository.to_string(),
                 };
+                checked += 1;
                 if !pinned(&reference, &pins) {
                     unpinned.push(ImageRef {
                         file: format!(
@@ -262,7 +273,7 @@ pub fn unpinned(root: &Path) -> Result<Vec<ImageRef>, ClientError> {
             }
         }
     }
-    Ok(unpinned)
+    Ok(PinReport { checked, unpinned })
 }
 
 #[cfg(test)]

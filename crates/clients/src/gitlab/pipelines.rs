@@ -210,6 +210,7 @@ impl GitlabClient {
         project: &str,
         candidate: &Pipeline,
         reuse: &Reuse,
+        fingerprint: &dyn Fn() -> Result<String, ClientError>,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Option<String>, ClientError> {
         let shown = format!(
@@ -219,10 +220,10 @@ impl GitlabClient {
         if let Some(reason) = &reuse.declined {
             return Ok(Some(format!("{shown} is not reused: {reason}")));
         }
-        let (Some(also), Some(id)) = (&reuse.fingerprint_with, candidate.id) else {
+        let (Some(_), Some(id)) = (&reuse.fingerprint_with, candidate.id) else {
             return Ok(None);
         };
-        let wanted = &self.variables_fingerprint(project, also, cancelled)?;
+        let wanted = &fingerprint()?;
         Ok(
             match self.pipeline_variable(project, id, FINGERPRINT_VARIABLE, cancelled)? {
                 Some(found) if &found == wanted => None,
@@ -248,11 +249,23 @@ impl GitlabClient {
         mode: Mode,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Outcome<Started>, ClientError> {
+        // Read once, whether it is compared with a pipeline's, sent with a new one, or both.
+        let computed = std::cell::OnceCell::new();
+        let fingerprint = || -> Result<String, ClientError> {
+            if let Some(known) = computed.get() {
+                return Ok(String::clone(known));
+            }
+            let also = reuse
+                .and_then(|reuse| reuse.fingerprint_with.as_deref())
+                .unwrap_or_default();
+            let value = self.variables_fingerprint(project, also, cancelled)?;
+            Ok(computed.get_or_init(|| value).clone())
+        };
         let mut instead_of = None;
         if let Some(reuse) = reuse
             && let Some(pipeline) = self.reusable_pipeline(project, reference, mode, cancelled)?
         {
-            match self.not_reusable(project, &pipeline, reuse, cancelled)? {
+            match self.not_reusable(project, &pipeline, reuse, &fingerprint, cancelled)? {
                 None => return Ok(Outcome::unchanged(Started::Reused(pipeline))),
                 Some(reason) => instead_of = Some(reason),
             }
@@ -279,9 +292,8 @@ impl GitlabClient {
                 .find(|p| p["id"].as_i64().is_some_and(|id| !known.contains(&id))))
         };
         let mut body = json!({"ref": reference});
-        if let Some(also) = reuse.and_then(|reuse| reuse.fingerprint_with.as_ref()) {
-            let fingerprint = self.variables_fingerprint(project, also, cancelled)?;
-            body["variables"] = json!([{"key": FINGERPRINT_VARIABLE, "value": fingerprint}]);
+        if reuse.is_some_and(|reuse| reuse.fingerprint_with.is_some()) {
+            body["variables"] = json!([{"key": FINGERPRINT_VARIABLE, "value": fingerprint()?}]);
         }
         let answer = self.request(
             Method::Post,
