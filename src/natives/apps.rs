@@ -29,12 +29,13 @@ fn spec_of(app: &rhai::Map) -> RhaiResultOf<AppSpec> {
 pub mod apps_functions {
     use super::*;
 
-    /// Refuses an image that infra/VERSIONS.json does not pin: every image reference of the
+    /// Refuses an image reference that does not come from infra/VERSIONS.json's `images`: the
     /// values files (infra/helm-values/*.yaml, each app chart's values.yaml, the charts'
-    /// values_overrides) and the CI templates (templates/ci/*, apps/shared-code/templates/*)
-    /// must be one of its `images` (repository and tag). Images the platform builds itself
-    /// (its own registry) and references with a placeholder are not pins. Returns how many
-    /// references it checked; reads files only.
+    /// values_overrides) name a pinned repository and tag; the CI templates (templates/ci/*,
+    /// apps/shared-code/templates/*) write `{images.KEY}`, which `render_ci` and
+    /// `render_pinned_images` fill with the pin (`repository:tag`, and `@digest` when known).
+    /// Images the platform builds itself (its own registry) and references with another
+    /// placeholder are not pins. Returns how many references it checked; reads files only.
     ///
     /// ```rhai
     /// step("Pre-flight", || { require_pinned_images(); });
@@ -44,27 +45,41 @@ pub mod apps_functions {
         let session = session(&context)?;
         let report = bprun_clients::image_pins::check(&session.state.root)
             .map_err(|error| native_error(NativeError::from(error)))?;
-        let unpinned = report.unpinned;
-        if unpinned.is_empty() {
+        if report.findings.is_empty() {
             return Ok(report.checked as i64);
         }
-        let count = unpinned.len();
+        let count = report.findings.len();
         let mut error = NativeError::new(format!(
-            "{count} image reference{} not pinned in infra/VERSIONS.json",
+            "{count} image reference{} not read from infra/VERSIONS.json",
             if count == 1 { " is" } else { "s are" }
         ))
         .with_hint(
-            "add each to infra/VERSIONS.json's images (repository, tag, and its digest where one is known, else null: never an invented one), or use an image it pins",
+            "a values file names an image infra/VERSIONS.json's images pin; a CI template writes {images.KEY}; a new image is added there first (repository, tag, and its digest where one is known, else null: never an invented one)",
         );
-        for reference in unpinned {
-            let at = if reference.line == 0 {
-                reference.file
-            } else {
-                format!("{}:{}", reference.file, reference.line)
-            };
-            error = error.caused_by(format!("{at}: {}", reference.image));
+        for finding in report.findings {
+            error = error.caused_by(finding.to_string());
         }
         Err(native_error(error))
+    }
+
+    /// The text of a file under the repository root with each `{images.KEY}` replaced by
+    /// infra/VERSIONS.json's pin `KEY` (`repository:tag`, and `@digest` when known): how a CI
+    /// template that is pushed as it is (shared-code's `templates/ci-common.yml`) gets its
+    /// images. An unknown key is an error at file:line:col listing the pins.
+    ///
+    /// ```rhai
+    /// let common = render_pinned_images("apps/shared-code/templates/ci-common.yml");
+    /// write_text("apps-local/blueprint-apps/shared-code/templates/ci-common.yml", common);
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn render_pinned_images(context: NativeCallContext, path: &str) -> RhaiResultOf<String> {
+        let session = session(&context)?;
+        let files = Confinement::new(&session.state.root);
+        let full = files.resolve(path).map_err(native_error)?;
+        let text = files.read_text(path).map_err(native_error)?;
+        let (_, pins) =
+            bprun_clients::image_pins::load(&session.state.root).map_err(native_error)?;
+        bprun_clients::image_pins::render(&text, &files.display(&full), &pins).map_err(native_error)
     }
 
     /// Loads and validates the apps manifest: unknown or missing fields, wrong types, duplicate
@@ -109,9 +124,10 @@ pub mod apps_functions {
             .collect())
     }
 
-    /// Renders an app's `.gitlab-ci.yml` from `templates/ci/` (shared-code's literal file, the
-    /// app template with a build stage, or the redis template without one). A placeholder the app
-    /// does not provide is an error naming it and the template line; the result is valid YAML.
+    /// Renders an app's `.gitlab-ci.yml` from `templates/ci/` (shared-code's file, the app
+    /// template with a build stage, or the redis template without one), its `{images.KEY}` filled
+    /// from infra/VERSIONS.json. A placeholder the app or VERSIONS.json does not provide is an
+    /// error naming it and the template line; the result is valid YAML.
     ///
     /// ```rhai
     /// let apps = load_manifest("apps/apps_manifest.yaml");
@@ -141,6 +157,8 @@ pub mod apps_functions {
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(&folder).map_err(native_error)?;
         let spec = spec_of(&app)?;
-        apps::render_ci(&spec, &full, &files.display(&full)).map_err(native_error)
+        let (_, pins) =
+            bprun_clients::image_pins::load(&session.state.root).map_err(native_error)?;
+        apps::render_ci(&spec, &full, &files.display(&full), &pins).map_err(native_error)
     }
 }

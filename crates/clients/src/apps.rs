@@ -224,11 +224,13 @@ fn substitutions(app: &AppSpec) -> serde_json::Value {
     values
 }
 
-/// Renders an app's `.gitlab-ci.yml` from `templates_dir`; the result is checked to be YAML.
+/// Renders an app's `.gitlab-ci.yml` from `templates_dir`: its `{images.KEY}` from `pins`
+/// first, then (a `.tpl`) the app's placeholders; the result is checked to be YAML.
 pub fn render_ci(
     app: &AppSpec,
     templates_dir: &Path,
     shown_dir: &str,
+    pins: &[crate::image_pins::ImagePin],
 ) -> Result<String, ClientError> {
     let file = template_for(app);
     let shown = format!("{shown_dir}/{file}");
@@ -236,6 +238,7 @@ pub fn render_ci(
         ClientError::new(format!("cannot read the CI template {shown}: {error}"))
             .with_hint("templates/ci/ holds one template per kind of app")
     })?;
+    let text = crate::image_pins::render(&text, &shown, pins)?;
     let rendered = if file.ends_with(".tpl") {
         let mut engine = tinytemplate::TinyTemplate::new();
         engine.set_default_formatter(&tinytemplate::format_unescaped);

@@ -33,6 +33,81 @@ pub struct ImagePin {
     pub key: String,
     pub repository: String,
     pub tag: String,
+    /// `sha256:<64 hex>`, where one is known (public digests cannot be looked up from here, so
+    /// none is ever invented: `null` in VERSIONS.json).
+    pub digest: Option<String>,
+}
+
+impl ImagePin {
+    /// The reference a template or a values file gets: `repository:tag`, and `@digest` when
+    /// the digest is known (a runtime then pulls exactly that image).
+    pub fn reference(&self) -> String {
+        match &self.digest {
+            Some(digest) => format!("{}:{}@{digest}", self.repository, self.tag),
+            None => format!("{}:{}", self.repository, self.tag),
+        }
+    }
+}
+
+/// The placeholder a CI template writes for a pinned image: `{images.KEY}`.
+const PLACEHOLDER: &str = "{images.";
+
+/// `text` with every `{images.KEY}` replaced by the reference of VERSIONS.json's pin `KEY`
+/// (the CI templates' images are read from there, never spelled out). An unknown key is an
+/// error naming `shown`, its line and column, and the known keys. Comment lines are left as
+/// they are.
+pub fn render(text: &str, shown: &str, pins: &[ImagePin]) -> Result<String, ClientError> {
+    let mut rendered = String::with_capacity(text.len());
+    for (index, line) in text.split_inclusive('\n').enumerate() {
+        // A comment may name the placeholder form itself.
+        if line.trim_start().starts_with('#') {
+            rendered.push_str(line);
+            continue;
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find(PLACEHOLDER) {
+            let after = &rest[start + PLACEHOLDER.len()..];
+            let Some(end) = after.find('}') else {
+                break;
+            };
+            let key = &after[..end];
+            let column = line.len() - rest.len() + start + 1;
+            let pin = pins.iter().find(|pin| pin.key == key).ok_or_else(|| {
+                let known: Vec<&str> = pins.iter().map(|pin| pin.key.as_str()).collect();
+                ClientError::new(format!(
+                    "{shown}:{}:{column}: unknown image pin {{images.{key}}}: infra/VERSIONS.json's images have no `{key}`",
+                    index + 1
+                ))
+                .with_hint(format!(
+                    "pinned images: {}; add the image to infra/VERSIONS.json's images (repository, tag, digest or null)",
+                    known.join(", ")
+                ))
+            })?;
+            rendered.push_str(&rest[..start]);
+            rendered.push_str(&pin.reference());
+            rest = &after[end + 1..];
+        }
+        rendered.push_str(rest);
+    }
+    Ok(rendered)
+}
+
+/// The pins of infra/VERSIONS.json under `root`, with the parsed document.
+pub fn load(root: &Path) -> Result<(Value, Vec<ImagePin>), ClientError> {
+    let text = std::fs::read_to_string(root.join(crate::helm::VERSIONS_FILE)).map_err(|error| {
+        ClientError::new(format!(
+            "cannot read {}: {error}",
+            crate::helm::VERSIONS_FILE
+        ))
+    })?;
+    let versions: Value = serde_json::from_str(&text).map_err(|error| {
+        ClientError::new(format!(
+            "{} is not JSON: {error}",
+            crate::helm::VERSIONS_FILE
+        ))
+    })?;
+    let pins = pins(&versions)?;
+    Ok((versions, pins))
 }
 
 /// The repository of `image` as a registry names it (`alpine` -> `docker.io/library/alpine`,
@@ -84,10 +159,27 @@ pub fn pins(versions: &Value) -> Result<Vec<ImagePin>, ClientError> {
                     .with_hint("each image pin has a repository and a tag (and a digest where one is known, else null)")
                 })
             };
+            let digest = match &pin["digest"] {
+                Value::Null => None,
+                Value::String(digest)
+                    if digest.strip_prefix("sha256:").is_some_and(|hex| {
+                        hex.len() == 64 && hex.chars().all(|c| c.is_ascii_hexdigit())
+                    }) =>
+                {
+                    Some(digest.clone())
+                }
+                other => {
+                    return Err(ClientError::new(format!(
+                        "infra/VERSIONS.json: images.{key}.digest is {other}, not sha256:<64 hex digits> or null"
+                    ))
+                    .with_hint("a digest as the registry reports it (docker buildx imagetools inspect IMAGE), or null when none is known: never an invented one"));
+                }
+            };
             Ok(ImagePin {
                 key: key.clone(),
                 repository: field("repository")?,
                 tag: field("tag")?,
+                digest,
             })
         })
         .collect()
@@ -96,11 +188,7 @@ pub fn pins(versions: &Value) -> Result<Vec<ImagePin>, ClientError> {
 /// Whether `pins` name `image` (a reference without a tag takes its tag from a chart: its
 /// repository must be pinned).
 pub fn pinned(image: &str, pins: &[ImagePin]) -> bool {
-    let repository = canonical_repository(image);
-    pins.iter().any(|pin| {
-        canonical_repository(&pin.repository) == repository
-            && tag(image).is_none_or(|tag| tag == pin.tag)
-    })
+    pin_of(image, pins).is_some()
 }
 
 fn unquoted(text: &str) -> &str {
@@ -214,43 +302,130 @@ pub fn pinned_files(root: &Path) -> Vec<String> {
     files
 }
 
-/// What [`check`] found: how many references it read, and those VERSIONS.json does not pin.
+/// Why a reference breaks the pins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    /// VERSIONS.json pins no such repository and tag.
+    Unpinned,
+    /// A CI template spells out an image instead of writing `{images.KEY}` (the key, when
+    /// VERSIONS.json pins it).
+    SpelledOut(Option<String>),
+    /// A `{images.KEY}` placeholder whose key VERSIONS.json does not have.
+    UnknownPin,
+}
+
+/// One reference that breaks the pins.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub reference: ImageRef,
+    pub problem: Problem,
+}
+
+impl std::fmt::Display for Finding {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reference = &self.reference;
+        if reference.line == 0 {
+            write!(f, "{}: ", reference.file)?;
+        } else {
+            write!(f, "{}:{}: ", reference.file, reference.line)?;
+        }
+        match &self.problem {
+            Problem::Unpinned => write!(f, "{} is not pinned", reference.image),
+            Problem::SpelledOut(Some(key)) => write!(
+                f,
+                "{} is spelled out: write {{images.{key}}}",
+                reference.image
+            ),
+            Problem::SpelledOut(None) => write!(
+                f,
+                "{} is spelled out and not pinned: pin it, then write {{images.KEY}}",
+                reference.image
+            ),
+            Problem::UnknownPin => write!(f, "{} names no pin", reference.image),
+        }
+    }
+}
+
+/// What [`check`] found: how many references it read, and those that break the pins.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PinReport {
     pub checked: usize,
-    pub unpinned: Vec<ImageRef>,
+    pub findings: Vec<Finding>,
 }
 
-/// Every image reference under `root` checked against infra/VERSIONS.json, in file order.
+/// Whether `file` is a CI template (its images are `{images.KEY}` placeholders, filled from
+/// VERSIONS.json when phase 3 renders it), not a values file.
+fn is_ci_template(file: &str) -> bool {
+    file.starts_with("templates/ci/") || file.starts_with("apps/shared-code/templates/")
+}
+
+/// The `{images.KEY}` placeholders in `text`: (line, key).
+fn placeholders(text: &str) -> Vec<(usize, String)> {
+    let mut found = Vec::new();
+    for (index, line) in text.lines().enumerate() {
+        if line.trim_start().starts_with('#') {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(start) = rest.find(PLACEHOLDER) {
+            let after = &rest[start + PLACEHOLDER.len()..];
+            let Some(end) = after.find('}') else {
+                break;
+            };
+            found.push((index + 1, after[..end].to_string()));
+            rest = &after[end + 1..];
+        }
+    }
+    found
+}
+
+/// The pin of `image` (its repository and tag), if any.
+fn pin_of<'a>(image: &str, pins: &'a [ImagePin]) -> Option<&'a ImagePin> {
+    let repository = canonical_repository(image);
+    pins.iter().find(|pin| {
+        canonical_repository(&pin.repository) == repository
+            && tag(image).is_none_or(|tag| tag == pin.tag)
+    })
+}
+
+/// Every image reference under `root` checked against infra/VERSIONS.json, in file order: a
+/// values file names pinned images; a CI template writes `{images.KEY}` with a known key.
 pub fn check(root: &Path) -> Result<PinReport, ClientError> {
-    let versions_file = root.join(crate::helm::VERSIONS_FILE);
-    let text = std::fs::read_to_string(&versions_file).map_err(|error| {
-        ClientError::new(format!(
-            "cannot read {}: {error}",
-            crate::helm::VERSIONS_FILE
-        ))
-    })?;
-    let versions: Value = serde_json::from_str(&text).map_err(|error| {
-        ClientError::new(format!(
-            "{} is not JSON: {error}",
-            crate::helm::VERSIONS_FILE
-        ))
-    })?;
-    let pins = pins(&versions)?;
-    let mut unpinned = Vec::new();
+    let (versions, pins) = load(root)?;
+    let mut findings = Vec::new();
     let mut checked = 0;
     for file in pinned_files(root) {
         let text = std::fs::read_to_string(root.join(&file))
             .map_err(|error| ClientError::new(format!("cannot read {file}: {error}")))?;
         let found = references(&file, &text);
         checked += found.len();
-        unpinned.extend(
-            found
-                .into_iter()
-                .filter(|reference| !pinned(&reference.image, &pins)),
-        );
+        let template = is_ci_template(&file);
+        for reference in found {
+            let problem = match (template, pin_of(&reference.image, &pins)) {
+                (true, pin) => Problem::SpelledOut(pin.map(|pin| pin.key.clone())),
+                (false, Some(_)) => continue,
+                (false, None) => Problem::Unpinned,
+            };
+            findings.push(Finding { reference, problem });
+        }
+        if template {
+            for (line, key) in placeholders(&text) {
+                checked += 1;
+                if !pins.iter().any(|pin| pin.key == key) {
+                    findings.push(Finding {
+                        reference: ImageRef {
+                            file: file.clone(),
+                            line,
+                            image: format!("{{images.{key}}}"),
+                        },
+                        problem: Problem::UnknownPin,
+                    });
+                }
+            }
+        }
     }
-    // The charts' values overrides in VERSIONS.json itself.
+    // The charts' values overrides in VERSIONS.json itself (an `images` entry is a pin by
+    // construction; a spelled-out override must still be pinned).
     if let Some(repositories) = versions["helm_repositories"].as_object() {
         for (key, chart) in repositories {
             let image = &chart["values_overrides"]["image"];
@@ -261,19 +436,70 @@ pub fn check(root: &Path) -> Result<PinReport, ClientError> {
                 };
                 checked += 1;
                 if !pinned(&reference, &pins) {
-                    unpinned.push(ImageRef {
-                        file: format!(
-                            "{} (helm_repositories.{key}.values_overrides)",
-                            crate::helm::VERSIONS_FILE
-                        ),
-                        line: 0,
-                        image: reference,
+                    findings.push(Finding {
+                        reference: ImageRef {
+                            file: format!(
+                                "{} (helm_repositories.{key}.values_overrides)",
+                                crate::helm::VERSIONS_FILE
+                            ),
+                            line: 0,
+                            image: reference,
+                        },
+                        problem: Problem::Unpinned,
                     });
                 }
             }
         }
     }
-    Ok(PinReport { checked, unpinned })
+    Ok(PinReport { checked, findings })
+}
+
+/// `values` with, at each dotted path of `images` (`image`, `bprunJobImage`), the map
+/// `{repository, tag}` (and `digest` when known) of the pin it names: how a chart's image
+/// override is read from VERSIONS.json. An unknown key is an error naming the chart.
+pub fn chart_overrides(
+    chart: &str,
+    images: &std::collections::BTreeMap<String, String>,
+    pins: &[ImagePin],
+    values: &mut serde_json::Map<String, Value>,
+) -> Result<(), ClientError> {
+    for (path, key) in images {
+        let pin = pins.iter().find(|pin| &pin.key == key).ok_or_else(|| {
+            let known: Vec<&str> = pins.iter().map(|pin| pin.key.as_str()).collect();
+            ClientError::new(format!(
+                "{}: helm_repositories.{chart}.images.{path} names `{key}`, which images does not pin",
+                crate::helm::VERSIONS_FILE
+            ))
+            .with_hint(format!("pinned images: {}", known.join(", ")))
+        })?;
+        let mut image = serde_json::Map::new();
+        image.insert("repository".into(), pin.repository.clone().into());
+        image.insert("tag".into(), pin.tag.clone().into());
+        if let Some(digest) = &pin.digest {
+            image.insert("digest".into(), digest.clone().into());
+        }
+        let mut segments: Vec<&str> = path.split('.').collect();
+        let last = segments.pop().unwrap_or_default();
+        let mut at = &mut *values;
+        for segment in segments {
+            let entry = at
+                .entry(segment.to_string())
+                .or_insert_with(|| Value::Object(serde_json::Map::new()));
+            if !entry.is_object() {
+                *entry = Value::Object(serde_json::Map::new());
+            }
+            at = entry.as_object_mut().ok_or_else(|| {
+                ClientError::new(format!("helm_repositories.{chart}.images.{path}"))
+            })?;
+        }
+        match at.get_mut(last) {
+            Some(Value::Object(existing)) => existing.extend(image),
+            _ => {
+                at.insert(last.to_string(), Value::Object(image));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -361,6 +587,119 @@ templated:
         assert_eq!(
             refused.message,
             "infra/VERSIONS.json: images.x has no `tag` string"
+        );
+    }
+
+    fn sample_pins() -> Vec<ImagePin> {
+        pins(&json!({"images": {
+            "helm-ci": {"repository": "alpine/helm", "tag": "3.16.4", "digest": null},
+            "alpine": {"repository": "alpine", "tag": "3.20",
+                       "digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"},
+        }}))
+        .expect("pins")
+    }
+
+    #[test]
+    fn a_template_gets_each_pin_with_its_digest_when_known_and_comments_stay() {
+        let text = "# write \"{images.KEY}\"\nlint:\n  image: \"{images.helm-ci}\"\ntest:\n  image: {images.alpine}\n";
+        assert_eq!(
+            render(text, "t.yml", &sample_pins()).expect("rendered"),
+            "# write \"{images.KEY}\"\nlint:\n  image: \"alpine/helm:3.16.4\"\ntest:\n  image: alpine:3.20@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef\n"
+        );
+        let unknown = render(
+            "a:\n  image: \"{images.kaniko}\"\n",
+            "t.yml",
+            &sample_pins(),
+        )
+        .expect_err("no such pin");
+        assert_eq!(
+            (unknown.message.as_str(), unknown.hint.as_deref()),
+            (
+                "t.yml:2:11: unknown image pin {images.kaniko}: infra/VERSIONS.json's images have no `kaniko`",
+                Some(
+                    "pinned images: alpine, helm-ci; add the image to infra/VERSIONS.json's images (repository, tag, digest or null)"
+                )
+            )
+        );
+    }
+
+    #[test]
+    fn a_digest_that_is_not_sha256_is_refused() {
+        let refused = pins(
+            &json!({"images": {"x": {"repository": "x", "tag": "1", "digest": "sha256:abc"}}}),
+        )
+        .expect_err("a short digest");
+        assert_eq!(
+            refused.message,
+            "infra/VERSIONS.json: images.x.digest is \"sha256:abc\", not sha256:<64 hex digits> or null"
+        );
+    }
+
+    #[test]
+    fn a_charts_images_become_its_values_overrides_at_their_paths() {
+        let mut values = serde_json::Map::new();
+        values.insert("image".into(), json!({"registry": "docker.io"}));
+        let images = [
+            ("image".to_string(), "helm-ci".to_string()),
+            ("job.image".to_string(), "alpine".to_string()),
+        ]
+        .into_iter()
+        .collect();
+        chart_overrides("c", &images, &sample_pins(), &mut values).expect("known pins");
+        assert_eq!(
+            Value::Object(values),
+            json!({
+                "image": {"registry": "docker.io", "repository": "alpine/helm", "tag": "3.16.4"},
+                "job": {"image": {"repository": "alpine", "tag": "3.20",
+                        "digest": "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"}},
+            })
+        );
+        let unknown = [("image".to_string(), "nope".to_string())]
+            .into_iter()
+            .collect();
+        let refused = chart_overrides("c", &unknown, &sample_pins(), &mut serde_json::Map::new())
+            .expect_err("unknown pin");
+        assert_eq!(
+            refused.message,
+            "infra/VERSIONS.json: helm_repositories.c.images.image names `nope`, which images does not pin"
+        );
+    }
+
+    #[test]
+    fn a_ci_template_that_spells_an_image_out_or_names_no_pin_is_a_finding() {
+        let root = tempfile::tempdir().expect("temp dir");
+        let write = |path: &str, text: &str| {
+            let path = root.path().join(path);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("dirs");
+            std::fs::write(path, text).expect("write");
+        };
+        write(
+            "infra/VERSIONS.json",
+            &json!({"helm_repositories": {}, "images": {
+                "helm-ci": {"repository": "alpine/helm", "tag": "3.16.4", "digest": null}}})
+            .to_string(),
+        );
+        write(
+            "templates/ci/x.yml",
+            "a:\n  image: alpine/helm:3.16.4\nb:\n  image: busybox:1\nc:\n  image: \"{images.nope}\"\nd:\n  image: \"{images.helm-ci}\"\n",
+        );
+        write(
+            "infra/helm-values/v.yaml",
+            "image:\n  repository: alpine/helm\n  tag: \"3.16.4\"\nother:\n  image: busybox:1\n",
+        );
+        let report = check(root.path()).expect("checked");
+        let shown: Vec<String> = report.findings.iter().map(Finding::to_string).collect();
+        assert_eq!(
+            (report.checked, shown),
+            (
+                6,
+                vec![
+                    "infra/helm-values/v.yaml:5: busybox:1 is not pinned".to_string(),
+                    "templates/ci/x.yml:2: alpine/helm:3.16.4 is spelled out: write {images.helm-ci}".to_string(),
+                    "templates/ci/x.yml:4: busybox:1 is spelled out and not pinned: pin it, then write {images.KEY}".to_string(),
+                    "templates/ci/x.yml:6: {images.nope} names no pin".to_string(),
+                ]
+            )
         );
     }
 }

@@ -1025,6 +1025,11 @@ pub struct ChartPin {
     pub namespace: Option<String>,
     #[serde(default)]
     pub values_overrides: Option<serde_json::Map<String, Value>>,
+    /// The chart's images read from VERSIONS.json's `images`: a values path (`image`) to the
+    /// pin it takes (`redis-chart`), merged into `values_overrides` as `{repository, tag}` (and
+    /// `digest` when known) by [`parse_versions`].
+    #[serde(default)]
+    pub images: Option<BTreeMap<String, String>>,
     #[serde(default)]
     pub note: Option<String>,
     /// The SHA-256 of the archive in the chart cache (vendored charts are pinned by it).
@@ -1102,7 +1107,7 @@ pub fn parse_versions(
         located(
             error,
             "helm_repositories maps a key to #{url, chart, chart_version} and optionally name, \
-             release, namespace, values_overrides and note",
+             release, namespace, values_overrides, images and note",
         )
     })?;
     for (key, pin) in &shape.helm_repositories {
@@ -1119,7 +1124,17 @@ pub fn parse_versions(
             }
         }
     }
-    Ok((document, shape.helm_repositories))
+    let mut repositories = shape.helm_repositories;
+    if repositories.values().any(|pin| pin.images.is_some()) {
+        let image_pins = crate::image_pins::pins(&document)?;
+        for (key, pin) in repositories.iter_mut() {
+            if let Some(images) = &pin.images {
+                let values = pin.values_overrides.get_or_insert_with(Default::default);
+                crate::image_pins::chart_overrides(key, images, &image_pins, values)?;
+            }
+        }
+    }
+    Ok((document, repositories))
 }
 
 #[cfg(test)]
