@@ -2189,22 +2189,28 @@ Recap of scripts/restore-secrets.rhai (check mode)
     );
 }
 
-/// infra/VERSIONS.json is the single source of the images: a values file or CI template that
-/// names an image it does not pin stops phase 2 at its pre-flight, naming each reference by
-/// file and line, before anything is installed.
+/// infra/VERSIONS.json is the single source of the images: a values file that names an image it
+/// does not pin, or a CI template that spells an image out or names a pin it does not have,
+/// stops phase 2 at its pre-flight, naming each reference by file and line, before anything is
+/// installed.
 #[test]
 fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it_is() {
     let copy = with_tools();
     for (file, from, to) in [
         (
             "infra/helm-values/runner.yaml",
-            "image = \"alpine:3.20\"",
-            "image = \"alpine:3.21\"",
+            "concurrent: 4\n",
+            "concurrent: 4\nhelper:\n  image: busybox:1.37\n",
         ),
         (
             "apps/shared-code/templates/ci-common.yml",
-            "name: gcr.io/kaniko-project/executor:v1.23.2-debug",
+            "name: \"{images.kaniko}\"",
             "name: gcr.io/kaniko-project/executor:latest",
+        ),
+        (
+            "templates/ci/shared-code.gitlab-ci.yml",
+            "image: \"{images.alpine}\"",
+            "image: \"{images.alpine-edge}\"",
         ),
     ] {
         let path = copy.path().join(file);
@@ -2219,13 +2225,13 @@ fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it
         "the recap and the end state of the bare cluster follow",
     );
     run.stderr(&format!(
-        "{BARE_PLATFORM}error: step \"Pre-flight\" failed\n  × 2 image references are not pinned in infra/VERSIONS.json\n{}{}",
+        "{BARE_PLATFORM}error: step \"Pre-flight\" failed\n  × 3 image references are not read from infra/VERSIONS.json\n{}{}",
         crate::support::script_frame(
             "scripts/phase2.rhai",
             "require_pinned_images(); // every image",
             "require_pinned_images",
             "failed here",
         ),
-        "  caused by: infra/helm-values/runner.yaml:19: alpine:3.21\n  caused by: apps/shared-code/templates/ci-common.yml:14: gcr.io/kaniko-project/executor:latest\n  hint: add each to infra/VERSIONS.json's images (repository, tag, and its digest where one is known, else null: never an invented one), or use an image it pins\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
+        "  caused by: infra/helm-values/runner.yaml:12: busybox:1.37 is not pinned\n  caused by: templates/ci/shared-code.gitlab-ci.yml:8: {images.alpine-edge} names no pin\n  caused by: apps/shared-code/templates/ci-common.yml:15: gcr.io/kaniko-project/executor:latest is spelled out and not pinned: pin it, then write {images.KEY}\n  hint: a values file names an image infra/VERSIONS.json's images pin; a CI template writes {images.KEY}; a new image is added there first (repository, tag, and its digest where one is known, else null: never an invented one)\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
     ));
 }
