@@ -157,8 +157,7 @@ pub mod apps_functions {
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(&folder).map_err(native_error)?;
         let spec = spec_of(&app)?;
-        let (_, pins) =
-            bprun_clients::image_pins::load(&session.state.root).map_err(native_error)?;
-        apps::render_ci(&spec, &full, &files.display(&full), &pins).map_err(native_error)
+        let pins = || bprun_clients::image_pins::load(&session.state.root).map(|(_, pins)| pins);
+        apps::render_ci(&spec, &full, &files.display(&full), pins).map_err(native_error)
     }
 }

@@ -25,6 +25,14 @@ fn with_repository_content(test: Test) -> Test {
         "templates/ci/redis.gitlab-ci.yml.tpl",
         &repository_file("templates/ci/redis.gitlab-ci.yml.tpl"),
     )
+    .file(
+        "infra/VERSIONS.json",
+        &repository_file("infra/VERSIONS.json"),
+    )
+    .file(
+        "apps/shared-code/templates/ci-common.yml",
+        &repository_file("apps/shared-code/templates/ci-common.yml"),
+    )
 }
 
 #[test]
@@ -46,8 +54,10 @@ print("ok");
 fn every_app_renders_to_valid_yaml_from_its_template() {
     let test = with_repository_content(repo()).script(
         r#"let apps = load_manifest("apps/apps_manifest.yaml");
-let literal = render_ci(apps[0]);
-assert_eq(literal, read_text("templates/ci/shared-code.gitlab-ci.yml"));
+let shared_code = render_ci(apps[0]);
+let pinned = read_text("templates/ci/shared-code.gitlab-ci.yml");
+pinned.replace("{images.alpine}", "alpine:3.20");
+assert_eq(shared_code, pinned);
 let guestbook = yaml_parse(render_ci(apps[1]));
 assert_eq(guestbook.build.variables.DOCKERFILE_PATH, "guestbook-go/Dockerfile");
 assert_eq(guestbook.variables.HELM_RELEASE, "guestbook");
@@ -84,6 +94,53 @@ fn a_placeholder_the_app_lacks_is_an_error_naming_it_and_its_line() {
            ·     ╰── failed here
            ╰────
           hint: placeholders: name, build, tests, release, namespace, chart_path, registry_image, dockerfile_path, redis_host, redis_tag; write \{ for a literal brace
+        "#,
+    );
+}
+
+/// A digest recorded in infra/VERSIONS.json reaches the rendered CI (`repository:tag@digest`,
+/// what a runtime pulls exactly), and a CI template naming a pin VERSIONS.json lacks is an
+/// error at its line and column listing the pins.
+#[test]
+fn ci_images_come_from_versions_json_with_their_digest_and_an_unknown_pin_is_located() {
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let versions = repository_file("infra/VERSIONS.json").replace(
+        "\"tag\": \"3.20\",\n      \"digest\": null",
+        &format!("\"tag\": \"3.20\",\n      \"digest\": \"{digest}\""),
+    );
+    let test = with_repository_content(repo())
+        .file("infra/VERSIONS.json", &versions)
+        .script(
+            "let apps = load_manifest(\"apps/apps_manifest.yaml\");\nprint(render_ci(apps[0]));\n",
+        );
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        &format!(
+            "{}",
+            repository_file("templates/ci/shared-code.gitlab-ci.yml")
+                .replace("{images.alpine}", &format!("alpine:3.20@{digest}"))
+        ),
+        "",
+    );
+    let test = with_repository_content(repo())
+        .file(
+            "templates/ci/shared-code.gitlab-ci.yml",
+            "lint:\n  image: \"{images.alpine-edge}\"\n  script: [true]\n",
+        )
+        .script("let apps = load_manifest(\"apps/apps_manifest.yaml\");\nrender_ci(apps[0]);\n");
+    test.run(&["scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: the top level of scripts/test.rhai failed
+          × templates/ci/shared-code.gitlab-ci.yml:2:11: unknown image pin {images.alpine-edge}: infra/VERSIONS.json's images have no `alpine-edge`
+           ╭─[scripts/test.rhai:2:1]
+         1 │ let apps = load_manifest("apps/apps_manifest.yaml");
+         2 │ render_ci(apps[0]);
+           · ────┬────
+           ·     ╰── failed here
+           ╰────
+          hint: pinned images: alpine, helm-ci, kaniko, redis-app, redis-chart; add the image to infra/VERSIONS.json's images (repository, tag, digest or null)
         "#,
     );
 }
@@ -140,19 +197,34 @@ fn check_jsonschema(files: &[std::path::PathBuf]) -> std::process::Output {
 fn rendered_ci_files_validate_against_gitlabs_ci_schema() {
     let test = with_repository_content(repo()).script(
         r#"let apps = load_manifest("apps/apps_manifest.yaml");
-step("Render", || { for app in apps { write_text(`out/${app.name}.gitlab-ci.yml`, render_ci(app)); } });
+step("Render", || {
+    for app in apps { write_text(`out/${app.name}.gitlab-ci.yml`, render_ci(app)); }
+    write_text("out/ci-common.yml", render_pinned_images("apps/shared-code/templates/ci-common.yml"));
+});
 "#,
     );
     test.run(&["-q", "scripts/test.rhai"])
-        .expect(0, &one_step_run("Render", "changed 4"), "");
+        .expect(0, &one_step_run("Render", "changed 5"), "");
     let mut files: Vec<std::path::PathBuf> = ["shared-code", "guestbook", "redis", "redis-slave"]
         .iter()
         .map(|name| test.join(&format!("out/{name}.gitlab-ci.yml")))
         .collect();
-    files.push(std::path::PathBuf::from(format!(
-        "{}/apps/shared-code/templates/ci-common.yml",
-        env!("CARGO_MANIFEST_DIR")
-    )));
+    files.push(test.join("out/ci-common.yml"));
+    // The images are VERSIONS.json's, filled in.
+    assert_eq!(
+        std::fs::read_to_string(test.join("out/ci-common.yml"))
+            .expect("ci-common")
+            .lines()
+            .filter(|line| line.trim_start().starts_with("image:")
+                || line.trim_start().starts_with("name:"))
+            .collect::<Vec<_>>(),
+        [
+            "  image: \"alpine/helm:3.16.4\"",
+            "  image:",
+            "    name: \"gcr.io/kaniko-project/executor:v1.23.2-debug\"",
+            "  image: \"alpine/helm:3.16.4\"",
+        ]
+    );
     let output = check_jsonschema(&files);
     assert!(
         output.status.success(),

@@ -224,13 +224,14 @@ fn substitutions(app: &AppSpec) -> serde_json::Value {
     values
 }
 
-/// Renders an app's `.gitlab-ci.yml` from `templates_dir`: its `{images.KEY}` from `pins`
-/// first, then (a `.tpl`) the app's placeholders; the result is checked to be YAML.
+/// Renders an app's `.gitlab-ci.yml` from `templates_dir`: its `{images.KEY}` from `pins` first
+/// (read only when the template has one), then (a `.tpl`) the app's placeholders; the result is
+/// checked to be YAML.
 pub fn render_ci(
     app: &AppSpec,
     templates_dir: &Path,
     shown_dir: &str,
-    pins: &[crate::image_pins::ImagePin],
+    pins: impl FnOnce() -> Result<Vec<crate::image_pins::ImagePin>, ClientError>,
 ) -> Result<String, ClientError> {
     let file = template_for(app);
     let shown = format!("{shown_dir}/{file}");
@@ -238,7 +239,11 @@ pub fn render_ci(
         ClientError::new(format!("cannot read the CI template {shown}: {error}"))
             .with_hint("templates/ci/ holds one template per kind of app")
     })?;
-    let text = crate::image_pins::render(&text, &shown, pins)?;
+    let text = if text.contains("{images.") {
+        crate::image_pins::render(&text, &shown, &pins()?)?
+    } else {
+        text
+    };
     let rendered = if file.ends_with(".tpl") {
         let mut engine = tinytemplate::TinyTemplate::new();
         engine.set_default_formatter(&tinytemplate::format_unescaped);
