@@ -115,11 +115,8 @@ fn ci_images_come_from_versions_json_with_their_digest_and_an_unknown_pin_is_loc
         );
     test.run(&["scripts/test.rhai"]).expect(
         0,
-        &format!(
-            "{}",
-            repository_file("templates/ci/shared-code.gitlab-ci.yml")
-                .replace("{images.alpine}", &format!("alpine:3.20@{digest}"))
-        ),
+        &repository_file("templates/ci/shared-code.gitlab-ci.yml")
+            .replace("{images.alpine}", &format!("alpine:3.20@{digest}")),
         "",
     );
     let test = with_repository_content(repo())
