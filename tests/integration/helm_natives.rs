@@ -609,7 +609,7 @@ print(v.helm_repositories.redis.values_overrides.architecture);
     output.code(3).stdout("").partial_stderr(
         "
 error: the top level of scripts/test.rhai failed
-  × infra/VERSIONS.json:2:57: unknown field `chart_verison`, expected one of `name`, `url`, `chart`, `chart_version`, `release`, `namespace`, `values_overrides`, `note`, `sha256`
+  × infra/VERSIONS.json:2:57: unknown field `chart_verison`, expected one of `name`, `url`, `chart`, `chart_version`, `release`, `namespace`, `values_overrides`, `images`, `note`, `sha256`
    ╭─[scripts/test.rhai:1:9]
  1 │ let v = versions();
    ·         ────┬───

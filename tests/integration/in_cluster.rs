@@ -342,6 +342,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
             ~ create file apps-local/blueprint-apps/redis-slave/.gitlab-ci.yml
             ~ create file apps-local/blueprint-apps/redis/.gitlab-ci.yml
             ~ create file apps-local/blueprint-apps/shared-code/.gitlab-ci.yml
+            ~ create file apps-local/blueprint-apps/shared-code/templates/ci-common.yml
             ~ create project blueprint-apps/guestbook
             ~ create project blueprint-apps/redis
             ~ create project blueprint-apps/redis-slave
@@ -349,7 +350,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
             ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (9 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis from apps/redis (4 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis-slave from apps/redis-slave (4 created, 0 updated, 0 deleted)
-            ~ sync apps-local/blueprint-apps/shared-code from apps/shared-code (2 created, 0 updated, 0 deleted)
+            ~ sync apps-local/blueprint-apps/shared-code from apps/shared-code (1 created, 0 updated, 0 deleted)
         [5/7] Provision projects ... changed (#.## s)
         [6/7] Smoke test ...
             pipeline #<n> of blueprint-apps/guestbook: success (# s)
@@ -371,7 +372,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           2  Mint PAT             changed                 2 #.## s
           3  Seed glab auth       skipped                 0 #.## s
           4  Ensure group         changed                 1 #.## s
-          5  Provision projects   changed                44 #.## s
+          5  Provision projects   changed                45 #.## s
           6  Smoke test           changed                 4 #.## s
           7  Workloads reachable  ok                      0 #.## s
         7 steps: 2 ok, 4 changed, 1 skipped, 0 failed in #.## s

@@ -240,7 +240,7 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
             project("guestbook", "6fb3afe4e559a62b"),
             project("redis", "8bdfddcf6210ff12"),
             project("redis-slave", "b56732a1626a0931"),
-            project("shared-code", "2c59e0c653328fe5"),
+            project("shared-code", "d9a8432c1986b008"),
         ],
         "{first_state}"
     );
@@ -871,7 +871,7 @@ error: step "Smoke test" failed
         &with_recaps(r##"
 [6/7] Smoke test ... failed (#.## s)
 
-<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 45; Smoke test: failed 4; Workloads reachable: not run>
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 46; Smoke test: failed 4; Workloads reachable: not run>
 
 "##),
         varies,

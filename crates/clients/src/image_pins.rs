@@ -10,6 +10,9 @@ use std::path::Path;
 
 use crate::error::ClientError;
 
+/// The version pins (charts, manifests, images), under the repository root.
+pub const VERSIONS_FILE: &str = "infra/VERSIONS.json";
+
 /// The registries of images the platform builds itself (the apps' pipelines push there).
 const OWN_REGISTRIES: &[&str] = &[
     "registry.local.example.net/",
@@ -94,18 +97,10 @@ pub fn render(text: &str, shown: &str, pins: &[ImagePin]) -> Result<String, Clie
 
 /// The pins of infra/VERSIONS.json under `root`, with the parsed document.
 pub fn load(root: &Path) -> Result<(Value, Vec<ImagePin>), ClientError> {
-    let text = std::fs::read_to_string(root.join(crate::helm::VERSIONS_FILE)).map_err(|error| {
-        ClientError::new(format!(
-            "cannot read {}: {error}",
-            crate::helm::VERSIONS_FILE
-        ))
-    })?;
-    let versions: Value = serde_json::from_str(&text).map_err(|error| {
-        ClientError::new(format!(
-            "{} is not JSON: {error}",
-            crate::helm::VERSIONS_FILE
-        ))
-    })?;
+    let text = std::fs::read_to_string(root.join(VERSIONS_FILE))
+        .map_err(|error| ClientError::new(format!("cannot read {}: {error}", VERSIONS_FILE)))?;
+    let versions: Value = serde_json::from_str(&text)
+        .map_err(|error| ClientError::new(format!("{} is not JSON: {error}", VERSIONS_FILE)))?;
     let pins = pins(&versions)?;
     Ok((versions, pins))
 }
@@ -440,7 +435,7 @@ pub fn check(root: &Path) -> Result<PinReport, ClientError> {
                         reference: ImageRef {
                             file: format!(
                                 "{} (helm_repositories.{key}.values_overrides)",
-                                crate::helm::VERSIONS_FILE
+                                VERSIONS_FILE
                             ),
                             line: 0,
                             image: reference,
@@ -468,7 +463,7 @@ pub fn chart_overrides(
             let known: Vec<&str> = pins.iter().map(|pin| pin.key.as_str()).collect();
             ClientError::new(format!(
                 "{}: helm_repositories.{chart}.images.{path} names `{key}`, which images does not pin",
-                crate::helm::VERSIONS_FILE
+                VERSIONS_FILE
             ))
             .with_hint(format!("pinned images: {}", known.join(", ")))
         })?;

@@ -38,8 +38,9 @@ const MARGIN: Duration = Duration::from_secs(60);
 pub const DIGEST_PREFIX: &str = "bprun digest ";
 /// The chart cache, under the repository root.
 pub const CHART_CACHE: &str = "infra/helm-charts";
-/// The version pins, under the repository root.
-pub const VERSIONS_FILE: &str = "infra/VERSIONS.json";
+/// The version pins, under the repository root (the image pins' module owns the name, as it
+/// reads the same file and helm reads its images).
+pub use crate::image_pins::VERSIONS_FILE;
 
 /// The helm program: `HELM_BIN` when set, else `helm` from PATH.
 pub fn program() -> String {
