@@ -39,7 +39,7 @@ fn client(session: &Session) -> Result<Arc<GitlabClient>, ClientError> {
 }
 
 /// The session and its GitLab client, after checking that a remote native may run now.
-fn remote(
+pub(super) fn remote(
     context: &NativeCallContext,
     native: &str,
 ) -> RhaiResultOf<(Arc<Session>, Arc<GitlabClient>)> {
@@ -48,13 +48,13 @@ fn remote(
     Ok((session, client))
 }
 
-fn cancelled(session: &Session) -> impl Fn() -> bool + '_ {
+pub(super) fn cancelled(session: &Session) -> impl Fn() -> bool + '_ {
     move || session.state.is_cancelled()
 }
 
 /// GitLab's answer for scripts: the `value` of a masked or hidden CI/CD variable is a `Secret`
 /// (it prints as `***`), wherever it appears in the answer.
-fn masked_as_secrets(value: Value) -> Dynamic {
+pub(super) fn masked_as_secrets(value: Value) -> Dynamic {
     match value {
         Value::Object(map) => {
             let masked = map.get("masked") == Some(&Value::Bool(true))

@@ -14,6 +14,7 @@ pub mod core;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
+pub mod gitlab_reads;
 pub mod helm;
 pub mod host;
 pub mod kube;
@@ -43,6 +44,11 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_process", process::process_functions);
     combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
     combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
+    combine_with_exported_module!(
+        &mut module,
+        "bprun_gitlab_reads",
+        gitlab_reads::gitlab_read_functions
+    );
     combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
     combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);
     combine_with_exported_module!(&mut module, "bprun_tls", tls::tls_functions);

@@ -17,6 +17,7 @@ mod gitlab_ci;
 mod gitlab_jobs;
 mod gitlab_model;
 mod gitlab_programs;
+mod gitlab_reads;
 mod gitlab_runners;
 mod helm_natives;
 mod house;

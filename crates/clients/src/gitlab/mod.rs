@@ -20,6 +20,7 @@ mod files;
 mod groups;
 pub mod pipelines;
 mod projects;
+pub mod reads;
 pub mod rules;
 mod runners;
 mod tokens;
