@@ -257,16 +257,20 @@ fn failures_error(failures: Vec<ClientError>, total: usize) -> NativeError {
 pub mod gitlab_functions {
     use super::*;
 
-    /// `GET /api/v4/<path>` and the JSON answer as maps and arrays (a 404 is an error).
+    /// `GET /api/v4/<path>` and the JSON answer as maps and arrays (a 404 is an error). In this
+    /// and the other raw calls, a project or group path may be written as GitLab shows it
+    /// (`projects/blueprint-apps/guestbook/pipelines`): it is sent encoded
+    /// (`blueprint-apps%2Fguestbook`); a file path inside one is still encoded by the caller.
     ///
     /// ```rhai
     /// step("Look", || { let me = gitlab_get("user"); info(me.username); });
+    /// step("Pipelines", || { gitlab_get("projects/blueprint-apps/guestbook/pipelines"); });
     /// ```
     #[rhai_fn(return_raw)]
     pub fn gitlab_get(context: NativeCallContext, path: &str) -> RhaiResultOf<Dynamic> {
         let (session, client) = remote(&context, "gitlab_get")?;
         client
-            .get(path, &cancelled(&session))
+            .get(&bprun_clients::gitlab::api_path(path), &cancelled(&session))
             .map(masked_as_secrets)
             .map_err(native_error)
     }
@@ -280,7 +284,7 @@ pub mod gitlab_functions {
     pub fn gitlab_get_all(context: NativeCallContext, path: &str) -> RhaiResultOf<Array> {
         let (session, client) = remote(&context, "gitlab_get_all")?;
         client
-            .get_all(path, &cancelled(&session))
+            .get_all(&bprun_clients::gitlab::api_path(path), &cancelled(&session))
             .map(|items| items.into_iter().map(masked_as_secrets).collect())
             .map_err(native_error)
     }
@@ -1120,6 +1124,7 @@ fn raw_write(
         Some(map) => Some(to_json(&Dynamic::from_map(map), Secrets::Reveal).map_err(native_error)?),
         None => None,
     };
+    let path = &bprun_clients::gitlab::api_path(path);
     let answer = client
         .request(method, path, body.as_ref(), None, &cancelled(&session))
         .map_err(native_error)?;

@@ -15,7 +15,8 @@ step("Set up", || {
         CI_INSECURE_REGISTRY: "1",
         DEPLOY_TOKEN: #{value: secret("a-masked-value-1234"), masked: true},
     });
-    commit("blueprint-apps%2Fguestbook", ".gitlab-ci.yml", "stages: [build, deploy]\nbuild:\n  stage: build\n  script: [make]\ndeploy:\n  stage: deploy\n  script: [helm upgrade]\n");
+    // A raw call takes the project's path as GitLab shows it, as the natives do.
+    commit("blueprint-apps/guestbook", ".gitlab-ci.yml", "stages: [build, deploy]\nbuild:\n  stage: build\n  script: [make]\ndeploy:\n  stage: deploy\n  script: [helm upgrade]\n");
     let started = gitlab_trigger_pipeline("blueprint-apps/guestbook", "main");
     gitlab_wait_pipeline("blueprint-apps/guestbook", started.id, #{timeout: 30, interval: 0.2});
 });

@@ -59,6 +59,143 @@ pub fn encode(segment: &str) -> String {
     utf8_percent_encode(segment, SEGMENT).to_string()
 }
 
+/// What may follow a project's path in an API path (`projects/<path>/<resource>`).
+const PROJECT_RESOURCES: &[&str] = &[
+    "access_requests",
+    "access_tokens",
+    "approvals",
+    "archive",
+    "badges",
+    "boards",
+    "cluster_agents",
+    "custom_attributes",
+    "deploy_keys",
+    "deploy_tokens",
+    "deployments",
+    "environments",
+    "events",
+    "export",
+    "feature_flags",
+    "fork",
+    "forks",
+    "freeze_periods",
+    "hooks",
+    "housekeeping",
+    "import",
+    "integrations",
+    "invitations",
+    "issues",
+    "jobs",
+    "labels",
+    "languages",
+    "members",
+    "merge_requests",
+    "milestones",
+    "mirror",
+    "packages",
+    "pages",
+    "pipeline",
+    "pipeline_schedules",
+    "pipelines",
+    "protected_branches",
+    "protected_tags",
+    "registry",
+    "releases",
+    "remote_mirrors",
+    "repository",
+    "resource_groups",
+    "runners",
+    "search",
+    "secure_files",
+    "share",
+    "snippets",
+    "star",
+    "starrers",
+    "statistics",
+    "templates",
+    "terraform",
+    "transfer",
+    "triggers",
+    "unarchive",
+    "uploads",
+    "users",
+    "variables",
+    "wikis",
+];
+/// What may follow a group's path (`groups/<path>/<resource>`).
+const GROUP_RESOURCES: &[&str] = &[
+    "access_tokens",
+    "archive",
+    "audit_events",
+    "avatar",
+    "badges",
+    "billable_members",
+    "clusters",
+    "custom_attributes",
+    "deploy_tokens",
+    "descendant_groups",
+    "epics",
+    "hooks",
+    "invitations",
+    "issues",
+    "labels",
+    "ldap_group_links",
+    "members",
+    "merge_requests",
+    "milestones",
+    "packages",
+    "projects",
+    "registry",
+    "runners",
+    "saml_group_links",
+    "search",
+    "share",
+    "subgroups",
+    "transfer",
+    "unarchive",
+    "variables",
+];
+
+/// A raw API path with its project or group path written as GitLab shows it
+/// (`projects/blueprint-apps/guestbook/pipelines`) encoded as the API wants it
+/// (`projects/blueprint-apps%2Fguestbook/pipelines`). A numeric id, an already encoded path and
+/// other paths are left as they are; a project path has at least two segments, and it ends
+/// before the first segment naming one of its resources (a project named like a resource is
+/// written encoded).
+pub fn api_path(path: &str) -> String {
+    let (path, query) = match path.split_once('?') {
+        Some((path, query)) => (path, Some(query)),
+        None => (path, None),
+    };
+    let trimmed = path.trim_start_matches('/');
+    let segments: Vec<&str> = trimmed.split('/').collect();
+    let (resources, least): (&[&str], usize) = match segments.first() {
+        Some(&"projects") => (PROJECT_RESOURCES, 2),
+        Some(&"groups") => (GROUP_RESOURCES, 1),
+        _ => return with_query(path.to_string(), query),
+    };
+    let first = segments.get(1).copied().unwrap_or("");
+    if first.is_empty() || first.chars().all(|c| c.is_ascii_digit()) || first.contains('%') {
+        return with_query(path.to_string(), query);
+    }
+    let end = (1 + least..segments.len())
+        .find(|&index| resources.contains(&segments[index]))
+        .unwrap_or(segments.len());
+    if end - 1 < least {
+        return with_query(path.to_string(), query);
+    }
+    let mut encoded = vec![segments[0].to_string(), encode(&segments[1..end].join("/"))];
+    encoded.extend(segments[end..].iter().map(|segment| segment.to_string()));
+    with_query(encoded.join("/"), query)
+}
+
+fn with_query(path: String, query: Option<&str>) -> String {
+    match query {
+        Some(query) => format!("{path}?{query}"),
+        None => path,
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct GitlabSettings {
     /// The instance URL, without `/api/v4`.
@@ -656,6 +793,45 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_raw_path_gets_its_project_or_group_path_encoded_and_nothing_else() {
+        for (raw, sent) in [
+            (
+                "projects/blueprint-apps/guestbook/pipelines?ref=main",
+                "projects/blueprint-apps%2Fguestbook/pipelines?ref=main",
+            ),
+            (
+                "projects/blueprint-apps/guestbook",
+                "projects/blueprint-apps%2Fguestbook",
+            ),
+            (
+                "projects/a/b/c/jobs/7/retry",
+                "projects/a%2Fb%2Fc/jobs/7/retry",
+            ),
+            (
+                "projects/blueprint-apps/pipelines/pipelines",
+                "projects/blueprint-apps%2Fpipelines/pipelines",
+            ),
+            (
+                "groups/blueprint-apps/projects",
+                "groups/blueprint-apps/projects",
+            ),
+            (
+                "groups/parent/child/variables",
+                "groups/parent%2Fchild/variables",
+            ),
+            (
+                "projects/blueprint-apps%2Fguestbook/jobs",
+                "projects/blueprint-apps%2Fguestbook/jobs",
+            ),
+            ("projects/12/pipelines", "projects/12/pipelines"),
+            ("/user", "/user"),
+            ("projects?search=x", "projects?search=x"),
+        ] {
+            assert_eq!(api_path(raw), sent, "{raw}");
+        }
+    }
     use serde_json::json;
 
     #[test]
