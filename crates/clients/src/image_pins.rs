@@ -55,6 +55,25 @@ impl ImagePin {
 /// The placeholder a CI template writes for a pinned image: `{images.KEY}`.
 const PLACEHOLDER: &str = "{images.";
 
+/// The `{images.KEY}` placeholders of one line: (byte range of the whole placeholder, key).
+/// A comment line has none (it may name the placeholder form itself).
+fn line_placeholders(line: &str) -> Vec<(std::ops::Range<usize>, &str)> {
+    let mut found = Vec::new();
+    if line.trim_start().starts_with('#') {
+        return found;
+    }
+    let mut from = 0;
+    while let Some(start) = line[from..].find(PLACEHOLDER).map(|at| from + at) {
+        let key_start = start + PLACEHOLDER.len();
+        let Some(end) = line[key_start..].find('}').map(|at| key_start + at) else {
+            break;
+        };
+        found.push((start..end + 1, &line[key_start..end]));
+        from = end + 1;
+    }
+    found
+}
+
 /// `text` with every `{images.KEY}` replaced by the reference of VERSIONS.json's pin `KEY`
 /// (the CI templates' images are read from there, never spelled out). An unknown key is an
 /// error naming `shown`, its line and column, and the known keys. Comment lines are left as
@@ -62,35 +81,25 @@ const PLACEHOLDER: &str = "{images.";
 pub fn render(text: &str, shown: &str, pins: &[ImagePin]) -> Result<String, ClientError> {
     let mut rendered = String::with_capacity(text.len());
     for (index, line) in text.split_inclusive('\n').enumerate() {
-        // A comment may name the placeholder form itself.
-        if line.trim_start().starts_with('#') {
-            rendered.push_str(line);
-            continue;
-        }
-        let mut rest = line;
-        while let Some(start) = rest.find(PLACEHOLDER) {
-            let after = &rest[start + PLACEHOLDER.len()..];
-            let Some(end) = after.find('}') else {
-                break;
-            };
-            let key = &after[..end];
-            let column = line.len() - rest.len() + start + 1;
+        let mut copied = 0;
+        for (range, key) in line_placeholders(line) {
             let pin = pins.iter().find(|pin| pin.key == key).ok_or_else(|| {
                 let known: Vec<&str> = pins.iter().map(|pin| pin.key.as_str()).collect();
                 ClientError::new(format!(
-                    "{shown}:{}:{column}: unknown image pin {{images.{key}}}: infra/VERSIONS.json's images have no `{key}`",
-                    index + 1
+                    "{shown}:{}:{}: unknown image pin {{images.{key}}}: infra/VERSIONS.json's images have no `{key}`",
+                    index + 1,
+                    range.start + 1
                 ))
                 .with_hint(format!(
                     "pinned images: {}; add the image to infra/VERSIONS.json's images (repository, tag, digest or null)",
                     known.join(", ")
                 ))
             })?;
-            rendered.push_str(&rest[..start]);
+            rendered.push_str(&line[copied..range.start]);
             rendered.push_str(&pin.reference());
-            rest = &after[end + 1..];
+            copied = range.end;
         }
-        rendered.push_str(rest);
+        rendered.push_str(&line[copied..]);
     }
     Ok(rendered)
 }
@@ -356,22 +365,14 @@ fn is_ci_template(file: &str) -> bool {
 
 /// The `{images.KEY}` placeholders in `text`: (line, key).
 fn placeholders(text: &str) -> Vec<(usize, String)> {
-    let mut found = Vec::new();
-    for (index, line) in text.lines().enumerate() {
-        if line.trim_start().starts_with('#') {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(start) = rest.find(PLACEHOLDER) {
-            let after = &rest[start + PLACEHOLDER.len()..];
-            let Some(end) = after.find('}') else {
-                break;
-            };
-            found.push((index + 1, after[..end].to_string()));
-            rest = &after[end + 1..];
-        }
-    }
-    found
+    text.lines()
+        .enumerate()
+        .flat_map(|(index, line)| {
+            line_placeholders(line)
+                .into_iter()
+                .map(move |(_, key)| (index + 1, key.to_string()))
+        })
+        .collect()
 }
 
 /// The pin of `image` (its repository and tag), if any.
