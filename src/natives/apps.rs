@@ -13,6 +13,14 @@ use bprun_clients::fs::Confinement;
 /// The default folder of the CI templates, relative to the repository root.
 pub const TEMPLATES: &str = "templates/ci";
 
+/// The image pins of infra/VERSIONS.json, read as every native reads the file.
+fn image_pins(
+    session: &crate::engine::Session,
+) -> Result<Vec<bprun_clients::image_pins::ImagePin>, bprun_clients::error::ClientError> {
+    let (versions, _) = super::helm::load_versions(session)?;
+    bprun_clients::image_pins::pins(&versions)
+}
+
 fn spec_of(app: &rhai::Map) -> RhaiResultOf<AppSpec> {
     let json = to_json(&Dynamic::from_map(app.clone()), Secrets::Redact).map_err(native_error)?;
     serde_json::from_value(json).map_err(|error| {
@@ -43,7 +51,8 @@ pub mod apps_functions {
     #[rhai_fn(return_raw)]
     pub fn require_pinned_images(context: NativeCallContext) -> RhaiResultOf<i64> {
         let session = session(&context)?;
-        let report = bprun_clients::image_pins::check(&session.state.root)
+        let (versions, _) = crate::natives::helm::load_versions(&session).map_err(native_error)?;
+        let report = bprun_clients::image_pins::check(&session.state.root, &versions)
             .map_err(|error| native_error(NativeError::from(error)))?;
         if report.findings.is_empty() {
             return Ok(report.checked as i64);
@@ -77,8 +86,7 @@ pub mod apps_functions {
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(path).map_err(native_error)?;
         let text = files.read_text(path).map_err(native_error)?;
-        let (_, pins) =
-            bprun_clients::image_pins::load(&session.state.root).map_err(native_error)?;
+        let pins = image_pins(&session).map_err(native_error)?;
         bprun_clients::image_pins::render(&text, &files.display(&full), &pins).map_err(native_error)
     }
 
@@ -157,7 +165,7 @@ pub mod apps_functions {
         let files = Confinement::new(&session.state.root);
         let full = files.resolve(&folder).map_err(native_error)?;
         let spec = spec_of(&app)?;
-        let pins = || bprun_clients::image_pins::load(&session.state.root).map(|(_, pins)| pins);
+        let pins = || image_pins(&session);
         apps::render_ci(&spec, &full, &files.display(&full), pins).map_err(native_error)
     }
 }

@@ -156,12 +156,13 @@ fn pinned_chart(session: &Session, key: &str, native: &str) -> RhaiResultOf<helm
     })
 }
 
-fn load_versions(
+/// infra/VERSIONS.json, parsed and checked (errors at file:line:col), with its chart pins.
+pub(super) fn load_versions(
     session: &Session,
-) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), NativeError> {
+) -> Result<(Value, std::collections::BTreeMap<String, helm::ChartPin>), ClientError> {
     let files = Confinement::new(&session.state.root);
     let text = files.read_text(helm::VERSIONS_FILE)?;
-    Ok(helm::parse_versions(&text, helm::VERSIONS_FILE)?)
+    helm::parse_versions(&text, helm::VERSIONS_FILE)
 }
 
 fn install(

@@ -104,16 +104,6 @@ pub fn render(text: &str, shown: &str, pins: &[ImagePin]) -> Result<String, Clie
     Ok(rendered)
 }
 
-/// The pins of infra/VERSIONS.json under `root`, with the parsed document.
-pub fn load(root: &Path) -> Result<(Value, Vec<ImagePin>), ClientError> {
-    let text = std::fs::read_to_string(root.join(VERSIONS_FILE))
-        .map_err(|error| ClientError::new(format!("cannot read {}: {error}", VERSIONS_FILE)))?;
-    let versions: Value = serde_json::from_str(&text)
-        .map_err(|error| ClientError::new(format!("{} is not JSON: {error}", VERSIONS_FILE)))?;
-    let pins = pins(&versions)?;
-    Ok((versions, pins))
-}
-
 /// The repository of `image` as a registry names it (`alpine` -> `docker.io/library/alpine`,
 /// `alpine/helm` -> `docker.io/alpine/helm`), without its tag or digest.
 pub fn canonical_repository(image: &str) -> String {
@@ -384,10 +374,11 @@ fn pin_of<'a>(image: &str, pins: &'a [ImagePin]) -> Option<&'a ImagePin> {
     })
 }
 
-/// Every image reference under `root` checked against infra/VERSIONS.json, in file order: a
-/// values file names pinned images; a CI template writes `{images.KEY}` with a known key.
-pub fn check(root: &Path) -> Result<PinReport, ClientError> {
-    let (versions, pins) = load(root)?;
+/// Every image reference under `root` checked against `versions` (infra/VERSIONS.json, as
+/// `helm::parse_versions` reads it), in file order: a values file names pinned images; a CI
+/// template writes `{images.KEY}` with a known key.
+pub fn check(root: &Path, versions: &Value) -> Result<PinReport, ClientError> {
+    let pins = pins(versions)?;
     let mut findings = Vec::new();
     let mut checked = 0;
     for file in pinned_files(root) {
@@ -683,7 +674,11 @@ templated:
             "infra/helm-values/v.yaml",
             "image:\n  repository: alpine/helm\n  tag: \"3.16.4\"\nother:\n  image: busybox:1\n",
         );
-        let report = check(root.path()).expect("checked");
+        let versions: Value = serde_json::from_str(
+            &std::fs::read_to_string(root.path().join(VERSIONS_FILE)).expect("versions"),
+        )
+        .expect("JSON");
+        let report = check(root.path(), &versions).expect("checked");
         let shown: Vec<String> = report.findings.iter().map(Finding::to_string).collect();
         assert_eq!(
             (report.checked, shown),
