@@ -146,9 +146,14 @@ impl KubeClient {
                             return Err(self.wait_failure(&what, object, &why, namespace));
                         }
                         Readiness::Waiting(why) => {
-                            if let Some(failure) = conditions::terminal_failure(object)
-                                .or_else(|| self.pod_failure(object, namespace))
-                            {
+                            if let Some(failure) = conditions::terminal_failure(object) {
+                                return Err(self.wait_failure(&what, object, &failure, namespace));
+                            }
+                            if let Some(failure) = self.pod_failure(object, namespace) {
+                                // The pods were listed after the workload: describe the workload
+                                // as it is now, so both causes tell the same moment.
+                                let current = self.reread(kind, namespace, object);
+                                let object = current.as_ref().unwrap_or(object);
                                 return Err(self.wait_failure(&what, object, &failure, namespace));
                             }
                             waiting.push(format!("{}: {why}", name_of(object)));
@@ -229,6 +234,17 @@ impl KubeClient {
                 list.metadata.resource_version.unwrap_or_default(),
             ))
         })
+    }
+
+    /// The object as the API server has it now; None when it cannot be read (the older copy
+    /// then describes it).
+    fn reread(&self, kind: &str, namespace: &str, object: &Value) -> Option<Value> {
+        let name = name_of(object);
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or(namespace);
+        let (objects, _) = self.snapshot(kind, namespace, &name).ok()?;
+        objects.into_iter().find(|fresh| name_of(fresh) == name)
     }
 
     /// Waits up to `limit` for a watch event on the target's objects after `version`. True when
