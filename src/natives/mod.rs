@@ -14,6 +14,7 @@ pub mod core;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
+pub mod gitlab_operate;
 pub mod gitlab_reads;
 pub mod helm;
 pub mod host;
@@ -48,6 +49,11 @@ pub fn native_module() -> Module {
         &mut module,
         "bprun_gitlab_reads",
         gitlab_reads::gitlab_read_functions
+    );
+    combine_with_exported_module!(
+        &mut module,
+        "bprun_gitlab_operate",
+        gitlab_operate::gitlab_operate_functions
     );
     combine_with_exported_module!(&mut module, "bprun_apps", apps::apps_functions);
     combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);

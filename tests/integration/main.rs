@@ -16,6 +16,7 @@ mod gitlab;
 mod gitlab_ci;
 mod gitlab_jobs;
 mod gitlab_model;
+mod gitlab_operate;
 mod gitlab_programs;
 mod gitlab_reads;
 mod gitlab_runners;

@@ -1,4 +1,4 @@
-//! Issue #18: scripts/qualify.rhai, the smoke tables of phases 2 and 3 as a read-only report,
+//! Issue #18: scripts/qualify.rhai, the smoke tables of phases 2 and 3 as one report,
 //! and the `check_row` steps it is made of.
 
 use crate::support::with_recaps;
@@ -41,7 +41,7 @@ fn not_passed(rows: &BTreeMap<String, Row>) -> BTreeMap<String, Row> {
 }
 
 /// Every row of both smoke tables, in the script's order.
-const ROWS: [&str; 22] = [
+const ROWS: [&str; 24] = [
     "Cluster and helm reachable",
     "Envoy gateway pods",
     "Gateway/gitlab-gw Programmed",
@@ -63,6 +63,8 @@ const ROWS: [&str; 22] = [
     "Workloads reachable",
     "Default branch protected",
     "Anonymous clone refused",
+    "Developer cannot delete a project",
+    "Outsider and anonymous clone refused",
     "Gateway routes answer",
 ];
 
@@ -307,7 +309,26 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
     copy.run(&["-q", "scripts/phase2.rhai"]).code(0);
     copy.run(&["-q", "scripts/phase3.rhai"]).code(0);
 
-    // Green, and read-only: no Kubernetes or GitLab write.
+    // Green, and read-only on Kubernetes; on GitLab only the access probe writes, and it leaves
+    // the users and projects as they were.
+    let gitlab_state = || {
+        let names = |path: &str, field: &str| -> Vec<String> {
+            let listed = sim.api_json(path);
+            let mut names: Vec<String> = listed
+                .as_array()
+                .expect("a list")
+                .iter()
+                .map(|item| item[field].as_str().unwrap_or("").to_string())
+                .collect();
+            names.sort();
+            names
+        };
+        (
+            names("users?per_page=100", "username"),
+            names("projects?per_page=100", "path_with_namespace"),
+        )
+    };
+    let before = gitlab_state();
     kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
     sim.clear_requests();
     // The forward's local port is chosen by the system.
@@ -316,61 +337,65 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
         .expect(
             0,
             r#"
-            [1/22] Cluster and helm reachable ... ok (#.## s)
-            [2/22] Envoy gateway pods ... ok (#.## s)
-            [3/22] Gateway/gitlab-gw Programmed ... ok (#.## s)
-            [4/22] local-path is the default StorageClass ... ok (#.## s)
-            [5/22] CloudNativePG cluster Ready ... ok (#.## s)
-            [6/22] Redis answers PING ... ok (#.## s)
-            [7/22] MinIO buckets ... ok (#.## s)
-            [8/22] OpenBao unsealed ... ok (#.## s)
-            [9/22] Wildcard CA on disk ... ok (#.## s)
-            [10/22] 4 listener Secrets ... ok (#.## s)
-            [11/22] GitLab /-/health ... ok (#.## s)
-            [12/22] Runner online ...
+            [1/24] Cluster and helm reachable ... ok (#.## s)
+            [2/24] Envoy gateway pods ... ok (#.## s)
+            [3/24] Gateway/gitlab-gw Programmed ... ok (#.## s)
+            [4/24] local-path is the default StorageClass ... ok (#.## s)
+            [5/24] CloudNativePG cluster Ready ... ok (#.## s)
+            [6/24] Redis answers PING ... ok (#.## s)
+            [7/24] MinIO buckets ... ok (#.## s)
+            [8/24] OpenBao unsealed ... ok (#.## s)
+            [9/24] Wildcard CA on disk ... ok (#.## s)
+            [10/24] 4 listener Secrets ... ok (#.## s)
+            [11/24] GitLab /-/health ... ok (#.## s)
+            [12/24] Runner online ...
                 warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
-            [12/22] Runner online ... ok (#.## s)
-            [13/22] GitLab pods Running ... ok (#.## s)
-            [14/22] Group blueprint-apps ... ok (#.## s)
-            [15/22] Projects ... ok (#.## s)
-            [16/22] .gitlab-ci.yml in every project ... ok (#.## s)
-            [17/22] CI/CD variables ... ok (#.## s)
-            [18/22] Smoke pipelines green ... ok (#.## s)
-            [19/22] Workloads reachable ... ok (#.## s)
-            [20/22] Default branch protected ... ok (#.## s)
-            [21/22] Anonymous clone refused ... ok (#.## s)
-            [22/22] Gateway routes answer ... ok (#.## s)
+            [12/24] Runner online ... ok (#.## s)
+            [13/24] GitLab pods Running ... ok (#.## s)
+            [14/24] Group blueprint-apps ... ok (#.## s)
+            [15/24] Projects ... ok (#.## s)
+            [16/24] .gitlab-ci.yml in every project ... ok (#.## s)
+            [17/24] CI/CD variables ... ok (#.## s)
+            [18/24] Smoke pipelines green ... ok (#.## s)
+            [19/24] Workloads reachable ... ok (#.## s)
+            [20/24] Default branch protected ... ok (#.## s)
+            [21/24] Anonymous clone refused ... ok (#.## s)
+            [22/24] Developer cannot delete a project ... ok (#.## s)
+            [23/24] Outsider and anonymous clone refused ... ok (#.## s)
+            [24/24] Gateway routes answer ... ok (#.## s)
 
             Qualification of scripts/qualify.rhai
-              #  check                                   expected                                         found                                            result
-              1  Cluster and helm reachable              nodes, helm releases                             5 nodes, 9 helm releases                         pass
-              2  Envoy gateway pods                      every replica Ready                              1/1 Ready                                        pass
-              3  Gateway/gitlab-gw Programmed            True                                             True                                             pass
-              4  local-path is the default StorageClass  true                                             true                                             pass
-              5  CloudNativePG cluster Ready             True                                             True                                             pass
-              6  Redis answers PING                      PONG                                             PONG                                             pass
-              7  MinIO buckets                           11 of 11                                         11 of 11                                         pass
-              8  OpenBao unsealed                        sealed: false                                    sealed: false                                    pass
-              9  Wildcard CA on disk                     ca.pem, cert.pem, key.pem                        ca.pem, cert.pem, key.pem                        pass
-             10  4 listener Secrets                      4 of 4 in gitlab                                 4 of 4 in gitlab                                 pass
-             11  GitLab /-/health                        200                                              200                                              pass
-             12  Runner online                           online, its pods Ready                           1 online, 1/1 pods Ready                         pass
-             13  GitLab pods Running                     every pod Ready, none missing                    9/9 Ready                                        pass
-             14  Group blueprint-apps                    blueprint-apps                                   blueprint-apps                                   pass
-             15  Projects                                shared-code, guestbook, redis, redis-slave       shared-code, guestbook, redis, redis-slave       pass
-             16  .gitlab-ci.yml in every project         on main in 4 projects                            on main in 4 projects                            pass
-             17  CI/CD variables                         3 keys each, a hidden kubeconfig per chart       3 keys each, a hidden kubeconfig per chart       pass
-             18  Smoke pipelines green                   success on main in 4 projects                    success on main in 4 projects                    pass
-             19  Workloads reachable                     https://guestbook.local.example.net answers 200  https://guestbook.local.example.net answers 200  pass
-             20  Default branch protected                main protected in 4 projects                     main protected in 4 projects                     pass
-             21  Anonymous clone refused                 401 for 4 projects                               401 for 4 projects                               pass
-             22  Gateway routes answer                   each host: no 404, no 5xx                        gitlab 200, registry 200, guestbook 200          pass
-            22 checks: 22 passed, 0 failed
+              #  check                                   expected                                         found                                               result
+              1  Cluster and helm reachable              nodes, helm releases                             5 nodes, 9 helm releases                            pass
+              2  Envoy gateway pods                      every replica Ready                              1/1 Ready                                           pass
+              3  Gateway/gitlab-gw Programmed            True                                             True                                                pass
+              4  local-path is the default StorageClass  true                                             true                                                pass
+              5  CloudNativePG cluster Ready             True                                             True                                                pass
+              6  Redis answers PING                      PONG                                             PONG                                                pass
+              7  MinIO buckets                           11 of 11                                         11 of 11                                            pass
+              8  OpenBao unsealed                        sealed: false                                    sealed: false                                       pass
+              9  Wildcard CA on disk                     ca.pem, cert.pem, key.pem                        ca.pem, cert.pem, key.pem                           pass
+             10  4 listener Secrets                      4 of 4 in gitlab                                 4 of 4 in gitlab                                    pass
+             11  GitLab /-/health                        200                                              200                                                 pass
+             12  Runner online                           online, its pods Ready                           1 online, 1/1 pods Ready                            pass
+             13  GitLab pods Running                     every pod Ready, none missing                    9/9 Ready                                           pass
+             14  Group blueprint-apps                    blueprint-apps                                   blueprint-apps                                      pass
+             15  Projects                                shared-code, guestbook, redis, redis-slave       shared-code, guestbook, redis, redis-slave          pass
+             16  .gitlab-ci.yml in every project         on main in 4 projects                            on main in 4 projects                               pass
+             17  CI/CD variables                         3 keys each, a hidden kubeconfig per chart       3 keys each, a hidden kubeconfig per chart          pass
+             18  Smoke pipelines green                   success on main in 4 projects                    success on main in 4 projects                       pass
+             19  Workloads reachable                     https://guestbook.local.example.net answers 200  https://guestbook.local.example.net answers 200     pass
+             20  Default branch protected                main protected in 4 projects                     main protected in 4 projects                        pass
+             21  Anonymous clone refused                 401 for 4 projects                               401 for 4 projects                                  pass
+             22  Developer cannot delete a project       refused (403 Forbidden)                          refused (403 Forbidden)                             pass
+             23  Outsider and anonymous clone refused    both refused                                     outsider 404 Not Found, anonymous 401 Unauthorized  pass
+             24  Gateway routes answer                   each host: no 404, no 5xx                        gitlab 200, registry 200, guestbook 200             pass
+            24 checks: 24 passed, 0 failed
             "#,
             "",
         );
     assert_eq!(kube_mutating(&sim), 0);
-    assert_eq!(sim.mutating_requests(), 0);
+    assert_eq!(gitlab_state(), before);
     let events = qualify(&copy);
     events.code(0);
     let all = rows(&events);
@@ -381,6 +406,26 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
         ROWS.iter().map(|name| name.to_string()).collect(),
     );
     assert_eq!(not_passed(&all), BTreeMap::new());
+    // In check mode the access probe, which creates users, is not run: its rows say so, and,
+    // as any row that could not be checked, they make the run exit 1.
+    let checked = copy.run(&["--check", "--json", "scripts/qualify.rhai"]);
+    let unprobed = not_passed(&rows(&checked));
+    let skipped = Row {
+        found: "check mode: the access probe creates two users and a project".to_string(),
+        result: "not checked".to_string(),
+        hint: None,
+    };
+    assert_eq!(
+        unprobed,
+        BTreeMap::from([
+            (
+                "Developer cannot delete a project".to_string(),
+                skipped.clone()
+            ),
+            ("Outsider and anonymous clone refused".to_string(), skipped),
+        ])
+    );
+    checked.code(1);
     assert_eq!(all["Runner online"].found, "1 online, 1/1 pods Ready");
     assert_eq!(
         all["Smoke pipelines green"].found,
@@ -446,13 +491,15 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
             ".gitlab-ci.yml in every project",
             "CI/CD variables",
             "Default branch protected",
+            "Developer cannot delete a project",
             "Group blueprint-apps",
+            "Outsider and anonymous clone refused",
             "Projects",
             "Runner online",
             "Smoke pipelines green"
         ]
     );
-    assert_eq!(failed.len(), 8, "{failed:?}");
+    assert_eq!(failed.len(), 10, "{failed:?}");
     let with_token = Output::normalized(
         copy.command(&["--json", "scripts/qualify.rhai"])
             .env("GITLAB_TOKEN", sim.var("GITLAB_TOKEN"))

@@ -136,7 +136,7 @@ fn push_permits() -> std::sync::Arc<tokio::sync::Semaphore> {
     PUSHES
         .get_or_init(|| {
             std::sync::Arc::new(tokio::sync::Semaphore::new(
-                crate::gitlab::MAX_CONCURRENT_WRITES,
+                crate::net::MAX_CONCURRENT_WRITES,
             ))
         })
         .clone()
@@ -372,6 +372,25 @@ pub fn clone_or_pull(
                 Ok(SyncOutcome::Pulled)
             }
         }
+    })
+}
+
+/// The refs `url` advertises to `auth` (what `git ls-remote` lists), without a working tree:
+/// whether that user may clone the repository at all.
+pub fn ls_remote(url: &str, shown: &str, auth: &GitAuth) -> Result<Vec<String>, ClientError> {
+    with_auth(auth, || {
+        let mut remote = git2::Remote::create_detached(url)
+            .map_err(|error| git_error("open the remote", shown, error))?;
+        let connection = remote
+            .connect_auth(git2::Direction::Fetch, None, None)
+            .map_err(|error| git_error("list the remote refs", shown, error))?;
+        let refs = connection
+            .list()
+            .map_err(|error| git_error("list the remote refs", shown, error))?
+            .iter()
+            .map(|head| head.name().to_string())
+            .collect();
+        Ok(refs)
     })
 }
 

@@ -1,10 +1,16 @@
-//! Health-check probes: a TCP connect and an HTTP status, each with a timeout.
+//! What the HTTP clients share: health-check probes (a TCP connect and an HTTP status, each with
+//! a timeout), `Retry-After`, and the bound on writes to one GitLab.
 
 use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
 use super::error_chain;
 use crate::error::ClientError;
+
+/// Writes (POST, PUT, DELETE, git pushes) one process keeps in flight to one GitLab at most,
+/// whatever the script's `parallel` allows: creating projects and pipelines is what loads
+/// GitLab. Here, below both the GitLab client and git, which share the bound.
+pub const MAX_CONCURRENT_WRITES: usize = 4;
 
 /// True when a TCP connection to `host:port` opens within `timeout`.
 pub fn tcp_probe(host: &str, port: u16, timeout: Duration) -> Result<bool, ClientError> {

@@ -19,6 +19,7 @@ use crate::secret::Secret;
 mod files;
 mod groups;
 pub mod pipelines;
+mod probes;
 mod projects;
 pub mod reads;
 pub mod rules;
@@ -28,6 +29,7 @@ mod variables;
 
 pub use groups::{Group, GroupSpec};
 pub use pipelines::{Pipeline, PipelineRef, Reuse, Started, WaitParams};
+pub use probes::{AccessReport, PROBE_PREFIX, Verdict};
 pub use projects::{Project, ProjectSpec};
 pub use tokens::TokenInfo;
 pub use variables::{Removal, Variable, VariableCounts};
@@ -43,9 +45,7 @@ pub const MAX_PAGES: usize = 1000;
 /// Reads one process keeps in flight to one GitLab at most: a no-op re-run is all reads, and
 /// overlapping them is what brings it to its critical path; GitLab's Puma serves reads cheaply.
 pub const MAX_CONCURRENT_READS: usize = 32;
-/// Writes (POST, PUT, DELETE) one process keeps in flight to one GitLab at most, whatever
-/// the script's `parallel` allows: creating projects and pipelines is what loads GitLab.
-pub const MAX_CONCURRENT_WRITES: usize = 4;
+pub use crate::net::MAX_CONCURRENT_WRITES;
 
 /// Characters left as they are in a path segment: GitLab wants `/` encoded as `%2F`.
 const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC

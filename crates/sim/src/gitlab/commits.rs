@@ -389,6 +389,26 @@ impl GitlabSim {
         }
     }
 
+    /// `initialize_with_readme`: the new project's first commit, a README on its default branch.
+    pub(super) fn initial_readme(
+        &self,
+        state: &mut State,
+        project_id: u64,
+        full: &str,
+        branch: &str,
+        name: &str,
+    ) -> Result<(), String> {
+        let readme = TreeChange::Write {
+            path: "README.md".to_string(),
+            content: format!("# {name}\n").into_bytes(),
+            executable: false,
+        };
+        self.repos
+            .commit_changes(full, branch, None, None, &[readme], "Initial commit", None)?;
+        self.after_api_commit(state, project_id, full, branch, None);
+        Ok(())
+    }
+
     /// What follows any commit made through the API: the first branch of an empty project
     /// becomes its default branch, and the branch gets a push pipeline (when it has a CI
     /// configuration), as a `git push` would.

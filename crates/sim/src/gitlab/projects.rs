@@ -3,8 +3,8 @@
 
 use super::access::DEVELOPER;
 use super::{
-    GitlabSim, State, field_errors, message, not_found, param_error, query_flag, search_term,
-    string_field, timestamp, valid_path_chars, valid_visibility, visibility_rank,
+    GitlabSim, State, bool_field, field_errors, message, not_found, param_error, query_flag,
+    search_term, string_field, timestamp, valid_path_chars, valid_visibility, visibility_rank,
 };
 use crate::http::{SimRequest, SimResponse, decode};
 use serde::{Deserialize, Serialize};
@@ -358,8 +358,19 @@ impl GitlabSim {
         if let Err(error) = self.repos.create(&Self::project_path(&state, &project)) {
             return message(500, &format!("500 Internal Server Error: {error}"));
         }
-        let answer = self.project_json(&state, &project, false);
+        let full = Self::project_path(&state, &project);
+        let readme_for = project.name.clone();
         state.projects.insert(id, project);
+        if bool_field(&body, "initialize_with_readme").unwrap_or(false) {
+            let branch = string_field(&body, "default_branch").unwrap_or_else(|| "main".into());
+            if let Err(error) = self.initial_readme(&mut state, id, &full, &branch, &readme_for) {
+                return message(500, &format!("500 Internal Server Error: {error}"));
+            }
+        }
+        let Some(created) = state.projects.get(&id) else {
+            return message(500, "500 Internal Server Error: the new project is gone");
+        };
+        let answer = self.project_json(&state, created, false);
         drop(state);
         self.persist();
         SimResponse::json(201, &answer)
