@@ -1888,19 +1888,19 @@ fn a_developer_cannot_delete_a_project_and_outsiders_and_anonymous_cannot_clone_
 fn a_route_the_simulator_does_not_model_says_so_instead_of_looking_like_a_missing_project() {
     let sim = BPRUN.sim(SimKind::Gitlab, &[]);
     let test = with_sim(
-        repo().script("step(\"Retry\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/retry\", #{}); });\n"),
+        repo().script("step(\"Erase\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/erase\", #{}); });\n"),
         &sim,
     );
     let run = test.run(&["scripts/test.rhai"]);
     run.code(1).stderr(
-        "error: step \"Retry\" failed
-  × gitlab: POST /projects/blueprint-apps%2Fguestbook/jobs/1/retry -> 404: 404 Not Found: the GitLab simulator does not serve POST /api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/retry (it models the routes bprun's natives and the seeds' clients use)
+        "error: step \"Erase\" failed
+  × gitlab: POST /projects/blueprint-apps%2Fguestbook/jobs/1/erase -> 404: 404 Not Found: the GitLab simulator does not serve POST /api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/erase (it models the routes bprun's natives and the seeds' clients use)
    ╭─[scripts/test.rhai:1:20]
- 1 │ step(\"Retry\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/retry\", #{}); });
+ 1 │ step(\"Erase\", || { gitlab_post(\"projects/blueprint-apps%2Fguestbook/jobs/1/erase\", #{}); });
    ·                    ─────┬─────
    ·                         ╰── failed here
    ╰────
-  caused by: at <gitlab>/api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/retry
+  caused by: at <gitlab>/api/v4/projects/blueprint-apps%2Fguestbook/jobs/1/erase
   hint: this GitLab is bprun's simulator, which does not model this route: the call is right for a real GitLab, but cannot be rehearsed
 re-run with --resume to continue from here
 ",

@@ -87,3 +87,132 @@ fn the_access_probe_asks_as_a_developer_an_outsider_and_anonymous_and_leaves_not
     );
     assert_eq!(sim.mutating_requests(), 0);
 }
+
+const CONTROL: &str = r#"
+const PROJECT = "blueprint-apps/guestbook";
+
+/// Polls until the pipeline ends (a failed one makes gitlab_wait_pipeline throw).
+fn ended(id) {
+    for attempt in 0..600 {
+        let status = gitlab_get(`projects/${global::PROJECT}/pipelines/${id}`).status;
+        if ["success", "failed", "canceled", "skipped"].contains(status) { return status; }
+        sleep(0.05);
+    }
+    throw `pipeline #${id} did not end`;
+}
+
+fn jobs_of(id) {
+    gitlab_jobs(global::PROJECT, id).map(|job| `${job.name} ${job.status}`)
+}
+
+step("Set up", || {
+    gitlab_ensure_group("blueprint-apps");
+    gitlab_ensure_project("blueprint-apps", "guestbook");
+    gitlab_post(`projects/${PROJECT}/repository/files/.gitlab-ci.yml`, #{branch: "main", commit_message: "ci",
+        content: "stages: [build, test]\nbuild:\n  stage: build\n  script: [exit 1]\ntest:\n  stage: test\n  script: [make test]\n"});
+});
+step("Retry a job", || {
+    let pipeline = gitlab_pipelines(PROJECT, #{limit: 1})[0];
+    print(`pipeline ${ended(pipeline.id)}: ${jobs_of(pipeline.id)}`);
+    let build = gitlab_jobs(PROJECT, pipeline.id)[0];
+    let retried = gitlab_retry_job(PROJECT, build.id);
+    print(`retried ${retried.name}: changed ${retried.changed}, a new job ${retried.id != build.id}`);
+    let again = gitlab_retry_job(PROJECT, build.id);
+    print(`again: changed ${again.changed}, the same attempt ${again.id == retried.id}`);
+    // Running again: nothing failed or canceled to retry.
+    print(`pipeline retry while running: changed ${gitlab_retry_pipeline(PROJECT, pipeline.id).changed}`);
+    let canceled = gitlab_cancel_pipeline(PROJECT, pipeline.id);
+    print(`cancel: changed ${canceled.changed}; pipeline ${ended(pipeline.id)}: ${jobs_of(pipeline.id)}`);
+    print(`cancel again: changed ${gitlab_cancel_pipeline(PROJECT, pipeline.id).changed}`);
+    let restarted = gitlab_retry_pipeline(PROJECT, pipeline.id);
+    print(`pipeline retry: changed ${restarted.changed}; pipeline ${ended(pipeline.id)}: ${jobs_of(pipeline.id)}`);
+    print(`cancel a job that ended: changed ${gitlab_cancel_job(PROJECT, gitlab_jobs(PROJECT, pipeline.id)[0].id).changed}`);
+});
+step("Play a manual job", || {
+    gitlab_put(`projects/${PROJECT}/repository/files/.gitlab-ci.yml`, #{branch: "main", commit_message: "manual",
+        content: "deploy:\n  script: [helm upgrade]\n  when: manual\n"});
+    let pipeline = gitlab_pipelines(PROJECT, #{limit: 1})[0];
+    let deploy = gitlab_jobs(PROJECT, pipeline.id)[0];
+    print(`${deploy.name} ${deploy.status}, pipeline ${gitlab_get(`projects/${PROJECT}/pipelines/${pipeline.id}`).status}`);
+    print(`played: changed ${gitlab_play_job(PROJECT, deploy.id).changed}`);
+    print(`pipeline ${ended(pipeline.id)}: ${jobs_of(pipeline.id)}`);
+    print(`played again: changed ${gitlab_play_job(PROJECT, deploy.id).changed}`);
+});
+"#;
+
+#[test]
+fn an_operator_retries_cancels_and_plays_jobs_and_pipelines_and_a_second_call_changes_nothing() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &["--runner"]);
+    let test = repo()
+        .script(CONTROL)
+        .env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", GITLAB_TOKEN);
+    test.run(&["scripts/test.rhai"]).expect(
+            0,
+            &with_recaps(
+                r#"
+                [1/3] Set up ...
+                    ~ create group blueprint-apps (internal)
+                    ~ create project blueprint-apps/guestbook
+                    ~ post /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml
+                [1/3] Set up ... changed (#.## s)
+                [2/3] Retry a job ...
+                    pipeline failed: ["build failed", "test skipped"]
+                    ~ retry job #5 (build) of blueprint-apps/guestbook
+                    retried build: changed true, a new job true
+                    again: changed false, the same attempt true
+                    pipeline retry while running: changed false
+                    ~ cancel pipeline #4 of blueprint-apps/guestbook (build, test)
+                    cancel: changed true; pipeline canceled: ["build canceled", "test canceled"]
+                    cancel again: changed false
+                    ~ retry pipeline #4 of blueprint-apps/guestbook (build, test)
+                    pipeline retry: changed true; pipeline failed: ["build failed", "test skipped"]
+                    cancel a job that ended: changed false
+                [2/3] Retry a job ... changed (#.## s)
+                [3/3] Play a manual job ...
+                    ~ put /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml
+                    deploy manual, pipeline manual
+                    ~ play job #11 (deploy) of blueprint-apps/guestbook
+                    played: changed true
+                    pipeline success: ["deploy success"]
+                    warning: job #11 (deploy) of blueprint-apps/guestbook is success, not waiting to be played: left as it is
+                    played again: changed false
+                [3/3] Play a manual job ... changed (#.## s)
+
+                <recap of scripts/test.rhai: Set up: changed 3; Retry a job: changed 3; Play a manual job: changed 2>
+                "#,
+            ),
+            "",
+        );
+    // Check mode says what a retry would do and does not do it.
+    sim.clear_requests();
+    repo()
+        .script(
+            r#"step("Retry", || {
+    let again = gitlab_retry_pipeline("blueprint-apps/guestbook", 4);
+    print(`changed ${again.changed}, still ${again.status}`);
+    gitlab_retry_job("blueprint-apps/guestbook", gitlab_jobs("blueprint-apps/guestbook", 4)[0].id);
+});
+"#,
+        )
+        .env("GITLAB_URL", sim.gitlab_url())
+        .env("GITLAB_TOKEN", GITLAB_TOKEN)
+        .run(&["--check", "scripts/test.rhai"])
+        .expect(
+            0,
+            &with_recaps(
+                r#"
+                check mode: nothing will be changed
+                [1/1] Retry ...
+                    ~ would retry pipeline #4 of blueprint-apps/guestbook (build)
+                    changed true, still failed
+                    ~ would retry job #9 (build) of blueprint-apps/guestbook
+                [1/1] Retry ... changed (#.## s)
+
+                <recap of scripts/test.rhai (check mode): Retry: changed 2>
+                "#,
+            ),
+            "",
+        );
+    assert_eq!(sim.mutating_requests(), 0);
+}

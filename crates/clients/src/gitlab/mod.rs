@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::error::{ClientError, ErrorKind};
 use crate::secret::Secret;
 
+pub mod control;
 mod files;
 mod groups;
 pub mod pipelines;

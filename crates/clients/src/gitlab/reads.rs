@@ -9,7 +9,7 @@ use super::{GitlabClient, encode};
 use crate::error::ClientError;
 
 /// `item` with only `fields` (absent ones as null).
-fn pick(item: &Value, fields: &[&str]) -> Value {
+pub(super) fn pick(item: &Value, fields: &[&str]) -> Value {
     let mut picked = Map::new();
     for field in fields {
         picked.insert(
@@ -37,7 +37,7 @@ const VARIABLE_FIELDS: &[&str] = &[
     "environment_scope",
     "variable_type",
 ];
-const PIPELINE_FIELDS: &[&str] = &[
+pub(super) const PIPELINE_FIELDS: &[&str] = &[
     "id",
     "iid",
     "status",
@@ -47,7 +47,7 @@ const PIPELINE_FIELDS: &[&str] = &[
     "created_at",
     "web_url",
 ];
-const JOB_FIELDS: &[&str] = &["id", "name", "stage", "status", "web_url"];
+pub(super) const JOB_FIELDS: &[&str] = &["id", "name", "stage", "status", "web_url"];
 
 /// Which pipelines [`GitlabClient::pipelines`] lists, newest first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

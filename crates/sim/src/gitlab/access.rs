@@ -242,6 +242,8 @@ impl GitlabSim {
                     }
                     ("GET", ["runners"]) => MAINTAINER,
                     (_, ["repository", ..] | ["pipeline"]) if writes(method) => DEVELOPER,
+                    // Retry, cancel, play: `update_build` and `update_pipeline`.
+                    (_, ["jobs", _, _] | ["pipelines", _, _]) if writes(method) => DEVELOPER,
                     _ => 0,
                 };
                 if level < needed {

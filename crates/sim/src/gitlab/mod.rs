@@ -17,6 +17,7 @@ mod groups;
 /// Jobs that really run: which, with what, and their outcomes (`gitlab/jobs.rs`).
 mod jobs;
 mod pagination;
+mod pipeline_control;
 mod pipelines;
 mod projects;
 mod routes;

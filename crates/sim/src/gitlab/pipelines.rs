@@ -34,6 +34,16 @@ pub(super) struct Job {
     pub(super) executes: bool,
     #[serde(default)]
     pub(super) outcome: Option<crate::gitlab::ci::jobs::Outcome>,
+    /// Canceled through the API (the job or its pipeline): `canceled` whatever it did after.
+    #[serde(default)]
+    pub(super) canceled: bool,
+    /// A manual job a person started (`POST .../jobs/:id/play`): it runs as any other now.
+    #[serde(default)]
+    pub(super) played: bool,
+    /// Retried: its status as it was then, and no longer part of the pipeline's progress (the
+    /// retry, a new job right after it, is); GitLab's job lists leave it out.
+    #[serde(default)]
+    pub(super) retried: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -215,22 +225,38 @@ impl GitlabSim {
             return not_found("Pipeline");
         };
         let (_, statuses) = self.pipeline_status(found);
+        // GitLab leaves retried jobs out unless asked (`include_retried=true`).
+        let include_retried = request
+            .query
+            .get("include_retried")
+            .is_some_and(|v| v == "true");
         let items = found
             .jobs
             .iter()
             .zip(statuses)
-            .map(|(job, status)| {
-                let runner = job
-                    .runner_id
-                    .and_then(|id| state.runners.get(&id))
-                    .map(|runner| self.runner_json(runner, false));
-                json!({"id": job.id, "name": job.name, "stage": job.stage, "status": status,
-                       "tag_list": job.tags, "runner": runner,
-                       "pipeline": {"id": found.id}, "web_url": format!("{}/-/jobs/{}", self.base_url(), job.id)})
-            })
+            .filter(|(job, _)| include_retried || job.retried.is_none())
+            .map(|(job, status)| self.job_json(&state, found, job, &status))
             .collect();
         drop(state);
         self.paginate(request, items)
+    }
+
+    /// A job as GitLab's jobs API shows it (the fields bprun and its tests read).
+    pub(super) fn job_json(
+        &self,
+        state: &State,
+        pipeline: &Pipeline,
+        job: &Job,
+        status: &str,
+    ) -> Value {
+        let runner = job
+            .runner_id
+            .and_then(|id| state.runners.get(&id))
+            .map(|runner| self.runner_json(runner, false));
+        json!({"id": job.id, "name": job.name, "stage": job.stage, "status": status,
+               "tag_list": job.tags, "runner": runner,
+               "pipeline": {"id": pipeline.id, "status": self.pipeline_status(pipeline).0},
+               "web_url": format!("{}/-/jobs/{}", self.base_url(), job.id)})
     }
 
     /// `GET /projects/:id/jobs/:job/trace`.
@@ -282,7 +308,12 @@ impl GitlabSim {
                     .count();
             let (mut all_success, mut stage_failed) = (true, false);
             for (offset, job) in jobs[index..end].iter().enumerate() {
+                if let Some(status) = &job.retried {
+                    statuses[index + offset] = status.clone();
+                    continue;
+                }
                 let status = match job.picked_ms {
+                    _ if job.canceled => "canceled",
                     Some(_) if job.executes => match &job.outcome {
                         None => "running",
                         Some(outcome) if outcome.success => "success",
@@ -291,12 +322,13 @@ impl GitlabSim {
                     Some(at) if now.saturating_sub(at) < run_ms => "running",
                     Some(_) if Self::fails(job) => "failed",
                     Some(_) => "success",
-                    None if job.when == "manual" => "manual",
+                    None if job.when == "manual" && !job.played => "manual",
                     None if failed && job.when != "always" => "skipped",
                     None if blocked => "created",
                     None => "pending",
                 };
-                stage_failed |= status == "failed";
+                // A canceled job stops the later stages as a failed one does.
+                stage_failed |= matches!(status, "failed" | "canceled");
                 all_success &= matches!(status, "success" | "manual");
                 statuses[index + offset] = status.to_string();
             }
@@ -316,16 +348,27 @@ impl GitlabSim {
             return ("failed".to_string(), Vec::new());
         }
         let jobs = self.job_statuses(pipeline, now_ms());
-        let any = |wanted: &str| jobs.iter().any(|status| status == wanted);
+        let any = |wanted: &str| {
+            jobs.iter()
+                .zip(&pipeline.jobs)
+                .any(|(status, job)| status == wanted && job.retried.is_none())
+        };
         let status = if any("running") || (any("pending") && (any("success") || any("failed"))) {
             "running"
         } else if any("pending") {
             "pending"
         } else if any("failed") {
             "failed"
+        } else if any("canceled") {
+            "canceled"
         } else if any("created") {
             "created"
-        } else if jobs.iter().all(|status| status == "manual") {
+        } else if jobs
+            .iter()
+            .zip(&pipeline.jobs)
+            .filter(|(_, job)| job.retried.is_none())
+            .all(|(status, _)| status == "manual")
+        {
             "manual"
         } else {
             "success"
@@ -557,6 +600,9 @@ impl GitlabSim {
                 run: job.run,
                 executes: false,
                 outcome: None,
+                canceled: false,
+                played: false,
+                retried: None,
             });
         }
         let pipeline = Pipeline {

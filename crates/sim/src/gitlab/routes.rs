@@ -164,6 +164,28 @@ const API: &[(Method, &str, Api)] = &[
     (GET, "projects/:id/jobs/:job/trace", |sim, call| {
         sim.job_trace_of(call.param("id"), call.param("job"))
     }),
+    (GET, "projects/:id/jobs/:job", |sim, call| {
+        sim.job(call.param("id"), call.param("job"))
+    }),
+    (POST, "projects/:id/jobs/:job/retry", |sim, call| {
+        sim.retry_job(call.param("id"), call.param("job"))
+    }),
+    (POST, "projects/:id/jobs/:job/cancel", |sim, call| {
+        sim.cancel_job(call.param("id"), call.param("job"))
+    }),
+    (POST, "projects/:id/jobs/:job/play", |sim, call| {
+        sim.play_job(call.param("id"), call.param("job"))
+    }),
+    (
+        POST,
+        "projects/:id/pipelines/:pipeline/retry",
+        |sim, call| sim.retry_pipeline(call.param("id"), call.param("pipeline")),
+    ),
+    (
+        POST,
+        "projects/:id/pipelines/:pipeline/cancel",
+        |sim, call| sim.cancel_pipeline(call.param("id"), call.param("pipeline")),
+    ),
 ];
 
 fn health_status() -> SimResponse {
