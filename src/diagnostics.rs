@@ -88,7 +88,7 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
             if let Some(native) = value.read_lock::<NativeError>() {
                 return Cause {
                     headline: native.message.clone(),
-                    label: "failed here".to_string(),
+                    label: native.label.unwrap_or("failed here").to_string(),
                     hint: native.hint.clone(),
                     causes: native.causes.clone(),
                 };

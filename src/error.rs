@@ -146,6 +146,9 @@ pub struct NativeError {
     pub kind: Option<&'static str>,
     /// The remote's HTTP status, when there was an answer.
     pub status: Option<u16>,
+    /// What the report's label says at the call (default: `failed here`); a check before the
+    /// run says so, since nothing failed yet.
+    pub label: Option<&'static str>,
 }
 
 impl From<ClientError> for NativeError {
@@ -163,6 +166,7 @@ impl From<ClientError> for NativeError {
             causes: error.causes,
             kind: Some(error.kind.name()),
             status: error.status,
+            label: None,
         }
     }
 }
@@ -175,7 +179,14 @@ impl NativeError {
             causes: Vec::new(),
             kind: None,
             status: None,
+            label: None,
         }
+    }
+
+    /// The label under the call in the report, instead of `failed here`.
+    pub fn labelled(mut self, label: &'static str) -> Self {
+        self.label = Some(label);
+        self
     }
 
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {

@@ -6,6 +6,8 @@ use rhai::{AST, Engine, Position};
 use rhai::{ASTNode, Expr, Stmt};
 use std::collections::HashSet;
 
+use crate::natives::declared::{Kind, option_names, options_of};
+
 /// Names Rhai handles itself rather than as registered functions.
 const KEYWORDS: &[&str] = &[
     "print",
@@ -64,4 +66,193 @@ pub fn unknown_calls(engine: &Engine, ast: &AST) -> Vec<(String, usize, Position
     });
     calls.retain(|(name, _, _)| !known.contains(name) && !variables.contains(name));
     calls
+}
+
+/// What a literal option value is, as far as a check before the run can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Literal {
+    Str,
+    Int,
+    Float,
+    Bool,
+    Array {
+        all_strings: bool,
+    },
+    Map,
+    Unit,
+    /// Computed when the script runs: not checked now.
+    Computed,
+}
+
+impl Literal {
+    fn of_expr(expr: &Expr) -> Literal {
+        match expr {
+            Expr::StringConstant(..) | Expr::InterpolatedString(..) => Literal::Str,
+            Expr::IntegerConstant(..) => Literal::Int,
+            Expr::FloatConstant(..) => Literal::Float,
+            Expr::BoolConstant(..) => Literal::Bool,
+            Expr::Unit(..) => Literal::Unit,
+            Expr::Map(..) => Literal::Map,
+            Expr::Array(items, _) => Literal::Array {
+                all_strings: items
+                    .iter()
+                    .all(|item| matches!(Literal::of_expr(item), Literal::Str | Literal::Computed)),
+            },
+            Expr::DynamicConstant(value, _) => Literal::of_value(value),
+            _ => Literal::Computed,
+        }
+    }
+
+    fn of_value(value: &rhai::Dynamic) -> Literal {
+        if value.is_string() {
+            Literal::Str
+        } else if value.is_int() {
+            Literal::Int
+        } else if value.is_float() {
+            Literal::Float
+        } else if value.is_bool() {
+            Literal::Bool
+        } else if value.is_unit() {
+            Literal::Unit
+        } else if value.is_map() {
+            Literal::Map
+        } else if value.is_array() {
+            let items = value.clone().into_array().unwrap_or_default();
+            Literal::Array {
+                all_strings: items.iter().all(|item| item.is_string()),
+            }
+        } else {
+            Literal::Computed
+        }
+    }
+
+    fn fits(self, kind: Kind) -> bool {
+        match (self, kind) {
+            (Literal::Computed | Literal::Unit, _) | (_, Kind::Any) => true,
+            (Literal::Str, Kind::Str | Kind::StrOrStrings | Kind::StrOrMap) => true,
+            (Literal::Int, Kind::Int | Kind::Seconds) => true,
+            (Literal::Float, Kind::Seconds) => true,
+            (Literal::Bool, Kind::Bool) => true,
+            (Literal::Array { all_strings }, Kind::Strings | Kind::StrOrStrings) => all_strings,
+            (Literal::Map, Kind::Map | Kind::StrOrMap) => true,
+            _ => false,
+        }
+    }
+
+    fn describe(self) -> &'static str {
+        match self {
+            Literal::Str => "a string",
+            Literal::Int => "an integer",
+            Literal::Float => "a decimal",
+            Literal::Bool => "a boolean",
+            Literal::Array { .. } => "an array",
+            Literal::Map => "a map",
+            Literal::Unit | Literal::Computed => "()",
+        }
+    }
+}
+
+/// A literal option map's mistake, found before anything runs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OptionMistake {
+    pub message: String,
+    pub hint: String,
+    pub position: Position,
+}
+
+/// The argument of a call to `native` with `arguments` arguments that holds its options, when
+/// that call takes them: the last one of the longest signature (a step's and a check row's
+/// options come before their body).
+fn options_argument(native: &str, arguments: usize, longest: usize) -> Option<usize> {
+    match native {
+        "step" | "check_row" => (arguments == 3).then_some(1),
+        _ => (arguments == longest && arguments > 0).then(|| arguments - 1),
+    }
+}
+
+/// Every literal option map of a call to a native that declares its options
+/// (`crate::natives::declared`) that names an option the native does not take, or gives one a
+/// literal value of the wrong kind.
+pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
+    // The longest signature of each declared native (its options come last).
+    let mut longest: std::collections::HashMap<String, usize> = Default::default();
+    for signature in engine.gen_fn_signatures(true) {
+        let Some((head, rest)) = signature.split_once('(') else {
+            continue;
+        };
+        let name = head.rsplit(' ').next().unwrap_or(head).to_string();
+        let parameters = rest.split(')').next().unwrap_or("");
+        let arity = if parameters.trim().is_empty() {
+            0
+        } else {
+            parameters.split(',').count()
+        };
+        let entry = longest.entry(name).or_insert(0);
+        *entry = (*entry).max(arity);
+    }
+    let mut mistakes = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        let call = match path.last() {
+            Some(ASTNode::Expr(Expr::FnCall(call, _)))
+            | Some(ASTNode::Stmt(Stmt::FnCall(call, _)))
+                if call.namespace.is_empty() =>
+            {
+                call
+            }
+            _ => return true,
+        };
+        let native = call.name.as_str();
+        let declared = options_of(native);
+        let Some(index) = options_argument(
+            native,
+            call.args.len(),
+            longest.get(native).copied().unwrap_or(0),
+        ) else {
+            return true;
+        };
+        if declared.is_empty()
+            && !crate::natives::declared::DECLARED
+                .iter()
+                .any(|d| d.native == native)
+        {
+            return true;
+        }
+        let entries: Vec<(String, Literal, Position)> = match &call.args[index] {
+            Expr::Map(map, _) => map
+                .0
+                .iter()
+                .map(|(name, value)| (name.name.to_string(), Literal::of_expr(value), name.pos))
+                .collect(),
+            Expr::DynamicConstant(value, position) if value.is_map() => value
+                .clone()
+                .try_cast::<rhai::Map>()
+                .unwrap_or_default()
+                .iter()
+                .map(|(name, value)| (name.to_string(), Literal::of_value(value), *position))
+                .collect(),
+            _ => return true,
+        };
+        let names = option_names(native);
+        for (name, literal, position) in entries {
+            match declared.iter().find(|(option, _)| *option == name) {
+                None => mistakes.push(OptionMistake {
+                    message: format!("{native}: unknown option `{name}`"),
+                    hint: format!("{native} accepts {}", names.join(", ")),
+                    position,
+                }),
+                Some((_, kind)) if !literal.fits(*kind) => mistakes.push(OptionMistake {
+                    message: format!(
+                        "{native}: option `{name}` must be {}, not {}",
+                        kind.describe(),
+                        literal.describe()
+                    ),
+                    hint: format!("see `bprun functions {native}`"),
+                    position,
+                }),
+                Some(_) => {}
+            }
+        }
+        true
+    });
+    mistakes
 }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::diagnostics;
-use crate::engine::{self, Session, StepDecl, lock};
+use crate::engine::{self, Session, StepDecl, lock, native_error};
 use crate::error::StepSkip;
 use crate::error::{Error, ExitCode};
 use crate::journal::{Journal, RunRecord, StepRecord, StepStatus};
@@ -480,6 +480,27 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
             session.state.reporter.error(
                 &format!(
                     "error: {} calls a function that does not exist\n{}",
+                    location.display, report.text
+                ),
+                &report.headline,
+            );
+        }
+        return Err(Error::Reported(ExitCode::ScriptError));
+    }
+    // So is a literal option map a native would refuse when its step runs.
+    let mistakes = crate::lint::option_mistakes(&engine, &ast);
+    if !mistakes.is_empty() {
+        for mistake in &mistakes {
+            let mut error = native_error(
+                crate::error::NativeError::new(mistake.message.clone())
+                    .with_hint(mistake.hint.clone())
+                    .labelled("refused before the run"),
+            );
+            error.set_position(mistake.position);
+            let report = diagnostics::runtime_error(&session, &error, &location.display, false);
+            session.state.reporter.error(
+                &format!(
+                    "error: {} gives a native an option it would refuse\n{}",
                     location.display, report.text
                 ),
                 &report.headline,

@@ -4,7 +4,7 @@ use rhai::Array;
 use rhai::plugin::*;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{RhaiResultOf, option_str, reject_unknown};
+use super::options::{RhaiResultOf, option_str, reject_undeclared};
 use crate::engine::{native_error, session};
 use crate::error::NativeError;
 use bprun_clients::apps::{self, AppSpec};
@@ -116,7 +116,7 @@ pub mod apps_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Array> {
         let session = session(&context)?;
-        reject_unknown(&options, &["app"], "load_manifest")?;
+        reject_undeclared(&options, "load_manifest")?;
         let wanted = match options.get("app") {
             Some(value) if value.is_unit() => None,
             _ => option_str(&options, "app", "load_manifest")?,
@@ -159,7 +159,7 @@ pub mod apps_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<String> {
         let session = session(&context)?;
-        reject_unknown(&options, &["templates"], "render_ci")?;
+        reject_undeclared(&options, "render_ci")?;
         let folder = option_str(&options, "templates", "render_ci")?
             .unwrap_or_else(|| TEMPLATES.to_string());
         let files = Confinement::new(&session.state.root);

@@ -19,7 +19,8 @@ use bprun_clients::reconcile::Outcome;
 use bprun_clients::secret::Secret;
 
 use super::options::{
-    RhaiResultOf, option_int, option_str, option_strings, reject_unknown, remote_session as remote,
+    RhaiResultOf, option_int, option_str, option_strings, reject_undeclared,
+    remote_session as remote,
 };
 
 /// Where OpenBao runs in the cluster (`BAO_K8S_SERVICE`, default `openbao/openbao:8200`).
@@ -127,7 +128,7 @@ fn bao(session: &Session) -> &BaoClient {
 }
 
 fn kv_path(path: &str, options: &rhai::Map, native: &str) -> RhaiResultOf<KvPath> {
-    reject_unknown(options, &["mount"], native)?;
+    reject_undeclared(options, native)?;
     let mount = option_str(options, "mount", native)?;
     KvPath::parse(path, mount.as_deref()).map_err(native_error)
 }
@@ -254,7 +255,7 @@ pub mod bao_functions {
     #[rhai_fn(name = "bao_init", return_raw)]
     pub fn bao_init_with(context: NativeCallContext, options: rhai::Map) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_init")?;
-        reject_unknown(&options, &["shares", "threshold", "file"], "bao_init")?;
+        reject_undeclared(&options, "bao_init")?;
         let shares = option_int(&options, "shares", "bao_init", 1)?;
         let threshold = option_int(&options, "threshold", "bao_init", 1)?;
         if shares < 1 || threshold < 1 || threshold > shares {
@@ -302,7 +303,7 @@ pub mod bao_functions {
     #[rhai_fn(name = "bao_unseal", return_raw)]
     pub fn bao_unseal_with(context: NativeCallContext, options: rhai::Map) -> RhaiResultOf<Map> {
         let session = remote(&context, "bao_unseal")?;
-        reject_unknown(&options, &["file"], "bao_unseal")?;
+        reject_undeclared(&options, "bao_unseal")?;
         let file = init_file(&session, &options, "bao_unseal")?;
         let client = client_for_file(&session, &file);
         let unsealed = client
@@ -410,7 +411,7 @@ pub mod bao_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Dynamic> {
         let session = remote(&context, "bao_read")?;
-        reject_unknown(&options, &["mount", "plain"], "bao_read")?;
+        reject_undeclared(&options, "bao_read")?;
         let plain = option_strings(&options, "plain", "bao_read")?;
         let mut path_options = options;
         path_options.remove("plain");

@@ -299,7 +299,7 @@ pub mod fs_functions {
         destination: &str,
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
-        crate::natives::options::reject_unknown(&options, &["exclude"], "sync_tree")?;
+        crate::natives::options::reject_undeclared(&options, "sync_tree")?;
         let exclude: Vec<String> = match options.get("exclude") {
             None => Vec::new(),
             Some(value) => value

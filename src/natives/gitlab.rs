@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use super::convert::{Secrets, from_json, to_json};
 use super::options::{
-    RhaiResultOf, option_bool, option_str, option_strings, reject_unknown, remote_session,
+    RhaiResultOf, option_bool, option_str, option_strings, reject_undeclared, reject_unknown,
+    remote_session,
 };
 use super::reconcile::{mode, settle};
 use crate::engine::{Session, lock, native_error, session};
@@ -541,11 +542,7 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_ensure_group";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(
-            &options,
-            &["name", "visibility", "description", "update"],
-            NATIVE,
-        )?;
+        reject_undeclared(&options, NATIVE)?;
         let spec = GroupSpec {
             path: path.to_string(),
             name: option_str(&options, "name", NATIVE)?,
@@ -593,11 +590,7 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_ensure_project";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(
-            &options,
-            &["path", "visibility", "description", "default_branch"],
-            NATIVE,
-        )?;
+        reject_undeclared(&options, NATIVE)?;
         let spec = ProjectSpec {
             namespace: namespace.to_string(),
             name: name.to_string(),
@@ -655,7 +648,7 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_set_variables";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(&options, &["remove_unlisted", "remove"], NATIVE)?;
+        reject_undeclared(&options, NATIVE)?;
         let remove_unlisted = option_bool(&options, "remove_unlisted", NATIVE)?.unwrap_or(false);
         let named = option_strings(&options, "remove", NATIVE)?;
         if let Some(both) = named.iter().find(|key| vars.contains_key(key.as_str())) {
@@ -726,18 +719,7 @@ pub mod gitlab_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_ensure_deployer_kubeconfig";
-        reject_unknown(
-            &options,
-            &[
-                "namespace",
-                "service_account",
-                "server",
-                "variable",
-                "lifetime_days",
-                "renew_within_days",
-            ],
-            NATIVE,
-        )?;
+        reject_undeclared(&options, NATIVE)?;
         let (session, gitlab) = remote(&context, NATIVE)?;
         let kube = crate::natives::kube::client(&session).map_err(native_error)?;
         let namespace = option_str(&options, "namespace", NATIVE)?.ok_or_else(|| {
@@ -855,7 +837,7 @@ pub mod gitlab_functions {
     ) -> RhaiResultOf<Map> {
         const NATIVE: &str = "gitlab_trigger_pipeline";
         let (session, client) = remote(&context, NATIVE)?;
-        reject_unknown(&options, &["reuse", "fingerprint", "stale"], NATIVE)?;
+        reject_undeclared(&options, NATIVE)?;
         let reuse = option_bool(&options, "reuse", NATIVE)?.unwrap_or(false);
         let fingerprinted = options.contains_key("fingerprint");
         let also = option_strings(&options, "fingerprint", NATIVE)?;
@@ -1000,11 +982,7 @@ pub mod gitlab_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Array> {
         let (session, client) = remote(&context, "gitlab_wait_pipelines")?;
-        reject_unknown(
-            &options,
-            &["timeout", "interval", "progress"],
-            "gitlab_wait_pipelines",
-        )?;
+        reject_undeclared(&options, "gitlab_wait_pipelines")?;
         let params = WaitParams {
             timeout: match options.get("timeout") {
                 Some(value) => super::super::seconds(value, "timeout")?,

@@ -7,7 +7,7 @@ use rhai::plugin::*;
 use rhai::{Array, Map};
 
 use super::gitlab::{cancelled, masked_as_secrets, remote};
-use super::options::{RhaiResultOf, option_int, option_str, reject_unknown};
+use super::options::{RhaiResultOf, option_int, option_str, reject_undeclared};
 use crate::engine::native_error;
 use bprun_clients::gitlab::reads::PipelineQuery;
 
@@ -79,7 +79,7 @@ pub mod gitlab_read_functions {
         options: Map,
     ) -> RhaiResultOf<Array> {
         const NATIVE: &str = "gitlab_pipelines";
-        reject_unknown(&options, &["limit", "ref", "status"], NATIVE)?;
+        reject_undeclared(&options, NATIVE)?;
         let limit = option_int(&options, "limit", NATIVE, DEFAULT_PIPELINES)?;
         if !(1..=100).contains(&limit) {
             return Err(native_error(

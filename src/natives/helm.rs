@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_bool, option_str, reject_undeclared, remote_session};
 use super::reconcile::{mode, settle};
 use crate::engine::{Session, native_error, session};
 use crate::error::NativeError;
@@ -173,20 +173,7 @@ fn install(
     options: &rhai::Map,
 ) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_install";
-    reject_unknown(
-        options,
-        &[
-            "values_files",
-            "values",
-            "version",
-            "wait",
-            "timeout",
-            "create_namespace",
-            "values_schema",
-            "rollback_on_failure",
-        ],
-        NATIVE,
-    )?;
+    reject_undeclared(options, NATIVE)?;
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
@@ -251,7 +238,7 @@ fn uninstall(
     options: &rhai::Map,
 ) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_uninstall";
-    reject_unknown(options, &["wait", "timeout"], NATIVE)?;
+    reject_undeclared(options, NATIVE)?;
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let wait = option_bool(options, "wait", NATIVE)?.unwrap_or(false);
@@ -275,11 +262,7 @@ fn template(
     options: &rhai::Map,
 ) -> RhaiResultOf<String> {
     const NATIVE: &str = "helm_template";
-    reject_unknown(
-        options,
-        &["values_files", "values", "version", "values_schema"],
-        NATIVE,
-    )?;
+    reject_undeclared(options, NATIVE)?;
     require_name(release, "release name", NATIVE)?;
     require_name(namespace, "namespace", NATIVE)?;
     let files = Confinement::new(&session.state.root);
@@ -303,7 +286,7 @@ fn template(
 
 fn lint(session: Arc<Session>, chart: &str, options: &rhai::Map) -> RhaiResultOf<Map> {
     const NATIVE: &str = "helm_lint";
-    reject_unknown(options, &["strict", "values_files"], NATIVE)?;
+    reject_undeclared(options, NATIVE)?;
     let files = Confinement::new(&session.state.root);
     let chart_ref = helm::resolve_chart(&files, chart).map_err(from_helm(NATIVE))?;
     if matches!(chart_ref.source, ChartSource::Remote(_)) {

@@ -192,7 +192,7 @@ pub mod host_functions {
         let session = session(&context)?;
         let state = &session.state;
         state.require_step("tofu").map_err(native_error)?;
-        crate::natives::options::reject_unknown(&options, &["dir", "timeout"], "tofu")?;
+        crate::natives::options::reject_undeclared(&options, "tofu")?;
         let args: Vec<String> = args
             .into_iter()
             .map(|arg| arg.into_immutable_string().map(|text| text.to_string()))

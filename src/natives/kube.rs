@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::convert::{Secrets, from_json, to_json};
-use super::options::{RhaiResultOf, option_bool, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_bool, option_str, reject_undeclared, remote_session};
 use crate::engine::{Session, native_error};
 use crate::error::NativeError;
 use crate::output::Level;
@@ -261,7 +261,7 @@ pub mod kube_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Array> {
         let (_, kube) = remote(&context, "kube_list")?;
-        reject_unknown(&options, &["labels", "fields"], "kube_list")?;
+        reject_undeclared(&options, "kube_list")?;
         let labels = labels_text(&options, "kube_list")?;
         let fields = option_str(&options, "fields", "kube_list")?.unwrap_or_default();
         let items = kube.list(kind, ns, &labels, &fields).map_err(kube_error)?;
@@ -301,7 +301,7 @@ pub mod kube_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_delete")?;
-        reject_unknown(&options, &["wait", "timeout"], "kube_delete")?;
+        reject_undeclared(&options, "kube_delete")?;
         let wait = option_bool(&options, "wait", "kube_delete")?.unwrap_or(false);
         let limit = timeout(&options, "kube_delete", 120)?;
         let cancelled = || session.state.is_cancelled();
@@ -337,7 +337,7 @@ pub mod kube_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_patch")?;
-        reject_unknown(&options, &["type"], "kube_patch")?;
+        reject_undeclared(&options, "kube_patch")?;
         let patch_type =
             option_str(&options, "type", "kube_patch")?.unwrap_or_else(|| "merge".into());
         let patch_kind = PatchKind::from_name(&patch_type).ok_or_else(|| {
@@ -487,7 +487,7 @@ pub mod kube_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Array> {
         let (session, kube) = remote(&context, "kube_wait")?;
-        reject_unknown(&options, &["timeout"], "kube_wait")?;
+        reject_undeclared(&options, "kube_wait")?;
         let limit = timeout(&options, "kube_wait", 300)?;
         let mut until_deleted = false;
         let check: Box<dyn Fn(&serde_json::Value) -> Readiness + '_> = if condition.is_string() {
@@ -593,11 +593,7 @@ pub mod kube_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         let (session, kube) = remote(&context, "kube_exec")?;
-        reject_unknown(
-            &options,
-            &["container", "stdin", "timeout", "check", "read_only"],
-            "kube_exec",
-        )?;
+        reject_undeclared(&options, "kube_exec")?;
         let read_only = option_bool(&options, "read_only", "kube_exec")?.unwrap_or(false);
         if !read_only {
             session
@@ -728,7 +724,7 @@ pub mod kube_functions {
     pub fn kube_config_b64_for(context: NativeCallContext, options: Map) -> RhaiResultOf<Secret> {
         use base64::Engine;
         const NATIVE: &str = "kube_config_b64";
-        reject_unknown(&options, &["server"], NATIVE)?;
+        reject_undeclared(&options, NATIVE)?;
         let (_, kube) = remote(&context, NATIVE)?;
         let text = kube.kubeconfig_text().map_err(kube_error)?;
         let text = match option_str(&options, "server", NATIVE)? {
@@ -755,7 +751,7 @@ fn secret_write(
     options: &rhai::Map,
 ) -> RhaiResultOf<Map> {
     const NATIVE: &str = "kube_secret_write";
-    reject_unknown(options, &["type"], NATIVE)?;
+    reject_undeclared(options, NATIVE)?;
     let kind = option_str(options, "type", NATIVE)?.unwrap_or_else(|| "Opaque".to_string());
     let (session, kube) = remote(context, NATIVE)?;
     let mut values = std::collections::BTreeMap::new();

@@ -11,6 +11,7 @@ pub mod bao;
 pub mod codec;
 pub mod convert;
 pub mod core;
+pub mod declared;
 pub mod fs;
 pub mod git;
 pub mod gitlab;

@@ -98,10 +98,10 @@ pub mod net_functions {
         url: &str,
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
-        use crate::natives::options::{option_str, reject_unknown};
+        use crate::natives::options::{option_str, reject_undeclared};
         const NATIVE: &str = "https_get";
         let session = crate::natives::options::remote_session(&context, NATIVE)?;
-        reject_unknown(&options, &["connect_to", "ca_file", "timeout"], NATIVE)?;
+        reject_undeclared(&options, NATIVE)?;
         let connect_to = match option_str(&options, "connect_to", NATIVE)? {
             None => None,
             Some(text) => Some(text.parse::<std::net::SocketAddr>().map_err(|_| {

@@ -25,6 +25,12 @@ pub fn remote_session(context: &NativeCallContext, native: &str) -> NativeResult
     Ok(session)
 }
 
+/// Fails on an option `native` does not declare (`crate::natives::declared`), listing the ones
+/// it does.
+pub fn reject_undeclared(options: &Map, native: &str) -> NativeResult<()> {
+    reject_unknown(options, &super::declared::option_names(native), native)
+}
+
 /// Fails on an option the native does not know, listing the ones it does.
 pub fn reject_unknown(options: &Map, known: &[&str], native: &str) -> NativeResult<()> {
     for key in options.keys() {

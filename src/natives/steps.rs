@@ -138,11 +138,7 @@ pub mod step_functions {
         options: rhai::Map,
         body: FnPtr,
     ) -> RhaiResultOf<()> {
-        crate::natives::options::reject_unknown(
-            &options,
-            &["always", "on_failure", "needs", "keep_going", "tags"],
-            "step",
-        )?;
+        crate::natives::options::reject_undeclared(&options, "step")?;
         let names = |option: &str, what: &str| -> RhaiResultOf<Vec<String>> {
             match options.get(option) {
                 None => Ok(Vec::new()),
@@ -208,7 +204,7 @@ pub mod step_functions {
         options: rhai::Map,
         body: FnPtr,
     ) -> RhaiResultOf<()> {
-        crate::natives::options::reject_unknown(&options, &["expected", "hint"], "check_row")?;
+        crate::natives::options::reject_undeclared(&options, "check_row")?;
         let Some(expected) =
             crate::natives::options::option_str(&options, "expected", "check_row")?
         else {
@@ -272,11 +268,7 @@ pub mod step_functions {
         body: FnPtr,
         options: rhai::Map,
     ) -> RhaiResultOf<Array> {
-        crate::natives::options::reject_unknown(
-            &options,
-            &["limit", "writes_after_first", "writes_in_order"],
-            "parallel",
-        )?;
+        crate::natives::options::reject_undeclared(&options, "parallel")?;
         let limit = match options.get("limit") {
             None => DEFAULT_PARALLEL_LIMIT,
             Some(value) => value.as_int().map_err(|type_name| {

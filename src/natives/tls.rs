@@ -4,7 +4,7 @@ use crate::state::Resource;
 use rhai::Map;
 use rhai::plugin::*;
 
-use super::options::{RhaiResultOf, option_int, option_str, reject_unknown, remote_session};
+use super::options::{RhaiResultOf, option_int, option_str, reject_undeclared, remote_session};
 use crate::engine::native_error;
 use crate::error::NativeError;
 use bprun_clients::fs::Confinement;
@@ -50,7 +50,7 @@ pub mod tls_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "tls_ensure_ca")?;
-        reject_unknown(&options, &["cn", "days"], "tls_ensure_ca")?;
+        reject_undeclared(&options, "tls_ensure_ca")?;
         let cn = option_str(&options, "cn", "tls_ensure_ca")?
             .unwrap_or_else(|| "blueprint local CA".to_string());
         let days = days(&options, "tls_ensure_ca")?;
@@ -87,7 +87,7 @@ pub mod tls_functions {
         options: rhai::Map,
     ) -> RhaiResultOf<Map> {
         let session = remote_session(&context, "tls_ensure_cert")?;
-        reject_unknown(&options, &["dns_names", "days"], "tls_ensure_cert")?;
+        reject_undeclared(&options, "tls_ensure_cert")?;
         let names: Vec<String> = match options.get("dns_names") {
             Some(value) => value
                 .clone()

@@ -68,6 +68,40 @@ fn an_unknown_function_names_the_closest_native() {
 }
 
 #[test]
+fn a_literal_option_a_native_would_refuse_is_caught_before_anything_runs() {
+    // Phase 3's last step, with its options mistyped: found before the first step writes.
+    let test = repo().script(
+        "step(\"Before\", || { write_text(\"before\", \"x\"); });\nstep(\"Smoke\", || {\n    gitlab_wait_pipelines([], #{timeout: \"ten\"});\n    kube_list(\"Pod\", \"gitlab\", #{label: \"app=x\", fields: \"\"});\n    parallel([1], |n| n, #{limit: 2});\n});\n",
+    );
+    let output = test.run(&["-q", "scripts/test.rhai"]);
+    output.code(3);
+    assert_eq!(
+        output.stderr,
+        "error: scripts/test.rhai gives a native an option it would refuse\n\
+         \x20 × gitlab_wait_pipelines: option `timeout` must be a number of seconds, not a string\n\
+         \x20  ╭─[scripts/test.rhai:3:31]\n\
+         \x202 │ step(\"Smoke\", || {\n\
+         \x203 │     gitlab_wait_pipelines([], #{timeout: \"ten\"});\n\
+         \x20  ·                               ┬\n\
+         \x20  ·                               ╰── refused before the run\n\
+         \x204 │     kube_list(\"Pod\", \"gitlab\", #{label: \"app=x\", fields: \"\"});\n\
+         \x20  ╰────\n\
+         \x20 hint: see `bprun functions gitlab_wait_pipelines`\n\
+         error: scripts/test.rhai gives a native an option it would refuse\n\
+         \x20 × kube_list: unknown option `label`\n\
+         \x20  ╭─[scripts/test.rhai:4:32]\n\
+         \x203 │     gitlab_wait_pipelines([], #{timeout: \"ten\"});\n\
+         \x204 │     kube_list(\"Pod\", \"gitlab\", #{label: \"app=x\", fields: \"\"});\n\
+         \x20  ·                                ┬\n\
+         \x20  ·                                ╰── refused before the run\n\
+         \x205 │     parallel([1], |n| n, #{limit: 2});\n\
+         \x20  ╰────\n\
+         \x20 hint: kube_list accepts labels, fields\n"
+    );
+    assert!(!test.join("before").exists(), "no step ran");
+}
+
+#[test]
 fn an_error_inside_a_module_function_shows_the_call_chain() {
     let test = repo()
         .file("scripts/lib/helpers.rhai", "fn write_outside() {\n    write_text(\"/etc/bprun-test\", \"x\")\n}\nfn outer() { write_outside() }\n")

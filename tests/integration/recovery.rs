@@ -284,12 +284,12 @@ step("Smoke", || { info("smoked"); });"#,
             3,
             "",
             r#"
-            error: the top level of scripts/test.rhai failed
+            error: scripts/test.rhai gives a native an option it would refuse
               × step: unknown option `allways`
-               ╭─[scripts/test.rhai:1:1]
+               ╭─[scripts/test.rhai:1:11]
              1 │ step("X", #{allways: true}, || {});
-               · ──┬─
-               ·   ╰── failed here
+               ·           ┬
+               ·           ╰── refused before the run
                ╰────
               hint: step accepts always, on_failure, needs, keep_going, tags
             "#,
