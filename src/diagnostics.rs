@@ -107,6 +107,12 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
             format!("unknown function: {}", signature.replace("&str | ImmutableString | String", "string")),
             "no such function",
             Some(&match suggest(signature, functions) {
+                // The name is right, the arguments are not: its signatures say what it takes.
+                _ if functions.iter().any(|name| Some(name.as_str()) == signature.split(['(', ' ']).next()) => {
+                    let name = signature.split(['(', ' ']).next().unwrap_or(signature);
+                    let signatures = crate::docs::signatures_of(&crate::docs::function_docs(), name);
+                    format!("the arguments do not fit {name}, which is called as {}", signatures.join(" or "))
+                }
                 Some(name) => format!("did you mean `{name}`? `bprun functions` lists every native with its arguments"),
                 None => "`bprun functions` lists every native with its arguments; check the spelling and argument types".to_string(),
             }),

@@ -189,3 +189,25 @@ pub fn function_docs() -> Vec<FunctionDoc> {
     docs.dedup();
     docs
 }
+
+/// How many arguments a documented signature takes.
+pub fn arity(signature: &str) -> usize {
+    let inside = signature
+        .split_once('(')
+        .and_then(|(_, rest)| rest.rsplit_once(')'))
+        .map(|(params, _)| params.trim())
+        .unwrap_or("");
+    if inside.is_empty() {
+        0
+    } else {
+        inside.split(", ").count()
+    }
+}
+
+/// Every signature of the native `name` (none when no native has that name).
+pub fn signatures_of(docs: &[FunctionDoc], name: &str) -> Vec<String> {
+    docs.iter()
+        .filter(|doc| doc.name == name)
+        .map(|doc| doc.signature.clone())
+        .collect()
+}

@@ -175,21 +175,10 @@ fn options_argument(native: &str, arguments: usize, longest: usize) -> Option<us
 /// literal value of the wrong kind.
 pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
     // The longest signature of each declared native (its options come last).
-    let mut longest: std::collections::HashMap<String, usize> = Default::default();
-    for signature in engine.gen_fn_signatures(true) {
-        let Some((head, rest)) = signature.split_once('(') else {
-            continue;
-        };
-        let name = head.rsplit(' ').next().unwrap_or(head).to_string();
-        let parameters = rest.split(')').next().unwrap_or("");
-        let arity = if parameters.trim().is_empty() {
-            0
-        } else {
-            parameters.split(',').count()
-        };
-        let entry = longest.entry(name).or_insert(0);
-        *entry = (*entry).max(arity);
-    }
+    let longest: std::collections::HashMap<String, usize> = signature_arities(engine)
+        .into_iter()
+        .map(|(name, arities)| (name, arities.into_iter().max().unwrap_or(0)))
+        .collect();
     let mut mistakes = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
         let call = match path.last() {
@@ -255,4 +244,110 @@ pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
         true
     });
     mistakes
+}
+
+/// A call to a native with a number of arguments none of its signatures takes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArityMistake {
+    pub name: String,
+    pub arguments: usize,
+    pub signatures: Vec<String>,
+    pub position: Position,
+}
+
+/// Every call of `ast` to a native (not a script function of the same name, not a variable
+/// holding a function) with an argument count no signature of it takes.
+pub fn arity_mistakes(
+    engine: &Engine,
+    ast: &AST,
+    docs: &[crate::docs::FunctionDoc],
+) -> Vec<ArityMistake> {
+    // Every arity the engine knows a name with (standard functions share some names).
+    let known = signature_arities(engine);
+    let scripted: HashSet<String> = ast
+        .iter_functions()
+        .map(|function| function.name.to_string())
+        .collect();
+    let mut variables: HashSet<String> = HashSet::new();
+    let mut calls: Vec<(String, usize, Position)> = Vec::new();
+    ast.walk(&mut |path: &[ASTNode]| {
+        match path.last() {
+            Some(ASTNode::Expr(Expr::Variable(variable, _, _))) => {
+                variables.insert(variable.1.to_string());
+            }
+            Some(ASTNode::Stmt(Stmt::Var(declaration, _, _))) => {
+                variables.insert(declaration.0.name.to_string());
+            }
+            Some(ASTNode::Expr(Expr::FnCall(call, position)))
+            | Some(ASTNode::Stmt(Stmt::FnCall(call, position)))
+                if call.namespace.is_empty() && call.op_token.is_none() =>
+            {
+                calls.push((call.name.to_string(), call.args.len(), *position));
+            }
+            _ => {}
+        }
+        true
+    });
+    calls
+        .into_iter()
+        .filter(|(name, _, _)| !scripted.contains(name) && !variables.contains(name))
+        .filter_map(|(name, arguments, position)| {
+            let signatures = crate::docs::signatures_of(docs, &name);
+            let fits = known
+                .get(&name)
+                .is_some_and(|arities| arities.contains(&arguments));
+            (!signatures.is_empty() && !fits).then_some(ArityMistake {
+                name,
+                arguments,
+                signatures,
+                position,
+            })
+        })
+        .collect()
+}
+
+/// `1 argument`, `3 arguments`.
+pub fn arguments(count: usize) -> String {
+    if count == 1 {
+        "1 argument".to_string()
+    } else {
+        format!("{count} arguments")
+    }
+}
+
+/// `2 or 3 arguments`, from the signatures a native has.
+pub fn argument_counts(signatures: &[String]) -> String {
+    let mut counts: Vec<usize> = signatures
+        .iter()
+        .map(|signature| crate::docs::arity(signature))
+        .collect();
+    counts.sort();
+    counts.dedup();
+    let words: Vec<String> = counts.iter().map(usize::to_string).collect();
+    let joined = match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    format!("{joined} argument{}", if counts == [1] { "" } else { "s" })
+}
+
+/// Each function name the engine knows (natives and standard functions), with the argument
+/// counts of its signatures.
+fn signature_arities(engine: &Engine) -> std::collections::HashMap<String, HashSet<usize>> {
+    let mut arities: std::collections::HashMap<String, HashSet<usize>> = Default::default();
+    for signature in engine.gen_fn_signatures(true) {
+        let Some((head, rest)) = signature.split_once('(') else {
+            continue;
+        };
+        let name = head.rsplit(' ').next().unwrap_or(head).to_string();
+        let parameters = rest.split(')').next().unwrap_or("");
+        let arity = if parameters.trim().is_empty() {
+            0
+        } else {
+            parameters.split(',').count()
+        };
+        arities.entry(name).or_default().insert(arity);
+    }
+    arities
 }

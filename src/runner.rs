@@ -487,6 +487,36 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         }
         return Err(Error::Reported(ExitCode::ScriptError));
     }
+    // And a native called with an argument count none of its signatures takes.
+    let docs = crate::docs::function_docs();
+    let arity = crate::lint::arity_mistakes(&engine, &ast, &docs);
+    if !arity.is_empty() {
+        for mistake in &arity {
+            let mut error = native_error(
+                crate::error::NativeError::new(format!(
+                    "{} takes {}, not {}",
+                    mistake.name,
+                    crate::lint::argument_counts(&mistake.signatures),
+                    crate::lint::arguments(mistake.arguments)
+                ))
+                .with_hint(format!(
+                    "it is called as {}",
+                    mistake.signatures.join(" or ")
+                ))
+                .labelled("refused before the run"),
+            );
+            error.set_position(mistake.position);
+            let report = diagnostics::runtime_error(&session, &error, &location.display, false);
+            session.state.reporter.error(
+                &format!(
+                    "error: {} calls a native with the wrong number of arguments\n{}",
+                    location.display, report.text
+                ),
+                &report.headline,
+            );
+        }
+        return Err(Error::Reported(ExitCode::ScriptError));
+    }
     // So is a literal option map a native would refuse when its step runs.
     let mistakes = crate::lint::option_mistakes(&engine, &ast);
     if !mistakes.is_empty() {

@@ -68,6 +68,47 @@ fn an_unknown_function_names_the_closest_native() {
 }
 
 #[test]
+fn a_native_called_with_the_wrong_number_of_arguments_names_its_signatures() {
+    // Before the run, not as "did you mean gitlab_wait_pipelines" when the step runs.
+    let test = repo().script(
+        "step(\"Before\", || { write_text(\"before\", \"x\"); });\nstep(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\"); });\n",
+    );
+    test.run(&["-q", "scripts/test.rhai"]).expect(
+        3,
+        "",
+        r#"
+        error: scripts/test.rhai calls a native with the wrong number of arguments
+          × gitlab_wait_pipeline takes 2 or 3 arguments, not 1 argument
+           ╭─[scripts/test.rhai:2:19]
+         1 │ step("Before", || { write_text("before", "x"); });
+         2 │ step("Wait", || { gitlab_wait_pipeline("blueprint-apps/guestbook"); });
+           ·                   ──────────┬─────────
+           ·                             ╰── refused before the run
+           ╰────
+          hint: it is called as gitlab_wait_pipeline(project: string, id: int) -> map or gitlab_wait_pipeline(project: string, id: int, options: map) -> map
+        "#,
+    );
+    assert!(!test.join("before").exists(), "no step ran");
+    // Arguments of the wrong type are found when the call runs: the hint shows the same.
+    let typed = repo().script(
+        "step(\"Wait\", || { gitlab_wait_pipeline(\"blueprint-apps/guestbook\", \"12\"); });\n",
+    );
+    let output = typed.run(&["-q", "scripts/test.rhai"]);
+    output.code(1);
+    let hint = output
+        .stderr
+        .lines()
+        .find(|line| line.trim_start().starts_with("hint:"))
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    assert_eq!(
+        hint,
+        "hint: the arguments do not fit gitlab_wait_pipeline, which is called as gitlab_wait_pipeline(project: string, id: int) -> map or gitlab_wait_pipeline(project: string, id: int, options: map) -> map"
+    );
+}
+
+#[test]
 fn a_literal_option_a_native_would_refuse_is_caught_before_anything_runs() {
     // Phase 3's last step, with its options mistyped: found before the first step writes.
     let test = repo().script(
