@@ -120,6 +120,7 @@ pub const DECLARED: &[Declared] = &[
             ("timeout", Seconds),
             ("interval", Seconds),
             ("progress", Seconds),
+            ("check", Bool),
         ],
     },
     Declared {
@@ -128,6 +129,7 @@ pub const DECLARED: &[Declared] = &[
             ("timeout", Seconds),
             ("interval", Seconds),
             ("progress", Seconds),
+            ("check", Bool),
         ],
     },
     Declared {

@@ -913,7 +913,9 @@ pub mod gitlab_functions {
     /// status change, and every 5 s (`progress`) where it stands: its status, its jobs' states
     /// and its URL. Anything but success is an error naming the failed jobs, the end of their
     /// traces and the pipeline's URL. Options: `timeout` (seconds, default 600), `interval`
-    /// (seconds between polls, default 2), `progress` (seconds between progress lines, default 5).
+    /// (seconds between polls, default 2), `progress` (seconds between progress lines, default 5),
+    /// `check` (default true; `false` returns a pipeline that ended otherwise, with that error
+    /// as its `failure`, instead of throwing: a timeout still throws).
     ///
     /// ```rhai
     /// step("Smoke", || {
@@ -968,6 +970,8 @@ pub mod gitlab_functions {
 
     /// Waits for many pipelines at once (maps with `project` and `id`, as
     /// `gitlab_trigger_pipeline` returns them); every failure is reported, not just the first.
+    /// Options as for `gitlab_wait_pipeline` (with `check: false`, each result carries its
+    /// `failure`, `()` when it succeeded).
     ///
     /// ```rhai
     /// step("Smoke", || {
@@ -1015,13 +1019,28 @@ pub mod gitlab_functions {
                 }
                 native_error(error.named_by(|_| "gitlab_wait_pipeline"))
             })?;
+        let check = option_bool(&options, "check", "gitlab_wait_pipelines")?.unwrap_or(true);
         let mut failures = Vec::new();
         let mut results = rhai::Array::new();
         for (wanted, pipeline) in wanted.iter().zip(finals) {
-            if pipeline.status != "success" {
-                failures.push(client.pipeline_failure(&wanted.project, &pipeline, &stop));
+            let failure = (pipeline.status != "success")
+                .then(|| client.pipeline_failure(&wanted.project, &pipeline, &stop));
+            let mut map = pipeline_map(&wanted.project, pipeline);
+            if !check {
+                // Asked to return it: the same words the error would have said.
+                let text = failure.as_ref().map(|error| {
+                    std::iter::once(error.message.clone())
+                        .chain(error.causes.iter().cloned())
+                        .collect::<Vec<_>>()
+                        .join("\n")
+                });
+                map.insert("failure".into(), optional(text));
             }
-            results.push(Dynamic::from_map(pipeline_map(&wanted.project, pipeline)));
+            failures.extend(failure);
+            results.push(Dynamic::from_map(map));
+        }
+        if !check {
+            return Ok(results);
         }
         match failures.len() {
             0 => Ok(results),

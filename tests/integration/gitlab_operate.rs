@@ -127,6 +127,9 @@ step("Retry a job", || {
     let restarted = gitlab_retry_pipeline(PROJECT, pipeline.id);
     print(`pipeline retry: changed ${restarted.changed}; pipeline ${ended(pipeline.id)}: ${jobs_of(pipeline.id)}`);
     print(`cancel a job that ended: changed ${gitlab_cancel_job(PROJECT, gitlab_jobs(PROJECT, pipeline.id)[0].id).changed}`);
+    // Asked not to throw, a wait returns the failure it would have thrown.
+    let waited = gitlab_wait_pipeline(PROJECT, pipeline.id, #{check: false});
+    print(`waited: ${waited.status}; ${waited.failure.split("\n")[0]}`);
 });
 step("Play a manual job", || {
     gitlab_put(`projects/${PROJECT}/repository/files/.gitlab-ci.yml`, #{branch: "main", commit_message: "manual",
@@ -168,6 +171,8 @@ fn an_operator_retries_cancels_and_plays_jobs_and_pipelines_and_a_second_call_ch
                     ~ retry pipeline #4 of blueprint-apps/guestbook (build, test)
                     pipeline retry: changed true; pipeline failed: ["build failed", "test skipped"]
                     cancel a job that ended: changed false
+                    pipeline #4 of blueprint-apps/guestbook: failed (0 s)
+                    waited: failed; gitlab: pipeline #4 of blueprint-apps/guestbook failed
                 [2/3] Retry a job ... changed (#.## s)
                 [3/3] Play a manual job ...
                     ~ put /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml
