@@ -151,6 +151,8 @@ fn history_path() -> Option<PathBuf> {
 struct ReplHelper {
     /// Natives, script functions, variables and commands, refreshed after every input.
     words: Arc<Mutex<Vec<String>>>,
+    /// Each native's fullest signature, shown in the list of candidates.
+    signatures: std::collections::HashMap<String, String>,
 }
 
 impl Completer for ReplHelper {
@@ -179,7 +181,11 @@ impl Completer for ReplHelper {
             .iter()
             .filter(|candidate| candidate.starts_with(word))
             .map(|candidate| Pair {
-                display: candidate.clone(),
+                display: self
+                    .signatures
+                    .get(candidate)
+                    .cloned()
+                    .unwrap_or_else(|| candidate.clone()),
                 replacement: candidate.clone(),
             })
             .collect();
@@ -1017,10 +1023,22 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
 
     let mut parser = Engine::new_raw();
     parser.set_max_expr_depths(0, 0);
+    let mut signatures = std::collections::HashMap::new();
+    for doc in crate::docs::function_docs() {
+        let fuller = signatures
+            .get(&doc.name)
+            .is_none_or(|known: &String| known.len() < doc.signature.len());
+        if fuller {
+            signatures.insert(doc.name.clone(), doc.signature.clone());
+        }
+    }
     let helper = ReplHelper {
         words: repl.words.clone(),
+        signatures,
     };
+    // Tab completes what the candidates share; a second Tab lists them with their signatures.
     let config = rustyline::Config::builder()
+        .completion_type(rustyline::CompletionType::List)
         .auto_add_history(false)
         .max_history_size(10_000)
         .map_err(|e| Error::usage(format!("{e}"), None))?

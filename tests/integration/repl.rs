@@ -83,6 +83,37 @@ fn tab_completes_native_names() {
 }
 
 #[test]
+fn a_second_tab_lists_the_candidates_with_their_signatures() {
+    let test = repo();
+    let mut session = repl(&test, &[], &[]);
+    session.exp_string("> ").expect("a prompt");
+    session.send("gitlab_wait_pi").expect("send");
+    session.flush().expect("flush");
+    // The first Tab completes what both candidates share, the second lists them.
+    session.send("\t").expect("tab");
+    session.flush().expect("flush");
+    session
+        .exp_string("> gitlab_wait_pipeline")
+        .expect("the shared part completed");
+    session.send("\t").expect("tab");
+    session.flush().expect("flush");
+    session
+        .exp_string("gitlab_wait_pipeline(project: string, id: int, options: map) -> map")
+        .expect("the first candidate with its signature");
+    session
+        .exp_string("gitlab_wait_pipelines(pipelines: array, options: map) -> array")
+        .expect("the second candidate with its signature");
+    // The line comes back as it was; Ctrl-C drops it, :quit leaves.
+    session
+        .exp_string("bprun> gitlab_wait_pipeline")
+        .expect("the line redrawn under the list");
+    session.send_control('c').expect("ctrl-c");
+    session.exp_string("bprun> ").expect("a fresh prompt");
+    session.send_line(":quit").expect("quit");
+    session.exp_eof().expect(":quit leaves");
+}
+
+#[test]
 fn ctrl_c_interrupts_a_running_call() {
     let test = repo();
     let mut session = repl(&test, &[], &[]);
