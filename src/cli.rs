@@ -469,7 +469,7 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             let listing = functions_listing(filter.as_deref());
             if listing.is_empty() {
                 let wanted = filter.unwrap_or_default();
-                let names: Vec<String> = crate::docs::function_docs()
+                let names: Vec<String> = crate::catalog::function_docs()
                     .into_iter()
                     .map(|doc| doc.name)
                     .collect();
@@ -680,7 +680,7 @@ fn write_stdout(bytes: &[u8]) -> Result<(), Error> {
 /// Every native whose name contains `filter` with its signature and first sentence; a filter
 /// that names a native exactly shows its whole documentation.
 fn functions_listing(filter: Option<&str>) -> String {
-    let docs = crate::docs::function_docs();
+    let docs = crate::catalog::function_docs();
     let exact = filter.is_some_and(|wanted| docs.iter().any(|doc| doc.name == wanted));
     let mut out = String::new();
     for doc in &docs {
@@ -710,7 +710,7 @@ fn functions_listing(filter: Option<&str>) -> String {
 
 fn write_definitions(dir: &std::path::Path) -> Result<(), Error> {
     std::fs::create_dir_all(dir).map_err(|error| Error::io("create", dir, error))?;
-    crate::docs::documentation_engine()
+    crate::catalog::documentation_engine()
         .definitions()
         .with_headers(true)
         .include_standard_packages(false)

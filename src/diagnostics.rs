@@ -14,6 +14,10 @@ use crate::error::{NativeError, StepSkip};
 pub trait ScriptSources {
     fn source(&self, name: &str) -> Option<Arc<str>>;
     fn function_names(&self) -> &[String];
+    /// Every signature of the native `name`, as `bprun functions` shows them.
+    fn signatures_of(&self, _name: &str) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl<T: ScriptSources + ?Sized> ScriptSources for Arc<T> {
@@ -23,6 +27,10 @@ impl<T: ScriptSources + ?Sized> ScriptSources for Arc<T> {
 
     fn function_names(&self) -> &[String] {
         T::function_names(self)
+    }
+
+    fn signatures_of(&self, name: &str) -> Vec<String> {
+        T::signatures_of(self, name)
     }
 }
 
@@ -76,7 +84,11 @@ fn function_label(name: &str) -> String {
 }
 
 /// `functions` are the names the engine knows, for did-you-mean suggestions.
-fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
+fn describe(
+    error: &EvalAltResult,
+    functions: &[String],
+    signatures_of: &dyn Fn(&str) -> Vec<String>,
+) -> Cause {
     let plain = |headline: String, label: &str, hint: Option<&str>| Cause {
         headline,
         label: label.to_string(),
@@ -110,7 +122,7 @@ fn describe(error: &EvalAltResult, functions: &[String]) -> Cause {
                 // The name is right, the arguments are not: its signatures say what it takes.
                 _ if functions.iter().any(|name| Some(name.as_str()) == signature.split(['(', ' ']).next()) => {
                     let name = signature.split(['(', ' ']).next().unwrap_or(signature);
-                    let signatures = crate::docs::signatures_of(&crate::docs::function_docs(), name);
+                    let signatures = signatures_of(name);
                     format!("the arguments do not fit {name}, which is called as {}", signatures.join(" or "))
                 }
                 Some(name) => format!("did you mean `{name}`? `bprun functions` lists every native with its arguments"),
@@ -299,7 +311,9 @@ pub fn runtime_error(
         }
         outermost = false;
     }
-    let cause = describe(inner, session.function_names());
+    let cause = describe(inner, session.function_names(), &|name| {
+        session.signatures_of(name)
+    });
     let at = Location {
         source: current.clone(),
         position: inner.position(),
@@ -477,7 +491,7 @@ pub fn headline(error: &EvalAltResult) -> String {
     {
         inner = next;
     }
-    describe(inner, &[]).headline
+    describe(inner, &[], &|_| Vec::new()).headline
 }
 
 #[cfg(test)]

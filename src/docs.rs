@@ -1,17 +1,6 @@
 //! The natives' documentation, read from the engine's metadata (the `///` comments of every
 //! `#[export_module]`): `bprun functions`, `bprun defs` and the REPL's completion and `:help`.
-
-use std::path::PathBuf;
-use std::sync::Arc;
-
-/// An engine with every native, for documentation commands (no script, no run).
-pub fn documentation_engine() -> rhai::Engine {
-    let reporter = crate::output::Reporter::new(crate::output::Format::Human, 0);
-    let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-    let state =
-        crate::state::RunState::new(false, root.clone(), reporter, crate::runner::cancel_flag());
-    crate::engine::build(Arc::new(crate::engine::Session::new(state, root)))
-}
+//! Only parsing lives here; `crate::catalog` builds the engine it is read from.
 
 /// One documented native, from the engine's metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -124,11 +113,10 @@ fn script_type(rust: &str) -> String {
     .to_string()
 }
 
-/// The documented natives (operators and display helpers left out), sorted by name.
-pub fn function_docs() -> Vec<FunctionDoc> {
-    let engine = documentation_engine();
-    let json = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
-    let value: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+/// The documented natives of an engine's metadata (`Engine::gen_fn_metadata_to_json`; operators,
+/// display helpers and `hidden` left out), sorted by name.
+pub fn from_metadata(json: &str, hidden: &[&str]) -> Vec<FunctionDoc> {
+    let value: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
     let functions = value["functions"].as_array().cloned().unwrap_or_default();
     let mut docs: Vec<FunctionDoc> = functions
         .iter()
@@ -138,10 +126,8 @@ pub fn function_docs() -> Vec<FunctionDoc> {
             let hidden = !is_identifier
                 || name.starts_with("get$")
                 || name.starts_with("set$")
-                || matches!(
-                    name.as_str(),
-                    "to_string" | "to_debug" | crate::engine::RUN_STEPS_NATIVE
-                );
+                || matches!(name.as_str(), "to_string" | "to_debug")
+                || hidden.contains(&name.as_str());
             if hidden {
                 return None;
             }
@@ -210,4 +196,30 @@ pub fn signatures_of(docs: &[FunctionDoc], name: &str) -> Vec<String> {
         .filter(|doc| doc.name == name)
         .map(|doc| doc.signature.clone())
         .collect()
+}
+
+/// `1 argument`, `3 arguments`.
+pub fn arguments(count: usize) -> String {
+    if count == 1 {
+        "1 argument".to_string()
+    } else {
+        format!("{count} arguments")
+    }
+}
+
+/// `2 or 3 arguments`, from the signatures a native has.
+pub fn argument_counts(signatures: &[String]) -> String {
+    let mut counts: Vec<usize> = signatures
+        .iter()
+        .map(|signature| arity(signature))
+        .collect();
+    counts.sort();
+    counts.dedup();
+    let words: Vec<String> = counts.iter().map(usize::to_string).collect();
+    let joined = match words.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+        None => String::new(),
+    };
+    format!("{joined} argument{}", if counts == [1] { "" } else { "s" })
 }

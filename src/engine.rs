@@ -57,6 +57,8 @@ pub struct Session {
     pub pending_variables: Mutex<std::collections::HashSet<String>>,
     /// The names of the natives the engine registered (did-you-mean in diagnostics).
     function_names: std::sync::OnceLock<Vec<String>>,
+    /// The natives' documentation (signatures included), read from the engine's metadata.
+    function_docs: std::sync::OnceLock<Vec<crate::docs::FunctionDoc>>,
 }
 
 impl Session {
@@ -77,10 +79,16 @@ impl Session {
             pending_heads: Mutex::new(std::collections::HashSet::new()),
             pending_variables: Mutex::new(std::collections::HashSet::new()),
             function_names: std::sync::OnceLock::new(),
+            function_docs: std::sync::OnceLock::new(),
         }
     }
 
     /// The natives' names, once an engine was built for this session.
+    /// The natives' documentation, as `bprun functions` shows it.
+    pub fn function_docs(&self) -> &[crate::docs::FunctionDoc] {
+        self.function_docs.get().map_or(&[], Vec::as_slice)
+    }
+
     pub fn function_names(&self) -> &[String] {
         self.function_names.get().map_or(&[], Vec::as_slice)
     }
@@ -116,6 +124,10 @@ impl crate::diagnostics::ScriptSources for Session {
 
     fn function_names(&self) -> &[String] {
         Session::function_names(self)
+    }
+
+    fn signatures_of(&self, name: &str) -> Vec<String> {
+        crate::docs::signatures_of(self.function_docs(), name)
     }
 }
 
@@ -198,6 +210,10 @@ pub fn build(session: Arc<Session>) -> Engine {
     names.dedup();
     let _ = session.function_names.set(names);
     engine.register_global_module(natives.into());
+    let metadata = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
+    let _ = session
+        .function_docs
+        .set(crate::docs::from_metadata(&metadata, &[RUN_STEPS_NATIVE]));
     register_run_steps(&mut engine);
     engine.set_default_tag(Dynamic::from(SessionHandle(session)));
     engine

@@ -3,6 +3,7 @@
 //! Scripts own the order; the Rust natives own the guarantees (idempotence, check mode,
 //! timeouts, named errors, secrets kept out of output).
 
+pub mod catalog;
 pub mod cli;
 pub mod decl;
 pub mod diagnostics;

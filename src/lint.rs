@@ -306,32 +306,6 @@ pub fn arity_mistakes(
         .collect()
 }
 
-/// `1 argument`, `3 arguments`.
-pub fn arguments(count: usize) -> String {
-    if count == 1 {
-        "1 argument".to_string()
-    } else {
-        format!("{count} arguments")
-    }
-}
-
-/// `2 or 3 arguments`, from the signatures a native has.
-pub fn argument_counts(signatures: &[String]) -> String {
-    let mut counts: Vec<usize> = signatures
-        .iter()
-        .map(|signature| crate::docs::arity(signature))
-        .collect();
-    counts.sort();
-    counts.dedup();
-    let words: Vec<String> = counts.iter().map(usize::to_string).collect();
-    let joined = match words.split_last() {
-        Some((last, [])) => last.clone(),
-        Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
-        None => String::new(),
-    };
-    format!("{joined} argument{}", if counts == [1] { "" } else { "s" })
-}
-
 /// Each function name the engine knows (natives and standard functions), with the argument
 /// counts of its signatures.
 fn signature_arities(engine: &Engine) -> std::collections::HashMap<String, HashSet<usize>> {

@@ -586,7 +586,7 @@ impl Repl {
                 ));
             }
             ":help" => {
-                let docs: Vec<_> = crate::docs::function_docs()
+                let docs: Vec<_> = crate::catalog::function_docs()
                     .into_iter()
                     .filter(|doc| doc.name == argument)
                     .collect();
@@ -600,7 +600,7 @@ impl Repl {
                 }
             }
             ":functions" => {
-                for doc in crate::docs::function_docs() {
+                for doc in crate::catalog::function_docs() {
                     if doc.name.contains(&argument) {
                         self.print(&format!("{}\n    {}", doc.signature, doc.summary()));
                     }
@@ -949,7 +949,7 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
     };
     let session = Arc::new(Session::new(state, import_root));
     let engine = engine::build(session.clone());
-    let natives: Vec<String> = crate::docs::function_docs()
+    let natives: Vec<String> = crate::catalog::function_docs()
         .into_iter()
         .map(|doc| doc.name)
         .collect();
@@ -1024,7 +1024,7 @@ pub fn run(options: ReplOptions) -> Result<ExitCode, Error> {
     let mut parser = Engine::new_raw();
     parser.set_max_expr_depths(0, 0);
     let mut signatures = std::collections::HashMap::new();
-    for doc in crate::docs::function_docs() {
+    for doc in crate::catalog::function_docs() {
         let fuller = signatures
             .get(&doc.name)
             .is_none_or(|known: &String| known.len() < doc.signature.len());

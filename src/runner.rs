@@ -488,16 +488,15 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         return Err(Error::Reported(ExitCode::ScriptError));
     }
     // And a native called with an argument count none of its signatures takes.
-    let docs = crate::docs::function_docs();
-    let arity = crate::lint::arity_mistakes(&engine, &ast, &docs);
+    let arity = crate::lint::arity_mistakes(&engine, &ast, session.function_docs());
     if !arity.is_empty() {
         for mistake in &arity {
             let mut error = native_error(
                 crate::error::NativeError::new(format!(
                     "{} takes {}, not {}",
                     mistake.name,
-                    crate::lint::argument_counts(&mistake.signatures),
-                    crate::lint::arguments(mistake.arguments)
+                    crate::docs::argument_counts(&mistake.signatures),
+                    crate::docs::arguments(mistake.arguments)
                 ))
                 .with_hint(format!(
                     "it is called as {}",

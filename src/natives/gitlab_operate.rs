@@ -70,7 +70,8 @@ pub mod gitlab_operate_functions {
     /// an error.
     ///
     /// ```rhai
-    /// let failed = gitlab_jobs("blueprint-apps/guestbook", pipeline_id).filter(|job| job.status == "failed");
+    /// let last = gitlab_pipelines("blueprint-apps/guestbook", #{limit: 1})[0];
+    /// let failed = gitlab_jobs("blueprint-apps/guestbook", last.id).filter(|job| job.status == "failed");
     /// for job in failed { gitlab_retry_job("blueprint-apps/guestbook", job.id); }
     /// ```
     #[rhai_fn(return_raw)]
@@ -107,7 +108,8 @@ pub mod gitlab_operate_functions {
     /// A job that no longer waits for a person is left as it is, with a warning.
     ///
     /// ```rhai
-    /// let deploy = gitlab_jobs("blueprint-apps/guestbook", pipeline_id).filter(|job| job.status == "manual");
+    /// let last = gitlab_pipelines("blueprint-apps/guestbook", #{limit: 1})[0];
+    /// let deploy = gitlab_jobs("blueprint-apps/guestbook", last.id).filter(|job| job.status == "manual");
     /// if !deploy.is_empty() { gitlab_play_job("blueprint-apps/guestbook", deploy[0].id); }
     /// ```
     #[rhai_fn(return_raw)]

@@ -70,7 +70,7 @@ fn functions_lists_signatures_and_first_doc_lines() {
 
 #[test]
 fn every_native_has_docs_with_a_rhai_example_that_compiles() {
-    let docs = bprun::docs::function_docs();
+    let docs = bprun::catalog::function_docs();
     assert!(docs.len() > 25, "only {} natives documented", docs.len());
     let mut engine = rhai::Engine::new();
     bprun::natives::register_all(&mut engine);
