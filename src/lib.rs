@@ -11,6 +11,7 @@ pub mod docs;
 pub mod engine;
 pub mod error;
 pub mod journal;
+pub mod kube_table;
 pub mod lint;
 pub mod natives;
 pub mod output;

@@ -341,10 +341,20 @@ pub fn render_value(value: &Dynamic, json: bool) -> Option<String> {
     if value.is_unit() {
         return None;
     }
+    let objects = match (json, value.is_array()) {
+        (false, true) => to_json(value, Secrets::Redact)
+            .ok()
+            .and_then(|listed| listed.as_array().cloned())
+            .filter(|items| crate::kube_table::all_objects(items)),
+        _ => None,
+    };
     let text = if value.is_string() && !json {
         value.to_string()
     } else if let Some(secret) = value.read_lock::<Secret>() {
         crate::values::secret_text(&secret)
+    } else if let Some(objects) = objects {
+        // As `kubectl get` lists them (a whole object is one `[index]` away).
+        crate::kube_table::render(&objects, std::time::SystemTime::now())
     } else if let (Some(table), false) = (
         value
             .read_lock::<rhai::Array>()

@@ -433,6 +433,28 @@ fn reveal_shows_a_secret_on_purpose_and_literal_secrets_stay_out_of_the_history(
 }
 
 #[test]
+fn kubernetes_lists_print_as_kubectl_lists_them() {
+    let sim = crate::support::BPRUN.sim(crate::support::SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    sim.kubectl(&["-n", "demo", "create", "deployment", "web", "--image=registry.invalid/web:1"])
+        .ok();
+    sim.kubectl(&["-n", "demo", "create", "configmap", "settings"]).ok();
+    let test = repo();
+    let kubeconfig = sim.var("KUBECONFIG").to_string();
+    let mut session = repl(&test, &[], &[("KUBECONFIG", kubeconfig.as_str())]);
+    input(&mut session, "kube_list(\"Deployment\", \"demo\")");
+    session
+        .exp_regex(r"NAME +READY +UP-TO-DATE +AVAILABLE +AGE\r?\nweb +0/1 +\d+ +0 +\d+s")
+        .expect("a Deployment's replicas, as kubectl get shows them");
+    input(&mut session, "kube_list(\"ConfigMap\", \"demo\").filter(|c| c.metadata.name == \"settings\")");
+    session
+        .exp_regex(r"NAME +AGE\r?\nsettings +\d+s")
+        .expect("any other kind: its name and age");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("eof");
+}
+
+#[test]
 fn canaries_stay_hidden_in_the_repl_whatever_reads_them() {
     // Issue #15's canary test: every secret the platform holds, read every way a REPL user
     // would (environment, raw GitLab reads, OpenBao, the kubeconfig, printing, joining,
