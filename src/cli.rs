@@ -513,10 +513,20 @@ fn dispatch(cli: Cli) -> Result<ExitCode, Error> {
             load,
             json,
             input,
-        }) => crate::repl::eval(crate::repl::ReplOptions { check, load }, &input, json),
-        Some(Command::Repl { check, load, .. }) => {
-            crate::repl::run(crate::repl::ReplOptions { check, load })
-        }
+        }) => crate::repl::eval(
+            crate::repl::ReplOptions {
+                check,
+                load,
+                rehearsal_copy: None,
+            },
+            &input,
+            json,
+        ),
+        Some(Command::Repl { check, load, .. }) => crate::repl::run(crate::repl::ReplOptions {
+            check,
+            load,
+            rehearsal_copy: None,
+        }),
         Some(Command::Rehearse {
             state,
             no_runner,

@@ -696,15 +696,21 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
     let root = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
     ensure_tools(&root)?;
     let state = state_dir(None, "repl")?;
-    let mut prepared = platform::prepare(&root, &state.path, 1.0)
+    // A copy of the repository, as `bprun rehearse` works on: phase 2's files (the wildcard
+    // certificate) land there, and `:run` runs scripts there, so the session changes no file of
+    // the checkout.
+    let copy = state.path.join("work");
+    copy_repository(&root, &copy, &[])?;
+    let mut prepared = platform::prepare(&root, &state.path.join("platform"), 1.0)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
-    // The wildcard certificate phase 2 would have left: in the session's own folder, not the
-    // checkout (a REPL session changes no file of it).
-    prepared.repository = Some(state.path.join("repository"));
+    prepared.repository = Some(copy.clone());
     export(&prepared, &root, true);
     let platform = platform::start(prepared)
         .map_err(|message| usage(format!("rehearsal platform: {message}")))?;
     print_platform(&platform, true, false);
+    eprintln!(
+        "  :run scripts/phase3.rhai brings it to where phase 3 leaves it (in a copy of the repository)"
+    );
     if std::env::var("GITLAB_TOKEN").is_ok_and(|token| !token.is_empty()) {
         eprintln!(
             "  GITLAB_TOKEN is set (the simulator's admin token): gitlab_* natives work at once; gitlab_login(TOKEN) switches to another token"
@@ -714,7 +720,11 @@ pub fn repl(check: bool, load: Option<PathBuf>) -> Result<ExitCode, Error> {
             "  (no GITLAB_TOKEN: run phase 3 first, then gitlab_login(bao_read(\"gitlab/bootstrap/admin_token\").token))"
         );
     }
-    let code = crate::repl::run(crate::repl::ReplOptions { check, load });
+    let code = crate::repl::run(crate::repl::ReplOptions {
+        check,
+        load,
+        rehearsal_copy: Some(copy),
+    });
     drop(platform);
     code
 }

@@ -58,6 +58,10 @@ const COMMANDS: &[(&str, &str)] = &[
         ":json",
         ":json             switch results between readable and raw JSON",
     ),
+    (
+        ":run",
+        ":run SCRIPT [ARGS] run a script as `bprun SCRIPT ARGS` would (with --check under :check on)",
+    ),
     (":quit", ":quit             leave (Ctrl-D does the same)"),
 ];
 
@@ -65,6 +69,9 @@ const COMMANDS: &[(&str, &str)] = &[
 pub struct ReplOptions {
     pub check: bool,
     pub load: Option<PathBuf>,
+    /// Under `--rehearse`: the repository copy the rehearsal platform works on, where `:run`
+    /// runs scripts (the checkout is never written).
+    pub rehearsal_copy: Option<PathBuf>,
 }
 
 /// Token-looking literals that must never reach the history file.
@@ -494,9 +501,46 @@ struct Repl {
     json: bool,
     words: Arc<Mutex<Vec<String>>>,
     natives: Vec<String>,
+    rehearsal_copy: Option<PathBuf>,
 }
 
 impl Repl {
+    /// `:run SCRIPT [ARGS]`: the script runs as `bprun SCRIPT ARGS` in its own process, against
+    /// what this session points at (under `--rehearse`, in the rehearsal's repository copy,
+    /// as `bprun rehearse` runs it: without the session's GitLab token, so phase 3 mints its
+    /// own). Its output streams as it comes; the session goes on whatever its exit code.
+    fn run_script(&self, words: &[&str]) {
+        let Some((script, args)) = words.split_first() else {
+            eprintln!(":run needs a script: :run scripts/phase3.rhai");
+            return;
+        };
+        let program = match std::env::current_exe() {
+            Ok(program) => program,
+            Err(error) => {
+                eprintln!("cannot find the bprun binary to run {script}: {error}");
+                return;
+            }
+        };
+        let mut command = std::process::Command::new(program);
+        if self.session.state.check() {
+            command.arg("--check");
+        }
+        command.arg(script).args(args);
+        if let Some(copy) = &self.rehearsal_copy {
+            command.current_dir(copy).env_remove("GITLAB_TOKEN");
+        }
+        match command.status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => eprintln!(
+                "{script} exited with {}",
+                status
+                    .code()
+                    .map_or("a signal".to_string(), |code| code.to_string())
+            ),
+            Err(error) => eprintln!("cannot run {script}: {error}"),
+        }
+    }
+
     fn refresh_words(&self) {
         let mut words: Vec<String> = self.natives.clone();
         words.extend(self.functions.iter_functions().map(|f| f.name.to_string()));
@@ -608,6 +652,10 @@ impl Repl {
                 for doc in docs {
                     self.print(&format!("{}\n{}\n", doc.signature, doc.doc.trim_end()));
                 }
+            }
+            ":run" => {
+                let words: Vec<&str> = argument.split_whitespace().collect();
+                self.run_script(&words);
             }
             ":functions" => {
                 for doc in crate::catalog::function_docs() {
@@ -972,6 +1020,7 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
         json: false,
         words: Arc::new(Mutex::new(Vec::new())),
         natives,
+        rehearsal_copy: options.rehearsal_copy.clone(),
     };
     repl.scope.push("args", rhai::Map::new());
 

@@ -259,6 +259,64 @@ fn rehearse_points_the_session_at_the_embedded_platform() {
 }
 
 #[test]
+fn run_brings_the_rehearsal_to_where_phase3_leaves_it_and_the_readmes_example_works() {
+    // The README's REPL example, as written, after `:run scripts/phase3.rhai`.
+    let test = crate::support::BPRUN.test_in_repository_copy();
+    let mut session = repl(&test, &["--rehearse"], &[]);
+    input(&mut session, ":run scripts/phase3.rhai");
+    for (index, step) in [
+        "Pre-flight",
+        "Mint PAT",
+        "Seed glab auth",
+        "Ensure group",
+        "Provision projects",
+        "Smoke test",
+        "Workloads reachable",
+    ]
+    .iter()
+    .enumerate()
+    {
+        session
+            .exp_regex(&format!(
+                r"\[{}/7\] {step} \.\.\. (ok|changed|skipped)",
+                index + 1
+            ))
+            .expect("phase 3's steps, one after the other");
+    }
+    session.exp_string("7 steps: ").expect("phase 3's recap");
+    input(
+        &mut session,
+        "gitlab_login(bao_read(\"gitlab/bootstrap/admin_token\").token);",
+    );
+    input(
+        &mut session,
+        "gitlab_get_all(\"groups/blueprint-apps/projects\").map(|p| #{id: p.id, path: p.path})",
+    );
+    session
+        .exp_regex(r"id +path\r?\n\d+ +[a-z-]+")
+        .expect("a raw read by the group's path, as a table");
+    input(
+        &mut session,
+        "gitlab_projects(\"blueprint-apps\").map(|p| p.path)",
+    );
+    session
+        .exp_regex(r#"\[\s*"shared-code",\s*"guestbook",\s*"redis",\s*"redis-slave"\s*\]"#)
+        .expect("the four projects");
+    input(
+        &mut session,
+        "gitlab_jobs(\"blueprint-apps/guestbook\", gitlab_pipelines(\"blueprint-apps/guestbook\")[0].id).map(|j| j.status)",
+    );
+    session
+        .exp_regex(r#"\[\s*"success"(,\s*"success")*\s*\]"#)
+        .expect("the smoke pipeline's jobs, all green");
+    input(&mut session, ":quit");
+    session.exp_eof().expect("quit stops the platform");
+    // The checkout was not written: phase 3 ran in the rehearsal's copy.
+    assert!(!test.join("apps-local").exists());
+    assert!(!test.join(".bprun").exists());
+}
+
+#[test]
 fn multi_line_functions_blocks_and_strings_continue_until_complete() {
     let test = repo();
     let mut session = repl(&test, &[], &[]);
@@ -340,6 +398,7 @@ fn rehearse_banner_knows_the_token_and_a_typed_step_explains_itself() {
               GitLab Runner        an online instance runner stand-in (as phase 2 registers it)
               Kubernetes simulator https://127.0.0.1:<port>
               OpenBao              <either>
+              :run scripts/phase3.rhai brings it to where phase 3 leaves it (in a copy of the repository)
               GITLAB_TOKEN is set (the simulator's admin token): gitlab_* natives work at once; gitlab_login(TOKEN) switches to another token
             bprun repl: Rhai with every bprun native. :help for commands,\x20",
         ),
@@ -436,9 +495,17 @@ fn reveal_shows_a_secret_on_purpose_and_literal_secrets_stay_out_of_the_history(
 fn kubernetes_lists_print_as_kubectl_lists_them() {
     let sim = crate::support::BPRUN.sim(crate::support::SimKind::Kube, &[]);
     sim.kubectl(&["create", "ns", "demo"]).ok();
-    sim.kubectl(&["-n", "demo", "create", "deployment", "web", "--image=registry.invalid/web:1"])
+    sim.kubectl(&[
+        "-n",
+        "demo",
+        "create",
+        "deployment",
+        "web",
+        "--image=registry.invalid/web:1",
+    ])
+    .ok();
+    sim.kubectl(&["-n", "demo", "create", "configmap", "settings"])
         .ok();
-    sim.kubectl(&["-n", "demo", "create", "configmap", "settings"]).ok();
     let test = repo();
     let kubeconfig = sim.var("KUBECONFIG").to_string();
     let mut session = repl(&test, &[], &[("KUBECONFIG", kubeconfig.as_str())]);
@@ -446,7 +513,10 @@ fn kubernetes_lists_print_as_kubectl_lists_them() {
     session
         .exp_regex(r"NAME +READY +UP-TO-DATE +AVAILABLE +AGE\r?\nweb +0/1 +\d+ +0 +\d+s")
         .expect("a Deployment's replicas, as kubectl get shows them");
-    input(&mut session, "kube_list(\"ConfigMap\", \"demo\").filter(|c| c.metadata.name == \"settings\")");
+    input(
+        &mut session,
+        "kube_list(\"ConfigMap\", \"demo\").filter(|c| c.metadata.name == \"settings\")",
+    );
     session
         .exp_regex(r"NAME +AGE\r?\nsettings +\d+s")
         .expect("any other kind: its name and age");
