@@ -553,10 +553,33 @@ pub mod kube_functions {
             .wait(&spec, mode(&session), &progress, &cancelled)
             .map_err(kube_error)?
         {
-            Waited::Met(objects) => Ok(objects
-                .into_iter()
-                .map(|object| object_value(object, secret_kind(kind)))
-                .collect()),
+            Waited::Met(objects) => {
+                // What became ready, for -v (the REPL prints the objects themselves).
+                let names: Vec<String> = objects
+                    .iter()
+                    .filter_map(|object| object["metadata"]["name"].as_str().map(str::to_string))
+                    .collect();
+                session.state.reporter.log(
+                    Level::Debug,
+                    &format!(
+                        "kube_wait {kind} {name_or_selector}{}: met by {}",
+                        if ns.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" in {ns}")
+                        },
+                        if names.is_empty() {
+                            "nothing left (deleted)".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    ),
+                );
+                Ok(objects
+                    .into_iter()
+                    .map(|object| object_value(object, secret_kind(kind)))
+                    .collect())
+            }
             Waited::Unmet(error) => {
                 let error = error.named_by(kube_operation);
                 session.state.reporter.log(

@@ -543,3 +543,28 @@ fn a_delete_whose_uid_precondition_fails_is_refused_and_deletes_nothing() {
     );
     assert_eq!(sim.jsonpath("pod/one", "default", "{.metadata.uid}"), uid);
 }
+
+#[test]
+fn a_met_wait_says_what_met_it_under_verbose() {
+    let sim = BPRUN.sim(SimKind::Kube, &[]);
+    sim.kubectl(&["create", "ns", "demo"]).ok();
+    let script = r#"
+step("Wait", || {
+    kube_apply(#{apiVersion: "v1", kind: "ConfigMap", metadata: #{name: "settings", namespace: "demo"}, data: #{a: "1"}});
+    kube_wait("ConfigMap", "demo", "settings", |c| c.data.a == "1", #{timeout: 10});
+});
+"#;
+    let test = with_kube(repo().script(script), &sim);
+    let run = test.run(&["-v", "scripts/test.rhai"]);
+    run.code(0);
+    let said: Vec<&str> = run
+        .stdout
+        .lines()
+        .chain(run.stderr.lines())
+        .filter(|line| line.contains("kube_wait"))
+        .collect();
+    assert_eq!(
+        said,
+        ["    debug: kube_wait ConfigMap settings in demo: met by settings"]
+    );
+}
