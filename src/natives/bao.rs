@@ -517,6 +517,24 @@ pub mod bao_functions {
         Ok(keys.into_iter().map(Dynamic::from).collect())
     }
 
+    /// A KV v2 secret's metadata (its values stay unread): `#{current_version, oldest_version,
+    /// max_versions, created_time, updated_time, versions}`, `versions` oldest first, each
+    /// `#{version, created_time, deleted, destroyed}`; `()` when the path holds no secret.
+    ///
+    /// ```rhai
+    /// let meta = bao_versions("gitlab/bootstrap/admin_token");
+    /// if meta != () { print(`version ${meta.current_version} of ${meta.versions.len()}`) }
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn bao_versions(context: NativeCallContext, path: &str) -> RhaiResultOf<Dynamic> {
+        let session = remote(&context, "bao_versions")?;
+        let path = kv_path(path, &rhai::Map::new(), "bao_versions")?;
+        let metadata = bao(&session).kv_metadata(&path).map_err(native_error)?;
+        Ok(metadata
+            .map(crate::natives::convert::from_json)
+            .unwrap_or(Dynamic::UNIT))
+    }
+
     /// Soft-deletes the latest version of a KV v2 secret; unchanged when there is none.
     ///
     /// ```rhai

@@ -7,6 +7,35 @@ use crate::support::{BaoServer, Test, free_port, repo};
 /// The KV steps both OpenBao servers (real `bao server -dev` and bprun's stand-in) must pass.
 pub const KV_BASICS: &str = include_str!("../scripts/bao/kv_basics.rhai");
 
+/// A secret's versions as `bao_versions` reads them (the same on `bao server -dev` and the
+/// stand-in).
+pub const VERSIONS: &str = r#"
+step("Versions", || {
+    bao_write("v/x", #{a: "1"});
+    bao_write("v/x", #{a: "2"});
+    bao_delete("v/x");
+    let meta = bao_versions("v/x");
+    print(`current ${meta.current_version}, oldest ${meta.oldest_version}, at most ${meta.max_versions}`);
+    for v in meta.versions { print(`version ${v.version}: deleted ${v.deleted}, destroyed ${v.destroyed}`); }
+    print(`created and updated: ${meta.created_time != "" && meta.updated_time != ""}`);
+    print(`nothing at v/none: ${bao_versions("v/none") == ()}`);
+});
+"#;
+
+/// What VERSIONS prints.
+pub const VERSIONS_PRINTED: &str = "
+[1/1] Versions ...
+    ~ write secret secret/v/x (version 1)
+    ~ write secret secret/v/x (version 2)
+    ~ delete latest version of secret secret/v/x
+    current 2, oldest 0, at most 0
+    version 1: deleted false, destroyed false
+    version 2: deleted true, destroyed false
+    created and updated: true
+    nothing at v/none: true
+[1/1] Versions ... changed (#.## s)
+";
+
 fn with_dev(test: Test, server: &BaoServer) -> Test {
     test.env("BAO_ADDR", &server.address)
         .env("BAO_TOKEN", "root")
@@ -18,6 +47,19 @@ fn current_version(server: &BaoServer, path: &str) -> u64 {
     value["data"]["current_version"]
         .as_u64()
         .expect("current_version")
+}
+
+#[test]
+fn versions_read_a_secrets_metadata_without_its_values() {
+    let server = BaoServer::dev();
+    let test = with_dev(repo().script(VERSIONS), &server);
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(&format!(
+            "{VERSIONS_PRINTED}\n<recap of scripts/test.rhai: Versions: changed 3>\n"
+        )),
+        "",
+    );
 }
 
 #[test]

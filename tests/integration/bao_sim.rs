@@ -3,7 +3,7 @@
 //! as they talk to `bao server -dev` (the same script as tests/integration/bao.rs runs there).
 //! Response shapes are unit-tested in src/sim/bao.rs.
 
-use crate::bao::KV_BASICS;
+use crate::bao::{KV_BASICS, VERSIONS, VERSIONS_PRINTED};
 use crate::support::with_recaps;
 use crate::support::{BPRUN, Output, SimKind, repo};
 use bprun_testkit::unindent;
@@ -131,6 +131,20 @@ step("Destroy", || {
         why,
     );
     output.stdout_lacks("glpat-kv-test-000000000");
+}
+
+#[test]
+fn versions_read_on_the_stand_in_as_on_bao_dev() {
+    rehearse(VERSIONS, &[]).expect(
+        0,
+        &format!(
+            "{}{REHEARSAL_END_STATE}",
+            with_recaps(&format!(
+                "{VERSIONS_PRINTED}\n<recap of scripts/test.rhai: Versions: changed 3>\n"
+            ))
+        ),
+        REHEARSAL_PLATFORM,
+    );
 }
 
 #[test]

@@ -942,6 +942,53 @@ impl BaoClient {
         ))
     }
 
+    /// A KV v2 secret's metadata, as `bao kv metadata get` shows it: its current and oldest
+    /// version, when it was created and updated, and each version (oldest first) with its
+    /// creation time and whether it was deleted or destroyed. `None` when the path holds none.
+    pub fn kv_metadata(&self, path: &KvPath) -> Result<Option<serde_json::Value>, ClientError> {
+        let result =
+            self.read_with_retry(|client| {
+                let path = path.clone();
+                async move {
+                    vaultrs::kv2::read_metadata(client.as_ref(), &path.mount, &path.path).await
+                }
+            })?;
+        let metadata = match result {
+            Ok(metadata) => metadata,
+            Err(error) if matches!(server_response(&error), Some((404, _))) => return Ok(None),
+            Err(error) => {
+                return Err(
+                    self.describe(error, &format!("GET {}/metadata/{}", path.mount, path.path))
+                );
+            }
+        };
+        let mut versions: Vec<(u64, serde_json::Value)> = metadata
+            .versions
+            .iter()
+            .filter_map(|(number, version)| {
+                let number: u64 = number.parse().ok()?;
+                Some((
+                    number,
+                    serde_json::json!({
+                        "version": number,
+                        "created_time": version.created_time,
+                        "deleted": !version.deletion_time.is_empty(),
+                        "destroyed": version.destroyed,
+                    }),
+                ))
+            })
+            .collect();
+        versions.sort_by_key(|(number, _)| *number);
+        Ok(Some(serde_json::json!({
+            "current_version": metadata.current_version,
+            "oldest_version": metadata.oldest_version,
+            "max_versions": metadata.max_versions,
+            "created_time": metadata.created_time,
+            "updated_time": metadata.updated_time,
+            "versions": versions.into_iter().map(|(_, v)| v).collect::<Vec<_>>(),
+        })))
+    }
+
     fn kv_current_version(&self, path: &KvPath) -> Result<u64, ClientError> {
         let result =
             self.read_with_retry(|client| {
