@@ -132,10 +132,47 @@ pub fn scrub(text: &str) -> String {
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     let mut out = text.to_string();
     for value in values.iter() {
-        if out.contains(value.as_ref()) {
-            out = out.replace(value.as_ref(), REDACTED);
+        if !out.contains(value.as_ref()) {
+            continue;
         }
+        out = if value.len() >= HIDDEN_ANYWHERE {
+            out.replace(value.as_ref(), REDACTED)
+        } else {
+            replace_standalone(&out, value)
+        };
     }
+    out
+}
+
+/// Secrets this long are hidden wherever they appear. A shorter one (a password such as
+/// `repl-trial`) is hidden where it stands as a value of its own, not where it is only part of
+/// a longer name (`ConfigMap/repl-trial-config`): a name that merely contains it says nothing
+/// of the secret, while `password: repl-trial`, `user:repl-trial@host` or `"repl-trial"` do.
+const HIDDEN_ANYWHERE: usize = 16;
+
+/// Whether `c` continues a name (a Kubernetes name, a path segment, an identifier).
+fn continues_a_name(c: char) -> bool {
+    c.is_alphanumeric() || c == '-' || c == '_'
+}
+
+/// `text` with each occurrence of `value` that no name character touches replaced.
+fn replace_standalone(text: &str, value: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = 0;
+    for (start, _) in text.match_indices(value) {
+        if start < rest {
+            continue;
+        }
+        let end = start + value.len();
+        let before = text[..start].chars().next_back();
+        let after = text[end..].chars().next();
+        let inside_a_name =
+            before.is_some_and(continues_a_name) || after.is_some_and(continues_a_name);
+        out.push_str(&text[rest..start]);
+        out.push_str(if inside_a_name { value } else { REDACTED });
+        rest = end;
+    }
+    out.push_str(&text[rest..]);
     out
 }
 
@@ -182,6 +219,22 @@ mod tests {
             scrub("a scrub-canary-longer and scrub-canary b"),
             "a *** and *** b"
         );
+    }
+
+    #[test]
+    fn a_short_secret_is_hidden_as_a_value_but_not_inside_a_longer_name() {
+        Secret::new("short-trial");
+        assert_eq!(
+            scrub("password: short-trial; user:short-trial@db \"short-trial\" short-trial."),
+            "password: ***; user:***@db \"***\" ***."
+        );
+        assert_eq!(
+            scrub("ConfigMap/short-trial-config, my-short-trial, short-trial2"),
+            "ConfigMap/short-trial-config, my-short-trial, short-trial2"
+        );
+        // A long one is hidden wherever it appears, inside a name too.
+        Secret::new("a-long-random-secret-value");
+        assert_eq!(scrub("x-a-long-random-secret-value-y"), "x-***-y");
     }
 
     #[test]
