@@ -72,6 +72,59 @@ impl FunctionDoc {
     }
 }
 
+impl FunctionDoc {
+    /// The docs as the REPL's `:help` shows them: an example that is one `step("...", || {
+    /// ... })` shows its body, since steps do not run in the REPL and the body runs as typed.
+    pub fn repl_text(&self) -> String {
+        let mut out = Vec::new();
+        let mut block: Option<Vec<String>> = None;
+        for line in self.doc.lines() {
+            let trimmed = line.trim();
+            let text = line.strip_prefix(' ').unwrap_or(line).to_string();
+            match &mut block {
+                None if trimmed == "```rhai" => {
+                    out.push(text);
+                    block = Some(Vec::new());
+                }
+                Some(lines) if trimmed == "```" => {
+                    let code = lines.join("\n");
+                    out.extend(step_body(&code).unwrap_or(code).lines().map(str::to_string));
+                    out.push(text);
+                    block = None;
+                }
+                Some(lines) => lines.push(text),
+                None => out.push(text),
+            }
+        }
+        out.join("\n")
+    }
+}
+
+/// The body of an example that is a single `step("...", || { BODY });`, dedented.
+pub fn step_body(code: &str) -> Option<String> {
+    let code = code.trim();
+    if !code.starts_with("step(") || !code.ends_with("});") || code.matches("step(").count() != 1 {
+        return None;
+    }
+    let open = code.find("|| {")? + "|| {".len();
+    let body = code.get(open..code.len() - "});".len())?;
+    // One line (`|| { call(); }`), or lines each indented at least as much as the least.
+    let lines: Vec<&str> = body
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
+    let indent = lines
+        .iter()
+        .map(|line| line.len() - line.trim_start().len())
+        .min()
+        .unwrap_or(0);
+    let dedented: Vec<&str> = lines
+        .iter()
+        .map(|line| line.get(indent..).unwrap_or(line.trim_start()))
+        .collect();
+    Some(dedented.join("\n").trim().to_string())
+}
+
 /// A Rust type as scripts know it: `Result<Map, Box<EvalAltResult>>` is `map`.
 fn script_type(rust: &str) -> String {
     let rust = rust.trim();
@@ -222,4 +275,30 @@ pub fn argument_counts(signatures: &[String]) -> String {
         None => String::new(),
     };
     format!("{joined} argument{}", if counts == [1] { "" } else { "s" })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_one_step_example_shows_its_body_in_the_repl() {
+        assert_eq!(
+            step_body(
+                r#"step("Destroy", || { gitlab_delete_project("blueprint-apps/guestbook"); });"#
+            )
+            .as_deref(),
+            Some(r#"gitlab_delete_project("blueprint-apps/guestbook");"#)
+        );
+        assert_eq!(
+            step_body("step(\"Smoke\", || {\n    let started = go();\n    wait(started);\n});")
+                .as_deref(),
+            Some("let started = go();\nwait(started);")
+        );
+        assert_eq!(
+            step_body("step(\"A\", || { a(); });\nstep(\"B\", || { b(); });"),
+            None
+        );
+        assert_eq!(step_body("gitlab_projects(\"g\")"), None);
+    }
 }

@@ -452,6 +452,18 @@ fn table(items: &rhai::Array) -> Option<String> {
             columns.iter().map(|column| cell(row, column)).collect(),
         ));
     }
+    let cut = rows.iter().any(|row| {
+        columns.iter().any(|column| {
+            row.get(column.as_str())
+                .is_some_and(|value| crate::values::display(value).chars().count() > 40)
+        })
+    });
+    if cut {
+        out.push(
+            "(cells cut at 40 characters; :json shows whole values, or index the result: x[0].field)"
+                .to_string(),
+        );
+    }
     Some(out.join("\n"))
 }
 
@@ -650,7 +662,11 @@ impl Repl {
                     );
                 }
                 for doc in docs {
-                    self.print(&format!("{}\n{}\n", doc.signature, doc.doc.trim_end()));
+                    self.print(&format!(
+                        "{}\n{}\n",
+                        doc.signature,
+                        doc.repl_text().trim_end()
+                    ));
                 }
             }
             ":run" => {
@@ -1255,5 +1271,21 @@ mod tests {
             Some("id  name\n4   guestbook\n5   redis")
         );
         assert!(render_value(&value, true).is_some_and(|text| text.starts_with("[\n  {")));
+    }
+
+    #[test]
+    fn a_cut_cell_says_how_to_see_it_whole() {
+        let mut row = rhai::Map::new();
+        row.insert(
+            "web_url".into(),
+            "https://gitlab.local.example.net/blueprint-apps/guestbook".into(),
+        );
+        let value = Dynamic::from_array(vec![Dynamic::from_map(row)]);
+        assert_eq!(
+            render_value(&value, false).as_deref(),
+            Some(
+                "web_url\nhttps://gitlab.local.example.net/blue...\n(cells cut at 40 characters; :json shows whole values, or index the result: x[0].field)"
+            )
+        );
     }
 }

@@ -94,6 +94,15 @@ fn every_native_has_docs_with_a_rhai_example_that_compiles() {
                     doc.signature
                 );
             }
+            // As the REPL's :help shows it (a one-step example's body): it compiles too.
+            if let Some(body) = bprun::docs::step_body(&example)
+                && let Err(error) = engine.compile(&body)
+            {
+                panic!(
+                    "the REPL form of {}'s example does not compile: {error}\n{body}",
+                    doc.signature
+                );
+            }
         }
     }
 }

@@ -61,6 +61,11 @@ fn functions_multi_line_input_and_errors_keep_the_session() {
     session
         .exp_string("Ensures a project in a group")
         .expect(":help shows the docs");
+    // A one-step example shows its body, which runs as typed (steps do not run here).
+    input(&mut session, ":help gitlab_delete_project");
+    session
+        .exp_string("```rhai\r\ngitlab_delete_project(\"blueprint-apps/guestbook\");\r\n```")
+        .expect("the example without its step");
     input(&mut session, ":quit");
     session.exp_eof().expect("quit");
 }
