@@ -325,3 +325,55 @@ fn signature_arities(engine: &Engine) -> std::collections::HashMap<String, HashS
     }
     arities
 }
+
+/// The reports of every arity and option mistake of `ast` (see [`arity_mistakes`] and
+/// [`option_mistakes`]), as `(text, headline)` for the reporter: each names `display`, the
+/// call's line and what the native takes. `label` marks the call (nothing ran yet).
+pub fn call_reports(
+    session: &crate::engine::Session,
+    engine: &Engine,
+    ast: &AST,
+    display: &str,
+    label: &'static str,
+) -> Vec<(String, String)> {
+    use crate::error::NativeError;
+    let report = |what: &str, error: NativeError, position: Position| {
+        let mut error = crate::engine::native_error(error.labelled(label));
+        error.set_position(position);
+        let report = crate::diagnostics::runtime_error(session, &error, display, false);
+        (
+            format!("error: {display} {what}\n{}", report.text),
+            report.headline,
+        )
+    };
+    let mut reports: Vec<(String, String)> = arity_mistakes(engine, ast, session.function_docs())
+        .into_iter()
+        .map(|mistake| {
+            report(
+                "calls a native with the wrong number of arguments",
+                NativeError::new(format!(
+                    "{} takes {}, not {}",
+                    mistake.name,
+                    crate::docs::argument_counts(&mistake.signatures),
+                    crate::docs::arguments(mistake.arguments)
+                ))
+                .with_hint(format!(
+                    "it is called as {}",
+                    mistake.signatures.join(" or ")
+                )),
+                mistake.position,
+            )
+        })
+        .collect();
+    // Options only once the calls themselves are right (a wrong count hides which map is which).
+    if reports.is_empty() {
+        reports.extend(option_mistakes(engine, ast).into_iter().map(|mistake| {
+            report(
+                "gives a native an option it would refuse",
+                NativeError::new(mistake.message).with_hint(mistake.hint),
+                mistake.position,
+            )
+        }));
+    }
+    reports
+}

@@ -598,6 +598,20 @@ impl Repl {
             return false;
         };
         let combined = self.functions.merge(&ast);
+        // A call the natives would refuse stops the input before any of it runs, as in a script.
+        let reports = crate::lint::call_reports(
+            &self.session,
+            &self.engine,
+            &ast,
+            SOURCE,
+            "refused before it ran",
+        );
+        if !reports.is_empty() {
+            for (text, _) in reports {
+                eprint!("{}", bprun_clients::secret::scrub(&text));
+            }
+            return false;
+        }
         let result = self
             .engine
             .eval_ast_with_scope::<Dynamic>(&mut self.scope, &combined);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::diagnostics;
-use crate::engine::{self, Session, StepDecl, lock, native_error};
+use crate::engine::{self, Session, StepDecl, lock};
 use crate::error::StepSkip;
 use crate::error::{Error, ExitCode};
 use crate::journal::{Journal, RunRecord, StepRecord, StepStatus};
@@ -487,53 +487,18 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         }
         return Err(Error::Reported(ExitCode::ScriptError));
     }
-    // And a native called with an argument count none of its signatures takes.
-    let arity = crate::lint::arity_mistakes(&engine, &ast, session.function_docs());
-    if !arity.is_empty() {
-        for mistake in &arity {
-            let mut error = native_error(
-                crate::error::NativeError::new(format!(
-                    "{} takes {}, not {}",
-                    mistake.name,
-                    crate::docs::argument_counts(&mistake.signatures),
-                    crate::docs::arguments(mistake.arguments)
-                ))
-                .with_hint(format!(
-                    "it is called as {}",
-                    mistake.signatures.join(" or ")
-                ))
-                .labelled("refused before the run"),
-            );
-            error.set_position(mistake.position);
-            let report = diagnostics::runtime_error(&session, &error, &location.display, false);
-            session.state.reporter.error(
-                &format!(
-                    "error: {} calls a native with the wrong number of arguments\n{}",
-                    location.display, report.text
-                ),
-                &report.headline,
-            );
-        }
-        return Err(Error::Reported(ExitCode::ScriptError));
-    }
-    // So is a literal option map a native would refuse when its step runs.
-    let mistakes = crate::lint::option_mistakes(&engine, &ast);
-    if !mistakes.is_empty() {
-        for mistake in &mistakes {
-            let mut error = native_error(
-                crate::error::NativeError::new(mistake.message.clone())
-                    .with_hint(mistake.hint.clone())
-                    .labelled("refused before the run"),
-            );
-            error.set_position(mistake.position);
-            let report = diagnostics::runtime_error(&session, &error, &location.display, false);
-            session.state.reporter.error(
-                &format!(
-                    "error: {} gives a native an option it would refuse\n{}",
-                    location.display, report.text
-                ),
-                &report.headline,
-            );
+    // And a native called with an argument count none of its signatures takes, or given a
+    // literal option map it would refuse when its step runs.
+    let reports = crate::lint::call_reports(
+        &session,
+        &engine,
+        &ast,
+        &location.display,
+        "refused before the run",
+    );
+    if !reports.is_empty() {
+        for (text, headline) in &reports {
+            session.state.reporter.error(text, headline);
         }
         return Err(Error::Reported(ExitCode::ScriptError));
     }

@@ -61,6 +61,24 @@ fn functions_multi_line_input_and_errors_keep_the_session() {
     session
         .exp_string("Ensures a project in a group")
         .expect(":help shows the docs");
+    // An input with a call the natives would refuse does not run at all.
+    input(
+        &mut session,
+        "write_text(\"first.txt\", \"x\"); gitlab_wait_pipeline(\"blueprint-apps/guestbook\")",
+    );
+    session
+        .exp_string("gitlab_wait_pipeline takes 2 or 3 arguments, not 1 argument")
+        .expect("refused before it ran");
+    session
+        .exp_string("refused before it ran")
+        .expect("the label");
+    input(
+        &mut session,
+        "kube_list(\"Pod\", \"gitlab\", #{label: \"app=x\"})",
+    );
+    session
+        .exp_string("kube_list: unknown option `label`")
+        .expect("an option refused before it ran");
     // A one-step example shows its body, which runs as typed (steps do not run here).
     input(&mut session, ":help gitlab_delete_project");
     session
@@ -68,6 +86,10 @@ fn functions_multi_line_input_and_errors_keep_the_session() {
         .expect("the example without its step");
     input(&mut session, ":quit");
     session.exp_eof().expect("quit");
+    assert!(
+        !test.join("first.txt").exists(),
+        "the refused input did not run"
+    );
 }
 
 #[test]
