@@ -539,6 +539,20 @@ impl Repl {
         }
         command.arg(script).args(args);
         if let Some(copy) = &self.rehearsal_copy {
+            // A script the copy does not have (one `:save` just wrote) goes along first.
+            let here = std::path::Path::new(script);
+            let there = copy.join(here);
+            if !there.exists() && here.is_relative() && here.is_file() {
+                let copied = there
+                    .parent()
+                    .map(std::fs::create_dir_all)
+                    .unwrap_or(Ok(()))
+                    .and_then(|()| std::fs::copy(here, &there));
+                if let Err(error) = copied {
+                    eprintln!("cannot copy {script} into the rehearsal's repository: {error}");
+                    return;
+                }
+            }
             command.current_dir(copy).env_remove("GITLAB_TOKEN");
         }
         match command.status() {

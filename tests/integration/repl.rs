@@ -336,6 +336,96 @@ fn run_brings_the_rehearsal_to_where_phase3_leaves_it_and_the_readmes_example_wo
     session
         .exp_regex(r#"\[\s*"success"(,\s*"success")*\s*\]"#)
         .expect("the smoke pipeline's jobs, all green");
+    // The README's ten tasks, without a raw API path.
+    // :save, then run the saved script (in the rehearsal's copy, where :run takes it).
+    input(&mut session, ":save saved.rhai");
+    session.exp_string("saved.rhai").expect("saved");
+    input(&mut session, ":run saved.rhai");
+    session
+        .exp_string("1 step: 1 ok, 0 changed, 0 skipped, 0 failed")
+        .expect("the saved session runs as a script");
+    // Variables: read them, rotate one and set it back.
+    input(
+        &mut session,
+        "gitlab_variables(\"blueprint-apps/guestbook\").map(|v| v.key).contains(\"CI_INSECURE_REGISTRY\")",
+    );
+    session.exp_string("true").expect("the project's variables");
+    input(&mut session, ":check on");
+    input(
+        &mut session,
+        "gitlab_set_variables(\"blueprint-apps/guestbook\", #{CI_INSECURE_REGISTRY: \"0\"}).changed",
+    );
+    session
+        .exp_string("~ would update CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook")
+        .expect("a mutation under check mode says what it would do");
+    input(&mut session, ":check off");
+    for value in ["0", "1"] {
+        input(
+            &mut session,
+            &format!(
+                "gitlab_set_variables(\"blueprint-apps/guestbook\", #{{CI_INSECURE_REGISTRY: \"{value}\"}}).changed"
+            ),
+        );
+        session
+            .exp_string("~ update CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook")
+            .expect("rotated, then set back");
+    }
+    // Trigger and wait (the failure, if any, returned rather than thrown); retry a job, cancel.
+    input(
+        &mut session,
+        "let started = gitlab_trigger_pipeline(\"blueprint-apps/guestbook\", \"main\", #{reuse: false});",
+    );
+    input(
+        &mut session,
+        "gitlab_wait_pipeline(\"blueprint-apps/guestbook\", started.id, #{check: false, timeout: 60}).status",
+    );
+    session
+        .exp_regex(r"\r\nsuccess\r\n")
+        .expect("the pipeline ran");
+    input(
+        &mut session,
+        "gitlab_retry_job(\"blueprint-apps/guestbook\", gitlab_jobs(\"blueprint-apps/guestbook\", started.id)[0].id).changed",
+    );
+    session.exp_string("~ retry job #").expect("a job retried");
+    input(
+        &mut session,
+        "gitlab_cancel_pipeline(\"blueprint-apps/guestbook\", started.id).changed",
+    );
+    session
+        .exp_string("~ cancel pipeline #")
+        .expect("the pipeline canceled");
+    // Secrets and KV.
+    input(
+        &mut session,
+        "bao_read(\"gitlab/bootstrap/admin_token\").token",
+    );
+    session
+        .exp_string("***")
+        .expect("a secret read stays hidden");
+    input(
+        &mut session,
+        "bao_write(\"demo/greeting\", #{text: \"hello\"}).changed",
+    );
+    session.exp_string("true").expect("written");
+    input(&mut session, "bao_list(\"demo\")");
+    session.exp_string("greeting").expect("listed");
+    input(
+        &mut session,
+        "bao_versions(\"demo/greeting\").current_version",
+    );
+    session.exp_string("1").expect("its versions");
+    // Pods and a wait.
+    input(&mut session, "kube_list(\"Pod\", \"guestbook\")");
+    session
+        .exp_regex(r"NAME +READY +STATUS +RESTARTS +AGE\r?\nguestbook-")
+        .expect("the app's pods, as kubectl get lists them");
+    input(
+        &mut session,
+        "kube_wait(\"Deployment\", \"guestbook\", \"guestbook\", \"Rollout\", #{timeout: 60})",
+    );
+    session
+        .exp_regex(r"NAME +READY +UP-TO-DATE +AVAILABLE +AGE\r?\nguestbook +1/1")
+        .expect("what the wait found ready");
     input(&mut session, ":quit");
     session.exp_eof().expect("quit stops the platform");
     // The checkout was not written: phase 3 ran in the rehearsal's copy.
