@@ -231,6 +231,21 @@ pub const DECLARED: &[Declared] = &[
         ],
     },
     Declared {
+        native: "write_text",
+        options: &[("mode", Int)],
+    },
+    Declared {
+        native: "run_command",
+        options: &[
+            ("read_only", Bool),
+            ("check", Bool),
+            ("timeout", Seconds),
+            ("cwd", Str),
+            ("env", Map),
+            ("stdin", Any),
+        ],
+    },
+    Declared {
         native: "tls_ensure_ca",
         options: &[("cn", Str), ("days", Int)],
     },

@@ -191,6 +191,7 @@ pub mod fs_functions {
             },
         };
         let mut mode = if is_secret { Some(0o600) } else { None };
+        crate::natives::options::reject_undeclared(&options, "write_text")?;
         for (key, value) in options {
             match key.as_str() {
                 "mode" => {
@@ -206,12 +207,8 @@ pub mod fs_functions {
                     }
                     mode = Some(value as u32);
                 }
-                other => {
-                    return Err(native_error(
-                        NativeError::new(format!("write_text({path}): unknown option `{other}`"))
-                            .with_hint("write_text accepts #{mode: 0o600}"),
-                    ));
-                }
+                // The declared options (crate::natives::declared) are all read above.
+                _ => {}
             }
         }
         let files = Confinement::new(&state.root);

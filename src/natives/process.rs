@@ -83,6 +83,7 @@ pub mod process_functions {
         };
         let mut read_only = false;
         let mut check_exit = false;
+        crate::natives::options::reject_undeclared(&options, "run_command")?;
         for (key, value) in options {
             match key.as_str() {
                 "read_only" => {
@@ -124,12 +125,8 @@ pub mod process_functions {
                     }
                 }
                 "stdin" => spec.stdin = Some(text_arg(&value, "stdin")?.0.into_bytes()),
-                other => {
-                    return Err(native_error(
-                        NativeError::new(format!("run_command: unknown option `{other}`"))
-                            .with_hint("options are read_only, check, timeout, cwd, env, stdin"),
-                    ));
-                }
+                // The declared options (crate::natives::declared) are all read above.
+                _ => {}
             }
         }
         if !read_only {
