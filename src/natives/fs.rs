@@ -192,24 +192,18 @@ pub mod fs_functions {
         };
         let mut mode = if is_secret { Some(0o600) } else { None };
         crate::natives::options::reject_undeclared(&options, "write_text")?;
-        for (key, value) in options {
-            match key.as_str() {
-                "mode" => {
-                    let value = value.as_int().map_err(|type_name| {
-                        native_error(NativeError::new(format!(
-                            "write_text({path}): mode must be an integer such as 0o600, not {type_name}"
-                        )))
-                    })?;
-                    if !(0..=0o777).contains(&value) {
-                        return Err(native_error(NativeError::new(format!(
-                            "write_text({path}): mode {value:o} is not a permission mode (0o000 to 0o777)"
-                        ))));
-                    }
-                    mode = Some(value as u32);
-                }
-                // The declared options (crate::natives::declared) are all read above.
-                _ => {}
+        if let Some(value) = options.get("mode") {
+            let value = value.as_int().map_err(|type_name| {
+                native_error(NativeError::new(format!(
+                    "write_text({path}): mode must be an integer such as 0o600, not {type_name}"
+                )))
+            })?;
+            if !(0..=0o777).contains(&value) {
+                return Err(native_error(NativeError::new(format!(
+                    "write_text({path}): mode {value:o} is not a permission mode (0o000 to 0o777)"
+                ))));
             }
+            mode = Some(value as u32);
         }
         let files = Confinement::new(&state.root);
         // Read before the write, for --diff.
