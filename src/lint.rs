@@ -42,7 +42,15 @@ pub fn unknown_calls(engine: &Engine, ast: &AST) -> Vec<(String, usize, Position
             .map(|function| function.name.to_string()),
     );
     known.extend(KEYWORDS.iter().map(|keyword| keyword.to_string()));
-    // A variable may hold a function pointer called with function syntax: never report those.
+    let (mut calls, variables) = calls_and_variables(ast);
+    calls.retain(|(name, _, _)| !known.contains(name) && !variables.contains(name));
+    calls
+}
+
+/// Every plain call of `ast` (in the top level, functions and closures) as (name, arity,
+/// position), and every variable name it uses or declares: a variable may hold a function
+/// pointer called with function syntax, which is never reported.
+fn calls_and_variables(ast: &AST) -> (Vec<(String, usize, Position)>, HashSet<String>) {
     let mut variables: HashSet<String> = HashSet::new();
     let mut calls: Vec<(String, usize, Position)> = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
@@ -64,8 +72,7 @@ pub fn unknown_calls(engine: &Engine, ast: &AST) -> Vec<(String, usize, Position
         }
         true
     });
-    calls.retain(|(name, _, _)| !known.contains(name) && !variables.contains(name));
-    calls
+    (calls, variables)
 }
 
 /// What a literal option value is, as far as a check before the run can tell.
@@ -268,26 +275,7 @@ pub fn arity_mistakes(
         .iter_functions()
         .map(|function| function.name.to_string())
         .collect();
-    let mut variables: HashSet<String> = HashSet::new();
-    let mut calls: Vec<(String, usize, Position)> = Vec::new();
-    ast.walk(&mut |path: &[ASTNode]| {
-        match path.last() {
-            Some(ASTNode::Expr(Expr::Variable(variable, _, _))) => {
-                variables.insert(variable.1.to_string());
-            }
-            Some(ASTNode::Stmt(Stmt::Var(declaration, _, _))) => {
-                variables.insert(declaration.0.name.to_string());
-            }
-            Some(ASTNode::Expr(Expr::FnCall(call, position)))
-            | Some(ASTNode::Stmt(Stmt::FnCall(call, position)))
-                if call.namespace.is_empty() && call.op_token.is_none() =>
-            {
-                calls.push((call.name.to_string(), call.args.len(), *position));
-            }
-            _ => {}
-        }
-        true
-    });
+    let (calls, variables) = calls_and_variables(ast);
     calls
         .into_iter()
         .filter(|(name, _, _)| !scripted.contains(name) && !variables.contains(name))

@@ -946,21 +946,8 @@ impl BaoClient {
     /// version, when it was created and updated, and each version (oldest first) with its
     /// creation time and whether it was deleted or destroyed. `None` when the path holds none.
     pub fn kv_metadata(&self, path: &KvPath) -> Result<Option<serde_json::Value>, ClientError> {
-        let result =
-            self.read_with_retry(|client| {
-                let path = path.clone();
-                async move {
-                    vaultrs::kv2::read_metadata(client.as_ref(), &path.mount, &path.path).await
-                }
-            })?;
-        let metadata = match result {
-            Ok(metadata) => metadata,
-            Err(error) if matches!(server_response(&error), Some((404, _))) => return Ok(None),
-            Err(error) => {
-                return Err(
-                    self.describe(error, &format!("GET {}/metadata/{}", path.mount, path.path))
-                );
-            }
+        let Some(metadata) = self.read_metadata(path)? else {
+            return Ok(None);
         };
         let mut versions: Vec<(u64, serde_json::Value)> = metadata
             .versions
@@ -989,7 +976,11 @@ impl BaoClient {
         })))
     }
 
-    fn kv_current_version(&self, path: &KvPath) -> Result<u64, ClientError> {
+    /// The metadata of a KV v2 path; `None` when it holds none (404).
+    fn read_metadata(
+        &self,
+        path: &KvPath,
+    ) -> Result<Option<vaultrs::api::kv2::responses::ReadSecretMetadataResponse>, ClientError> {
         let result =
             self.read_with_retry(|client| {
                 let path = path.clone();
@@ -998,12 +989,18 @@ impl BaoClient {
                 }
             })?;
         match result {
-            Ok(metadata) => Ok(metadata.current_version),
-            Err(error) if matches!(server_response(&error), Some((404, _))) => Ok(0),
+            Ok(metadata) => Ok(Some(metadata)),
+            Err(error) if matches!(server_response(&error), Some((404, _))) => Ok(None),
             Err(error) => {
                 Err(self.describe(error, &format!("GET {}/metadata/{}", path.mount, path.path)))
             }
         }
+    }
+
+    fn kv_current_version(&self, path: &KvPath) -> Result<u64, ClientError> {
+        Ok(self
+            .read_metadata(path)?
+            .map_or(0, |metadata| metadata.current_version))
     }
 
     /// Writes `data` unless it is already the current content; check-and-set on the version
