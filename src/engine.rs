@@ -59,6 +59,9 @@ pub struct Session {
     function_names: std::sync::OnceLock<Vec<String>>,
     /// The natives' documentation (signatures included), read from the engine's metadata.
     function_docs: std::sync::OnceLock<Vec<crate::docs::FunctionDoc>>,
+    /// The natives' module, from which the docs are read when first asked for (an error's hint,
+    /// a mistake found before the run): never on a run's start-up.
+    natives: std::sync::OnceLock<rhai::Shared<rhai::Module>>,
 }
 
 impl Session {
@@ -80,15 +83,25 @@ impl Session {
             pending_variables: Mutex::new(std::collections::HashSet::new()),
             function_names: std::sync::OnceLock::new(),
             function_docs: std::sync::OnceLock::new(),
+            natives: std::sync::OnceLock::new(),
         }
     }
 
-    /// The natives' names, once an engine was built for this session.
-    /// The natives' documentation, as `bprun functions` shows it.
+    /// The natives' documentation, as `bprun functions` shows it (none before an engine was
+    /// built for this session), read from their module's metadata on first use.
     pub fn function_docs(&self) -> &[crate::docs::FunctionDoc] {
-        self.function_docs.get().map_or(&[], Vec::as_slice)
+        self.function_docs.get_or_init(|| {
+            let Some(natives) = self.natives.get() else {
+                return Vec::new();
+            };
+            let mut reader = rhai::Engine::new_raw();
+            reader.register_global_module(natives.clone());
+            let metadata = reader.gen_fn_metadata_to_json(false).unwrap_or_default();
+            crate::docs::from_metadata(&metadata, &[RUN_STEPS_NATIVE])
+        })
     }
 
+    /// The natives' names, once an engine was built for this session.
     pub fn function_names(&self) -> &[String] {
         self.function_names.get().map_or(&[], Vec::as_slice)
     }
@@ -209,11 +222,9 @@ pub fn build(session: Arc<Session>) -> Engine {
     names.sort();
     names.dedup();
     let _ = session.function_names.set(names);
-    engine.register_global_module(natives.into());
-    let metadata = engine.gen_fn_metadata_to_json(false).unwrap_or_default();
-    let _ = session
-        .function_docs
-        .set(crate::docs::from_metadata(&metadata, &[RUN_STEPS_NATIVE]));
+    let natives: rhai::Shared<rhai::Module> = natives.into();
+    let _ = session.natives.set(natives.clone());
+    engine.register_global_module(natives);
     register_run_steps(&mut engine);
     engine.set_default_tag(Dynamic::from(SessionHandle(session)));
     engine

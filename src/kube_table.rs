@@ -176,27 +176,7 @@ pub fn render(objects: &[Value], now: SystemTime) -> String {
         }
         rows.push(cells);
     }
-    let widths: Vec<usize> = (0..rows[0].len())
-        .map(|column| {
-            rows.iter()
-                .map(|r| r[column].chars().count())
-                .max()
-                .unwrap_or(0)
-        })
-        .collect();
-    rows.iter()
-        .map(|cells| {
-            cells
-                .iter()
-                .zip(&widths)
-                .map(|(cell, width)| format!("{cell:<width$}"))
-                .collect::<Vec<_>>()
-                .join("   ")
-                .trim_end()
-                .to_string()
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::text::aligned(&rows, "   ")
 }
 
 #[cfg(test)]

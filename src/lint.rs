@@ -6,7 +6,11 @@ use rhai::{AST, Engine, Position};
 use rhai::{ASTNode, Expr, Stmt};
 use std::collections::HashSet;
 
-use crate::natives::declared::{Kind, option_names, options_of};
+use crate::natives::declared::{Kind, declared_options, option_names};
+
+/// Each function name an engine knows (natives and standard functions) with the argument counts
+/// of its signatures: read once per check ([`Arities::of`]) and shared by every check below.
+pub struct Arities(std::collections::HashMap<String, HashSet<usize>>);
 
 /// Names Rhai handles itself rather than as registered functions.
 const KEYWORDS: &[&str] = &[
@@ -26,17 +30,8 @@ const KEYWORDS: &[&str] = &[
 
 /// Every call of `ast` (in the top level, functions and closures) to a function that does not
 /// exist, with its position: (name, arity, position).
-pub fn unknown_calls(engine: &Engine, ast: &AST) -> Vec<(String, usize, Position)> {
-    let mut known: HashSet<String> = engine
-        .gen_fn_signatures(true)
-        .iter()
-        .filter_map(|signature| {
-            signature
-                .split('(')
-                .next()
-                .map(|name| name.rsplit(' ').next().unwrap_or(name).to_string())
-        })
-        .collect();
+pub fn unknown_calls(arities: &Arities, ast: &AST) -> Vec<(String, usize, Position)> {
+    let mut known: HashSet<String> = arities.0.keys().cloned().collect();
     known.extend(
         ast.iter_functions()
             .map(|function| function.name.to_string()),
@@ -180,12 +175,15 @@ fn options_argument(native: &str, arguments: usize, longest: usize) -> Option<us
 /// Every literal option map of a call to a native that declares its options
 /// (`crate::natives::declared`) that names an option the native does not take, or gives one a
 /// literal value of the wrong kind.
-pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
+pub fn option_mistakes(arities: &Arities, ast: &AST) -> Vec<OptionMistake> {
     // The longest signature of each declared native (its options come last).
-    let longest: std::collections::HashMap<String, usize> = signature_arities(engine)
-        .into_iter()
-        .map(|(name, arities)| (name, arities.into_iter().max().unwrap_or(0)))
-        .collect();
+    let longest = |native: &str| {
+        arities
+            .0
+            .get(native)
+            .and_then(|counts| counts.iter().max().copied())
+            .unwrap_or(0)
+    };
     let mut mistakes = Vec::new();
     ast.walk(&mut |path: &[ASTNode]| {
         let call = match path.last() {
@@ -198,21 +196,12 @@ pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
             _ => return true,
         };
         let native = call.name.as_str();
-        let declared = options_of(native);
-        let Some(index) = options_argument(
-            native,
-            call.args.len(),
-            longest.get(native).copied().unwrap_or(0),
-        ) else {
+        let Some(declared) = declared_options(native) else {
             return true;
         };
-        if declared.is_empty()
-            && !crate::natives::declared::DECLARED
-                .iter()
-                .any(|d| d.native == native)
-        {
+        let Some(index) = options_argument(native, call.args.len(), longest(native)) else {
             return true;
-        }
+        };
         let entries: Vec<(String, Literal, Position)> = match &call.args[index] {
             Expr::Map(map, _) => map
                 .0
@@ -258,19 +247,12 @@ pub fn option_mistakes(engine: &Engine, ast: &AST) -> Vec<OptionMistake> {
 pub struct ArityMistake {
     pub name: String,
     pub arguments: usize,
-    pub signatures: Vec<String>,
     pub position: Position,
 }
 
-/// Every call of `ast` to a native (not a script function of the same name, not a variable
-/// holding a function) with an argument count no signature of it takes.
-pub fn arity_mistakes(
-    engine: &Engine,
-    ast: &AST,
-    docs: &[crate::docs::FunctionDoc],
-) -> Vec<ArityMistake> {
-    // Every arity the engine knows a name with (standard functions share some names).
-    let known = signature_arities(engine);
+/// Every call of `ast` to one of `natives` (not a script function of the same name, not a
+/// variable holding a function) with an argument count no signature of that name takes.
+pub fn arity_mistakes(arities: &Arities, ast: &AST, natives: &[String]) -> Vec<ArityMistake> {
     let scripted: HashSet<String> = ast
         .iter_functions()
         .map(|function| function.name.to_string())
@@ -279,39 +261,41 @@ pub fn arity_mistakes(
     calls
         .into_iter()
         .filter(|(name, _, _)| !scripted.contains(name) && !variables.contains(name))
-        .filter_map(|(name, arguments, position)| {
-            let signatures = crate::docs::signatures_of(docs, &name);
-            let fits = known
-                .get(&name)
-                .is_some_and(|arities| arities.contains(&arguments));
-            (!signatures.is_empty() && !fits).then_some(ArityMistake {
-                name,
-                arguments,
-                signatures,
-                position,
-            })
+        .filter(|(name, _, _)| natives.binary_search(name).is_ok())
+        .filter(|(name, arguments, _)| {
+            // Standard functions share some names: any signature of the name will do.
+            !arities
+                .0
+                .get(name)
+                .is_some_and(|counts| counts.contains(arguments))
+        })
+        .map(|(name, arguments, position)| ArityMistake {
+            name,
+            arguments,
+            position,
         })
         .collect()
 }
 
-/// Each function name the engine knows (natives and standard functions), with the argument
-/// counts of its signatures.
-fn signature_arities(engine: &Engine) -> std::collections::HashMap<String, HashSet<usize>> {
-    let mut arities: std::collections::HashMap<String, HashSet<usize>> = Default::default();
-    for signature in engine.gen_fn_signatures(true) {
-        let Some((head, rest)) = signature.split_once('(') else {
-            continue;
-        };
-        let name = head.rsplit(' ').next().unwrap_or(head).to_string();
-        let parameters = rest.split(')').next().unwrap_or("");
-        let arity = if parameters.trim().is_empty() {
-            0
-        } else {
-            parameters.split(',').count()
-        };
-        arities.entry(name).or_default().insert(arity);
+impl Arities {
+    /// Every signature `engine` knows, by name.
+    pub fn of(engine: &Engine) -> Arities {
+        let mut arities: std::collections::HashMap<String, HashSet<usize>> = Default::default();
+        for signature in engine.gen_fn_signatures(true) {
+            let Some((head, rest)) = signature.split_once('(') else {
+                continue;
+            };
+            let name = head.rsplit(' ').next().unwrap_or(head).to_string();
+            let parameters = rest.split(')').next().unwrap_or("");
+            let arity = if parameters.trim().is_empty() {
+                0
+            } else {
+                parameters.split(',').count()
+            };
+            arities.entry(name).or_default().insert(arity);
+        }
+        Arities(arities)
     }
-    arities
 }
 
 /// The reports of every arity and option mistake of `ast` (see [`arity_mistakes`] and
@@ -319,7 +303,7 @@ fn signature_arities(engine: &Engine) -> std::collections::HashMap<String, HashS
 /// call's line and what the native takes. `label` marks the call (nothing ran yet).
 pub fn call_reports(
     session: &crate::engine::Session,
-    engine: &Engine,
+    arities: &Arities,
     ast: &AST,
     display: &str,
     label: &'static str,
@@ -334,28 +318,27 @@ pub fn call_reports(
             report.headline,
         )
     };
-    let mut reports: Vec<(String, String)> = arity_mistakes(engine, ast, session.function_docs())
+    let mut reports: Vec<(String, String)> = arity_mistakes(arities, ast, session.function_names())
         .into_iter()
         .map(|mistake| {
+            // The docs are read only now, for the hint.
+            let signatures = crate::docs::signatures_of(session.function_docs(), &mistake.name);
             report(
                 "calls a native with the wrong number of arguments",
                 NativeError::new(format!(
                     "{} takes {}, not {}",
                     mistake.name,
-                    crate::docs::argument_counts(&mistake.signatures),
+                    crate::docs::argument_counts(&signatures),
                     crate::docs::arguments(mistake.arguments)
                 ))
-                .with_hint(format!(
-                    "it is called as {}",
-                    mistake.signatures.join(" or ")
-                )),
+                .with_hint(format!("it is called as {}", signatures.join(" or "))),
                 mistake.position,
             )
         })
         .collect();
     // Options only once the calls themselves are right (a wrong count hides which map is which).
     if reports.is_empty() {
-        reports.extend(option_mistakes(engine, ast).into_iter().map(|mistake| {
+        reports.extend(option_mistakes(arities, ast).into_iter().map(|mistake| {
             report(
                 "gives a native an option it would refuse",
                 NativeError::new(mistake.message).with_hint(mistake.hint),

@@ -414,50 +414,30 @@ fn table(items: &rhai::Array) -> Option<String> {
     if columns.is_empty() {
         return None;
     }
-    let cell = |row: &rhai::Map, column: &str| -> String {
-        let text = match row.get(column) {
-            None => String::new(),
-            Some(value) if value.is_unit() => String::new(),
-            Some(value) => crate::values::display(value),
-        };
-        if text.chars().count() > 40 {
-            format!("{}...", text.chars().take(37).collect::<String>())
-        } else {
-            text
-        }
-    };
-    let widths: Vec<usize> = columns
-        .iter()
-        .map(|column| {
-            rows.iter()
-                .map(|row| cell(row, column).chars().count())
-                .max()
-                .unwrap_or(0)
-                .max(column.chars().count())
-        })
-        .collect();
-    let line = |cells: Vec<String>| -> String {
-        cells
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect::<Vec<_>>()
-            .join("  ")
-            .trim_end()
-            .to_string()
-    };
-    let mut out = vec![line(columns.clone())];
+    // Each cell's text once: cut at 40 characters, and whether any was.
+    let mut cut = false;
+    let mut lines = vec![columns.clone()];
     for row in &rows {
-        out.push(line(
-            columns.iter().map(|column| cell(row, column)).collect(),
-        ));
+        lines.push(
+            columns
+                .iter()
+                .map(|column| {
+                    let text = match row.get(column.as_str()) {
+                        None => String::new(),
+                        Some(value) if value.is_unit() => String::new(),
+                        Some(value) => crate::values::display(value),
+                    };
+                    if text.chars().count() > 40 {
+                        cut = true;
+                        format!("{}...", text.chars().take(37).collect::<String>())
+                    } else {
+                        text
+                    }
+                })
+                .collect(),
+        );
     }
-    let cut = rows.iter().any(|row| {
-        columns.iter().any(|column| {
-            row.get(column.as_str())
-                .is_some_and(|value| crate::values::display(value).chars().count() > 40)
-        })
-    });
+    let mut out = vec![crate::text::aligned(&lines, "  ")];
     if cut {
         out.push(
             "(cells cut at 40 characters; :json shows whole values, or index the result: x[0].field)"
@@ -514,6 +494,8 @@ struct Repl {
     words: Arc<Mutex<Vec<String>>>,
     natives: Vec<String>,
     rehearsal_copy: Option<PathBuf>,
+    /// The engine's signatures, read once: every input is checked against them.
+    arities: crate::lint::Arities,
 }
 
 impl Repl {
@@ -615,7 +597,7 @@ impl Repl {
         // A call the natives would refuse stops the input before any of it runs, as in a script.
         let reports = crate::lint::call_reports(
             &self.session,
-            &self.engine,
+            &self.arities,
             &ast,
             SOURCE,
             "refused before it ran",
@@ -1051,6 +1033,7 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
     };
     let session = Arc::new(Session::new(state, import_root));
     let engine = engine::build(session.clone());
+    let arities = crate::lint::Arities::of(&engine);
     let natives: Vec<String> = crate::catalog::function_docs()
         .into_iter()
         .map(|doc| doc.name)
@@ -1065,6 +1048,7 @@ fn start(options: &ReplOptions) -> Result<Repl, Error> {
         words: Arc::new(Mutex::new(Vec::new())),
         natives,
         rehearsal_copy: options.rehearsal_copy.clone(),
+        arities,
     };
     repl.scope.push("args", rhai::Map::new());
 

@@ -472,7 +472,9 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
         }
     };
     // A call to a function nothing provides is reported now, before any step changes things.
-    let unknown = crate::lint::unknown_calls(&engine, &ast);
+    // What the engine's functions are, read once for the checks below.
+    let arities = crate::lint::Arities::of(&engine);
+    let unknown = crate::lint::unknown_calls(&arities, &ast);
     if !unknown.is_empty() {
         for (name, _, position) in &unknown {
             let error = EvalAltResult::ErrorFunctionNotFound(name.clone(), *position);
@@ -491,7 +493,7 @@ pub fn run(options: RunOptions) -> Result<ExitCode, Error> {
     // literal option map it would refuse when its step runs.
     let reports = crate::lint::call_reports(
         &session,
-        &engine,
+        &arities,
         &ast,
         &location.display,
         "refused before the run",

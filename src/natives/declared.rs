@@ -255,18 +255,21 @@ pub const DECLARED: &[Declared] = &[
     },
 ];
 
-/// The options `native` takes (none when it takes no option map).
-pub fn options_of(native: &str) -> &'static [(&'static str, Kind)] {
+/// The options `native` takes; `None` when it takes no option map.
+pub fn declared_options(native: &str) -> Option<&'static [(&'static str, Kind)]> {
     DECLARED
         .iter()
         .find(|declared| declared.native == native)
         .map(|declared| declared.options)
-        .unwrap_or(&[])
 }
 
 /// The names of `native`'s options, as a hint lists them.
 pub fn option_names(native: &str) -> Vec<&'static str> {
-    options_of(native).iter().map(|(name, _)| *name).collect()
+    declared_options(native)
+        .unwrap_or(&[])
+        .iter()
+        .map(|(name, _)| *name)
+        .collect()
 }
 
 #[cfg(test)]

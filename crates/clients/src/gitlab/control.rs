@@ -124,7 +124,13 @@ impl GitlabClient {
     ) -> Result<Outcome<Value>, ClientError> {
         let job_path = format!("projects/{}/jobs/{job}", encode(project));
         let current = self.get(&job_path, cancelled)?;
-        let latest = self.latest_jobs(project, &current["pipeline"]["id"], cancelled)?;
+        // A cancel needs only the job; a retry or play looks for a newer attempt of it.
+        let latest = match action {
+            JobAction::Cancel => Vec::new(),
+            JobAction::Retry | JobAction::Play => {
+                self.latest_jobs(project, &current["pipeline"]["id"], cancelled)?
+            }
+        };
         let shown = job_shown(&current, project);
         let (verb, path) = match action {
             JobAction::Retry => ("retry", format!("{job_path}/retry")),
