@@ -3,7 +3,7 @@
 use std::fmt;
 use std::path::PathBuf;
 
-use bprun_clients::error::{ClientError, ErrorKind};
+use bprun_clients::error::{ClientError, ErrorKind, Remedy};
 
 /// Process exit codes. Each has a name that bprun prints next to the number.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -151,14 +151,46 @@ pub struct NativeError {
     pub label: Option<&'static str>,
 }
 
+/// A client's way out in a script's words: the native that takes it.
+fn remedy_hint(remedy: &Remedy) -> String {
+    match remedy {
+        Remedy::Unseal => "OpenBao is sealed: run bao_unseal() (it reads the unseal keys from infra/secrets/openbao-init.json)".to_string(),
+        Remedy::Init => "OpenBao is not initialised: run bao_init()".to_string(),
+        Remedy::RestoreInitFile => "bao_init() writes it when it initialises OpenBao; restore it from your backup if OpenBao was initialised elsewhere".to_string(),
+        Remedy::EnableKv { mount } => format!(
+            "enable it with bao_enable_kv(\"{mount}\", 2), or address another mount as `mount:path`"
+        ),
+        Remedy::PullChart => {
+            "check the chart reference and version (infra/VERSIONS.json), or pull it with helm_pull"
+                .to_string()
+        }
+        Remedy::PullPinnedChart { chart, version, path } => format!(
+            "the archive is not the pinned {chart} {version}: restore it (git checkout -- {path}) or delete it so helm_pull fetches it again"
+        ),
+        Remedy::Login => {
+            "the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)"
+                .to_string()
+        }
+        Remedy::CreateGroup => "ensure the group first: gitlab_ensure_group".to_string(),
+        Remedy::AwaitJob => {
+            "wait for it to end (gitlab_wait_pipeline), or cancel it first".to_string()
+        }
+        Remedy::ListJobs => "gitlab_jobs(project, pipeline) lists the jobs with their status; a manual job shows `manual`".to_string(),
+        Remedy::PullFirst => "the remote has commits this working tree lacks: run git_clone_or_pull first (a fast-forward), then push again".to_string(),
+        Remedy::CreateCa => "create the CA first: tls_ensure_ca".to_string(),
+        Remedy::MaskableValue => "a masked value is one line of at least 8 characters from the Base64 alphabet plus @ : . ~ (use masked: false, or encode it with base64_encode)".to_string(),
+    }
+}
+
 impl From<ClientError> for NativeError {
     fn from(error: ClientError) -> Self {
         // Clients speak of "the timeout"; a script sets it as an option.
-        let hint = match (error.kind, error.hint) {
-            (ErrorKind::Timeout, Some(hint)) if hint.contains("the timeout") => Some(format!(
-                "{hint} (the `timeout` option, in seconds: #{{timeout: 600}})"
-            )),
-            (_, hint) => hint,
+        let hint = match (error.kind, error.hint, &error.remedy) {
+            (_, _, Some(remedy)) => Some(remedy_hint(remedy)),
+            (ErrorKind::Timeout, Some(hint), None) if hint.contains("the timeout") => Some(
+                format!("{hint} (the `timeout` option, in seconds: #{{timeout: 600}})"),
+            ),
+            (_, hint, None) => hint,
         };
         NativeError {
             message: error.message,
@@ -211,3 +243,31 @@ impl std::error::Error for NativeError {}
 /// The signal `skip(reason)` raises; the runner turns it into a `skipped` step.
 #[derive(Debug, Clone)]
 pub struct StepSkip(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_clients_remedy_is_worded_as_the_native_that_takes_it() {
+        let refused = ClientError::new("gitlab: GET /user -> 401: 401 Unauthorized")
+            .with_status(401)
+            .with_hint("the token is missing or invalid: set GITLAB_TOKEN to a valid one")
+            .with_remedy(Remedy::Login);
+        let native = NativeError::from(refused);
+        assert_eq!(
+            native.hint.as_deref(),
+            Some("the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)")
+        );
+        assert_eq!(
+            (native.kind, native.status),
+            (Some("unauthorized"), Some(401))
+        );
+        // Without a remedy the client's own hint is the native's.
+        let plain = ClientError::new("x").with_hint("check the path");
+        assert_eq!(
+            NativeError::from(plain).hint.as_deref(),
+            Some("check the path")
+        );
+    }
+}

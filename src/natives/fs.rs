@@ -311,12 +311,14 @@ pub mod fs_functions {
         let files = Confinement::new(&state.root);
         let from = files.resolve(source).map_err(native_error)?;
         let to = files.resolve(destination).map_err(native_error)?;
-        bprun_clients::tree::check_destination(&state.root, &to, destination)
-            .map_err(native_error)?;
+        let named = |error: bprun_clients::error::ClientError| {
+            native_error(error.named_by(|_| "sync_tree"))
+        };
+        bprun_clients::tree::check_destination(&state.root, &to, destination).map_err(named)?;
         // --diff: what is there before the sync (a dry pass names the files it will touch).
         let before: Vec<(String, Option<Vec<u8>>)> = if state.diff() {
             let planned =
-                bprun_clients::tree::sync_tree(&from, &to, &exclude, true).map_err(native_error)?;
+                bprun_clients::tree::sync_tree(&from, &to, &exclude, true).map_err(named)?;
             planned
                 .created
                 .iter()
@@ -327,8 +329,8 @@ pub mod fs_functions {
         } else {
             Vec::new()
         };
-        let report = bprun_clients::tree::sync_tree(&from, &to, &exclude, state.check())
-            .map_err(native_error)?;
+        let report =
+            bprun_clients::tree::sync_tree(&from, &to, &exclude, state.check()).map_err(named)?;
         if report.changed() {
             if state.check() {
                 state.plan_write(to.clone());

@@ -151,7 +151,10 @@ pub mod secret_functions {
     }
 
     /// What kind of failure a client reported (`"not-found"`, `"conflict"`, `"unauthorized"`,
-    /// `"forbidden"`, `"invalid"`, `"timeout"`, `"transport"`, ...), or `()`.
+    /// `"forbidden"`, `"invalid"`, `"timeout"`, `"transport"`, ...; `"local"` for a failure on
+    /// this machine a client found: a file it cannot read, a values schema refusing a value, a
+    /// program that failed), or `()` when the native refused the call itself (a wrong argument)
+    /// before any client ran. A git refusal carries the remote's status too.
     ///
     /// ```rhai
     /// try { read_text("no/such/file") } catch (e) { print(e.kind) }

@@ -15,14 +15,7 @@ fn with_sim(test: Test, sim: &Sim) -> Test {
 
 /// Commit ids differ between runs (a commit's time is part of it).
 fn without_commit_ids(output: Output) -> Output {
-    output.replace_regex(r"\b[0-9a-f]{8}\b", "<commit>")
-}
-
-/// The recap's time column with one width: it is right-aligned, so a step of 10 s or more
-/// (retries with backoff, an answer waited for) takes one space less than a quicker one.
-// Belongs in testkit's normalisation.
-fn one_width_times(output: Output) -> Output {
-    output.replace_regex(r"(?m)^(  \d+  .*\d) +#\.## s$", "$1     #.## s")
+    output.short_commits()
 }
 
 /// A pipeline wait's lines once it settled: how many `pending` and `running` lines it printed
@@ -1131,7 +1124,7 @@ step("Pull again", || {
          \x20   ·            ╰── failed here\n\
          \x2026 │ });\n\
          \x20   ╰────\n\
-         \x20 hint: is the PAT allowed to push (write_repository)? if the remote moved on, run git_clone_or_pull first\n\
+         \x20 hint: the remote has commits this working tree lacks: run git_clone_or_pull first (a fast-forward), then push again\n\
          re-run with --resume to continue from here\n",
     );
     // The PAT is never written into the working tree's configuration.
@@ -1308,7 +1301,7 @@ fn push_under_faults(faults: &str) -> (Sim, Test, Output) {
     )
     .env("BPRUN_GITLAB_BACKOFF_MS", "5");
     sim.set_faults(faults);
-    let output = one_width_times(without_commit_ids(test.run(&["scripts/test.rhai"])));
+    let output = without_commit_ids(test.run(&["scripts/test.rhai"]));
     sim.set_faults("{}");
     (sim, test, output)
 }

@@ -41,15 +41,10 @@ fn project_with_variables_and_ci(sim: &Sim, variables: &[Value], ci: &str) {
     assert_eq!(started.status, 201, "{}", started.body);
 }
 
-/// `actual` is `expected` (unindented) exactly; a failure shows both whole.
-// Belongs in testkit: an exact comparison of text that is not a bprun run's output.
+/// `actual` is `expected` (unindented) exactly.
 #[track_caller]
-fn assert_text(actual: &str, expected: &str) {
-    let expected = bprun_testkit::unindent(expected);
-    assert!(
-        actual == expected,
-        "text differs\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n--- end ---"
-    );
+fn assert_unindented(actual: &str, expected: &str) {
+    bprun_testkit::assert_text(actual, &bprun_testkit::unindent(expected));
 }
 
 /// A job's trace with what differs between runs as placeholders: the commit (its time is
@@ -152,7 +147,7 @@ show:
     // Project variables override YAML ones; nothing of the host: the PATH is the image's
     // tools only; a bare GitLab has no registry; a production-scoped variable does not reach
     // a job without that environment.
-    assert_text(
+    assert_unindented(
         &steady_trace(&sim, "g%2Fp", trace),
         &(job_start("alpine:3.20")
             + "$ echo \"before\"\n\
@@ -215,7 +210,7 @@ deploy:
         .expect("build")
         .clone();
     assert_eq!(build_status, "failed");
-    assert_text(
+    assert_unindented(
         &steady_trace(&sim, "g%2Fp", trace),
         &(job_start("alpine:3.20")
             + "$ echo \"token is $API_TOKEN\"\n\
@@ -253,7 +248,7 @@ build:
     );
     let build = jobs.iter().find(|(n, _, _)| n == "build").expect("build");
     assert_eq!(build.1, "failed");
-    assert_text(
+    assert_unindented(
         &steady_trace(&sim, "g%2Fp", &build.2),
         &(job_start("gcr.io/kaniko-project/executor:v1.23.2-debug")
             + "$ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/nope/Dockerfile\" --destination \"registry.example/g/p:1\"\n\
@@ -280,7 +275,7 @@ fn a_job_over_its_timeout_is_killed_with_everything_it_started() {
         started.elapsed()
     );
     assert_eq!(status, "failed");
-    assert_text(
+    assert_unindented(
         &steady_trace(&sim, "g%2Fp", &jobs[0].2),
         &(job_start("alpine:3.20")
             + "$ sleep 60 &\n\
@@ -338,7 +333,7 @@ fn masked_values_stay_out_of_the_state_file_and_survive_a_restart() {
 /// of them) as placeholders.
 fn steady_failure(sim: &Sim, run: crate::support::Output) -> crate::support::Output {
     run.replace(sim.gitlab_url(), "<gitlab>")
-        .replace_regex(r"\b[0-9a-f]{8}\b", "<commit>")
+        .short_commits()
         // An empty line of a quoted trace keeps the quote's indentation, which an expected
         // text cannot show (unindent blanks whitespace-only lines).
         .replace_regex(r"(?m)^    $", "")

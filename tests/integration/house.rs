@@ -288,3 +288,48 @@ fn whole_output_checks_outnumber_substring_checks() {
         "{exact_checks} whole-output checks, {partial_checks} substring checks"
     );
 }
+
+/// The clients serve any caller: a way out that is a native's call travels as a `Remedy`, which
+/// the runner words (src/error.rs), so no client string literal names a native.
+#[test]
+fn the_client_crate_names_no_native() {
+    let native = regex::Regex::new(r"(?m)^\s*pub fn ([a-z][a-z0-9]*_[a-z0-9_]+)\(").unwrap();
+    let mut natives = BTreeSet::new();
+    for file in rust_files(&root().join("src/natives")) {
+        let text = std::fs::read_to_string(&file).expect("read native");
+        natives.extend(
+            native
+                .captures_iter(&text)
+                .map(|found| found[1].to_string()),
+        );
+    }
+    assert!(natives.contains("bao_unseal") && natives.contains("gitlab_login"));
+    // Read left to right: raw strings, strings, comments, char literals and lifetimes (so a
+    // `'"'` opens no string and a `//` inside a string is no comment).
+    let token = regex::Regex::new(
+        r##"r#"(?s:.*?)"#|r"[^"]*"|"(?s:(?:[^"\\]|\\.)*)"|//[^\n]*|'(?:\\.|[^\\'])'|'[A-Za-z_]+"##,
+    )
+    .unwrap();
+    let word = regex::Regex::new(r"[a-z][a-z0-9_]*").unwrap();
+    let src = root().join("crates/clients/src");
+    let mut named = Vec::new();
+    for file in rust_files(&src) {
+        let text = std::fs::read_to_string(&file).expect("read client");
+        let text = match text.find("#[cfg(test)]\nmod tests") {
+            Some(at) => &text[..at],
+            None => &text,
+        };
+        let literals = token
+            .find_iter(text)
+            .filter(|found| !found.as_str().starts_with(['\'', '/']));
+        for found in literals {
+            for name in word.find_iter(found.as_str()) {
+                if natives.contains(name.as_str()) {
+                    let shown = file.strip_prefix(&src).expect("under src").display();
+                    named.push(format!("{shown}: {} in {}", name.as_str(), found.as_str()));
+                }
+            }
+        }
+    }
+    assert_eq!(named, Vec::<String>::new());
+}

@@ -11,7 +11,7 @@ use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
 use vaultrs::error::ClientError as VaultError;
 
 use super::error_chain;
-use crate::error::ClientError;
+use crate::error::{ClientError, Remedy};
 use crate::reconcile::{Change, Detail, Mode, Outcome};
 use crate::secret::Secret;
 
@@ -481,19 +481,35 @@ impl BaoClient {
         if let Some((code, message)) = server_response(&error) {
             let message = message.trim().to_string();
             let headline = format!("openbao {address}: {what} -> {code}: {message}");
-            let hint = match (code, said(code, &message)) {
-                (_, Said::Sealed) => {
-                    "OpenBao is sealed: run bao_unseal() (it reads the unseal keys from infra/secrets/openbao-init.json)".to_string()
-                }
-                (403, _) => self.permission_hint(),
-                (_, Said::NoRoute) => {
-                    "the mount does not exist: enable it with bao_enable_kv(\"secret\", 2)".to_string()
-                }
-                (_, Said::CasMismatch) => "another writer changed the secret; re-read and try again".to_string(),
-                (501, _) => "OpenBao is not initialised: run bao_init()".to_string(),
-                _ => "see the OpenBao server log for details".to_string(),
+            let (hint, remedy) = match (code, said(code, &message)) {
+                (_, Said::Sealed) => (
+                    "OpenBao is sealed: unseal it with the keys in infra/secrets/openbao-init.json"
+                        .to_string(),
+                    Some(Remedy::Unseal),
+                ),
+                (403, _) => (self.permission_hint(), None),
+                (_, Said::NoRoute) => (
+                    "the mount does not exist: enable a KV version 2 engine at `secret`"
+                        .to_string(),
+                    Some(Remedy::EnableKv {
+                        mount: "secret".to_string(),
+                    }),
+                ),
+                (_, Said::CasMismatch) => (
+                    "another writer changed the secret; re-read and try again".to_string(),
+                    None,
+                ),
+                (501, _) => (
+                    "OpenBao is not initialised: initialise it".to_string(),
+                    Some(Remedy::Init),
+                ),
+                _ => ("see the OpenBao server log for details".to_string(), None),
             };
-            return ClientError::new(headline).with_status(code).with_hint(hint);
+            let error = ClientError::new(headline).with_status(code).with_hint(hint);
+            return match remedy {
+                Some(remedy) => error.with_remedy(remedy),
+                None => error,
+            };
         }
         let detail = error_chain(&error);
         let lower = detail.to_ascii_lowercase();
@@ -626,7 +642,8 @@ impl BaoClient {
         let file = &self.settings.init_file;
         let text = std::fs::read_to_string(file).map_err(|error| {
             ClientError::new(format!("cannot read the OpenBao init file {}: {error}", file.display()))
-                .with_hint("bao_init() writes it when it initialises OpenBao; restore it from your backup if OpenBao was initialised elsewhere")
+                .with_hint("initialising OpenBao writes it; restore it from your backup if OpenBao was initialised elsewhere")
+                .with_remedy(Remedy::RestoreInitFile)
         })?;
         let init: InitResponse = serde_json::from_str(&text).map_err(|error| {
             ClientError::new(format!(
@@ -937,9 +954,12 @@ impl BaoClient {
             self.settings.address, path.mount
         ))
         .with_hint(format!(
-            "enable it with bao_enable_kv(\"{}\", 2), or address another mount as `mount:path`",
+            "enable a KV version 2 engine at `{}`, or address another mount as `mount:path`",
             path.mount
         ))
+        .with_remedy(Remedy::EnableKv {
+            mount: path.mount.clone(),
+        })
     }
 
     /// A KV v2 secret's metadata, as `bao kv metadata get` shows it: its current and oldest

@@ -1,6 +1,8 @@
 //! The error every client returns: a headline naming the resource, an optional hint, a chain of
 //! causes, and (for decisions) a kind and the remote status. Callers branch on `kind`, never on
-//! the message text; `natives/` turn it into the Rhai-facing error.
+//! the message text; `natives/` turn it into the Rhai-facing error. Where the way out is a call
+//! of the caller's own (unseal, log in, pull), the client says so as a [`Remedy`] and the caller
+//! words it: the client names no native.
 
 use std::fmt;
 
@@ -67,6 +69,42 @@ impl ErrorKind {
     }
 }
 
+/// The way out of an error, as a fact the client knows; a caller words it in its own terms (the
+/// runner names its natives), and the error's `hint` says the same in the client's words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Remedy {
+    /// OpenBao is sealed; its init file holds the unseal keys.
+    Unseal,
+    /// OpenBao is not initialised.
+    Init,
+    /// The OpenBao init file is missing; initialising OpenBao writes it.
+    RestoreInitFile,
+    /// The KV mount `mount` does not exist.
+    EnableKv { mount: String },
+    /// A chart was not found: check its pin, or pull it.
+    PullChart,
+    /// The cached archive at `path` is not the pinned `chart` `version`.
+    PullPinnedChart {
+        chart: String,
+        version: String,
+        path: String,
+    },
+    /// GitLab refused the token (or none was given).
+    Login,
+    /// A project's group does not exist yet.
+    CreateGroup,
+    /// The job is still running, so it cannot be retried yet.
+    AwaitJob,
+    /// The job is not a manual one waiting to be played.
+    ListJobs,
+    /// The remote branch has commits the working tree lacks.
+    PullFirst,
+    /// The CA a certificate is signed with does not exist yet.
+    CreateCa,
+    /// A CI/CD variable's value cannot be masked as it is.
+    MaskableValue,
+}
+
 /// A client operation, as its errors carry it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Operation {
@@ -88,6 +126,9 @@ pub struct ClientError {
     /// The client operation that failed, when its headline leaves room for the caller's name
     /// for it (`Deployment/web in apps: 404 ...` becomes `kube_get Deployment/web in apps: ...`).
     pub operation: Option<Operation>,
+    /// The way out, for a caller that words it itself (`hint` says it in the client's words).
+    /// Boxed: an error stays small on the `Err` path of every call.
+    pub remedy: Option<Box<Remedy>>,
 }
 
 impl ClientError {
@@ -100,7 +141,14 @@ impl ClientError {
             hint: None,
             causes: Vec::new(),
             operation: None,
+            remedy: None,
         }
+    }
+
+    /// Records the way out; `hint` should say it in the client's words.
+    pub fn with_remedy(mut self, remedy: Remedy) -> Self {
+        self.remedy = Some(Box::new(remedy));
+        self
     }
 
     pub fn with_kind(mut self, kind: ErrorKind) -> Self {

@@ -79,7 +79,7 @@ impl Confinement {
                 std::io::ErrorKind::NotFound => {
                     "check the path; relative paths start at the repository root"
                 }
-                std::io::ErrorKind::InvalidData => "read_text reads UTF-8 text only",
+                std::io::ErrorKind::InvalidData => "the file is not UTF-8 text: only text is read",
                 _ => "check the file's permissions",
             };
             ClientError::new(format!("cannot read {}: {error}", self.display(&full)))

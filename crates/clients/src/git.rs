@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use git2::transport::{Service, SmartSubtransport, SmartSubtransportStream, Transport};
 
-use crate::error::ClientError;
+use crate::error::{ClientError, Remedy};
 use crate::secret::Secret;
 
 /// Credentials and TLS settings for the git operations of the current thread.
@@ -26,6 +26,9 @@ thread_local! {
     /// the remote took it (5xx, 429, a broken connection, no answer): only then is a push read
     /// back and retried.
     static PUSH_AMBIGUOUS: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// The HTTP status of this thread's last refused git request: libgit2 passes a transport's
+    /// error on as text only, and the status decides the error's kind.
+    static REFUSED_STATUS: std::cell::Cell<Option<u16>> = const { std::cell::Cell::new(None) };
 }
 
 /// How long one git HTTP request may take (a large clone included).
@@ -221,10 +224,15 @@ impl HttpStream {
             );
         }
         let result = result?;
+        if let Ok((status, _)) = &result
+            && *status != 200
+        {
+            REFUSED_STATUS.with(|refused| refused.set(Some(*status)));
+        }
         match result {
             Ok((200, body)) => Ok(body),
             Ok((401, _)) => Err(std::io::Error::other(format!(
-                "{method} {shown} -> 401: authentication failed (is the PAT valid? gitlab_login)"
+                "{method} {shown} -> 401: authentication failed (is the PAT valid?)"
             ))),
             Ok((status, body)) => Err(std::io::Error::other(format!(
                 "{method} {shown} -> {status}: {}",
@@ -273,16 +281,26 @@ fn with_auth<T>(
 ) -> Result<T, ClientError> {
     register_transport()?;
     AUTH.with(|current| *current.borrow_mut() = auth.clone());
+    REFUSED_STATUS.with(|refused| refused.set(None));
     let result = operation();
     AUTH.with(|current| *current.borrow_mut() = GitAuth::default());
     result
 }
 
+/// A git operation's error, with the remote's status when it refused the request.
 fn git_error(what: &str, dir: &str, error: git2::Error) -> ClientError {
-    ClientError::new(format!(
+    let error = ClientError::new(format!(
         "git: {what} in {dir}: {}",
         crate::secret::scrub(error.message())
-    ))
+    ));
+    match REFUSED_STATUS.with(|refused| refused.take()) {
+        Some(401) => error
+            .with_status(401)
+            .with_hint("the PAT is missing or invalid: set GITLAB_TOKEN to a valid one")
+            .with_remedy(Remedy::Login),
+        Some(status) => error.with_status(status),
+        None => error,
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -587,11 +605,10 @@ pub fn commit_push(
     }
     crate::write_gate::before_remote_write(&format!("git: push from {shown}"), &|| false)?;
     with_auth(auth, || {
-        let hint = "is the PAT allowed to push (write_repository)? if the remote moved on, run git_clone_or_pull first";
         let mut attempt = 0;
         loop {
             PUSH_AMBIGUOUS.with(|ambiguous| ambiguous.set(false));
-            let error = match push_once(&repo, shown, hint) {
+            let error = match push_once(&repo, shown) {
                 Ok(()) => break,
                 Err(error) => error,
             };
@@ -641,8 +658,23 @@ pub fn commit_push(
     })
 }
 
+/// The hint for a refused push: the remote moved on, or it did not let this PAT push.
+fn refused_push(error: ClientError, not_fast_forward: bool) -> ClientError {
+    if error.remedy.is_some() {
+        error
+    } else if not_fast_forward {
+        error
+            .with_hint(
+                "the remote has commits this working tree lacks: pull them first (a fast-forward), then push again",
+            )
+            .with_remedy(Remedy::PullFirst)
+    } else {
+        error.with_hint("is the PAT allowed to push (write_repository) to this branch?")
+    }
+}
+
 /// Sends `main` to `origin` once.
-fn push_once(repo: &git2::Repository, shown: &str, hint: &str) -> Result<(), ClientError> {
+fn push_once(repo: &git2::Repository, shown: &str) -> Result<(), ClientError> {
     let mut remote = repo
         .find_remote("origin")
         .map_err(|error| git_error("find remote origin", shown, error))?;
@@ -662,12 +694,16 @@ fn push_once(repo: &git2::Repository, shown: &str, hint: &str) -> Result<(), Cli
             &[format!("refs/heads/{BRANCH}:refs/heads/{BRANCH}")],
             Some(&mut options),
         )
-        .map_err(|error| git_error("push", shown, error).with_hint(hint))?;
+        .map_err(|error| {
+            let not_fast_forward = error.code() == git2::ErrorCode::NotFastForward;
+            refused_push(git_error("push", shown, error), not_fast_forward)
+        })?;
     drop(options);
     match refused.into_inner() {
-        Some(reason) => Err(
-            ClientError::new(format!("git: push from {shown} refused: {reason}")).with_hint(hint),
-        ),
+        Some(reason) => Err(refused_push(
+            ClientError::new(format!("git: push from {shown} refused: {reason}")),
+            false,
+        )),
         None => Ok(()),
     }
 }

@@ -4,7 +4,7 @@
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
 
-use crate::error::ClientError;
+use crate::error::{ClientError, Remedy};
 use crate::fs::{Confinement, WriteOutcome};
 
 /// Certificates expiring within this many days are re-minted.
@@ -144,14 +144,16 @@ pub fn ensure_cert(
     let ca_root = files.resolve(ca_dir)?;
     let ca_pem = std::fs::read_to_string(ca_root.join("ca.pem")).map_err(|error| {
         tls_error(&format!("read {}/ca.pem", files.display(&ca_root)), error)
-            .with_hint("create the CA first: tls_ensure_ca")
+            .with_hint("create the CA first")
+            .with_remedy(Remedy::CreateCa)
     })?;
     let ca_key_pem = std::fs::read_to_string(ca_root.join("ca-key.pem")).map_err(|error| {
         tls_error(
             &format!("read {}/ca-key.pem", files.display(&ca_root)),
             error,
         )
-        .with_hint("create the CA first: tls_ensure_ca")
+        .with_hint("create the CA first")
+        .with_remedy(Remedy::CreateCa)
     })?;
     let (_, ca_der) =
         parse(ca_pem.as_bytes(), "ca.pem").map_err(|problem| tls_error("the CA", problem))?;

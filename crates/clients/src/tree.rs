@@ -135,7 +135,7 @@ pub fn check_destination(root: &Path, destination: &Path, shown: &str) -> Result
         .find(|protected| protected.starts_with(destination));
     match hit {
         Some(protected) => Err(ClientError::new(format!(
-            "sync_tree: refusing to sync into {shown}: it holds {}",
+            "refusing to sync into {shown}: it holds {}",
             if protected == root {
                 "the repository itself".to_string()
             } else {
@@ -143,7 +143,8 @@ pub fn check_destination(root: &Path, destination: &Path, shown: &str) -> Result
             }
         ))
         .with_kind(crate::error::ErrorKind::Invalid)
-        .with_hint("a sync deletes what the source lacks; sync into a working tree such as apps-local/blueprint-apps/<app>")),
+        .with_hint("a sync deletes what the source lacks; sync into a working tree such as apps-local/blueprint-apps/<app>")
+        .in_operation("sync", ": ")),
         None => Ok(()),
     }
 }
@@ -155,11 +156,11 @@ pub fn sync_tree(
     check: bool,
 ) -> Result<SyncReport, ClientError> {
     if !source.is_dir() {
-        return Err(ClientError::new(format!(
-            "sync_tree: the source {} is not a folder",
-            source.display()
-        ))
-        .with_hint("the manifest's src_path must name a folder under apps/"));
+        return Err(
+            ClientError::new(format!("the source {} is not a folder", source.display()))
+                .with_hint("the manifest's src_path must name a folder under apps/")
+                .in_operation("sync", ": "),
+        );
     }
     let excluded = |path: &PathBuf| {
         exclude

@@ -18,7 +18,7 @@ mod test;
 pub use bao::{BaoServer, bao_binary};
 pub use http::Reply;
 pub use sim::{GITLAB_TOKEN, Sim, SimKind};
-pub use test::{Output, Test, normalize};
+pub use test::{Output, Test, assert_text, expect_output, normalize};
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -174,6 +174,12 @@ impl Output {
         self
     }
 
+    /// The normalised streams with short commit ids (8 hex digits, as bprun and the runner
+    /// print them) shown as `<commit>`: a commit's id holds its time.
+    pub fn short_commits(self) -> Output {
+        self.replace_regex(r"\b[0-9a-f]{8}\b", "<commit>")
+    }
+
     /// The normalised streams with every match of `pattern` shown as `placeholder` (`$1` names
     /// a group), for values no test can know in advance (generated IDs, process IDs).
     pub fn replace_regex(mut self, pattern: &str, placeholder: &str) -> Output {
@@ -281,6 +287,35 @@ impl Output {
         }
         self
     }
+}
+
+/// A table case's whole output: exit code, stdout and stderr exactly (see [`Output::expect`]),
+/// with the case's name in the failure.
+#[track_caller]
+pub fn expect_output(case: &str, output: &Output, code: i32, stdout: &str, stderr: &str) {
+    let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        output.expect(code, stdout, stderr);
+    }));
+    if let Err(failure) = checked {
+        let message = failure
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| failure.downcast_ref::<&str>().copied())
+            .unwrap_or("(no message)");
+        panic!("case {case:?}: {message}");
+    }
+}
+
+/// `actual` is exactly `expected`, as written (no unindenting): for text that is not a run's
+/// output, or output whose every line is indented, which `Output::stdout`/`stderr` cannot
+/// express (they unindent). A failure shows both whole and the first differing line.
+#[track_caller]
+pub fn assert_text(actual: &str, expected: &str) {
+    assert!(
+        actual == expected,
+        "text differs at {}\n--- expected ---\n{expected}\n--- actual ---\n{actual}\n--- end ---",
+        first_difference(expected, actual)
+    );
 }
 
 /// The first line where two texts differ, for failure messages.

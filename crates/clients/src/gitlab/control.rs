@@ -7,7 +7,7 @@ use serde_json::Value;
 
 use super::reads::JOB_FIELDS;
 use super::{GitlabClient, Method, encode};
-use crate::error::{ClientError, ErrorKind};
+use crate::error::{ClientError, ErrorKind, Remedy};
 use crate::reconcile::{Mode, Outcome};
 
 /// What to do to a job.
@@ -151,13 +151,17 @@ impl GitlabClient {
                 );
             }
             Err(why) => {
-                return Err(ClientError::new(format!("gitlab: cannot {verb} {shown}: {why}"))
-                    .with_kind(ErrorKind::Invalid)
-                    .with_hint(match action {
-                        JobAction::Retry => "wait for it to end (gitlab_wait_pipeline), or cancel it first",
-                        JobAction::Cancel => "a job that ended needs no cancel",
-                        JobAction::Play => "gitlab_jobs(project, pipeline) lists the jobs with their status; a manual job shows `manual`",
-                    }));
+                let error = ClientError::new(format!("gitlab: cannot {verb} {shown}: {why}"))
+                    .with_kind(ErrorKind::Invalid);
+                return Err(match action {
+                    JobAction::Retry => error
+                        .with_hint("wait for it to end, or cancel it first")
+                        .with_remedy(Remedy::AwaitJob),
+                    JobAction::Cancel => error.with_hint("a job that ended needs no cancel"),
+                    JobAction::Play => error
+                        .with_hint("the pipeline's jobs list shows each job's status; a manual job shows `manual`")
+                        .with_remedy(Remedy::ListJobs),
+                });
             }
         }
         if !mode.writes() {

@@ -13,7 +13,7 @@ use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::error::{ClientError, ErrorKind};
+use crate::error::{ClientError, ErrorKind, Remedy};
 use crate::secret::Secret;
 
 pub mod control;
@@ -539,7 +539,7 @@ impl GitlabClient {
             None => format!("gitlab: {} {shown} failed: {message}", method.name()),
         };
         let hint = match status {
-            Some(401) => "the token is missing or invalid: set GITLAB_TOKEN or call gitlab_login(token)".to_string(),
+            Some(401) => "the token is missing or invalid: set GITLAB_TOKEN to a valid one".to_string(),
             Some(403) => "the token lacks the permission or scope for this (phase 3 mints an admin PAT with api and sudo)".to_string(),
             Some(404) if message.contains("the GitLab simulator does not serve") => "this GitLab is bprun's simulator, which does not model this route: the call is right for a real GitLab, but cannot be rehearsed".to_string(),
             Some(404) if shown.contains("%2F") => "the path is encoded as GitLab wants it: check that the project or group exists and that the token may see it (a project the token may not see answers 404 too)".to_string(),
@@ -559,6 +559,10 @@ impl GitlabClient {
         let error = match status {
             Some(status) => ClientError::new(headline).with_status(status),
             None => ClientError::new(headline).with_kind(ErrorKind::Transport),
+        };
+        let error = match status {
+            Some(401) => error.with_remedy(Remedy::Login),
+            _ => error,
         };
         error
             .with_hint(hint)

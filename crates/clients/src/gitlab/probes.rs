@@ -45,12 +45,6 @@ fn status_words(status: u16) -> String {
     format!("{status} {reason}").trim_end().to_string()
 }
 
-/// The HTTP status in a git transport error (`GET .../info/refs -> 404: ...`).
-fn status_in(message: &str) -> Option<u16> {
-    let (_, rest) = message.split_once(" -> ")?;
-    rest.get(..3)?.parse().ok()
-}
-
 /// What a clone attempt says about access: refused with the status GitLab answered, or allowed.
 /// Anything else (no answer, a TLS failure) says nothing about access and is an error.
 fn clone_verdict(listed: Result<Vec<String>, ClientError>) -> Result<Verdict, ClientError> {
@@ -63,7 +57,7 @@ fn clone_verdict(listed: Result<Vec<String>, ClientError>) -> Result<Verdict, Cl
                 if refs.len() == 1 { "" } else { "s" }
             ),
         }),
-        Err(error) => match status_in(&error.message) {
+        Err(error) => match error.status {
             Some(status @ (401 | 403 | 404)) => Ok(Verdict {
                 allowed: false,
                 detail: status_words(status),
@@ -302,7 +296,8 @@ mod tests {
     fn a_refused_clone_names_the_status_git_got() {
         let refused = clone_verdict(Err(ClientError::new(
             "git: list the remote refs in g/p: GET https://gitlab/g/p.git/info/refs -> 404: The project you were looking for could not be found",
-        )));
+        )
+        .with_status(404)));
         assert_eq!(
             refused.map_err(|e| e.message),
             Ok(Verdict {

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::{GitlabClient, Method, encode};
-use crate::error::{ClientError, ErrorKind};
+use crate::error::{ClientError, ErrorKind, Remedy};
 use crate::reconcile::{Mode, Outcome};
 
 /// A project as GitLab returns it (the fields bprun reads). In check mode a planned project has
@@ -95,7 +95,8 @@ impl GitlabClient {
             ClientError::new(format!(
                 "gitlab: group {namespace} does not exist, so project {full} cannot be created"
             ))
-            .with_hint("ensure the group first: gitlab_ensure_group")
+            .with_hint("create the group first")
+            .with_remedy(Remedy::CreateGroup)
         })?;
         let mut body = json!({
             "name": spec.name,

@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 
 use super::rules::{maskable, valid_variable_key};
 use super::{GitlabClient, Method, encode};
-use crate::error::ClientError;
+use crate::error::{ClientError, Remedy};
 use crate::reconcile::{Change, Detail, Mode, Outcome};
 
 /// The desired state of one CI/CD variable. `value` is the plain text (the caller keeps it out of
@@ -65,7 +65,8 @@ impl Variable {
             return Err(ClientError::new(format!(
                 "CI variable {key} cannot be masked: its value breaks GitLab's masking rules"
             ))
-            .with_hint("a masked value is one line of at least 8 characters from the Base64 alphabet plus @ : . ~ (use masked: false, or encode it with base64_encode)"));
+            .with_hint("a masked value is one line of at least 8 characters from the Base64 alphabet plus @ : . ~ (set masked to false, or Base64-encode the value)")
+            .with_remedy(Remedy::MaskableValue));
         }
         Ok(())
     }

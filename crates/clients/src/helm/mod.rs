@@ -23,7 +23,7 @@ mod release;
 
 pub use release::{Ensured, ReleaseSpec, verify_cached_archive};
 
-use crate::error::{ClientError, ErrorKind};
+use crate::error::{ClientError, ErrorKind, Remedy};
 use crate::fs::Confinement;
 use crate::process::{ProcessOutput, ProcessSpec, run};
 use crate::secret::scrub;
@@ -514,35 +514,36 @@ fn helm_timed_out(message: &str) -> bool {
     lower.contains("timed out") || lower.contains("context deadline exceeded")
 }
 
-fn hint_for(message: &str) -> String {
+/// The hint for helm's message, and the way out where the caller has a call for it.
+fn hint_for(message: &str) -> (String, Option<Remedy>) {
     let lower = message.to_lowercase();
-    if lower.contains("another operation") {
+    let hint = if lower.contains("another operation") {
         "a previous helm operation on this release did not finish; look at `helm history` and \
          roll back or uninstall the release"
-            .to_string()
     } else if lower.contains("kubernetes cluster unreachable")
         || lower.contains("connection refused")
         || lower.contains("no configuration has been provided")
     {
-        "helm cannot reach the cluster: check KUBECONFIG and that the cluster is up".to_string()
+        "helm cannot reach the cluster: check KUBECONFIG and that the cluster is up"
     } else if lower.contains("parse error")
         || lower.contains("template:")
         || lower.contains("yaml:")
     {
         "the chart does not render; run `helm lint` and `helm template` on it to see the failing \
          template"
-            .to_string()
     } else if helm_timed_out(message) {
         "the release's resources did not become ready in time; raise the timeout or look at the \
          pods of the namespace"
-            .to_string()
     } else if lower.contains("not found") && lower.contains("chart") {
-        "check the chart reference and version (infra/VERSIONS.json), or pull it with helm_pull"
-            .to_string()
+        return (
+            "check the chart reference and version (infra/VERSIONS.json), or pull the chart again"
+                .to_string(),
+            Some(Remedy::PullChart),
+        );
     } else {
         "helm's message is shown above; run the command by hand with --debug to investigate"
-            .to_string()
-    }
+    };
+    (hint.to_string(), None)
 }
 
 fn is_not_found(output: &ProcessOutput) -> bool {
@@ -598,7 +599,7 @@ impl Helm {
     /// The error for a helm command that exited non-zero.
     pub fn failure(args: &[String], output: &ProcessOutput) -> ClientError {
         let message = helm_message(output);
-        let hint = hint_for(&message);
+        let (hint, remedy) = hint_for(&message);
         let mut error = ClientError::new(format!(
             "`{}` exited with code {}",
             command_line(args),
@@ -609,6 +610,9 @@ impl Helm {
         }
         if !message.is_empty() {
             error = error.caused_by(message);
+        }
+        if let Some(remedy) = remedy {
+            error = error.with_remedy(remedy);
         }
         error.with_hint(hint)
     }
@@ -1063,11 +1067,16 @@ impl ChartPin {
         ))
         .with_kind(ErrorKind::Invalid)
         .with_hint(format!(
-            "the archive is not the pinned {} {}: restore it (git checkout -- {}) or delete it so helm_pull fetches it again",
+            "the archive is not the pinned {} {}: restore it (git checkout -- {}) or delete it and pull the chart again",
             self.chart,
             self.chart_version,
             self.cache_path()
-        )))
+        ))
+        .with_remedy(Remedy::PullPinnedChart {
+            chart: self.chart.clone(),
+            version: self.chart_version.clone(),
+            path: self.cache_path(),
+        }))
     }
 }
 
