@@ -29,6 +29,8 @@
 //! authentication failed for user "openbao"`, `connect: connection refused`), said with the
 //! Service's name and address, so the container crash-loops as the real one would.
 
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
 use super::node::{self, NodeMounts};
 use super::process;
 use super::service::Backend;
@@ -38,8 +40,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-pub const IMAGES: &[&str] = &["quay.io/openbao/openbao"];
 
 /// Where the chart's configuration keeps OpenBao's data (`storage ... { path = "/openbao/data" }`),
 /// the mount path of its `data` volume.
@@ -355,12 +355,12 @@ impl OpenBao {
 }
 
 impl Program for OpenBao {
-    fn name(&self) -> &'static str {
-        "openbao"
+    fn image(&self) -> &'static Image {
+        &catalogue::OPENBAO
     }
 
-    fn images(&self) -> &[&'static str] {
-        IMAGES
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.servers)
     }
 
     fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome> {
@@ -372,24 +372,8 @@ impl Program for OpenBao {
         }
     }
 
-    fn probes_readiness(&self) -> bool {
-        true
-    }
-
-    fn exits_when_start_fails(&self) -> bool {
-        true
-    }
-
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
         self.server(call, Some(host)).map(|_| ())
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.servers.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

@@ -14,8 +14,9 @@
 //! What resolves is decided by [`lookup`], a pure function of the loaded Corefile and the
 //! store's Services and pods; [`super::service`] uses it for every name a program dials.
 
+use super::catalogue::{self, Image};
 use super::{Host, Program};
-use crate::kube::runtime::{ExecCall, ExecOutcome};
+use crate::kube::runtime::ExecCall;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -416,20 +417,8 @@ fn mounted_corefile(pod: &Value, host: &Host) -> Option<String> {
 pub struct CoreDns;
 
 impl Program for CoreDns {
-    fn name(&self) -> &'static str {
-        "coredns"
-    }
-
-    fn images(&self) -> &[&'static str] {
-        &[
-            "registry.k8s.io/coredns/coredns",
-            "docker.io/coredns/coredns",
-        ]
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        // The image has no shell or tools (distroless): containerd's "not found" answers.
-        None
+    fn image(&self) -> &'static Image {
+        &catalogue::COREDNS
     }
 
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
@@ -461,10 +450,6 @@ impl Program for CoreDns {
             },
         );
         Ok(())
-    }
-
-    fn exits_when_start_fails(&self) -> bool {
-        true
     }
 }
 

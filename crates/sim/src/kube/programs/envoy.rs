@@ -12,15 +12,16 @@
 //! `PathPrefix` and `Exact` path matches, the first backendRef of a rule, no filters, no
 //! cross-namespace backends (ReferenceGrant).
 
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
 use super::service::{self, Backend};
 use super::web::Served;
-use super::{ExecCall, ExecOutcome, Host, Program, World};
+use super::{ExecCall, Host, Program, World};
 use crate::http::{SimRequest, SimResponse};
 use crate::kube::gateway::{admits, attaches, hostname_matches, listener_for, route_hostnames};
 use serde_json::Value;
 use std::sync::{Arc, Weak};
 
-pub const IMAGES: &[&str] = &["docker.io/envoyproxy/envoy"];
 pub const ROUTE_STORE_KEY: &str = "httproutes.gateway.networking.k8s.io";
 const GATEWAY_STORE_KEY: &str = "gateways.gateway.networking.k8s.io";
 /// Where Envoy Gateway binds a listener's port inside the proxy pod.
@@ -334,16 +335,12 @@ pub struct Envoy {
 }
 
 impl Program for Envoy {
-    fn name(&self) -> &'static str {
-        "envoy"
+    fn image(&self) -> &'static Image {
+        &catalogue::ENVOY
     }
 
-    fn images(&self) -> &[&'static str] {
-        IMAGES
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.served)
     }
 
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
@@ -404,14 +401,6 @@ impl Program for Envoy {
             )?;
         }
         Ok(())
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.served.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<std::net::SocketAddr> {
-        self.served.forward(pod_uid, port)
     }
 }
 

@@ -30,8 +30,10 @@
 //! ([`Link::attach`]). Without one (a plain `bprun sim kube`, the platform as phase 2 leaves
 //! it) there is no GitLab to play: the pods run nothing and are Ready once running, as before.
 
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
 use super::service::Backend;
-use super::{ExecCall, ExecOutcome, Host, Node, Program, volumes};
+use super::{ExecCall, Host, Node, Program, volumes};
 use crate::gitlab::GitlabSim;
 use crate::http::{Accounting, FaultState, Handler, SimRequest, SimResponse};
 use serde_json::{Value, json};
@@ -40,24 +42,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
-
-pub const WEBSERVICE_IMAGES: &[&str] = &[
-    "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ee",
-    "registry.gitlab.com/gitlab-org/build/cng/gitlab-webservice-ce",
-];
-pub const WORKHORSE_IMAGES: &[&str] = &[
-    "registry.gitlab.com/gitlab-org/build/cng/gitlab-workhorse-ee",
-    "registry.gitlab.com/gitlab-org/build/cng/gitlab-workhorse-ce",
-];
-const WEB_IMAGES: &[&str] = &[
-    WEBSERVICE_IMAGES[0],
-    WEBSERVICE_IMAGES[1],
-    WORKHORSE_IMAGES[0],
-    WORKHORSE_IMAGES[1],
-];
-pub const REGISTRY_IMAGES: &[&str] =
-    &["registry.gitlab.com/gitlab-org/build/cng/gitlab-container-registry"];
-pub const RUNNER_IMAGES: &[&str] = &["registry.gitlab.com/gitlab-org/gitlab-runner"];
 
 /// Whether GitLab has a healthy backend: some webservice pod is Ready.
 pub type Upstream = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -103,7 +87,12 @@ pub fn webservice_ready(pods: &[Value]) -> bool {
             .as_array()
             .into_iter()
             .flatten()
-            .any(|c| is_web_image(c["image"].as_str().unwrap_or(""), WEBSERVICE_IMAGES));
+            .any(|c| {
+                is_web_image(
+                    c["image"].as_str().unwrap_or(""),
+                    catalogue::WEBSERVICE_IMAGES,
+                )
+            });
         let ready = pod["status"]["conditions"]
             .as_array()
             .into_iter()
@@ -493,24 +482,12 @@ impl Webservice {
 }
 
 impl Program for Webservice {
-    fn name(&self) -> &'static str {
-        "gitlab-webservice"
-    }
-
-    fn images(&self) -> &[&'static str] {
-        WEB_IMAGES
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
-    }
-
-    fn exits_when_start_fails(&self) -> bool {
-        true
+    fn image(&self) -> &'static Image {
+        &catalogue::GITLAB_WEBSERVICE
     }
 
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
-        if !is_web_image(&call.image, WEBSERVICE_IMAGES) {
+        if !is_web_image(&call.image, catalogue::WEBSERVICE_IMAGES) {
             self.log(
                 call,
                 "Starting gitlab-workhorse, listening on :8181 (upstream http://localhost:8080)\n"
@@ -598,16 +575,12 @@ pub struct Registry {
 }
 
 impl Program for Registry {
-    fn name(&self) -> &'static str {
-        "gitlab-container-registry"
+    fn image(&self) -> &'static Image {
+        &catalogue::GITLAB_REGISTRY
     }
 
-    fn images(&self) -> &[&'static str] {
-        REGISTRY_IMAGES
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.served)
     }
 
     fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
@@ -621,14 +594,6 @@ impl Program for Registry {
                 Some(registry_root())
             })
             .map_err(|error| format!("registry: {error}"))
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.served.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.served.forward(pod_uid, port)
     }
 }
 
@@ -784,20 +749,8 @@ pub struct Runner {
 }
 
 impl Program for Runner {
-    fn name(&self) -> &'static str {
-        "gitlab-runner"
-    }
-
-    fn images(&self) -> &[&'static str] {
-        RUNNER_IMAGES
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
-    }
-
-    fn exits_when_start_fails(&self) -> bool {
-        true
+    fn image(&self) -> &'static Image {
+        &catalogue::GITLAB_RUNNER
     }
 
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {

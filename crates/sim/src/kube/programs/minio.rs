@@ -10,12 +10,12 @@
 //! is the release behind the Service); `mc mb [--ignore-existing|-p] ALIAS/BUCKET`, `mc ls ALIAS`,
 //! `mc ls ALIAS/BUCKET`, `mc rb ALIAS/BUCKET`; answers and errors in mc's words.
 
+use super::catalogue::{self, Image};
 use super::env::lookup;
 use super::{ExecCall, ExecOutcome, Host, Program};
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-pub const IMAGES: &[&str] = &["quay.io/minio/minio", "quay.io/minio/mc"];
 const SERVER_IMAGE: &str = "quay.io/minio/minio";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -307,12 +307,8 @@ fn ok(text: String) -> ExecOutcome {
 }
 
 impl Program for Minio {
-    fn name(&self) -> &'static str {
-        "minio"
-    }
-
-    fn images(&self) -> &[&'static str] {
-        IMAGES
+    fn image(&self) -> &'static Image {
+        &catalogue::MINIO
     }
 
     fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome> {

@@ -32,6 +32,7 @@
 //!    goes into [`Shared`], reached through [`Host::shared`].
 
 pub mod bao;
+pub mod catalogue;
 pub mod coredns;
 pub mod env;
 pub mod envoy;
@@ -231,24 +232,34 @@ impl Host<'_> {
 
 /// What runs in the containers of some images.
 pub trait Program: Send + Sync {
+    /// Its row of the [`catalogue`]: the images it runs in and how its containers behave.
+    fn image(&self) -> &'static catalogue::Image;
+
     /// A name for messages ("openbao", "postgresql").
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.image().name
+    }
 
     /// The image repositories this program runs in, as [`canonical_repository`] spells them
     /// (`quay.io/openbao/openbao`, `docker.io/bitnamilegacy/redis`).
-    fn images(&self) -> &[&'static str];
+    fn images(&self) -> &[&'static str] {
+        self.image().repositories
+    }
 
     /// Runs `argv` (the effective command, see [`effective_command`]) in the container `call`
     /// describes, with `call.env` its environment. `None` when `argv` is not one of this image's
-    /// programs: the shell basics answer, else containerd's "not found".
-    fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome>;
+    /// programs: the shell basics answer, else containerd's "not found". By default the image
+    /// has no program of its own to exec.
+    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
+        None
+    }
 
     /// Whether an exec `readinessProbe` of a container of this image runs through [`exec`]
     /// (Ready only when it passes); otherwise the container is Ready once it runs.
     ///
     /// [`exec`]: Program::exec
     fn probes_readiness(&self) -> bool {
-        false
+        self.image().probes_readiness
     }
 
     /// What the image's entrypoint starts when the pod starts (`call.command` is empty). Called
@@ -257,12 +268,22 @@ pub trait Program: Send + Sync {
         Ok(())
     }
 
+    /// What serves the pods' ports, for a program whose `start` only starts servers there: its
+    /// `stop` and `forward` are theirs.
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        None
+    }
+
     /// The pod `pod_uid` is gone (deleted, or the simulator stops): stop what `start` started.
-    fn stop(&self, _pod_uid: &str) {}
+    fn stop(&self, pod_uid: &str) {
+        if let Some(endpoints) = self.endpoints() {
+            endpoints.stop(pod_uid);
+        }
+    }
 
     /// Where the container of pod `pod_uid` really serves `port` (a port-forward's target).
-    fn forward(&self, _pod_uid: &str, _port: u16) -> Option<SocketAddr> {
-        None
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+        self.endpoints()?.forward(pod_uid, port)
     }
 
     /// The container's log (`kubectl logs`), when the program keeps one.
@@ -279,7 +300,7 @@ pub trait Program: Send + Sync {
     /// Whether a pod that runs to completion (`restartPolicy: Never` or `OnFailure`) ends when
     /// this program's run of its command ends (its exit code, its log), rather than at once.
     fn runs_to_its_end(&self) -> bool {
-        false
+        self.image().runs_to_its_end
     }
 
     /// Whether the container's process is what `start` starts, so that a failed `start` is the
@@ -288,8 +309,16 @@ pub trait Program: Send + Sync {
     /// only once `start` succeeded (GitLab's webservice checking its database, GitLab Runner
     /// verifying its token). Otherwise a failed `start` is only an event on a running pod.
     fn exits_when_start_fails(&self) -> bool {
-        false
+        self.image().exits_when_start_fails
     }
+}
+
+/// The servers a program started for its pods (processes, or listeners in this process).
+pub trait PodEndpoints: Send + Sync {
+    /// Stops what serves pod `pod_uid`.
+    fn stop(&self, pod_uid: &str);
+    /// Where pod `pod_uid` really serves `port`.
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr>;
 }
 
 /// State programs share, so one can see what another did (a bucket `mc` made). Real servers

@@ -23,6 +23,8 @@
 //! answers and exit codes. Port 5432 forwards to the server: Services reach it
 //! ([`super::service`]). Without PostgreSQL on the machine the pod's container exits saying so.
 
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
 use super::node::{self, NodeMounts};
 use super::process;
 use super::{ExecCall, ExecOutcome, Host, Program};
@@ -33,8 +35,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-pub const IMAGES: &[&str] = &["ghcr.io/cloudnative-pg/postgresql"];
 
 /// Where CloudNativePG mounts an instance's data volume; `PGDATA` is its `pgdata` folder.
 pub const DATA_MOUNT_PATH: &str = "/var/lib/postgresql/data";
@@ -506,12 +506,12 @@ impl Postgres {
 }
 
 impl Program for Postgres {
-    fn name(&self) -> &'static str {
-        "postgresql"
+    fn image(&self) -> &'static Image {
+        &catalogue::POSTGRESQL
     }
 
-    fn images(&self) -> &[&'static str] {
-        IMAGES
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.servers)
     }
 
     fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome> {
@@ -532,20 +532,8 @@ impl Program for Postgres {
         Some(outcome.unwrap_or_else(fail))
     }
 
-    fn exits_when_start_fails(&self) -> bool {
-        true
-    }
-
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
         self.server(call, host).map(|_| ())
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.servers.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

@@ -220,15 +220,17 @@ impl PodServers {
     pub fn running(&self, pod_uid: &str) -> Option<SocketAddr> {
         self.lock().running(pod_uid)
     }
+}
 
+impl super::PodEndpoints for PodServers {
     /// The pod is gone: its server stops (by process id).
-    pub fn stop(&self, pod_uid: &str) {
+    fn stop(&self, pod_uid: &str) {
         let server = self.lock().servers.remove(pod_uid);
         drop(server);
     }
 
     /// Where the pod's server serves its container port `port`.
-    pub fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
         self.lock()
             .servers
             .get(pod_uid)

@@ -30,6 +30,8 @@
 //! `redis-server` binary the container's start fails saying so (the pod crash-loops, never
 //! Ready); without `redis-cli`, its commands say so.
 
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
 use super::env::lookup;
 use super::node::{self, NodeMounts};
 use super::service::Backend;
@@ -40,8 +42,6 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
-
-pub const IMAGES: &[&str] = &["docker.io/bitnamilegacy/redis", "docker.io/bitnami/redis"];
 
 /// The chart's `master.persistence.path`, where its `redis-data` volume is mounted, when its
 /// `master.conf` names no `dir`.
@@ -545,12 +545,12 @@ fn write_private(path: &Path, text: &str) -> Result<(), String> {
 }
 
 impl Program for Redis {
-    fn name(&self) -> &'static str {
-        "redis"
+    fn image(&self) -> &'static Image {
+        &catalogue::REDIS
     }
 
-    fn images(&self) -> &[&'static str] {
-        IMAGES
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.servers)
     }
 
     fn exec(&self, call: &ExecCall, argv: &[String], host: &Host) -> Option<ExecOutcome> {
@@ -565,24 +565,8 @@ impl Program for Redis {
         }
     }
 
-    fn probes_readiness(&self) -> bool {
-        true
-    }
-
-    fn exits_when_start_fails(&self) -> bool {
-        true
-    }
-
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
         self.server(call, Some(host)).map(|_| ())
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.servers.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.servers.forward(pod_uid, port)
     }
 
     fn logs(&self, call: &ExecCall) -> Option<String> {

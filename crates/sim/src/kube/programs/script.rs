@@ -12,11 +12,12 @@
 //! cluster's DNS and its Services' ready endpoints, nothing of the host's; a host-network pod
 //! gets an empty one. A bounded time (`activeDeadlineSeconds`, at most 5 minutes), a bounded log.
 
+use super::catalogue::{self, Image};
 use super::node::NodeMounts;
 use super::pod_network::PodFabric;
 use super::{Host, Program};
 use crate::kube::pulls::kind_hosts;
-use crate::kube::runtime::{ExecCall, ExecOutcome, Exit};
+use crate::kube::runtime::{ExecCall, Exit};
 use crate::netns::Network;
 use crate::sandbox::{Mount, PodNetwork};
 use base64::Engine as _;
@@ -263,16 +264,8 @@ fn bounded(mut log: Vec<u8>) -> String {
 }
 
 impl Program for Scripts {
-    fn name(&self) -> &'static str {
-        "shell"
-    }
-
-    fn images(&self) -> &[&'static str] {
-        &["docker.io/library/busybox", "docker.io/library/alpine"]
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
+    fn image(&self) -> &'static Image {
+        &catalogue::SHELL
     }
 
     fn start(&self, call: &ExecCall, host: &Host) -> Result<(), String> {
@@ -381,10 +374,6 @@ impl Program for Scripts {
     fn logs(&self, call: &ExecCall) -> Option<String> {
         self.finished(&call.pod_uid, &call.container)
             .map(|exit| exit.log)
-    }
-
-    fn runs_to_its_end(&self) -> bool {
-        true
     }
 }
 

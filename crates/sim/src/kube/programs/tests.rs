@@ -139,13 +139,12 @@ fn a_probed_container_is_not_ready_until_its_probe_passes() {
 /// A program for tests: `greet NAME` in `example.com/greeter` images, probes it runs.
 struct Greeter;
 
-impl Program for Greeter {
-    fn name(&self) -> &'static str {
-        "greeter"
-    }
+const GREETER: super::catalogue::Image =
+    super::catalogue::Image::new("greeter", &["example.com/greeter"]).probed();
 
-    fn images(&self) -> &[&'static str] {
-        &["example.com/greeter"]
+impl Program for Greeter {
+    fn image(&self) -> &'static super::catalogue::Image {
+        &GREETER
     }
 
     fn exec(&self, call: &ExecCall, argv: &[String], _host: &Host) -> Option<ExecOutcome> {
@@ -162,10 +161,6 @@ impl Program for Greeter {
             }),
             _ => None,
         }
-    }
-
-    fn probes_readiness(&self) -> bool {
-        true
     }
 }
 

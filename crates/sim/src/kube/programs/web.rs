@@ -3,7 +3,9 @@
 //! `apps/guestbook/guestbook-go` is written (its pipeline builds it), and nginx's welcome page
 //! (the image of a chart made by `helm create`).
 
-use super::{ExecCall, ExecOutcome, Host, Program};
+use super::PodEndpoints;
+use super::catalogue::{self, Image};
+use super::{ExecCall, Host, Program};
 use crate::http::{SimRequest, SimResponse};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -58,9 +60,11 @@ impl Served {
         ports.push((port, address, task));
         Ok(())
     }
+}
 
+impl PodEndpoints for Served {
     /// Stops serving every port of pod `pod_uid`.
-    pub fn stop(&self, pod_uid: &str) {
+    fn stop(&self, pod_uid: &str) {
         self.listeners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -68,7 +72,7 @@ impl Served {
     }
 
     /// Where container port `port` of pod `pod_uid` is served.
-    pub fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
+    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
         self.listeners
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -78,12 +82,6 @@ impl Served {
             .map(|(_, address, _)| *address)
     }
 }
-
-/// The image repositories the guestbook's pipeline pushes (the registry's two names).
-pub const GUESTBOOK_IMAGES: &[&str] = &[
-    "registry.local.example.net/blueprint-apps/guestbook",
-    "gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook",
-];
 
 /// What Go's `http.Error` writes.
 fn go_error(status: u16, message: &str) -> SimResponse {
@@ -153,16 +151,12 @@ pub struct Guestbook {
 }
 
 impl Program for Guestbook {
-    fn name(&self) -> &'static str {
-        "guestbook"
+    fn image(&self) -> &'static Image {
+        &catalogue::GUESTBOOK
     }
 
-    fn images(&self) -> &[&'static str] {
-        GUESTBOOK_IMAGES
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.served)
     }
 
     fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
@@ -178,14 +172,6 @@ impl Program for Guestbook {
                 let entries = entries.clone();
                 async move { Some(guestbook_answer(&entries, &request)) }
             })
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.served.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.served.forward(pod_uid, port)
     }
 }
 
@@ -214,16 +200,12 @@ pub fn nginx_answer(request: &SimRequest) -> SimResponse {
 }
 
 impl Program for Nginx {
-    fn name(&self) -> &'static str {
-        "nginx"
+    fn image(&self) -> &'static Image {
+        &catalogue::NGINX
     }
 
-    fn images(&self) -> &[&'static str] {
-        &["docker.io/library/nginx"]
-    }
-
-    fn exec(&self, _call: &ExecCall, _argv: &[String], _host: &Host) -> Option<ExecOutcome> {
-        None
+    fn endpoints(&self) -> Option<&dyn PodEndpoints> {
+        Some(&self.served)
     }
 
     fn start(&self, call: &ExecCall, _host: &Host) -> Result<(), String> {
@@ -231,14 +213,6 @@ impl Program for Nginx {
             .listen(&call.pod_uid, 80, None, |request| async move {
                 Some(nginx_answer(&request))
             })
-    }
-
-    fn stop(&self, pod_uid: &str) {
-        self.served.stop(pod_uid);
-    }
-
-    fn forward(&self, pod_uid: &str, port: u16) -> Option<SocketAddr> {
-        self.served.forward(pod_uid, port)
     }
 }
 
