@@ -56,21 +56,21 @@ pub struct ProbeResult {
 #[derive(Debug, Clone, Default)]
 pub struct ProbeBook {
     /// Images whose exec readiness probes run through their program (see
-    /// `programs::Program::probes_readiness`); set when the simulator is built.
+    /// `programs::catalogue::Image::probes_readiness`); set when the simulator is built.
     pub probed_images: Vec<String>,
     /// pod uid -> container -> the last verdict.
     pub results: BTreeMap<String, BTreeMap<String, ProbeResult>>,
     /// pod uid -> why its program could not start (an event on the pod).
     pub start_errors: BTreeMap<String, String>,
     /// Images whose containers exit when their program's `start` fails (see
-    /// `programs::Program::exits_when_start_fails`); set when the simulator is built.
+    /// `programs::catalogue::Image::exits_when_start_fails`); set when the simulator is built.
     pub start_gated_images: Vec<String>,
     /// pod uid -> the containers of such images whose `start` succeeded.
     pub started: BTreeMap<String, BTreeSet<String>>,
     /// pod uid -> container -> its last exit, while it crash-loops.
     pub crashes: BTreeMap<String, BTreeMap<String, Crash>>,
     /// Images whose run-to-completion pods end when their command ends (see
-    /// `programs::Program::runs_to_its_end`); set when the simulator is built.
+    /// `programs::catalogue::Image::runs_to_its_end`); set when the simulator is built.
     pub script_images: Vec<String>,
     /// pod uid -> container -> how its command ended, for such pods.
     pub completions: BTreeMap<String, BTreeMap<String, Exit>>,

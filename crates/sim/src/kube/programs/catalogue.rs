@@ -10,13 +10,17 @@ pub struct Image {
     pub name: &'static str,
     /// The image repositories, as `canonical_repository` spells them.
     pub repositories: &'static [&'static str],
-    /// An exec `readinessProbe` runs through the program (Ready only when it passes);
-    /// otherwise the container is Ready once it runs.
+    /// An exec `readinessProbe` of a container of this image runs through the program's `exec`
+    /// (Ready only when it passes); otherwise the container is Ready once it runs.
     pub probes_readiness: bool,
-    /// The container's process is what the program's `start` starts: a failed start is the
-    /// container exiting (restarted after a back-off), and it is Ready only once started.
+    /// The container's process is what the program's `start` starts, so that a failed `start`
+    /// is the container exiting: the kubelet restarts it after a back-off (`CrashLoopBackOff`,
+    /// the error as the last state's message, `start` called again), and the container is Ready
+    /// only once `start` succeeded (GitLab's webservice checking its database, GitLab Runner
+    /// verifying its token). Otherwise a failed `start` is only an event on a running pod.
     pub exits_when_start_fails: bool,
-    /// A run-to-completion pod ends when the program's run of its command ends.
+    /// A pod that runs to completion (`restartPolicy: Never` or `OnFailure`) ends when the
+    /// program's run of its command ends (its exit code, its log), rather than at once.
     pub runs_to_its_end: bool,
 }
 

@@ -13,7 +13,7 @@
 //! else with containerd's "executable file not found in $PATH".
 //!
 //! Readiness: the kubelet part (`controllers::pods`) marks a container Ready as soon as it runs,
-//! unless its image's program says it [`Program::probes_readiness`] and the container declares
+//! unless its image's program says it [`catalogue::Image::probes_readiness`] and the container declares
 //! an exec `readinessProbe`. Then the [`tend`] pass (outside the store's lock, every tick) runs
 //! the probe's command through the same [`Programs::exec`], records the verdict in the store's
 //! [`ProbeBook`], and the kubelet part turns it into the Ready condition and an `Unhealthy`
@@ -254,14 +254,6 @@ pub trait Program: Send + Sync {
         None
     }
 
-    /// Whether an exec `readinessProbe` of a container of this image runs through [`exec`]
-    /// (Ready only when it passes); otherwise the container is Ready once it runs.
-    ///
-    /// [`exec`]: Program::exec
-    fn probes_readiness(&self) -> bool {
-        self.image().probes_readiness
-    }
-
     /// What the image's entrypoint starts when the pod starts (`call.command` is empty). Called
     /// once per pod and container; an `Err` says why it cannot run (an event on the pod).
     fn start(&self, _call: &ExecCall, _host: &Host) -> Result<(), String> {
@@ -295,21 +287,6 @@ pub trait Program: Send + Sync {
     /// end ([`script::Scripts`]); `None` while it runs, or for programs that serve.
     fn finished(&self, _pod_uid: &str, _container: &str) -> Option<Exit> {
         None
-    }
-
-    /// Whether a pod that runs to completion (`restartPolicy: Never` or `OnFailure`) ends when
-    /// this program's run of its command ends (its exit code, its log), rather than at once.
-    fn runs_to_its_end(&self) -> bool {
-        self.image().runs_to_its_end
-    }
-
-    /// Whether the container's process is what `start` starts, so that a failed `start` is the
-    /// container exiting: the kubelet restarts it after a back-off (`CrashLoopBackOff`, the
-    /// error as the last state's message, `start` called again), and the container is Ready
-    /// only once `start` succeeded (GitLab's webservice checking its database, GitLab Runner
-    /// verifying its token). Otherwise a failed `start` is only an event on a running pod.
-    fn exits_when_start_fails(&self) -> bool {
-        self.image().exits_when_start_fails
     }
 }
 
@@ -521,7 +498,7 @@ pub struct Programs {
     /// (pod uid, container) -> when its probe last ran.
     last_probe: Mutex<HashMap<(String, String), Instant>>,
     /// (pod uid, container) -> when its container last exited (a failed `start` of a program
-    /// that [`Program::exits_when_start_fails`]): restarted after [`CRASH_BACK_OFF`].
+    /// that [`catalogue::Image::exits_when_start_fails`]): restarted after [`CRASH_BACK_OFF`].
     exited: Mutex<HashMap<(String, String), Instant>>,
     /// Where programs keep files (OpenBao's storage); removed when the simulator stops.
     pub state_dir: PathBuf,
@@ -663,34 +640,32 @@ impl Programs {
             .find(|(_, program)| program.images().contains(&wanted.as_str()))
     }
 
+    /// The image repositories of the registered programs whose catalogue row says `behaves`.
+    fn images_where(&self, behaves: impl Fn(&catalogue::Image) -> bool) -> Vec<String> {
+        self.registry
+            .iter()
+            .map(|program| program.image())
+            .filter(|image| behaves(image))
+            .flat_map(|image| image.repositories.iter().map(|name| name.to_string()))
+            .collect()
+    }
+
     /// The image repositories whose containers exit when their program's `start` fails (the
     /// store's [`ProbeBook::start_gated_images`]).
     pub fn start_gated_images(&self) -> Vec<String> {
-        self.registry
-            .iter()
-            .filter(|program| program.exits_when_start_fails())
-            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
-            .collect()
+        self.images_where(|image| image.exits_when_start_fails)
     }
 
     /// The image repositories whose run-to-completion pods end when their command ends (the
     /// store's [`ProbeBook::script_images`]).
     pub fn script_images(&self) -> Vec<String> {
-        self.registry
-            .iter()
-            .filter(|program| program.runs_to_its_end())
-            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
-            .collect()
+        self.images_where(|image| image.runs_to_its_end)
     }
 
     /// The image repositories whose readiness probes run through their programs (the store's
     /// [`ProbeBook::probed_images`]).
     pub fn probed_images(&self) -> Vec<String> {
-        self.registry
-            .iter()
-            .filter(|program| program.probes_readiness())
-            .flat_map(|program| program.images().iter().map(|image| image.to_string()))
-            .collect()
+        self.images_where(|image| image.probes_readiness)
     }
 
     /// Runs an exec: the image's program, else the shell basics (`sim.exec`).
@@ -719,7 +694,7 @@ impl Programs {
         host: &Host,
     ) {
         let key = (call.pod_uid.clone(), call.container.clone());
-        let exits = program.exits_when_start_fails();
+        let exits = program.image().exits_when_start_fails;
         {
             let mut started = self.started.lock().unwrap_or_else(|p| p.into_inner());
             if started.contains_key(&key) {
