@@ -55,6 +55,9 @@ pub struct Session {
     /// Check mode: projects whose CI/CD variables a planned write would change (a pipeline
     /// fingerprinted with them would not be reused).
     pub pending_variables: Mutex<std::collections::HashSet<String>>,
+    /// The helm releases this run upgraded (namespace, release, chart): the recap says what
+    /// their workloads run afterwards.
+    pub upgraded_releases: Mutex<Vec<(String, String, String)>>,
     /// The names of the natives the engine registered (did-you-mean in diagnostics).
     function_names: std::sync::OnceLock<Vec<String>>,
     /// The natives' documentation (signatures included), read from the engine's metadata.
@@ -81,6 +84,7 @@ impl Session {
             tree_remotes: Mutex::new(HashMap::new()),
             pending_heads: Mutex::new(std::collections::HashSet::new()),
             pending_variables: Mutex::new(std::collections::HashSet::new()),
+            upgraded_releases: Mutex::new(Vec::new()),
             function_names: std::sync::OnceLock::new(),
             function_docs: std::sync::OnceLock::new(),
             natives: std::sync::OnceLock::new(),

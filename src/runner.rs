@@ -945,6 +945,14 @@ fn run_steps(
             reporter.line(&title);
             reporter.line(recap_table(&records, options.check, None).trim_end());
             reporter.line(&recap_summary(&records, duration));
+            // After an upgrade, what its workloads run now (not always what the chart says).
+            let upgraded = crate::natives::helm::upgraded_workloads(session);
+            if !upgraded.is_empty() {
+                reporter.line("Upgraded releases now run:");
+                for line in upgraded {
+                    reporter.line(&format!("  {line}"));
+                }
+            }
         }
         if !rows.is_empty() {
             if !only_rows {

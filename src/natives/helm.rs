@@ -196,7 +196,20 @@ fn install(
     let outcome = client(&session)
         .ensure_release(&spec, mode(&session))
         .map_err(named(NATIVE))?;
+    let upgraded = outcome
+        .changes
+        .iter()
+        .any(|change| change.action == "upgrade");
     let (ensured, changed) = settle(&session, outcome);
+    if let (true, false, Some(found)) = (upgraded, session.state.check(), &ensured.release) {
+        let mut upgraded = crate::engine::lock(&session.upgraded_releases);
+        upgraded.retain(|(ns, name, _)| (ns.as_str(), name.as_str()) != (namespace, release));
+        upgraded.push((
+            namespace.to_string(),
+            release.to_string(),
+            found.chart.clone(),
+        ));
+    }
     if let (None, Some(found)) = (&ensured.reason, &ensured.release) {
         // Said, so a re-run's output shows what it left alone and why.
         session.state.reporter.log(
@@ -215,6 +228,10 @@ fn install(
         "reason".into(),
         ensured.reason.map(Dynamic::from).unwrap_or(Dynamic::UNIT),
     );
+    let templates: rhai::Array = (ensured.pod_templates_changed.into_iter())
+        .map(Dynamic::from)
+        .collect();
+    result.insert("pod_templates_changed".into(), templates.into());
     match ensured.release {
         Some(found) => {
             result.insert("revision".into(), found.revision.into());
@@ -333,7 +350,10 @@ pub mod helm_functions {
     /// the install, nothing installed, every violation named by its key path),
     /// `rollback_on_failure` (default false: a failed upgrade rolls back to the revision before
     /// it, helm 4's `--rollback-on-failure`, helm 3's `--atomic`; the error says so). Returns
-    /// `#{changed, release, namespace, revision, status, chart, reason}`. Honours check mode.
+    /// `#{changed, release, namespace, revision, status, chart, reason, pod_templates_changed}`.
+    /// Honours check mode; there `pod_templates_changed` lists the release's workloads
+    /// (`"StatefulSet/openbao"`) whose pod template the upgrade changes (what the release deployed
+    /// against what the chart renders now), so a script can say which pods the run replaces.
     ///
     /// ```rhai
     /// step("Redis", || {
@@ -749,4 +769,37 @@ pub mod helm_functions {
             ))
         })
     }
+}
+
+/// What the workloads of the releases this run upgraded run now, a line each (`helm release
+/// openbao/openbao (openbao-0.16.4): StatefulSet/openbao runs quay.io/openbao/openbao:2.3.2`),
+/// for the recap: an upgrade that moved a template has not always moved the pods (a rollout
+/// still under way, `updateStrategy: OnDelete`). A release whose workloads cannot be read says
+/// why instead.
+pub fn upgraded_workloads(session: &Session) -> Vec<String> {
+    let upgraded = crate::engine::lock(&session.upgraded_releases).clone();
+    if upgraded.is_empty() {
+        return Vec::new();
+    }
+    let kube = super::kube::client(session);
+    let mut lines = Vec::new();
+    for (namespace, release, chart) in upgraded {
+        let head = format!("helm release {namespace}/{release} ({chart})");
+        match kube
+            .as_ref()
+            .map_err(|error| error.message.clone())
+            .and_then(|kube| {
+                kube.release_workload_images(&namespace, &release)
+                    .map_err(|error| error.message)
+            }) {
+            Ok(workloads) if workloads.is_empty() => lines.push(format!("{head}: no workloads")),
+            Ok(workloads) => lines.extend(
+                workloads
+                    .iter()
+                    .map(|workload| format!("{head}: {}", workload.describe())),
+            ),
+            Err(why) => lines.push(format!("{head}: cannot read its workloads: {why}")),
+        }
+    }
+    lines
 }

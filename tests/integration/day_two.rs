@@ -113,6 +113,46 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
         )
     );
     std::fs::write(&values, text).expect("undo the edit");
+    // A values-only edit of OpenBao: one that changes its pod template (a resource request)
+    // makes the upgrade replace its pod (OnDelete) and unseal it, and the check says so; one
+    // outside the template (the UI's Service) is the upgrade alone.
+    let values = copy.path().join("infra/helm-values/openbao.yaml");
+    let text = std::fs::read_to_string(&values).expect("openbao values");
+    let openbao_check = |edited: &str| {
+        std::fs::write(&values, edited).expect("edit");
+        let output = copy
+            .run(&[
+                "rehearse",
+                "--state",
+                &state_arg,
+                "--check",
+                "--detailed-exitcode",
+                "scripts/phase2.rhai",
+            ])
+            .replace_regex(r"127\.0\.0\.1:\d+", "127.0.0.1:<port>");
+        output.code(5);
+        step_lines(&output.stdout, "OpenBao")
+    };
+    assert_eq!(
+        openbao_check(&text.replace("memory: 128Mi", "memory: 160Mi")),
+        "[8/17] OpenBao ...
+    ~ would upgrade helm release openbao/openbao from infra/helm-charts/openbao-0.11.0.tgz (chart or values changed)
+    warning: http://127.0.0.1:<port> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    openbao-0 runs the template openbao-0.11.0 rendered with the values before; the values now change it, so the upgrade replaces it (updateStrategy OnDelete: a pod takes a new template only when deleted)
+    ~ would delete Pod/openbao-0 in openbao
+    ~ would unseal openbao (the new openbao-0 starts sealed)
+[8/17] OpenBao ... changed (#.## s)
+"
+    );
+    assert_eq!(
+        openbao_check(&text.replace("ui:\n  enabled: false", "ui:\n  enabled: true")),
+        "[8/17] OpenBao ...
+    ~ would upgrade helm release openbao/openbao from infra/helm-charts/openbao-0.11.0.tgz (chart or values changed)
+    warning: http://127.0.0.1:<port> does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+[8/17] OpenBao ... changed (#.## s)
+"
+    );
+    std::fs::write(&values, text).expect("undo the edit");
     use std::os::unix::fs::PermissionsExt;
     let store = state.path().join("platform/kube-store.json");
     let mode = std::fs::metadata(&store)
@@ -253,6 +293,21 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
     openbao-0 replaced: it runs quay.io/openbao/openbao:2.3.2, unsealed
 [8/17] OpenBao ... changed (#.## s)
 "
+    );
+    // The recap says what the upgraded releases' workloads run now.
+    let block: Vec<&str> = upgraded
+        .stdout
+        .lines()
+        .skip_while(|line| *line != "Upgraded releases now run:")
+        .take_while(|line| !line.is_empty())
+        .collect();
+    assert_eq!(
+        block,
+        [
+            "Upgraded releases now run:",
+            "  helm release cnpg-system/cnpg (cloudnative-pg-0.27.1): Deployment/cnpg-controller-manager runs ghcr.io/cloudnative-pg/cloudnative-pg:1.28.1",
+            "  helm release openbao/openbao (openbao-0.16.4): StatefulSet/openbao runs quay.io/openbao/openbao:2.3.2",
+        ]
     );
     assert_eq!(
         step_lines(&upgraded.stdout, "CloudNativePG"),

@@ -49,6 +49,38 @@ pub struct ReleaseSpec {
 pub struct Ensured {
     pub release: Option<Release>,
     pub reason: Option<String>,
+    /// In check mode, the workloads of the release (`StatefulSet/openbao`) whose pod template
+    /// the upgrade changes: their controllers replace the pods, or, under `updateStrategy:
+    /// OnDelete`, the old pods keep running until they are deleted. Empty otherwise.
+    pub pod_templates_changed: Vec<String>,
+}
+
+/// The kinds whose pods follow a pod template (`spec.template`).
+const WORKLOAD_KINDS: &[&str] = &["Deployment", "StatefulSet", "DaemonSet"];
+
+/// The workloads of a release's `deployed` manifest whose pod template `rendered` (what the
+/// chart renders now) changes, as `Kind/name`, sorted. Both are helm's own renderings, before
+/// the API server's defaults, so they compare as they are; a workload new in `rendered` has no
+/// pods yet and is not listed.
+pub fn changed_pod_templates(deployed: &str, rendered: &str) -> Vec<String> {
+    let templates = |text: &str| -> std::collections::BTreeMap<String, Value> {
+        use serde::Deserialize;
+        serde_norway::Deserializer::from_str(text)
+            .filter_map(|document| Value::deserialize(document).ok())
+            .filter(|object| WORKLOAD_KINDS.contains(&object["kind"].as_str().unwrap_or_default()))
+            .filter_map(|object| {
+                let name = object["metadata"]["name"].as_str()?;
+                let key = format!("{}/{name}", object["kind"].as_str()?);
+                Some((key, object["spec"]["template"].clone()))
+            })
+            .collect()
+    };
+    let now = templates(rendered);
+    templates(deployed)
+        .into_iter()
+        .filter(|(key, before)| now.get(key).is_some_and(|after| after != before))
+        .map(|(key, _)| key)
+        .collect()
 }
 
 /// The merged values of `spec`: its values files in order, then its values, as helm merges them.
@@ -177,7 +209,7 @@ impl Helm {
                 Some(stamped) if stamped == digest => {
                     return Ok(Outcome::unchanged(Ensured {
                         release: Some(found.clone()),
-                        reason: None,
+                        ..Ensured::default()
                     }));
                 }
                 Some(_) => "chart or values changed".to_string(),
@@ -197,16 +229,34 @@ impl Helm {
                 "helm release {namespace}/{release} from {} ({reason})",
                 spec.chart.arg
             ),
-            // Read before an upgrade replaces them.
-            detail: if spec.diff {
-                Some(self.release_diff(spec, &merged)?)
-            } else {
-                None
+            detail: None,
+        };
+        // Read before an upgrade replaces them: what the release deployed, what the chart
+        // renders now. A check of an upgrade needs them to tell which pods it replaces.
+        let manifests = match (spec.diff, mode.writes(), &current) {
+            (true, _, _) | (false, false, Some(_)) => Some(self.manifests(spec)?),
+            _ => None,
+        };
+        let change = Change {
+            detail: match (&manifests, spec.diff) {
+                (Some(manifests), true) => Some(self.release_diff(spec, &merged, manifests)?),
+                _ => None,
             },
+            ..change
         };
         if !mode.writes() {
-            let (release, reason) = (current, Some(reason));
-            return Ok(Outcome::single(Ensured { release, reason }, change));
+            let pod_templates_changed = match (&manifests, &current) {
+                (Some((Some(deployed), rendered)), Some(_)) => {
+                    changed_pod_templates(deployed, rendered)
+                }
+                _ => Vec::new(),
+            };
+            let ensured = Ensured {
+                release: current,
+                reason: Some(reason),
+                pod_templates_changed,
+            };
+            return Ok(Outcome::single(ensured, change));
         }
         let (values_files, temp) = values_args(spec)?;
         let installed = self
@@ -231,7 +281,12 @@ impl Helm {
             ..current.unwrap_or_default()
         });
         let reason = Some(reason);
-        Ok(Outcome::single(Ensured { release, reason }, change))
+        let ensured = Ensured {
+            release,
+            reason,
+            ..Ensured::default()
+        };
+        Ok(Outcome::single(ensured, change))
     }
 
     /// The manifests a chart renders to with `spec`'s values (`helm template`), its values
@@ -345,21 +400,13 @@ impl Helm {
         }))
     }
 
-    /// `--diff` of a release: its values (what it was installed with against `merged`) and its
-    /// manifests (deployed against rendered now), as YAML.
-    fn release_diff(&self, spec: &ReleaseSpec, merged: &Value) -> Result<Detail, ClientError> {
+    /// What the release deployed (`helm get manifest`; None before its first install) and what
+    /// the chart renders now with `spec`'s values (`helm template`, which knows no cluster: a
+    /// chart that generates random values or looks up live objects renders those otherwise
+    /// every time).
+    fn manifests(&self, spec: &ReleaseSpec) -> Result<(Option<String>, String), ClientError> {
         let (release, namespace) = (&spec.release, &spec.namespace);
         let (values_files, _temp) = values_args(spec)?;
-        let installed = self.user_values(release, namespace)?;
-        let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
-        let values = TextDiff {
-            name: format!("helm release {namespace}/{release} values"),
-            before: installed.as_ref().map(yaml),
-            after: Some(yaml(merged)),
-        };
-        // The manifests: what the release deployed against what the chart renders now (`helm
-        // template`, which knows no cluster: a chart that generates random values or looks up
-        // live objects shows those lines as changed every time).
         let rendered = self.template(
             release,
             &spec.chart.arg,
@@ -367,10 +414,29 @@ impl Helm {
             spec.version.as_deref(),
             &values_files,
         )?;
+        Ok((self.manifest(release, namespace)?, rendered))
+    }
+
+    /// `--diff` of a release: its values (what it was installed with against `merged`) and its
+    /// manifests (deployed against rendered now), as YAML.
+    fn release_diff(
+        &self,
+        spec: &ReleaseSpec,
+        merged: &Value,
+        (deployed, rendered): &(Option<String>, String),
+    ) -> Result<Detail, ClientError> {
+        let (release, namespace) = (&spec.release, &spec.namespace);
+        let installed = self.user_values(release, namespace)?;
+        let yaml = |value: &Value| serde_norway::to_string(value).unwrap_or_default();
+        let values = TextDiff {
+            name: format!("helm release {namespace}/{release} values"),
+            before: installed.as_ref().map(yaml),
+            after: Some(yaml(merged)),
+        };
         let manifest = TextDiff {
             name: format!("helm release {namespace}/{release} manifest"),
-            before: self.manifest(release, namespace)?,
-            after: Some(rendered),
+            before: deployed.clone(),
+            after: Some(rendered.clone()),
         };
         Ok(Detail::Diffs(vec![values, manifest]))
     }
@@ -416,5 +482,92 @@ impl Helm {
             None => back,
         };
         error.with_hint(hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::changed_pod_templates;
+
+    /// A release's manifest as helm renders it: a StatefulSet, a Deployment, a Service.
+    fn manifest(bao_image: &str, bao_env: &str, web_replicas: u32) -> String {
+        format!(
+            "---
+# Source: openbao/templates/server-statefulset.yaml
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: openbao
+spec:
+  updateStrategy:
+    type: OnDelete
+  template:
+    metadata:
+      labels:
+        helm.sh/chart: openbao-0.11.0
+    spec:
+      containers:
+        - name: openbao
+          image: {bao_image}
+          env:
+            - name: EXTRA
+              value: {bao_env}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: {web_replicas}
+  template:
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+---
+apiVersion: v1
+kind: Service
+metadata:
+  name: openbao
+spec:
+  ports:
+    - port: 8200
+"
+        )
+    }
+
+    #[test]
+    fn a_pod_template_that_the_chart_now_renders_otherwise_is_named() {
+        let deployed = manifest("quay.io/openbao/openbao:2.2.0", "a", 1);
+        // The same rendering: nothing changes.
+        assert_eq!(
+            changed_pod_templates(&deployed, &deployed),
+            Vec::<String>::new()
+        );
+        // A value outside any pod template (replicas) leaves the pods alone.
+        let scaled = manifest("quay.io/openbao/openbao:2.2.0", "a", 3);
+        assert_eq!(
+            changed_pod_templates(&deployed, &scaled),
+            Vec::<String>::new()
+        );
+        // A values-only change inside OpenBao's template (an environment variable).
+        let env = manifest("quay.io/openbao/openbao:2.2.0", "b", 1);
+        assert_eq!(
+            changed_pod_templates(&deployed, &env),
+            ["StatefulSet/openbao"]
+        );
+        // A new image.
+        let image = manifest("quay.io/openbao/openbao:2.3.2", "a", 1);
+        assert_eq!(
+            changed_pod_templates(&deployed, &image),
+            ["StatefulSet/openbao"]
+        );
+        // A workload the chart no longer renders, or renders for the first time, has no pods
+        // to replace by this upgrade.
+        assert_eq!(
+            changed_pod_templates(&deployed, "---\n"),
+            Vec::<String>::new()
+        );
+        assert_eq!(changed_pod_templates("", &deployed), Vec::<String>::new());
     }
 }

@@ -11,6 +11,7 @@ mod kubeconfig;
 mod port_forward;
 mod tokens;
 mod wait;
+mod workloads;
 
 pub use apply::{Applied, already_applied, for_diff, hide_secret_values};
 pub use crud::PatchKind;
@@ -18,6 +19,7 @@ pub use exec::ExecResult;
 pub use kubeconfig::{kubeconfig_from_parts, minimal_kubeconfig, with_server};
 pub use tokens::{IssuedToken, token_kubeconfig};
 pub use wait::{Until, WaitSpec, Waited};
+pub use workloads::{WorkloadImages, release_workloads};
 
 use crate::error::{ClientError, ErrorKind};
 use crate::reconcile::{Change, Detail, TextDiff};
