@@ -40,6 +40,13 @@ impl Resource {
     }
 }
 
+/// One change a native recorded: what it did to which resource.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    pub action: String,
+    pub resource: Resource,
+}
+
 /// Kinds of resources whose names are more than one word, as natives describe them.
 const MULTI_WORD_KINDS: &[&str] = &[
     "personal access token",
@@ -129,6 +136,18 @@ pub struct StepDecl {
     pub expected: Option<String>,
     /// Labels `--tags` and `--skip-tags` select by (`tags: ["gitlab"]`).
     pub tags: Vec<String>,
+    /// The group of steps it runs together with (`concurrently([step(...), ...])` at the top
+    /// level): the first member's index and the group's bound on steps at a time.
+    pub group: Option<StepGroup>,
+}
+
+/// Steps declared to run together: they start at once (at most `limit` at a time) and their
+/// lines print in declaration order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StepGroup {
+    /// The index of the group's first step among the declared steps.
+    pub first: usize,
+    pub limit: usize,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -19,6 +19,7 @@ pub mod params;
 pub mod rehearse;
 pub mod repl;
 pub mod runner;
+pub mod scope;
 pub mod state;
 pub mod text;
 pub mod values;

@@ -40,12 +40,40 @@ pub struct Reporter {
     state: Mutex<LineState>,
 }
 
-#[derive(Default)]
-struct LineState {
-    /// A step header printed without its newline, waiting for the status.
-    open_header: bool,
-    /// The running step, for JSON events and indentation.
-    step: Option<String>,
+use crate::scope::{LineState, StepScope};
+
+/// The line state of the run, or of the grouped step this thread works for (taken out of its
+/// scope while held, put back when dropped).
+enum LineGuard<'a> {
+    Run(std::sync::MutexGuard<'a, LineState>),
+    Step(std::sync::Arc<StepScope>, LineState),
+}
+
+impl std::ops::Deref for LineGuard<'_> {
+    type Target = LineState;
+    fn deref(&self) -> &LineState {
+        match self {
+            LineGuard::Run(state) => state,
+            LineGuard::Step(_, state) => state,
+        }
+    }
+}
+
+impl std::ops::DerefMut for LineGuard<'_> {
+    fn deref_mut(&mut self) -> &mut LineState {
+        match self {
+            LineGuard::Run(state) => state,
+            LineGuard::Step(_, state) => state,
+        }
+    }
+}
+
+impl Drop for LineGuard<'_> {
+    fn drop(&mut self) {
+        if let LineGuard::Step(scope, state) = self {
+            *crate::scope::lock(&scope.line) = std::mem::take(state);
+        }
+    }
 }
 
 pub fn format_duration(duration: Duration) -> String {
@@ -65,13 +93,26 @@ impl Reporter {
         self.format
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    fn lock(&self) -> LineGuard<'_> {
+        match crate::scope::current() {
+            Some(scope) => {
+                let state = std::mem::take(&mut *crate::scope::lock(&scope.line));
+                LineGuard::Step(scope, state)
+            }
+            None => LineGuard::Run(
+                self.state
+                    .lock()
+                    .unwrap_or_else(|poisoned| poisoned.into_inner()),
+            ),
+        }
     }
 
+    /// Writes to stdout, or holds the text for its turn when the step runs in a group.
     fn write_stdout(text: &str) {
+        if let Some(scope) = crate::scope::current() {
+            crate::scope::lock(&scope.stdout).push_str(&scrub(text));
+            return;
+        }
         let mut out = std::io::stdout().lock();
         // A closed stdout (a pipe to `head`) must not turn into a panic mid-run.
         let _ = out.write_all(scrub(text).as_bytes());
@@ -304,6 +345,10 @@ impl Reporter {
                 "location": details.location, "hint": details.hint,
             }));
         }
+        if let Some(scope) = crate::scope::current() {
+            crate::scope::lock(&scope.stderr).push_str(&scrub(rendered));
+            return;
+        }
         let mut err = std::io::stderr().lock();
         let _ = err.write_all(scrub(rendered).as_bytes());
         let _ = err.flush();
@@ -345,6 +390,18 @@ pub struct ErrorEvent<'a> {
 
 /// One JSON event on stdout, stamped with the time it happened (`ts`) and scrubbed of live
 /// secrets: every `--json` line goes through here.
+/// Writes what a grouped step held (already scrubbed) to the terminal, when its turn comes.
+pub fn release(scope: &StepScope) {
+    let held = std::mem::take(&mut *crate::scope::lock(&scope.stdout));
+    let mut out = std::io::stdout().lock();
+    let _ = out.write_all(held.as_bytes());
+    let _ = out.flush();
+    let held = std::mem::take(&mut *crate::scope::lock(&scope.stderr));
+    let mut err = std::io::stderr().lock();
+    let _ = err.write_all(held.as_bytes());
+    let _ = err.flush();
+}
+
 pub fn print_event(mut value: Value) {
     if let Value::Object(map) = &mut value {
         map.insert("ts".to_string(), Value::String(timestamp()));

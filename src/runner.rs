@@ -632,6 +632,14 @@ fn order_warnings(steps: &[StepDecl]) -> Result<Vec<String>, Error> {
                     step.name,
                     at + 1
                 )),
+                Some(at) if step.group.is_some() && steps[at].group == step.group => {
+                    warnings.push(format!(
+                        "step {} \"{}\" needs \"{need}\", which runs together with it (step {}): expect it to fail",
+                        index + 1,
+                        step.name,
+                        at + 1
+                    ))
+                }
                 Some(_) => {}
             }
         }
@@ -644,6 +652,21 @@ fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> Stri
         Some(note) => format!("[{index}/{total}] {name} (skipped: {note})"),
         None => format!("[{index}/{total}] {name}"),
     }
+}
+
+/// `--list`'s word for a step of a group: which steps it runs together with.
+fn together_note(steps: &[StepDecl], index: usize) -> Option<String> {
+    let group = steps[index].group?;
+    let last = steps
+        .iter()
+        .rposition(|step| step.group == Some(group))
+        .unwrap_or(index);
+    Some(format!(
+        "runs together with steps {}-{}, {} at a time",
+        group.first + 1,
+        last + 1,
+        group.limit
+    ))
 }
 
 fn run_steps(
@@ -695,7 +718,11 @@ fn run_steps(
             reporter.line(note);
         }
         for (index, (name, skip)) in plan.iter().enumerate() {
-            reporter.line(&plan_line(index + 1, total, name, skip.as_deref()));
+            let line = plan_line(index + 1, total, name, skip.as_deref());
+            match together_note(&steps, index) {
+                Some(note) => reporter.line(&format!("{line}  ({note})")),
+                None => reporter.line(&line),
+            }
         }
         if let Some(bound) = lock(&session.params).as_ref() {
             reporter.line(if bound.decls.is_empty() {
@@ -736,8 +763,42 @@ fn run_steps(
     let mut stop: Option<ExitCode> = None;
     // A failed `keep_going` step (every check row) does not stop the run, but the run fails.
     let mut failed_and_went_on = false;
-    for (index, step) in steps.iter().enumerate() {
+    let mut index = 0;
+    while index < steps.len() {
+        let step = &steps[index];
         let number = index + 1;
+        // Steps declared to run together: the whole group in one go, its steps' lines printed
+        // in declaration order.
+        if stop.is_none()
+            && let Some(group) = step.group
+            && group.first == index
+        {
+            let end = steps[index..]
+                .iter()
+                .position(|member| member.group != Some(group))
+                .map_or(steps.len(), |offset| index + offset);
+            let runs = run_group(
+                context,
+                session,
+                &steps,
+                (index, end),
+                group.limit,
+                &selection,
+                display,
+            );
+            for run in runs {
+                failed_and_went_on |= run.went_on;
+                if stop.is_none() {
+                    stop = run.stop;
+                }
+                rows.extend(run.row);
+                records.push(run.record);
+            }
+            index = end;
+            continue;
+        }
+        index += 1;
+        let index = index - 1;
         if let Some(code) = stop {
             let note = if code == ExitCode::Interrupted {
                 "interrupted"
@@ -766,158 +827,13 @@ fn run_steps(
             records.push(skipped);
             continue;
         }
-        reporter.step_start(number, total, &step.name);
-        session.state.take_changes();
-        let began = Instant::now();
-        let began_at = crate::natives::core::core_functions::now();
-        let result = step.body.call_within_context::<Dynamic>(context, ());
-        let elapsed = began.elapsed();
-        let changes = session.state.take_changes().len() as u32;
-        // A check row that ran to its end passes or fails on what it found.
-        let result = match (&step.expected, result) {
-            (Some(expected), Ok(value)) => match row_finding(expected, &value) {
-                Ok((found, true)) => {
-                    rows.push(CheckLine::new(number, step, &found, CheckResult::Passed));
-                    Ok(value)
-                }
-                Ok((found, false)) => Err(RowFailure::Finding(found)),
-                Err(message) => Err(RowFailure::Finding(message)),
-            },
-            (_, Ok(value)) => Ok(value),
-            (_, Err(error)) => Err(RowFailure::Error(error)),
-        };
-        let finished = match result {
-            Ok(_) => {
-                let status = if changes > 0 {
-                    StepStatus::Changed
-                } else {
-                    StepStatus::Ok
-                };
-                record(step, status, Some(began_at), elapsed, changes, None, None)
-            }
-            Err(RowFailure::Error(error)) if skip_reason(&error).is_some() => {
-                let reason = skip_reason(&error);
-                if step.expected.is_some() {
-                    // A row that could not be checked is no pass: the run exits 1.
-                    failed_and_went_on = true;
-                    let found = reason.clone().unwrap_or_default();
-                    rows.push(CheckLine::new(
-                        number,
-                        step,
-                        &found,
-                        CheckResult::NotChecked,
-                    ));
-                }
-                record(
-                    step,
-                    StepStatus::Skipped,
-                    Some(began_at),
-                    elapsed,
-                    changes,
-                    None,
-                    reason,
-                )
-            }
-            Err(RowFailure::Error(error))
-                if session.state.is_cancelled()
-                    || matches!(*error, EvalAltResult::ErrorTerminated(..)) =>
-            {
-                stop = Some(ExitCode::Interrupted);
-                reporter.error(&format!("interrupted during step \"{}\"\nre-run with --resume to continue from here\n", step.name), "interrupted");
-                record(
-                    step,
-                    StepStatus::Interrupted,
-                    Some(began_at),
-                    elapsed,
-                    changes,
-                    Some("interrupted".to_string()),
-                    None,
-                )
-            }
-            Err(failure) => {
-                if step.keep_going {
-                    failed_and_went_on = true;
-                } else {
-                    stop = Some(ExitCode::StepFailed);
-                }
-                let report = match &failure {
-                    RowFailure::Error(error) => {
-                        diagnostics::runtime_error(session, error, display, true)
-                    }
-                    RowFailure::Finding(found) => {
-                        let expected = step.expected.as_deref().unwrap_or_default();
-                        let headline = format!(
-                            "check \"{}\": expected {expected}, found {found}",
-                            step.name
-                        );
-                        let at = match (&step.source, step.position.line()) {
-                            (Some(source), Some(line)) => format!("  --> {source}:{line}\n"),
-                            (None, Some(line)) => format!("  --> {display}:{line}\n"),
-                            _ => String::new(),
-                        };
-                        diagnostics::Report {
-                            text: format!("{headline}\n{at}"),
-                            headline,
-                            location: match (&step.source, step.position.line()) {
-                                (Some(source), Some(line)) => Some(format!("{source}:{line}")),
-                                (None, Some(line)) => Some(format!("{display}:{line}")),
-                                _ => None,
-                            },
-                            hint: step.on_failure.clone(),
-                        }
-                    }
-                };
-                if step.expected.is_some() {
-                    let found = match &failure {
-                        RowFailure::Finding(found) => found.clone(),
-                        RowFailure::Error(_) => report.headline.clone(),
-                    };
-                    rows.push(CheckLine::new(number, step, &found, CheckResult::Failed));
-                }
-                let failed = record(
-                    step,
-                    StepStatus::Failed,
-                    Some(began_at),
-                    elapsed,
-                    changes,
-                    Some(bprun_clients::secret::scrub(&report.headline)),
-                    None,
-                );
-                if let Some(row) = rows.last().filter(|row| row.index == number) {
-                    reporter.check_row(row);
-                }
-                reporter.step_end(number, total, &failed);
-                let look_at = step
-                    .on_failure
-                    .as_ref()
-                    .map(|text| format!("  when this step fails: {text}\n"))
-                    .unwrap_or_default();
-                let next = if step.keep_going {
-                    "the next steps still run; the run will exit 1\n"
-                } else {
-                    "re-run with --resume to continue from here\n"
-                };
-                reporter.error_event(
-                    &format!(
-                        "error: step \"{}\" failed\n{}{look_at}{next}",
-                        step.name, report.text
-                    ),
-                    &crate::output::ErrorEvent {
-                        headline: &report.headline,
-                        step: Some(&step.name),
-                        location: report.location.as_deref(),
-                        hint: report.hint.as_deref().or(step.on_failure.as_deref()),
-                    },
-                );
-                records.push(failed);
-                continue;
-            }
-        };
-        if let Some(row) = rows.last().filter(|row| row.index == number) {
-            reporter.check_row(row);
+        let run = run_step(context, session, step, number, total, display);
+        failed_and_went_on |= run.went_on;
+        if stop.is_none() {
+            stop = run.stop;
         }
-        reporter.step_end(number, total, &finished);
-        records.push(finished);
+        rows.extend(run.row);
+        records.push(run.record);
     }
     if stop.is_none() && failed_and_went_on {
         stop = Some(ExitCode::StepFailed);
@@ -1001,6 +917,318 @@ fn run_steps(
         },
     )?;
     Ok(code)
+}
+
+/// Runs the steps `first..end` of a group together, at most `limit` at a time, and reports
+/// them in declaration order, each as soon as it and those before it are done: a deselected
+/// step as usual, a step that ran with the lines it held. When one fails the others still run to
+/// their end (each failure reported with its own error); after Ctrl-C the ones not started yet
+/// do not start.
+fn run_group(
+    context: &NativeCallContext,
+    session: &Session,
+    steps: &[StepDecl],
+    (first, end): (usize, usize),
+    limit: usize,
+    selection: &Selection,
+    display: &str,
+) -> Vec<StepRun> {
+    let total = steps.len();
+    let reporter = &session.state.reporter;
+    let selected: Vec<usize> = (first..end)
+        .filter(|&index| selection.reason_to_skip(index, &steps[index]).is_none())
+        .collect();
+    let scopes: Vec<Arc<crate::scope::StepScope>> = selected
+        .iter()
+        .map(|_| Arc::new(crate::scope::StepScope::default()))
+        .collect();
+    let results: Mutex<Vec<Option<StepRun>>> = Mutex::new(selected.iter().map(|_| None).collect());
+    let finished = std::sync::Condvar::new();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let engine = context.engine();
+    let mut runs = Vec::with_capacity(end - first);
+    std::thread::scope(|threads| {
+        for _ in 0..limit.min(selected.len()) {
+            let store = engine::detach_context(context);
+            let (selected, scopes, results, finished, next) =
+                (&selected, &scopes, &results, &finished, &next);
+            threads.spawn(move || {
+                let worker = engine::attach_context(&store, engine);
+                loop {
+                    let slot = next.fetch_add(1, Ordering::SeqCst);
+                    let Some(&index) = selected.get(slot) else {
+                        break;
+                    };
+                    let step = &steps[index];
+                    let run = if session.state.is_cancelled() {
+                        StepRun {
+                            record: record(
+                                step,
+                                StepStatus::NotRun,
+                                None,
+                                Duration::ZERO,
+                                0,
+                                None,
+                                Some("interrupted".to_string()),
+                            ),
+                            row: None,
+                            stop: Some(ExitCode::Interrupted),
+                            went_on: false,
+                        }
+                    } else {
+                        let scope = Some(scopes[slot].clone());
+                        let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            crate::scope::within(scope, || {
+                                run_step(&worker, session, step, index + 1, total, display)
+                            })
+                        }));
+                        // A panic must not leave the reporting thread waiting for this step.
+                        ran.unwrap_or_else(|_| StepRun {
+                            record: record(
+                                step,
+                                StepStatus::Failed,
+                                None,
+                                Duration::ZERO,
+                                0,
+                                Some("bprun panicked while running this step".to_string()),
+                                None,
+                            ),
+                            row: None,
+                            stop: Some(ExitCode::StepFailed),
+                            went_on: false,
+                        })
+                    };
+                    lock(results)[slot] = Some(run);
+                    finished.notify_all();
+                }
+            });
+        }
+        let mut slot = 0;
+        for (index, step) in steps.iter().enumerate().take(end).skip(first) {
+            if let Some((reason, done)) = selection.reason_to_skip(index, step) {
+                let status = if done {
+                    StepStatus::Skipped
+                } else {
+                    StepStatus::Deselected
+                };
+                let skipped = record(step, status, None, Duration::ZERO, 0, None, Some(reason));
+                reporter.step_end(index + 1, total, &skipped);
+                runs.push(StepRun {
+                    record: skipped,
+                    row: None,
+                    stop: None,
+                    went_on: false,
+                });
+                continue;
+            }
+            let mut held = lock(&results);
+            let run = loop {
+                if let Some(run) = held[slot].take() {
+                    break run;
+                }
+                held = finished
+                    .wait(held)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+            };
+            drop(held);
+            crate::output::release(&scopes[slot]);
+            runs.push(run);
+            slot += 1;
+        }
+    });
+    runs
+}
+
+/// What running one step left: its record, its check row, and whether the run stops or goes
+/// on failed.
+struct StepRun {
+    record: StepRecord,
+    row: Option<CheckLine>,
+    stop: Option<ExitCode>,
+    went_on: bool,
+}
+
+/// Runs one step, reporting it as it goes: its header, its lines, its status and its error.
+/// In a group this runs on a worker thread, inside the step's scope (its lines held).
+fn run_step(
+    context: &NativeCallContext,
+    session: &Session,
+    step: &StepDecl,
+    number: usize,
+    total: usize,
+    display: &str,
+) -> StepRun {
+    let reporter = &session.state.reporter;
+    let mut row: Option<CheckLine> = None;
+    let mut stop: Option<ExitCode> = None;
+    let mut went_on = false;
+    reporter.step_start(number, total, &step.name);
+    session.state.take_changes();
+    let began = Instant::now();
+    let began_at = crate::natives::core::core_functions::now();
+    let result = step.body.call_within_context::<Dynamic>(context, ());
+    let elapsed = began.elapsed();
+    let changes = session.state.take_changes().len() as u32;
+    // A check row that ran to its end passes or fails on what it found.
+    let result = match (&step.expected, result) {
+        (Some(expected), Ok(value)) => match row_finding(expected, &value) {
+            Ok((found, true)) => {
+                row = Some(CheckLine::new(number, step, &found, CheckResult::Passed));
+                Ok(value)
+            }
+            Ok((found, false)) => Err(RowFailure::Finding(found)),
+            Err(message) => Err(RowFailure::Finding(message)),
+        },
+        (_, Ok(value)) => Ok(value),
+        (_, Err(error)) => Err(RowFailure::Error(error)),
+    };
+    let finished = match result {
+        Ok(_) => {
+            let status = if changes > 0 {
+                StepStatus::Changed
+            } else {
+                StepStatus::Ok
+            };
+            record(step, status, Some(began_at), elapsed, changes, None, None)
+        }
+        Err(RowFailure::Error(error)) if skip_reason(&error).is_some() => {
+            let reason = skip_reason(&error);
+            if step.expected.is_some() {
+                // A row that could not be checked is no pass: the run exits 1.
+                went_on = true;
+                let found = reason.clone().unwrap_or_default();
+                row = Some(CheckLine::new(
+                    number,
+                    step,
+                    &found,
+                    CheckResult::NotChecked,
+                ));
+            }
+            record(
+                step,
+                StepStatus::Skipped,
+                Some(began_at),
+                elapsed,
+                changes,
+                None,
+                reason,
+            )
+        }
+        Err(RowFailure::Error(error))
+            if session.state.is_cancelled()
+                || matches!(*error, EvalAltResult::ErrorTerminated(..)) =>
+        {
+            stop = Some(ExitCode::Interrupted);
+            reporter.error(
+                &format!(
+                    "interrupted during step \"{}\"\nre-run with --resume to continue from here\n",
+                    step.name
+                ),
+                "interrupted",
+            );
+            record(
+                step,
+                StepStatus::Interrupted,
+                Some(began_at),
+                elapsed,
+                changes,
+                Some("interrupted".to_string()),
+                None,
+            )
+        }
+        Err(failure) => {
+            if step.keep_going {
+                went_on = true;
+            } else {
+                stop = Some(ExitCode::StepFailed);
+            }
+            let report = match &failure {
+                RowFailure::Error(error) => {
+                    diagnostics::runtime_error(session, error, display, true)
+                }
+                RowFailure::Finding(found) => {
+                    let expected = step.expected.as_deref().unwrap_or_default();
+                    let headline = format!(
+                        "check \"{}\": expected {expected}, found {found}",
+                        step.name
+                    );
+                    let at = match (&step.source, step.position.line()) {
+                        (Some(source), Some(line)) => format!("  --> {source}:{line}\n"),
+                        (None, Some(line)) => format!("  --> {display}:{line}\n"),
+                        _ => String::new(),
+                    };
+                    diagnostics::Report {
+                        text: format!("{headline}\n{at}"),
+                        headline,
+                        location: match (&step.source, step.position.line()) {
+                            (Some(source), Some(line)) => Some(format!("{source}:{line}")),
+                            (None, Some(line)) => Some(format!("{display}:{line}")),
+                            _ => None,
+                        },
+                        hint: step.on_failure.clone(),
+                    }
+                }
+            };
+            if step.expected.is_some() {
+                let found = match &failure {
+                    RowFailure::Finding(found) => found.clone(),
+                    RowFailure::Error(_) => report.headline.clone(),
+                };
+                row = Some(CheckLine::new(number, step, &found, CheckResult::Failed));
+            }
+            let failed = record(
+                step,
+                StepStatus::Failed,
+                Some(began_at),
+                elapsed,
+                changes,
+                Some(bprun_clients::secret::scrub(&report.headline)),
+                None,
+            );
+            if let Some(row) = &row {
+                reporter.check_row(row);
+            }
+            reporter.step_end(number, total, &failed);
+            let look_at = step
+                .on_failure
+                .as_ref()
+                .map(|text| format!("  when this step fails: {text}\n"))
+                .unwrap_or_default();
+            let next = if step.keep_going {
+                "the next steps still run; the run will exit 1\n"
+            } else {
+                "re-run with --resume to continue from here\n"
+            };
+            reporter.error_event(
+                &format!(
+                    "error: step \"{}\" failed\n{}{look_at}{next}",
+                    step.name, report.text
+                ),
+                &crate::output::ErrorEvent {
+                    headline: &report.headline,
+                    step: Some(&step.name),
+                    location: report.location.as_deref(),
+                    hint: report.hint.as_deref().or(step.on_failure.as_deref()),
+                },
+            );
+            return StepRun {
+                record: failed,
+                row,
+                stop,
+                went_on,
+            };
+        }
+    };
+    if let Some(row) = &row {
+        reporter.check_row(row);
+    }
+    reporter.step_end(number, total, &finished);
+    StepRun {
+        record: finished,
+        row,
+        stop,
+        went_on,
+    }
 }
 
 /// Why a step's body did not succeed: an error, or (for a check row) a finding that differs

@@ -18,13 +18,7 @@ pub enum Phase {
     Running,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Change {
-    pub action: String,
-    pub resource: Resource,
-}
-
-pub use crate::decl::Resource;
+pub use crate::decl::{Change, Resource};
 
 pub struct RunState {
     /// Check mode: natives report what they would change. The REPL toggles it (`:check on`).
@@ -174,17 +168,26 @@ impl RunState {
     pub fn record_change(&self, action: &str, resource: Resource) {
         self.reporter.change(action, &resource, self.check());
         self.change_count.fetch_add(1, Ordering::SeqCst);
-        self.changes
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .push(Change {
-                action: action.to_string(),
-                resource,
-            });
+        let change = Change {
+            action: action.to_string(),
+            resource,
+        };
+        match crate::scope::current() {
+            // A step running beside others counts its own changes.
+            Some(scope) => crate::scope::lock(&scope.changes).push(change),
+            None => self
+                .changes
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner())
+                .push(change),
+        }
     }
 
     /// The changes recorded since the last call (the runner calls this at each step's end).
     pub fn take_changes(&self) -> Vec<Change> {
+        if let Some(scope) = crate::scope::current() {
+            return std::mem::take(&mut *crate::scope::lock(&scope.changes));
+        }
         std::mem::take(
             &mut *self
                 .changes

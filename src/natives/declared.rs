@@ -223,6 +223,10 @@ pub const DECLARED: &[Declared] = &[
         options: &[("expected", Str), ("hint", Str)],
     },
     Declared {
+        native: "concurrently",
+        options: &[("limit", Int)],
+    },
+    Declared {
         native: "parallel",
         options: &[
             ("limit", Int),

@@ -31,9 +31,35 @@ fn item_label(item: &Dynamic) -> String {
     }
 }
 
+/// A declared step, as `step(...)` returns it: `concurrently([step(...), step(...)])` at the
+/// top level declares that those steps run together.
+#[derive(Debug, Clone)]
+pub struct StepRef {
+    pub index: usize,
+    pub name: String,
+}
+
+/// The default bound of a group of steps run together: helm, kubectl exec and the API server
+/// are shared by its steps.
+pub const DEFAULT_GROUP_LIMIT: i64 = 4;
+
 #[export_module]
 pub mod step_functions {
     use super::*;
+
+    /// A declared step (what `step(...)` returns).
+    pub type Step = super::StepRef;
+
+    /// The name of a declared step.
+    ///
+    /// ```rhai
+    /// let login = step("Login", || {});
+    /// assert_eq(login.name, "Login");
+    /// ```
+    #[rhai_fn(get = "name", pure)]
+    pub fn step_name(step: &mut StepRef) -> String {
+        step.name.clone()
+    }
 
     /// Declares the script's parameters and returns their values: a literal map from each
     /// parameter's name to its `type` ("bool", "int", "string" or "list"), `help` (one line) and
@@ -75,7 +101,7 @@ pub mod step_functions {
     /// });
     /// ```
     #[rhai_fn(return_raw)]
-    pub fn step(context: NativeCallContext, name: &str, body: FnPtr) -> RhaiResultOf<()> {
+    pub fn step(context: NativeCallContext, name: &str, body: FnPtr) -> RhaiResultOf<StepRef> {
         declare(&context, name, body, StepOptions::default())
     }
 
@@ -137,7 +163,7 @@ pub mod step_functions {
         name: &str,
         options: rhai::Map,
         body: FnPtr,
-    ) -> RhaiResultOf<()> {
+    ) -> RhaiResultOf<StepRef> {
         crate::natives::options::reject_undeclared(&options, "step")?;
         let names = |option: &str, what: &str| -> RhaiResultOf<Vec<String>> {
             match options.get(option) {
@@ -229,6 +255,7 @@ pub mod step_functions {
                 tags: Vec::new(),
             },
         )
+        .map(|_| ())
     }
 
     /// Calls `body(item)` for every item, at most `limit` at a time, and returns the results in
@@ -301,6 +328,9 @@ pub mod step_functions {
     /// ```
     #[rhai_fn(return_raw)]
     pub fn concurrently(context: NativeCallContext, tasks: rhai::Array) -> RhaiResultOf<Array> {
+        if tasks.iter().any(|task| task.is::<StepRef>()) {
+            return group_steps(&context, tasks, DEFAULT_GROUP_LIMIT);
+        }
         let mut closures = Vec::with_capacity(tasks.len());
         for (index, task) in tasks.iter().enumerate() {
             let closure = task
@@ -359,6 +389,42 @@ pub mod step_functions {
                 Err(native_error(error))
             }
         }
+    }
+
+    /// At the top level, `concurrently([step(...), step(...), ...])` declares that those steps
+    /// run together: they start at once (at most `limit` at a time, default 4, since helm,
+    /// kubectl exec and the API server are shared), each step's lines are held and printed
+    /// together in declaration order, and when one fails the others still finish; every failed
+    /// step is reported, and `--resume` runs the unfinished ones again. Options: `limit`. The
+    /// steps must be declared right there, in the group's order; `--list` shows them as a
+    /// group. Inside a step it calls closures, as `concurrently(tasks)` does.
+    ///
+    /// ```rhai
+    /// concurrently([
+    ///     step("Redis", || { info("redis"); }),
+    ///     step("MinIO", || { info("minio"); }),
+    /// ], #{limit: 2});
+    /// ```
+    #[rhai_fn(name = "concurrently", return_raw)]
+    pub fn concurrently_with(
+        context: NativeCallContext,
+        tasks: rhai::Array,
+        options: rhai::Map,
+    ) -> RhaiResultOf<Array> {
+        crate::natives::options::reject_undeclared(&options, "concurrently")?;
+        let limit = crate::natives::options::option_int(
+            &options,
+            "limit",
+            "concurrently",
+            DEFAULT_GROUP_LIMIT,
+        )?;
+        if tasks.iter().all(|task| task.is::<StepRef>()) && !tasks.is_empty() {
+            return group_steps(&context, tasks, limit);
+        }
+        Err(native_error(
+            NativeError::new("concurrently(tasks, options): the options are for a group of steps")
+                .with_hint("at the top level: concurrently([step(...), step(...)], #{limit: 2}); inside a step: concurrently([|| ..., || ...])"),
+        ))
     }
 
     /// `parallel(items, body, 4)`.
@@ -478,6 +544,8 @@ fn run_concurrently(
 ) -> Result<Vec<Option<ItemResult>>, Box<EvalAltResult>> {
     let session = session(context)?;
     let workers = limit.min(count).max(1);
+    // The workers work for the step that called: its lines and changes, when it runs in a group.
+    let step_scope = crate::scope::current();
     let next = AtomicUsize::new(0);
     let results: Mutex<Vec<Option<ItemResult>>> = Mutex::new((0..count).map(|_| None).collect());
     let engine = context.engine();
@@ -497,37 +565,40 @@ fn run_concurrently(
             let store = crate::engine::detach_context(context);
             let (call, next, results, session) = (&call, &next, &results, &session);
             let (outer, gates) = (&outer, &gates);
+            let step_scope = step_scope.clone();
             scope.spawn(move || {
-                let worker_context = crate::engine::attach_context(&store, engine);
-                loop {
-                    let index = next.fetch_add(1, Ordering::SeqCst);
-                    if index >= count {
-                        break;
-                    }
-                    // The gate of the item it waits for: the one before, or the first.
-                    let gate = match index {
-                        0 => outer.clone(),
-                        _ => gates
-                            .get(index - 1)
-                            .or_else(|| gates.first())
-                            .cloned()
-                            .or_else(|| outer.clone()),
-                    };
-                    let outcome = if session.state.is_cancelled() {
-                        Err(native_error(NativeError::new("parallel: interrupted")))
-                    } else {
-                        write_gate::with_gate(gate, || call(&worker_context, index))
-                    };
-                    if let Some(gate) = gates.get(index) {
-                        match &outcome {
-                            Err(error) if index == 0 => {
-                                gate.fail(crate::diagnostics::headline(error))
-                            }
-                            _ => gate.open(),
+                crate::scope::within(step_scope, || {
+                    let worker_context = crate::engine::attach_context(&store, engine);
+                    loop {
+                        let index = next.fetch_add(1, Ordering::SeqCst);
+                        if index >= count {
+                            break;
                         }
+                        // The gate of the item it waits for: the one before, or the first.
+                        let gate = match index {
+                            0 => outer.clone(),
+                            _ => gates
+                                .get(index - 1)
+                                .or_else(|| gates.first())
+                                .cloned()
+                                .or_else(|| outer.clone()),
+                        };
+                        let outcome = if session.state.is_cancelled() {
+                            Err(native_error(NativeError::new("parallel: interrupted")))
+                        } else {
+                            write_gate::with_gate(gate, || call(&worker_context, index))
+                        };
+                        if let Some(gate) = gates.get(index) {
+                            match &outcome {
+                                Err(error) if index == 0 => {
+                                    gate.fail(crate::diagnostics::headline(error))
+                                }
+                                _ => gate.open(),
+                            }
+                        }
+                        lock(results)[index] = Some(outcome);
                     }
-                    lock(results)[index] = Some(outcome);
-                }
+                })
             });
         }
     });
@@ -542,7 +613,7 @@ fn declare(
     name: &str,
     body: FnPtr,
     options: StepOptions,
-) -> RhaiResultOf<()> {
+) -> RhaiResultOf<StepRef> {
     let session = session(context)?;
     if session.state.phase() == Phase::Running {
         return Err(native_error(
@@ -573,6 +644,76 @@ fn declare(
         keep_going: options.keep_going,
         expected: options.expected,
         tags: options.tags,
+        group: None,
     });
-    Ok(())
+    Ok(StepRef {
+        index: steps.len() - 1,
+        name: name.to_string(),
+    })
+}
+
+/// `concurrently([step(...), ...])` at the top level: marks the steps, just declared in this
+/// order, as a group that runs together.
+fn group_steps(context: &NativeCallContext, tasks: rhai::Array, limit: i64) -> RhaiResultOf<Array> {
+    let session = session(context)?;
+    let refs: Vec<StepRef> = tasks
+        .iter()
+        .enumerate()
+        .map(|(index, task)| {
+            task.read_lock::<StepRef>().map(|step| step.clone()).ok_or_else(|| {
+                native_error(
+                    NativeError::new(format!(
+                        "concurrently: item {} is a {}, not a step",
+                        index + 1,
+                        task.type_name()
+                    ))
+                    .with_hint("a group holds steps only: concurrently([step(\"A\", || ...), step(\"B\", || ...)])"),
+                )
+            })
+        })
+        .collect::<Result<_, _>>()?;
+    if session.state.phase() == Phase::Running {
+        return Err(native_error(
+            NativeError::new(
+                "concurrently: steps run together are declared at the top level, not inside a step",
+            )
+            .with_hint("declare the group where its steps are declared"),
+        ));
+    }
+    if limit < 1 {
+        return Err(native_error(NativeError::new(format!(
+            "concurrently: limit must be at least 1, not {limit}"
+        ))));
+    }
+    let mut steps = lock(&session.steps);
+    let first = refs[0].index;
+    let declared_together = refs
+        .iter()
+        .enumerate()
+        .all(|(offset, step)| step.index == first + offset)
+        && first + refs.len() == steps.len();
+    if !declared_together {
+        let names: Vec<&str> = refs.iter().map(|step| step.name.as_str()).collect();
+        return Err(native_error(
+            NativeError::new(format!(
+                "concurrently: the steps {} are not the ones just declared, in this order",
+                names.join(", ")
+            ))
+            .with_hint("declare a group's steps inside it: concurrently([step(\"A\", || ...), step(\"B\", || ...)]), so the script shows where they run"),
+        ));
+    }
+    if let Some(grouped) = refs.iter().find(|step| steps[step.index].group.is_some()) {
+        return Err(native_error(NativeError::new(format!(
+            "concurrently: step \"{}\" is in a group already",
+            grouped.name
+        ))));
+    }
+    let group = crate::decl::StepGroup {
+        first,
+        limit: limit as usize,
+    };
+    for step in &refs {
+        steps[step.index].group = Some(group);
+    }
+    Ok(tasks)
 }

@@ -69,6 +69,16 @@ fn helm_calls(test: &Test) -> Vec<String> {
     text.lines().map(str::to_string).collect()
 }
 
+/// An upgrade's output with the pods of the rollout it started left out of the recap's
+/// `Upgraded releases now run:` lines: the upgrade does not wait, so whether a pod of the old
+/// template still runs when the recap reads them depends on how far the rollout got.
+fn upgraded(output: crate::support::Output) -> crate::support::Output {
+    output.replace_regex(
+        r"; pod \S+ still runs redis:7\.4\.1 \(its template is older\)",
+        "",
+    )
+}
+
 fn run_script(test: &Test, args: &[&str], script: &str) -> crate::support::Output {
     std::fs::write(test.join("scripts/test.rhai"), script).expect("write script");
     let mut all: Vec<&str> = args.to_vec();
@@ -143,7 +153,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
     print(`absent: ${helm_status("nope", "redis") == ()}`);
 });
 "#;
-    run_script(&test, &[], changed).expect(
+    upgraded(run_script(&test, &[], changed)).expect(
         0,
         &with_recaps(
             "
@@ -156,6 +166,8 @@ fn helm_install_changes_only_when_chart_or_values_change() {
         [1/1] Redis ... changed (#.## s)
 
         <recap of scripts/test.rhai: Redis: changed 1>
+        Upgraded releases now run:
+          helm release redis/redis (redis-0.1.0): Deployment/redis runs redis:7.4.2
         ",
         ),
         "",
@@ -241,7 +253,7 @@ fn helm_install_changes_only_when_chart_or_values_change() {
         values.replace("memory: 32Mi", "memory: 48Mi"),
     )
     .expect("edit chart");
-    run_script(&test, &[], changed).expect(
+    upgraded(run_script(&test, &[], changed)).expect(
         0,
         &with_recaps(
             "
@@ -254,6 +266,8 @@ fn helm_install_changes_only_when_chart_or_values_change() {
         [1/1] Redis ... changed (#.## s)
 
         <recap of scripts/test.rhai: Redis: changed 1>
+        Upgraded releases now run:
+          helm release redis/redis (redis-0.1.0): Deployment/redis runs redis:7.4.2
         ",
         ),
         "",

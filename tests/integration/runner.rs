@@ -1032,3 +1032,137 @@ fn a_detailed_check_exits_5_when_a_run_would_change_something_and_0_when_nothing
             ",
         );
 }
+
+/// Steps declared to run together (`concurrently([step(...), ...])` at the top level): two
+/// that each wait for a file the other writes finish only when they run at the same time;
+/// their lines print in declaration order, each step's together; a third fails and the others
+/// still finish; the step after the group does not run; `--resume` runs only the failed one.
+const GROUPED_STEPS: &str = r#"
+step("First", || { info("first"); });
+concurrently([
+    step("A", || { meet("out/a", "out/b"); info("A met B"); }),
+    step("B", || { meet("out/b", "out/a"); info("B met A"); }),
+    step("Broken", || { if args.fail == true { throw "asked to fail"; } info("fixed"); }),
+], #{limit: 3});
+step("Last", || { info("last"); });
+"#;
+
+#[test]
+fn grouped_steps_run_together_print_in_order_and_resume_runs_the_unfinished() {
+    let test = repo().script(&format!("{RENDEZVOUS_FN}{GROUPED_STEPS}"));
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        0,
+        "
+        scripts/test.rhai: 5 steps
+        [1/5] First
+        [2/5] A  (runs together with steps 2-4, 3 at a time)
+        [3/5] B  (runs together with steps 2-4, 3 at a time)
+        [4/5] Broken  (runs together with steps 2-4, 3 at a time)
+        [5/5] Last
+        ",
+        "",
+    );
+    test.run(&["scripts/test.rhai", "--fail"]).expect(
+        1,
+        &with_recaps(
+            "
+            [1/5] First ...
+                first
+            [1/5] First ... ok (#.## s)
+            [2/5] A ...
+                ~ create file out/a
+                A met B
+            [2/5] A ... changed (#.## s)
+            [3/5] B ...
+                ~ create file out/b
+                B met A
+            [3/5] B ... changed (#.## s)
+            [4/5] Broken ... failed (#.## s)
+
+            <recap of scripts/test.rhai: First: ok; A: changed 1; B: changed 1; Broken: failed; Last: not run>
+            ",
+        ),
+        r#"
+        error: step "Broken" failed
+          × asked to fail
+            ╭─[scripts/test.rhai:16:48]
+         15 │     step("B", || { meet("out/b", "out/a"); info("B met A"); }),
+         16 │     step("Broken", || { if args.fail == true { throw "asked to fail"; } info("fixed"); }),
+            ·                                                ──┬──
+            ·                                                  ╰── thrown here
+         17 │ ], #{limit: 3});
+            ╰────
+        re-run with --resume to continue from here
+        "#,
+    );
+    test.run(&["-q", "--resume", "scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(
+            "
+            resuming at step 4 \"Broken\" (run of <time>)
+            [1/5] First ... skipped (done in the last run)
+            [2/5] A ... skipped (done in the last run)
+            [3/5] B ... skipped (done in the last run)
+            [4/5] Broken ... ok (#.## s)
+            [5/5] Last ... ok (#.## s)
+
+            <recap of scripts/test.rhai: First: skipped; A: skipped; B: skipped; Broken: ok; Last: ok>
+            ",
+        ),
+        "",
+    );
+}
+
+#[test]
+fn a_group_holds_only_the_steps_just_declared_and_warns_of_a_need_inside_it() {
+    let cases = [
+        Case {
+            name: "a step declared before the group",
+            script: r#"let a = step("A", || {});
+step("B", || {});
+concurrently([a, step("C", || {})]);
+"#,
+            code: 3,
+            stdout: "",
+            stderr: r#"
+            error: the top level of scripts/test.rhai failed
+              × concurrently: the steps A, C are not the ones just declared, in this order
+               ╭─[scripts/test.rhai:3:1]
+             2 │ step("B", || {});
+             3 │ concurrently([a, step("C", || {})]);
+               · ──────┬─────
+               ·       ╰── failed here
+               ╰────
+              hint: declare a group's steps inside it: concurrently([step("A", || ...), step("B", || ...)]), so the script shows where they run
+            "#,
+        },
+        Case {
+            name: "a need inside the group",
+            script: r#"concurrently([step("A", || {}), step("B", #{needs: ["A"]}, || {})]);
+"#,
+            code: 0,
+            stdout: "
+            warning: step 2 \"B\" needs \"A\", which runs together with it (step 1): expect it to fail
+            scripts/test.rhai: 2 steps
+            [1/2] A  (runs together with steps 1-2, 4 at a time)
+            [2/2] B  (runs together with steps 1-2, 4 at a time)
+            ",
+            stderr: "",
+        },
+    ];
+    for case in cases {
+        let test = repo().script(case.script);
+        let args: &[&str] = if case.code == 0 {
+            &["--list", "scripts/test.rhai"]
+        } else {
+            &["scripts/test.rhai"]
+        };
+        expect_output(
+            case.name,
+            &test.run(args),
+            case.code,
+            case.stdout,
+            case.stderr,
+        );
+    }
+}

@@ -78,6 +78,8 @@ pub fn release_workloads(
             let template = images(&object["spec"]["template"]["spec"]);
             let behind = pods
                 .iter()
+                // A pod being deleted is on its way out, whatever it runs.
+                .filter(|pod| pod["metadata"]["deletionTimestamp"].is_null())
                 .filter(|pod| selected(&object["spec"]["selector"], pod))
                 .filter_map(|pod| {
                     let running = images(&pod["spec"]);
@@ -183,6 +185,9 @@ mod tests {
 - metadata: {name: injector-abc, labels: {app: injector}}
   spec:
     containers: [{name: injector, image: 'quay.io/openbao/openbao-k8s:1.4.0'}]
+- metadata: {name: injector-old, labels: {app: injector}, deletionTimestamp: '2026-12-04T18:00:00Z'}
+  spec:
+    containers: [{name: injector, image: 'quay.io/openbao/openbao-k8s:1.3.0'}]
 ",
         );
         let found = release_workloads(&yaml(WORKLOADS), &pods, "openbao");
