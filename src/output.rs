@@ -40,13 +40,13 @@ pub struct Reporter {
     state: Mutex<LineState>,
 }
 
-use crate::scope::{LineState, StepScope};
+use crate::scope::{LineHeld, LineState, StepScope};
 
-/// The line state of the run, or of the grouped step this thread works for (taken out of its
-/// scope while held, put back when dropped).
+/// The line state of the run, or of the grouped step this thread works for (one thread of the
+/// step at a time, as the run's mutex is for the run).
 enum LineGuard<'a> {
     Run(std::sync::MutexGuard<'a, LineState>),
-    Step(std::sync::Arc<StepScope>, LineState),
+    Step(LineHeld),
 }
 
 impl std::ops::Deref for LineGuard<'_> {
@@ -54,7 +54,7 @@ impl std::ops::Deref for LineGuard<'_> {
     fn deref(&self) -> &LineState {
         match self {
             LineGuard::Run(state) => state,
-            LineGuard::Step(_, state) => state,
+            LineGuard::Step(state) => state,
         }
     }
 }
@@ -63,15 +63,7 @@ impl std::ops::DerefMut for LineGuard<'_> {
     fn deref_mut(&mut self) -> &mut LineState {
         match self {
             LineGuard::Run(state) => state,
-            LineGuard::Step(_, state) => state,
-        }
-    }
-}
-
-impl Drop for LineGuard<'_> {
-    fn drop(&mut self) {
-        if let LineGuard::Step(scope, state) = self {
-            *crate::scope::lock(&scope.line) = std::mem::take(state);
+            LineGuard::Step(state) => state,
         }
     }
 }
@@ -95,10 +87,7 @@ impl Reporter {
 
     fn lock(&self) -> LineGuard<'_> {
         match crate::scope::current() {
-            Some(scope) => {
-                let state = std::mem::take(&mut *crate::scope::lock(&scope.line));
-                LineGuard::Step(scope, state)
-            }
+            Some(scope) => LineGuard::Step(LineHeld::take(scope)),
             None => LineGuard::Run(
                 self.state
                     .lock()

@@ -763,9 +763,12 @@ fn run_steps(
     let mut stop: Option<ExitCode> = None;
     // A failed `keep_going` step (every check row) does not stop the run, but the run fails.
     let mut failed_and_went_on = false;
-    let mut index = 0;
-    while index < steps.len() {
-        let step = &steps[index];
+    // The end of the group the loop ran last: its steps are recorded already.
+    let mut group_end = 0;
+    for (index, step) in steps.iter().enumerate() {
+        if index < group_end {
+            continue;
+        }
         let number = index + 1;
         // Steps declared to run together: the whole group in one go, its steps' lines printed
         // in declaration order.
@@ -788,17 +791,13 @@ fn run_steps(
             );
             for run in runs {
                 failed_and_went_on |= run.went_on;
-                if stop.is_none() {
-                    stop = run.stop;
-                }
+                stop = stop.or(run.stop);
                 rows.extend(run.row);
                 records.push(run.record);
             }
-            index = end;
+            group_end = end;
             continue;
         }
-        index += 1;
-        let index = index - 1;
         if let Some(code) = stop {
             let note = if code == ExitCode::Interrupted {
                 "interrupted"
@@ -816,22 +815,14 @@ fn run_steps(
             ));
             continue;
         }
-        if let Some((reason, done)) = selection.reason_to_skip(index, step) {
-            let status = if done {
-                StepStatus::Skipped
-            } else {
-                StepStatus::Deselected
-            };
-            let skipped = record(step, status, None, Duration::ZERO, 0, None, Some(reason));
+        if let Some(skipped) = left_out(&selection, index, step) {
             reporter.step_end(number, total, &skipped);
             records.push(skipped);
             continue;
         }
         let run = run_step(context, session, step, number, total, display);
         failed_and_went_on |= run.went_on;
-        if stop.is_none() {
-            stop = run.stop;
-        }
+        stop = stop.or(run.stop);
         rows.extend(run.row);
         records.push(run.record);
     }
@@ -936,7 +927,7 @@ fn run_group(
     let total = steps.len();
     let reporter = &session.state.reporter;
     let selected: Vec<usize> = (first..end)
-        .filter(|&index| selection.reason_to_skip(index, &steps[index]).is_none())
+        .filter(|&index| left_out(selection, index, &steps[index]).is_none())
         .collect();
     let scopes: Vec<Arc<crate::scope::StepScope>> = selected
         .iter()
@@ -961,20 +952,17 @@ fn run_group(
                     };
                     let step = &steps[index];
                     let run = if session.state.is_cancelled() {
-                        StepRun {
-                            record: record(
-                                step,
-                                StepStatus::NotRun,
-                                None,
-                                Duration::ZERO,
-                                0,
-                                None,
-                                Some("interrupted".to_string()),
-                            ),
-                            row: None,
-                            stop: Some(ExitCode::Interrupted),
-                            went_on: false,
-                        }
+                        let note = Some("interrupted".to_string());
+                        let not_run = record(
+                            step,
+                            StepStatus::NotRun,
+                            None,
+                            Duration::ZERO,
+                            0,
+                            None,
+                            note,
+                        );
+                        StepRun::ended(not_run, Some(ExitCode::Interrupted))
                     } else {
                         let scope = Some(scopes[slot].clone());
                         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
@@ -983,19 +971,18 @@ fn run_group(
                             })
                         }));
                         // A panic must not leave the reporting thread waiting for this step.
-                        ran.unwrap_or_else(|_| StepRun {
-                            record: record(
+                        ran.unwrap_or_else(|_| {
+                            let error = Some("bprun panicked while running this step".to_string());
+                            let failed = record(
                                 step,
                                 StepStatus::Failed,
                                 None,
                                 Duration::ZERO,
                                 0,
-                                Some("bprun panicked while running this step".to_string()),
+                                error,
                                 None,
-                            ),
-                            row: None,
-                            stop: Some(ExitCode::StepFailed),
-                            went_on: false,
+                            );
+                            StepRun::ended(failed, Some(ExitCode::StepFailed))
                         })
                     };
                     lock(results)[slot] = Some(run);
@@ -1005,20 +992,9 @@ fn run_group(
         }
         let mut slot = 0;
         for (index, step) in steps.iter().enumerate().take(end).skip(first) {
-            if let Some((reason, done)) = selection.reason_to_skip(index, step) {
-                let status = if done {
-                    StepStatus::Skipped
-                } else {
-                    StepStatus::Deselected
-                };
-                let skipped = record(step, status, None, Duration::ZERO, 0, None, Some(reason));
+            if let Some(skipped) = left_out(selection, index, step) {
                 reporter.step_end(index + 1, total, &skipped);
-                runs.push(StepRun {
-                    record: skipped,
-                    row: None,
-                    stop: None,
-                    went_on: false,
-                });
+                runs.push(StepRun::ended(skipped, None));
                 continue;
             }
             let mut held = lock(&results);
@@ -1046,6 +1022,38 @@ struct StepRun {
     row: Option<CheckLine>,
     stop: Option<ExitCode>,
     went_on: bool,
+}
+
+impl StepRun {
+    /// A step that ended without running its body (left out, interrupted, or a panic).
+    fn ended(record: StepRecord, stop: Option<ExitCode>) -> StepRun {
+        StepRun {
+            record,
+            row: None,
+            stop,
+            went_on: false,
+        }
+    }
+}
+
+/// The record of a step the selection leaves out (`--only`, `--skip`, `--from`, or done in the
+/// run `--resume` continues), or `None` when it runs.
+fn left_out(selection: &Selection, index: usize, step: &StepDecl) -> Option<StepRecord> {
+    let (reason, done) = selection.reason_to_skip(index, step)?;
+    let status = if done {
+        StepStatus::Skipped
+    } else {
+        StepStatus::Deselected
+    };
+    Some(record(
+        step,
+        status,
+        None,
+        Duration::ZERO,
+        0,
+        None,
+        Some(reason),
+    ))
 }
 
 /// Runs one step, reporting it as it goes: its header, its lines, its status and its error.

@@ -5,7 +5,7 @@
 //! Outside a group there is no scope, and the reporter writes to the terminal at once.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use crate::decl::Change;
 
@@ -19,12 +19,74 @@ pub struct LineState {
 }
 
 /// What one grouped step has written and recorded so far.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StepScope {
     pub stdout: Mutex<String>,
     pub stderr: Mutex<String>,
-    pub line: Mutex<LineState>,
+    /// The step's line state; `None` while a thread of the step holds it (see [`LineHeld`]).
+    line: Mutex<Option<LineState>>,
+    line_returned: Condvar,
     pub changes: Mutex<Vec<Change>>,
+}
+
+impl Default for StepScope {
+    fn default() -> Self {
+        StepScope {
+            stdout: Mutex::default(),
+            stderr: Mutex::default(),
+            line: Mutex::new(Some(LineState::default())),
+            line_returned: Condvar::new(),
+            changes: Mutex::default(),
+        }
+    }
+}
+
+/// A step's line state, held by one thread at a time (the step's `parallel` workers share it)
+/// and given back when dropped: a lock that owns its scope, which a thread-local cannot lend.
+pub struct LineHeld {
+    scope: Arc<StepScope>,
+    state: Option<LineState>,
+}
+
+impl LineHeld {
+    /// Waits until no other thread of the step holds its line state, and takes it.
+    pub fn take(scope: Arc<StepScope>) -> LineHeld {
+        let mut slot = lock(&scope.line);
+        let state = loop {
+            if let Some(state) = slot.take() {
+                break state;
+            }
+            slot = scope
+                .line_returned
+                .wait(slot)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        };
+        drop(slot);
+        LineHeld {
+            scope,
+            state: Some(state),
+        }
+    }
+}
+
+impl std::ops::Deref for LineHeld {
+    type Target = LineState;
+    fn deref(&self) -> &LineState {
+        self.state.as_ref().expect("held until dropped")
+    }
+}
+
+impl std::ops::DerefMut for LineHeld {
+    fn deref_mut(&mut self) -> &mut LineState {
+        self.state.as_mut().expect("held until dropped")
+    }
+}
+
+impl Drop for LineHeld {
+    fn drop(&mut self) {
+        *lock(&self.scope.line) = self.state.take();
+        self.scope.line_returned.notify_one();
+    }
 }
 
 /// Locks a mutex of a scope; a panic elsewhere leaves what was written readable.
@@ -65,5 +127,25 @@ mod tests {
             assert!(current().is_some());
         });
         assert!(current().is_none());
+    }
+
+    #[test]
+    fn the_threads_of_one_step_share_its_line_state_one_at_a_time() {
+        let scope = Arc::new(StepScope::default());
+        {
+            let mut held = LineHeld::take(scope.clone());
+            held.step = Some("Redis".to_string());
+            held.open_header = true;
+        }
+        let waiting = {
+            let held = LineHeld::take(scope.clone());
+            let scope = scope.clone();
+            let waiter = std::thread::spawn(move || LineHeld::take(scope).step.clone());
+            // The other thread waits while this one holds the state, then sees what it left.
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert_eq!(held.step.as_deref(), Some("Redis"));
+            waiter
+        };
+        assert_eq!(waiting.join().ok().flatten().as_deref(), Some("Redis"));
     }
 }

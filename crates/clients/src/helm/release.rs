@@ -216,6 +216,12 @@ impl Helm {
                 None => "not installed by bprun".to_string(),
             },
         };
+        // Read before an upgrade replaces them: what the release deployed, what the chart
+        // renders now. A check of an upgrade needs them to tell which pods it replaces.
+        let manifests = match (spec.diff, mode.writes(), &current) {
+            (true, _, _) | (false, false, Some(_)) => Some(self.manifests(spec)?),
+            _ => None,
+        };
         let (namespace, release) = (&spec.namespace, &spec.release);
         let change = Change {
             action: if current.is_none() {
@@ -229,26 +235,14 @@ impl Helm {
                 "helm release {namespace}/{release} from {} ({reason})",
                 spec.chart.arg
             ),
-            detail: None,
-        };
-        // Read before an upgrade replaces them: what the release deployed, what the chart
-        // renders now. A check of an upgrade needs them to tell which pods it replaces.
-        let manifests = match (spec.diff, mode.writes(), &current) {
-            (true, _, _) | (false, false, Some(_)) => Some(self.manifests(spec)?),
-            _ => None,
-        };
-        let change = Change {
             detail: match (&manifests, spec.diff) {
                 (Some(manifests), true) => Some(self.release_diff(spec, &merged, manifests)?),
                 _ => None,
             },
-            ..change
         };
         if !mode.writes() {
-            let pod_templates_changed = match (&manifests, &current) {
-                (Some((Some(deployed), rendered)), Some(_)) => {
-                    changed_pod_templates(deployed, rendered)
-                }
+            let pod_templates_changed = match &manifests {
+                Some((Some(deployed), rendered)) => changed_pod_templates(deployed, rendered),
                 _ => Vec::new(),
             };
             let ensured = Ensured {
