@@ -236,7 +236,7 @@ pub const DECLARED: &[Declared] = &[
     },
     Declared {
         native: "write_text",
-        options: &[("mode", Int)],
+        options: &[("mode", Int), ("create_new", Bool)],
     },
     Declared {
         native: "run_command",

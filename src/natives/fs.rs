@@ -162,11 +162,15 @@ pub mod fs_functions {
         write_text_with(context, path, text, rhai::Map::new())
     }
 
-    /// Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).
+    /// Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`) and
+    /// `create_new` (true: write only when no file is there, and change nothing when one is, even
+    /// with other text; of two steps running together that mint the same kept secret, the first
+    /// write wins and both read it back).
     ///
     /// ```rhai
     /// step("Persist token", || {
     ///     write_text("infra/secrets/token.txt", secret("glpat-xxxxxxxxxxxxxxxxxxxx"), #{mode: 0o600});
+    ///     write_text("infra/secrets/pin.txt", random_secret(16), #{mode: 0o600, create_new: true});
     /// });
     /// ```
     #[rhai_fn(name = "write_text", return_raw)]
@@ -205,6 +209,8 @@ pub mod fs_functions {
             }
             mode = Some(value as u32);
         }
+        let create_new = crate::natives::options::option_bool(&options, "create_new", "write_text")?
+            .unwrap_or(false);
         let files = Confinement::new(&state.root);
         // Read before the write, for --diff.
         let before = if state.diff() {
@@ -215,7 +221,17 @@ pub mod fs_functions {
         } else {
             None
         };
-        let (full, outcome) = if state.check() {
+        let (full, outcome) = if create_new {
+            let (full, planned) = files.plan_write_new(path).map_err(native_error)?;
+            let outcome = if state.check() {
+                planned
+            } else {
+                files
+                    .write_new(path, &content, mode)
+                    .map_err(native_error)?
+            };
+            (full, outcome)
+        } else if state.check() {
             files
                 .plan_write(path, &content, mode)
                 .map_err(native_error)?

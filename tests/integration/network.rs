@@ -3,7 +3,7 @@
 //! test breaks one of them in a copy of the repository, rehearses phases 2 and 3, and pins the
 //! error from its headline on (the steps before it are pinned by the passing rehearsals).
 
-use crate::support::{Output, assert_text};
+use crate::support::{Output, assert_text, moved_first, without_step};
 
 /// A copy of the repository with the real tools, `phase2.rhai` edited by `edit` (which must
 /// change it), and the apps' deploy jobs waiting 20 s instead of 5 minutes for their workloads.
@@ -24,35 +24,6 @@ fn copy_editing(file: &str, edit: impl Fn(&str) -> String) -> crate::support::Te
     assert!(text.contains("--timeout 5m"), "the deploy job's timeout");
     std::fs::write(&common, text.replace("--timeout 5m", "--timeout 20s")).expect("write");
     copy
-}
-
-/// Where the step named `name` stands in `source`: from `step("NAME"` to its closing `});`.
-fn step_span(source: &str, name: &str) -> std::ops::Range<usize> {
-    let start = source
-        .find(&format!("step(\"{name}\""))
-        .unwrap_or_else(|| panic!("no step {name}"));
-    let length = source[start..]
-        .find("\n});\n")
-        .expect("the end of the step")
-        + "\n});\n".len();
-    start..start + length
-}
-
-/// `source` without the step named `name` (and without it in other steps' `needs`).
-fn without_step(source: &str, name: &str) -> String {
-    let span = step_span(source, name);
-    let cut = format!("{}{}", &source[..span.start], &source[span.end..]);
-    cut.replace(&format!(", \"{name}\""), "")
-        .replace(&format!("\"{name}\", "), "")
-}
-
-/// `source` with the step named `name` moved to right after the Pre-flight step.
-fn moved_first(source: &str, name: &str) -> String {
-    let span = step_span(source, name);
-    let step = &source[span.clone()];
-    let rest = format!("{}{}", &source[..span.start], &source[span.end..]);
-    let after = step_span(&rest, "Pre-flight").end;
-    format!("{}\n{step}{}", &rest[..after], &rest[after..])
 }
 
 /// Rehearses phases 2 and 3 in `copy`; its stderr from the failing step's headline on, then the

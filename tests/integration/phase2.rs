@@ -1,7 +1,7 @@
 //! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
 //! its safety rails, through the real binary on a copy of this repository.
 
-use crate::support::one_step_run_of;
+use crate::support::{move_step_before, one_step_run_of};
 use crate::support::with_recaps;
 use crate::support::{BPRUN, tool};
 
@@ -402,30 +402,6 @@ const WEBHOOK_REFUSED_STDERR: &str = r##"error: step "CloudNativePG" failed
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##;
-
-/// A moved step: the script with the step named `moved` cut out and put back just before the
-/// step named `before`.
-fn move_step_before(source: &str, moved: &str, before: &str) -> String {
-    let start_of = |name: &str| {
-        source
-            .find(&format!("step(\"{name}\""))
-            .unwrap_or_else(|| panic!("no step {name}"))
-    };
-    let start = start_of(moved);
-    // A step ends where the next top-level statement starts (a line starting a step or a comment).
-    let rest = &source[start..];
-    let length = rest
-        .match_indices("\n});\n")
-        .next()
-        .map(|(at, _)| at + "\n});\n".len())
-        .expect("the end of the step");
-    let block = &source[start..start + length];
-    let without = format!("{}{}", &source[..start], &source[start + length..]);
-    let at = without
-        .find(&format!("step(\"{before}\""))
-        .unwrap_or_else(|| panic!("no step {before}"));
-    format!("{}{block}\n{}", &without[..at], &without[at..])
-}
 
 /// How a crash-looping bundled OpenBao stops the GitLab step, after the wait's headline and
 /// source: its StatefulSet, its pod and the pod's event, the hint and the step's advice.

@@ -298,3 +298,91 @@ pub fn source_frame(
         numbered(line + 1),
     )
 }
+
+/// Where the step named `name` is in a script's `source`: from `step("name"` to the end of its
+/// closure's line (`});` at the top level, `}),` inside a group of steps run together), and
+/// whether it is inside a group.
+#[track_caller]
+pub fn step_place(source: &str, name: &str) -> (std::ops::Range<usize>, bool) {
+    let start = source
+        .find(&format!("step(\"{name}\""))
+        .unwrap_or_else(|| panic!("no step {name}"));
+    let end_of = |ending: &str| {
+        source[start..]
+            .find(ending)
+            .map(|at| start + at + ending.len())
+    };
+    match (end_of("\n});\n"), end_of("\n}),\n")) {
+        (Some(top), Some(grouped)) if grouped < top => (start..grouped, true),
+        (Some(top), _) => (start..top, false),
+        (None, Some(grouped)) => (start..grouped, true),
+        (None, None) => panic!("no end of step {name}"),
+    }
+}
+
+/// The step named `name` as a top-level statement, and `source` without it (a step taken out of
+/// a group leaves the group's other steps in it).
+#[track_caller]
+fn cut_step(source: &str, name: &str) -> (String, String) {
+    let (span, grouped) = step_place(source, name);
+    let mut block = source[span.clone()].to_string();
+    if grouped {
+        block.truncate(block.len() - "}),\n".len());
+        block.push_str("});\n");
+    }
+    // The blank line that separated it from the next step goes with it.
+    let end = if source[span.end..].starts_with('\n') {
+        span.end + 1
+    } else {
+        span.end
+    };
+    (block, format!("{}{}", &source[..span.start], &source[end..]))
+}
+
+/// Where a statement put "before the step named `name`" goes: before the step itself, or, when
+/// it is in a group, before the group (and the comment above it), as an operator would move it.
+#[track_caller]
+fn place_before(source: &str, name: &str) -> usize {
+    let (span, grouped) = step_place(source, name);
+    if !grouped {
+        return span.start;
+    }
+    let group = source[..span.start]
+        .rfind("\nconcurrently([\n")
+        .map(|at| at + 1)
+        .unwrap_or_else(|| panic!("step {name} ends with `}}),` outside a group"));
+    // Back over the comment lines just above the group.
+    let mut start = group;
+    while let Some(line_start) = source[..start.saturating_sub(1)].rfind('\n').map(|at| at + 1) {
+        if !source[line_start..start].starts_with("//") {
+            break;
+        }
+        start = line_start;
+    }
+    start
+}
+
+/// `source` without the step named `name` (and without it in other steps' `needs`).
+#[track_caller]
+pub fn without_step(source: &str, name: &str) -> String {
+    let (_, cut) = cut_step(source, name);
+    cut.replace(&format!(", \"{name}\""), "")
+        .replace(&format!("\"{name}\", "), "")
+}
+
+/// A moved step: the script with the step named `moved` cut out (of its group, if it is in one)
+/// and put back as a step of its own just before the step named `before` (or its group).
+#[track_caller]
+pub fn move_step_before(source: &str, moved: &str, before: &str) -> String {
+    let (block, without) = cut_step(source, moved);
+    let at = place_before(&without, before);
+    format!("{}{block}\n{}", &without[..at], &without[at..])
+}
+
+/// `source` with the step named `name` moved to right after the Pre-flight step.
+#[track_caller]
+pub fn moved_first(source: &str, name: &str) -> String {
+    let (block, without) = cut_step(source, name);
+    let after = step_place(&without, "Pre-flight").0.end;
+    format!("{}\n{block}{}", &without[..after], &without[after..])
+}

@@ -160,6 +160,57 @@ impl Confinement {
         }
         Ok(outcome)
     }
+
+    /// Creates `path` with `content` only when no file is there: the first of two writers wins
+    /// and the other finds it `Unchanged` (steps that run together and mint the same kept
+    /// secret then agree on it). The file appears whole: it is written beside and linked in
+    /// place, which fails when the name exists.
+    pub fn write_new(
+        &self,
+        path: &str,
+        content: &[u8],
+        mode: Option<u32>,
+    ) -> Result<WriteOutcome, ClientError> {
+        let full = self.resolve(path)?;
+        if full.exists() {
+            return Ok(WriteOutcome::Unchanged);
+        }
+        let shown = self.display(&full);
+        let fail = |error: std::io::Error| {
+            ClientError::new(format!("cannot write {shown}: {error}"))
+                .with_hint("check the folder's permissions")
+        };
+        if let Some(parent) = full.parent() {
+            std::fs::create_dir_all(parent).map_err(fail)?;
+        }
+        let (temporary, mut file) = create_temporary(&full, mode.unwrap_or(0o644)).map_err(fail)?;
+        let written = mode
+            .map_or(Ok(()), |mode| {
+                file.set_permissions(std::fs::Permissions::from_mode(mode))
+            })
+            .and_then(|()| file.write_all(content))
+            .and_then(|()| file.sync_all())
+            .and_then(|()| std::fs::hard_link(&temporary, &full));
+        let _ = std::fs::remove_file(&temporary);
+        match written {
+            Ok(()) => Ok(WriteOutcome::Created),
+            Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+                Ok(WriteOutcome::Unchanged)
+            }
+            Err(error) => Err(fail(error)),
+        }
+    }
+
+    /// What [`write_new`](Self::write_new) would do, without doing it.
+    pub fn plan_write_new(&self, path: &str) -> Result<(PathBuf, WriteOutcome), ClientError> {
+        let full = self.resolve(path)?;
+        let outcome = if full.exists() {
+            WriteOutcome::Unchanged
+        } else {
+            WriteOutcome::Created
+        };
+        Ok((full, outcome))
+    }
 }
 
 /// A new temporary file beside `path`, created exclusively (`O_CREAT|O_EXCL`: it never opens an
@@ -256,6 +307,51 @@ mod tests {
             error.message.contains("outside the repository root"),
             "{}",
             error.message
+        );
+    }
+
+    #[test]
+    fn of_writers_racing_to_create_a_file_the_first_wins_and_the_others_change_nothing() {
+        let (dir, fs) = temp_root();
+        let outcomes: Vec<(WriteOutcome, String)> = std::thread::scope(|threads| {
+            let racing: Vec<_> = (0..8)
+                .map(|writer| {
+                    let fs = &fs;
+                    threads.spawn(move || {
+                        let mine = format!("minted by writer {writer}");
+                        let outcome = fs
+                            .write_new("kept/password.txt", mine.as_bytes(), Some(0o600))
+                            .expect("write");
+                        (outcome, mine)
+                    })
+                })
+                .collect();
+            racing
+                .into_iter()
+                .map(|writer| writer.join().expect("writer"))
+                .collect()
+        });
+        let winners: Vec<&String> = outcomes
+            .iter()
+            .filter(|(outcome, _)| *outcome == WriteOutcome::Created)
+            .map(|(_, mine)| mine)
+            .collect();
+        assert_eq!(winners.len(), 1, "{outcomes:?}");
+        let kept = std::fs::read_to_string(dir.path().join("kept/password.txt")).expect("read");
+        assert_eq!(&kept, winners[0]);
+        let mode = std::fs::metadata(dir.path().join("kept/password.txt"))
+            .expect("meta")
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        let left: Vec<String> = std::fs::read_dir(dir.path().join("kept"))
+            .expect("list")
+            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(left, ["password.txt"], "no temporary file is left behind");
+        assert_eq!(
+            fs.plan_write_new("kept/password.txt").expect("plan").1,
+            WriteOutcome::Unchanged
         );
     }
 
