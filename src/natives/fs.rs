@@ -209,8 +209,9 @@ pub mod fs_functions {
             }
             mode = Some(value as u32);
         }
-        let create_new = crate::natives::options::option_bool(&options, "create_new", "write_text")?
-            .unwrap_or(false);
+        let create_new =
+            crate::natives::options::option_bool(&options, "create_new", "write_text")?
+                .unwrap_or(false);
         let files = Confinement::new(&state.root);
         // Read before the write, for --diff.
         let before = if state.diff() {

@@ -1,9 +1,9 @@
 //! Issue #14: phase 2 as a script (scripts/phase2.rhai) on the vendored charts, its natives and
 //! its safety rails, through the real binary on a copy of this repository.
 
-use crate::support::{move_step_before, one_step_run_of};
 use crate::support::with_recaps;
 use crate::support::{BPRUN, tool};
+use crate::support::{move_step_before, one_step_run_of};
 
 /// `bprun --list scripts/phase2.rhai`: its steps ...
 const PLAN: &str = "\

@@ -336,7 +336,10 @@ fn cut_step(source: &str, name: &str) -> (String, String) {
     } else {
         span.end
     };
-    (block, format!("{}{}", &source[..span.start], &source[end..]))
+    (
+        block,
+        format!("{}{}", &source[..span.start], &source[end..]),
+    )
 }
 
 /// Where a statement put "before the step named `name`" goes: before the step itself, or, when
@@ -353,7 +356,10 @@ fn place_before(source: &str, name: &str) -> usize {
         .unwrap_or_else(|| panic!("step {name} ends with `}}),` outside a group"));
     // Back over the comment lines just above the group.
     let mut start = group;
-    while let Some(line_start) = source[..start.saturating_sub(1)].rfind('\n').map(|at| at + 1) {
+    while let Some(line_start) = source[..start.saturating_sub(1)]
+        .rfind('\n')
+        .map(|at| at + 1)
+    {
         if !source[line_start..start].starts_with("//") {
             break;
         }

@@ -346,7 +346,13 @@ mod tests {
         assert_eq!(mode & 0o777, 0o600);
         let left: Vec<String> = std::fs::read_dir(dir.path().join("kept"))
             .expect("list")
-            .map(|entry| entry.expect("entry").file_name().to_string_lossy().into_owned())
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
             .collect();
         assert_eq!(left, ["password.txt"], "no temporary file is left behind");
         assert_eq!(
