@@ -654,13 +654,17 @@ fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> Stri
     }
 }
 
-/// `--list`'s word for a step of a group: which steps it runs together with.
+/// `--list`'s word for a step of a group: which steps it runs together with (none for a group
+/// of one step, which runs as any other step).
 fn together_note(steps: &[StepDecl], index: usize) -> Option<String> {
     let group = steps[index].group?;
     let last = steps
         .iter()
         .rposition(|step| step.group == Some(group))
         .unwrap_or(index);
+    if last == group.first {
+        return None;
+    }
     Some(format!(
         "runs together with steps {}-{}, {} at a time",
         group.first + 1,

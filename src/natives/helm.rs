@@ -775,9 +775,10 @@ pub mod helm_functions {
 /// openbao/openbao (openbao-0.16.4): StatefulSet/openbao runs quay.io/openbao/openbao:2.3.2`),
 /// for the recap: an upgrade that moved a template has not always moved the pods (a rollout
 /// still under way, `updateStrategy: OnDelete`). A release whose workloads cannot be read says
-/// why instead.
+/// why instead. Sorted by namespace and release: steps that run together upgrade in any order.
 pub fn upgraded_workloads(session: &Session) -> Vec<String> {
-    let upgraded = crate::engine::lock(&session.upgraded_releases).clone();
+    let mut upgraded = crate::engine::lock(&session.upgraded_releases).clone();
+    upgraded.sort();
     if upgraded.is_empty() {
         return Vec::new();
     }

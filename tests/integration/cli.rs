@@ -22,11 +22,15 @@ fn functions_lists_signatures_and_first_doc_lines() {
             });
             ```
         write_text(path: string, text: ?, options: map) -> map
-            Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).
+            Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`) and
+            `create_new` (true: write only when no file is there, and change nothing when one is, even
+            with other text; of two steps running together that mint the same kept secret, the first
+            write wins and both read it back).
 
             ```rhai
             step("Persist token", || {
                 write_text("infra/secrets/token.txt", secret("glpat-xxxxxxxxxxxxxxxxxxxx"), #{mode: 0o600});
+                write_text("infra/secrets/pin.txt", random_secret(16), #{mode: 0o600, create_new: true});
             });
             ```
         "#,
@@ -38,7 +42,7 @@ fn functions_lists_signatures_and_first_doc_lines() {
         "write_text(path: string, text: ?) -> map\n\
          \x20   Writes `text` (a string or a `Secret`) to a file under the repository root, only when the content differs; returns `#{changed, path}`.\n\
          write_text(path: string, text: ?, options: map) -> map\n\
-         \x20   Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`).\n",
+         \x20   Like `write_text(path, text)` with options: `mode` (an integer such as `0o600`) and `create_new` (true: write only when no file is there, and change nothing when one is, even with other text; of two steps running together that mint the same kept secret, the first write wins and both read it back).\n",
         "",
     );
     test.run(&["functions", "writ_txt"]).expect(

@@ -54,7 +54,7 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
             "{}\n{}\n",
             expected_recap(
                 "scripts/phase2.rhai",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Restore GitLab secrets: ok; Node trust: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             ),
             expected_recap(
                 "scripts/phase3.rhai",
@@ -93,7 +93,7 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
             "{}\n",
             expected_recap(
                 "scripts/phase2.rhai (check mode)",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Restore GitLab secrets: ok; Node trust: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             )
         )
     );
@@ -108,7 +108,7 @@ fn a_kept_rehearsal_platform_is_the_same_platform_the_next_time() {
             "{}\n",
             expected_recap(
                 "scripts/phase2.rhai (check mode)",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: changed 1; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: changed 1; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Restore GitLab secrets: ok; Node trust: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             )
         )
     );
@@ -276,7 +276,7 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
             "{}\n",
             expected_recap(
                 "scripts/phase2.rhai (check mode)",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: changed 1; Redis: ok; MinIO: ok; OpenBao: changed 3; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: changed 1; Redis: ok; MinIO: ok; OpenBao: changed 3; Wildcard TLS: ok; CoreDNS rewrite: ok; Restore GitLab secrets: ok; Node trust: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             )
         )
     );
@@ -351,7 +351,7 @@ fn a_pinned_chart_upgrade_finishes_its_rollout_and_keeps_the_data() {
             "{}\n",
             expected_recap(
                 "scripts/phase2.rhai",
-                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Node trust: ok; Restore GitLab secrets: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
+                "Pre-flight: ok; Gateway API CRDs: ok; local-path StorageClass: ok; Stable storage: ok; CloudNativePG: ok; Redis: ok; MinIO: ok; OpenBao: ok; Wildcard TLS: ok; CoreDNS rewrite: ok; Restore GitLab secrets: ok; Node trust: ok; GitLab: ok; Snapshot GitLab secrets: ok; Registry hosts pin: ok; Runner: ok; Destroy: skipped, timed"
             )
         )
     );

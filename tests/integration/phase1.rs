@@ -610,7 +610,7 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
             "",
             &crate::phase2::destroy_refusal(
                 "scripts/phase2.rhai",
-                "75:9",
+                "76:9",
                 "--preserve-data",
                 false,
                 "drop --preserve-data, or set preserve_stateful_data = true",

@@ -12,18 +12,18 @@ scripts/phase2.rhai: 17 steps
 [2/17] Gateway API CRDs
 [3/17] local-path StorageClass
 [4/17] Stable storage
-[5/17] CloudNativePG
-[6/17] Redis
-[7/17] MinIO
-[8/17] OpenBao
-[9/17] Wildcard TLS
-[10/17] CoreDNS rewrite
-[11/17] Node trust
-[12/17] Restore GitLab secrets
-[13/17] GitLab
-[14/17] Snapshot GitLab secrets
-[15/17] Registry hosts pin
-[16/17] Runner
+[5/17] CloudNativePG  (runs together with steps 5-10, 4 at a time)
+[6/17] Redis  (runs together with steps 5-10, 4 at a time)
+[7/17] MinIO  (runs together with steps 5-10, 4 at a time)
+[8/17] OpenBao  (runs together with steps 5-10, 4 at a time)
+[9/17] Wildcard TLS  (runs together with steps 5-10, 4 at a time)
+[10/17] CoreDNS rewrite  (runs together with steps 5-10, 4 at a time)
+[11/17] Restore GitLab secrets
+[12/17] Node trust  (runs together with steps 12-13, 4 at a time)
+[13/17] GitLab  (runs together with steps 12-13, 4 at a time)
+[14/17] Snapshot GitLab secrets  (runs together with steps 14-16, 4 at a time)
+[15/17] Registry hosts pin  (runs together with steps 14-16, 4 at a time)
+[16/17] Runner  (runs together with steps 14-16, 4 at a time)
 [17/17] Destroy
 ";
 
@@ -75,7 +75,7 @@ fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() 
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
     // No cluster is configured: the refusal comes before any step could reach one.
     let refusal = |flags: &str, value: bool, fix: &str| {
-        destroy_refusal("scripts/phase2.rhai", "75:9", flags, value, fix)
+        destroy_refusal("scripts/phase2.rhai", "76:9", flags, value, fix)
     };
     copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
         3,
@@ -343,6 +343,60 @@ const WEBHOOK_REFUSED_STDOUT: &str = r##"
 [5/17] CloudNativePG ...
     ~ install helm release cnpg-system/cnpg from infra/helm-charts/cloudnative-pg-0.26.1.tgz (not installed)
 [5/17] CloudNativePG ... failed (#.## s)
+[6/17] Redis ...
+    ~ create file infra/secrets/redis-password.txt
+    ~ write Secret/redis-auth in redis
+    ~ install helm release redis/redis from infra/helm-charts/redis-19.6.4.tgz (not installed)
+[6/17] Redis ... changed (#.## s)
+[7/17] MinIO ...
+    ~ create file infra/secrets/minio-root-user.txt
+    ~ create file infra/secrets/minio-root-password.txt
+    ~ write Secret/minio-root in minio
+    ~ install helm release minio/minio from infra/helm-charts/minio-5.4.0.tgz (not installed)
+    ~ write Secret/gitlab-rails-storage in gitlab
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket lfs
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket artifacts
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket uploads
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket packages
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket backups
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket terraform-state
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket ci-secure-files
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket pages
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket dependency-proxy
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket snippets
+    ~ exec mc in minio/app=minio
+    ~ create MinIO bucket registry
+[7/17] MinIO ... changed (#.## s)
+[8/17] OpenBao ...
+    ~ install helm release openbao/openbao from infra/helm-charts/openbao-0.11.0.tgz (not installed)
+    warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+    ~ initialise openbao http://127.0.0.1:<port> (1 shares, threshold 1) and write infra/secrets/openbao-init.json
+    OpenBao initialised; unseal keys and root token in infra/secrets/openbao-init.json (0600)
+    ~ unseal openbao http://127.0.0.1:<port>
+    ~ mount kv version 2 at secret/
+[8/17] OpenBao ... changed (#.## s)
+[9/17] Wildcard TLS ...
+    ~ mint CA infra/tls/wildcard/ca.pem (no CA yet)
+    ~ mint certificate infra/tls/wildcard/cert.pem for *.local.example.net, local.example.net (no certificate yet)
+    ~ write Secret/gitlab-wildcard-tls in gitlab
+    ~ write Secret/registry-tls in gitlab
+    ~ write Secret/kas-tls in gitlab
+    ~ write Secret/minio-tls in gitlab
+[9/17] Wildcard TLS ... changed (#.## s)
+[10/17] CoreDNS rewrite ...
+    ~ patch ConfigMap/coredns in kube-system
+    ~ restart Deployment/coredns in kube-system
+[10/17] CoreDNS rewrite ... changed (#.## s)
 
 Recap of scripts/phase2.rhai
   #  step                     status            changes       time
@@ -351,51 +405,64 @@ Recap of scripts/phase2.rhai
   3  local-path StorageClass  changed                 9 #.## s
   4  Stable storage           changed                15 #.## s
   5  CloudNativePG            failed                  1 #.## s
-  6  Redis                    not run                 0          -
-  7  MinIO                    not run                 0          -
-  8  OpenBao                  not run                 0          -
-  9  Wildcard TLS             not run                 0          -
- 10  CoreDNS rewrite          not run                 0          -
- 11  Node trust               not run                 0          -
- 12  Restore GitLab secrets   not run                 0          -
+  6  Redis                    changed                 3 #.## s
+  7  MinIO                    changed                27 #.## s
+  8  OpenBao                  changed                 4 #.## s
+  9  Wildcard TLS             changed                 6 #.## s
+ 10  CoreDNS rewrite          changed                 2 #.## s
+ 11  Restore GitLab secrets   not run                 0          -
+ 12  Node trust               not run                 0          -
  13  GitLab                   not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
  16  Runner                   not run                 0          -
  17  Destroy                  not run                 0          -
-17 steps: 1 ok, 3 changed, 0 skipped, 1 failed, 12 not run in #.## s
+17 steps: 1 ok, 8 changed, 0 skipped, 1 failed, 7 not run in #.## s
 
 End state of the rehearsal cluster:
 helm releases:
   cnpg-system/cnpg cloudnative-pg-0.26.1 revision 1 deployed (digest f60ec68c3ada0cde)
+  minio/minio minio-5.4.0 revision 1 deployed (digest c2daf49008371693)
+  openbao/openbao openbao-0.11.0 revision 1 deployed (digest 35505f5910827374)
+  redis/redis redis-19.6.4 revision 1 deployed (digest 105786c74cf1760f)
 namespace cnpg-system
   Deployment/cnpg-controller-manager <0 or 1>/1 ready, runs ghcr.io/cloudnative-pg/cloudnative-pg:1.27.1
 namespace gitlab
   PersistentVolumeClaim/repo-data-gitlab-gitaly-0 Bound
+  Secret/gitlab-rails-storage (config, connection)
+  Secret/gitlab-wildcard-tls (ca.crt, tls.crt, tls.key)
+  Secret/kas-tls (ca.crt, tls.crt, tls.key)
+  Secret/minio-tls (ca.crt, tls.crt, tls.key)
+  Secret/registry-tls (ca.crt, tls.crt, tls.key)
 namespace kube-system
   Deployment/coredns 2/2 ready, runs registry.k8s.io/coredns/coredns:v1.12.1
 namespace local-path-storage
   Deployment/local-path-provisioner 1/1 ready, runs rancher/local-path-provisioner:v0.0.30
 namespace minio
+  Deployment/minio 1/1 ready, runs quay.io/minio/minio:RELEASE.2024-12-18T13-15-44Z
   PersistentVolumeClaim/minio Bound
+  Secret/minio-root (rootPassword, rootUser)
 namespace openbao
   PersistentVolumeClaim/data-openbao-0 Bound
+  StatefulSet/openbao 1/1 ready, runs quay.io/openbao/openbao:2.2.0
 namespace postgresql
   PersistentVolumeClaim/postgresql-cnpg-1 Bound
 namespace redis
   PersistentVolumeClaim/redis-data-redis-master-0 Bound
-OpenBao: not initialised (no infra/secrets/openbao-init.json)
+  Secret/redis-auth (redis-password)
+  StatefulSet/redis-master 1/1 ready, runs docker.io/bitnamilegacy/redis:7.2.5-debian-12-r4
+OpenBao secret/: no paths
 "##;
 
 /// ... and the webhook's refusal, in the API server's words.
 const WEBHOOK_REFUSED_STDERR: &str = r##"error: step "CloudNativePG" failed
   × kube_apply Cluster/postgresql-cnpg in postgresql: 500 InternalError: Internal error occurred: failed calling webhook "mcluster.cnpg.io": failed to call webhook: Post "https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s": no endpoints available for service "cnpg-webhook-service"
-     ╭─[scripts/phase2.rhai:246:5]
- 245 │     // The Cluster is refused until the operator's admission webhook has endpoints.
- 246 │     kube_apply(read_text("infra/references/cluster-postgresql.yaml"));
+     ╭─[scripts/phase2.rhai:260:5]
+ 259 │     // The Cluster is refused until the operator's admission webhook has endpoints.
+ 260 │     kube_apply(read_text("infra/references/cluster-postgresql.yaml"));
      ·     ─────┬────
      ·          ╰── failed here
- 247 │     let clusters = kube_wait("Cluster", "postgresql", "postgresql-cnpg", "Ready", #{timeout: wait_timeout});
+ 261 │     let clusters = kube_wait("Cluster", "postgresql", "postgresql-cnpg", "Ready", #{timeout: wait_timeout});
      ╰────
   hint: the API server refused the request
   when this step fails: CloudNativePG not Ready: check this step and the stable storage step (claim postgresql-cnpg-1, its cnpg.io annotations and the Cluster as its controller owner); a Cluster refused by the webhook means the operator was not Available yet
@@ -468,6 +535,12 @@ fn a_broken_node_script_fails_its_step_with_the_shells_words() {
 [15/17] Registry hosts pin ...
     ~ create Pod/bprun-registry-hosts-sim-control-plane in kube-system
 [15/17] Registry hosts pin ... failed (#.## s)
+[16/17] Runner ...
+    ~ create Namespace/gitlab-runner
+    ~ write Secret/gitlab-runner-token in gitlab-runner
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    ~ install helm release gitlab-runner/gitlab-runner from infra/helm-charts/stand-ins/gitlab-runner (not installed)
+[16/17] Runner ... changed (#.## s)
 
 Recap of scripts/phase2.rhai
   #  step                     status            changes       time
@@ -478,17 +551,17 @@ Recap of scripts/phase2.rhai
   5  CloudNativePG            changed                12 #.## s
   6  Redis                    changed                 3 #.## s
   7  MinIO                    changed                27 #.## s
-  8  OpenBao                  changed                 5 #.## s
+  8  OpenBao                  changed                 4 #.## s
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
- 11  Node trust               changed                16 #.## s
- 12  Restore GitLab secrets   changed                 5 #.## s
+ 11  Restore GitLab secrets   changed                 6 #.## s
+ 12  Node trust               changed                16 #.## s
  13  GitLab                   changed                 4 #.## s
  14  Snapshot GitLab secrets  changed                16 #.## s
  15  Registry hosts pin       failed                  1 #.## s
- 16  Runner                   not run                 0          -
+ 16  Runner                   changed                 3 #.## s
  17  Destroy                  not run                 0          -
-17 steps: 1 ok, 13 changed, 0 skipped, 1 failed, 2 not run in #.## s
+17 steps: 1 ok, 14 changed, 0 skipped, 1 failed, 1 not run in #.## s
 
 "##,
         STEPS_BEFORE,
@@ -497,14 +570,14 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "Registry hosts pin" failed
   × node sim-control-plane: the registry-hosts pod's script failed (exit 127): sh: catt: not found (kubectl logs -n kube-system bprun-registry-hosts-sim-control-plane)
-     ╭─[scripts/phase2.rhai:181:13]
- 180 │             let terminated = ended.status.containerStatuses[0].state.terminated;
- 181 │             throw `node ${name}: the ${purpose} pod's script failed (exit ${terminated.exitCode}): ${terminated.message ?? "no output"} (kubectl logs -n kube-system ${pod_name})`;
+     ╭─[scripts/phase2.rhai:192:13]
+ 191 │             let terminated = ended.status.containerStatuses[0].state.terminated;
+ 192 │             throw `node ${name}: the ${purpose} pod's script failed (exit ${terminated.exitCode}): ${terminated.message ?? "no output"} (kubectl logs -n kube-system ${pod_name})`;
      ·             ──┬──
      ·               ╰── thrown here
- 182 │         }
+ 193 │         }
      ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:562:5
+  in fn on_every_node() called at scripts/phase2.rhai:577:5
   when this step fails: registry pulls on the nodes not resolving or answering 404: check this pin and the CA trust (node trust step); https://gitlab.local.example.net not resolving or answering 404 on your machine: its /etc/hosts entry and CA trust (the handover at the end of a whole phase 2 run)
 re-run with --resume to continue from here
 "##
@@ -537,11 +610,11 @@ Recap of scripts/phase2.rhai
   4  Stable storage           changed                15 #.## s
   5  CloudNativePG            changed                12 #.## s
   6  Redis                    changed                 3 #.## s
-  7  OpenBao                  changed                 5 #.## s
+  7  OpenBao                  changed                 4 #.## s
   8  Wildcard TLS             changed                 6 #.## s
   9  CoreDNS rewrite          changed                 2 #.## s
- 10  Node trust               changed                16 #.## s
- 11  Restore GitLab secrets   changed                 5 #.## s
+ 10  Restore GitLab secrets   changed                 6 #.## s
+ 11  Node trust               changed                16 #.## s
  12  GitLab                   failed                  2 #.## s
  13  MinIO                    not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
@@ -557,12 +630,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:466:9]
- 465 │     for name in GITLAB_DEPLOYMENTS {
- 466 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:477:9]
+ 476 │     for name in GITLAB_DEPLOYMENTS {
+ 477 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 467 │     }
+ 478 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
@@ -582,11 +655,11 @@ fn gitlab_before_the_restore_step_stops_at_the_bundled_openbao_naming_its_creden
     run.code(1);
     run.partial_stdout(
         r##"
-[12/17] GitLab ...
+[11/17] GitLab ...
     ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
-[12/17] GitLab ... failed (#.## s)
+[11/17] GitLab ... failed (#.## s)
 
 Recap of scripts/phase2.rhai
   #  step                     status            changes       time
@@ -597,17 +670,17 @@ Recap of scripts/phase2.rhai
   5  CloudNativePG            changed                12 #.## s
   6  Redis                    changed                 3 #.## s
   7  MinIO                    changed                27 #.## s
-  8  OpenBao                  changed                 5 #.## s
+  8  OpenBao                  changed                 4 #.## s
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
- 11  Node trust               changed                16 #.## s
- 12  GitLab                   failed                  2 #.## s
- 13  Restore GitLab secrets   not run                 0          -
+ 11  GitLab                   failed                  2 #.## s
+ 12  Restore GitLab secrets   not run                 0          -
+ 13  Node trust               not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
  16  Runner                   not run                 0          -
  17  Destroy                  not run                 0          -
-17 steps: 1 ok, 10 changed, 0 skipped, 1 failed, 5 not run in #.## s
+17 steps: 1 ok, 9 changed, 0 skipped, 1 failed, 6 not run in #.## s
 
 "##,
         STEPS_BEFORE,
@@ -616,12 +689,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:460:5]
- 459 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 460 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:448:5]
+ 447 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 448 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 461 │     for name in GITLAB_DEPLOYMENTS {
+ 449 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
   caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
   caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Pending; container openbao waiting (CreateContainerConfigError: secret "gitlab-openbao-postgresql-password" not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
@@ -646,7 +719,7 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
         .replace_regex(r"\), \d+ restarts", "), <n> restarts");
     run.code(1);
     run.partial_stdout(
-        "warning: step 11 \"Restore GitLab secrets\" needs \"CloudNativePG\", which runs after it (step 13): expect it to fail\n",
+        "warning: step 10 \"Restore GitLab secrets\" needs \"CloudNativePG\", which runs after it (step 13): expect it to fail\n",
         STEPS_BEFORE,
     );
     run.stderr(&format!(
@@ -654,12 +727,12 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…ection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup
   │ postgresql-cnpg-rw.postgresql.svc on 10.96.0.10:53: no such host), <n> restarts
-     ╭─[scripts/phase2.rhai:451:5]
- 450 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 451 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:462:5]
+ 461 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 462 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 452 │     for name in GITLAB_DEPLOYMENTS {
+ 463 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
 "##,
         OPENBAO_CRASH_LOOP,
@@ -671,24 +744,27 @@ warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no 
 
 #[test]
 fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret() {
-    // The restore step and GitLab, in that order, moved before the wildcard TLS step.
-    let run = rehearse_reordered(&[
-        ("Restore GitLab secrets", "Wildcard TLS"),
-        ("GitLab", "Wildcard TLS"),
-    ]);
+    // The wildcard TLS step moved after GitLab's group: GitLab's Gateway finds no listener
+    // Secret, and node trust, which runs together with GitLab, finds no CA. Both fail, each
+    // reported with its own error and its own `on_failure` line; the steps after the group
+    // do not run.
+    let run = rehearse_reordered(&[("Wildcard TLS", "Snapshot GitLab secrets")]);
     let run = settled(run);
     run.code(1);
     run.partial_stdout(
-        "warning: step 10 \"GitLab\" needs \"Wildcard TLS\", which runs after it (step 11): expect it to fail\n",
+        r##"warning: step 11 "Node trust" needs "Wildcard TLS", which runs after it (step 13): expect it to fail
+warning: step 12 "GitLab" needs "Wildcard TLS", which runs after it (step 13): expect it to fail
+"##,
         STEPS_BEFORE,
     );
     run.partial_stdout(
         r##"
-[10/17] GitLab ...
+[11/17] Node trust ... failed (#.## s)
+[12/17] GitLab ...
     ~ create Gateway/gitlab-gw in gitlab
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     ~ install helm release gitlab/gitlab from infra/helm-charts/stand-ins/gitlab (not installed)
-[10/17] GitLab ... failed (#.## s)
+[12/17] GitLab ... failed (#.## s)
 
 Recap of scripts/phase2.rhai
   #  step                     status            changes       time
@@ -699,31 +775,43 @@ Recap of scripts/phase2.rhai
   5  CloudNativePG            changed                12 #.## s
   6  Redis                    changed                 3 #.## s
   7  MinIO                    changed                27 #.## s
-  8  OpenBao                  changed                 5 #.## s
-  9  Restore GitLab secrets   changed                 5 #.## s
- 10  GitLab                   failed                  2 #.## s
- 11  Wildcard TLS             not run                 0          -
- 12  CoreDNS rewrite          not run                 0          -
- 13  Node trust               not run                 0          -
+  8  OpenBao                  changed                 4 #.## s
+  9  CoreDNS rewrite          changed                 2 #.## s
+ 10  Restore GitLab secrets   changed                 6 #.## s
+ 11  Node trust               failed                  0 #.## s
+ 12  GitLab                   failed                  2 #.## s
+ 13  Wildcard TLS             not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
  16  Runner                   not run                 0          -
  17  Destroy                  not run                 0          -
-17 steps: 1 ok, 8 changed, 0 skipped, 1 failed, 7 not run in #.## s
+17 steps: 1 ok, 9 changed, 0 skipped, 2 failed, 5 not run in #.## s
 
 "##,
         STEPS_BEFORE,
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "GitLab" failed
+        r##"error: step "Node trust" failed
+  × cannot read infra/tls/wildcard/ca.pem: No such file or directory (os error 2)
+     ╭─[scripts/phase2.rhai:471:14]
+ 470 │     }
+ 471 │     let ca = read_text(`${TLS_DIR}/ca.pem`);
+     ·              ────┬────
+     ·                  ╰── failed here
+ 472 │     kube_apply(#{apiVersion: "v1", kind: "ConfigMap",
+     ╰────
+  hint: check the path; relative paths start at the repository root
+  when this step fails: Gateway not Programmed or image pulls failing TLS: check this step and the wildcard TLS step
+re-run with --resume to continue from here
+error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:443:5]
- 442 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 443 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:498:5]
+ 497 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
+ 498 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 444 │     // The runner authentication token OpenBao holds, verified against GitLab on every run.
+ 499 │     // The runner authentication token OpenBao holds, verified against GitLab on every run.
      ╰────
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web, apps); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.); listener apps: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
@@ -771,11 +859,11 @@ Recap of scripts/phase2.rhai
   5  CloudNativePG            changed                12 #.## s
   6  Redis                    changed                 3 #.## s
   7  MinIO                    changed                27 #.## s
-  8  OpenBao                  changed                 5 #.## s
+  8  OpenBao                  changed                 4 #.## s
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
- 11  Node trust               changed                16 #.## s
- 12  Restore GitLab secrets   changed                 5 #.## s
+ 11  Restore GitLab secrets   changed                 6 #.## s
+ 12  Node trust               changed                16 #.## s
  13  GitLab                   failed                  2 #.## s
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
@@ -794,12 +882,12 @@ Recap of scripts/phase2.rhai
         "{BARE_PLATFORM}{}",
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:501:9]
- 500 │     for name in GITLAB_DEPLOYMENTS {
- 501 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:513:9]
+ 512 │     for name in GITLAB_DEPLOYMENTS {
+ 513 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 502 │     }
+ 514 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1110,8 +1198,8 @@ fn phase2_builds_the_platform_phase3_runs_on_it_and_a_second_run_changes_nothing
 [10/17] CoreDNS rewrite ...
     CoreDNS already rewrites *.local.example.net
 [10/17] CoreDNS rewrite ... ok (#.## s)
-[11/17] Node trust ... ok (#.## s)
-[12/17] Restore GitLab secrets ... ok (#.## s)
+[11/17] Restore GitLab secrets ... ok (#.## s)
+[12/17] Node trust ... ok (#.## s)
 [13/17] GitLab ...
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
@@ -1136,8 +1224,8 @@ Recap of scripts/phase2.rhai
   8  OpenBao                  ok                      0 #.## s
   9  Wildcard TLS             ok                      0 #.## s
  10  CoreDNS rewrite          ok                      0 #.## s
- 11  Node trust               ok                      0 #.## s
- 12  Restore GitLab secrets   ok                      0 #.## s
+ 11  Restore GitLab secrets   ok                      0 #.## s
+ 12  Node trust               ok                      0 #.## s
  13  GitLab                   ok                      0 #.## s
  14  Snapshot GitLab secrets  ok                      0 #.## s
  15  Registry hosts pin       ok                      0 #.## s
@@ -1175,8 +1263,8 @@ check mode: nothing will be changed
 [10/17] CoreDNS rewrite ...
     CoreDNS already rewrites *.local.example.net
 [10/17] CoreDNS rewrite ... ok (#.## s)
-[11/17] Node trust ... ok (#.## s)
-[12/17] Restore GitLab secrets ... ok (#.## s)
+[11/17] Restore GitLab secrets ... ok (#.## s)
+[12/17] Node trust ... ok (#.## s)
 [13/17] GitLab ...
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
@@ -1201,8 +1289,8 @@ Recap of scripts/phase2.rhai (check mode)
   8  OpenBao                  ok                      0 #.## s
   9  Wildcard TLS             ok                      0 #.## s
  10  CoreDNS rewrite          ok                      0 #.## s
- 11  Node trust               ok                      0 #.## s
- 12  Restore GitLab secrets   ok                      0 #.## s
+ 11  Restore GitLab secrets   ok                      0 #.## s
+ 12  Node trust               ok                      0 #.## s
  13  GitLab                   ok                      0 #.## s
  14  Snapshot GitLab secrets  ok                      0 #.## s
  15  Registry hosts pin       ok                      0 #.## s
@@ -1224,30 +1312,31 @@ Recap of scripts/phase2.rhai (check mode)
 
 #[test]
 fn the_plan_warns_when_a_moved_step_now_runs_before_what_it_needs() {
+    // GitLab moved before MinIO, which runs in a group: GitLab goes before the whole group.
     let copy = edited_phase2(|source| move_step_before(source, "GitLab", "MinIO"));
     copy.run(&["--list", "scripts/phase2.rhai"]).expect(
         0,
         &format!(
-            r#"warning: step 7 "GitLab" needs "MinIO", which runs after it (step 8): expect it to fail
-warning: step 7 "GitLab" needs "Wildcard TLS", which runs after it (step 10): expect it to fail
-warning: step 7 "GitLab" needs "Restore GitLab secrets", which runs after it (step 13): expect it to fail
+            r#"warning: step 5 "GitLab" needs "MinIO", which runs after it (step 8): expect it to fail
+warning: step 5 "GitLab" needs "Wildcard TLS", which runs after it (step 10): expect it to fail
+warning: step 5 "GitLab" needs "Restore GitLab secrets", which runs after it (step 12): expect it to fail
 scripts/phase2.rhai: 17 steps
 [1/17] Pre-flight
 [2/17] Gateway API CRDs
 [3/17] local-path StorageClass
 [4/17] Stable storage
-[5/17] CloudNativePG
-[6/17] Redis
-[7/17] GitLab
-[8/17] MinIO
-[9/17] OpenBao
-[10/17] Wildcard TLS
-[11/17] CoreDNS rewrite
-[12/17] Node trust
-[13/17] Restore GitLab secrets
-[14/17] Snapshot GitLab secrets
-[15/17] Registry hosts pin
-[16/17] Runner
+[5/17] GitLab
+[6/17] CloudNativePG  (runs together with steps 6-11, 4 at a time)
+[7/17] Redis  (runs together with steps 6-11, 4 at a time)
+[8/17] MinIO  (runs together with steps 6-11, 4 at a time)
+[9/17] OpenBao  (runs together with steps 6-11, 4 at a time)
+[10/17] Wildcard TLS  (runs together with steps 6-11, 4 at a time)
+[11/17] CoreDNS rewrite  (runs together with steps 6-11, 4 at a time)
+[12/17] Restore GitLab secrets
+[13/17] Node trust
+[14/17] Snapshot GitLab secrets  (runs together with steps 14-16, 4 at a time)
+[15/17] Registry hosts pin  (runs together with steps 14-16, 4 at a time)
+[16/17] Runner  (runs together with steps 14-16, 4 at a time)
 [17/17] Destroy
 {PARAMETERS}"#
         ),
@@ -1697,8 +1786,8 @@ fn an_openbao_whose_keys_were_lost_while_bprun_initialised_it_is_wiped_and_initi
 [8/17] OpenBao ... changed (#.## s)
 [9/17] Wildcard TLS ... skipped (not selected by --only)
 [10/17] CoreDNS rewrite ... skipped (not selected by --only)
-[11/17] Node trust ... skipped (not selected by --only)
-[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[11/17] Restore GitLab secrets ... skipped (not selected by --only)
+[12/17] Node trust ... skipped (not selected by --only)
 [13/17] GitLab ... skipped (not selected by --only)
 [14/17] Snapshot GitLab secrets ... skipped (not selected by --only)
 [15/17] Registry hosts pin ... skipped (not selected by --only)
@@ -1717,8 +1806,8 @@ Recap of scripts/phase2.rhai (check mode)
   8  OpenBao                  changed                 1 #.## s
   9  Wildcard TLS             skipped                 0          -
  10  CoreDNS rewrite          skipped                 0          -
- 11  Node trust               skipped                 0          -
- 12  Restore GitLab secrets   skipped                 0          -
+ 11  Restore GitLab secrets   skipped                 0          -
+ 12  Node trust               skipped                 0          -
  13  GitLab                   skipped                 0          -
  14  Snapshot GitLab secrets  skipped                 0          -
  15  Registry hosts pin       skipped                 0          -
@@ -1831,12 +1920,12 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
         r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:501:9]
- 500 │     for name in GITLAB_DEPLOYMENTS {
- 501 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:513:9]
+ 512 │     for name in GITLAB_DEPLOYMENTS {
+ 513 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
      ·         ────┬────
      ·             ╰── failed here
- 502 │     }
+ 514 │     }
      ╰────
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
@@ -1854,8 +1943,8 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
     // The restore step hands the bundled OpenBao a password the openbao role does not have.
     let copy = edited_phase2(|source| {
         source.replace(
-            r#"#{password: openbao_database.password}"#,
-            r#"#{password: openbao_database.password + "-stale"}"#,
+            r#""gitlab-openbao-postgresql-password", #{password: openbao_role}"#,
+            r#""gitlab-openbao-postgresql-password", #{password: openbao_role + "-stale"}"#,
         )
     });
     let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
@@ -1871,12 +1960,12 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
         r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
   │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
-     ╭─[scripts/phase2.rhai:499:5]
- 498 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 499 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
+     ╭─[scripts/phase2.rhai:511:5]
+ 510 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
+ 511 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
      ·     ────┬────
      ·         ╰── failed here
- 500 │     for name in GITLAB_DEPLOYMENTS {
+ 512 │     for name in GITLAB_DEPLOYMENTS {
      ╰────
 "##,
         OPENBAO_CRASH_LOOP,
@@ -1922,8 +2011,8 @@ check mode: nothing will be changed
 [8/17] OpenBao ... skipped (not selected by --only)
 [9/17] Wildcard TLS ... skipped (not selected by --only)
 [10/17] CoreDNS rewrite ... skipped (not selected by --only)
-[11/17] Node trust ... skipped (not selected by --only)
-[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[11/17] Restore GitLab secrets ... skipped (not selected by --only)
+[12/17] Node trust ... skipped (not selected by --only)
 [13/17] GitLab ...
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
@@ -1954,8 +2043,8 @@ Recap of scripts/phase2.rhai (check mode)
   8  OpenBao                  skipped                 0          -
   9  Wildcard TLS             skipped                 0          -
  10  CoreDNS rewrite          skipped                 0          -
- 11  Node trust               skipped                 0          -
- 12  Restore GitLab secrets   skipped                 0          -
+ 11  Restore GitLab secrets   skipped                 0          -
+ 12  Node trust               skipped                 0          -
  13  GitLab                   changed                 2 #.## s
  14  Snapshot GitLab secrets  skipped                 0          -
  15  Registry hosts pin       skipped                 0          -
@@ -1978,8 +2067,8 @@ Recap of scripts/phase2.rhai (check mode)
 [8/17] OpenBao ... skipped (not selected by --only)
 [9/17] Wildcard TLS ... skipped (not selected by --only)
 [10/17] CoreDNS rewrite ... skipped (not selected by --only)
-[11/17] Node trust ... skipped (not selected by --only)
-[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[11/17] Restore GitLab secrets ... skipped (not selected by --only)
+[12/17] Node trust ... skipped (not selected by --only)
 [13/17] GitLab ...
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
@@ -2010,8 +2099,8 @@ Recap of scripts/phase2.rhai
   8  OpenBao                  skipped                 0          -
   9  Wildcard TLS             skipped                 0          -
  10  CoreDNS rewrite          skipped                 0          -
- 11  Node trust               skipped                 0          -
- 12  Restore GitLab secrets   skipped                 0          -
+ 11  Restore GitLab secrets   skipped                 0          -
+ 12  Node trust               skipped                 0          -
  13  GitLab                   changed                 2 #.## s
  14  Snapshot GitLab secrets  skipped                 0          -
  15  Registry hosts pin       skipped                 0          -
@@ -2048,8 +2137,8 @@ Recap of scripts/phase2.rhai
 [8/17] OpenBao ... skipped (not selected by --only)
 [9/17] Wildcard TLS ... skipped (not selected by --only)
 [10/17] CoreDNS rewrite ... skipped (not selected by --only)
-[11/17] Node trust ... skipped (not selected by --only)
-[12/17] Restore GitLab secrets ... skipped (not selected by --only)
+[11/17] Restore GitLab secrets ... skipped (not selected by --only)
+[12/17] Node trust ... skipped (not selected by --only)
 [13/17] GitLab ...
     warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
     helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
@@ -2075,8 +2164,8 @@ Recap of scripts/phase2.rhai
   8  OpenBao                  skipped                 0          -
   9  Wildcard TLS             skipped                 0          -
  10  CoreDNS rewrite          skipped                 0          -
- 11  Node trust               skipped                 0          -
- 12  Restore GitLab secrets   skipped                 0          -
+ 11  Restore GitLab secrets   skipped                 0          -
+ 12  Node trust               skipped                 0          -
  13  GitLab                   ok                      0 #.## s
  14  Snapshot GitLab secrets  skipped                 0          -
  15  Registry hosts pin       skipped                 0          -

@@ -215,16 +215,21 @@ impl Confinement {
 
 /// A new temporary file beside `path`, created exclusively (`O_CREAT|O_EXCL`: it never opens an
 /// existing file, and never follows a symbolic link planted at its name) with a random name and
-/// `mode` from the start.
+/// `mode` from the start. Its name carries this process's id, so the temporaries a killed
+/// writer left beside `path` (a secret's content, perhaps) are found and removed first.
 fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(PathBuf, std::fs::File)> {
     let name = path
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
+    remove_stray_temporaries(path, &name);
+    let pid = std::process::id();
     let mut last = None;
     for _ in 0..16 {
-        let temporary =
-            path.with_file_name(format!(".{name}.{:016x}.bprun-tmp", fastrand::u64(..)));
+        let temporary = path.with_file_name(format!(
+            ".{name}.{pid}-{:016x}.{TEMPORARY_SUFFIX}",
+            fastrand::u64(..)
+        ));
         match std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
@@ -237,6 +242,45 @@ fn create_temporary(path: &Path, mode: u32) -> std::io::Result<(PathBuf, std::fs
         }
     }
     Err(last.unwrap_or_else(|| std::io::Error::other("no free temporary name")))
+}
+
+const TEMPORARY_SUFFIX: &str = "bprun-tmp";
+
+/// Removes the temporaries of `path` (named `.{name}.{pid}-{random}.bprun-tmp`) whose writer is
+/// no longer running: a process killed between writing one and moving it into place. Another
+/// live writer's temporary is left alone. Best effort: what cannot be removed stays.
+fn remove_stray_temporaries(path: &Path, name: &str) {
+    let Some(folder) = path.parent() else {
+        return;
+    };
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return;
+    };
+    let prefix = format!(".{name}.");
+    let suffix = format!(".{TEMPORARY_SUFFIX}");
+    for entry in entries.flatten() {
+        let file_name = entry.file_name();
+        let Some(file_name) = file_name.to_str() else {
+            continue;
+        };
+        let Some(middle) = file_name
+            .strip_prefix(&prefix)
+            .and_then(|rest| rest.strip_suffix(&suffix))
+        else {
+            continue;
+        };
+        let Some(Ok(writer)) = middle.split_once('-').map(|(pid, _)| pid.parse::<u32>()) else {
+            continue;
+        };
+        if !process_is_running(writer) {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+}
+
+/// Whether a process with this id exists (Linux's /proc; this process always does).
+fn process_is_running(pid: u32) -> bool {
+    pid == std::process::id() || Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Writes a file only its owner can read (mode 0600 from creation, atomically replaced): for
@@ -358,6 +402,56 @@ mod tests {
         assert_eq!(
             fs.plan_write_new("kept/password.txt").expect("plan").1,
             WriteOutcome::Unchanged
+        );
+    }
+
+    #[test]
+    fn the_temporaries_a_killed_writer_left_go_with_the_next_write_and_live_ones_stay() {
+        let (dir, fs) = temp_root();
+        // A process id that has ended: a child that exited and was waited for.
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("wait");
+        let folder = dir.path().join("kept");
+        std::fs::create_dir_all(&folder).expect("folder");
+        let live = std::process::id();
+        for name in [
+            format!(".password.txt.{dead}-00000000000000aa.bprun-tmp"),
+            format!(".password.txt.{live}-00000000000000bb.bprun-tmp"),
+            format!(".other.txt.{dead}-00000000000000cc.bprun-tmp"),
+        ] {
+            std::fs::write(folder.join(name), "half a secret").expect("plant");
+        }
+        assert_eq!(
+            fs.plan_write_new("kept/password.txt").expect("plan").1,
+            WriteOutcome::Created
+        );
+        assert_eq!(
+            fs.write_new("kept/password.txt", b"minted", Some(0o600))
+                .expect("write"),
+            WriteOutcome::Created
+        );
+        let mut left: Vec<String> = std::fs::read_dir(&folder)
+            .expect("list")
+            .map(|entry| {
+                entry
+                    .expect("entry")
+                    .file_name()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        left.sort();
+        assert_eq!(
+            left,
+            [
+                format!(".other.txt.{dead}-00000000000000cc.bprun-tmp"),
+                format!(".password.txt.{live}-00000000000000bb.bprun-tmp"),
+                "password.txt".to_string(),
+            ],
+            "only the dead writer's temporary of this file is removed"
         );
     }
 
