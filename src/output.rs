@@ -32,6 +32,15 @@ impl Level {
     }
 }
 
+/// A step as `--list --json` shows it: its name, why it would be skipped, what it needs, and
+/// the group it runs together with (its first and last step, 1-based, and how many at a time).
+pub struct PlannedStep {
+    pub name: String,
+    pub skipped: Option<String>,
+    pub needs: Vec<String>,
+    pub together: Option<(usize, usize, usize)>,
+}
+
 /// A line-oriented reporter shared by the runner and every native (it is `Sync`).
 pub struct Reporter {
     format: Format,
@@ -210,14 +219,22 @@ impl Reporter {
     pub fn plan(
         &self,
         script: &str,
-        steps: &[(String, Option<String>)],
+        steps: &[PlannedStep],
         params: Option<&[crate::decl::ParamDecl]>,
     ) {
         if self.format == Format::Json {
             let steps: Vec<Value> = steps
                 .iter()
                 .enumerate()
-                .map(|(index, (name, skip))| json!({"index": index + 1, "name": name, "skipped": skip}))
+                .map(|(index, step)| {
+                    json!({
+                        "index": index + 1, "name": step.name, "skipped": step.skipped,
+                        "needs": step.needs,
+                        "together": step.together.map(|(first, last, limit)| {
+                            json!({"first": first, "last": last, "limit": limit})
+                        }),
+                    })
+                })
                 .collect();
             let params: Option<Vec<Value>> = params.map(|decls| {
                 decls

@@ -654,22 +654,22 @@ fn plan_line(index: usize, total: usize, name: &str, note: Option<&str>) -> Stri
     }
 }
 
-/// `--list`'s word for a step of a group: which steps it runs together with (none for a group
-/// of one step, which runs as any other step).
-fn together_note(steps: &[StepDecl], index: usize) -> Option<String> {
+/// The group a step runs together with: its first and last step (1-based) and how many run at
+/// a time; none for a step outside a group, or in a group of one (which runs as any other step).
+fn group_span(steps: &[StepDecl], index: usize) -> Option<(usize, usize, usize)> {
     let group = steps[index].group?;
     let last = steps
         .iter()
         .rposition(|step| step.group == Some(group))
         .unwrap_or(index);
-    if last == group.first {
-        return None;
-    }
+    (last != group.first).then_some((group.first + 1, last + 1, group.limit))
+}
+
+/// `--list`'s word for a step of a group: which steps it runs together with.
+fn together_note(steps: &[StepDecl], index: usize) -> Option<String> {
+    let (first, last, limit) = group_span(steps, index)?;
     Some(format!(
-        "runs together with steps {}-{}, {} at a time",
-        group.first + 1,
-        last + 1,
-        group.limit
+        "runs together with steps {first}-{last}, {limit} at a time"
     ))
 }
 
@@ -705,12 +705,16 @@ fn run_steps(
         return Ok(ExitCode::Success);
     }
     if options.list {
-        let plan: Vec<(String, Option<String>)> = steps
+        let plan: Vec<crate::output::PlannedStep> = steps
             .iter()
             .enumerate()
-            .map(|(index, step)| {
-                let skip = selection.reason_to_skip(index, step);
-                (step.name.clone(), skip.map(|(reason, _)| reason))
+            .map(|(index, step)| crate::output::PlannedStep {
+                name: step.name.clone(),
+                skipped: selection
+                    .reason_to_skip(index, step)
+                    .map(|(reason, _)| reason),
+                needs: step.needs.clone(),
+                together: group_span(&steps, index),
             })
             .collect();
         let declared = lock(&session.params)
@@ -721,8 +725,8 @@ fn run_steps(
         if let Some(note) = &note {
             reporter.line(note);
         }
-        for (index, (name, skip)) in plan.iter().enumerate() {
-            let line = plan_line(index + 1, total, name, skip.as_deref());
+        for (index, planned) in plan.iter().enumerate() {
+            let line = plan_line(index + 1, total, &planned.name, planned.skipped.as_deref());
             match together_note(&steps, index) {
                 Some(note) => reporter.line(&format!("{line}  ({note})")),
                 None => reporter.line(&line),

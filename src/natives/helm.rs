@@ -17,7 +17,7 @@ use bprun_clients::error::ClientError;
 use bprun_clients::fs::Confinement;
 use bprun_clients::helm::{self, ChartSource, Helm, Release, ReleaseSpec};
 
-fn client(session: &Session) -> Helm {
+fn client(session: &std::sync::Arc<Session>) -> Helm {
     let mut helm = Helm::new(
         session.state.root.clone(),
         session.state.cancel_flag().clone(),
@@ -26,6 +26,16 @@ fn client(session: &Session) -> Helm {
         .clone()
         .or_else(|| std::env::var("BPRUN_KUBE_CONTEXT").ok())
         .filter(|context| !context.is_empty());
+    let session = session.clone();
+    helm.storage = Some(std::sync::Arc::new(move || {
+        crate::natives::kube::client(&session).map_err(|error| {
+            let mut cause = ClientError::new(error.message);
+            if let Some(hint) = error.hint {
+                cause = cause.with_hint(hint);
+            }
+            cause
+        })
+    }));
     helm
 }
 

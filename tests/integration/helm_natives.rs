@@ -935,3 +935,139 @@ fn redis_history(sim: &Sim) -> Vec<String> {
         .filter_map(|revision| revision["status"].as_str().map(str::to_string))
         .collect()
 }
+
+/// Sets the status of revision `revision` of the redis release in helm's own record (its
+/// storage Secret), as a helm killed half-way leaves it.
+fn set_redis_record_status(sim: &Sim, revision: i64, status: &str) {
+    use bprun_clients::kube::helm_storage::{decode_release, encode_release, record_name};
+    let name = record_name("redis", revision);
+    let record = sim.kubectl(&["get", "secret", &name, "-n", "redis", "-o", "json"]);
+    let record: serde_json::Value = serde_json::from_str(record.ok()).expect("record json");
+    let mut release =
+        decode_release(record["data"]["release"].as_str().expect("data")).expect("decode");
+    release["info"]["status"] = serde_json::json!(status);
+    let patch = serde_json::json!({
+        "metadata": {"labels": {"status": status}},
+        "data": {"release": encode_release(&release).expect("encode")},
+    });
+    sim.kubectl(&[
+        "patch",
+        "secret",
+        &name,
+        "-n",
+        "redis",
+        "--type",
+        "merge",
+        "-p",
+        &patch.to_string(),
+    ])
+    .ok();
+}
+
+/// The description helm's record of revision `revision` of the redis release carries.
+fn redis_record_description(sim: &Sim, revision: i64) -> String {
+    use bprun_clients::kube::helm_storage::{decode_release, record_name};
+    let name = record_name("redis", revision);
+    let record = sim.kubectl(&["get", "secret", &name, "-n", "redis", "-o", "json"]);
+    let record: serde_json::Value = serde_json::from_str(record.ok()).expect("record json");
+    let release =
+        decode_release(record["data"]["release"].as_str().expect("data")).expect("decode");
+    release["info"]["description"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A run killed while its helm installed leaves the revision `pending-install` (its helm died
+/// with it) and its note under `.bprun/helm/`; the next run marks that revision failed and
+/// upgrades over it. A pending revision without the note may be another operator's helm at
+/// work: it is left alone, in helm's own words.
+#[test]
+fn a_revision_a_killed_run_left_pending_is_released_by_the_next_run_and_no_other() {
+    // helm 3 and 4 alike: both refuse a pending release and upgrade over a failed one.
+    for helm in ["helm", "helm3"] {
+        let sim = BPRUN.sim(SimKind::Kube, &[]);
+        let test = script(helm_test(&sim)).env("HELM_BIN", tool(helm));
+        let install = r#"step("Redis", || { helm_install("redis", "apps/redis/helm-chart", "redis", #{create_namespace: true}); });
+"#;
+        run_script(&test, &[], install).success();
+        let marker = test.join(".bprun/helm/redis.redis.in-flight");
+        assert!(!marker.exists(), "helm ended: its note is gone");
+        set_redis_record_status(&sim, 1, "pending-install");
+
+        // No note: not this repository's run; helm refuses, and so does bprun.
+        let refused = run_script(&test, &[], install);
+        refused.expect(
+            1,
+            &one_step_run("Redis", "failed"),
+            r#"
+            error: step "Redis" failed
+              × helm_install: `helm upgrade --install redis apps/redis/helm-chart -n redis --description 'bprun digest c8388d4c500ac8d2be899889ffa19d03a3e64a077abdf078a687ed71fd04ff0e' --timeout 300s -o json --create-namespace` exited with code 1
+               ╭─[scripts/test.rhai:1:20]
+             1 │ step("Redis", || { helm_install("redis", "apps/redis/helm-chart", "redis", #{create_namespace: true}); });
+               ·                    ──────┬─────
+               ·                          ╰── failed here
+               ╰────
+              caused by: Error: UPGRADE FAILED: another operation (install/upgrade/rollback) is in progress
+              hint: another helm may be at work on this release (no killed bprun run here left it pending); when none is, look at `helm history` and roll back or uninstall the release
+            re-run with --resume to continue from here
+            "#,
+        );
+        assert_eq!(redis_history(&sim), ["pending-install"], "{helm}");
+
+        // The note a killed run leaves: a check says what a run would do, and does nothing.
+        std::fs::write(&marker, "4242 helm upgrade --install redis ...\n").expect("marker");
+        run_script(&test, &["--check"], install).expect(
+            0,
+            &with_recaps(
+                "
+            check mode: nothing will be changed
+            [1/1] Redis ...
+                ~ would upgrade helm release redis/redis from apps/redis/helm-chart (status pending-install, left by an interrupted run)
+            [1/1] Redis ... changed (#.## s)
+
+            <recap of scripts/test.rhai (check mode): Redis: changed 1>
+            ",
+            ),
+            "",
+        );
+        assert_eq!(redis_history(&sim), ["pending-install"], "{helm}");
+        assert!(marker.exists());
+
+        upgraded(run_script(&test, &[], install)).expect(
+            0,
+            &with_recaps(
+                "
+            [1/1] Redis ...
+                ~ upgrade helm release redis/redis from apps/redis/helm-chart (status pending-install, left by an interrupted run)
+            [1/1] Redis ... changed (#.## s)
+
+            <recap of scripts/test.rhai: Redis: changed 1>
+            Upgraded releases now run:
+              helm release redis/redis (redis-0.1.0): Deployment/redis runs redis:7.4.1
+            ",
+            ),
+            "",
+        );
+        // helm upgraded over the failed revision, which it then marks superseded.
+        assert_eq!(redis_history(&sim), ["superseded", "deployed"], "{helm}");
+        assert_eq!(
+            redis_record_description(&sim, 1),
+            "pending-install by an interrupted bprun run; marked failed by the next"
+        );
+        assert!(!marker.exists(), "helm ended: its note is gone");
+        run_script(&test, &[], install).expect(
+            0,
+            &with_recaps(
+                "
+            [1/1] Redis ...
+                helm release redis/redis left alone: revision 2 of redis-0.1.0 is deployed with the same chart digest and values
+            [1/1] Redis ... ok (#.## s)
+
+            <recap of scripts/test.rhai: Redis: ok>
+            ",
+            ),
+            "",
+        );
+    }
+}

@@ -1435,6 +1435,122 @@ fn phase2_killed_at_random_points_converges_and_then_changes_nothing() {
     );
 }
 
+/// Runs phase 2 until a line starting with `marker` is printed, waits `delay` (the group it
+/// opens is then under way), SIGKILLs it and returns the lines it printed. Bounded: panics
+/// when the marker has not come within two minutes.
+fn killed_after(
+    copy: &crate::support::Test,
+    marker: &str,
+    delay: std::time::Duration,
+) -> Vec<String> {
+    use std::io::BufRead;
+    let mut child = copy
+        .command(&["scripts/phase2.rhai"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let stdout = child.stdout.take().expect("stdout");
+    let (lines, received) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|line: &String| line.starts_with(marker)) {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match received.recv_timeout(left) {
+            Ok(line) => seen.push(line),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("no line starting with {marker:?} in:\n{}", seen.join("\n"));
+            }
+        }
+    }
+    std::thread::sleep(delay);
+    let _ = child.kill();
+    let _ = child.wait();
+    seen.extend(received.try_iter());
+    seen
+}
+
+/// The temporary files a write left (`.name.pid-random.bprun-tmp`) under `folder`.
+fn temporaries_under(folder: &std::path::Path) -> Vec<String> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(folder) else {
+        return found;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            found.extend(temporaries_under(&path));
+        } else if path.to_string_lossy().ends_with(".bprun-tmp") {
+            found.push(path.display().to_string());
+        }
+    }
+    found
+}
+
+#[test]
+fn phase2_killed_inside_each_group_of_steps_converges_and_then_changes_nothing() {
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
+    // Each kill lands while a group runs: after the line that ends the step before it, and
+    // before the group's last step has ended (its line would then be printed).
+    let groups = [
+        (
+            "[4/17] Stable storage ... ",
+            1000,
+            "[10/17] CoreDNS rewrite ... ",
+        ),
+        (
+            "[11/17] Restore GitLab secrets ... ",
+            500,
+            "[13/17] GitLab ... ",
+        ),
+        ("[13/17] GitLab ... ", 300, "[16/17] Runner ... "),
+    ];
+    for (opens, delay, last_ends) in groups {
+        let printed = killed_after(&copy, opens, std::time::Duration::from_millis(delay));
+        assert!(
+            !printed
+                .iter()
+                .any(|line| line.starts_with(last_ends) && line.contains(" (")),
+            "the group opened by {opens:?} had ended before the kill:\n{}",
+            printed.join("\n")
+        );
+    }
+    let converged = copy.run(&["scripts/phase2.rhai"]);
+    assert_eq!(
+        converged.code, 0,
+        "{}\n{}",
+        converged.stdout, converged.stderr
+    );
+    // No killed writer's temporary is left (one could hold a secret).
+    assert_eq!(
+        temporaries_under(&copy.path().join("infra")),
+        Vec::<String>::new()
+    );
+    // Converged: one more run changes nothing.
+    let revisions = helm_revisions(&sim);
+    kubectl(&sim, &["delete", "--raw", "/-/sim/requests"]);
+    copy.run(&["scripts/phase2.rhai"]).code(0);
+    assert_eq!(kube_mutating(&sim), 0);
+    assert_eq!(helm_revisions(&sim), revisions);
+    let runners = sim.api_json("runners/all");
+    assert_eq!(runners.as_array().map(Vec::len), Some(1), "{runners}");
+}
+
 #[test]
 fn check_mode_on_a_bare_platform_plans_every_step_and_changes_nothing() {
     let copy = with_tools();

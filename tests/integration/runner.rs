@@ -76,9 +76,30 @@ fn list_in_json_is_one_plan_event() {
     assert_eq!(
         plan,
         serde_json::json!({"event": "plan", "script": "scripts/test.rhai", "params": null, "steps": [
-            {"index": 1, "name": "Write config", "skipped": null},
-            {"index": 2, "name": "Say hello", "skipped": "--skip"},
-            {"index": 3, "name": "Maybe fail", "skipped": null},
+            {"index": 1, "name": "Write config", "skipped": null, "needs": [], "together": null},
+            {"index": 2, "name": "Say hello", "skipped": "--skip", "needs": [], "together": null},
+            {"index": 3, "name": "Maybe fail", "skipped": null, "needs": [], "together": null},
+        ]})
+    );
+    // Each step's needs, and the group it runs together with (a group of one is no group).
+    let grouped = repo().script(
+        "step(\"A\", || {});\nconcurrently([\n    step(\"B\", #{needs: [\"A\"]}, || {}),\n    step(\"C\", || {}),\n], #{limit: 2});\nconcurrently([step(\"D\", #{needs: [\"B\", \"C\"]}, || {})]);\n",
+    );
+    let mut plan: serde_json::Value = serde_json::from_str(
+        grouped
+            .run(&["--list", "--json", "scripts/test.rhai"])
+            .raw_stdout
+            .trim(),
+    )
+    .expect("JSON");
+    plan.as_object_mut().map(|map| map.remove("ts"));
+    assert_eq!(
+        plan,
+        serde_json::json!({"event": "plan", "script": "scripts/test.rhai", "params": null, "steps": [
+            {"index": 1, "name": "A", "skipped": null, "needs": [], "together": null},
+            {"index": 2, "name": "B", "skipped": null, "needs": ["A"], "together": {"first": 2, "last": 3, "limit": 2}},
+            {"index": 3, "name": "C", "skipped": null, "needs": [], "together": {"first": 2, "last": 3, "limit": 2}},
+            {"index": 4, "name": "D", "skipped": null, "needs": ["B", "C"], "together": null},
         ]})
     );
     // A script's declared parameters are part of its plan.

@@ -41,6 +41,7 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
     for (key, value) in &spec.env {
         command.env(key, value);
     }
+    ends_with_this_thread(&mut command);
     let mut child = command.spawn().map_err(|error| {
         let (hint, kind) = if error.kind() == std::io::ErrorKind::NotFound {
             (
@@ -102,6 +103,32 @@ pub fn run(spec: &ProcessSpec, cancel: &AtomicBool) -> Result<ProcessOutput, Cli
         stdout: String::from_utf8_lossy(&stdout).into_owned(),
         stderr: String::from_utf8_lossy(&stderr).into_owned(),
     })
+}
+
+/// A child of a killed bprun must not go on: an orphaned `helm upgrade` still writing its
+/// release while the next run installs it again fails that run ("release: already exists"),
+/// and helm 4 given SIGTERM may well finish its install. The kernel kills the child when the
+/// thread that started it ends (which, here, waits for the child, so only a killed bprun ends
+/// first); what a killed helm leaves pending, the next run releases (see `Helm::unlock`).
+fn ends_with_this_thread(command: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure runs between fork and exec and only calls prctl and getppid, which
+    // are async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // bprun may have gone before prctl took effect.
+            if libc::getppid() != parent {
+                return Err(std::io::Error::other(
+                    "bprun ended before the command started",
+                ));
+            }
+            Ok(())
+        });
+    }
 }
 
 /// A child's pipes served on threads, so a chatty child never blocks on a full pipe: its stdin

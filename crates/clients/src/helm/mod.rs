@@ -471,7 +471,14 @@ pub struct Helm {
     /// The kubeconfig context (`--kube-context`), given to helm as HELM_KUBECONTEXT so helm
     /// and the Kubernetes natives talk to the same cluster.
     pub kube_context: Option<String>,
+    /// The cluster helm stores its releases in, reached only to unlock a release a killed run
+    /// left pending (connected on first use: most runs never need it).
+    pub storage: Option<StorageAccess>,
 }
+
+/// How the helm client reaches the cluster holding helm's release records.
+pub type StorageAccess =
+    Arc<dyn Fn() -> Result<Arc<crate::kube::KubeClient>, ClientError> + Send + Sync>;
 
 /// One argument as it appears in a shown command line.
 fn shell_word(arg: &str) -> String {
@@ -518,8 +525,8 @@ fn helm_timed_out(message: &str) -> bool {
 fn hint_for(message: &str) -> (String, Option<Remedy>) {
     let lower = message.to_lowercase();
     let hint = if lower.contains("another operation") {
-        "a previous helm operation on this release did not finish; look at `helm history` and \
-         roll back or uninstall the release"
+        "another helm may be at work on this release (no killed bprun run here left it \
+         pending); when none is, look at `helm history` and roll back or uninstall the release"
     } else if lower.contains("kubernetes cluster unreachable")
         || lower.contains("connection refused")
         || lower.contains("no configuration has been provided")
@@ -551,6 +558,20 @@ fn is_not_found(output: &ProcessOutput) -> bool {
     text.contains("release: not found")
 }
 
+/// Notes that bprun runs `helm args` now (its pid and the command, no secret: values reach
+/// helm in files).
+fn note_in_flight(marker: &Path, args: &[String]) -> Result<(), ClientError> {
+    let note = format!("{} {}\n", std::process::id(), command_line(args));
+    marker
+        .parent()
+        .map_or(Ok(()), std::fs::create_dir_all)
+        .and_then(|()| std::fs::write(marker, note))
+        .map_err(|error| {
+            ClientError::new(format!("cannot write {}: {error}", marker.display()))
+                .with_hint("bprun notes each helm upgrade it runs under .bprun/helm/; check that folder's permissions")
+        })
+}
+
 /// `helm ...` whole seconds for `--timeout`.
 fn helm_duration(timeout: Duration) -> String {
     format!("{}s", timeout.as_secs_f64().ceil() as u64)
@@ -563,6 +584,7 @@ impl Helm {
             root: root.into(),
             cancel,
             kube_context: None,
+            storage: None,
         }
     }
 
@@ -642,6 +664,37 @@ impl Helm {
             return Err(Self::failure(args, &output));
         }
         Ok(output.stdout)
+    }
+
+    /// Where bprun notes a helm upgrade it started on `namespace/release` and has not seen
+    /// end (`.bprun/helm/<namespace>.<release>.in-flight`; a namespace has no dot).
+    pub fn in_flight_marker(&self, namespace: &str, release: &str) -> PathBuf {
+        self.root
+            .join(".bprun")
+            .join("helm")
+            .join(format!("{namespace}.{release}.in-flight"))
+    }
+
+    /// Marks `pending` (a revision a killed run's helm left pending) failed in helm's storage,
+    /// so helm upgrades over it instead of refusing "another operation ... is in progress".
+    fn unlock(&self, pending: &Release) -> Result<(), ClientError> {
+        let storage = self.storage.as_ref().ok_or_else(|| {
+            ClientError::new(format!(
+                "helm release {}/{} is {}, left by an interrupted run, and this helm client cannot reach helm's storage to release it",
+                pending.namespace, pending.name, pending.status
+            ))
+        })?;
+        storage()?.unlock_pending_release(
+            &pending.namespace,
+            &pending.name,
+            pending.revision,
+            &format!(
+                "{} by an interrupted bprun run; marked failed by the next",
+                pending.status
+            ),
+            crate::reconcile::Mode::Apply,
+        )?;
+        Ok(())
     }
 
     /// The latest revision of `release` in `namespace`, or `None` when there is no such release.
@@ -811,7 +864,20 @@ impl Helm {
             };
             args.push(flag.to_string());
         }
-        let stdout = self.run_ok(&args, spec.timeout + MARGIN)?;
+        // Noted while helm runs: a run killed meanwhile (its helm dies with it) leaves the
+        // note, which tells the next run that a pending revision is its own, not a live one.
+        let marker = self.in_flight_marker(&spec.namespace, &spec.release);
+        note_in_flight(&marker, &args)?;
+        let ran = self.run(&args, spec.timeout + MARGIN);
+        if ran.is_ok() {
+            // helm ended by itself: whatever it said, its revision is no longer pending.
+            let _ = std::fs::remove_file(&marker);
+        }
+        let output = ran?;
+        if output.code != 0 {
+            return Err(Self::failure(&args, &output));
+        }
+        let stdout = output.stdout;
         // helm may print notes or warnings before the JSON document.
         let json = stdout.find('{').map(|start| &stdout[start..]).unwrap_or("");
         match serde_json::from_str::<Value>(json) {

@@ -202,8 +202,19 @@ impl Helm {
         };
         let digest = self.install_digest(spec, &merged)?;
         let current = self.status(&spec.release, &spec.namespace).map_err(named)?;
+        // A pending revision that bprun's own helm left when its run was killed (that helm
+        // died with it): no operation runs on it, and it is marked failed before the upgrade.
+        let left_pending = current.as_ref().filter(|found| {
+            found.status.starts_with("pending-")
+                && self
+                    .in_flight_marker(&spec.namespace, &spec.release)
+                    .exists()
+        });
         let reason = match &current {
             None => "not installed".to_string(),
+            Some(found) if left_pending.is_some() => {
+                format!("status {}, left by an interrupted run", found.status)
+            }
             Some(found) if found.status != "deployed" => format!("status {}", found.status),
             Some(found) => match found.digest() {
                 Some(stamped) if stamped == digest => {
@@ -251,6 +262,9 @@ impl Helm {
                 pod_templates_changed,
             };
             return Ok(Outcome::single(ensured, change));
+        }
+        if let Some(pending) = left_pending {
+            self.unlock(pending).map_err(named)?;
         }
         let (values_files, temp) = values_args(spec)?;
         let installed = self

@@ -7,6 +7,7 @@ mod apply;
 pub mod conditions;
 mod crud;
 mod exec;
+pub mod helm_storage;
 mod kubeconfig;
 mod port_forward;
 mod tokens;
