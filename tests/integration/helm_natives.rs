@@ -1071,3 +1071,63 @@ fn a_revision_a_killed_run_left_pending_is_released_by_the_next_run_and_no_other
         );
     }
 }
+
+/// `helm_status` reads helm's storage Secrets (no helm process) and says what helm's own
+/// `helm history --max 1` says, field by field, with helm 3 and helm 4 writing the records.
+#[test]
+fn helm_status_says_what_helm_history_says() {
+    for helm in ["helm", "helm3"] {
+        let sim = BPRUN.sim(SimKind::Kube, &[]);
+        let test = script(helm_test(&sim)).env("HELM_BIN", tool(helm));
+        let install = |tag: &str| {
+            format!(
+                r#"step("Redis", || {{ helm_install("redis", "apps/redis/helm-chart", "redis", #{{create_namespace: true, values: #{{image: #{{tag: "{tag}"}}}}}}); }});
+"#
+            )
+        };
+        run_script(&test, &[], &install("7.4.1")).success();
+        run_script(&test, &[], &install("7.4.2")).success();
+        helm_calls(&test);
+        let status = run_script(
+            &test,
+            &[],
+            r#"step("Status", || {
+    let s = helm_status("redis", "redis");
+    print(json_string(#{revision: s.revision, updated: s.updated, status: s.status, chart: s.chart, app_version: s.app_version, description: s.description}));
+});
+"#,
+        );
+        status.success();
+        let printed = status
+            .raw_stdout
+            .lines()
+            .find(|line| line.trim_start().starts_with('{'))
+            .expect("the status as JSON");
+        let read: serde_json::Value = serde_json::from_str(printed.trim()).expect("json");
+        let history = sim.helm(&[
+            "history", "redis", "-n", "redis", "--max", "1", "-o", "json",
+        ]);
+        let history: serde_json::Value = serde_json::from_str(history.ok()).expect("history");
+        let latest = &history[0];
+        assert_eq!(
+            read,
+            serde_json::json!({
+                "revision": latest["revision"],
+                "updated": latest["updated"],
+                "status": latest["status"],
+                "chart": latest["chart"],
+                "app_version": latest["app_version"],
+                "description": latest["description"],
+            }),
+            "{helm}"
+        );
+        assert_eq!(read["revision"], 2, "{helm}");
+        // No helm process ran for the status (chart_of reads the chart's name from helm).
+        assert!(
+            helm_calls(&test)
+                .iter()
+                .all(|call| !call.starts_with("history")),
+            "{helm}"
+        );
+    }
+}

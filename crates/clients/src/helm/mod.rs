@@ -558,6 +558,26 @@ fn is_not_found(output: &ProcessOutput) -> bool {
     text.contains("release: not found")
 }
 
+/// A release revision as helm's storage holds it, in `helm history`'s terms (`chart` is
+/// `name-version`, `updated` the last deployment's time as helm writes it).
+fn release_from_record(release: &str, namespace: &str, record: &Value) -> Release {
+    let text = |value: &Value| value.as_str().unwrap_or_default().to_string();
+    let metadata = &record["chart"]["metadata"];
+    Release {
+        name: release.to_string(),
+        namespace: namespace.to_string(),
+        revision: record["version"].as_i64().unwrap_or(0),
+        status: text(&record["info"]["status"]),
+        chart: match (metadata["name"].as_str(), metadata["version"].as_str()) {
+            (Some(name), Some(version)) => format!("{name}-{version}"),
+            _ => String::new(),
+        },
+        app_version: text(&metadata["appVersion"]),
+        updated: text(&record["info"]["last_deployed"]),
+        description: text(&record["info"]["description"]),
+    }
+}
+
 /// Notes that bprun runs `helm args` now (its pid and the command, no secret: values reach
 /// helm in files).
 fn note_in_flight(marker: &Path, args: &[String]) -> Result<(), ClientError> {
@@ -698,7 +718,31 @@ impl Helm {
     }
 
     /// The latest revision of `release` in `namespace`, or `None` when there is no such release.
+    /// Read from helm's storage Secrets when helm keeps its releases there (its default) and
+    /// the cluster is reachable: the same record `helm history` reads, without a helm process.
     pub fn status(&self, release: &str, namespace: &str) -> Result<Option<Release>, ClientError> {
+        let in_secrets = matches!(
+            std::env::var("HELM_DRIVER").unwrap_or_default().as_str(),
+            "" | "secret" | "secrets"
+        );
+        let storage = self
+            .storage
+            .as_ref()
+            .filter(|_| in_secrets)
+            .and_then(|storage| storage().ok());
+        if let Some(storage) = storage {
+            let latest = storage.helm_release_latest(namespace, release)?;
+            return Ok(latest.map(|record| release_from_record(release, namespace, &record)));
+        }
+        self.status_from_helm(release, namespace)
+    }
+
+    /// `status` as `helm history --max 1` reports it.
+    fn status_from_helm(
+        &self,
+        release: &str,
+        namespace: &str,
+    ) -> Result<Option<Release>, ClientError> {
         let args = strings(&[
             "history", release, "-n", namespace, "--max", "1", "-o", "json",
         ]);

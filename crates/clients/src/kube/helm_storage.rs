@@ -76,7 +76,41 @@ pub fn unlock_patch(record: &Value, description: &str) -> Result<Option<Value>, 
     })))
 }
 
+/// The latest revision among `records` (a release's storage Secrets), decoded.
+pub fn latest_release(records: &[Value]) -> Result<Option<Value>, ClientError> {
+    let revision = |record: &Value| {
+        record["metadata"]["labels"]["version"]
+            .as_str()
+            .and_then(|version| version.parse::<i64>().ok())
+            .unwrap_or(0)
+    };
+    let Some(latest) = records.iter().max_by_key(|record| revision(record)) else {
+        return Ok(None);
+    };
+    let data = latest["data"]["release"]
+        .as_str()
+        .ok_or_else(|| ClientError::new("helm's release record has no data.release".to_string()))?;
+    decode_release(data).map(Some)
+}
+
 impl KubeClient {
+    /// The latest revision of helm release `namespace/release` as helm's storage holds it
+    /// (what `helm history --max 1` reads), or None when there is none. One list request,
+    /// where a helm process costs a tenth of a second to start.
+    pub fn helm_release_latest(
+        &self,
+        namespace: &str,
+        release: &str,
+    ) -> Result<Option<Value>, ClientError> {
+        let records = self.list(
+            "Secret",
+            namespace,
+            &format!("owner=helm,name={release}"),
+            "",
+        )?;
+        latest_release(&records)
+    }
+
     /// Marks revision `revision` of helm release `namespace/release` failed when it is still
     /// pending (in check mode: only says whether it would). True when it was (or would be).
     /// Only for a record its owner knows to be stale: a live helm's record is not touched by
@@ -150,6 +184,26 @@ mod tests {
                 "manifest": "---\nkind: Deployment\n",
             })
         );
+    }
+
+    #[test]
+    fn the_latest_of_a_releases_records_is_the_highest_revision_not_the_last_listed() {
+        let record = |version: &str, status: &str| {
+            json!({
+                "metadata": {"labels": {"version": version}},
+                "data": {"release": encode_release(&json!({"version": version, "info": {"status": status}})).expect("encode")},
+            })
+        };
+        let records = [
+            record("2", "superseded"),
+            record("10", "deployed"),
+            record("9", "superseded"),
+        ];
+        assert_eq!(
+            latest_release(&records).expect("latest"),
+            Some(json!({"version": "10", "info": {"status": "deployed"}}))
+        );
+        assert_eq!(latest_release(&[]).expect("none"), None);
     }
 
     #[test]
