@@ -148,6 +148,9 @@ pub struct StepGroup {
     /// The index of the group's first step among the declared steps.
     pub first: usize,
     pub limit: usize,
+    /// The other steps' remote writes wait until the first step has succeeded (their reads
+    /// do not), and are not sent when it failed.
+    pub writes_after_first: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

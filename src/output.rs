@@ -33,12 +33,14 @@ impl Level {
 }
 
 /// A step as `--list --json` shows it: its name, why it would be skipped, what it needs, and
-/// the group it runs together with (its first and last step, 1-based, and how many at a time).
+/// the group it runs together with (its first and last step, 1-based, and how many at a time),
+/// and the step its remote writes wait for (a group's `writes_after_first`).
 pub struct PlannedStep {
     pub name: String,
     pub skipped: Option<String>,
     pub needs: Vec<String>,
     pub together: Option<(usize, usize, usize)>,
+    pub writes_wait_for: Option<usize>,
 }
 
 /// A line-oriented reporter shared by the runner and every native (it is `Sync`).
@@ -231,7 +233,10 @@ impl Reporter {
                         "index": index + 1, "name": step.name, "skipped": step.skipped,
                         "needs": step.needs,
                         "together": step.together.map(|(first, last, limit)| {
-                            json!({"first": first, "last": last, "limit": limit})
+                            json!({
+                                "first": first, "last": last, "limit": limit,
+                                "writes_wait_for": step.writes_wait_for,
+                            })
                         }),
                     })
                 })

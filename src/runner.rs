@@ -665,12 +665,24 @@ fn group_span(steps: &[StepDecl], index: usize) -> Option<(usize, usize, usize)>
     (last != group.first).then_some((group.first + 1, last + 1, group.limit))
 }
 
+/// The step (1-based) whose success a grouped step's remote writes wait for: its group's first
+/// step, when the group says `writes_after_first` and this is another of its steps.
+fn writes_wait_for(steps: &[StepDecl], index: usize) -> Option<usize> {
+    let (first, _, _) = group_span(steps, index)?;
+    steps[index]
+        .group
+        .filter(|group| group.writes_after_first && group.first != index)
+        .map(|_| first)
+}
+
 /// `--list`'s word for a step of a group: which steps it runs together with.
 fn together_note(steps: &[StepDecl], index: usize) -> Option<String> {
     let (first, last, limit) = group_span(steps, index)?;
-    Some(format!(
-        "runs together with steps {first}-{last}, {limit} at a time"
-    ))
+    let together = format!("runs together with steps {first}-{last}, {limit} at a time");
+    Some(match writes_wait_for(steps, index) {
+        Some(awaited) => format!("{together}; its writes wait for step {awaited}"),
+        None => together,
+    })
 }
 
 fn run_steps(
@@ -715,6 +727,7 @@ fn run_steps(
                     .map(|(reason, _)| reason),
                 needs: step.needs.clone(),
                 together: group_span(&steps, index),
+                writes_wait_for: writes_wait_for(&steps, index),
             })
             .collect();
         let declared = lock(&session.params)
@@ -793,7 +806,7 @@ fn run_steps(
                 session,
                 &steps,
                 (index, end),
-                group.limit,
+                group,
                 &selection,
                 display,
             );
@@ -928,11 +941,12 @@ fn run_group(
     session: &Session,
     steps: &[StepDecl],
     (first, end): (usize, usize),
-    limit: usize,
+    group: crate::decl::StepGroup,
     selection: &Selection,
     display: &str,
 ) -> Vec<StepRun> {
     let total = steps.len();
+    let limit = group.limit;
     let reporter = &session.state.reporter;
     let selected: Vec<usize> = (first..end)
         .filter(|&index| left_out(selection, index, &steps[index]).is_none())
@@ -942,6 +956,12 @@ fn run_group(
         .map(|_| Arc::new(crate::scope::StepScope::default()))
         .collect();
     let results: Mutex<Vec<Option<StepRun>>> = Mutex::new(selected.iter().map(|_| None).collect());
+    // `writes_after_first`: the gate the other steps' remote writes pass, opened when the first
+    // step succeeded and failed when it failed (their writes then not sent). None when the
+    // first step does not run (left out, or done in the run `--resume` continues).
+    let gate = (group.writes_after_first && selected.first() == Some(&first)).then(|| {
+        bprun_clients::write_gate::WriteGate::new(format!("step \"{}\"", steps[first].name))
+    });
     let finished = std::sync::Condvar::new();
     let next = std::sync::atomic::AtomicUsize::new(0);
     let engine = context.engine();
@@ -949,8 +969,8 @@ fn run_group(
     std::thread::scope(|threads| {
         for _ in 0..limit.min(selected.len()) {
             let store = engine::detach_context(context);
-            let (selected, scopes, results, finished, next) =
-                (&selected, &scopes, &results, &finished, &next);
+            let (selected, scopes, results, finished, next, gate) =
+                (&selected, &scopes, &results, &finished, &next, &gate);
             threads.spawn(move || {
                 let worker = engine::attach_context(&store, engine);
                 loop {
@@ -973,9 +993,12 @@ fn run_group(
                         StepRun::ended(not_run, Some(ExitCode::Interrupted))
                     } else {
                         let scope = Some(scopes[slot].clone());
+                        let held_back = gate.clone().filter(|_| slot > 0);
                         let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
                             crate::scope::within(scope, || {
-                                run_step(&worker, session, step, index + 1, total, display)
+                                bprun_clients::write_gate::with_gate(held_back, || {
+                                    run_step(&worker, session, step, index + 1, total, display)
+                                })
                             })
                         }));
                         // A panic must not leave the reporting thread waiting for this step.
@@ -993,6 +1016,19 @@ fn run_group(
                             StepRun::ended(failed, Some(ExitCode::StepFailed))
                         })
                     };
+                    if let (0, Some(gate)) = (slot, gate) {
+                        match run.record.status {
+                            StepStatus::Ok | StepStatus::Changed | StepStatus::Skipped => {
+                                gate.open()
+                            }
+                            _ => gate.fail(run.record.error.clone().unwrap_or_else(|| {
+                                run.record
+                                    .note
+                                    .clone()
+                                    .unwrap_or_else(|| "not run".to_string())
+                            })),
+                        }
+                    }
                     lock(results)[slot] = Some(run);
                     finished.notify_all();
                 }

@@ -224,7 +224,7 @@ pub const DECLARED: &[Declared] = &[
     },
     Declared {
         native: "concurrently",
-        options: &[("limit", Int)],
+        options: &[("limit", Int), ("writes_after_first", Bool)],
     },
     Declared {
         native: "parallel",

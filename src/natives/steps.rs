@@ -329,7 +329,7 @@ pub mod step_functions {
     #[rhai_fn(return_raw)]
     pub fn concurrently(context: NativeCallContext, tasks: rhai::Array) -> RhaiResultOf<Array> {
         if tasks.iter().any(|task| task.is::<StepRef>()) {
-            return group_steps(&context, tasks, DEFAULT_GROUP_LIMIT);
+            return group_steps(&context, tasks, DEFAULT_GROUP_LIMIT, false);
         }
         let mut closures = Vec::with_capacity(tasks.len());
         for (index, task) in tasks.iter().enumerate() {
@@ -395,7 +395,9 @@ pub mod step_functions {
     /// run together: they start at once (at most `limit` at a time, default 4, since helm,
     /// kubectl exec and the API server are shared), each step's lines are held and printed
     /// together in declaration order, and when one fails the others still finish; every failed
-    /// step is reported, and `--resume` runs the unfinished ones again. Options: `limit`. The
+    /// step is reported, and `--resume` runs the unfinished ones again. Options: `limit`, and
+    /// `writes_after_first`: the other steps read at once, but each remote write (GitLab, git
+    /// push) waits until the first step has succeeded, and is not sent when it failed. The
     /// steps must be declared right there, in the group's order; `--list` shows them as a
     /// group. Inside a step it calls closures, as `concurrently(tasks)` does.
     ///
@@ -418,8 +420,11 @@ pub mod step_functions {
             "concurrently",
             DEFAULT_GROUP_LIMIT,
         )?;
+        let writes_after_first =
+            crate::natives::options::option_bool(&options, "writes_after_first", "concurrently")?
+                .unwrap_or(false);
         if tasks.iter().all(|task| task.is::<StepRef>()) && !tasks.is_empty() {
-            return group_steps(&context, tasks, limit);
+            return group_steps(&context, tasks, limit, writes_after_first);
         }
         Err(native_error(
             NativeError::new("concurrently(tasks, options): the options are for a group of steps")
@@ -654,7 +659,12 @@ fn declare(
 
 /// `concurrently([step(...), ...])` at the top level: marks the steps, just declared in this
 /// order, as a group that runs together.
-fn group_steps(context: &NativeCallContext, tasks: rhai::Array, limit: i64) -> RhaiResultOf<Array> {
+fn group_steps(
+    context: &NativeCallContext,
+    tasks: rhai::Array,
+    limit: i64,
+    writes_after_first: bool,
+) -> RhaiResultOf<Array> {
     let session = session(context)?;
     let refs: Vec<StepRef> = tasks
         .iter()
@@ -711,6 +721,7 @@ fn group_steps(context: &NativeCallContext, tasks: rhai::Array, limit: i64) -> R
     let group = crate::decl::StepGroup {
         first,
         limit: limit as usize,
+        writes_after_first,
     };
     for step in &refs {
         steps[step.index].group = Some(group);

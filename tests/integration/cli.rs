@@ -233,8 +233,8 @@ fn the_phase3_script_lists_its_seven_steps() {
         [1/7] Pre-flight
         [2/7] Mint PAT
         [3/7] Seed glab auth
-        [4/7] Ensure group
-        [5/7] Provision projects
+        [4/7] Ensure group  (runs together with steps 4-5, 4 at a time)
+        [5/7] Provision projects  (runs together with steps 4-5, 4 at a time; its writes wait for step 4)
         [6/7] Smoke test
         [7/7] Workloads reachable
         parameters:

@@ -347,6 +347,98 @@ fn with_a_fifth_of_answers_failing_the_natives_still_converge_without_duplicates
     );
 }
 
+/// `concurrently([...], #{writes_after_first: true})`: the projects' step reads at once, but its
+/// writes wait for the group's step (a project is created inside the group: sent early, GitLab
+/// would answer that the namespace does not exist), and are not sent when it failed.
+const WRITES_AFTER_FIRST: &str = r#"
+concurrently([
+    step("Ensure group", || {
+        if args.fail == true { throw "asked to fail"; }
+        sleep(0.2);
+        gitlab_ensure_group("blueprint-apps", #{visibility: "internal"});
+    }),
+    step("Ensure projects", || {
+        for app in ["shared-code", "guestbook"] { gitlab_ensure_project("blueprint-apps", app, #{visibility: "internal"}); }
+    }),
+], #{writes_after_first: true});
+"#;
+
+#[test]
+fn a_group_writes_after_its_first_step_and_sends_nothing_when_it_failed() {
+    let sim = BPRUN.sim(SimKind::Gitlab, &[]);
+    let test = with_sim(repo().script(WRITES_AFTER_FIRST), &sim);
+    test.run(&["--list", "scripts/test.rhai"]).expect(
+        0,
+        "
+        scripts/test.rhai: 2 steps
+        [1/2] Ensure group  (runs together with steps 1-2, 4 at a time)
+        [2/2] Ensure projects  (runs together with steps 1-2, 4 at a time; its writes wait for step 1)
+        ",
+        "",
+    );
+    test.run(&["scripts/test.rhai", "--fail"]).expect(
+        1,
+        &with_recaps(
+            "
+            [1/2] Ensure group ... failed (#.## s)
+            [2/2] Ensure projects ... failed (#.## s)
+
+            <recap of scripts/test.rhai: Ensure group: failed; Ensure projects: failed>
+            ",
+        ),
+        r#"
+        error: step "Ensure group" failed
+          × asked to fail
+           ╭─[scripts/test.rhai:4:32]
+         3 │     step("Ensure group", || {
+         4 │         if args.fail == true { throw "asked to fail"; }
+           ·                                ──┬──
+           ·                                  ╰── thrown here
+         5 │         sleep(0.2);
+           ╰────
+        re-run with --resume to continue from here
+        error: step "Ensure projects" failed
+          × gitlab: POST /projects (blueprint-apps/shared-code): not sent, because step "Ensure group" failed first (asked to fail)
+            ╭─[scripts/test.rhai:9:51]
+          8 │     step("Ensure projects", || {
+          9 │         for app in ["shared-code", "guestbook"] { gitlab_ensure_project("blueprint-apps", app, #{visibility: "internal"}); }
+            ·                                                   ──────────┬──────────
+            ·                                                             ╰── failed here
+         10 │     }),
+            ╰────
+          hint: writes wait for step "Ensure group" to finish; fix its failure and re-run
+        re-run with --resume to continue from here
+        "#,
+    );
+    assert_eq!(
+        sim.requests()["mutating"],
+        0,
+        "{}",
+        sim.requests()["counters"]
+    );
+    // The projects' lookups were sent; no write was.
+    assert_eq!(sim.api("GET", "groups", None).json(), serde_json::json!([]));
+    // Re-run, the group is created while the projects are looked up, then the projects in it.
+    test.run(&["--resume", "scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(
+            "
+            resuming at step 1 \"Ensure group\" (run of <time>)
+            [1/2] Ensure group ...
+                ~ create group blueprint-apps (internal)
+            [1/2] Ensure group ... changed (#.## s)
+            [2/2] Ensure projects ...
+                ~ create project blueprint-apps/shared-code
+                ~ create project blueprint-apps/guestbook
+            [2/2] Ensure projects ... changed (#.## s)
+
+            <recap of scripts/test.rhai: Ensure group: changed 1; Ensure projects: changed 2>
+            ",
+        ),
+        "",
+    );
+}
+
 #[test]
 fn a_dropped_post_answer_does_not_create_a_duplicate() {
     let sim = BPRUN.sim(SimKind::Gitlab, &[]);

@@ -97,8 +97,8 @@ fn list_in_json_is_one_plan_event() {
         plan,
         serde_json::json!({"event": "plan", "script": "scripts/test.rhai", "params": null, "steps": [
             {"index": 1, "name": "A", "skipped": null, "needs": [], "together": null},
-            {"index": 2, "name": "B", "skipped": null, "needs": ["A"], "together": {"first": 2, "last": 3, "limit": 2}},
-            {"index": 3, "name": "C", "skipped": null, "needs": [], "together": {"first": 2, "last": 3, "limit": 2}},
+            {"index": 2, "name": "B", "skipped": null, "needs": ["A"], "together": {"first": 2, "last": 3, "limit": 2, "writes_wait_for": null}},
+            {"index": 3, "name": "C", "skipped": null, "needs": [], "together": {"first": 2, "last": 3, "limit": 2, "writes_wait_for": null}},
             {"index": 4, "name": "D", "skipped": null, "needs": ["B", "C"], "together": null},
         ]})
     );

@@ -90,6 +90,12 @@ impl GitlabClient {
                 planned, "create", "project", full, change,
             ));
         }
+        // The group is read for the write, so after the writes it waits for (the step that
+        // ensures the group, running together with this one) have landed.
+        crate::write_gate::before_remote_write(
+            &format!("gitlab: POST /projects ({full})"),
+            cancelled,
+        )?;
         let namespace = &spec.namespace;
         let group = self.group(namespace, cancelled)?.ok_or_else(|| {
             ClientError::new(format!(
