@@ -667,6 +667,157 @@ pub fn recap_summary(steps: &[StepRecord], duration: Duration) -> String {
     )
 }
 
+/// Where one step of a running group is, for the progress line.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum GroupSlot {
+    /// Not started: the group's limit holds it back.
+    Queued,
+    /// Running for this long.
+    Running(Duration),
+    /// Finished; its lines wait for the steps declared before it.
+    Done,
+}
+
+/// The live line a terminal shows while a group's steps run (their own lines are held and
+/// printed in declaration order): which run and for how long, which finished, which wait for
+/// the limit. Cut to `width` columns less one, so it never wraps and one `\r` erases it.
+pub fn progress_line(slots: &[(&str, GroupSlot)], width: usize) -> String {
+    let names = |wanted: fn(&GroupSlot) -> bool| -> Vec<String> {
+        slots
+            .iter()
+            .filter(|(_, slot)| wanted(slot))
+            .map(|(name, slot)| match slot {
+                GroupSlot::Running(time) => format!("{name} ({})", format_duration(*time)),
+                _ => name.to_string(),
+            })
+            .collect()
+    };
+    let mut parts = Vec::new();
+    for (label, listed) in [
+        (
+            "running",
+            names(|slot| matches!(slot, GroupSlot::Running(_))),
+        ),
+        ("done", names(|slot| *slot == GroupSlot::Done)),
+        ("queued", names(|slot| *slot == GroupSlot::Queued)),
+    ] {
+        if !listed.is_empty() {
+            parts.push(format!("{label}: {}", listed.join(", ")));
+        }
+    }
+    let line = format!("  {}", parts.join("; "));
+    let room = width.saturating_sub(1).max(4);
+    if line.chars().count() <= room {
+        return line;
+    }
+    let mut cut: String = line.chars().take(room - 3).collect();
+    cut.push_str("...");
+    cut
+}
+
+/// The progress line of a running group on stderr, drawn only when stderr is a terminal (not
+/// with `--json` or `-q`, nor with `TERM=dumb`): tests and logs get exactly the step lines.
+pub struct Progress {
+    enabled: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    pub fn new(reporter: &Reporter) -> Progress {
+        use std::io::IsTerminal;
+        let enabled = reporter.format == Format::Human
+            && reporter.verbosity >= 0
+            && std::io::stderr().is_terminal()
+            && std::env::var("TERM").map_or(true, |term| term != "dumb");
+        Progress {
+            enabled,
+            drawn: false,
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// Draws the line over the one before it.
+    pub fn draw(&mut self, slots: &[(&str, GroupSlot)]) {
+        if !self.enabled {
+            return;
+        }
+        let line = scrub(&progress_line(slots, terminal_width()));
+        let mut err = std::io::stderr().lock();
+        // Over the line before it: its text, then the rest of the old one erased.
+        let _ = write!(err, "\r{line}\x1b[K");
+        let _ = err.flush();
+        self.drawn = true;
+    }
+
+    /// Erases the line, before anything else is written to the terminal.
+    pub fn clear(&mut self) {
+        if self.drawn {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[K");
+            let _ = err.flush();
+            self.drawn = false;
+        }
+    }
+}
+
+impl Drop for Progress {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// The terminal's width in columns (stderr's), 80 when it does not say.
+fn terminal_width() -> usize {
+    // SAFETY: TIOCGWINSZ only fills the winsize it is given.
+    let mut size: libc::winsize = unsafe { std::mem::zeroed() };
+    let asked = unsafe { libc::ioctl(libc::STDERR_FILENO, libc::TIOCGWINSZ, &mut size) };
+    if asked == 0 && size.ws_col > 0 {
+        usize::from(size.ws_col)
+    } else {
+        80
+    }
+}
+
+#[cfg(test)]
+mod progress_tests {
+    use super::{GroupSlot, progress_line};
+    use std::time::Duration;
+
+    #[test]
+    fn the_progress_line_names_what_runs_what_is_done_and_what_waits() {
+        let slots = [
+            (
+                "CloudNativePG",
+                GroupSlot::Running(Duration::from_millis(3_700)),
+            ),
+            ("Redis", GroupSlot::Done),
+            ("MinIO", GroupSlot::Running(Duration::from_millis(1_250))),
+            ("OpenBao", GroupSlot::Queued),
+        ];
+        assert_eq!(
+            progress_line(&slots, 120),
+            "  running: CloudNativePG (3.70 s), MinIO (1.25 s); done: Redis; queued: OpenBao"
+        );
+        assert_eq!(progress_line(&[("A", GroupSlot::Done)], 120), "  done: A");
+    }
+
+    #[test]
+    fn the_progress_line_never_wraps() {
+        let slots = [
+            (
+                "CloudNativePG",
+                GroupSlot::Running(Duration::from_millis(3_700)),
+            ),
+            ("Redis", GroupSlot::Done),
+        ];
+        assert_eq!(progress_line(&slots, 30), "  running: CloudNativePG (...");
+        assert_eq!(progress_line(&slots, 30).chars().count(), 29);
+    }
+}
+
 #[cfg(test)]
 mod resource_tests {
     use crate::decl::resource_kind_and_name;

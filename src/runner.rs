@@ -936,6 +936,11 @@ fn run_steps(
 /// step as usual, a step that ran with the lines it held. When one fails the others still run to
 /// their end (each failure reported with its own error); after Ctrl-C the ones not started yet
 /// do not start.
+/// How long a group runs before its progress line appears, and how often the line is redrawn
+/// when no step starts or ends.
+const PROGRESS_AFTER: Duration = Duration::from_millis(300);
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
 fn run_group(
     context: &NativeCallContext,
     session: &Session,
@@ -955,7 +960,9 @@ fn run_group(
         .iter()
         .map(|_| Arc::new(crate::scope::StepScope::default()))
         .collect();
-    let results: Mutex<Vec<Option<StepRun>>> = Mutex::new(selected.iter().map(|_| None).collect());
+    // Per selected step: when it started, and what it left when it finished.
+    let slots: Mutex<Vec<(Option<Instant>, Option<StepRun>)>> =
+        Mutex::new(selected.iter().map(|_| (None, None)).collect());
     // `writes_after_first`: the gate the other steps' remote writes pass, opened when the first
     // step succeeded and failed when it failed (their writes then not sent). None when the
     // first step does not run (left out, or done in the run `--resume` continues).
@@ -969,8 +976,8 @@ fn run_group(
     std::thread::scope(|threads| {
         for _ in 0..limit.min(selected.len()) {
             let store = engine::detach_context(context);
-            let (selected, scopes, results, finished, next, gate) =
-                (&selected, &scopes, &results, &finished, &next, &gate);
+            let (selected, scopes, slots, finished, next, gate) =
+                (&selected, &scopes, &slots, &finished, &next, &gate);
             threads.spawn(move || {
                 let worker = engine::attach_context(&store, engine);
                 loop {
@@ -979,6 +986,8 @@ fn run_group(
                         break;
                     };
                     let step = &steps[index];
+                    lock(slots)[slot].0 = Some(Instant::now());
+                    finished.notify_all();
                     let run = if session.state.is_cancelled() {
                         let note = Some("interrupted".to_string());
                         let not_run = record(
@@ -1029,28 +1038,63 @@ fn run_group(
                             })),
                         }
                     }
-                    lock(results)[slot] = Some(run);
+                    lock(slots)[slot].1 = Some(run);
                     finished.notify_all();
                 }
             });
         }
+        // The steps' lines are held and printed in declaration order; on a terminal a live
+        // line says meanwhile which steps run, for how long, and which finished.
+        let mut progress = crate::output::Progress::new(reporter);
+        let group_began = Instant::now();
         let mut slot = 0;
         for (index, step) in steps.iter().enumerate().take(end).skip(first) {
             if let Some(skipped) = left_out(selection, index, step) {
+                progress.clear();
                 reporter.step_end(index + 1, total, &skipped);
                 runs.push(StepRun::ended(skipped, None));
                 continue;
             }
-            let mut held = lock(&results);
+            let mut held = lock(&slots);
             let run = loop {
-                if let Some(run) = held[slot].take() {
+                if let Some(run) = held[slot].1.take() {
                     break run;
                 }
+                if !progress.enabled() {
+                    held = finished
+                        .wait(held)
+                        .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    continue;
+                }
+                // A group that ends at once draws nothing; a longer one every second, and
+                // whenever a step starts or ends.
+                let since = group_began.elapsed();
+                if since >= PROGRESS_AFTER {
+                    let now = Instant::now();
+                    let states: Vec<(&str, crate::output::GroupSlot)> = held[slot..]
+                        .iter()
+                        .zip(&selected[slot..])
+                        .map(|((started, ran), &index)| {
+                            let state = match (started, ran) {
+                                (_, Some(_)) => crate::output::GroupSlot::Done,
+                                (Some(began), None) => {
+                                    crate::output::GroupSlot::Running(now - *began)
+                                }
+                                (None, None) => crate::output::GroupSlot::Queued,
+                            };
+                            (steps[index].name.as_str(), state)
+                        })
+                        .collect();
+                    progress.draw(&states);
+                }
+                let wait = PROGRESS_AFTER.checked_sub(since).unwrap_or(PROGRESS_EVERY);
                 held = finished
-                    .wait(held)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                    .wait_timeout(held, wait)
+                    .map(|(held, _)| held)
+                    .unwrap_or_else(|poisoned| poisoned.into_inner().0);
             };
             drop(held);
+            progress.clear();
             crate::output::release(&scopes[slot]);
             runs.push(run);
             slot += 1;

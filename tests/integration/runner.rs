@@ -1134,6 +1134,63 @@ fn grouped_steps_run_together_print_in_order_and_resume_runs_the_unfinished() {
     );
 }
 
+/// On a terminal a running group shows a live line on stderr (which steps run and for how long,
+/// which finished, which wait for the limit), erased before the held lines print: with it taken
+/// out, the terminal shows exactly what a pipe gets.
+#[test]
+fn a_group_shows_a_live_progress_line_on_a_terminal_and_erases_it() {
+    let test = repo().script(
+        r#"concurrently([
+    step("Slow", || { while !path_exists("out/quick") { sleep(0.02); } sleep(2.0); info("slow done"); }),
+    step("Quick", || { write_text("out/quick", "here"); }),
+    step("Queued", || { info("queued ran"); }),
+], #{limit: 2});
+"#,
+    );
+    let transcript = on_a_terminal(&test, &[("NO_COLOR", "1")]).replace("\r\n", "\n");
+    // A drawing is `\r`, the line, then the rest of the old one erased; an erasure `\r\x1b[K`.
+    let drawing = regex::Regex::new("\r([^\r\n\u{1b}]+)\u{1b}\\[K").expect("regex");
+    let drawn: Vec<String> = drawing
+        .captures_iter(&transcript)
+        .map(|found| bprun_testkit::normalize(&found[1]))
+        .collect();
+    // The last drawing before the held lines print: Slow still runs; Quick finished, and its
+    // worker ran Queued, which the limit held back until then.
+    assert_eq!(
+        drawn.last().map(String::as_str),
+        Some("  running: Slow (#.## s); done: Quick, Queued"),
+        "{transcript:?}"
+    );
+    let without_progress = drawing
+        .replace_all(&transcript, "")
+        .replace("\r\u{1b}[K", "");
+    let lines = "
+            [1/3] Slow ...
+                slow done
+            [1/3] Slow ... ok (#.## s)
+            [2/3] Quick ...
+                ~ create file out/quick
+            [2/3] Quick ... changed (#.## s)
+            [3/3] Queued ...
+                queued ran
+            [3/3] Queued ... ok (#.## s)
+
+            Recap of scripts/test.rhai
+              #  step    status            changes       time
+              1  Slow    ok                      0     #.## s
+              2  Quick   changed                 1     #.## s
+              3  Queued  ok                      0     #.## s
+            3 steps: 2 ok, 1 changed, 0 skipped, 0 failed in #.## s
+            ";
+    assert_text(
+        &bprun_testkit::normalize(&without_progress),
+        &bprun_testkit::unindent(lines),
+    );
+    // Not a terminal: no progress line, the same lines.
+    std::fs::remove_file(test.path().join("out/quick")).expect("remove out/quick");
+    test.run(&["scripts/test.rhai"]).expect(0, lines, "");
+}
+
 #[test]
 fn a_group_holds_only_the_steps_just_declared_and_warns_of_a_need_inside_it() {
     let cases = [
