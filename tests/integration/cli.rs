@@ -230,8 +230,8 @@ fn the_phase3_script_lists_its_seven_steps() {
     Output::raw(output).code(0).stdout(
         "
         scripts/phase3.rhai: 7 steps
-        [1/7] Pre-flight
-        [2/7] Mint PAT
+        [1/7] Pre-flight  (runs together with steps 1-2, 4 at a time)
+        [2/7] Mint PAT  (runs together with steps 1-2, 4 at a time; its writes wait for step 1)
         [3/7] Seed glab auth
         [4/7] Ensure group  (runs together with steps 4-5, 4 at a time)
         [5/7] Provision projects  (runs together with steps 4-5, 4 at a time; its writes wait for step 4)

@@ -419,7 +419,8 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
         "",
     );
 
-    // Without the RoleBinding the same run stops at its first cluster call, saying why.
+    // Without the RoleBinding the same run stops at its first cluster call, saying why (Mint
+    // PAT, which runs beside the pre-flight, only reads the stored PAT back).
     sim.kubectl(&["delete", "rolebinding", "bprun-phase3", "-n", "gitlab"])
         .success();
     let denied = phase3_in_pod();
@@ -427,17 +428,20 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
         1,
         "
         [1/7] Pre-flight ... failed (#.## s)
+        [2/7] Mint PAT ...
+            admin PAT already in OpenBao; reusing
+        [2/7] Mint PAT ... ok (#.## s)
 
         Recap of scripts/phase3.rhai
           #  step                 status            changes       time
           1  Pre-flight           failed                  0 #.## s
-          2  Mint PAT             not run                 0          -
+          2  Mint PAT             ok                      0 #.## s
           3  Seed glab auth       not run                 0          -
           4  Ensure group         not run                 0          -
           5  Provision projects   not run                 0          -
           6  Smoke test           not run                 0          -
           7  Workloads reachable  not run                 0          -
-        7 steps: 0 ok, 0 changed, 0 skipped, 1 failed, 6 not run in #.## s
+        7 steps: 1 ok, 0 changed, 0 skipped, 1 failed, 5 not run in #.## s
         ",
         &format!(
             r#"

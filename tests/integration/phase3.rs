@@ -1095,3 +1095,84 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
         "{requests:?}"
     );
 }
+
+/// The pre-flight and Mint PAT run together: the stored PAT's check reads while the pre-flight
+/// does, but what Mint PAT writes waits for the pre-flight. On a fresh platform whose pre-flight
+/// fails, no PAT is minted (the toolbox pod's `gitlab-rails runner` is not started), none is
+/// stored, and GitLab gets no write; with the cause fixed, `--resume` runs both again and the
+/// run converges.
+#[test]
+fn a_failed_pre_flight_mints_no_pat_though_mint_pat_runs_beside_it() {
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    let kept = copy.path().join("kept-redis-slave");
+    std::fs::rename(copy.path().join("apps/redis-slave"), &kept).expect("move the app away");
+    let script = "scripts/phase3.rhai";
+    let frame = |line: &str, span: &str, label: &str| {
+        crate::support::script_frame(script, line, span, label)
+    };
+    copy.run(&WITHOUT_SMOKE)
+        .replace_regex(r"pod/gitlab-toolbox-[a-z0-9-]+", "pod/gitlab-toolbox-<id>")
+        .expect(
+            1,
+            &with_recaps(
+                "
+                [1/7] Pre-flight ... failed (#.## s)
+                [2/7] Mint PAT ... failed (#.## s)
+
+                <recap of scripts/phase3.rhai: Pre-flight: failed; Mint PAT: failed; Seed glab auth: not run; Ensure group: not run; Provision projects: not run; Smoke test: not run; Workloads reachable: not run>
+                ",
+            ),
+            &format!(
+                "error: step \"Pre-flight\" failed\n  \
+                 × apps/redis-slave is missing (app redis-slave)\n\
+                 {}  in a closure called at {}\n  \
+                 when this step fails: {}\n\
+                 re-run with --resume to continue from here\n\
+                 error: step \"Mint PAT\" failed\n  \
+                 × kube: exec in pod/gitlab-toolbox-<id> in gitlab: not sent, because step \"Pre-flight\" failed first (apps/redis-slave is missing (app redis-slave))\n\
+                 {}  hint: writes wait for step \"Pre-flight\" to finish; fix its failure and re-run\n  \
+                 when this step fails: {}\n\
+                 re-run with --resume to continue from here\n",
+                frame("{ throw `${app.src_path} is missing", "throw", "thrown here"),
+                crate::support::script_location_after(script, "step(\"Pre-flight\"", "concurrently(["),
+                script_constant("PREFLIGHT_ADVICE"),
+                frame("let result = kube_exec(", "kube_exec", "failed here"),
+                script_constant("MINT_ADVICE"),
+            ),
+        );
+    assert_eq!(sim.mutating_requests(), 0, "{}", sim.requests()["counters"]);
+    assert_eq!(all_phase3_tokens(&sim), Vec::<i64>::new());
+    assert_eq!(stored_token_id(&sim), None);
+
+    std::fs::rename(&kept, copy.path().join("apps/redis-slave")).expect("move the app back");
+    let resume = [
+        "--resume",
+        "--skip",
+        "Smoke test",
+        "--skip",
+        "Workloads reachable",
+    ];
+    copy.run(&[&["-q"], &resume[..], &[script]].concat())
+        .success();
+    assert_eq!(live_phase3_tokens(&sim).len(), 1);
+    assert_eq!(
+        stored_token_id(&sim),
+        live_phase3_tokens(&sim).first().copied()
+    );
+}
+
+/// The text of a `const NAME = "...";` of scripts/phase3.rhai.
+fn script_constant(name: &str) -> String {
+    let source =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/phase3.rhai"))
+            .expect("scripts/phase3.rhai");
+    let start = format!("const {name} = \"");
+    let line = source
+        .lines()
+        .find_map(|line| line.strip_prefix(start.as_str()))
+        .unwrap_or_else(|| panic!("no const {name}"));
+    line.strip_suffix("\";")
+        .expect("a one-line string")
+        .to_string()
+}

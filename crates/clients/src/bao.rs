@@ -114,6 +114,12 @@ pub struct KvSecret {
     pub version: u64,
 }
 
+/// Before a write to OpenBao (`what`: its method and path): held while this thread's write gate
+/// is closed, refused when the step it waits for failed (see [`crate::write_gate`]).
+fn before_write(what: &str) -> Result<(), ClientError> {
+    crate::write_gate::before_remote_write(&format!("openbao: {what}"), &|| false)
+}
+
 /// A KV v2 address: mount and path inside it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KvPath {
@@ -881,6 +887,7 @@ impl BaoClient {
     }
 
     pub fn enable_kv(&self, path: &str, version: u8) -> Result<(), ClientError> {
+        before_write(&format!("POST sys/mounts/{}", path.trim_matches('/')))?;
         let client = self.client()?;
         self.count();
         let mut options = vaultrs::api::sys::requests::EnableEngineRequest::builder();
@@ -1089,6 +1096,7 @@ impl BaoClient {
             if !mode.writes() {
                 return Ok(Some(changed(current.version + 1, &keys)));
             }
+            before_write(&format!("PUT {}/data/{}", path.mount, path.path))?;
             let client = self.client()?;
             self.count();
             let options = vaultrs::api::kv2::requests::SetSecretRequestOptions {
@@ -1147,6 +1155,7 @@ impl BaoClient {
             return Ok(Outcome::unchanged(()));
         }
         if mode.writes() {
+            before_write(&format!("DELETE {}/data/{}", path.mount, path.path))?;
             let client = self.client()?;
             self.count();
             run(vaultrs::kv2::delete_latest(
@@ -1176,6 +1185,7 @@ impl BaoClient {
             return Ok(Outcome::unchanged(()));
         }
         if mode.writes() {
+            before_write(&format!("DELETE {}/metadata/{}", path.mount, path.path))?;
             let client = self.client()?;
             self.count();
             run(vaultrs::kv2::delete_metadata(
@@ -1219,6 +1229,7 @@ impl BaoClient {
             Err(error) => return Err(self.describe(error, &format!("GET sys/policies/acl/{name}"))),
         }
         if mode.writes() {
+            before_write(&format!("PUT sys/policies/acl/{name}"))?;
             let client = self.client()?;
             self.count();
             run(vaultrs::sys::policy::set(client.as_ref(), name, rules))

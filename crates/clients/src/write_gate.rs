@@ -4,8 +4,10 @@
 //! templates) needs shared-code's writes to land first, but not its reads: on a re-run, which
 //! is all reads, every project can be read at once. The runner gives the threads working on the
 //! later items a gate (a thread-local, so no signature changes); every remote write (a GitLab
-//! POST/PUT/DELETE, a git push) passes [`before_remote_write`] first, which waits until the
-//! gate opens, that is until the first item finished.
+//! POST/PUT/DELETE, a git push, an OpenBao write, a command run in a pod) passes
+//! [`before_remote_write`] first, which waits until the gate opens, that is until the first item
+//! finished. Server-side applies are not held: a step's Kubernetes objects are its own, and
+//! holding them would hold the reads after them.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Condvar, Mutex};

@@ -48,6 +48,8 @@ impl KubeClient {
         let pod = self.pick_pod(namespace, target)?;
         let pod_name = name_of(&pod);
         let shown = format!("pod/{pod_name} in {namespace}");
+        // A command in a pod may change anything (phase 3 mints a PAT so): a write.
+        crate::write_gate::before_remote_write(&format!("kube: exec in {shown}"), &|| false)?;
         let pods: Api<k8s_openapi::api::core::v1::Pod> =
             Api::namespaced(self.client.clone(), namespace);
         let mut params = AttachParams::default()
