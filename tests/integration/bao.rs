@@ -671,3 +671,94 @@ step("Roots", || {
         "",
     );
 }
+
+/// A loopback proxy in front of `upstream` that passes each HTTP/1.1 request on (a connection
+/// of its own, `Connection: close`) and answers it, except the first KV write
+/// (`POST /v1/secret/data/...`): that one reaches OpenBao, but its connection is closed before
+/// the answer comes back, as when a port-forward drops. Serves a bounded number of connections.
+fn dropping_first_write_answer(upstream: String) -> String {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+    let address = format!("http://{}", listener.local_addr().expect("address"));
+    std::thread::spawn(move || {
+        let mut dropped = false;
+        for client in listener.incoming().take(32) {
+            let Ok(client) = client else { continue };
+            let _ = client.set_read_timeout(Some(std::time::Duration::from_secs(10)));
+            let mut reader = BufReader::new(client.try_clone().expect("clone"));
+            let mut client = client;
+            'request: {
+                let mut head = Vec::new();
+                let mut length = 0usize;
+                let mut line = String::new();
+                loop {
+                    line.clear();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                        break;
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(value) = lower.strip_prefix("content-length:") {
+                        length = value.trim().parse().unwrap_or(0);
+                    }
+                    if !lower.starts_with("connection:") {
+                        head.extend_from_slice(line.as_bytes());
+                    }
+                }
+                if head.is_empty() {
+                    break 'request;
+                }
+                let mut body = vec![0u8; length];
+                if reader.read_exact(&mut body).is_err() {
+                    break 'request;
+                }
+                let is_write = head.starts_with(b"POST /v1/secret/data/");
+                let mut server = std::net::TcpStream::connect(&upstream).expect("upstream");
+                let _ = server.write_all(&head);
+                let _ = server.write_all(b"Connection: close\r\n\r\n");
+                let _ = server.write_all(&body);
+                let mut answer = Vec::new();
+                let _ = server.read_to_end(&mut answer);
+                if is_write && !dropped {
+                    dropped = true;
+                    break 'request;
+                }
+                let _ = client.write_all(&answer);
+            }
+            let _ = client.shutdown(std::net::Shutdown::Both);
+        }
+    });
+    address
+}
+
+/// A KV write whose answer is lost (the connection closes after OpenBao took it) is read back:
+/// the version after the one read holds what was written, so it is this write's, reported
+/// changed once, and no second version is written; a re-run changes nothing.
+#[test]
+fn a_write_whose_answer_is_lost_is_read_back_and_not_written_twice() {
+    let server = BaoServer::dev();
+    let upstream = server.address.trim_start_matches("http://").to_string();
+    let test = repo()
+        .script("step(\"Write\", || { bao_write(\"lost/answer\", #{a: \"1\"}); });\n")
+        .env("BAO_ADDR", dropping_first_write_answer(upstream))
+        .env("BAO_TOKEN", "root");
+    test.run(&["scripts/test.rhai"]).expect(
+        0,
+        &with_recaps(
+            "
+            [1/1] Write ...
+                ~ write secret secret/lost/answer (version 1)
+            [1/1] Write ... changed (#.## s)
+
+            <recap of scripts/test.rhai: Write: changed 1>
+            ",
+        ),
+        "",
+    );
+    assert_eq!(current_version(&server, "secret/lost/answer"), 1);
+    test.run(&["-q", "scripts/test.rhai"])
+        .expect(0, &one_step_run("Write", "ok"), "");
+    assert_eq!(current_version(&server, "secret/lost/answer"), 1);
+}

@@ -528,9 +528,10 @@ impl BaoClient {
                     "is OpenBao running and port-forwarded (kubectl -n openbao port-forward svc/openbao 8200)? BAO_ADDR is {address}"
                 ),
             )
-        } else if lower.contains("certificate")
-            || lower.contains("tls")
-            || lower.contains("handshake")
+        } else if address.starts_with("https:")
+            && (lower.contains("certificate")
+                || lower.contains("tls")
+                || lower.contains("handshake"))
         {
             let ca = match &self.settings.ca_cert {
                 Some(ca) => format!("the CA file used was {}", ca.display()),
@@ -1112,6 +1113,18 @@ impl BaoClient {
                 Ok(metadata) => return Ok(Some(changed(metadata.version, &keys))),
                 // Lost a race: another writer created a version since our read. Read again.
                 Err(error) if matches!(answer(&error), Some((_, Said::CasMismatch))) => {
+                    continue;
+                }
+                // No answer (a connection closed under the request): the write may have landed
+                // or not. Read back: the version after ours holding what we wrote is ours; else
+                // the check-and-set makes writing again safe.
+                Err(error) if answer(&error).is_none() && is_transient(&error) => {
+                    std::thread::sleep(Duration::from_millis(200));
+                    let after = self.kv_read(path)?;
+                    if after.version == current.version + 1 && after.data.as_ref() == Some(&desired)
+                    {
+                        return Ok(Some(changed(after.version, &keys)));
+                    }
                     continue;
                 }
                 Err(error) => {
