@@ -19,6 +19,15 @@ const LATENCY_MS: u64 = 50;
 /// Phase 3's last step reads the guestbook through phase 2's gateway with its wildcard CA, which
 /// `bprun sim all` has neither of (`bprun rehearse` has both); it sends nothing to GitLab.
 const WORKLOADS: &str = "Workloads reachable";
+/// Every run of the benchmark: quiet, without the smoke step and the gateway check after it.
+const WITHOUT_SMOKE: [&str; 6] = [
+    "-q",
+    "--skip",
+    "Smoke test",
+    "--skip",
+    WORKLOADS,
+    "scripts/phase3.rhai",
+];
 
 /// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
 fn repository_copy(sim: &Sim, apps: usize) -> Test {
@@ -80,18 +89,10 @@ fn no_op_runs(sim: &Sim, copy: &Test, latency_ms: u64, runs: u32) -> NoOp {
         Some(&format!(r#"{{"latency_ms": {latency_ms}}}"#)),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
-    let args = [
-        "-q",
-        "--skip",
-        "Smoke test",
-        "--skip",
-        WORKLOADS,
-        "scripts/phase3.rhai",
-    ];
-    run(copy, &args);
+    run(copy, &WITHOUT_SMOKE);
     sim.clear_requests();
     let (cpu_before, _) = children_usage();
-    let mut times: Vec<Duration> = (0..runs).map(|_| run(copy, &args)).collect();
+    let mut times: Vec<Duration> = (0..runs).map(|_| run(copy, &WITHOUT_SMOKE)).collect();
     let (cpu_after, _) = children_usage();
     let log = sim.requests();
     times.sort();
@@ -116,15 +117,7 @@ fn measure(apps: usize) -> Measured {
     let started = Instant::now();
     // Provisioned without the smoke step too: the no-ops skip it, and a hundred smoke
     // pipelines deploying at once overload a 2-core machine's simulated cluster.
-    let provisioning = [
-        "-q",
-        "--skip",
-        "Smoke test",
-        "--skip",
-        WORKLOADS,
-        "scripts/phase3.rhai",
-    ];
-    run(&copy, &provisioning);
+    run(&copy, &WITHOUT_SMOKE);
     let provision = started.elapsed();
     let plain = no_op_runs(&sim, &copy, 0, 9);
     let delayed = no_op_runs(&sim, &copy, LATENCY_MS, 5);

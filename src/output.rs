@@ -442,8 +442,13 @@ fn colour_enabled() -> bool {
         if std::env::var_os("CLICOLOR_FORCE").is_some_and(|value| value != "0") {
             return true;
         }
-        std::io::stdout().is_terminal() && std::env::var("TERM").map_or(true, |term| term != "dumb")
+        std::io::stdout().is_terminal() && !dumb_terminal()
     })
+}
+
+/// `TERM=dumb`: a terminal that neither colours nor moves its cursor.
+fn dumb_terminal() -> bool {
+    std::env::var("TERM").is_ok_and(|term| term == "dumb")
 }
 
 /// `text` (a status word, maybe padded) in its status's colour when colours are on.
@@ -728,7 +733,7 @@ impl Progress {
         let enabled = reporter.format == Format::Human
             && reporter.verbosity >= 0
             && std::io::stderr().is_terminal()
-            && std::env::var("TERM").map_or(true, |term| term != "dumb");
+            && !dumb_terminal();
         Progress {
             enabled,
             drawn: false,
@@ -745,21 +750,23 @@ impl Progress {
             return;
         }
         let line = scrub(&progress_line(slots, terminal_width()));
-        let mut err = std::io::stderr().lock();
         // Over the line before it: its text, then the rest of the old one erased.
-        let _ = write!(err, "\r{line}\x1b[K");
-        let _ = err.flush();
+        Self::write(&format!("\r{line}\x1b[K"));
         self.drawn = true;
     }
 
     /// Erases the line, before anything else is written to the terminal.
     pub fn clear(&mut self) {
         if self.drawn {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
+            Self::write("\r\x1b[K");
             self.drawn = false;
         }
+    }
+
+    fn write(text: &str) {
+        let mut err = std::io::stderr().lock();
+        let _ = err.write_all(text.as_bytes());
+        let _ = err.flush();
     }
 }
 

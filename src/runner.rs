@@ -931,16 +931,36 @@ fn run_steps(
     Ok(code)
 }
 
-/// Runs the steps `first..end` of a group together, at most `limit` at a time, and reports
-/// them in declaration order, each as soon as it and those before it are done: a deselected
-/// step as usual, a step that ran with the lines it held. When one fails the others still run to
-/// their end (each failure reported with its own error); after Ctrl-C the ones not started yet
-/// do not start.
 /// How long a group runs before its progress line appears, and how often the line is redrawn
 /// when no step starts or ends.
 const PROGRESS_AFTER: Duration = Duration::from_millis(300);
 const PROGRESS_EVERY: Duration = Duration::from_secs(1);
 
+/// Where each grouped step not printed yet is (when it started, what it left when it ended), for
+/// the progress line.
+fn slot_states<'a>(
+    slots: &[(Option<Instant>, Option<StepRun>)],
+    names: impl Iterator<Item = &'a str>,
+) -> Vec<(&'a str, crate::output::GroupSlot)> {
+    let now = Instant::now();
+    names
+        .zip(slots)
+        .map(|(name, slot)| {
+            let state = match slot {
+                (_, Some(_)) => crate::output::GroupSlot::Done,
+                (Some(began), None) => crate::output::GroupSlot::Running(now - *began),
+                (None, None) => crate::output::GroupSlot::Queued,
+            };
+            (name, state)
+        })
+        .collect()
+}
+
+/// Runs the steps `first..end` of a group together, at most `limit` at a time, and reports
+/// them in declaration order, each as soon as it and those before it are done: a deselected
+/// step as usual, a step that ran with the lines it held. When one fails the others still run to
+/// their end (each failure reported with its own error); after Ctrl-C the ones not started yet
+/// do not start.
 fn run_group(
     context: &NativeCallContext,
     session: &Session,
@@ -1070,22 +1090,10 @@ fn run_group(
                 // whenever a step starts or ends.
                 let since = group_began.elapsed();
                 if since >= PROGRESS_AFTER {
-                    let now = Instant::now();
-                    let states: Vec<(&str, crate::output::GroupSlot)> = held[slot..]
+                    let names = selected[slot..]
                         .iter()
-                        .zip(&selected[slot..])
-                        .map(|((started, ran), &index)| {
-                            let state = match (started, ran) {
-                                (_, Some(_)) => crate::output::GroupSlot::Done,
-                                (Some(began), None) => {
-                                    crate::output::GroupSlot::Running(now - *began)
-                                }
-                                (None, None) => crate::output::GroupSlot::Queued,
-                            };
-                            (steps[index].name.as_str(), state)
-                        })
-                        .collect();
-                    progress.draw(&states);
+                        .map(|&index| steps[index].name.as_str());
+                    progress.draw(&slot_states(&held[slot..], names));
                 }
                 let wait = PROGRESS_AFTER.checked_sub(since).unwrap_or(PROGRESS_EVERY);
                 held = finished

@@ -1164,9 +1164,7 @@ fn a_failed_pre_flight_mints_no_pat_though_mint_pat_runs_beside_it() {
 
 /// The text of a `const NAME = "...";` of scripts/phase3.rhai.
 fn script_constant(name: &str) -> String {
-    let source =
-        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/scripts/phase3.rhai"))
-            .expect("scripts/phase3.rhai");
+    let source = crate::support::read_script("scripts/phase3.rhai");
     let start = format!("const {name} = \"");
     let line = source
         .lines()

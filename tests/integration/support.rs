@@ -222,7 +222,7 @@ pub fn gitlab_wait_error(message: &str, line: &str, notes: &str) -> String {
 
 /// A script of this repository, as the tests' copies start.
 #[track_caller]
-fn read_script(script: &str) -> String {
+pub fn read_script(script: &str) -> String {
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(script);
     std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{script}: {e}"))
 }

@@ -1097,7 +1097,8 @@ impl BaoClient {
             if !mode.writes() {
                 return Ok(Some(changed(current.version + 1, &keys)));
             }
-            before_write(&format!("PUT {}/data/{}", path.mount, path.path))?;
+            let what = format!("POST {}/data/{}", path.mount, path.path);
+            before_write(&what)?;
             let client = self.client()?;
             self.count();
             let options = vaultrs::api::kv2::requests::SetSecretRequestOptions {
@@ -1127,11 +1128,7 @@ impl BaoClient {
                     }
                     continue;
                 }
-                Err(error) => {
-                    return Err(
-                        self.describe(error, &format!("POST {}/data/{}", path.mount, path.path))
-                    );
-                }
+                Err(error) => return Err(self.describe(error, &what)),
             }
         }
         Err(ClientError::new(format!(
