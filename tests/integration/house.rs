@@ -333,3 +333,54 @@ fn the_client_crate_names_no_native() {
     }
     assert_eq!(named, Vec::<String>::new());
 }
+
+/// Operators edit the shipped scripts: no test, benchmark or harness pins a place in them. A
+/// frame or a "called at" position is rendered from the script's current text
+/// (tests/integration/support.rs: `script_frame`, `source_frame`, `script_location`), so a line
+/// added anywhere in a script leaves every test as it was. Flagged: a shipped script's name
+/// followed by `:LINE`, and a bare `"LINE:COLUMN"` string literal (a position passed apart from
+/// its script's name).
+#[test]
+fn no_test_pins_a_line_of_a_shipped_script() {
+    let root = root();
+    let mut scripts: Vec<String> = Vec::new();
+    for folder in ["scripts", "scripts/lib"] {
+        for entry in std::fs::read_dir(root.join(folder)).expect("read scripts") {
+            let path = entry.expect("scripts entry").path();
+            if path.extension().is_some_and(|ext| ext == "rhai") {
+                let relative = path.strip_prefix(&root).expect("under the root");
+                scripts.push(regex::escape(&relative.to_string_lossy()));
+            }
+        }
+    }
+    scripts.sort();
+    let pinned = regex::Regex::new(&format!(r"(?:{})[:]\d", scripts.join("|"))).expect("regex");
+    let bare_position = regex::Regex::new(r#""\d+[:]\d+""#).expect("regex");
+    let mut found = Vec::new();
+    let folders = ["tests", "benches", "src", "crates"];
+    for folder in folders {
+        for file in rust_files(&root.join(folder)) {
+            let text = std::fs::read_to_string(&file).expect("read source");
+            for (index, line) in text.lines().enumerate() {
+                if pinned.is_match(line) || bare_position.is_match(line) {
+                    let relative = file.strip_prefix(&root).expect("under the root");
+                    found.push(format!(
+                        "{}:{}: {}",
+                        relative.display(),
+                        index + 1,
+                        line.trim()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        scripts.len() >= 6,
+        "the shipped scripts were not found: {scripts:?}"
+    );
+    assert_eq!(
+        found,
+        Vec::<String>::new(),
+        "positions in the shipped scripts, pinned: render them from the script's text instead (support::script_frame, source_frame, script_location)"
+    );
+}

@@ -218,15 +218,10 @@ fn a_broken_corefile_leaves_coredns_crash_looping_in_its_own_words() {
     });
     assert_text(
         &rehearse_failing(&copy),
-        r##"error: step "CoreDNS rewrite" failed
+        &crate::support::with_frame(
+            r##"error: step "CoreDNS rewrite" failed
   × kube_wait Deployment/coredns in kube-system: pod coredns-<hash>-<pod>: container coredns: CrashLoopBackOff (back-off 10s restarting failed container=coredns pod=coredns-<hash>-<pod>_kube-system); last exit code 1 (Error: /etc/coredns/Corefile:2 - Error during parsing: Unknown directive 'rewrit'), <n> restarts
-     ╭─[scripts/phase2.rhai:437:5]
- 436 │     kube_rollout_restart("Deployment", "kube-system", "coredns");
- 437 │     kube_wait("Deployment", "kube-system", "coredns", "Rollout", #{timeout: 300});
-     ·     ────┬────
-     ·         ╰── failed here
- 438 │ }),
-     ╰────
+<frame>
   caused by: Deployment/coredns: replicas desired=2 ready=2 updated=1 available=2 total=3; conditions: Available=True (MinimumReplicasAvailable: Deployment has minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "coredns-<hash>" is progressing.)
   caused by: pod coredns-<hash>-<pod>: Pod/coredns-<hash>-<pod>: phase Running; container coredns waiting (CrashLoopBackOff: back-off 10s restarting failed container=coredns pod=coredns-<hash>-<pod>_kube-system); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [coredns]), Ready=False (ContainersNotReady: containers with unready status: [coredns])
   caused by: pod coredns-<hash>-<pod>: event BackOff: Back-off restarting failed container coredns in pod coredns-<hash>-<pod>_kube-system(<uid>)
@@ -236,6 +231,14 @@ re-run with --resume to continue from here
 rehearsal stopped: scripts/phase2.rhai failed, so scripts/phase3.rhai did not run
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
 "##,
+            &crate::support::source_frame(
+                &crate::support::script_in(&copy, "scripts/phase2.rhai"),
+                "scripts/phase2.rhai",
+                "kube_wait(\"Deployment\", \"kube-system\", \"coredns\", \"Rollout\", #{timeout: 300});",
+                "kube_wait",
+                "failed here",
+            ),
+        ),
     );
 }
 

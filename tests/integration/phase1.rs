@@ -100,19 +100,13 @@ fn prerequisites_detection_with_stub_programs_on_path_reports_versions_and_insta
 
             <recap of scripts/phase1.rhai: Prerequisites: failed; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
             "#),
-            r#"
+            &crate::support::with_frame(r#"
             error: step "Prerequisites" failed
               × missing on PATH: kind (install on <os>: <install kind>); tofu (install on <os>: <install tofu>); re-run with --install-missing to run these commands
-                ╭─[scripts/phase1.rhai:56:5]
-             55 │     let lines = missing.map(|tool| `${tool.name} (install on ${os_family()}: ${tool.install})`);
-             56 │     throw `missing on PATH: ${common::joined(lines, "; ")}; re-run with --install-missing to run these commands`;
-                ·     ──┬──
-                ·       ╰── thrown here
-             57 │ });
-                ╰────
+            <frame>
               when this step fails: install the missing tools with the commands above (or re-run with --install-missing, which runs them and says so)
             the next steps still run; the run will exit 1
-            "#,
+            "#, &crate::support::script_frame("scripts/phase1.rhai", "throw `missing on PATH: ${common::joined(lines, \"; \")}; re-run with --install-missing to run these commands`;", "throw", "thrown here")),
         );
 
     version_stubs(bin.path(), &["kind", "tofu"]);
@@ -325,21 +319,15 @@ esac",
 
             <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: failed; tofu validate: skipped; Chart cache: skipped; Next commands: ok>
             "#),
-            r#"
+            &crate::support::with_frame(r#"
             error: step "tofu init" failed
               × `tofu -chdir=infra/tofu init -input=false` exited with code 1
-                ╭─[scripts/phase1.rhai:70:5]
-             69 │     if which("tofu") == () { throw "tofu is not on PATH (see the Prerequisites step)" }
-             70 │     tofu(["init", "-input=false"], #{});
-                ·     ──┬─
-                ·       ╰── failed here
-             71 │ });
-                ╰────
+            <frame>
               caused by: Error: Failed to query available provider packages
               hint: infra/tofu/.terraform.lock.hcl is missing: the first `tofu init` writes it (it needs the network to fetch the kind provider); commit it afterwards; infra/tofu/tofu.tfvars does not exist: phase 1's Seed tofu.tfvars step writes it from tofu.tfvars.example
               when this step fails: tofu init fails: check that infra/tofu/.terraform.lock.hcl is present and tofu.tfvars exists; the first init needs the network to fetch the kind provider
             the next steps still run; the run will exit 1
-            "#,
+            "#, &crate::support::script_frame("scripts/phase1.rhai", "tofu([\"init\", \"-input=false\"], #{});", "tofu", "failed here")),
         );
 
     // apply is never bprun's, stub or not.
@@ -484,19 +472,13 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
 
             <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
             "#),
-            r#"
+            &crate::support::with_frame(r#"
             error: step "Chart cache" failed
               × 3 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp (each is named above)
-                 ╭─[scripts/phase1.rhai:102:9]
-             101 │         let total = versions().helm_repositories.len();
-             102 │         throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, ", ")} (each is named above)`;
-                 ·         ──┬──
-                 ·           ╰── thrown here
-             103 │     }
-                 ╰────
+            <frame>
               when this step fails: put the missing archives in infra/helm-charts/ (helm pull on a machine with network access), or re-run where the chart repositories are reachable
             the next steps still run; the run will exit 1
-            "#,
+            "#, &crate::support::script_frame("scripts/phase1.rhai", "throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, \", \")} (each is named above)`;", "throw", "thrown here")),
         );
 
     // A vendored archive that differs from its pin is named with both digests.
@@ -532,19 +514,13 @@ fn the_chart_cache_verifies_vendored_pins_and_names_each_chart_it_cannot_get() {
 
             <recap of scripts/phase1.rhai: Prerequisites: skipped; Seed tofu.tfvars: skipped; tofu init: skipped; tofu validate: skipped; Chart cache: failed; Next commands: ok>
             "#),
-            r#"
+            &crate::support::with_frame(r#"
             error: step "Chart cache" failed
               × 4 of 7 charts are not usable from infra/helm-charts/: gitlab, gitlab-runner, headlamp, redis (each is named above)
-                 ╭─[scripts/phase1.rhai:102:9]
-             101 │         let total = versions().helm_repositories.len();
-             102 │         throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, ", ")} (each is named above)`;
-                 ·         ──┬──
-                 ·           ╰── thrown here
-             103 │     }
-                 ╰────
+            <frame>
               when this step fails: put the missing archives in infra/helm-charts/ (helm pull on a machine with network access), or re-run where the chart repositories are reachable
             the next steps still run; the run will exit 1
-            "#,
+            "#, &crate::support::script_frame("scripts/phase1.rhai", "throw `${problems.len()} of ${total} charts are not usable from infra/helm-charts/: ${common::joined(problems, \", \")} (each is named above)`;", "throw", "thrown here")),
         );
 }
 
@@ -560,7 +536,6 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
         "",
         &crate::phase2::destroy_refusal(
             "scripts/phase1.rhai",
-            "33:9",
             "without --preserve-data",
             true,
             "add --preserve-data",
@@ -610,7 +585,6 @@ fn destroy_flags_must_agree_with_tofu_preserve_stateful_data() {
             "",
             &crate::phase2::destroy_refusal(
                 "scripts/phase2.rhai",
-                "76:9",
                 "--preserve-data",
                 false,
                 "drop --preserve-data, or set preserve_stateful_data = true",

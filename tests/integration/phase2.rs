@@ -42,29 +42,21 @@ fn the_plan_is_the_seeds_steps_with_twelve_and_thirteen_split_then_destroy() {
         .expect(0, &format!("{PLAN}{PARAMETERS}"), "");
 }
 
-/// The source lines under the refusal of a `--destroy` whose flags disagree with tofu.tfvars.
-const DESTROY_REFUSAL_SOURCE: &str = r#"    ╭─[scripts/lib/common.rhai:63:9]
- 62 │     if tofu_preserves != preserve_data {
- 63 │         throw `--destroy ${if preserve_data { "--preserve-data" } else { "without --preserve-data" }} disagrees with preserve_stateful_data = ${tofu_preserves} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: ${if tofu_preserves { "add --preserve-data" } else { "drop --preserve-data, or set preserve_stateful_data = true" }}, then re-run.`;
-    ·         ──┬──
-    ·           ╰── thrown here
- 64 │     }
-    ╰────
-"#;
-
 /// `script`'s refusal (stderr) of `--destroy {flags}` against `preserve_stateful_data = {value}`,
-/// the check called at `script:{line}`.
-pub(crate) fn destroy_refusal(
-    script: &str,
-    line: &str,
-    flags: &str,
-    value: bool,
-    fix: &str,
-) -> String {
+/// with the source lines under it (the check in scripts/lib/common.rhai, where `script` calls it).
+pub(crate) fn destroy_refusal(script: &str, flags: &str, value: bool, fix: &str) -> String {
+    let source = crate::support::script_frame(
+        "scripts/lib/common.rhai",
+        "throw `--destroy ${if preserve_data",
+        "throw",
+        "thrown here",
+    );
+    let called_at =
+        crate::support::script_location(script, "refuse_preserve_data_disagreement(args);");
     format!(
         "error: the top level of {script} failed
   × --destroy {flags} disagrees with preserve_stateful_data = {value} in infra/tofu/tofu.tfvars: the cluster and the data folders would end up half wiped. Make them agree: {fix}, then re-run.
-{DESTROY_REFUSAL_SOURCE}  in fn refuse_preserve_data_disagreement() called at {script}:{line}
+{source}  in fn refuse_preserve_data_disagreement() called at {called_at}
 "
     )
 }
@@ -75,7 +67,7 @@ fn destroy_refuses_when_preserve_data_disagrees_with_tofu_and_touches_nothing() 
     copy.write("infra/tofu/tofu.tfvars", "preserve_stateful_data = true\n");
     // No cluster is configured: the refusal comes before any step could reach one.
     let refusal = |flags: &str, value: bool, fix: &str| {
-        destroy_refusal("scripts/phase2.rhai", "76:9", flags, value, fix)
+        destroy_refusal("scripts/phase2.rhai", flags, value, fix)
     };
     copy.run(&["scripts/phase2.rhai", "--destroy"]).expect(
         3,
@@ -295,7 +287,10 @@ fn a_cluster_created_before_the_operator_is_ready_is_refused_by_its_webhook() {
         .expect(
             1,
             WEBHOOK_REFUSED_STDOUT,
-            &format!("{BARE_PLATFORM}{WEBHOOK_REFUSED_STDERR}"),
+            &format!(
+                "{BARE_PLATFORM}{}",
+                webhook_refused_stderr(&crate::support::script_in(&copy, "scripts/phase2.rhai"))
+            ),
         );
 }
 
@@ -459,21 +454,30 @@ namespace redis
 OpenBao secret/: no paths
 "##;
 
-/// ... and the webhook's refusal, in the API server's words.
-const WEBHOOK_REFUSED_STDERR: &str = r##"error: step "CloudNativePG" failed
+/// ... and the webhook's refusal, in the API server's words, under the line of `source` (the
+/// edited script) that applied the Cluster.
+fn webhook_refused_stderr(source: &str) -> String {
+    crate::support::with_frame(
+        r##"error: step "CloudNativePG" failed
   × kube_apply Cluster/postgresql-cnpg in postgresql: 500 InternalError: Internal error occurred: failed calling webhook "mcluster.cnpg.io": failed to call webhook: Post "https://cnpg-webhook-service.cnpg-system.svc:443/mutate-postgresql-cnpg-io-v1-cluster?timeout=10s": no endpoints available for service "cnpg-webhook-service"
-     ╭─[scripts/phase2.rhai:260:5]
- 259 │     // The Cluster is refused until the operator's admission webhook has endpoints.
- 260 │     kube_apply(read_text("infra/references/cluster-postgresql.yaml"));
-     ·     ─────┬────
-     ·          ╰── failed here
- 261 │     let clusters = kube_wait("Cluster", "postgresql", "postgresql-cnpg", "Ready", #{timeout: wait_timeout});
-     ╰────
+<frame>
   hint: the API server refused the request
   when this step fails: CloudNativePG not Ready: check this step and the stable storage step (claim postgresql-cnpg-1, its cnpg.io annotations and the Cluster as its controller owner); a Cluster refused by the webhook means the operator was not Available yet
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##;
+"##,
+        &crate::support::source_frame(
+            source,
+            "scripts/phase2.rhai",
+            "kube_apply(read_text(\"infra/references/cluster-postgresql.yaml\"));",
+            "kube_apply",
+            "failed here",
+        ),
+    )
+}
+
+/// The GitLab step's advice when it fails (`when this step fails:`).
+const GITLAB_STEP_ADVICE: &str = r#"a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run"#;
 
 /// How a crash-looping bundled OpenBao stops the GitLab step, after the wait's headline and
 /// source: its StatefulSet, its pod and the pod's event, the hint and the step's advice.
@@ -511,8 +515,17 @@ fn settled(output: crate::support::Output) -> crate::support::Output {
         .replace_regex(r"(?m)^    waiting for .*\n", "")
 }
 
-/// Rehearses phase 2 with each `(moved, before)` move applied in turn (waits bounded at 20 s).
-fn rehearse_reordered(moves: &[(&str, &str)]) -> crate::support::Output {
+/// An expected output's recap as `settled` leaves the actual one (one space before each time).
+fn settled_recap(expected: &str) -> String {
+    regex::Regex::new(r" +#\.## s\n")
+        .expect("regex")
+        .replace_all(expected, " #.## s\n")
+        .into_owned()
+}
+
+/// Rehearses phase 2 with each `(moved, before)` move applied in turn (waits bounded at 20 s),
+/// and the script it ran.
+fn rehearse_reordered(moves: &[(&str, &str)]) -> (crate::support::Output, String) {
     let copy = edited_phase2(|source| {
         moves
             .iter()
@@ -520,7 +533,8 @@ fn rehearse_reordered(moves: &[(&str, &str)]) -> crate::support::Output {
                 move_step_before(&text, moved, before)
             })
     });
-    copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"])
+    let run = copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]);
+    (run, crate::support::script_in(&copy, "scripts/phase2.rhai"))
 }
 
 #[test]
@@ -571,28 +585,29 @@ Recap of scripts/phase2.rhai
 "##,
         STEPS_BEFORE,
     );
+    let source = crate::support::script_in(&copy, "scripts/phase2.rhai");
+    let called_at = crate::support::source_location(
+        &source,
+        "scripts/phase2.rhai",
+        "on_every_node(\"registry-hosts\"",
+    );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "Registry hosts pin" failed
+        crate::support::with_frame(r##"error: step "Registry hosts pin" failed
   × node sim-control-plane: the registry-hosts pod's script failed (exit 127): sh: catt: not found (kubectl logs -n kube-system bprun-registry-hosts-sim-control-plane)
-     ╭─[scripts/phase2.rhai:192:13]
- 191 │             let terminated = ended.status.containerStatuses[0].state.terminated;
- 192 │             throw `node ${name}: the ${purpose} pod's script failed (exit ${terminated.exitCode}): ${terminated.message ?? "no output"} (kubectl logs -n kube-system ${pod_name})`;
-     ·             ──┬──
-     ·               ╰── thrown here
- 193 │         }
-     ╰────
-  in fn on_every_node() called at scripts/phase2.rhai:577:5
+<frame>
+  in fn on_every_node() called at <called at>
   when this step fails: registry pulls on the nodes not resolving or answering 404: check this pin and the CA trust (node trust step); https://gitlab.local.example.net not resolving or answering 404 on your machine: its /etc/hosts entry and CA trust (the handover at the end of a whole phase 2 run)
 re-run with --resume to continue from here
-"##
+"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "throw `node ${name}: the ${purpose} pod's script failed", "throw", "thrown here"))
+        .replace("<called at>", &called_at)
     ));
 }
 
 #[test]
 fn gitlab_before_minio_waits_for_the_object_storage_secret_and_says_so() {
     // MinIO moved after GitLab: everything else GitLab reads exists.
-    let run = rehearse_reordered(&[("MinIO", "Snapshot GitLab secrets")]);
+    let (run, source) = rehearse_reordered(&[("MinIO", "Snapshot GitLab secrets")]);
     let run = settled(run);
     run.code(1);
     run.partial_stdout(
@@ -633,15 +648,9 @@ Recap of scripts/phase2.rhai
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:477:9]
- 476 │     for name in GITLAB_DEPLOYMENTS {
- 477 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
-     ·         ────┬────
-     ·             ╰── failed here
- 478 │     }
-     ╰────
+<frame>
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Pending; container webservice waiting (ContainerCreating), container gitlab-workhorse waiting (ContainerCreating); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event FailedMount: MountVolume.SetUp failed for volume "init-webservice-secrets" : secret "gitlab-rails-storage" not found
@@ -649,13 +658,13 @@ Recap of scripts/phase2.rhai
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##
+"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "kube_wait(\"Deployment\", \"gitlab\", name, \"Available\", #{timeout: wait_timeout});", "kube_wait", "failed here"))
     ));
 }
 
 #[test]
 fn gitlab_before_the_restore_step_stops_at_the_bundled_openbao_naming_its_credential() {
-    let run = rehearse_reordered(&[("GitLab", "Restore GitLab secrets")]);
+    let (run, source) = rehearse_reordered(&[("GitLab", "Restore GitLab secrets")]);
     let run = settled(run);
     run.code(1);
     run.partial_stdout(
@@ -692,15 +701,9 @@ Recap of scripts/phase2.rhai
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:448:5]
- 447 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 448 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
-     ·     ────┬────
-     ·         ╰── failed here
- 449 │     for name in GITLAB_DEPLOYMENTS {
-     ╰────
+<frame>
   caused by: StatefulSet/gitlab-openbao: replicas desired=1 ready=0 updated=1 available=0; no conditions
   caused by: pod gitlab-openbao-0: Pod/gitlab-openbao-0: phase Pending; container openbao waiting (CreateContainerConfigError: secret "gitlab-openbao-postgresql-password" not found); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady), Ready=False (ContainersNotReady)
   caused by: pod gitlab-openbao-0: event Failed: Error: secret "gitlab-openbao-postgresql-password" not found
@@ -708,14 +711,14 @@ Recap of scripts/phase2.rhai
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##
+"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "kube_wait(\"StatefulSet\", \"gitlab\", \"gitlab-openbao\", \"Rollout\", #{timeout: wait_timeout});", "kube_wait", "failed here"))
     ));
 }
 
 #[test]
 fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_its_database() {
     // CloudNativePG moved after GitLab: no postgresql-cnpg-rw Service for the bundled OpenBao.
-    let run = rehearse_reordered(&[("CloudNativePG", "Snapshot GitLab secrets")]);
+    let (run, source) = rehearse_reordered(&[("CloudNativePG", "Snapshot GitLab secrets")]);
     let run = settled(run)
         .replace_regex(
             r"gitlab-openbao-0_gitlab\([0-9a-z-]+\)",
@@ -729,17 +732,11 @@ fn gitlab_before_cloudnativepg_stops_at_the_bundled_openbao_that_cannot_resolve_
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}{}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…ection: failed to connect to `user=openbao database=openbao`: hostname resolving error: lookup
   │ postgresql-cnpg-rw.postgresql.svc on 10.96.0.10:53: no such host), <n> restarts
-     ╭─[scripts/phase2.rhai:462:5]
- 461 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 462 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
-     ·     ────┬────
-     ·         ╰── failed here
- 463 │     for name in GITLAB_DEPLOYMENTS {
-     ╰────
-"##,
+<frame>
+"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "kube_wait(\"StatefulSet\", \"gitlab\", \"gitlab-openbao\", \"Rollout\", #{timeout: wait_timeout});", "kube_wait", "failed here")),
         OPENBAO_CRASH_LOOP,
         r##"re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
@@ -753,7 +750,7 @@ fn gitlab_before_wildcard_tls_leaves_the_gateway_unprogrammed_naming_the_secret(
     // Secret, and node trust, which runs together with GitLab, finds no CA. Both fail, each
     // reported with its own error and its own `on_failure` line; the steps after the group
     // do not run.
-    let run = rehearse_reordered(&[("Wildcard TLS", "Snapshot GitLab secrets")]);
+    let (run, source) = rehearse_reordered(&[("Wildcard TLS", "Snapshot GitLab secrets")]);
     let run = settled(run);
     run.code(1);
     run.partial_stdout(
@@ -795,34 +792,39 @@ Recap of scripts/phase2.rhai
 "##,
         STEPS_BEFORE,
     );
+    let node_trust = crate::support::step_frame(
+        &source,
+        "scripts/phase2.rhai",
+        "Node trust",
+        "let ca = read_text(`${TLS_DIR}/ca.pem`);",
+        "read_text",
+        "failed here",
+    );
+    let gateway = crate::support::source_frame(
+        &source,
+        "scripts/phase2.rhai",
+        "kube_wait(\"Gateway\", \"gitlab\", GATEWAY",
+        "kube_wait",
+        "failed here",
+    );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         r##"error: step "Node trust" failed
   × cannot read infra/tls/wildcard/ca.pem: No such file or directory (os error 2)
-     ╭─[scripts/phase2.rhai:471:14]
- 470 │     }
- 471 │     let ca = read_text(`${TLS_DIR}/ca.pem`);
-     ·              ────┬────
-     ·                  ╰── failed here
- 472 │     kube_apply(#{apiVersion: "v1", kind: "ConfigMap",
-     ╰────
+<node trust frame>
   hint: check the path; relative paths start at the repository root
   when this step fails: Gateway not Programmed or image pulls failing TLS: check this step and the wildcard TLS step
 re-run with --resume to continue from here
 error: step "GitLab" failed
   × kube_wait Gateway/gitlab-gw in gitlab: not ready after 20s
-     ╭─[scripts/phase2.rhai:498:5]
- 497 │     // The Gateway is Programmed once Envoy runs and every listener's certificate Secret exists.
- 498 │     kube_wait("Gateway", "gitlab", GATEWAY, #{type: "Programmed", status: "True"}, #{timeout: wait_timeout});
-     ·     ────┬────
-     ·         ╰── failed here
- 499 │     // The runner authentication token OpenBao holds, verified against GitLab on every run.
-     ╰────
+<gateway frame>
   caused by: Gateway/gitlab-gw: conditions: Accepted=True (Accepted: The Gateway has been scheduled by Envoy Gateway), Programmed=False (Invalid: Gateway has invalid listeners: gitlab-web, registry-web, kas-web, apps); listener gitlab-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.); listener registry-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/registry-tls does not exist.); listener kas-web: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/kas-tls does not exist.); listener apps: Programmed=False (Invalid: Listener is invalid, see other Conditions for details.), ResolvedRefs=False (InvalidCertificateRef: Secret gitlab/gitlab-wildcard-tls does not exist.)
   hint: raise the timeout if it is only slow; the causes show each unready object (the `timeout` option, in seconds: #{timeout: 600})
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 "##
+        .replace("<node trust frame>\n", &node_trust)
+        .replace("<gateway frame>\n", &gateway)
     ));
 }
 
@@ -885,15 +887,9 @@ Recap of scripts/phase2.rhai
     );
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: Redis::CannotConnectError: WRONGPASS invalid username-password pair or user is disabled.), <n> restarts
-     ╭─[scripts/phase2.rhai:513:9]
- 512 │     for name in GITLAB_DEPLOYMENTS {
- 513 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
-     ·         ────┬────
-     ·             ╰── failed here
- 514 │     }
-     ╰────
+<frame>
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab(<uid>)
@@ -901,7 +897,7 @@ Recap of scripts/phase2.rhai
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##
+"##, &crate::support::source_frame(&crate::support::script_in(&copy, "scripts/phase2.rhai"), "scripts/phase2.rhai", "kube_wait(\"Deployment\", \"gitlab\", name, \"Available\", #{timeout: wait_timeout});", "kube_wait", "failed here"))
     ));
 }
 
@@ -2038,16 +2034,10 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
     run.code(1);
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait Deployment/gitlab-webservice-default in gitlab: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: container webservice: CrashLoopBackOff (back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); last exit code 1 (Error: ActiveRecord::ConnectionNotEstablished: connection to server at "postgresql-cnpg-rw.postgresql.svc" (<cluster ip>),
   │ port 5432 failed: FATAL: password authentication failed for user "gitlab"), <n> restarts
-     ╭─[scripts/phase2.rhai:513:9]
- 512 │     for name in GITLAB_DEPLOYMENTS {
- 513 │         kube_wait("Deployment", "gitlab", name, "Available", #{timeout: wait_timeout});
-     ·         ────┬────
-     ·             ╰── failed here
- 514 │     }
-     ╰────
+<frame>
   caused by: Deployment/gitlab-webservice-default: replicas desired=1 ready=0 updated=1 available=0; conditions: Available=False (MinimumReplicasUnavailable: Deployment does not have minimum availability.), Progressing=True (ReplicaSetUpdated: ReplicaSet "gitlab-webservice-default-9fbc8mr2n9" is progressing.)
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: Pod/gitlab-webservice-default-9fbc8mr2n9-<pod>: phase Running; container webservice waiting (CrashLoopBackOff: back-off 10s restarting failed container=webservice pod=gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab); conditions: PodScheduled=True, Initialized=True, ContainersReady=False (ContainersNotReady: containers with unready status: [webservice]), Ready=False (ContainersNotReady: containers with unready status: [webservice])
   caused by: pod gitlab-webservice-default-9fbc8mr2n9-<pod>: event BackOff: Back-off restarting failed container webservice in pod gitlab-webservice-default-9fbc8mr2n9-<pod>_gitlab(<uid>)
@@ -2055,7 +2045,7 @@ fn a_stale_role_password_in_the_restore_step_leaves_gitlab_unready_with_postgres
   when this step fails: a pod waiting for a Secret names it: gitlab-rails-storage comes from the MinIO step, gitlab-postgresql-password, gitlab-redis-password, gitlab-openbao-postgresql-password and gitlab-initial-root-password from the restore step, the listener Secrets from the wildcard TLS step; GitLab logging `FATAL: password authentication failed for user "gitlab"` means the restore step did not run before the install (infra/secrets/gitlab-runtime-secrets.yaml) or the role's password differs from infra/secrets/cnpg-role-passwords.json; Redis's `WRONGPASS` means gitlab-redis-password differs from infra/secrets/redis-password.txt; the bundled OpenBao's `failed SASL auth` means gitlab-openbao-postgresql-password differs from OpenBao's secret/openbao/postgresql, and its `hostname resolving error` for postgresql-cnpg-rw that the CloudNativePG step has not run
 re-run with --resume to continue from here
 warning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream
-"##
+"##, &crate::support::source_frame(&crate::support::script_in(&copy, "scripts/phase2.rhai"), "scripts/phase2.rhai", "kube_wait(\"Deployment\", \"gitlab\", name, \"Available\", #{timeout: wait_timeout});", "kube_wait", "failed here"))
     ));
 }
 
@@ -2078,17 +2068,11 @@ fn the_bundled_openbao_with_a_stale_database_password_crash_loops_with_its_own_w
     run.code(1);
     run.stderr(&format!(
         "{BARE_PLATFORM}{}{}{}",
-        r##"error: step "GitLab" failed
+        &crate::support::with_frame(r##"error: step "GitLab" failed
   × kube_wait StatefulSet/gitlab-openbao in gitlab: pod gitlab-openbao-0: container openbao: CrashLoopBackOff (back-off 10s restarting failed container=openbao pod=gitlab-openbao-0_gitlab); last exit code 1 (Error: error initializing storage of type postgresql: failed to connect to postgres: un…base=openbao`: postgresql-cnpg-rw.postgresql.svc:5432 (<cluster ip>): failed SASL auth: FATAL: password
   │ authentication failed for user "openbao" (SQLSTATE 28P01)), <n> restarts
-     ╭─[scripts/phase2.rhai:511:5]
- 510 │     // step writes, and its own words say which one is missing (PostgreSQL's or the DNS's).
- 511 │     kube_wait("StatefulSet", "gitlab", "gitlab-openbao", "Rollout", #{timeout: wait_timeout});
-     ·     ────┬────
-     ·         ╰── failed here
- 512 │     for name in GITLAB_DEPLOYMENTS {
-     ╰────
-"##,
+<frame>
+"##, &crate::support::source_frame(&crate::support::script_in(&copy, "scripts/phase2.rhai"), "scripts/phase2.rhai", "kube_wait(\"StatefulSet\", \"gitlab\", \"gitlab-openbao\", \"Rollout\", #{timeout: wait_timeout});", "kube_wait", "failed here")),
         OPENBAO_CRASH_LOOP,
         r##"re-run with --resume to continue from here
 "##
@@ -2297,6 +2281,69 @@ Recap of scripts/phase2.rhai
         "",
     );
     assert_eq!(sim.mutating_requests(), 0);
+
+    // Without the fix, the runner is created as `Ci::Runner.create!` creates one by default
+    // (registration_type registration_token): GitLab gives it a `glrtr-` token, not the `glrt-`
+    // authentication token the runner chart's `runnerToken` needs, and the step stops before
+    // storing it, showing only the prefix.
+    let script = copy.path().join("scripts/phase2.rhai");
+    let fixed = std::fs::read_to_string(&script).expect("phase2.rhai");
+    let unfixed = fixed.replace("registration_type: :authenticated_user, ", "");
+    assert_eq!(
+        fixed.len() - unfixed.len(),
+        2 * "registration_type: :authenticated_user, ".len()
+    );
+    std::fs::write(&script, &unfixed).expect("write phase2.rhai");
+    let runners = sim.api_json("runners/all");
+    let id = runners[0]["id"].as_i64().expect("the runner");
+    let deleted = sim.api("DELETE", &format!("runners/{id}"), None);
+    assert_eq!(deleted.status, 204, "{}", deleted.body);
+    let refused = settled(copy.run(&only));
+    refused.expect(
+        1,
+        &settled_recap(&with_recaps(
+            r##"
+            [1/17] Pre-flight ... skipped (not selected by --only)
+            [2/17] Gateway API CRDs ... skipped (not selected by --only)
+            [3/17] local-path StorageClass ... skipped (not selected by --only)
+            [4/17] Stable storage ... skipped (not selected by --only)
+            [5/17] CloudNativePG ... skipped (not selected by --only)
+            [6/17] Redis ... skipped (not selected by --only)
+            [7/17] MinIO ... skipped (not selected by --only)
+            [8/17] OpenBao ... skipped (not selected by --only)
+            [9/17] Wildcard TLS ... skipped (not selected by --only)
+            [10/17] CoreDNS rewrite ... skipped (not selected by --only)
+            [11/17] Restore GitLab secrets ... skipped (not selected by --only)
+            [12/17] Node trust ... skipped (not selected by --only)
+            [13/17] GitLab ...
+                warning: infra/helm-charts/gitlab-10.1.1.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab (not the real gitlab 10.1.1; see its README)
+                helm release gitlab/gitlab left alone: revision 1 of gitlab-10.1.1 is deployed with the same chart digest and values
+                warning: http://127.0.0.1:8200 does not answer; reaching OpenBao through a port-forward to svc/openbao:8200 in openbao (127.0.0.1:<port>)
+                a new runner token: GitLab does not know the one at secret/gitlab/runner/registration_token (restored from an older backup, or the runner was deleted)
+                ~ exec gitlab-rails in gitlab/app=toolbox
+            [13/17] GitLab ... failed (#.## s)
+
+            <recap of scripts/phase2.rhai: Pre-flight: skipped; Gateway API CRDs: skipped; local-path StorageClass: skipped; Stable storage: skipped; CloudNativePG: skipped; Redis: skipped; MinIO: skipped; OpenBao: skipped; Wildcard TLS: skipped; CoreDNS rewrite: skipped; Restore GitLab secrets: skipped; Node trust: skipped; GitLab: failed 1; Snapshot GitLab secrets: not run; Registry hosts pin: not run; Runner: not run; Destroy: not run>
+            "##,
+        )),
+        &crate::support::with_frame(
+            r##"
+            error: step "GitLab" failed
+              × gitlab-rails runner printed a runner token starting glrtr-, not glrt-: GitLab gives a glrt- authentication token only to a runner created with registration_type: :authenticated_user
+            <frame>
+              when this step fails: <the GitLab step's advice>
+            re-run with --resume to continue from here
+            "##,
+            &crate::support::source_frame(
+                &unfixed,
+                "scripts/phase2.rhai",
+                "throw `gitlab-rails runner printed a runner token starting",
+                "throw",
+                "thrown here",
+            ),
+        )
+        .replace("<the GitLab step's advice>", GITLAB_STEP_ADVICE),
+    );
 }
 
 /// Every secret phase 2 made is kept in OpenBao too: a checkout that lost infra/secrets/ and

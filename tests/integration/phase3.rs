@@ -472,18 +472,12 @@ fn the_loader_refuses_a_reorder_and_a_forced_order_still_smokes_green() {
     );
     std::fs::write(&manifest, reordered).expect("write");
     let refused = copy.run(&["--list", "scripts/phase3.rhai"]);
-    refused.expect(3, "", r##"
+    refused.expect(3, "", &crate::support::with_frame(r##"
 error: the top level of scripts/phase3.rhai failed
   × apps/apps_manifest.yaml:5:1: `shared-code` must be the first app (it is at apps/apps_manifest.yaml:15:1)
-    ╭─[scripts/phase3.rhai:38:12]
- 37 │ // `--app NAME` keeps that app and shared-code, whose CI templates every app includes.
- 38 │ let apps = load_manifest("apps/apps_manifest.yaml");
-    ·            ──────┬──────
-    ·                  ╰── failed here
- 39 │ if args.app != () {
-    ╰────
+<frame>
   hint: the other projects include shared-code's CI templates cross-project, so it must exist before their pipelines run
-"##);
+"##, &crate::support::script_frame("scripts/phase3.rhai", "let apps = load_manifest(\"apps/apps_manifest.yaml\");", "load_manifest", "failed here")));
     std::fs::write(&manifest, text).expect("restore");
 
     // Forcing the order in the script: guestbook is pushed before shared-code exists. Its
@@ -634,18 +628,12 @@ fn app_filter_destroy_and_rebuild() {
     unknown.expect(
         3,
         "",
-        r##"
+        &crate::support::with_frame(r##"
 error: the top level of scripts/phase3.rhai failed
   × unknown app `nope`
-    ╭─[scripts/phase3.rhai:40:18]
- 39 │ if args.app != () {
- 40 │     let wanted = load_manifest("apps/apps_manifest.yaml", #{app: args.app})[0].name;
-    ·                  ──────┬──────
-    ·                        ╰── failed here
- 41 │     apps = apps.filter(|app| app.name == "shared-code" || app.name == wanted);
-    ╰────
+<frame>
   hint: valid apps: shared-code, guestbook, redis, redis-slave
-"##,
+"##, &crate::support::script_frame("scripts/phase3.rhai", "let wanted = load_manifest(\"apps/apps_manifest.yaml\", #{app: args.app})[0].name;", "load_manifest", "failed here")),
     );
 
     // The guestbook's deploying identity: its account and binding.

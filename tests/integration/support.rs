@@ -246,6 +246,40 @@ fn place_in(source: &str, script: &str, text: &str) -> (usize, usize) {
     place
 }
 
+/// `script:LINE:COLUMN` of `text` on the one line of `script` holding it (where a frame's
+/// "called at" line points).
+#[track_caller]
+pub fn script_location(script: &str, text: &str) -> String {
+    source_location(&read_script(script), script, text)
+}
+
+/// Like `script_location`, over `source` (a test's edited copy of `script`).
+#[track_caller]
+pub fn source_location(source: &str, script: &str, text: &str) -> String {
+    let (line, column) = place_in(source, script, text);
+    format!("{script}:{line}:{column}")
+}
+
+/// `template` unindented (see `Output::stderr`) with its one `<frame>` line replaced by `frame`
+/// (from `script_frame` or `source_frame`): an expected error whose source frame follows the
+/// script's current text.
+#[track_caller]
+pub fn with_frame(template: &str, frame: &str) -> String {
+    let text = bprun_testkit::unindent(template);
+    assert_eq!(
+        text.matches("<frame>\n").count(),
+        1,
+        "one `<frame>` line in the template"
+    );
+    text.replace("<frame>\n", frame)
+}
+
+/// `script` as it stands in `copy` (a repository copy whose script a test edited).
+pub fn script_in(copy: &Test, script: &str) -> String {
+    let path = copy.path().join(script);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// `script:LINE:COLUMN` of the first `text` after the one line holding `anchor`.
 #[track_caller]
 pub fn script_location_after(script: &str, anchor: &str, text: &str) -> String {
@@ -277,6 +311,28 @@ pub fn source_frame(
     label: &str,
 ) -> String {
     let (line, _) = place_in(source, script, line_text);
+    frame_at(source, script, line, span, label)
+}
+
+/// Like `source_frame`, for a `line_text` that only the step named `step` holds once.
+#[track_caller]
+pub fn step_frame(
+    source: &str,
+    script: &str,
+    step: &str,
+    line_text: &str,
+    span: &str,
+    label: &str,
+) -> String {
+    let (range, _) = step_place(source, step);
+    let above = source[..range.start].matches('\n').count();
+    let (line, _) = place_in(&source[range], script, line_text);
+    frame_at(source, script, above + line, span, label)
+}
+
+/// The frame under `line` (1-based) of `source`, underlining the first `span` in it.
+#[track_caller]
+fn frame_at(source: &str, script: &str, line: usize, span: &str, label: &str) -> String {
     let lines: Vec<&str> = source.lines().collect();
     let text = lines[line - 1];
     let column = text

@@ -461,8 +461,16 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 name,
                 expires_in_days,
             } => Ok(minter_sim.mint_token(name, expires_in_days)),
-            crate::kube::TokenRequest::InstanceRunner { description } => {
-                Ok(minter_sim.create_instance_runner(description))
+            crate::kube::TokenRequest::InstanceRunner {
+                description,
+                authenticated_user,
+            } => {
+                let registration_type = if authenticated_user {
+                    crate::gitlab::RegistrationType::AuthenticatedUser
+                } else {
+                    crate::gitlab::RegistrationType::RegistrationToken
+                };
+                Ok(minter_sim.create_instance_runner(description, registration_type))
             }
         });
     let node = prepared

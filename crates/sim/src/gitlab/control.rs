@@ -4,6 +4,7 @@
 
 use serde_json::{Value, json};
 
+use super::runners::RegistrationType;
 use super::tokens::format_date;
 use super::{GitlabSim, message, param_error, string_field};
 use crate::http::{Faults, SimRequest, SimResponse};
@@ -66,11 +67,25 @@ impl GitlabSim {
         if self.authenticate(request).is_none() {
             return message(401, "401 Unauthorized");
         }
-        let description = string_field(&request.params(), "description")
+        let params = request.params();
+        let description = string_field(&params, "description")
             .unwrap_or_else(|| "created by gitlab-rails runner".to_string());
+        // `Ci::Runner`'s enum default when the code names none.
+        let registration_type = string_field(&params, "registration_type")
+            .as_deref()
+            .map_or(
+                Some(RegistrationType::RegistrationToken),
+                RegistrationType::named,
+            );
+        let Some(registration_type) = registration_type else {
+            return message(
+                400,
+                "registration_type is not authenticated_user or registration_token",
+            );
+        };
         SimResponse::json(
             201,
-            &json!({"token": self.create_instance_runner(&description)}),
+            &json!({"token": self.create_instance_runner(&description, registration_type)}),
         )
     }
 }

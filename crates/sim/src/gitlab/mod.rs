@@ -25,7 +25,9 @@ mod runners;
 mod tokens;
 mod variables;
 
-pub use runners::{STANDIN_RUNNER, runner_standin, standin_interval, standin_poll};
+pub use runners::{
+    RegistrationType, STANDIN_RUNNER, runner_standin, standin_interval, standin_poll,
+};
 
 use crate::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse};
 use bprun_clients::digest::sha256_hex;

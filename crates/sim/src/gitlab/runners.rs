@@ -14,12 +14,61 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How a runner came to be, GitLab's `Ci::Runner` `registration_type`: it decides the prefix of
+/// every token GitLab gives the runner (`prefix_for_new_and_legacy_runner`, app/models/ci/runner.rb).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RegistrationType {
+    /// Created by a user (the UI, `POST /user/runners`, or `Ci::Runner.create!` with
+    /// `registration_type: :authenticated_user`): tokens start with `CREATED_RUNNER_TOKEN_PREFIX`,
+    /// `glrt-`.
+    AuthenticatedUser,
+    /// Registered with a registration token: the enum's default, so a bare `Ci::Runner.create!`
+    /// gets it too. Since GitLab 17.11 its tokens start with `REGISTRATION_RUNNER_TOKEN_PREFIX`,
+    /// `glrtr-`, never `glrt-` (the model's spec: a runner registered otherwise has no `glrt-`).
+    RegistrationToken,
+}
+
+impl RegistrationType {
+    /// The name GitLab's enum gives it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::AuthenticatedUser => "authenticated_user",
+            Self::RegistrationToken => "registration_token",
+        }
+    }
+
+    /// The type named `name` (GitLab's enum names); `None` for another name.
+    pub fn named(name: &str) -> Option<Self> {
+        match name {
+            "authenticated_user" => Some(Self::AuthenticatedUser),
+            "registration_token" => Some(Self::RegistrationToken),
+            _ => None,
+        }
+    }
+
+    fn token_prefix(self) -> &'static str {
+        match self {
+            Self::AuthenticatedUser => "glrt-",
+            Self::RegistrationToken => "glrtr-",
+        }
+    }
+}
+
+/// What a runner kept before it had a registration type: every runner was created with
+/// `POST /user/runners` or as a created runner, so `glrt-`.
+fn created_by_a_user() -> RegistrationType {
+    RegistrationType::AuthenticatedUser
+}
+
 /// A runner as GitLab 17/18 keeps it: created with `POST /user/runners` (an authentication
 /// token `glrt-...`, kept as a digest), online while it polls `POST /jobs/request`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub(super) struct Runner {
     pub(super) id: u64,
     pub(super) token_digest: String,
+    #[serde(default = "created_by_a_user")]
+    pub(super) registration_type: RegistrationType,
     pub(super) description: String,
     /// `instance_type`, `group_type` or `project_type`.
     pub(super) runner_type: String,
@@ -77,10 +126,11 @@ impl Runner {
     }
 }
 
-/// A runner authentication token, as GitLab 17 mints them.
-pub(super) fn runner_token() -> String {
+/// A runner authentication token, as GitLab 17.11+ mints them for a runner of that type.
+pub(super) fn runner_token(registration_type: RegistrationType) -> String {
     format!(
-        "glrt-{}",
+        "{}{}",
+        registration_type.token_prefix(),
         (0..20)
             .map(|_| fastrand::alphanumeric())
             .collect::<String>()
@@ -167,7 +217,6 @@ impl GitlabSim {
 
     /// `POST /runners/:id/reset_authentication_token`.
     pub(super) fn reset_runner_token(&self, id: &str) -> SimResponse {
-        let token = runner_token();
         let mut state = self.lock();
         let Some(runner) = id
             .parse::<u64>()
@@ -176,6 +225,7 @@ impl GitlabSim {
         else {
             return not_found("Runner");
         };
+        let token = runner_token(runner.registration_type);
         runner.token_digest = token_digest(&token);
         drop(state);
         self.persist();
@@ -318,7 +368,7 @@ impl GitlabSim {
             },
             _ => (None, None),
         };
-        let token = runner_token();
+        let token = runner_token(RegistrationType::AuthenticatedUser);
         state.next_runner_id += 1;
         let id = state.next_runner_id;
         state.runners.insert(
@@ -326,6 +376,7 @@ impl GitlabSim {
             Runner {
                 id,
                 token_digest: token_digest(&token),
+                registration_type: RegistrationType::AuthenticatedUser,
                 description: string_field(&body, "description").unwrap_or_default(),
                 runner_type,
                 group_id,
@@ -493,25 +544,42 @@ impl GitlabSim {
     /// Ci::Runner.create!(...)` followed by `reset_token!` does in `gitlab-rails runner`. The old
     /// token stops working, so an interrupted run that never stored its token leaves no second
     /// runner and no live stray token behind.
-    pub fn create_instance_runner(&self, description: &str) -> String {
-        self.instance_runner(description, Vec::new())
+    /// The runner's `registration_type` decides its token's prefix: found among the runners of
+    /// that type, created with it (`glrt-` only for `AuthenticatedUser`).
+    pub fn create_instance_runner(
+        &self,
+        description: &str,
+        registration_type: RegistrationType,
+    ) -> String {
+        self.instance_runner(description, registration_type, Vec::new())
     }
 
     /// Registers the runner stand-in (an instance runner, untagged jobs and `tags`), or gives
     /// the one a previous start registered a fresh token; returns its authentication token.
     pub fn register_standin_runner(&self, tags: &[String]) -> String {
-        self.instance_runner(STANDIN_RUNNER, tags.to_vec())
+        self.instance_runner(
+            STANDIN_RUNNER,
+            RegistrationType::AuthenticatedUser,
+            tags.to_vec(),
+        )
     }
 
     /// The instance runner `description` with `tags`, made or found, and a fresh token.
-    fn instance_runner(&self, description: &str, tag_list: Vec<String>) -> String {
-        let token = runner_token();
+    fn instance_runner(
+        &self,
+        description: &str,
+        registration_type: RegistrationType,
+        tag_list: Vec<String>,
+    ) -> String {
+        let token = runner_token(registration_type);
         let mut state = self.lock();
         let existing = state
             .runners
             .values()
             .find(|runner| {
-                runner.description == description && runner.runner_type == "instance_type"
+                runner.description == description
+                    && runner.runner_type == "instance_type"
+                    && runner.registration_type == registration_type
             })
             .map(|runner| runner.id);
         let id = match existing {
@@ -531,6 +599,7 @@ impl GitlabSim {
             Runner {
                 id,
                 token_digest: token_digest(&token),
+                registration_type,
                 description: description.to_string(),
                 runner_type: "instance_type".to_string(),
                 group_id: None,
@@ -558,9 +627,10 @@ mod runner_creation_tests {
     #[test]
     fn creating_a_runner_again_reuses_it_and_retires_the_old_token() {
         let sim = GitlabSim::new(Config::default()).expect("sim");
-        let first = sim.create_instance_runner("blueprint gitlab-runner");
-        let second = sim.create_instance_runner("blueprint gitlab-runner");
-        let other = sim.create_instance_runner("another runner");
+        let created = RegistrationType::AuthenticatedUser;
+        let first = sim.create_instance_runner("blueprint gitlab-runner", created);
+        let second = sim.create_instance_runner("blueprint gitlab-runner", created);
+        let other = sim.create_instance_runner("another runner", created);
         assert!(first.starts_with("glrt-") && second.starts_with("glrt-"));
         assert_ne!(first, second);
         let state = sim.lock();
@@ -581,5 +651,34 @@ mod runner_creation_tests {
         assert_eq!(state.runners.len(), 2);
         drop(state);
         assert!(other.starts_with("glrt-"));
+    }
+
+    /// GitLab's rule (app/models/ci/runner.rb, `prefix_for_new_and_legacy_runner`): `glrt-` only
+    /// for a runner a user created; one of the enum's default type gets `glrtr-`, on creation
+    /// and on every token reset.
+    #[test]
+    fn only_a_runner_created_by_a_user_gets_a_glrt_token() {
+        let sim = GitlabSim::new(Config::default()).expect("sim");
+        let registered = sim.create_instance_runner("legacy", RegistrationType::RegistrationToken);
+        assert!(registered.starts_with("glrtr-"), "{registered}");
+        let id = sim
+            .lock()
+            .runners
+            .values()
+            .find(|r| r.description == "legacy")
+            .map(|r| r.id)
+            .expect("the runner");
+        let reset = sim.reset_runner_token(&id.to_string());
+        assert_eq!(reset.status, 201);
+        let body: Value = serde_json::from_slice(&reset.body).expect("json");
+        let token = body["token"].as_str().expect("token");
+        assert!(token.starts_with("glrtr-"), "{token}");
+        let created = sim.create_instance_runner("legacy", RegistrationType::AuthenticatedUser);
+        assert!(created.starts_with("glrt-"), "{created}");
+        assert_eq!(
+            sim.lock().runners.len(),
+            2,
+            "a runner of another type is another runner"
+        );
     }
 }

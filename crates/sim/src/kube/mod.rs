@@ -57,8 +57,13 @@ pub enum TokenRequest<'a> {
         expires_in_days: Option<i64>,
     },
     /// `Ci::Runner.create!(runner_type: :instance_type, description: ...)`: an instance runner
-    /// and its authentication token (`glrt-...`).
-    InstanceRunner { description: &'a str },
+    /// and its authentication token. `authenticated_user` when the call says
+    /// `registration_type: :authenticated_user`: only such a runner's token starts with `glrt-`
+    /// (GitLab's enum defaults to `registration_token`).
+    InstanceRunner {
+        description: &'a str,
+        authenticated_user: bool,
+    },
 }
 
 /// Answers the toolbox's `gitlab-rails runner` requests with a token from GitLab.
@@ -67,6 +72,32 @@ pub type TokenMinter = Arc<dyn Fn(TokenRequest) -> Result<String, String> + Send
 /// The `description: '...'` of a `Ci::Runner.create!(...)` call.
 fn runner_description(code: &str) -> String {
     quoted_argument(code, "description:").unwrap_or_else(|| "created by gitlab-rails runner".into())
+}
+
+/// The arguments of the first `call` (`Ci::Runner.create!(`) in Ruby code, up to its closing
+/// parenthesis.
+fn call_arguments<'a>(code: &'a str, call: &str) -> Option<&'a str> {
+    let start = code.find(call)? + call.len();
+    let mut depth = 1;
+    for (offset, c) in code[start..].char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&code[start..start + offset]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// Whether a `Ci::Runner.create!` call's arguments set `registration_type: :authenticated_user`.
+fn names_authenticated_user(arguments: &str) -> bool {
+    arguments.contains("registration_type: :authenticated_user")
+        || arguments.contains("registration_type: 'authenticated_user'")
 }
 
 /// The quoted string after `key` in Ruby code (single or double quotes).
@@ -175,6 +206,8 @@ pub fn builtin_exec(minter: Option<TokenMinter>) -> ExecRuntime {
                 let request = if code.contains("Ci::Runner.create") {
                     TokenRequest::InstanceRunner {
                         description: &request,
+                        authenticated_user: call_arguments(&code, "Ci::Runner.create!(")
+                            .is_some_and(names_authenticated_user),
                     }
                 } else {
                     TokenRequest::PersonalAccessToken {
@@ -216,8 +249,19 @@ pub fn http_minter(gitlab_url: String, gitlab_token: String) -> TokenMinter {
                 "tokens",
                 serde_json::json!({"name": name, "expires_in_days": expires_in_days}),
             ),
-            TokenRequest::InstanceRunner { description } => {
-                ("runners", serde_json::json!({"description": description}))
+            TokenRequest::InstanceRunner {
+                description,
+                authenticated_user,
+            } => {
+                let registration_type = if authenticated_user {
+                    "authenticated_user"
+                } else {
+                    "registration_token"
+                };
+                (
+                    "runners",
+                    serde_json::json!({"description": description, "registration_type": registration_type}),
+                )
             }
         };
         let url = format!("{}/-/sim/{endpoint}", gitlab_url.trim_end_matches('/'));
@@ -671,11 +715,15 @@ mod toolbox_tests {
             (runner.code, runner.stdout),
             (0, b"glrt-created\n".to_vec())
         );
+        exec(&toolbox_call(
+            "runner = Ci::Runner.find_by(description: 'x') || Ci::Runner.create!(runner_type: :instance_type, registration_type: :authenticated_user, description: 'x'); puts runner.token",
+        ));
         assert_eq!(
             *asked.lock().unwrap(),
             [
                 "PersonalAccessToken { name: \"blueprint-phase3\", expires_in_days: Some(365) }",
-                "InstanceRunner { description: \"blueprint gitlab-runner\" }"
+                "InstanceRunner { description: \"blueprint gitlab-runner\", authenticated_user: false }",
+                "InstanceRunner { description: \"x\", authenticated_user: true }"
             ]
         );
         let other = exec(&toolbox_call("puts User.count"));
