@@ -348,7 +348,7 @@ fn no_test_pins_a_line_of_a_shipped_script() {
         for entry in std::fs::read_dir(root.join(folder)).expect("read scripts") {
             let path = entry.expect("scripts entry").path();
             if path.extension().is_some_and(|ext| ext == "rhai") {
-                let relative = path.strip_prefix(&root).expect("under the root");
+                let relative = path.strip_prefix(root).expect("under the root");
                 scripts.push(regex::escape(&relative.to_string_lossy()));
             }
         }
@@ -363,7 +363,7 @@ fn no_test_pins_a_line_of_a_shipped_script() {
             let text = std::fs::read_to_string(&file).expect("read source");
             for (index, line) in text.lines().enumerate() {
                 if pinned.is_match(line) || bare_position.is_match(line) {
-                    let relative = file.strip_prefix(&root).expect("under the root");
+                    let relative = file.strip_prefix(root).expect("under the root");
                     found.push(format!(
                         "{}:{}: {}",
                         relative.display(),
