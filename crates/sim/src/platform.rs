@@ -464,14 +464,10 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
             crate::kube::TokenRequest::InstanceRunner {
                 description,
                 authenticated_user,
-            } => {
-                let registration_type = if authenticated_user {
-                    crate::gitlab::RegistrationType::AuthenticatedUser
-                } else {
-                    crate::gitlab::RegistrationType::RegistrationToken
-                };
-                Ok(minter_sim.create_instance_runner(description, registration_type))
-            }
+            } => Ok(minter_sim.create_instance_runner(
+                description,
+                crate::gitlab::RegistrationType::created(authenticated_user),
+            )),
         });
     let node = prepared
         .node_shared

@@ -30,11 +30,13 @@ pub enum RegistrationType {
 }
 
 impl RegistrationType {
-    /// The name GitLab's enum gives it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::AuthenticatedUser => "authenticated_user",
-            Self::RegistrationToken => "registration_token",
+    /// The type `Ci::Runner.create!` gives: `AuthenticatedUser` when its arguments say so, else
+    /// the enum's default.
+    pub fn created(authenticated_user: bool) -> Self {
+        if authenticated_user {
+            Self::AuthenticatedUser
+        } else {
+            Self::RegistrationToken
         }
     }
 
