@@ -96,6 +96,10 @@ pub const DECLARED: &[Declared] = &[
         ],
     },
     Declared {
+        native: "gitlab_protect_branch",
+        options: &[("push", Str), ("merge", Str), ("allow_force_push", Bool)],
+    },
+    Declared {
         native: "gitlab_set_variables",
         options: &[("remove_unlisted", Bool), ("remove", Strings)],
     },

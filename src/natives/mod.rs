@@ -15,6 +15,7 @@ pub mod declared;
 pub mod fs;
 pub mod git;
 pub mod gitlab;
+pub mod gitlab_branches;
 pub mod gitlab_operate;
 pub mod gitlab_reads;
 pub mod helm;
@@ -46,6 +47,11 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_process", process::process_functions);
     combine_with_exported_module!(&mut module, "bprun_bao", bao::bao_functions);
     combine_with_exported_module!(&mut module, "bprun_gitlab", gitlab::gitlab_functions);
+    combine_with_exported_module!(
+        &mut module,
+        "bprun_gitlab_branches",
+        gitlab_branches::gitlab_branch_functions
+    );
     combine_with_exported_module!(
         &mut module,
         "bprun_gitlab_reads",

@@ -1162,3 +1162,157 @@ fn script_constant(name: &str) -> String {
         .expect("a one-line string")
         .to_string()
 }
+
+/// `protected_branches/main` of a project, as the GitLab simulator's admin changes it by hand.
+fn protect_main_by_hand(sim: &Sim, project: &str, push_access_level: u8) {
+    let branch = format!("projects/blueprint-apps%2F{project}/protected_branches");
+    let unprotected = sim.api("DELETE", &format!("{branch}/main"), None);
+    assert_eq!(unprotected.status, 204, "{}", unprotected.body);
+    let protected = sim.api(
+        "POST",
+        &branch,
+        Some(&format!(
+            r#"{{"name":"main","push_access_level":{push_access_level},"merge_access_level":40}}"#
+        )),
+    );
+    assert_eq!(protected.status, 201, "{}", protected.body);
+}
+
+#[test]
+fn a_main_branch_no_one_may_push_to_is_protected_again_before_phase3_pushes() {
+    // GitLab enforces a protected branch's push level on everyone, its administrators too:
+    // "No one" refuses bprun's own push. Phase 3 declares main's protection before it pushes.
+    let sim = BPRUN.sim(SimKind::All, &[]);
+    let copy = phase3_copy(Some(&sim));
+    copy.run(&["scripts/phase3.rhai"]).success();
+    protect_main_by_hand(&sim, "guestbook", 0);
+    // Something for phase 3 to push: a file the app's folder gained.
+    let notes = copy.path().join("apps/guestbook/NOTES.md");
+    std::fs::write(&notes, "Operators' notes.\n").expect("write NOTES.md");
+
+    // Without the declaration, GitLab's pre-receive hook refuses the push, in its words.
+    let script = copy.path().join("scripts/phase3.rhai");
+    let source = std::fs::read_to_string(&script).expect("phase3.rhai");
+    let without: String = source
+        .lines()
+        .filter(|line| !line.contains("gitlab_protect_branch("))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    assert_ne!(without, source, "the fix is in the script");
+    std::fs::write(&script, &without).expect("write phase3.rhai");
+    let refused = copy
+        .run(&["scripts/phase3.rhai", "--app", "guestbook"])
+        .replace(sim.gitlab_url(), "<gitlab>");
+    let frame = crate::support::source_frame(
+        &without,
+        "scripts/phase3.rhai",
+        "parallel(apps, |app| provision(app, overwrite_ci)",
+        "parallel",
+        "failed here",
+    );
+    refused.expect(
+        1,
+        "
+        [1/7] Pre-flight ... ok (#.## s)
+        [2/7] Mint PAT ...
+            admin PAT already in OpenBao; reusing
+        [2/7] Mint PAT ... ok (#.## s)
+        [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+        [4/7] Ensure group ... ok (#.## s)
+        [5/7] Provision projects ...
+            ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (1 created, 0 updated, 0 deleted)
+        [5/7] Provision projects ... failed (#.## s)
+
+        Recap of scripts/phase3.rhai
+          #  step                 status            changes       time
+          1  Pre-flight           ok                      0     #.## s
+          2  Mint PAT             ok                      0     #.## s
+          3  Seed glab auth       skipped                 0     #.## s
+          4  Ensure group         ok                      0     #.## s
+          5  Provision projects   failed                  1     #.## s
+          6  Smoke test           not run                 0          -
+          7  Workloads reachable  not run                 0          -
+        7 steps: 3 ok, 0 changed, 1 skipped, 1 failed, 2 not run in #.## s
+        ",
+        &crate::support::with_frame(
+            &format!(
+                "
+                error: step \"Provision projects\" failed
+                  × parallel: 1 of 2 items failed
+                <frame>
+                  caused by: item 2 (guestbook): git: push from apps-local/blueprint-apps/guestbook refused: refs/heads/main: pre-receive hook declined; remote: GitLab: You are not allowed to push code to protected branches on this project.
+                  hint: each failed item is listed above; the others finished
+                  when this step fails: {}
+                re-run with --resume to continue from here
+                ",
+                script_constant("PROVISION_ADVICE")
+            ),
+            &frame,
+        ),
+    );
+
+    // With it, phase 3 protects main again as it declares, then pushes what it committed.
+    std::fs::write(&script, &source).expect("restore phase3.rhai");
+    let fixed = copy
+        .run(&["scripts/phase3.rhai", "--app", "guestbook"])
+        .replace_regex(r"#\d+ of", "#<n> of")
+        // How often the wait saw the pipeline unfinished, and for how long, varies.
+        .replace_regex(
+            r"    pipeline #<n> of [^:]+: (created|pending|running) \(\d+ s\)\n",
+            "",
+        )
+        .replace_regex(r": success \(\d+ s\)", ": success (<t> s)")
+        .replace_regex(r"guestbook \([0-9a-f]{8}\)", "guestbook (<commit>)");
+    fixed.expect(
+        0,
+        "
+        [1/7] Pre-flight ... ok (#.## s)
+        [2/7] Mint PAT ...
+            admin PAT already in OpenBao; reusing
+        [2/7] Mint PAT ... ok (#.## s)
+        [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
+        [4/7] Ensure group ... ok (#.## s)
+        [5/7] Provision projects ...
+            ~ update protected branch blueprint-apps/guestbook main
+            ~ commit and push apps-local/blueprint-apps/guestbook (<commit>)
+        [5/7] Provision projects ... changed (#.## s)
+        [6/7] Smoke test ...
+            ~ start pipeline of blueprint-apps/guestbook on main
+            pipeline #<n> of blueprint-apps/shared-code: success (<t> s)
+            pipeline #<n> of blueprint-apps/guestbook: success (<t> s)
+        [6/7] Smoke test ... changed (#.## s)
+        [7/7] Workloads reachable ...
+            https://guestbook.local.example.net/ answers 200 through the gateway
+        [7/7] Workloads reachable ... ok (#.## s)
+
+        Recap of scripts/phase3.rhai
+          #  step                 status            changes       time
+          1  Pre-flight           ok                      0     #.## s
+          2  Mint PAT             ok                      0     #.## s
+          3  Seed glab auth       skipped                 0     #.## s
+          4  Ensure group         ok                      0     #.## s
+          5  Provision projects   changed                 2     #.## s
+          6  Smoke test           changed                 1     #.## s
+          7  Workloads reachable  ok                      0     #.## s
+        7 steps: 4 ok, 2 changed, 1 skipped, 0 failed in #.## s
+        ",
+        "",
+    );
+    let protection = sim.api_json("projects/blueprint-apps%2Fguestbook/protected_branches/main");
+    assert_eq!(
+        (
+            &protection["push_access_levels"][0]["access_level_description"],
+            &protection["merge_access_levels"][0]["access_level_description"],
+        ),
+        (
+            &serde_json::json!("Maintainers"),
+            &serde_json::json!("Maintainers")
+        ),
+    );
+
+    // And then nothing to do.
+    let again = copy
+        .run(&["scripts/phase3.rhai"])
+        .replace_regex(r"#\d+ of", "#<n> of");
+    again.expect(0, &second_run(""), "");
+}

@@ -660,7 +660,7 @@ pub fn commit_push(
 
 /// The hint for a refused push: the remote moved on, or it did not let this PAT push.
 fn refused_push(error: ClientError, not_fast_forward: bool) -> ClientError {
-    if error.remedy.is_some() {
+    if error.remedy.is_some() || error.hint.is_some() {
         error
     } else if not_fast_forward {
         error
@@ -680,12 +680,24 @@ fn push_once(repo: &git2::Repository, shown: &str) -> Result<(), ClientError> {
         .map_err(|error| git_error("find remote origin", shown, error))?;
     // libgit2 reports a refused ref update through this callback, not as an error.
     let refused: RefCell<Option<String>> = RefCell::new(None);
+    // What the remote says on its side band (git prints it as `remote: ...`): a server's
+    // pre-receive hook gives its reason there (GitLab: "You are not allowed to push code to
+    // protected branches on this project.").
+    let said: RefCell<Vec<u8>> = RefCell::new(Vec::new());
     let mut callbacks = git2::RemoteCallbacks::new();
     callbacks.push_update_reference(|reference, status| {
         if let Some(message) = status {
             *refused.borrow_mut() = Some(format!("{reference}: {message}"));
         }
         Ok(())
+    });
+    callbacks.sideband_progress(|data| {
+        let mut said = said.borrow_mut();
+        // Bounded: a chatty remote cannot grow an error without end.
+        if said.len() < 4096 {
+            said.extend_from_slice(data);
+        }
+        true
     });
     let mut options = git2::PushOptions::new();
     options.remote_callbacks(callbacks);
@@ -699,13 +711,36 @@ fn push_once(repo: &git2::Repository, shown: &str) -> Result<(), ClientError> {
             refused_push(git_error("push", shown, error), not_fast_forward)
         })?;
     drop(options);
-    match refused.into_inner() {
-        Some(reason) => Err(refused_push(
-            ClientError::new(format!("git: push from {shown} refused: {reason}")),
-            false,
-        )),
-        None => Ok(()),
+    let Some(reason) = refused.into_inner() else {
+        return Ok(());
+    };
+    // The remote's words in the headline, where every caller shows them (as git prints them).
+    let remote_said = remote_lines(&said.into_inner());
+    let words: String = remote_said
+        .iter()
+        .map(|line| format!("; remote: {line}"))
+        .collect();
+    let mut error = ClientError::new(format!("git: push from {shown} refused: {reason}{words}"));
+    if remote_said
+        .iter()
+        .any(|line| line.contains("protected branch"))
+    {
+        error = error.with_hint(format!(
+            "the branch's protection does not admit the PAT's user: Settings > Repository > Protected branches, allowed to push ({BRANCH})"
+        ));
     }
+    Err(refused_push(error, false))
+}
+
+/// The remote's side-band messages as lines, without the padding git clears a progress line
+/// with.
+fn remote_lines(said: &[u8]) -> Vec<String> {
+    String::from_utf8_lossy(said)
+        .split(['\n', '\r'])
+        .map(str::trim_end)
+        .filter(|line| !line.is_empty())
+        .map(str::to_string)
+        .collect()
 }
 
 /// The commit `origin`'s `main` points at now (None when the remote has no `main`), read with

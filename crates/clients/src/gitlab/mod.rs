@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use crate::error::{ClientError, ErrorKind, Remedy};
 use crate::secret::Secret;
 
+mod branches;
 pub mod control;
 mod files;
 mod groups;
@@ -28,6 +29,7 @@ mod runners;
 mod tokens;
 mod variables;
 
+pub use branches::{BranchAccess, BranchProtection};
 pub use groups::{Group, GroupSpec};
 pub use pipelines::{Pipeline, PipelineRef, Reuse, Started, WaitParams};
 pub use probes::{AccessReport, PROBE_PREFIX, Verdict};

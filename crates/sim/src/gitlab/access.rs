@@ -249,13 +249,13 @@ impl GitlabSim {
                 if level < needed {
                     return Some(forbidden());
                 }
-                // Pushing to a protected branch takes a Maintainer (GitLab's default).
+                // A commit through the API is a push to its branch: the branch's protection
+                // decides (`Gitlab::UserAccess#can_push_to_branch?`).
                 let branch = string_field(&request.params(), "branch");
                 match (rest, branch) {
                     (["repository", "files", ..], Some(branch))
                         if writes(method)
-                            && level < MAINTAINER
-                            && self.protected_list(state, project.id).contains(&branch) =>
+                            && !self.may_push_branch(state, user, project.id, &branch) =>
                     {
                         Some(message(
                             403,
@@ -264,8 +264,7 @@ impl GitlabSim {
                     }
                     (["repository", "commits"], Some(branch))
                         if method == "POST"
-                            && level < MAINTAINER
-                            && self.protected_list(state, project.id).contains(&branch) =>
+                            && !self.may_push_branch(state, user, project.id, &branch) =>
                     {
                         Some(SimResponse::json(
                             400,
@@ -279,7 +278,9 @@ impl GitlabSim {
         }
     }
 
-    /// GitLab's pre-receive verdict on a push by `user` to `project` (`None`: accepted).
+    /// GitLab's pre-receive verdict on a push by `user` to `project` (`None`: accepted): the
+    /// project's access first (an administrator may push to any project), then each pushed
+    /// branch's protection, which holds for administrators too.
     pub(super) fn push_refusal(
         &self,
         state: &State,
@@ -287,24 +288,19 @@ impl GitlabSim {
         project: u64,
         body: &[u8],
     ) -> Option<SimResponse> {
-        if Self::is_admin(state, user) {
-            return None;
-        }
-        let project = state.projects.get(&project)?;
-        let level = Self::project_level(state, user, project);
+        let record = state.projects.get(&project)?;
         let refs = pushed_refs(body);
-        if level < DEVELOPER {
+        if !Self::is_admin(state, user) && Self::project_level(state, user, record) < DEVELOPER {
             return Some(declined_push(
                 &refs,
                 "You are not allowed to push code to this project.",
             ));
         }
-        let protected = self.protected_list(state, project.id);
-        let touches_protected = refs.iter().any(|name| {
+        let refused = refs.iter().any(|name| {
             name.strip_prefix("refs/heads/")
-                .is_some_and(|branch| protected.iter().any(|p| p == branch))
+                .is_some_and(|branch| !self.may_push_branch(state, user, project, branch))
         });
-        (touches_protected && level < MAINTAINER).then(|| {
+        refused.then(|| {
             declined_push(
                 &refs,
                 "You are not allowed to push code to protected branches on this project.",

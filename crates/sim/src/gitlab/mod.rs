@@ -20,6 +20,7 @@ mod pagination;
 mod pipeline_control;
 mod pipelines;
 mod projects;
+mod protected;
 mod routes;
 mod runners;
 mod tokens;
@@ -119,7 +120,7 @@ struct State {
     /// Branches protected through the API, by project (the default branch is protected too,
     /// unless listed in `unprotected`).
     #[serde(default)]
-    protected: BTreeMap<u64, Vec<String>>,
+    protected: BTreeMap<u64, Vec<protected::Protection>>,
     #[serde(default)]
     unprotected: BTreeMap<u64, Vec<String>>,
     /// Direct members of groups and projects: user id -> access level (10 guest ... 50 owner).
