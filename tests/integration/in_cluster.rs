@@ -347,6 +347,10 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
             ~ create project blueprint-apps/redis
             ~ create project blueprint-apps/redis-slave
             ~ create project blueprint-apps/shared-code
+            ~ create protected branch blueprint-apps/guestbook main
+            ~ create protected branch blueprint-apps/redis main
+            ~ create protected branch blueprint-apps/redis-slave main
+            ~ create protected branch blueprint-apps/shared-code main
             ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (9 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis from apps/redis (4 created, 0 updated, 0 deleted)
             ~ sync apps-local/blueprint-apps/redis-slave from apps/redis-slave (4 created, 0 updated, 0 deleted)
@@ -372,7 +376,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           2  Mint PAT             changed                 2 #.## s
           3  Seed glab auth       skipped                 0 #.## s
           4  Ensure group         changed                 1 #.## s
-          5  Provision projects   changed                45 #.## s
+          5  Provision projects   changed                49 #.## s
           6  Smoke test           changed                 4 #.## s
           7  Workloads reachable  ok                      0 #.## s
         7 steps: 2 ok, 4 changed, 1 skipped, 0 failed in #.## s

@@ -425,6 +425,10 @@ check mode: nothing will be changed
     ~ would create project blueprint-apps/redis
     ~ would create project blueprint-apps/redis-slave
     ~ would create project blueprint-apps/shared-code
+    ~ would create protected branch blueprint-apps/guestbook main
+    ~ would create protected branch blueprint-apps/redis main
+    ~ would create protected branch blueprint-apps/redis-slave main
+    ~ would create protected branch blueprint-apps/shared-code main
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/guestbook
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/redis
     ~ would create working tree, .gitlab-ci.yml and CI/CD variables of blueprint-apps/redis-slave
@@ -438,7 +442,7 @@ check mode: nothing will be changed
 [6/7] Smoke test ... changed (#.## s)
 [7/7] Workloads reachable ... ok (#.## s)
 
-<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 21; Smoke test: changed 4; Workloads reachable: ok>
+<recap of scripts/phase3.rhai (check mode): Pre-flight: ok; Mint PAT: skipped, timed 1; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 25; Smoke test: changed 4; Workloads reachable: ok>
 "##),
             "",
         );
@@ -859,7 +863,7 @@ error: step "Smoke test" failed
         &with_recaps(r##"
 [6/7] Smoke test ... failed (#.## s)
 
-<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 46; Smoke test: failed 4; Workloads reachable: not run>
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 50; Smoke test: failed 4; Workloads reachable: not run>
 
 "##),
         varies,
@@ -1044,8 +1048,9 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
     let log = sim.requests();
     assert_eq!(log["mutating"], 0, "{}", log["counters"]);
     let requests = log["requests"].as_array().expect("requests").clone();
-    // Per project its project, variables and refs; per app with a chart its deployer variable.
-    assert!(requests.len() <= 20, "{}", log["counters"]);
+    // Per project its project, variables, main's protection and refs; per app with a chart its
+    // deployer variable.
+    assert!(requests.len() <= 24, "{}", log["counters"]);
     for request in &requests {
         let path = request["path"].as_str().unwrap_or_default();
         let expected = if path.starts_with("/-/") { 0 } else { 50 };
@@ -1073,13 +1078,14 @@ fn under_latency_writes_keep_shared_code_first_and_a_no_op_reads_together() {
         .position(|request| PROJECTS[1..].iter().any(|name| of_project(request, name)))
         .expect("the other projects' requests");
     assert!(first_other < last_shared, "{requests:?}");
-    // shared-code costs one request each for its project, variables and git refs.
+    // shared-code costs one request each for its project, variables, main's protection and git
+    // refs.
     assert_eq!(
         requests
             .iter()
             .filter(|request| of_project(request, "shared-code"))
             .count(),
-        3,
+        4,
         "{requests:?}"
     );
 }
