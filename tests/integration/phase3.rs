@@ -148,18 +148,25 @@ pub(crate) fn smoke_wait_source() -> String {
     )
 }
 
-/// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
-/// done (the smoke test's lines follow).
-pub(crate) const PROVISIONED: &str = "\
-[1/7] Pre-flight ... ok (#.## s)
+/// Phase 3's first four steps on a provisioned platform (the PAT reused, no glab).
+macro_rules! before_provision {
+    () => {
+        "[1/7] Pre-flight ... ok (#.## s)
 [2/7] Mint PAT ...
     admin PAT already in OpenBao; reusing
 [2/7] Mint PAT ... ok (#.## s)
 [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
 [4/7] Ensure group ... ok (#.## s)
-[5/7] Provision projects ... ok (#.## s)
-[6/7] Smoke test ...
-";
+"
+    };
+}
+
+/// How phase 3 on a provisioned platform starts: every step but the smoke test finds its work
+/// done (the smoke test's lines follow).
+pub(crate) const PROVISIONED: &str = concat!(
+    before_provision!(),
+    "[5/7] Provision projects ... ok (#.## s)\n[6/7] Smoke test ...\n"
+);
 
 /// Phase 3's last step when the guestbook answers through the gateway.
 pub(crate) const WORKLOADS_REACHABLE: &str = "\
@@ -1218,13 +1225,7 @@ fn a_main_branch_no_one_may_push_to_is_protected_again_before_phase3_pushes() {
     );
     refused.expect(
         1,
-        "
-        [1/7] Pre-flight ... ok (#.## s)
-        [2/7] Mint PAT ...
-            admin PAT already in OpenBao; reusing
-        [2/7] Mint PAT ... ok (#.## s)
-        [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-        [4/7] Ensure group ... ok (#.## s)
+        &format!("{}{}", before_provision!(), bprun_testkit::unindent("
         [5/7] Provision projects ...
             ~ sync apps-local/blueprint-apps/guestbook from apps/guestbook (1 created, 0 updated, 0 deleted)
         [5/7] Provision projects ... failed (#.## s)
@@ -1239,7 +1240,7 @@ fn a_main_branch_no_one_may_push_to_is_protected_again_before_phase3_pushes() {
           6  Smoke test           not run                 0          -
           7  Workloads reachable  not run                 0          -
         7 steps: 3 ok, 0 changed, 1 skipped, 1 failed, 2 not run in #.## s
-        ",
+        ")),
         &crate::support::with_frame(
             &format!(
                 "
@@ -1271,13 +1272,11 @@ fn a_main_branch_no_one_may_push_to_is_protected_again_before_phase3_pushes() {
         .replace_regex(r"guestbook \([0-9a-f]{8}\)", "guestbook (<commit>)");
     fixed.expect(
         0,
-        "
-        [1/7] Pre-flight ... ok (#.## s)
-        [2/7] Mint PAT ...
-            admin PAT already in OpenBao; reusing
-        [2/7] Mint PAT ... ok (#.## s)
-        [3/7] Seed glab auth ... skipped: glab is not installed; nothing to seed (#.## s)
-        [4/7] Ensure group ... ok (#.## s)
+        &format!(
+            "{}{}",
+            before_provision!(),
+            bprun_testkit::unindent(
+                "
         [5/7] Provision projects ...
             ~ update protected branch blueprint-apps/guestbook main
             ~ commit and push apps-local/blueprint-apps/guestbook (<commit>)
@@ -1301,7 +1300,9 @@ fn a_main_branch_no_one_may_push_to_is_protected_again_before_phase3_pushes() {
           6  Smoke test           changed                 1     #.## s
           7  Workloads reachable  ok                      0     #.## s
         7 steps: 4 ok, 2 changed, 1 skipped, 0 failed in #.## s
-        ",
+        "
+            )
+        ),
         "",
     );
     let protection = sim.api_json("projects/blueprint-apps%2Fguestbook/protected_branches/main");
