@@ -46,7 +46,7 @@ fn main() {
     gitlab_set_variables("blueprint-apps/app-0", #{
         CI_REGISTRY_IMAGE: "gitlab-registry.gitlab.svc:5000/blueprint-apps/app-0",
         CI_HELM_CHART_DIR: "helm-chart",
-        CI_INSECURE_REGISTRY: "1",
+        CI_HELM_TIMEOUT: "5m",
         CI_KUBECONFIG_B64: #{value: "YXBpVmVyc2lvbjogdjEK", masked: true},
     });
 });

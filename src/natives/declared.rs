@@ -201,6 +201,10 @@ pub const DECLARED: &[Declared] = &[
         ],
     },
     Declared {
+        native: "kube_logs",
+        options: &[("container", Str), ("tail", Int), ("timeout", Seconds)],
+    },
+    Declared {
         native: "kube_config_b64",
         options: &[("server", Str)],
     },

@@ -634,7 +634,7 @@ pub mod gitlab_functions {
     /// ```rhai
     /// step("Variables", || {
     ///     gitlab_set_variables("blueprint-apps/guestbook", #{
-    ///         CI_INSECURE_REGISTRY: "1",
+    ///         CI_HELM_CHART_DIR: "helm-chart",
     ///         CI_KUBECONFIG_B64: #{value: secret("a3ViZWNvbmZpZw=="), masked: true},
     ///     });
     /// });
@@ -782,7 +782,7 @@ pub mod gitlab_functions {
     /// `gitlab_set_variables(project, vars, #{})`.
     ///
     /// ```rhai
-    /// step("Variables", || { gitlab_set_variables("blueprint-apps/redis", #{CI_INSECURE_REGISTRY: "1"}); });
+    /// step("Variables", || { gitlab_set_variables("blueprint-apps/redis", #{CI_HELM_CHART_DIR: "helm-chart"}); });
     /// ```
     #[rhai_fn(name = "gitlab_set_variables", return_raw)]
     pub fn gitlab_set_variables(

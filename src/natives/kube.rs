@@ -52,6 +52,7 @@ fn kube_operation(operation: &str) -> &str {
         "secret write" => "kube_secret_write",
         "wait" => "kube_wait",
         "exec" => "kube_exec",
+        "logs" => "kube_logs",
         other => other,
     }
 }
@@ -692,6 +693,40 @@ pub mod kube_functions {
         map.insert("stdout".into(), result.stdout.into());
         map.insert("stderr".into(), result.stderr.into());
         Ok(map)
+    }
+
+    /// The log of a running pod's container (by name, `pod/NAME` or a label selector), as
+    /// `kubectl logs` prints it. Options: `container`, `tail` (the last lines only), `timeout`
+    /// (seconds, default 30). Reads only, so it runs in check mode too.
+    ///
+    /// ```rhai
+    /// step("Runner", || {
+    ///     let log = kube_logs("gitlab-runner", "app=gitlab-runner", #{tail: 20});
+    ///     if !log.contains("Verifying runner... is valid") { warn("the runner has not registered yet"); }
+    /// });
+    /// ```
+    #[rhai_fn(return_raw)]
+    pub fn kube_logs(
+        context: NativeCallContext,
+        ns: &str,
+        pod_or_selector: &str,
+        options: rhai::Map,
+    ) -> RhaiResultOf<String> {
+        let (_, kube) = remote(&context, "kube_logs")?;
+        reject_undeclared(&options, "kube_logs")?;
+        let container = option_str(&options, "container", "kube_logs")?;
+        let tail = match options.contains_key("tail") {
+            true => Some(crate::natives::options::option_int(
+                &options,
+                "tail",
+                "kube_logs",
+                0,
+            )?),
+            false => None,
+        };
+        let limit = timeout(&options, "kube_logs", 30)?;
+        kube.pod_log(ns, pod_or_selector, container.as_deref(), tail, limit)
+            .map_err(kube_error)
     }
 
     /// Forwards a local loopback port to `target` (`svc/NAME`, `pod/NAME`, or a pod label

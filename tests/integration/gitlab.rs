@@ -44,7 +44,7 @@ step("Variables", || {
     for app in APPS {
         gitlab_set_variables(`blueprint-apps/${app}`, #{
             CI_REGISTRY_IMAGE: `gitlab-registry.gitlab.svc:5000/blueprint-apps/${app}`,
-            CI_INSECURE_REGISTRY: "1",
+            CI_HELM_TIMEOUT: "5m",
             CI_KUBECONFIG_B64: #{value: env_secret("KUBECONFIG_B64"), masked: true},
         });
     }
@@ -70,16 +70,16 @@ fn ensure_natives_create_once_then_report_unchanged() {
                       \x20   ~ create project blueprint-apps/redis-slave\n\
                       [2/3] Ensure projects ... changed (#.## s)\n\
                       [3/3] Variables ...\n\
-                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
+                      \x20   ~ create CI variable CI_HELM_TIMEOUT of blueprint-apps/shared-code\n\
                       \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
                       \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
-                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
+                      \x20   ~ create CI variable CI_HELM_TIMEOUT of blueprint-apps/guestbook\n\
                       \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
                       \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
-                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
+                      \x20   ~ create CI variable CI_HELM_TIMEOUT of blueprint-apps/redis\n\
                       \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
                       \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
-                      \x20   ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
+                      \x20   ~ create CI variable CI_HELM_TIMEOUT of blueprint-apps/redis-slave\n\
                       \x20   ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
                       \x20   ~ create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
                       [3/3] Variables ... changed (#.## s)\n\
@@ -128,16 +128,16 @@ fn check_mode_sends_no_write() {
                       \x20   ~ would create project blueprint-apps/redis-slave\n\
                       [2/3] Ensure projects ... changed (#.## s)\n\
                       [3/3] Variables ...\n\
-                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n\
+                      \x20   ~ would create CI variable CI_HELM_TIMEOUT of blueprint-apps/shared-code\n\
                       \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n\
                       \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/shared-code\n\
-                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook\n\
+                      \x20   ~ would create CI variable CI_HELM_TIMEOUT of blueprint-apps/guestbook\n\
                       \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook\n\
                       \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/guestbook\n\
-                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis\n\
+                      \x20   ~ would create CI variable CI_HELM_TIMEOUT of blueprint-apps/redis\n\
                       \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis\n\
                       \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis\n\
-                      \x20   ~ would create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave\n\
+                      \x20   ~ would create CI variable CI_HELM_TIMEOUT of blueprint-apps/redis-slave\n\
                       \x20   ~ would create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave\n\
                       \x20   ~ would create CI variable CI_REGISTRY_IMAGE of blueprint-apps/redis-slave\n\
                       [3/3] Variables ... changed (#.## s)\n\

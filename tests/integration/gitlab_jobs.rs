@@ -607,7 +607,7 @@ fn a_kaniko_build_without_registry_credentials_fails_as_gitlabs_registry_refuses
          \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
          \x20   Skipping Git submodules setup\n\
          \x20   Executing \"step_script\" stage of the job script\n\
-         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --insecure --skip-tls-verify\n\
+         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --insecure --registry-certificate \"${CI_REGISTRY_IMAGE%%/*}=$CI_SERVER_TLS_CA_FILE\"\n\
          \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": POST http://gitlab-registry.gitlab.svc:5000/v2/blueprint-apps/guestbook/blobs/uploads/: UNAUTHORIZED: authentication required; [map[Action:pull Class: Name:blueprint-apps/guestbook Type:repository] map[Action:push Class: Name:blueprint-apps/guestbook Type:repository]]\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
@@ -1076,14 +1076,7 @@ check mode: nothing will be changed
         .filter_map(|variable| variable["key"].as_str())
         .collect();
     keys.sort_unstable();
-    assert_eq!(
-        keys,
-        [
-            "CI_HELM_CHART_DIR",
-            "CI_INSECURE_REGISTRY",
-            "CI_REGISTRY_IMAGE"
-        ]
-    );
+    assert_eq!(keys, ["CI_HELM_CHART_DIR", "CI_REGISTRY_IMAGE"]);
     run(&["--check", "--only", "Provision projects"])
         .code(0)
         .stdout(&checked("", "ok"));
@@ -1144,10 +1137,35 @@ fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
     // The in-cluster registry (gitlab-registry.gitlab.svc:5000) speaks plain HTTP: kaniko's
     // client, asked for HTTPS (no --insecure), fails as go-containerregistry does.
     let sim = BPRUN.sim(SimKind::All, &[]);
+    let run = guestbook_with_ci_common(&sim, &|text| text.replace("      --insecure\n", ""));
+    steady_failure(&sim, run).code(1).stderr(&smoke_report(
+        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
+        "\x20 caused by: job build failed; end of its trace:\n\
+         \x20   Created fresh repository.\n\
+         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+         \x20   Skipping Git submodules setup\n\
+         \x20   Executing \"step_script\" stage of the job script\n\
+         \x20   $ mkdir -p /kaniko/.docker\n\
+         \x20   $ echo \"{\\\"auths\\\":{\\\"${CI_REGISTRY_IMAGE%%/*}\\\":{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}\" > /kaniko/.docker/config.json\n\
+         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --registry-certificate \"${CI_REGISTRY_IMAGE%%/*}=$CI_SERVER_TLS_CA_FILE\"\n\
+         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab-registry.gitlab.svc:5000/v2/\": http: server gave HTTP response to HTTPS client\n\
+         \x20   Cleaning up project directory and file based variables\n\
+         \x20   ERROR: Job failed: exit code 1\n\
+         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
+         ",
+    ));
+}
+
+#[test]
+fn kaniko_without_the_runners_ca_cannot_fetch_a_token_from_gitlabs_realm() {
+    // The in-cluster registry answers plain HTTP, but its token realm is GitLab's external URL
+    // behind the gateway: kaniko fetches the push token there over the destination's transport,
+    // which trusts the wildcard CA only through --registry-certificate (the runner's CA file).
+    let sim = BPRUN.sim(SimKind::All, &[]);
     let run = guestbook_with_ci_common(&sim, &|text| {
         text.replace(
-            "      --insecure --skip-tls-verify",
-            "      --skip-tls-verify",
+            "      --registry-certificate \"${CI_REGISTRY_IMAGE%%/*}=$CI_SERVER_TLS_CA_FILE\"\n",
+            "",
         )
     });
     steady_failure(&sim, run).code(1).stderr(&smoke_report(
@@ -1159,8 +1177,8 @@ fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
          \x20   Executing \"step_script\" stage of the job script\n\
          \x20   $ mkdir -p /kaniko/.docker\n\
          \x20   $ echo \"{\\\"auths\\\":{\\\"${CI_REGISTRY_IMAGE%%/*}\\\":{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}\" > /kaniko/.docker/config.json\n\
-         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --skip-tls-verify\n\
-         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab-registry.gitlab.svc:5000/v2/\": http: server gave HTTP response to HTTPS client\n\
+         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --insecure\n\
+         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab.local.example.net/jwt/auth?scope=repository%3Ablueprint-apps%2Fguestbook%3Apush%2Cpull&service=container_registry\": tls: failed to verify certificate: x509: certificate signed by unknown authority\n\
          \x20   Cleaning up project directory and file based variables\n\
          \x20   ERROR: Job failed: exit code 1\n\
          \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\

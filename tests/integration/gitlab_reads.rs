@@ -12,7 +12,7 @@ step("Set up", || {
     gitlab_ensure_group("blueprint-apps");
     for name in ["guestbook", "redis"] { gitlab_ensure_project("blueprint-apps", name); }
     gitlab_set_variables("blueprint-apps/guestbook", #{
-        CI_INSECURE_REGISTRY: "1",
+        CI_HELM_TIMEOUT: "5m",
         DEPLOY_TOKEN: #{value: secret("a-masked-value-1234"), masked: true},
     });
     // A raw call takes the project's path as GitLab shows it, as the natives do.
@@ -56,7 +56,7 @@ fn an_operator_reads_projects_variables_pipelines_jobs_and_traces_by_their_paths
     ~ create group blueprint-apps (internal)
     ~ create project blueprint-apps/guestbook
     ~ create project blueprint-apps/redis
-    ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook
+    ~ create CI variable CI_HELM_TIMEOUT of blueprint-apps/guestbook
     ~ create CI variable DEPLOY_TOKEN of blueprint-apps/guestbook
     ~ post /api/v4/projects/blueprint-apps%2Fguestbook/repository/files/.gitlab-ci.yml
     ~ start pipeline of blueprint-apps/guestbook on main
@@ -65,7 +65,7 @@ fn an_operator_reads_projects_variables_pipelines_jobs_and_traces_by_their_paths
 [2/2] Read ...
     project blueprint-apps/guestbook guestbook internal main
     project blueprint-apps/redis redis internal 
-    variable CI_INSECURE_REGISTRY=1 masked=false protected=false scope=*
+    variable CI_HELM_TIMEOUT=5m masked=false protected=false scope=*
     variable DEPLOY_TOKEN=*** masked=true protected=false scope=*
     pipelines 1: success on main (api)
     failed ones: 0

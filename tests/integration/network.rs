@@ -48,7 +48,8 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
         .replace_regex(r"coredns-[a-z0-9]{10}-[a-z0-9]{5}", "coredns-<hash>-<pod>")
         .replace_regex(r#""coredns-[a-z0-9]{10}""#, "\"coredns-<hash>\"")
         .replace_regex(r"_kube-system\([0-9a-z-]+\)", "_kube-system(<uid>)")
-        .replace_regex(r"\), \d+ restarts", "), <n> restarts");
+        .replace_regex(r"\), \d+ restarts", "), <n> restarts")
+        .replace_regex(r"runner=[0-9A-Za-z_-]+ status=", "runner=<token> status=");
     run.code(1);
     let at = run.stderr.find("error: step").expect("a failed step");
     // The apps' workloads in the end state, with why an unready one waits.
@@ -61,9 +62,21 @@ fn rehearse_failing(copy: &crate::support::Test) -> String {
     format!("{}{workloads}", &run.stderr[at..])
 }
 
-/// What phase 3 says when its jobs cannot fetch from GitLab's external host (no CoreDNS rewrite,
-/// or a rewrite to a Service that does not exist): every project's first job fails.
-fn no_fetch() -> String {
+/// What phase 2 says when its runner cannot resolve GitLab's external host (no CoreDNS rewrite,
+/// or a rewrite to a Service that does not exist), and that the rehearsal stopped there.
+fn runner_cannot_resolve_gitlab(copy: &crate::support::Test) -> String {
+    format!(
+        "{}rehearsal stopped: scripts/phase2.rhai failed, so scripts/phase3.rhai did not run\n",
+        crate::phase2::runner_unregistered(
+            &crate::support::script_in(copy, "scripts/phase2.rhai"),
+            "dial tcp: lookup gitlab.local.example.net on 10.96.0.10:53: no such host",
+        )
+    )
+}
+
+/// What phase 3 says when its jobs cannot fetch from GitLab's external host, in curl's words
+/// `why`: every project's first job fails.
+fn no_fetch(why: &str) -> String {
     format!(
         r##"error: step "Smoke test" failed
   × gitlab: 4 of 4 pipelines did not succeed
@@ -76,7 +89,7 @@ fn no_fetch() -> String {
     Getting source from Git repository
     Initialized empty Git repository in /builds/blueprint-apps/shared-code/.git/
     Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/shared-code.git/': Could not resolve host: gitlab.local.example.net
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/shared-code.git/': {why}
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/shared-code/-/pipelines/<id>)
   caused by: gitlab: pipeline #<id> of blueprint-apps/guestbook failed
@@ -88,7 +101,7 @@ fn no_fetch() -> String {
     Getting source from Git repository
     Initialized empty Git repository in /builds/blueprint-apps/guestbook/.git/
     Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/guestbook.git/': Could not resolve host: gitlab.local.example.net
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/guestbook.git/': {why}
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>)
   caused by: gitlab: pipeline #<id> of blueprint-apps/redis failed
@@ -100,7 +113,7 @@ fn no_fetch() -> String {
     Getting source from Git repository
     Initialized empty Git repository in /builds/blueprint-apps/redis/.git/
     Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis.git/': Could not resolve host: gitlab.local.example.net
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis.git/': {why}
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/redis/-/pipelines/<id>)
   caused by: gitlab: pipeline #<id> of blueprint-apps/redis-slave failed
@@ -112,14 +125,15 @@ fn no_fetch() -> String {
     Getting source from Git repository
     Initialized empty Git repository in /builds/blueprint-apps/redis-slave/.git/
     Created fresh repository.
-    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis-slave.git/': Could not resolve host: gitlab.local.example.net
+    fatal: unable to access 'https://gitlab.local.example.net/blueprint-apps/redis-slave.git/': {why}
     ERROR: Job failed: exit code 1
     (open http://127.0.0.1:<port>/blueprint-apps/redis-slave/-/pipelines/<id>)
   hint: each failed pipeline is listed above with its URL
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; one that fails TLS (git's `SSL certificate problem: unable to get local issuer certificate`, kaniko's `x509: certificate signed by unknown authority` at .../jwt/auth) runs on a runner that does not give its jobs the wildcard CA: phase 2's Runner step (gitlabUrl https://gitlab.local.example.net, certsSecretName); an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
 "##,
-        crate::phase3::smoke_wait_source()
+        crate::phase3::smoke_wait_source(),
+        why = why,
     )
 }
 
@@ -141,7 +155,7 @@ fn deploy_timed_out() -> String {
     Cleaning up project directory and file based variables
     ERROR: Job failed: exit code 1
   hint: open http://127.0.0.1:<port>/blueprint-apps/guestbook/-/pipelines/<id>
-  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
+  when this step fails: a job that cannot fetch (`Could not resolve host: gitlab.local.example.net`) or push (`lookup registry.local.example.net ... no such host`) means phase 2's CoreDNS rewrite is missing or names the wrong Service; one that fails TLS (git's `SSL certificate problem: unable to get local issuer certificate`, kaniko's `x509: certificate signed by unknown authority` at .../jwt/auth) runs on a runner that does not give its jobs the wildcard CA: phase 2's Runner step (gitlabUrl https://gitlab.local.example.net, certsSecretName); an app's pod in ImagePullBackOff (kubectl describe pod; the rehearsal's end state shows it) names containerd's reason: `no such host` on the node's resolver is phase 2's registry hosts pin, `x509: certificate signed by unknown authority` its node trust step, `i/o timeout` or `connection refused` a pin to the wrong address
 re-run with --resume to continue from here
 "##,
         crate::phase3::smoke_wait_source()
@@ -158,9 +172,32 @@ fn unpullable(why: &str) -> String {
 }
 
 #[test]
-fn without_the_coredns_rewrite_jobs_cannot_fetch_from_gitlab() {
+fn without_the_coredns_rewrite_the_runner_cannot_reach_gitlab() {
+    // The runner registers at GitLab's external URL, which only the rewrite sends to the
+    // gateway: phase 2 stops at its Runner step, before any job would fail to fetch.
     let copy = copy_with(|source| without_step(source, "CoreDNS rewrite"));
-    assert_text(&rehearse_failing(&copy), &no_fetch());
+    assert_text(
+        &rehearse_failing(&copy),
+        &runner_cannot_resolve_gitlab(&copy),
+    );
+}
+
+#[test]
+fn jobs_of_a_runner_without_the_wildcard_ca_cannot_clone_through_the_gateway() {
+    // A runner that reaches GitLab at its in-cluster Service over plain HTTP registers without
+    // any CA, but its jobs clone from GitLab's external URL through the gateway, and git
+    // verifies that certificate with the CA the runner gives them (CI_SERVER_TLS_CA_FILE):
+    // none, so every clone fails with git's own words.
+    let copy = copy_editing("infra/VERSIONS.json", |text| {
+        text.replace(
+            r#""gitlabUrl": "https://gitlab.local.example.net""#,
+            r#""gitlabUrl": "http://gitlab-webservice-default.gitlab.svc:8181""#,
+        )
+    });
+    assert_text(
+        &rehearse_failing(&copy),
+        &no_fetch("SSL certificate problem: unable to get local issuer certificate"),
+    );
 }
 
 #[test]
@@ -171,7 +208,10 @@ fn a_rewrite_to_a_service_that_does_not_exist_fails_the_same_way() {
             "const GATEWAY_SERVICE = \"gitlab-gw.gitlab.svc.cluster.local\";",
         )
     });
-    assert_text(&rehearse_failing(&copy), &no_fetch());
+    assert_text(
+        &rehearse_failing(&copy),
+        &runner_cannot_resolve_gitlab(&copy),
+    );
 }
 
 #[test]

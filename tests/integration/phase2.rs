@@ -2468,3 +2468,68 @@ fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it
         "  caused by: infra/helm-values/runner.yaml:12: busybox:1.37 is not pinned\n  caused by: templates/ci/shared-code.gitlab-ci.yml:8: {images.alpine-edge} names no pin\n  caused by: apps/shared-code/templates/ci-common.yml:15: gcr.io/kaniko-project/executor:latest is spelled out and not pinned: pin it, then write {images.KEY}\n  hint: a values file names an image infra/VERSIONS.json's images pin; a CI template writes {images.KEY}; a new image is added there first (repository, tag, and its digest where one is known, else null: never an invented one)\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
     ));
 }
+
+#[test]
+fn a_runner_that_does_not_trust_the_wildcard_ca_never_registers_and_says_why() {
+    // The runner reaches GitLab through the gateway (gitlabUrl https://gitlab.local.example.net).
+    // Without the chart's certsSecretName it verifies the gateway's certificate with its
+    // image's roots only: `gitlab-runner register` fails with Go's x509 words and retries while
+    // the pod stays Ready, so the step reads the runner's log rather than trusting Available.
+    let copy = with_tools();
+    let values = copy.path().join("infra/helm-values/runner.yaml");
+    let text = std::fs::read_to_string(&values).expect("runner.yaml");
+    let without = text.replace("certsSecretName: gitlab-runner-certs\n", "");
+    assert_ne!(without, text, "runner.yaml names certsSecretName");
+    std::fs::write(&values, without).expect("write runner.yaml");
+    let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai", "--wait-timeout", "20"]))
+        .replace_regex(r"runner=[0-9A-Za-z_-]+ status=", "runner=<token> status=");
+    run.code(1);
+    run.partial_stdout(
+        r##"
+[16/17] Runner ...
+    ~ create Namespace/gitlab-runner
+    ~ write Secret/gitlab-runner-token in gitlab-runner
+    ~ write Secret/gitlab-runner-certs in gitlab-runner
+    warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
+    ~ install helm release gitlab-runner/gitlab-runner from infra/helm-charts/stand-ins/gitlab-runner (not installed)
+[16/17] Runner ... failed (#.## s)
+"##,
+        STEPS_BEFORE,
+    );
+    run.stderr(&format!(
+        "{BARE_PLATFORM}{}",
+        runner_unregistered(
+            &crate::support::script_in(&copy, "scripts/phase2.rhai"),
+            "tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        )
+    ));
+}
+
+/// What the Runner step says when the runner's registration keeps failing with Go's `why`
+/// (after `Post "https://gitlab.local.example.net/api/v4/runners/verify": `), its frames from
+/// `script` (the copy's phase 2), its token as `<token>`.
+pub(crate) fn runner_unregistered(script: &str, why: &str) -> String {
+    let called = crate::support::source_location(
+        script,
+        "scripts/phase2.rhai",
+        "runner_registered(wait_timeout);",
+    );
+    crate::support::with_frame(
+        r##"error: step "Runner" failed
+  × the GitLab Runner has not registered: ERROR: Verifying runner... failed                   runner=<token> status=couldn't execute POST against https://gitlab.local.example.net/api/v4/runners/verify: Post "https://gitlab.local.example.net/api/v4/runners/verify": <why>
+<frame>
+  in fn runner_registered() called at <called>
+  when this step fails: Runner never registers: the token is re-read from OpenBao (secret/gitlab/runner/registration_token), which the GitLab step verifies against GitLab and replaces when GitLab does not know it; a runner pod crash-looping with `is not valid` means GitLab forgot it after that step: re-run from the GitLab step; `no such host` for gitlab.local.example.net means the CoreDNS rewrite step has not run (the runner reaches GitLab through the gateway); `x509: certificate signed by unknown authority` means the runner does not trust the wildcard CA: the Secret gitlab-runner-certs (key gitlab.local.example.net.crt, from infra/tls/wildcard/ca.pem) and certsSecretName in infra/helm-values/runner.yaml
+re-run with --resume to continue from here
+"##,
+        &crate::support::source_frame(
+            script,
+            "scripts/phase2.rhai",
+            "throw `the GitLab Runner has not registered: ${refusal}`;",
+            "throw",
+            "thrown here",
+        ),
+    )
+    .replace("<called>", &called)
+    .replace("<why>", why)
+}

@@ -344,31 +344,33 @@ fn run_brings_the_rehearsal_to_where_phase3_leaves_it_and_the_readmes_example_wo
     session
         .exp_string("1 step: 1 ok, 0 changed, 0 skipped, 0 failed")
         .expect("the saved session runs as a script");
-    // Variables: read them, rotate one and set it back.
+    // Variables: read them, create one and update it.
     input(
         &mut session,
-        "gitlab_variables(\"blueprint-apps/guestbook\").map(|v| v.key).contains(\"CI_INSECURE_REGISTRY\")",
+        "gitlab_variables(\"blueprint-apps/guestbook\").map(|v| v.key).contains(\"CI_HELM_CHART_DIR\")",
     );
     session.exp_string("true").expect("the project's variables");
     input(&mut session, ":check on");
     input(
         &mut session,
-        "gitlab_set_variables(\"blueprint-apps/guestbook\", #{CI_INSECURE_REGISTRY: \"0\"}).changed",
+        "gitlab_set_variables(\"blueprint-apps/guestbook\", #{HELM_TIMEOUT: \"5m\"}).changed",
     );
     session
-        .exp_string("~ would update CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook")
+        .exp_string("~ would create CI variable HELM_TIMEOUT of blueprint-apps/guestbook")
         .expect("a mutation under check mode says what it would do");
     input(&mut session, ":check off");
-    for value in ["0", "1"] {
+    for (value, verb) in [("5m", "create"), ("10m", "update")] {
         input(
             &mut session,
             &format!(
-                "gitlab_set_variables(\"blueprint-apps/guestbook\", #{{CI_INSECURE_REGISTRY: \"{value}\"}}).changed"
+                "gitlab_set_variables(\"blueprint-apps/guestbook\", #{{HELM_TIMEOUT: \"{value}\"}}).changed"
             ),
         );
         session
-            .exp_string("~ update CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook")
-            .expect("rotated, then set back");
+            .exp_string(&format!(
+                "~ {verb} CI variable HELM_TIMEOUT of blueprint-apps/guestbook"
+            ))
+            .expect("created, then updated");
     }
     // Trigger and wait (the failure, if any, returned rather than thrown); retry a job, cancel.
     input(

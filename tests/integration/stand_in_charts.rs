@@ -251,6 +251,41 @@ fn the_stand_ins_pass_lint_and_render_the_real_charts_workloads_with_helm_4_and_
             ["runner-existing:runner-registration-token,runner-token"],
             "{program}"
         );
+        // certsSecretName: that Secret, read-only where the runner looks for its CA files.
+        let rendered = helm(
+            program,
+            &[
+                "template",
+                "gitlab-runner",
+                RUNNER,
+                "-n",
+                "gitlab-runner",
+                "--set",
+                "gitlabUrl=https://gitlab.example,certsSecretName=runner-certs",
+            ],
+        );
+        let with_certs = documents(rendered.code(0).stderr("").stdout.as_str());
+        let pod = &with_certs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("the runner's Deployment")["spec"]["template"]["spec"];
+        let volume = pod["volumes"]
+            .as_array()
+            .and_then(|volumes| volumes.iter().find(|v| v["name"] == "custom-certs"))
+            .expect("the custom-certs volume");
+        assert_eq!(volume["secret"]["secretName"], "runner-certs", "{program}");
+        let mount = pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .and_then(|mounts| mounts.iter().find(|m| m["name"] == "custom-certs"))
+            .expect("the custom-certs mount");
+        assert_eq!(
+            (&mount["mountPath"], &mount["readOnly"]),
+            (
+                &serde_json::json!("/home/gitlab-runner/.gitlab-runner/certs/"),
+                &serde_json::json!(true)
+            ),
+            "{program}"
+        );
     }
 }
 

@@ -163,9 +163,12 @@ pub struct PlatformRegistry {
     /// How a CI job's pod dials a registry name (`name`, port): the cluster's network, attached
     /// by the platform once its Kubernetes simulator runs; unset, every name is reached.
     pub network: std::sync::Arc<std::sync::Mutex<Option<PodDial>>>,
+    /// The TLS handshake a CI job's pod makes once connected, attached with `network`; unset,
+    /// every certificate is trusted.
+    pub tls: std::sync::Arc<std::sync::Mutex<Option<PodTls>>>,
 }
 
-pub use crate::network::PodDial;
+pub use crate::network::{PodDial, PodTls};
 
 impl std::fmt::Debug for PlatformRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -185,6 +188,13 @@ impl PlatformRegistry {
             .unwrap_or_else(|p| p.into_inner())
             .clone()?;
         dial(name, port).err()
+    }
+
+    /// Why a CI job's pod does not trust what `name:port` presents, verified against `ca` (Go's
+    /// words; `None`: it does, or no network is attached).
+    pub fn job_handshake(&self, name: &str, port: u16, ca: Option<&str>) -> Option<String> {
+        let tls = self.tls.lock().unwrap_or_else(|p| p.into_inner()).clone()?;
+        tls(name, port, ca).err()
     }
 
     /// The registry names a CI job's pod cannot reach, each with why (Go's words): what kaniko

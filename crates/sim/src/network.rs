@@ -9,6 +9,25 @@ pub const CLUSTER_DNS: &str = "10.96.0.10:53";
 /// Whether a CI job pod's TCP connection to `name:port` is accepted, or why not.
 pub type PodDial = std::sync::Arc<dyn Fn(&str, u16) -> Result<(), DialError> + Send + Sync>;
 
+/// A CI job pod's TLS handshake with `name:port` against a CA (PEM; `None`: none but the
+/// image's own roots): `Err` in Go's words (`tls: failed to verify certificate: x509: ...`).
+pub type PodTls =
+    std::sync::Arc<dyn Fn(&str, u16, Option<&str>) -> Result<(), String> + Send + Sync>;
+
+/// curl's words (git over HTTPS, what follows `fatal: unable to access 'URL': `) for a failed
+/// handshake that Go words as `go_words`.
+pub fn curl_tls_words(go_words: &str, name: &str, port: u16) -> String {
+    if go_words.ends_with("certificate signed by unknown authority") {
+        "SSL certificate problem: unable to get local issuer certificate".to_string()
+    } else if go_words.contains("certificate is not valid for") {
+        format!("SSL: no alternative certificate subject name matches target host name '{name}'")
+    } else if go_words.contains("has expired") {
+        "SSL certificate problem: certificate has expired".to_string()
+    } else {
+        format!("OpenSSL SSL_connect: SSL_ERROR_SYSCALL in connection to {name}:{port} ")
+    }
+}
+
 /// Why a pod's TCP connection to a name fails.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DialError {

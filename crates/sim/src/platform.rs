@@ -361,6 +361,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".to_string()],
         pushed: Default::default(),
         network: Default::default(),
+        tls: Default::default(),
     };
     let mut jobs = crate::gitlab::ci::jobs::Settings {
         // The platform's runner (infra/helm-values/runner.yaml) defaults to alpine:3.20; its
@@ -395,8 +396,10 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
     let mut tasks = Vec::new();
     // Phase 2 ends by registering GitLab Runner: the platform has an online instance runner,
     // online because its stand-in polls for jobs.
+    let mut standin_token = None;
     if prepared.with_runner && !prepared.bare {
         let runner_token = gitlab.register_standin_runner(&[]);
+        standin_token = Some(runner_token.clone());
         crate::gitlab::standin_poll(&gitlab, &runner_token);
         tasks.push(runtime.spawn(crate::gitlab::runner_standin(
             gitlab.clone(),
@@ -514,6 +517,13 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
         .network
         .lock()
         .unwrap_or_else(|p| p.into_inner()) = Some(dial);
+    let weak = Arc::downgrade(&kube_sim);
+    let tls: crate::images::PodTls = Arc::new(move |name: &str, port: u16, ca: Option<&str>| {
+        let sim = weak.upgrade().ok_or_else(|| "EOF".to_string())?;
+        let host = crate::kube::programs::Host::new(&*sim, &sim.programs);
+        crate::kube::programs::service::handshake(&host, name, port, RUNNER_NAMESPACE, ca)
+    });
+    *image_store.tls.lock().unwrap_or_else(|p| p.into_inner()) = Some(tls);
     // Where the platform as phase 2 leaves it keeps its wildcard certificate (infra/tls/wildcard/
     // of the repository the scripts run in).
     let repository = prepared
@@ -570,6 +580,17 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 },
             )?;
         }
+    }
+    // Phase 2 gives the runner the wildcard CA (its chart's certsSecretName), so its jobs
+    // verify GitLab's certificate with it: the one in the repository (minted above if absent).
+    if let Some(token) = &standin_token {
+        let ca = repository.join("infra/tls/wildcard/ca.pem");
+        gitlab.set_runner_side(
+            token,
+            crate::gitlab::RunnerSide {
+                server_tls_ca: std::fs::read_to_string(ca).ok(),
+            },
+        );
     }
     let identity = crate::kube::tls::load_or_mint(&prepared.state_dir.join("kube-tls.json"))?;
     let kube = crate::kube::start_with(prepared.kube, kube_sim, identity)?;

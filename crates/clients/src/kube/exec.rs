@@ -130,3 +130,37 @@ impl KubeClient {
         })
     }
 }
+
+impl KubeClient {
+    /// The log of a running pod's container (by name, `pod/NAME` or label selector), its last
+    /// `tail` lines when given: what `kubectl logs` prints. Reads only.
+    pub fn pod_log(
+        &self,
+        namespace: &str,
+        target: &str,
+        container: Option<&str>,
+        tail: Option<i64>,
+        timeout: Duration,
+    ) -> Result<String, ClientError> {
+        let pod = self.pick_pod(namespace, target)?;
+        let pod_name = name_of(&pod);
+        let shown = format!("pod/{pod_name} in {namespace}");
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::namespaced(self.client.clone(), namespace);
+        let params = kube::api::LogParams {
+            container: container.map(str::to_string),
+            tail_lines: tail,
+            ..Default::default()
+        };
+        block_on(async {
+            tokio::time::timeout(timeout, super::retry(|| pods.logs(&pod_name, &params)))
+                .await
+                .map_err(|_| {
+                    ClientError::new(format!("{shown}: no log within {}s", timeout.as_secs()))
+                        .with_kind(ErrorKind::Timeout)
+                        .in_operation("logs", " ")
+                })?
+                .map_err(|error| failed("logs", &shown, &error))
+        })
+    }
+}

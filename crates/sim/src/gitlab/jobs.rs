@@ -78,13 +78,28 @@ impl GitlabSim {
             plain.file = variable.variable_type == "file";
             plain
         }));
+        // The clone goes to GitLab's external URL through the platform's network: DNS and the
+        // connection, then the TLS handshake, which git verifies against the CA the runner
+        // gives its jobs (none: the image's roots, which know no platform CA).
+        let side = self.runner_side(runner.id);
         let fetch_error = settings.clone_host.as_ref().and_then(|host| {
-            let why = settings.image_store.as_ref()?.job_dial(host, 443)?;
+            let store = settings.image_store.as_ref()?;
+            let why = match store.job_dial(host, 443) {
+                Some(dial) => dial.curl_words(host, 443),
+                None => {
+                    let tls = store.job_handshake(host, 443, side.server_tls_ca.as_deref())?;
+                    crate::network::curl_tls_words(&tls, host, 443)
+                }
+            };
             Some(format!(
-                "fatal: unable to access 'https://{host}/{project_path}.git/': {}",
-                why.curl_words(host, 443)
+                "fatal: unable to access 'https://{host}/{project_path}.git/': {why}"
             ))
         });
+        if let Some(ca) = &side.server_tls_ca {
+            let mut file = ci_jobs::JobVariable::plain("CI_SERVER_TLS_CA_FILE", ca);
+            file.file = true;
+            variables.push(file);
+        }
         Some(Ok(JobSpec {
             id: job.id,
             name: job.name.clone(),
@@ -115,6 +130,21 @@ impl GitlabSim {
                 .as_ref()
                 .map(|store| store.unreachable_from_jobs())
                 .unwrap_or_default(),
+            registry_cas: settings
+                .image_store
+                .as_ref()
+                .zip(side.server_tls_ca.as_deref())
+                .map(|(store, ca)| {
+                    store
+                        .node_hosts
+                        .iter()
+                        .chain(settings.clone_host.iter())
+                        .filter(|host| store.job_handshake(host, 443, Some(ca)).is_none())
+                        .map(|host| format!("{host}={}", bprun_clients::digest::sha256_hex(ca)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            token_realm: settings.clone_host.clone(),
             fetch_error,
             network: settings
                 .network

@@ -27,7 +27,7 @@ mod tokens;
 mod variables;
 
 pub use runners::{
-    RegistrationType, STANDIN_RUNNER, runner_standin, standin_interval, standin_poll,
+    RegistrationType, RunnerSide, STANDIN_RUNNER, runner_standin, standin_interval, standin_poll,
 };
 
 use crate::http::{Accounting, FaultState, Faults, Handler, SimRequest, SimResponse};
@@ -175,6 +175,9 @@ pub struct GitlabSim {
     /// Days the simulator's calendar is ahead of the machine's (`PUT /-/sim/clock`), so a test
     /// can let tokens expire.
     clock_days: std::sync::atomic::AtomicI64,
+    /// Runner id -> how that runner process is configured (`RunnerSide`): not GitLab's state,
+    /// so not persisted; a runner says it when it starts.
+    runner_sides: Mutex<BTreeMap<u64, RunnerSide>>,
 }
 
 /// Writes the state into `dir`: `gitlab-state.json` without the values of masked and hidden
@@ -483,6 +486,7 @@ impl GitlabSim {
             faults,
             accounting: Accounting::default(),
             clock_days: std::sync::atomic::AtomicI64::new(0),
+            runner_sides: Mutex::new(BTreeMap::new()),
         })
     }
 

@@ -161,6 +161,44 @@ pub fn standin_interval(pipeline_seconds: f64) -> Duration {
     Duration::from_secs_f64((pipeline_seconds / 6.0).clamp(0.05, 3.0))
 }
 
+/// What a runner process is configured with that GitLab never learns, but that its jobs meet:
+/// the CA it trusts for GitLab's URL (GitLab Runner's `tls-ca-file`, by default
+/// `certs/<host>.crt`: the runner chart's `certsSecretName`). A job gets it as
+/// `CI_SERVER_TLS_CA_FILE`, and git verifies the clone's server with it (`http.sslCAInfo`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunnerSide {
+    pub server_tls_ca: Option<String>,
+}
+
+impl GitlabSim {
+    /// Records how the runner whose token is `token` is configured (a runner pod at its start).
+    pub fn set_runner_side(&self, token: &str, side: RunnerSide) {
+        let digest = token_digest(token);
+        let id = self
+            .lock()
+            .runners
+            .values()
+            .find(|runner| runner.token_digest == digest)
+            .map(|runner| runner.id);
+        if let Some(id) = id {
+            self.runner_sides
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id, side);
+        }
+    }
+
+    /// How runner `id` is configured (nothing known: no CA of its own).
+    pub(super) fn runner_side(&self, id: u64) -> RunnerSide {
+        self.runner_sides
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&id)
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
 /// The runner stand-in: with the token of a registered runner (`register_standin_runner`),
 /// polls `POST /api/v4/jobs/request` as GitLab Runner does, so it is online because it polls. Its requests go to
 /// the simulator's handler directly (not through the HTTP stack: the request log and fault

@@ -699,6 +699,7 @@ mod tests {
             cluster_hosts: vec!["gitlab-registry.gitlab.svc:5000".into()],
             pushed: Default::default(),
             network: Default::default(),
+            tls: Default::default(),
         };
         let policy = ImagePolicy {
             registry: Some(registry.clone()),

@@ -98,7 +98,7 @@ fn registry_ca(node: &dyn NodeFiles, host: &str) -> Option<String> {
 
 /// The certificate chain (PEM) the Envoy proxy behind `service` presents for `host` on `port`:
 /// its Gateway's HTTPS listener for that name, and the listener's Secret.
-fn served_certificate(
+pub fn served_certificate(
     service: &Value,
     host: &str,
     port: u16,

@@ -442,7 +442,8 @@ fn program_logs(sim: &KubeSim, path: &str, pairs: &[(String, String)]) -> Option
         };
         programs::call_for(&*cluster, &pod, container, Vec::new())
     };
-    sim.programs.logs(&call)
+    sim.programs
+        .logs_tail(&call, query_value(pairs, "tailLines"))
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -145,6 +145,16 @@ pub struct JobSpec {
     pub unreachable_registries: Vec<(String, String)>,
     /// The registry names served over plain HTTP (the in-cluster registry's Service).
     pub plain_http_registries: Vec<String>,
+    /// `host=SHA-256` of each CA (PEM text, as a file holds it) that the job could name and
+    /// that verifies what `host` presents (a registry, or GitLab's token realm): kaniko's
+    /// `--registry-certificate HOST=FILE` trusts the registry only with such a file. The
+    /// candidates are the CAs the job is given (the runner's `CI_SERVER_TLS_CA_FILE`); another
+    /// file, even one that would verify, is refused.
+    pub registry_cas: Vec<String>,
+    /// The host of GitLab's registry token realm (`https://HOST/jwt/auth`: GitLab's external
+    /// URL), which kaniko fetches a token from before it pushes to GitLab's registry, over the
+    /// destination's transport; `None` without one (a bare GitLab simulator).
+    pub token_realm: Option<String>,
     /// Why the job's pod cannot fetch the sources (git's `fatal: unable to access ...` line):
     /// GitLab's external host does not resolve or answer inside the cluster.
     pub fetch_error: Option<String>,
@@ -276,6 +286,8 @@ usage() {
 set -f
 registries="@REGISTRIES@"
 plain_http="@PLAIN_HTTP@"
+verifying_cas="@REGISTRY_CAS@"
+realm="@REALM@"
 unreachable="@UNREACHABLE@"
 insecure_registries=
 skip_tls=
@@ -310,7 +322,7 @@ while [ $# -gt 0 ]; do
         --destination|-d) destinations="$destinations $value" ;;
         --insecure-registry) insecure_registries="$insecure_registries $value" ;;
         --skip-tls-verify-registry) skip_tls_registries="$skip_tls_registries $value" ;;
-        --registry-certificate) certified_registries="$certified_registries ${value%%=*}" ;;
+        --registry-certificate) certified_registries="$certified_registries $value" ;;
       esac
       ;;
     --no-push) no_push=1 ;;
@@ -381,7 +393,14 @@ for destination in $destinations; do
         exit 1
         ;;
     esac
-    case " $skip_tls_registries $certified_registries " in *" $host "*) trusted=1 ;; *) trusted=$skip_tls ;; esac
+    case " $skip_tls_registries " in *" $host "*) trusted=1 ;; *) trusted=$skip_tls ;; esac
+    # --registry-certificate HOST=FILE: trusted when FILE's CA verifies the host's certificate.
+    for certificate in $certified_registries; do
+      [ "${certificate%%=*}" = "$host" ] || continue
+      file="${certificate#*=}"
+      digest=$(sha256sum < "$file" 2>/dev/null | cut -d' ' -f1)
+      case " $verifying_cas " in *" $host=$digest "*) trusted=1 ;; esac
+    done
     if [ -z "$trusted" ]; then
       echo "$transport: tls: failed to verify certificate: x509: certificate signed by unknown authority"
       exit 1
@@ -397,6 +416,23 @@ if [ -z "$no_push" ] && [ -n "$registries" ]; then
     host="${destination%%/*}"
     repository="${destination#*/}"
     repository="${repository%:*}"
+    # The registry answers 401 with its token realm on GitLab's external URL: kaniko fetches a
+    # token there over the destination's transport (before its credentials are judged), so the
+    # realm's certificate must verify with --skip-tls-verify, --skip-tls-verify-registry HOST
+    # or the CA of --registry-certificate HOST=FILE.
+    if [ -n "$realm" ]; then
+      case " $skip_tls_registries " in *" $host "*) realm_trusted=1 ;; *) realm_trusted=$skip_tls ;; esac
+      for certificate in $certified_registries; do
+        [ "${certificate%%=*}" = "$host" ] || continue
+        digest=$(sha256sum < "${certificate#*=}" 2>/dev/null | cut -d' ' -f1)
+        case " $verifying_cas " in *" $realm=$digest "*) realm_trusted=1 ;; esac
+      done
+      if [ -z "$realm_trusted" ]; then
+        scope="repository%3A$(printf '%s' "$repository" | sed 's|/|%2F|g')%3Apush%2Cpull"
+        echo "error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"$destination\": creating push check transport for $host failed: Get \"https://$realm/jwt/auth?scope=$scope&service=container_registry\": tls: failed to verify certificate: x509: certificate signed by unknown authority"
+        exit 1
+      fi
+    fi
     auth=
     if [ -f "$config" ]; then
       auth=$(tr -d ' \n' < "$config" | sed -n "s|.*\"$host\":{\"auth\":\"\([^\"]*\)\".*|\1|p")
@@ -574,6 +610,8 @@ fn run_in(
             let script = KANIKO_EXECUTOR
                 .replace("@REGISTRIES@", &spec.registry_hosts.join(" "))
                 .replace("@PLAIN_HTTP@", &spec.plain_http_registries.join(" "))
+                .replace("@REGISTRY_CAS@", &spec.registry_cas.join(" "))
+                .replace("@REALM@", spec.token_realm.as_deref().unwrap_or(""))
                 .replace("@UNREACHABLE@", &unreachable.join("\n"));
             std::fs::write(&executor, script)
                 .and_then(|()| {

@@ -713,6 +713,14 @@ fn host_port(url: &str) -> String {
     }
 }
 
+/// The host of an `https://` URL (what the runner verifies a certificate for).
+fn https_host(url: &str) -> Option<&str> {
+    let rest = url.strip_prefix("https://")?;
+    let authority = rest.split('/').next()?;
+    let name = authority.split(':').next()?;
+    (!name.is_empty()).then_some(name)
+}
+
 /// What `gitlab-runner register` gets when it verifies `token` at `url`: GitLab's answer while
 /// a webservice pod serves it, else the dial's error.
 fn verify_token(gitlab: &GitlabSim, healthy: &Upstream, url: &str, token: &str) -> Verification {
@@ -765,7 +773,36 @@ impl Program for Runner {
         let token = volumes::find(&pod, "runner-token", &lookup(host, &call.namespace))
             .map(|(_, token)| token.trim().to_string())
             .unwrap_or_default();
-        let verification = verify_token(&attached.gitlab, &attached.healthy, &url, &token);
+        // The CA the runner trusts for its URL (`certs/<host>.crt`, the chart's
+        // `certsSecretName`), which its jobs get too; and what the URL's host presents, as the
+        // pod found it when it started.
+        let server_tls_ca = https_host(&url).and_then(|name| {
+            volumes::find(&pod, &format!("{name}.crt"), &lookup(host, &call.namespace))
+                .map(|(_, ca)| ca)
+        });
+        let reach = https_host(&url).map_or(Ok(()), |name| {
+            super::service::dial(host, name, 443, &call.namespace)
+                .map_err(|why| why.go_words(name, 443))
+                .and_then(|()| {
+                    super::service::handshake(
+                        host,
+                        name,
+                        443,
+                        &call.namespace,
+                        server_tls_ca.as_deref(),
+                    )
+                })
+        });
+        attached.gitlab.set_runner_side(
+            &token,
+            crate::gitlab::RunnerSide {
+                server_tls_ca: server_tls_ca.clone(),
+            },
+        );
+        let verification = match &reach {
+            Ok(()) => verify_token(&attached.gitlab, &attached.healthy, &url, &token),
+            Err(why) => Verification::Unreachable(why.clone()),
+        };
         let result = register_log(&url, &token, &verification);
         let log = match &result {
             Ok(log) | Err(log) => log.clone(),
@@ -794,10 +831,19 @@ impl Program for Runner {
                 }
                 tokio::time::sleep(REGISTER_RETRY).await;
                 attempt += 1;
-                let asked = (gitlab.clone(), healthy.clone(), url.clone(), token.clone());
+                let asked = (
+                    gitlab.clone(),
+                    healthy.clone(),
+                    url.clone(),
+                    token.clone(),
+                    reach.clone(),
+                );
                 let Ok(verification) = tokio::task::spawn_blocking(move || {
-                    let (gitlab, healthy, url, token) = asked;
-                    verify_token(&gitlab, &healthy, &url, &token)
+                    let (gitlab, healthy, url, token, reach) = asked;
+                    match reach {
+                        Ok(()) => verify_token(&gitlab, &healthy, &url, &token),
+                        Err(why) => Verification::Unreachable(why),
+                    }
                 })
                 .await
                 else {

@@ -774,6 +774,11 @@ impl Programs {
         self.program_for(&call.image)?.1.logs(call)
     }
 
+    /// A container's log as `GET .../log?tailLines=N` answers: its last `N` lines when given.
+    pub fn logs_tail(&self, call: &ExecCall, tail_lines: Option<&str>) -> Option<String> {
+        Some(tail_of(&self.logs(call)?, tail_lines))
+    }
+
     /// Stops what every program started (the simulator stops).
     pub fn stop_all(&self) {
         let started = std::mem::take(&mut *self.started.lock().unwrap_or_else(|p| p.into_inner()));
@@ -950,3 +955,13 @@ pub fn tend(node: &dyn Node, programs: &Programs) {
 
 #[cfg(test)]
 mod tests;
+
+/// The last `tail_lines` lines of `log` (the API server's `tailLines`: a number; anything else,
+/// or none, is the whole log).
+fn tail_of(log: &str, tail_lines: Option<&str>) -> String {
+    let Some(count) = tail_lines.and_then(|n| n.parse::<usize>().ok()) else {
+        return log.to_string();
+    };
+    let lines: Vec<&str> = log.split_inclusive('\n').collect();
+    lines[lines.len().saturating_sub(count)..].concat()
+}

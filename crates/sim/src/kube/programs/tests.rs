@@ -331,3 +331,17 @@ fn the_state_folders_of_ended_simulators_are_removed_and_live_ones_kept() {
     );
     let _ = std::fs::remove_dir_all(&live);
 }
+
+#[test]
+fn tail_lines_keeps_the_last_lines_of_a_log() {
+    let log = "one\ntwo\nthree\n";
+    assert_eq!(tail_of(log, Some("2")), "two\nthree\n");
+    assert_eq!(tail_of(log, Some("0")), "");
+    assert_eq!(tail_of(log, Some("9")), log);
+    assert_eq!(tail_of(log, None), log);
+    assert_eq!(tail_of(log, Some("many")), log);
+    assert_eq!(
+        tail_of("no newline at the end", Some("1")),
+        "no newline at the end"
+    );
+}
