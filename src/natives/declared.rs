@@ -201,6 +201,16 @@ pub const DECLARED: &[Declared] = &[
         ],
     },
     Declared {
+        native: "kube_on_nodes",
+        options: &[
+            ("image", Str),
+            ("read_only", Bool),
+            ("volumes", Any),
+            ("timeout", Seconds),
+            ("check", Bool),
+        ],
+    },
+    Declared {
         native: "kube_logs",
         options: &[("container", Str), ("tail", Int), ("timeout", Seconds)],
     },

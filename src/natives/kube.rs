@@ -53,13 +53,14 @@ fn kube_operation(operation: &str) -> &str {
         "wait" => "kube_wait",
         "exec" => "kube_exec",
         "logs" => "kube_logs",
+        "node run" => "kube_on_nodes",
         other => other,
     }
 }
 
 /// A client error in the script's words: the native's name for the operation that failed in
 /// front, and how to see what exists after a 404.
-fn kube_error(error: ClientError) -> Box<EvalAltResult> {
+pub(super) fn kube_error(error: ClientError) -> Box<EvalAltResult> {
     let mut error = error.named_by(kube_operation);
     if error.status == Some(404) && error.hint.is_none() {
         error.hint =
@@ -76,7 +77,7 @@ fn nothing_to_patch(kind: &str, ns: &str, name: &str) -> Box<EvalAltResult> {
     )
 }
 
-fn remote(
+pub(super) fn remote(
     context: &NativeCallContext,
     native: &str,
 ) -> RhaiResultOf<(Arc<Session>, Arc<KubeClient>)> {
@@ -85,7 +86,7 @@ fn remote(
     Ok((session, client))
 }
 
-fn timeout(options: &rhai::Map, native: &str, default: u64) -> RhaiResultOf<Duration> {
+pub(super) fn timeout(options: &rhai::Map, native: &str, default: u64) -> RhaiResultOf<Duration> {
     match options.get("timeout") {
         Some(value) => super::seconds(value, &format!("{native}: timeout")),
         None => Ok(Duration::from_secs(default)),

@@ -21,6 +21,7 @@ pub mod gitlab_reads;
 pub mod helm;
 pub mod host;
 pub mod kube;
+pub mod kube_nodes;
 pub mod net;
 pub mod options;
 pub mod process;
@@ -66,6 +67,11 @@ pub fn native_module() -> Module {
     combine_with_exported_module!(&mut module, "bprun_git", git::git_functions);
     combine_with_exported_module!(&mut module, "bprun_tls", tls::tls_functions);
     combine_with_exported_module!(&mut module, "bprun_kube", kube::kube_functions);
+    combine_with_exported_module!(
+        &mut module,
+        "bprun_kube_nodes",
+        kube_nodes::kube_node_functions
+    );
     combine_with_exported_module!(&mut module, "bprun_helm", helm::helm_functions);
     combine_with_exported_module!(&mut module, "bprun_host", host::host_functions);
     module

@@ -318,10 +318,6 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
             ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/redis
             ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/redis-slave
             ~ create CI variable CI_HELM_CHART_DIR of blueprint-apps/shared-code
-            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/guestbook
-            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis
-            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/redis-slave
-            ~ create CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code
             ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/guestbook
             ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis
             ~ create CI variable CI_KUBECONFIG_B64 of blueprint-apps/redis-slave
@@ -376,7 +372,7 @@ fn phase3_runs_in_a_pod_as_the_deployed_service_account_and_its_pipelines_deploy
           2  Mint PAT             changed                 2 #.## s
           3  Seed glab auth       skipped                 0 #.## s
           4  Ensure group         changed                 1 #.## s
-          5  Provision projects   changed                49 #.## s
+          5  Provision projects   changed                45 #.## s
           6  Smoke test           changed                 4 #.## s
           7  Workloads reachable  ok                      0 #.## s
         7 steps: 2 ok, 4 changed, 1 skipped, 0 failed in #.## s

@@ -552,11 +552,21 @@ fn a_broken_node_script_fails_its_step_with_the_shells_words() {
     run.partial_stdout(
         r##"
 [15/17] Registry hosts pin ...
-    ~ create Pod/bprun-registry-hosts-sim-control-plane in kube-system
+    node sim-control-plane: /etc/hosts does not pin registry.local.example.net to 10.96.0.25
+    node sim-worker: /etc/hosts does not pin registry.local.example.net to 10.96.0.25
+    node sim-worker2: /etc/hosts does not pin registry.local.example.net to 10.96.0.25
+    node sim-worker3: /etc/hosts does not pin registry.local.example.net to 10.96.0.25
+    node sim-worker4: /etc/hosts does not pin registry.local.example.net to 10.96.0.25
+    ~ exec registry-hosts on node sim-control-plane
+    ~ exec registry-hosts on node sim-worker
+    ~ exec registry-hosts on node sim-worker2
+    ~ exec registry-hosts on node sim-worker3
+    ~ exec registry-hosts on node sim-worker4
 [15/17] Registry hosts pin ... failed (#.## s)
 [16/17] Runner ...
     ~ create Namespace/gitlab-runner
     ~ write Secret/gitlab-runner-token in gitlab-runner
+    ~ write Secret/gitlab-runner-certs in gitlab-runner
     warning: infra/helm-charts/gitlab-runner-0.71.0.tgz is not in the chart cache: using the stand-in chart infra/helm-charts/stand-ins/gitlab-runner (not the real gitlab-runner 0.71.0; see its README)
     ~ install helm release gitlab-runner/gitlab-runner from infra/helm-charts/stand-ins/gitlab-runner (not installed)
 [16/17] Runner ... changed (#.## s)
@@ -574,11 +584,11 @@ Recap of scripts/phase2.rhai
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Restore GitLab secrets   changed                 6 #.## s
- 12  Node trust               changed                16 #.## s
+ 12  Node trust               changed                 6 #.## s
  13  GitLab                   changed                 4 #.## s
  14  Snapshot GitLab secrets  changed                16 #.## s
- 15  Registry hosts pin       failed                  1 #.## s
- 16  Runner                   changed                 3 #.## s
+ 15  Registry hosts pin       failed                  5 #.## s
+ 16  Runner                   changed                 4 #.## s
  17  Destroy                  not run                 0          -
 17 steps: 1 ok, 14 changed, 0 skipped, 1 failed, 1 not run in #.## s
 
@@ -594,12 +604,13 @@ Recap of scripts/phase2.rhai
     run.stderr(&format!(
         "{BARE_PLATFORM}{}",
         crate::support::with_frame(r##"error: step "Registry hosts pin" failed
-  × node sim-control-plane: the registry-hosts pod's script failed (exit 127): sh: catt: not found (kubectl logs -n kube-system bprun-registry-hosts-sim-control-plane)
+  × kube_on_nodes: node sim-control-plane: the registry-hosts pod's script failed (exit 127): sh: catt: not found
 <frame>
   in fn on_every_node() called at <called at>
+  hint: its pod stays for its log: kubectl -n kube-system logs bprun-registry-hosts-sim-control-plane
   when this step fails: registry pulls on the nodes not resolving or answering 404: check this pin and the CA trust (node trust step); https://gitlab.local.example.net not resolving or answering 404 on your machine: its /etc/hosts entry and CA trust (the handover at the end of a whole phase 2 run)
 re-run with --resume to continue from here
-"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "throw `node ${name}: the ${purpose} pod's script failed", "throw", "thrown here"))
+"##, &crate::support::source_frame(&source, "scripts/phase2.rhai", "kube_on_nodes(differing, purpose, host_path, \"BPRUN_WRITE=1\\n\" + command,", "kube_on_nodes", "failed here"))
         .replace("<called at>", &called_at)
     ));
 }
@@ -634,7 +645,7 @@ Recap of scripts/phase2.rhai
   8  Wildcard TLS             changed                 6 #.## s
   9  CoreDNS rewrite          changed                 2 #.## s
  10  Restore GitLab secrets   changed                 6 #.## s
- 11  Node trust               changed                16 #.## s
+ 11  Node trust               changed                 6 #.## s
  12  GitLab                   failed                  2 #.## s
  13  MinIO                    not run                 0          -
  14  Snapshot GitLab secrets  not run                 0          -
@@ -870,7 +881,7 @@ Recap of scripts/phase2.rhai
   9  Wildcard TLS             changed                 6 #.## s
  10  CoreDNS rewrite          changed                 2 #.## s
  11  Restore GitLab secrets   changed                 6 #.## s
- 12  Node trust               changed                16 #.## s
+ 12  Node trust               changed                 6 #.## s
  13  GitLab                   failed                  2 #.## s
  14  Snapshot GitLab secrets  not run                 0          -
  15  Registry hosts pin       not run                 0          -
@@ -946,10 +957,26 @@ fn kubectl(sim: &crate::support::Sim, args: &[&str]) -> String {
     format!("{}{}", output.raw_stdout, output.raw_stderr)
 }
 
+/// The requests that changed the cluster. The read-only pods that look at the nodes' files
+/// (`bprun-<purpose>-look-<node>`, each created and deleted once) are reads, not changes.
 fn kube_mutating(sim: &crate::support::Sim) -> u64 {
     let log: serde_json::Value =
         serde_json::from_str(&kubectl(sim, &["get", "--raw", "/-/sim/requests"])).expect("log");
-    log["mutating"].as_u64().expect("mutating")
+    let looks: u64 = log["counters"]
+        .as_object()
+        .expect("counters")
+        .iter()
+        .filter(|(request, _)| {
+            request.starts_with("DELETE /api/v1/namespaces/kube-system/pods/bprun-")
+                && request.contains("-look-")
+        })
+        .filter_map(|(_, count)| count.as_u64())
+        .sum();
+    let creates = log["counters"]["POST /api/v1/namespaces/kube-system/pods"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(creates >= looks, "each look pod was created: {log}");
+    log["mutating"].as_u64().expect("mutating") - 2 * looks
 }
 
 /// What a whole, successful run of phase 2 on the rehearsal platform ends with: the operator's
@@ -2451,6 +2478,27 @@ fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it
         assert!(text.contains(from), "{file}");
         std::fs::write(&path, text.replace(from, to)).expect(file);
     }
+    // Where each reference stands in the edited files (read, not pinned: the files change).
+    let line_of = |file: &str, text: &str| {
+        let edited = std::fs::read_to_string(copy.path().join(file)).expect(file);
+        let line = edited
+            .lines()
+            .position(|line| line.contains(text))
+            .unwrap_or_else(|| panic!("{file} holds {text}"));
+        format!("{file}:{}", line + 1)
+    };
+    let references = format!(
+        "  caused by: {}: busybox:1.37 is not pinned\n  caused by: {}: {{images.alpine-edge}} names no pin\n  caused by: {}: gcr.io/kaniko-project/executor:latest is spelled out and not pinned: pin it, then write {{images.KEY}}\n",
+        line_of("infra/helm-values/runner.yaml", "image: busybox:1.37"),
+        line_of(
+            "templates/ci/shared-code.gitlab-ci.yml",
+            "{images.alpine-edge}"
+        ),
+        line_of(
+            "apps/shared-code/templates/ci-common.yml",
+            "gcr.io/kaniko-project/executor:latest"
+        ),
+    );
     let run = settled(copy.run(&["rehearse", "scripts/phase2.rhai"]));
     run.code(1);
     run.partial_stdout(
@@ -2458,14 +2506,14 @@ fn an_image_that_versions_json_does_not_pin_stops_the_pre_flight_naming_where_it
         "the recap and the end state of the bare cluster follow",
     );
     run.stderr(&format!(
-        "{BARE_PLATFORM}error: step \"Pre-flight\" failed\n  × 3 image references are not read from infra/VERSIONS.json\n{}{}",
+        "{BARE_PLATFORM}error: step \"Pre-flight\" failed\n  × 3 image references are not read from infra/VERSIONS.json\n{}{references}{}",
         crate::support::script_frame(
             "scripts/phase2.rhai",
             "require_pinned_images(); // every image",
             "require_pinned_images",
             "failed here",
         ),
-        "  caused by: infra/helm-values/runner.yaml:12: busybox:1.37 is not pinned\n  caused by: templates/ci/shared-code.gitlab-ci.yml:8: {images.alpine-edge} names no pin\n  caused by: apps/shared-code/templates/ci-common.yml:15: gcr.io/kaniko-project/executor:latest is spelled out and not pinned: pin it, then write {images.KEY}\n  hint: a values file names an image infra/VERSIONS.json's images pin; a CI template writes {images.KEY}; a new image is added there first (repository, tag, and its digest where one is known, else null: never an invented one)\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
+        "  hint: a values file names an image infra/VERSIONS.json's images pin; a CI template writes {images.KEY}; a new image is added there first (repository, tag, and its digest where one is known, else null: never an invented one)\nre-run with --resume to continue from here\nwarning: cannot read the end state: gitlab: GET /groups?per_page=100 -> 503: no healthy upstream\n"
     ));
 }
 
@@ -2532,4 +2580,148 @@ re-run with --resume to continue from here
     )
     .replace("<called>", &called)
     .replace("<why>", why)
+}
+
+/// The steps of scripts/phase2.rhai, in order (read from the script, so they follow its edits).
+fn phase2_steps() -> Vec<String> {
+    let source = crate::support::read_script("scripts/phase2.rhai");
+    regex::Regex::new(r#"(?m)^step\("([^"]+)""#)
+        .expect("regex")
+        .captures_iter(&source)
+        .map(|found| found[1].to_string())
+        .collect()
+}
+
+/// The whole stdout of `bprun [--check] --only STEP scripts/phase2.rhai` as `settled` leaves
+/// it: every other step skipped, `step` printing `body` (its lines, without their indent) and
+/// ending `outcome` (`ok`, or `changed N`).
+fn only_step_run(check: bool, step: &str, body: &str, outcome: &str) -> String {
+    let steps = phase2_steps();
+    let total = steps.len();
+    let mut out = String::from(if check {
+        "check mode: nothing will be changed\n"
+    } else {
+        ""
+    });
+    let mut recap = Vec::new();
+    for (index, name) in steps.iter().enumerate() {
+        let number = format!("[{}/{total}]", index + 1);
+        if name == step {
+            let status = outcome.split(' ').next().unwrap_or(outcome);
+            if body.is_empty() {
+                out.push_str(&format!("{number} {name} ... {status} (#.## s)\n"));
+            } else {
+                out.push_str(&format!("{number} {name} ...\n"));
+                for line in body.lines() {
+                    out.push_str(&format!("    {line}\n"));
+                }
+                out.push_str(&format!("{number} {name} ... {status} (#.## s)\n"));
+            }
+            recap.push(format!("{name}: {outcome}"));
+        } else {
+            out.push_str(&format!(
+                "{number} {name} ... skipped (not selected by --only)\n"
+            ));
+            recap.push(format!("{name}: skipped"));
+        }
+    }
+    let title = if check {
+        "scripts/phase2.rhai (check mode)"
+    } else {
+        "scripts/phase2.rhai"
+    };
+    out.push('\n');
+    out.push_str(&settled_recap(&format!(
+        "{}\n",
+        crate::support::expected_recap(title, &recap.join("; "))
+    )));
+    out
+}
+
+/// Runs `script` on node `node` of `sim` with its `/etc` at `/host`, as a node pod would (the
+/// test's own hand: an operator's, or a node restart's).
+fn on_node(sim: &crate::support::Sim, node: &str, name: &str, script: &str) -> String {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"restartPolicy": "Never", "nodeName": node,
+                 "containers": [{"name": "look", "image": "docker.io/library/busybox:1.37",
+                                 "command": ["sh", "-c", script],
+                                 "volumeMounts": [{"name": "host", "mountPath": "/host"}]}],
+                 "volumes": [{"name": "host", "hostPath": {"path": "/etc"}}]}
+    });
+    sim.kubectl_stdin(&["apply", "-f", "-"], &pod.to_string())
+        .code(0);
+    sim.kubectl(&[
+        "wait",
+        &format!("pod/{name}"),
+        "--timeout=30s",
+        "--for=jsonpath={.status.phase}=Succeeded",
+    ])
+    .code(0);
+    kubectl(sim, &["logs", name])
+}
+
+#[test]
+fn a_node_that_lost_its_registry_pin_gets_it_back_on_the_next_run() {
+    // A restarted kind node comes back with its image's /etc/hosts, without phase 2's pin, and
+    // nothing else about the node says so: the step reads each node's file, and repairs the
+    // one node that lost it.
+    let copy = with_tools();
+    let sim = bare_platform_on(&copy);
+    let copy = copy.envs(&fresh_platform_vars(&sim));
+    copy.run(&["scripts/phase2.rhai"]).code(0);
+    let pinned = on_node(
+        &sim,
+        "sim-worker2",
+        "pinned",
+        "grep ' registry.local.example.net$' /host/hosts",
+    );
+    let address = pinned
+        .split(' ')
+        .next()
+        .expect("the pin's address")
+        .to_string();
+    assert_eq!(pinned, format!("{address} registry.local.example.net\n"));
+    on_node(
+        &sim,
+        "sim-worker2",
+        "restarted",
+        "grep -v ' registry.local.example.net$' /host/hosts > /tmp/hosts; cat /tmp/hosts > /host/hosts",
+    );
+    let only = ["--only", "Registry hosts pin", "scripts/phase2.rhai"];
+    let lost = format!(
+        "node sim-worker2: /etc/hosts does not pin registry.local.example.net to {address}"
+    );
+    let check: Vec<&str> = ["--check"].iter().chain(&only).copied().collect();
+    settled(copy.run(&check)).expect(
+        0,
+        &only_step_run(
+            true,
+            "Registry hosts pin",
+            &format!("{lost}\n~ would exec registry-hosts on node sim-worker2"),
+            "changed 1",
+        ),
+        "",
+    );
+    settled(copy.run(&only)).expect(
+        0,
+        &only_step_run(
+            false,
+            "Registry hosts pin",
+            &format!("{lost}\n~ exec registry-hosts on node sim-worker2"),
+            "changed 1",
+        ),
+        "",
+    );
+    assert_eq!(
+        on_node(
+            &sim,
+            "sim-worker2",
+            "repaired",
+            "grep ' registry.local.example.net$' /host/hosts"
+        ),
+        pinned
+    );
+    settled(copy.run(&only)).expect(0, &only_step_run(false, "Registry hosts pin", "", "ok"), "");
 }

@@ -228,9 +228,9 @@ fn rehearsal_succeeds_and_rebuilds_the_same_platform() {
     let project = |name: &str, ci_sha: &str| {
         // shared-code deploys nothing: no kubeconfig; the apps' deployer kubeconfig is hidden.
         let variables = if name == "shared-code" {
-            "CI_HELM_CHART_DIR, CI_INSECURE_REGISTRY, CI_REGISTRY_IMAGE"
+            "CI_HELM_CHART_DIR, CI_REGISTRY_IMAGE"
         } else {
-            "CI_HELM_CHART_DIR, CI_INSECURE_REGISTRY, CI_KUBECONFIG_B64 (masked, hidden), CI_REGISTRY_IMAGE"
+            "CI_HELM_CHART_DIR, CI_KUBECONFIG_B64 (masked, hidden), CI_REGISTRY_IMAGE"
         };
         format!(
             "blueprint-apps/{name} (id <id>)
@@ -516,7 +516,7 @@ error: the top level of scripts/phase3.rhai failed
     assert_eq!(
         numbers.replace_all(guestbook, "#<n>"),
         " (id 3)
-    variables (values hidden): CI_HELM_CHART_DIR, CI_INSECURE_REGISTRY, CI_KUBECONFIG_B64 (masked, hidden), CI_REGISTRY_IMAGE
+    variables (values hidden): CI_HELM_CHART_DIR, CI_KUBECONFIG_B64 (masked, hidden), CI_REGISTRY_IMAGE
     .gitlab-ci.yml sha256 6fb3afe4e559a62b…
     pipelines: #<n> success (api), #<n> skipped (push)
 ",
@@ -870,7 +870,7 @@ error: step "Smoke test" failed
         &with_recaps(r##"
 [6/7] Smoke test ... failed (#.## s)
 
-<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 50; Smoke test: failed 4; Workloads reachable: not run>
+<recap of scripts/phase3.rhai: Pre-flight: ok; Mint PAT: changed 2; Seed glab auth: skipped, timed; Ensure group: changed 1; Provision projects: changed 46; Smoke test: failed 4; Workloads reachable: not run>
 
 "##),
         varies,

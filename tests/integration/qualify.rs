@@ -382,7 +382,7 @@ fn qualify_passes_after_phases_2_and_3_and_names_exactly_the_row_a_break_fails()
              14  Group blueprint-apps                    blueprint-apps                                   blueprint-apps                                      pass
              15  Projects                                shared-code, guestbook, redis, redis-slave       shared-code, guestbook, redis, redis-slave          pass
              16  .gitlab-ci.yml in every project         on main in 4 projects                            on main in 4 projects                               pass
-             17  CI/CD variables                         3 keys each, a hidden kubeconfig per chart       3 keys each, a hidden kubeconfig per chart          pass
+             17  CI/CD variables                         2 keys each, a hidden kubeconfig per chart       2 keys each, a hidden kubeconfig per chart          pass
              18  Smoke pipelines green                   success on main in 4 projects                    success on main in 4 projects                       pass
              19  Workloads reachable                     https://guestbook.local.example.net answers 200  https://guestbook.local.example.net answers 200     pass
              20  Default branch protected                main protected in 4 projects                     main protected in 4 projects                        pass

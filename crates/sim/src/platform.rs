@@ -548,6 +548,7 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 backend: backend.local_addr().map_err(|e| e.to_string())?,
                 healthy: healthy.clone(),
                 poll_interval: crate::gitlab::standin_interval(prepared.pipeline_seconds),
+                cluster: Arc::downgrade(&kube_sim),
             })?;
         tasks.push(runtime.spawn(crate::http::serve(to_tokio(backend)?, gitlab.clone())));
         tasks.push(runtime.spawn(crate::http::serve(

@@ -9,6 +9,7 @@ mod crud;
 mod exec;
 pub mod helm_storage;
 mod kubeconfig;
+pub mod nodes;
 mod port_forward;
 mod tokens;
 mod wait;

@@ -56,6 +56,8 @@ pub struct Attached {
     /// How often a runner asks for jobs (GitLab Runner's `check_interval`, shortened as the
     /// simulator's runner stand-in does: `gitlab::standin_interval`).
     pub poll_interval: Duration,
+    /// The cluster the pods run in: a runner dials GitLab's URL through it on each attempt.
+    pub cluster: std::sync::Weak<crate::kube::server::KubeSim>,
 }
 
 /// Where the programs find their GitLab ([`super::Shared::gitlab`]).
@@ -721,6 +723,17 @@ fn https_host(url: &str) -> Option<&str> {
     (!name.is_empty()).then_some(name)
 }
 
+/// Whether a pod in `namespace` reaches an `https://` `url` and trusts what it presents with
+/// `ca` (Go's words when not); a plain-HTTP URL is left to [`verify_token`].
+fn reach_url(host: &Host, url: &str, namespace: &str, ca: Option<&str>) -> Result<(), String> {
+    let Some(name) = https_host(url) else {
+        return Ok(());
+    };
+    super::service::dial(host, name, 443, namespace)
+        .map_err(|why| why.go_words(name, 443))
+        .and_then(|()| super::service::handshake(host, name, 443, namespace, ca))
+}
+
 /// What `gitlab-runner register` gets when it verifies `token` at `url`: GitLab's answer while
 /// a webservice pod serves it, else the dial's error.
 fn verify_token(gitlab: &GitlabSim, healthy: &Upstream, url: &str, token: &str) -> Verification {
@@ -774,25 +787,13 @@ impl Program for Runner {
             .map(|(_, token)| token.trim().to_string())
             .unwrap_or_default();
         // The CA the runner trusts for its URL (`certs/<host>.crt`, the chart's
-        // `certsSecretName`), which its jobs get too; and what the URL's host presents, as the
-        // pod found it when it started.
+        // `certsSecretName`), which its jobs get too; and whether the URL's host answers and
+        // presents a certificate that CA verifies.
         let server_tls_ca = https_host(&url).and_then(|name| {
             volumes::find(&pod, &format!("{name}.crt"), &lookup(host, &call.namespace))
                 .map(|(_, ca)| ca)
         });
-        let reach = https_host(&url).map_or(Ok(()), |name| {
-            super::service::dial(host, name, 443, &call.namespace)
-                .map_err(|why| why.go_words(name, 443))
-                .and_then(|()| {
-                    super::service::handshake(
-                        host,
-                        name,
-                        443,
-                        &call.namespace,
-                        server_tls_ca.as_deref(),
-                    )
-                })
-        });
+        let reach = reach_url(host, &url, &call.namespace, server_tls_ca.as_deref());
         attached.gitlab.set_runner_side(
             &token,
             crate::gitlab::RunnerSide {
@@ -820,6 +821,8 @@ impl Program for Runner {
         let gitlab = attached.gitlab.clone();
         let healthy = attached.healthy.clone();
         let interval = attached.poll_interval;
+        let cluster = attached.cluster.clone();
+        let namespace = call.namespace.clone();
         let (logs, uid) = (self.logs.clone(), call.pod_uid.clone());
         let poll = bprun_clients::runtime::runtime().spawn(async move {
             let mut attempt = 1;
@@ -831,16 +834,23 @@ impl Program for Runner {
                 }
                 tokio::time::sleep(REGISTER_RETRY).await;
                 attempt += 1;
+                // Each attempt dials again, as `gitlab-runner register` does.
                 let asked = (
                     gitlab.clone(),
                     healthy.clone(),
                     url.clone(),
                     token.clone(),
-                    reach.clone(),
+                    cluster.clone(),
+                    namespace.clone(),
+                    server_tls_ca.clone(),
                 );
                 let Ok(verification) = tokio::task::spawn_blocking(move || {
-                    let (gitlab, healthy, url, token, reach) = asked;
-                    match reach {
+                    let (gitlab, healthy, url, token, cluster, namespace, ca) = asked;
+                    let Some(sim) = cluster.upgrade() else {
+                        return Verification::Unreachable("EOF".to_string());
+                    };
+                    let host = Host::new(&*sim, &sim.programs);
+                    match reach_url(&host, &url, &namespace, ca.as_deref()) {
                         Ok(()) => verify_token(&gitlab, &healthy, &url, &token),
                         Err(why) => Verification::Unreachable(why),
                     }

@@ -189,6 +189,44 @@ pub fn serving_behind(host: &Host, service: &Value, port: u16) -> Option<SocketA
     })
 }
 
+/// The store as `kube::pulls` reads it, through a program's host.
+struct HostView<'a>(&'a Host<'a>);
+
+impl crate::kube::pulls::ClusterView for HostView<'_> {
+    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.0.object(store_key, namespace, name)
+    }
+}
+
+/// The TLS handshake a pod in `from_namespace` makes with `name:port` once [`dial`] connected:
+/// the Envoy proxy behind the Service presents its listener's certificate for `name`, verified
+/// against `ca` (PEM; `None`: the image's own roots, which know no platform CA). `Err` in Go's
+/// words (`tls: failed to verify certificate: x509: ...`), or `EOF` when no listener serves the
+/// name over TLS.
+pub fn handshake(
+    host: &Host,
+    name: &str,
+    port: u16,
+    from_namespace: &str,
+    ca: Option<&str>,
+) -> Result<(), String> {
+    let Some(coredns::Answer::Service {
+        namespace,
+        name: service_name,
+        ..
+    }) = answer(host, name, from_namespace)
+    else {
+        return Err("EOF".to_string());
+    };
+    let Some(service) = host.object("services", &namespace, &service_name) else {
+        return Err("EOF".to_string());
+    };
+    let view = HostView(host);
+    let chain = crate::kube::pulls::served_certificate(&service, name, port, &view)
+        .ok_or_else(|| "EOF".to_string())?;
+    crate::kube::pulls::verify_certificate(ca, &chain, name)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,42 +264,4 @@ mod tests {
         assert_eq!(target_port(&service, 80, &pod), Some(80));
         assert_eq!(target_port(&service, 81, &pod), None);
     }
-}
-
-/// The store as `kube::pulls` reads it, through a program's host.
-struct HostView<'a>(&'a Host<'a>);
-
-impl crate::kube::pulls::ClusterView for HostView<'_> {
-    fn object(&self, store_key: &str, namespace: &str, name: &str) -> Option<Value> {
-        self.0.object(store_key, namespace, name)
-    }
-}
-
-/// The TLS handshake a pod in `from_namespace` makes with `name:port` once [`dial`] connected:
-/// the Envoy proxy behind the Service presents its listener's certificate for `name`, verified
-/// against `ca` (PEM; `None`: the image's own roots, which know no platform CA). `Err` in Go's
-/// words (`tls: failed to verify certificate: x509: ...`), or `EOF` when no listener serves the
-/// name over TLS.
-pub fn handshake(
-    host: &Host,
-    name: &str,
-    port: u16,
-    from_namespace: &str,
-    ca: Option<&str>,
-) -> Result<(), String> {
-    let Some(coredns::Answer::Service {
-        namespace,
-        name: service_name,
-        ..
-    }) = answer(host, name, from_namespace)
-    else {
-        return Err("EOF".to_string());
-    };
-    let Some(service) = host.object("services", &namespace, &service_name) else {
-        return Err("EOF".to_string());
-    };
-    let view = HostView(host);
-    let chain = crate::kube::pulls::served_certificate(&service, name, port, &view)
-        .ok_or_else(|| "EOF".to_string())?;
-    crate::kube::pulls::verify_certificate(ca, &chain, name)
 }
