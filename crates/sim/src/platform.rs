@@ -548,7 +548,14 @@ pub fn start(prepared: Prepared) -> Result<Platform, String> {
                 backend: backend.local_addr().map_err(|e| e.to_string())?,
                 healthy: healthy.clone(),
                 poll_interval: crate::gitlab::standin_interval(prepared.pipeline_seconds),
-                cluster: Arc::downgrade(&kube_sim),
+                redial: {
+                    let weak = Arc::downgrade(&kube_sim);
+                    Arc::new(move |url: &str, namespace: &str, ca: Option<&str>| {
+                        let sim = weak.upgrade().ok_or_else(|| "EOF".to_string())?;
+                        let host = crate::kube::programs::Host::new(&*sim, &sim.programs);
+                        crate::kube::programs::gitlab::reach_url(&host, url, namespace, ca)
+                    })
+                },
             })?;
         tasks.push(runtime.spawn(crate::http::serve(to_tokio(backend)?, gitlab.clone())));
         tasks.push(runtime.spawn(crate::http::serve(

@@ -136,8 +136,8 @@ pub fn objects(repository: &Path) -> Result<Vec<Value>, String> {
 
 /// What phase 2's node trust and registry pin steps leave on every node, once the gateway's
 /// Service has its address: containerd's `certs.d/<host>/` (the wildcard CA and `hosts.toml`)
-/// for the four listener hosts, `registry.<domain>` pinned to the gateway in `/etc/hosts`, the
-/// markers the steps record on each Node, and the CA's ConfigMap in kube-system. `nodes_dir`
+/// for the four listener hosts, `registry.<domain>` pinned to the gateway in `/etc/hosts`, and
+/// the CA's ConfigMap in kube-system (the steps read the files, so no marker on the Nodes). `nodes_dir`
 /// holds the nodes' folders (`NODE/etc/...`), as the node scripts of phase 2 write them.
 pub fn node_network(
     sim: &super::KubeSim,
@@ -156,7 +156,6 @@ pub fn node_network(
         .and_then(|service| service["spec"]["clusterIP"].as_str().map(str::to_string))
         .ok_or_else(|| format!("the seeded gateway has no Service {namespace}/{name} yet"))?;
     let pin = format!("{address} registry.{DOMAIN}");
-    let ca_digest = bprun_clients::digest::sha256_hex(&ca);
     let write = |path: &Path, text: &str| {
         path.parent()
             .map(std::fs::create_dir_all)
@@ -186,22 +185,6 @@ pub fn node_network(
                 ),
             )?;
         }
-        let rt = cluster
-            .resource_for_kind("v1", "Node")
-            .ok_or("no resource for Node")?;
-        let markers = json!({"metadata": {"annotations": {
-            "bprun.dev/containerd-ca-sha256": ca_digest,
-            "bprun.dev/registry-hosts-pin": pin}}});
-        cluster
-            .patch(
-                &rt,
-                "",
-                node,
-                super::cluster::PatchType::Merge,
-                markers,
-                &options,
-            )
-            .map_err(|error| error.message)?;
     }
     let rt = cluster
         .resource_for_kind("v1", "ConfigMap")

@@ -56,9 +56,14 @@ pub struct Attached {
     /// How often a runner asks for jobs (GitLab Runner's `check_interval`, shortened as the
     /// simulator's runner stand-in does: `gitlab::standin_interval`).
     pub poll_interval: Duration,
-    /// The cluster the pods run in: a runner dials GitLab's URL through it on each attempt.
-    pub cluster: std::sync::Weak<crate::kube::server::KubeSim>,
+    /// How a pod in a namespace reaches an `https://` URL now, trusting a CA ([`reach_url`]
+    /// through the cluster, which the platform attaches): a runner dials on each attempt.
+    pub redial: Redial,
 }
+
+/// `(url, namespace, ca)` -> whether a pod in `namespace` reaches `url` and trusts what it
+/// presents with `ca` (Go's words when not).
+pub type Redial = Arc<dyn Fn(&str, &str, Option<&str>) -> Result<(), String> + Send + Sync>;
 
 /// Where the programs find their GitLab ([`super::Shared::gitlab`]).
 #[derive(Default)]
@@ -725,7 +730,7 @@ fn https_host(url: &str) -> Option<&str> {
 
 /// Whether a pod in `namespace` reaches an `https://` `url` and trusts what it presents with
 /// `ca` (Go's words when not); a plain-HTTP URL is left to [`verify_token`].
-fn reach_url(host: &Host, url: &str, namespace: &str, ca: Option<&str>) -> Result<(), String> {
+pub fn reach_url(host: &Host, url: &str, namespace: &str, ca: Option<&str>) -> Result<(), String> {
     let Some(name) = https_host(url) else {
         return Ok(());
     };
@@ -821,7 +826,7 @@ impl Program for Runner {
         let gitlab = attached.gitlab.clone();
         let healthy = attached.healthy.clone();
         let interval = attached.poll_interval;
-        let cluster = attached.cluster.clone();
+        let redial = attached.redial.clone();
         let namespace = call.namespace.clone();
         let (logs, uid) = (self.logs.clone(), call.pod_uid.clone());
         let poll = bprun_clients::runtime::runtime().spawn(async move {
@@ -840,17 +845,13 @@ impl Program for Runner {
                     healthy.clone(),
                     url.clone(),
                     token.clone(),
-                    cluster.clone(),
+                    redial.clone(),
                     namespace.clone(),
                     server_tls_ca.clone(),
                 );
                 let Ok(verification) = tokio::task::spawn_blocking(move || {
-                    let (gitlab, healthy, url, token, cluster, namespace, ca) = asked;
-                    let Some(sim) = cluster.upgrade() else {
-                        return Verification::Unreachable("EOF".to_string());
-                    };
-                    let host = Host::new(&*sim, &sim.programs);
-                    match reach_url(&host, &url, &namespace, ca.as_deref()) {
+                    let (gitlab, healthy, url, token, redial, namespace, ca) = asked;
+                    match redial(&url, &namespace, ca.as_deref()) {
                         Ok(()) => verify_token(&gitlab, &healthy, &url, &token),
                         Err(why) => Verification::Unreachable(why),
                     }
