@@ -977,7 +977,7 @@ fn an_expired_deployer_token_is_refused_by_the_cluster_and_replaced_by_the_next_
 }
 
 #[test]
-fn an_app_that_left_the_manifest_loses_its_deploying_identity_and_shared_code_its_old_kubeconfig() {
+fn an_app_that_left_the_manifest_loses_its_deploying_identity_and_shared_code_its_old_variables() {
     // What an earlier platform leaves: the identity of an app no longer in the manifest (its
     // namespace labelled as an app's, its account and binding), and bprun's own kubeconfig in
     // shared-code, as bprun stored it before apps had identities. A full run removes both and
@@ -1015,6 +1015,13 @@ subjects: [{kind: ServiceAccount, name: ci-deployer, namespace: retired}]
         ),
     );
     assert_eq!(old.status, 201, "{}", old.body);
+    // The variable an older bprun set and no job read: phase 3 removes it too.
+    let insecure = sim.api(
+        "POST",
+        "projects/blueprint-apps%2Fshared-code/variables",
+        Some(r#"{"key": "CI_INSECURE_REGISTRY", "value": "1"}"#),
+    );
+    assert_eq!(insecure.status, 201, "{}", insecure.body);
     let only = ["--only", "Provision projects"];
     let checked = |changes: &str, status: &str| {
         let short = status.split(' ').next().unwrap_or(status);
@@ -1046,8 +1053,8 @@ check mode: nothing will be changed
     run(&["--check", "--only", "Provision projects"])
         .code(0)
         .stdout(&checked(
-            "    ~ would delete CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n    ~ would delete RoleBinding/ci-deployer in retired\n    ~ would delete ServiceAccount/ci-deployer in retired\n",
-            "changed 3",
+            "    ~ would delete CI variable CI_KUBECONFIG_B64 of blueprint-apps/shared-code\n    ~ would delete CI variable CI_INSECURE_REGISTRY of blueprint-apps/shared-code\n    ~ would delete RoleBinding/ci-deployer in retired\n    ~ would delete ServiceAccount/ci-deployer in retired\n",
+            "changed 4",
         ));
     run(&only).success();
     assert_eq!(
