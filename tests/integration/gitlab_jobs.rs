@@ -1139,27 +1139,40 @@ fn helm_4_deploys_under_the_deployer_role_as_helm_3_does() {
     );
 }
 
+/// What the smoke step says when the guestbook's build fails at kaniko's push check: the
+/// executor run with its trust flags `flags` (the template's, as the trace shows them), then
+/// kaniko's `why` after the transport's `Get "URL": `.
+fn kaniko_refused(flags: &str, url: &str, why: &str) -> String {
+    smoke_report(
+        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
+        &format!(
+            "\x20 caused by: job build failed; end of its trace:\n\
+             \x20   Created fresh repository.\n\
+             \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
+             \x20   Skipping Git submodules setup\n\
+             \x20   Executing \"step_script\" stage of the job script\n\
+             \x20   $ mkdir -p /kaniko/.docker\n\
+             \x20   $ echo \"{{\\\"auths\\\":{{\\\"${{CI_REGISTRY_IMAGE%%/*}}\\\":{{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}}}}\" > /kaniko/.docker/config.json\n\
+             \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" {flags}\n\
+             \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"{url}\": {why}\n\
+             \x20   Cleaning up project directory and file based variables\n\
+             \x20   ERROR: Job failed: exit code 1\n\
+             \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
+             "
+        ),
+    )
+}
+
 #[test]
 fn kaniko_without_insecure_meets_the_in_cluster_registrys_plain_http() {
     // The in-cluster registry (gitlab-registry.gitlab.svc:5000) speaks plain HTTP: kaniko's
     // client, asked for HTTPS (no --insecure), fails as go-containerregistry does.
     let sim = BPRUN.sim(SimKind::All, &[]);
     let run = guestbook_with_ci_common(&sim, &|text| text.replace("      --insecure\n", ""));
-    steady_failure(&sim, run).code(1).stderr(&smoke_report(
-        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
-        "\x20 caused by: job build failed; end of its trace:\n\
-         \x20   Created fresh repository.\n\
-         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
-         \x20   Skipping Git submodules setup\n\
-         \x20   Executing \"step_script\" stage of the job script\n\
-         \x20   $ mkdir -p /kaniko/.docker\n\
-         \x20   $ echo \"{\\\"auths\\\":{\\\"${CI_REGISTRY_IMAGE%%/*}\\\":{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}\" > /kaniko/.docker/config.json\n\
-         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --registry-certificate \"${CI_REGISTRY_IMAGE%%/*}=$CI_SERVER_TLS_CA_FILE\"\n\
-         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab-registry.gitlab.svc:5000/v2/\": http: server gave HTTP response to HTTPS client\n\
-         \x20   Cleaning up project directory and file based variables\n\
-         \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
-         ",
+    steady_failure(&sim, run).code(1).stderr(&kaniko_refused(
+        "--registry-certificate \"${CI_REGISTRY_IMAGE%%/*}=$CI_SERVER_TLS_CA_FILE\"",
+        "https://gitlab-registry.gitlab.svc:5000/v2/",
+        "http: server gave HTTP response to HTTPS client",
     ));
 }
 
@@ -1175,21 +1188,10 @@ fn kaniko_without_the_runners_ca_cannot_fetch_a_token_from_gitlabs_realm() {
             "",
         )
     });
-    steady_failure(&sim, run).code(1).stderr(&smoke_report(
-        "gitlab: pipeline #9 of blueprint-apps/guestbook failed",
-        "\x20 caused by: job build failed; end of its trace:\n\
-         \x20   Created fresh repository.\n\
-         \x20   Checking out <commit> as detached HEAD (ref is main)...\n\
-         \x20   Skipping Git submodules setup\n\
-         \x20   Executing \"step_script\" stage of the job script\n\
-         \x20   $ mkdir -p /kaniko/.docker\n\
-         \x20   $ echo \"{\\\"auths\\\":{\\\"${CI_REGISTRY_IMAGE%%/*}\\\":{\\\"auth\\\":\\\"$(printf '%s:%s' \"$CI_REGISTRY_USER\" \"$CI_REGISTRY_PASSWORD\" | base64 | tr -d '\\n')\\\"}}}\" > /kaniko/.docker/config.json\n\
-         \x20   $ /kaniko/executor --context \"$CI_PROJECT_DIR\" --dockerfile \"$CI_PROJECT_DIR/$DOCKERFILE_PATH\" --destination \"$CI_REGISTRY_IMAGE:$CI_COMMIT_SHORT_SHA\" --destination \"$CI_REGISTRY_IMAGE:latest\" --insecure\n\
-         \x20   error checking push permissions -- make sure you entered the correct tag name, and that you are authenticated correctly, and try again: checking push permission for \"gitlab-registry.gitlab.svc:5000/blueprint-apps/guestbook:<commit>\": creating push check transport for gitlab-registry.gitlab.svc:5000 failed: Get \"https://gitlab.local.example.net/jwt/auth?scope=repository%3Ablueprint-apps%2Fguestbook%3Apush%2Cpull&service=container_registry\": tls: failed to verify certificate: x509: certificate signed by unknown authority\n\
-         \x20   Cleaning up project directory and file based variables\n\
-         \x20   ERROR: Job failed: exit code 1\n\
-         \x20 hint: open <gitlab>/blueprint-apps/guestbook/-/pipelines/9\n\
-         ",
+    steady_failure(&sim, run).code(1).stderr(&kaniko_refused(
+        "--insecure",
+        "https://gitlab.local.example.net/jwt/auth?scope=repository%3Ablueprint-apps%2Fguestbook%3Apush%2Cpull&service=container_registry",
+        "tls: failed to verify certificate: x509: certificate signed by unknown authority",
     ));
 }
 
