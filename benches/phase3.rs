@@ -1,8 +1,10 @@
 //! Phase 3 no-op benchmark (not a test), release build, against `bprun sim all`: a no-op re-run
-//! of `scripts/phase3.rhai` without the smoke step (nor the gateway check after it), for the four
-//! apps and for a synthetic 100-app manifest, with no added latency and with 50 ms added to every
-//! GitLab answer (API and git; the simulator's `latency_ms` fault, the one `bprun sim all
-//! --latency-ms` sets, switched at run time so one provisioning serves both).
+//! of `scripts/phase3.rhai` for the four apps with every step (the smoke step finds its green
+//! pipelines, the reachability check reads the guestbook through the platform's gateway), and
+//! for a synthetic 100-app manifest without the smoke step and the check after it, with no added
+//! latency and with 50 ms added to every GitLab answer (API and git; the simulator's
+//! `latency_ms` fault, the one `bprun sim all --latency-ms` sets, switched at run time so one
+//! provisioning serves both).
 //!
 //! Reports wall time (median and max), the GitLab requests one run makes (git smart HTTP
 //! included), the sequential round trips the latency implies ((wall with latency - wall
@@ -16,18 +18,25 @@ use std::time::{Duration, Instant};
 
 const BPRUN: Bprun = Bprun::at(env!("CARGO_BIN_EXE_bprun"));
 const LATENCY_MS: u64 = 50;
-/// Phase 3's last step reads the guestbook through phase 2's gateway with its wildcard CA, which
-/// `bprun sim all` has neither of (`bprun rehearse` has both); it sends nothing to GitLab.
-const WORKLOADS: &str = "Workloads reachable";
-/// Every run of the benchmark: quiet, without the smoke step and the gateway check after it.
+/// The four apps' runs: every step, as an operator runs phase 3 (`bprun sim all` carries the
+/// gateway, the wildcard CA and the routes phase 2 leaves).
+const EVERY_STEP: [&str; 2] = ["-q", "scripts/phase3.rhai"];
+/// The 100 apps' runs: without the smoke step (a hundred deploying smoke pipelines at once
+/// overload a 2-core machine's simulated cluster) and the gateway check after it (no guestbook
+/// was deployed to read).
 const WITHOUT_SMOKE: [&str; 6] = [
     "-q",
     "--skip",
     "Smoke test",
     "--skip",
-    WORKLOADS,
+    "Workloads reachable",
     "scripts/phase3.rhai",
 ];
+
+/// What each run of `apps` apps runs.
+fn runs_of(apps: usize) -> &'static [&'static str] {
+    if apps > 4 { &WITHOUT_SMOKE } else { &EVERY_STEP }
+}
 
 /// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
 fn repository_copy(sim: &Sim, apps: usize) -> Test {
@@ -81,7 +90,7 @@ struct NoOp {
     cpu_per_run: Duration,
 }
 
-fn no_op_runs(sim: &Sim, copy: &Test, latency_ms: u64, runs: u32) -> NoOp {
+fn no_op_runs(sim: &Sim, copy: &Test, args: &[&str], latency_ms: u64, runs: u32) -> NoOp {
     let reply = sim.raw(
         "PUT",
         "/-/sim/faults",
@@ -89,10 +98,10 @@ fn no_op_runs(sim: &Sim, copy: &Test, latency_ms: u64, runs: u32) -> NoOp {
         Some(&format!(r#"{{"latency_ms": {latency_ms}}}"#)),
     );
     assert_eq!(reply.status, 200, "{}", reply.body);
-    run(copy, &WITHOUT_SMOKE);
+    run(copy, args);
     sim.clear_requests();
     let (cpu_before, _) = children_usage();
-    let mut times: Vec<Duration> = (0..runs).map(|_| run(copy, &WITHOUT_SMOKE)).collect();
+    let mut times: Vec<Duration> = (0..runs).map(|_| run(copy, args)).collect();
     let (cpu_after, _) = children_usage();
     let log = sim.requests();
     times.sort();
@@ -115,15 +124,16 @@ fn measure(apps: usize) -> Measured {
     let sim = BPRUN.sim(SimKind::All, &[]);
     let copy = repository_copy(&sim, apps);
     let started = Instant::now();
-    // Provisioned without the smoke step too: the no-ops skip it, and a hundred smoke
-    // pipelines deploying at once overload a 2-core machine's simulated cluster.
-    run(&copy, &WITHOUT_SMOKE);
+    // Provisioned with what the no-ops run.
+    let args = runs_of(apps);
+    run(&copy, args);
     let provision = started.elapsed();
-    let plain = no_op_runs(&sim, &copy, 0, 9);
-    let delayed = no_op_runs(&sim, &copy, LATENCY_MS, 5);
+    let plain = no_op_runs(&sim, &copy, args, 0, 9);
+    let delayed = no_op_runs(&sim, &copy, args, LATENCY_MS, 5);
     for (latency, no_op) in [(0, &plain), (LATENCY_MS, &delayed)] {
         println!(
-            "phase3 no-op without the smoke step, {apps} apps, {latency} ms added per GitLab answer: median {:.1} ms, max {:.1} ms; {} GitLab requests per run, {} mutating; bprun CPU {:.1} ms per run, {:.2} ms per app",
+            "phase3 no-op ({}), {apps} apps, {latency} ms added per GitLab answer: median {:.1} ms, max {:.1} ms; {} GitLab requests per run, {} mutating; bprun CPU {:.1} ms per run, {:.2} ms per app",
+            if apps > 4 { "without the smoke step" } else { "every step" },
             ms(no_op.median),
             ms(no_op.max),
             no_op.requests_per_run,
