@@ -41,6 +41,9 @@ fn runs_of(apps: usize) -> &'static [&'static str] {
 /// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
 fn repository_copy(sim: &Sim, apps: usize) -> Test {
     let test = BPRUN.test_in_repository_copy().envs(sim.vars());
+    // What phase 2 leaves in the repository beside the platform (the wildcard CA the
+    // reachability check trusts), as `bprun sim all` keeps it in the one it runs in.
+    sim.platform_files(test.path());
     if apps > 4 {
         // shared-code, then synthetic apps built like redis (no image build).
         let text = test.read("apps/apps_manifest.yaml");
