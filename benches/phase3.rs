@@ -35,7 +35,11 @@ const WITHOUT_SMOKE: [&str; 6] = [
 
 /// What each run of `apps` apps runs.
 fn runs_of(apps: usize) -> &'static [&'static str] {
-    if apps > 4 { &WITHOUT_SMOKE } else { &EVERY_STEP }
+    if apps > 4 {
+        &WITHOUT_SMOKE
+    } else {
+        &EVERY_STEP
+    }
 }
 
 /// A copy of the repository, wired to `sim`, with `apps` apps in its manifest.
@@ -136,7 +140,11 @@ fn measure(apps: usize) -> Measured {
     for (latency, no_op) in [(0, &plain), (LATENCY_MS, &delayed)] {
         println!(
             "phase3 no-op ({}), {apps} apps, {latency} ms added per GitLab answer: median {:.1} ms, max {:.1} ms; {} GitLab requests per run, {} mutating; bprun CPU {:.1} ms per run, {:.2} ms per app",
-            if apps > 4 { "without the smoke step" } else { "every step" },
+            if apps > 4 {
+                "without the smoke step"
+            } else {
+                "every step"
+            },
             ms(no_op.median),
             ms(no_op.max),
             no_op.requests_per_run,
