@@ -717,12 +717,15 @@ pub mod kube_functions {
         reject_undeclared(&options, "kube_logs")?;
         let container = option_str(&options, "container", "kube_logs")?;
         let tail = match options.contains_key("tail") {
-            true => Some(crate::natives::options::option_int(
-                &options,
-                "tail",
-                "kube_logs",
-                0,
-            )?),
+            true => match crate::natives::options::option_int(&options, "tail", "kube_logs", 0)? {
+                lines if lines >= 0 => Some(lines),
+                lines => {
+                    return Err(native_error(
+                        NativeError::new(format!("kube_logs: option `tail` is {lines}"))
+                            .with_hint("`tail` is how many of the last lines to read: 0 or more"),
+                    ));
+                }
+            },
             false => None,
         };
         let limit = timeout(&options, "kube_logs", 30)?;

@@ -47,6 +47,7 @@ use std::time::Duration;
 pub type Upstream = Arc<dyn Fn() -> bool + Send + Sync>;
 
 /// The GitLab the programs reach.
+#[derive(Clone)]
 pub struct Attached {
     pub gitlab: Arc<GitlabSim>,
     /// Where GitLab is served without the Gateway (the webservice pods' ports forward here).
@@ -739,6 +740,21 @@ pub fn reach_url(host: &Host, url: &str, namespace: &str, ca: Option<&str>) -> R
         .and_then(|()| super::service::handshake(host, name, 443, namespace, ca))
 }
 
+/// One attempt of `gitlab-runner register` from a pod in `namespace`: it dials `url` and
+/// verifies what answers with `ca` ([`Attached::redial`]), then asks GitLab about `token`.
+fn register_attempt(
+    attached: &Attached,
+    url: &str,
+    namespace: &str,
+    ca: Option<&str>,
+    token: &str,
+) -> Verification {
+    match (attached.redial)(url, namespace, ca) {
+        Ok(()) => verify_token(&attached.gitlab, &attached.healthy, url, token),
+        Err(why) => Verification::Unreachable(why),
+    }
+}
+
 /// What `gitlab-runner register` gets when it verifies `token` at `url`: GitLab's answer while
 /// a webservice pod serves it, else the dial's error.
 fn verify_token(gitlab: &GitlabSim, healthy: &Upstream, url: &str, token: &str) -> Verification {
@@ -798,17 +814,19 @@ impl Program for Runner {
             volumes::find(&pod, &format!("{name}.crt"), &lookup(host, &call.namespace))
                 .map(|(_, ca)| ca)
         });
-        let reach = reach_url(host, &url, &call.namespace, server_tls_ca.as_deref());
         attached.gitlab.set_runner_side(
             &token,
             crate::gitlab::RunnerSide {
                 server_tls_ca: server_tls_ca.clone(),
             },
         );
-        let verification = match &reach {
-            Ok(()) => verify_token(&attached.gitlab, &attached.healthy, &url, &token),
-            Err(why) => Verification::Unreachable(why.clone()),
-        };
+        let verification = register_attempt(
+            attached,
+            &url,
+            &call.namespace,
+            server_tls_ca.as_deref(),
+            &token,
+        );
         let result = register_log(&url, &token, &verification);
         let log = match &result {
             Ok(log) | Err(log) => log.clone(),
@@ -826,7 +844,7 @@ impl Program for Runner {
         let gitlab = attached.gitlab.clone();
         let healthy = attached.healthy.clone();
         let interval = attached.poll_interval;
-        let redial = attached.redial.clone();
+        let attached = attached.clone();
         let namespace = call.namespace.clone();
         let (logs, uid) = (self.logs.clone(), call.pod_uid.clone());
         let poll = bprun_clients::runtime::runtime().spawn(async move {
@@ -841,20 +859,15 @@ impl Program for Runner {
                 attempt += 1;
                 // Each attempt dials again, as `gitlab-runner register` does.
                 let asked = (
-                    gitlab.clone(),
-                    healthy.clone(),
+                    attached.clone(),
                     url.clone(),
-                    token.clone(),
-                    redial.clone(),
                     namespace.clone(),
                     server_tls_ca.clone(),
+                    token.clone(),
                 );
                 let Ok(verification) = tokio::task::spawn_blocking(move || {
-                    let (gitlab, healthy, url, token, redial, namespace, ca) = asked;
-                    match redial(&url, &namespace, ca.as_deref()) {
-                        Ok(()) => verify_token(&gitlab, &healthy, &url, &token),
-                        Err(why) => Verification::Unreachable(why),
-                    }
+                    let (attached, url, namespace, ca, token) = asked;
+                    register_attempt(&attached, &url, &namespace, ca.as_deref(), &token)
                 })
                 .await
                 else {
